@@ -1,0 +1,63 @@
+//! The list-query language of the interface (spec part 1, rule 3).
+//!
+//! A list request carries `query` (a Mongo-style filter), `sort`, `max`/`offset` and
+//! `fields`/`exclude-fields`. This crate parses each into a typed value and defines what
+//! it means over `serde_json::Value` documents: [`ListQuery::run`] is the reference
+//! semantics that every store backend must reproduce exactly.
+//!
+//! The order of values ([`order`]) is defined once, as a byte encoding whose byte order
+//! *is* the value order; the evaluator compares values with the same rules, and the
+//! stores index those bytes, so SQL and the evaluator cannot disagree about order.
+
+mod error;
+pub mod filter;
+pub mod order;
+pub mod paging;
+pub mod path;
+pub mod projection;
+pub mod sort;
+
+pub use error::QueryError;
+pub use filter::{Cond, Filter, Literal};
+pub use paging::Paging;
+pub use path::Path;
+pub use projection::Projection;
+pub use sort::{Direction, Sort};
+
+use serde_json::Value;
+
+/// Filter, sort and paging of one list request (projection is applied by the caller,
+/// after the documents have been turned into their wire representation).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ListQuery {
+    pub filter: Filter,
+    pub sort: Sort,
+    pub paging: Paging,
+}
+
+/// What a list operation answers: how many documents matched, and the page asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Page<T> {
+    pub total: usize,
+    pub items: Vec<T>,
+}
+
+impl ListQuery {
+    /// The reference semantics: keep the documents that match, order them (ties keep
+    /// their input order), then cut the page.
+    pub fn run<'a, I>(&self, documents: I) -> Page<&'a Value>
+    where
+        I: IntoIterator<Item = &'a Value>,
+    {
+        let mut matched: Vec<&Value> = documents
+            .into_iter()
+            .filter(|doc| self.filter.matches(doc))
+            .collect();
+        self.sort.sort(&mut matched, |doc| doc);
+        let total = matched.len();
+        Page {
+            total,
+            items: self.paging.cut(matched),
+        }
+    }
+}

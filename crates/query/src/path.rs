@@ -1,0 +1,202 @@
+//! Dotted paths (`credentials.user`, `requirements.taskCount`) and how they reach into
+//! documents.
+//!
+//! Resolution follows the document-store convention: a segment applied to an array
+//! applies to each object element of the array (and a numeric segment also selects the
+//! element at that index), so one path may resolve to several values. Nested arrays are
+//! not unwrapped further.
+
+use std::fmt;
+
+use serde_json::Value;
+
+use crate::QueryError;
+
+/// A non-empty dotted path with non-empty segments.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Path {
+    text: String,
+    segments: Vec<Box<str>>,
+}
+
+impl Path {
+    /// Parses `a.b.c`; `what` names the parameter for the error message.
+    pub fn parse(text: &str, what: &str) -> Result<Self, QueryError> {
+        if text.is_empty() {
+            return Err(QueryError::new(format!("{what}: empty field name")));
+        }
+        let segments: Vec<Box<str>> = text.split('.').map(Box::from).collect();
+        if segments.iter().any(|s| s.is_empty()) {
+            return Err(QueryError::new(format!(
+                "{what}: empty segment in field path '{text}'"
+            )));
+        }
+        Ok(Self {
+            text: text.to_string(),
+            segments,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub fn segments(&self) -> &[Box<str>] {
+        &self.segments
+    }
+
+    /// Calls `visit` on every value the path resolves to in `doc` (arrays reached at the
+    /// end are passed whole), stopping at the first `true`. Answers whether one did.
+    pub fn any_value<'a>(&self, doc: &'a Value, visit: &mut impl FnMut(&'a Value) -> bool) -> bool {
+        any_value(doc, &self.segments, visit)
+    }
+
+    /// The value that represents this path in `doc` for sorting and indexing: the first
+    /// value it resolves to, or `None` when it resolves to nothing. `crossed_array` is
+    /// true when resolution met an array (so other values may exist, or the value is an
+    /// array): only when it is false is `value` the whole story.
+    pub fn first_value<'a>(&self, doc: &'a Value) -> FirstValue<'a> {
+        let mut crossed_array = false;
+        let value = first_value(doc, &self.segments, &mut crossed_array);
+        if matches!(value, Some(Value::Array(_))) {
+            crossed_array = true;
+        }
+        FirstValue {
+            value,
+            crossed_array,
+        }
+    }
+}
+
+/// See [`Path::first_value`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FirstValue<'a> {
+    pub value: Option<&'a Value>,
+    pub crossed_array: bool,
+}
+
+fn any_value<'a>(
+    value: &'a Value,
+    segments: &[Box<str>],
+    visit: &mut impl FnMut(&'a Value) -> bool,
+) -> bool {
+    let Some((segment, rest)) = segments.split_first() else {
+        return visit(value);
+    };
+    match value {
+        Value::Object(map) => map
+            .get(&**segment)
+            .is_some_and(|child| any_value(child, rest, visit)),
+        Value::Array(items) => {
+            if let Some(child) = index(segment).and_then(|i| items.get(i)) {
+                if any_value(child, rest, visit) {
+                    return true;
+                }
+            }
+            items
+                .iter()
+                .filter(|item| item.is_object())
+                .any(|item| any_value(item, segments, visit))
+        }
+        _ => false,
+    }
+}
+
+fn first_value<'a>(
+    value: &'a Value,
+    segments: &[Box<str>],
+    crossed_array: &mut bool,
+) -> Option<&'a Value> {
+    let Some((segment, rest)) = segments.split_first() else {
+        return Some(value);
+    };
+    match value {
+        Value::Object(map) => first_value(map.get(&**segment)?, rest, crossed_array),
+        Value::Array(items) => {
+            *crossed_array = true;
+            if let Some(found) = index(segment)
+                .and_then(|i| items.get(i))
+                .and_then(|child| first_value(child, rest, crossed_array))
+            {
+                return Some(found);
+            }
+            items
+                .iter()
+                .filter(|item| item.is_object())
+                .find_map(|item| first_value(item, segments, crossed_array))
+        }
+        _ => None,
+    }
+}
+
+fn index(segment: &str) -> Option<usize> {
+    if segment.bytes().all(|b| b.is_ascii_digit()) {
+        segment.parse().ok()
+    } else {
+        None
+    }
+}
+
+impl fmt::Display for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Path {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Path({})", self.text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn all(doc: &Value, path: &str) -> Vec<Value> {
+        let mut out = vec![];
+        Path::parse(path, "t").unwrap().any_value(doc, &mut |v| {
+            out.push(v.clone());
+            false
+        });
+        out
+    }
+
+    #[test]
+    fn resolves_through_objects_and_arrays_of_objects() {
+        let doc = json!({"a": {"b": 1}, "r": [{"t": 1}, {"t": [2, 3]}, 7, {"u": 0}]});
+        assert_eq!(all(&doc, "a.b"), vec![json!(1)]);
+        assert_eq!(all(&doc, "r.t"), vec![json!(1), json!([2, 3])]);
+        assert_eq!(all(&doc, "r.1.t"), vec![json!([2, 3])]);
+        assert_eq!(all(&doc, "a.c"), Vec::<Value>::new());
+        assert_eq!(all(&doc, "a.b.c"), Vec::<Value>::new());
+    }
+
+    #[test]
+    fn first_value_reports_arrays() {
+        let doc = json!({"a": {"b": 1}, "r": [{"t": 1}, {"t": 2}], "l": [1]});
+        let p = |s| Path::parse(s, "t").unwrap();
+        assert_eq!(
+            p("a.b").first_value(&doc),
+            FirstValue { value: Some(&json!(1)), crossed_array: false }
+        );
+        assert_eq!(
+            p("r.t").first_value(&doc),
+            FirstValue { value: Some(&json!(1)), crossed_array: true }
+        );
+        assert!(p("l").first_value(&doc).crossed_array);
+        assert_eq!(
+            p("x.y").first_value(&doc),
+            FirstValue { value: None, crossed_array: false }
+        );
+    }
+
+    #[test]
+    fn malformed_paths() {
+        assert!(Path::parse("", "sort").unwrap_err().message.contains("empty"));
+        assert!(Path::parse("a..b", "sort").unwrap_err().message.contains("'a..b'"));
+        assert!(Path::parse(".a", "sort").is_err());
+        assert!(Path::parse("a.", "sort").is_err());
+    }
+}

@@ -1,0 +1,126 @@
+//! The `sort` parameter: `{"a": 1, "b.c": -1}`, keys applied in the order given.
+//!
+//! A document sorts by the first value each path resolves to ([`Path::first_value`]),
+//! missing before everything, in the order of [`crate::order`]. Ties keep the input
+//! order in both directions (the stores feed documents in creation order), so paging
+//! through a sorted list is deterministic.
+
+use std::cmp::Ordering;
+
+use serde_json::Value;
+
+use crate::order::compare;
+use crate::{Path, QueryError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    Ascending,
+    Descending,
+}
+
+/// A parsed `sort`; the default keeps the input order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sort {
+    pub keys: Vec<(Path, Direction)>,
+}
+
+impl Sort {
+    /// Parses the text of a `sort` parameter.
+    pub fn parse_str(text: &str) -> Result<Sort, QueryError> {
+        let json: Value = serde_json::from_str(text)
+            .map_err(|e| QueryError::new(format!("sort is not valid JSON: {e}")))?;
+        Sort::parse(&json)
+    }
+
+    pub fn parse(json: &Value) -> Result<Sort, QueryError> {
+        let Value::Object(map) = json else {
+            return Err(QueryError::new(format!(
+                "sort must be a JSON object such as {{\"name\": 1}}, got {json}"
+            )));
+        };
+        let keys = map
+            .iter()
+            .map(|(field, direction)| {
+                let path = Path::parse(field, "sort")?;
+                let direction = match direction {
+                    Value::Number(n) if n.as_f64() == Some(1.0) => Direction::Ascending,
+                    Value::Number(n) if n.as_f64() == Some(-1.0) => Direction::Descending,
+                    Value::String(s) if s == "1" => Direction::Ascending,
+                    Value::String(s) if s == "-1" => Direction::Descending,
+                    other => {
+                        return Err(QueryError::new(format!(
+                            "sort direction of {field} must be 1 or -1, got {other}"
+                        )));
+                    }
+                };
+                Ok((path, direction))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Sort { keys })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Compares two documents by the sort keys (equal when they tie).
+    pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
+        for (path, direction) in &self.keys {
+            let o = compare(path.first_value(a).value, path.first_value(b).value);
+            let o = match direction {
+                Direction::Ascending => o,
+                Direction::Descending => o.reverse(),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// Sorts `items` stably by the documents `doc` gives for them.
+    pub fn sort<T>(&self, items: &mut [T], doc: impl Fn(&T) -> &Value) {
+        if self.is_empty() {
+            return;
+        }
+        // Resolve every path once per item instead of once per comparison.
+        let mut decorated: Vec<(Vec<Option<&Value>>, usize)> = items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| {
+                let d = doc(item);
+                let keys = self.keys.iter().map(|(p, _)| p.first_value(d).value).collect();
+                (keys, i)
+            })
+            .collect();
+        decorated.sort_by(|(a, _), (b, _)| {
+            for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
+                let o = compare(*x, *y);
+                let o = match direction {
+                    Direction::Ascending => o,
+                    Direction::Descending => o.reverse(),
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            Ordering::Equal
+        });
+        let order: Vec<usize> = decorated.into_iter().map(|(_, i)| i).collect();
+        apply_permutation(items, order);
+    }
+}
+
+/// Rearranges `items` so that position k holds what was at `order[k]`.
+fn apply_permutation<T>(items: &mut [T], mut order: Vec<usize>) {
+    for start in 0..items.len() {
+        let mut current = start;
+        while order[current] != start {
+            let next = order[current];
+            items.swap(current, next);
+            order[current] = current;
+            current = next;
+        }
+        order[current] = current;
+    }
+}
