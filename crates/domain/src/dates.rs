@@ -18,7 +18,9 @@ use jiff::tz::{Offset, TimeZone};
 pub enum DateError {
     #[error("'{0}' is not a date of the form yyyy-MM-dd HH:mm:ss ZZZ")]
     Malformed(String),
-    #[error("'{input}' has the unknown time zone abbreviation '{abbreviation}' (accepted: {accepted})")]
+    #[error(
+        "'{input}' has the unknown time zone abbreviation '{abbreviation}' (accepted: {accepted})"
+    )]
     UnknownAbbreviation {
         input: String,
         abbreviation: String,
@@ -168,8 +170,7 @@ pub fn parse_build_date(input: &str) -> Result<Timestamp, DateError> {
     if b.len() != 19 || b[10] != b'_' || b[13] != b'-' || b[16] != b'-' {
         return Err(bad());
     }
-    let civil = civil_date_time(&b[..10], &b[11..13], &b[14..16], &b[17..19])
-        .ok_or_else(bad)?;
+    let civil = civil_date_time(&b[..10], &b[11..13], &b[14..16], &b[17..19]).ok_or_else(bad)?;
     Offset::UTC.to_timestamp(civil).map_err(|_| bad())
 }
 

@@ -233,7 +233,10 @@ fn parse_field(
     let operators = match value {
         Value::Object(m) if m.keys().any(|k| k.starts_with('$')) => m,
         _ => {
-            clauses.push(Filter::Field(path, Cond::Eq(Literal::new(value.clone(), dates))));
+            clauses.push(Filter::Field(
+                path,
+                Cond::Eq(Literal::new(value.clone(), dates)),
+            ));
             return Ok(());
         }
     };

@@ -164,7 +164,11 @@ fn encode_value(value: &Value, out: &mut Vec<u8>) {
         Value::Number(n) => {
             out.push(Kind::Number.tag());
             let bits = number_f64(n).to_bits();
-            let ordered = if bits >> 63 == 1 { !bits } else { bits | (1 << 63) };
+            let ordered = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits | (1 << 63)
+            };
             out.extend_from_slice(&ordered.to_be_bytes());
         }
         Value::String(s) => match date_seconds(s) {
@@ -225,8 +229,15 @@ mod tests {
             (-5i64..5).prop_map(|n| json!(n)),
             (-5.0f64..5.0).prop_map(|f| json!((f * 4.0).round() / 4.0)),
             prop::sample::select(vec![
-                "", "a", "ab", "b", "a\u{0}", "é", "2026-01-01 00:00:00 UTC",
-                "2026-01-01 00:00:00 GMT", "2025-06-30 12:00:00 UTC"
+                "",
+                "a",
+                "ab",
+                "b",
+                "a\u{0}",
+                "é",
+                "2026-01-01 00:00:00 UTC",
+                "2026-01-01 00:00:00 GMT",
+                "2025-06-30 12:00:00 UTC"
             ])
             .prop_map(|s| json!(s)),
         ];
@@ -272,7 +283,11 @@ mod tests {
             Some(json!(true)),
         ];
         for pair in ascending.windows(2) {
-            assert_eq!(compare(pair[0].as_ref(), pair[1].as_ref()), Ordering::Less, "{pair:?}");
+            assert_eq!(
+                compare(pair[0].as_ref(), pair[1].as_ref()),
+                Ordering::Less,
+                "{pair:?}"
+            );
             assert!(key(pair[0].as_ref()) < key(pair[1].as_ref()), "{pair:?}");
         }
     }

@@ -14,12 +14,17 @@ impl Paging {
     pub fn parse(max: Option<&str>, offset: Option<&str>) -> Result<Paging, QueryError> {
         let number = |name: &str, text: &str| {
             text.trim().parse::<usize>().map_err(|_| {
-                QueryError::new(format!("{name} must be a non-negative integer, got '{text}'"))
+                QueryError::new(format!(
+                    "{name} must be a non-negative integer, got '{text}'"
+                ))
             })
         };
         Ok(Paging {
             max: max.map(|t| number("max", t)).transpose()?,
-            offset: offset.map(|t| number("offset", t)).transpose()?.unwrap_or(0),
+            offset: offset
+                .map(|t| number("offset", t))
+                .transpose()?
+                .unwrap_or(0),
         })
     }
 

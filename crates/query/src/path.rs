@@ -179,23 +179,42 @@ mod tests {
         let p = |s| Path::parse(s, "t").unwrap();
         assert_eq!(
             p("a.b").first_value(&doc),
-            FirstValue { value: Some(&json!(1)), crossed_array: false }
+            FirstValue {
+                value: Some(&json!(1)),
+                crossed_array: false
+            }
         );
         assert_eq!(
             p("r.t").first_value(&doc),
-            FirstValue { value: Some(&json!(1)), crossed_array: true }
+            FirstValue {
+                value: Some(&json!(1)),
+                crossed_array: true
+            }
         );
         assert!(p("l").first_value(&doc).crossed_array);
         assert_eq!(
             p("x.y").first_value(&doc),
-            FirstValue { value: None, crossed_array: false }
+            FirstValue {
+                value: None,
+                crossed_array: false
+            }
         );
     }
 
     #[test]
     fn malformed_paths() {
-        assert!(Path::parse("", "sort").unwrap_err().message.contains("empty"));
-        assert!(Path::parse("a..b", "sort").unwrap_err().message.contains("'a..b'"));
+        assert!(
+            Path::parse("", "sort")
+                .unwrap_err()
+                .message
+                .contains("empty")
+        );
+        assert!(
+            Path::parse("a..b", "sort")
+                .unwrap_err()
+                .message
+                .contains("'a..b'")
+        );
         assert!(Path::parse(".a", "sort").is_err());
         assert!(Path::parse("a.", "sort").is_err());
     }

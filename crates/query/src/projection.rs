@@ -31,7 +31,9 @@ impl Projection {
     pub fn parse(fields: Option<&str>, exclude: Option<&str>) -> Result<Projection, QueryError> {
         Ok(Projection {
             include: fields.map(|t| parse_list(t, "fields")).transpose()?,
-            exclude: exclude.map(|t| parse_list(t, "exclude-fields")).transpose()?,
+            exclude: exclude
+                .map(|t| parse_list(t, "exclude-fields"))
+                .transpose()?,
         })
     }
 

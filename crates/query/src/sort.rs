@@ -89,7 +89,11 @@ impl Sort {
             .enumerate()
             .map(|(i, item)| {
                 let d = doc(item);
-                let keys = self.keys.iter().map(|(p, _)| p.first_value(d).value).collect();
+                let keys = self
+                    .keys
+                    .iter()
+                    .map(|(p, _)| p.first_value(d).value)
+                    .collect();
                 (keys, i)
             })
             .collect();

@@ -37,7 +37,9 @@ fn ids_in(query: &str, dates: &WireDates) -> Vec<String> {
 }
 
 fn error(query: &str) -> String {
-    Filter::parse_str(query, &WireDates::utc()).unwrap_err().message
+    Filter::parse_str(query, &WireDates::utc())
+        .unwrap_err()
+        .message
 }
 
 #[test]
@@ -46,16 +48,30 @@ fn equality_and_implicit_conjunction() {
     assert_eq!(ids(r#"{"state": "Idle"}"#), ["j2", "j4"]);
     assert_eq!(ids(r#"{"state": "Idle", "user": "bob"}"#), ["j2"]);
     assert_eq!(ids(r#"{"procs": 4.0}"#), ["j1"]);
-    assert_eq!(ids(r#"{"procs": 8}"#), Vec::<String>::new(), "the string \"8\" is not 8");
+    assert_eq!(
+        ids(r#"{"procs": 8}"#),
+        Vec::<String>::new(),
+        "the string \"8\" is not 8"
+    );
     assert_eq!(ids(r#"{"state": {"$eq": "Completed"}}"#), ["j3"]);
 }
 
 #[test]
 fn equality_with_objects_arrays_and_null() {
-    assert_eq!(ids(r#"{"credentials": {"group": "eng", "user": "alice"}}"#), ["j1"]);
-    assert_eq!(ids(r#"{"credentials": {"user": "alice"}}"#), Vec::<String>::new());
+    assert_eq!(
+        ids(r#"{"credentials": {"group": "eng", "user": "alice"}}"#),
+        ["j1"]
+    );
+    assert_eq!(
+        ids(r#"{"credentials": {"user": "alice"}}"#),
+        Vec::<String>::new()
+    );
     assert_eq!(ids(r#"{"flags": ["RESTARTABLE", "SUSPENDABLE"]}"#), ["j3"]);
-    assert_eq!(ids(r#"{"flags": "SUSPENDABLE"}"#), ["j3"], "an array matches its elements");
+    assert_eq!(
+        ids(r#"{"flags": "SUSPENDABLE"}"#),
+        ["j3"],
+        "an array matches its elements"
+    );
     assert_eq!(ids(r#"{"holds": []}"#), ["j1"]);
     // null matches null and missing
     assert_eq!(ids(r#"{"parent": null}"#), ["j1", "j2", "j4"]);
@@ -69,7 +85,10 @@ fn dotted_paths_into_objects_and_arrays_of_objects() {
     assert_eq!(ids(r#"{"requirements.taskCount": {"$lt": 2}}"#), ["j2"]);
     assert_eq!(ids(r#"{"requirements.features": "gpu"}"#), ["j1"]);
     assert_eq!(ids(r#"{"requirements.1.taskCount": 8}"#), ["j1"]);
-    assert_eq!(ids(r#"{"requirements.taskCount": {"$exists": true}}"#), ["j1", "j2"]);
+    assert_eq!(
+        ids(r#"{"requirements.taskCount": {"$exists": true}}"#),
+        ["j1", "j2"]
+    );
 }
 
 #[test]
@@ -80,7 +99,11 @@ fn comparison_operators_stay_within_a_kind() {
     assert_eq!(ids(r#"{"procs": {"$lte": 4}}"#), ["j1", "j3"]);
     assert_eq!(ids(r#"{"procs": {"$gte": 1, "$lt": 16}}"#), ["j1", "j3"]);
     assert_eq!(ids(r#"{"user": {"$gt": "alice"}}"#), ["j2", "j4"]);
-    assert_eq!(ids(r#"{"procs": {"$gt": "0"}}"#), ["j4"], "strings compare with strings only");
+    assert_eq!(
+        ids(r#"{"procs": {"$gt": "0"}}"#),
+        ["j4"],
+        "strings compare with strings only"
+    );
 }
 
 #[test]
@@ -88,7 +111,10 @@ fn ne_in_nin_exists() {
     assert_eq!(ids(r#"{"state": {"$ne": "Idle"}}"#), ["j1", "j3"]);
     assert_eq!(ids(r#"{"parent": {"$ne": null}}"#), ["j3"]);
     assert_eq!(ids(r#"{"flags": {"$ne": "RESTARTABLE"}}"#), ["j2", "j4"]);
-    assert_eq!(ids(r#"{"state": {"$in": ["Idle", "Running"]}}"#), ["j1", "j2", "j4"]);
+    assert_eq!(
+        ids(r#"{"state": {"$in": ["Idle", "Running"]}}"#),
+        ["j1", "j2", "j4"]
+    );
     assert_eq!(ids(r#"{"flags": {"$in": ["SUSPENDABLE", "X"]}}"#), ["j3"]);
     assert_eq!(ids(r#"{"state": {"$nin": ["Idle", "Running"]}}"#), ["j3"]);
     assert_eq!(ids(r#"{"state": {"$in": []}}"#), Vec::<String>::new());
@@ -98,15 +124,25 @@ fn ne_in_nin_exists() {
 
 #[test]
 fn type_operator() {
-    assert_eq!(ids(r#"{"parent": {"$type": 10}}"#), ["j1"], "10 selects null, not missing");
+    assert_eq!(
+        ids(r#"{"parent": {"$type": 10}}"#),
+        ["j1"],
+        "10 selects null, not missing"
+    );
     assert_eq!(ids(r#"{"submitDate": {"$type": 10}}"#), ["j4"]);
     assert_eq!(ids(r#"{"procs": {"$type": 2}}"#), ["j4"]);
     assert_eq!(ids(r#"{"procs": {"$type": "number"}}"#), ["j1", "j2", "j3"]);
     assert_eq!(ids(r#"{"procs": {"$type": 1}}"#), ["j1", "j2", "j3"]);
-    assert_eq!(ids(r#"{"credentials": {"$type": 3}}"#), ["j1", "j2", "j3", "j4"]);
+    assert_eq!(
+        ids(r#"{"credentials": {"$type": 3}}"#),
+        ["j1", "j2", "j3", "j4"]
+    );
     assert_eq!(ids(r#"{"holds": {"$type": "array"}}"#), ["j1", "j2"]);
     assert_eq!(ids(r#"{"submitDate": {"$type": 9}}"#), ["j1", "j2", "j3"]);
-    assert_eq!(ids(r#"{"submitDate": {"$type": "string"}}"#), ["j1", "j2", "j3"]);
+    assert_eq!(
+        ids(r#"{"submitDate": {"$type": "string"}}"#),
+        ["j1", "j2", "j3"]
+    );
 }
 
 #[test]
@@ -127,20 +163,35 @@ fn and_or() {
 
 #[test]
 fn dates_compare_as_instants() {
-    assert_eq!(ids(r#"{"submitDate": {"$gte": "2026-01-05 09:00:00 UTC"}}"#), ["j1", "j2"]);
-    assert_eq!(ids(r#"{"submitDate": {"$gt": "2026-01-05 09:00:00 GMT"}}"#), ["j2"]);
-    assert_eq!(ids(r#"{"submitDate": {"$lt": "2026-01-01 00:00:00 UTC"}}"#), ["j3"]);
+    assert_eq!(
+        ids(r#"{"submitDate": {"$gte": "2026-01-05 09:00:00 UTC"}}"#),
+        ["j1", "j2"]
+    );
+    assert_eq!(
+        ids(r#"{"submitDate": {"$gt": "2026-01-05 09:00:00 GMT"}}"#),
+        ["j2"]
+    );
+    assert_eq!(
+        ids(r#"{"submitDate": {"$lt": "2026-01-01 00:00:00 UTC"}}"#),
+        ["j3"]
+    );
     // A date is not an ordinary string: string ranges do not reach it.
     assert_eq!(ids(r#"{"submitDate": {"$gt": "0"}}"#), Vec::<String>::new());
     // Literals in the deployment's own zone mean the same instant.
     let ny = WireDates::for_zone("America/New_York").unwrap();
-    assert_eq!(ids_in(r#"{"submitDate": "2026-01-05 04:00:00 EST"}"#, &ny), ["j1"]);
+    assert_eq!(
+        ids_in(r#"{"submitDate": "2026-01-05 04:00:00 EST"}"#, &ny),
+        ["j1"]
+    );
     assert_eq!(
         ids_in(r#"{"submitDate": {"$gt": "2026-01-05 05:00:00 EST"}}"#, &ny),
         ["j2"]
     );
     assert_eq!(
-        ids_in(r#"{"submitDate": {"$in": ["2026-01-05 06:30:00 EST"]}}"#, &ny),
+        ids_in(
+            r#"{"submitDate": {"$in": ["2026-01-05 06:30:00 EST"]}}"#,
+            &ny
+        ),
         ["j2"]
     );
 }
@@ -157,7 +208,10 @@ fn malformed_queries_are_named() {
     assert!(error(r#"{"$or": []}"#).contains("$or needs a non-empty array"));
     assert!(error(r#"{"$and": {"a": 1}}"#).contains("$and needs a non-empty array"));
     assert!(error(r#"{"$or": [1]}"#).contains("$or needs an array of query objects"));
-    assert_eq!(error(r#"{"state": {"$in": "Idle"}}"#), "$in at state needs an array, got \"Idle\"");
+    assert_eq!(
+        error(r#"{"state": {"$in": "Idle"}}"#),
+        "$in at state needs an array, got \"Idle\""
+    );
     assert!(error(r#"{"state": {"$nin": 3}}"#).contains("$nin at state needs an array"));
     assert!(error(r#"{"a": {"$exists": "yes"}}"#).contains("$exists at a needs true or false"));
     assert!(error(r#"{"a": {"$type": 42}}"#).contains("$type at a: unknown type 42"));
@@ -184,14 +238,27 @@ fn sorted_ids(sort: &str) -> Vec<String> {
 #[test]
 fn sorting_by_one_and_several_keys() {
     assert_eq!(sorted_ids(r#"{"user": 1}"#), ["j1", "j3", "j2", "j4"]);
-    assert_eq!(sorted_ids(r#"{"user": -1}"#), ["j4", "j2", "j1", "j3"], "ties keep input order");
-    assert_eq!(sorted_ids(r#"{"user": 1, "procs": -1}"#), ["j1", "j3", "j2", "j4"]);
-    assert_eq!(sorted_ids(r#"{"state": 1, "procs": 1}"#), ["j3", "j2", "j4", "j1"]);
+    assert_eq!(
+        sorted_ids(r#"{"user": -1}"#),
+        ["j4", "j2", "j1", "j3"],
+        "ties keep input order"
+    );
+    assert_eq!(
+        sorted_ids(r#"{"user": 1, "procs": -1}"#),
+        ["j1", "j3", "j2", "j4"]
+    );
+    assert_eq!(
+        sorted_ids(r#"{"state": 1, "procs": 1}"#),
+        ["j3", "j2", "j4", "j1"]
+    );
     // missing < null < numbers < dates < strings
     assert_eq!(sorted_ids(r#"{"submitDate": 1}"#), ["j4", "j3", "j1", "j2"]);
     assert_eq!(sorted_ids(r#"{"procs": 1}"#), ["j3", "j1", "j2", "j4"]);
     assert_eq!(sorted_ids(r#"{"parent": 1}"#), ["j2", "j4", "j1", "j3"]);
-    assert_eq!(sorted_ids(r#"{"requirements.taskCount": 1}"#), ["j3", "j4", "j2", "j1"]);
+    assert_eq!(
+        sorted_ids(r#"{"requirements.taskCount": 1}"#),
+        ["j3", "j4", "j2", "j1"]
+    );
     assert_eq!(sorted_ids(r#"{}"#), ["j1", "j2", "j3", "j4"]);
 }
 
@@ -200,7 +267,10 @@ fn malformed_sorts_are_named() {
     let e = |s: &str| Sort::parse_str(s).unwrap_err().message;
     assert!(e("[1]").starts_with("sort must be a JSON object"));
     assert!(e("{").starts_with("sort is not valid JSON"));
-    assert_eq!(e(r#"{"user": 2}"#), "sort direction of user must be 1 or -1, got 2");
+    assert_eq!(
+        e(r#"{"user": 2}"#),
+        "sort direction of user must be 1 or -1, got 2"
+    );
     assert!(e(r#"{"user": "up"}"#).contains("must be 1 or -1"));
     assert!(e(r#"{"a..b": 1}"#).contains("'a..b'"));
     assert_eq!(
@@ -216,7 +286,11 @@ fn page(max: Option<&str>, offset: Option<&str>) -> (usize, Vec<String>) {
     };
     let docs = jobs();
     let page = query.run(&docs);
-    let ids = page.items.iter().map(|d| d["id"].as_str().unwrap().to_string()).collect();
+    let ids = page
+        .items
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
     (page.total, ids)
 }
 
@@ -227,7 +301,12 @@ fn paging_edges() {
     assert_eq!(page(None, Some("10")), (4, vec![]), "offset past the end");
     assert_eq!(page(Some("0"), None), (4, vec![]), "max 0 still counts");
     assert_eq!(page(Some("10"), Some("0")).1.len(), 4);
-    for (max, offset) in [(Some("-1"), None), (Some("x"), None), (None, Some("1.5")), (None, Some(""))] {
+    for (max, offset) in [
+        (Some("-1"), None),
+        (Some("x"), None),
+        (None, Some("1.5")),
+        (None, Some("")),
+    ] {
         let err = Paging::parse(max, offset).unwrap_err().message;
         assert!(err.contains("must be a non-negative integer"), "{err}");
     }
@@ -238,7 +317,10 @@ fn projection_of_nested_fields() {
     let doc = jobs().remove(0);
     let fields = |f: &str| Projection::parse(Some(f), None).unwrap().apply(doc.clone());
     assert_eq!(fields("id,state"), json!({"id": "j1", "state": "Running"}));
-    assert_eq!(fields("credentials.user"), json!({"credentials": {"user": "alice"}}));
+    assert_eq!(
+        fields("credentials.user"),
+        json!({"credentials": {"user": "alice"}})
+    );
     assert_eq!(
         fields("id, requirements.taskCount"),
         json!({"id": "j1", "requirements": [{"taskCount": 2}, {"taskCount": 8}]})
@@ -247,7 +329,10 @@ fn projection_of_nested_fields() {
     let excluded = Projection::parse(None, Some("requirements.features,credentials"))
         .unwrap()
         .apply(doc.clone());
-    assert_eq!(excluded["requirements"], json!([{"taskCount": 2}, {"taskCount": 8}]));
+    assert_eq!(
+        excluded["requirements"],
+        json!([{"taskCount": 2}, {"taskCount": 8}])
+    );
     assert!(excluded.get("credentials").is_none());
     assert_eq!(excluded["user"], "alice");
     let both = Projection::parse(Some("credentials"), Some("credentials.group"))

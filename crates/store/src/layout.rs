@@ -1,0 +1,162 @@
+//! How a collection is laid out in a table, shared by both backends.
+//!
+//! Table `doc_<collection>`: `seq` (creation order), `id` (unique), `name` (unique when
+//! set), `version`, `body`, and for every indexed path number n two columns kept by the
+//! store on every write: `k<n>`, the order key of the path's first value
+//! ([`drover_query::Path::first_value`], [`drover_query::order::key`]), and `u<n>`, 1
+//! when resolving the path crossed an array. When `u<n>` is 0 the path resolves to at
+//! most that one value, so conditions on `k<n>` decide the filter exactly; rows with
+//! `u<n>` = 1 are re-checked by the evaluator.
+
+use drover_query::Path;
+use drover_query::order;
+use serde_json::Value;
+
+use crate::{CollectionSpec, Result, StoreError};
+
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub table: String,
+    /// Indexed paths; the position is the column number n of `k<n>` / `u<n>`.
+    pub paths: Vec<Path>,
+    /// Each index as the column numbers it covers, in order.
+    pub indexes: Vec<Vec<usize>>,
+}
+
+impl Layout {
+    /// The layout for `spec`, keeping the column numbers of `existing` paths (from the
+    /// catalog) and appending new ones. Also answers which column numbers are new.
+    pub fn new(spec: &CollectionSpec, existing: &[String]) -> Result<(Layout, Vec<usize>)> {
+        validate_collection_name(&spec.name)?;
+        let mut names: Vec<String> = existing.to_vec();
+        let mut added = Vec::new();
+        let mut indexes = Vec::new();
+        for index in &spec.indexes {
+            if index.is_empty() {
+                return Err(StoreError::Invalid(format!(
+                    "collection {}: an index needs at least one path",
+                    spec.name
+                )));
+            }
+            let mut columns = Vec::new();
+            for path in index {
+                let n = match names.iter().position(|p| p == path) {
+                    Some(n) => n,
+                    None => {
+                        names.push(path.clone());
+                        added.push(names.len() - 1);
+                        names.len() - 1
+                    }
+                };
+                columns.push(n);
+            }
+            indexes.push(columns);
+        }
+        let paths = names
+            .iter()
+            .map(|p| Path::parse(p, "index").map_err(|e| StoreError::Invalid(e.message)))
+            .collect::<Result<_>>()?;
+        Ok((
+            Layout {
+                table: format!("doc_{}", spec.name),
+                paths,
+                indexes,
+            },
+            added,
+        ))
+    }
+
+    pub fn column_of(&self, path: &Path) -> Option<usize> {
+        self.paths.iter().position(|p| p == path)
+    }
+
+    /// The (`k<n>`, `u<n>`) values of `body` for every indexed path.
+    pub fn row_keys(&self, body: &Value) -> Vec<(Vec<u8>, i16)> {
+        self.paths
+            .iter()
+            .map(|path| {
+                let first = path.first_value(body);
+                (order::key(first.value), i16::from(first.crossed_array))
+            })
+            .collect()
+    }
+
+    /// `, k0, u0, k1, u1...` for column lists.
+    pub fn key_column_list(&self) -> String {
+        (0..self.paths.len())
+            .map(|n| format!(", k{n}, u{n}"))
+            .collect()
+    }
+
+    /// SQL index names are derived from the columns they cover.
+    pub fn index_name(&self, columns: &[usize]) -> String {
+        let cols: Vec<String> = columns.iter().map(|n| format!("k{n}")).collect();
+        format!("{}_by_{}", self.table, cols.join("_"))
+    }
+}
+
+/// Collection names become table names: only `[a-z][a-z0-9_]*`, at most 48 characters.
+pub(crate) fn validate_collection_name(name: &str) -> Result<()> {
+    let ok = name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(StoreError::Invalid(format!(
+            "invalid collection name '{name}': use lower-case letters, digits and _"
+        )))
+    }
+}
+
+/// The JSON text of a body, refusing what one of the backends could not store.
+pub(crate) fn body_text(collection: &str, id: &str, body: &Value) -> Result<String> {
+    if id.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "a document of {collection} needs a non-empty id"
+        )));
+    }
+    let text = serde_json::to_string(body).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    // PostgreSQL's jsonb cannot hold U+0000; refuse it everywhere so both backends agree.
+    if text.contains("\\u0000") {
+        return Err(StoreError::Invalid(format!(
+            "document '{id}' of {collection} contains the character U+0000, which cannot be stored"
+        )));
+    }
+    Ok(text)
+}
+
+/// The message of a unique-constraint failure, worded for the client.
+pub(crate) fn taken(collection: &str, on_name: bool, id: &str, name: Option<&str>) -> StoreError {
+    if on_name {
+        StoreError::Conflict(format!(
+            "the name '{}' is already taken in {collection}",
+            name.unwrap_or_default()
+        ))
+    } else {
+        StoreError::Conflict(format!(
+            "a document with id '{id}' already exists in {collection}"
+        ))
+    }
+}
+
+/// The error for a change that matched no row: missing document or stale version.
+pub(crate) fn missed(
+    collection: &str,
+    id: &str,
+    expected: Option<i64>,
+    current: Option<i64>,
+) -> StoreError {
+    match (current, expected) {
+        (Some(current), Some(expected)) => StoreError::Conflict(format!(
+            "document '{id}' of {collection} is at version {current}, not {expected}: \
+             it was changed meanwhile; read it again and retry"
+        )),
+        _ => StoreError::NotFound {
+            collection: collection.into(),
+            id: id.into(),
+        },
+    }
+}

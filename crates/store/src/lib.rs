@@ -1,0 +1,208 @@
+//! Durable collections of JSON documents.
+//!
+//! A collection holds documents, each with a unique `id`, an optional unique `name`, a
+//! `version` (1 on insert, +1 on every change, checked on request for optimistic
+//! concurrency) and a JSON `body`. [`DocumentStore`] is the one interface; it has two
+//! backends: [`SqliteStore`] (the embedded default, one file, WAL) and [`PostgresStore`]
+//! (a shared server, `jsonb`).
+//!
+//! Listing answers exactly what [`drover_query::ListQuery::run`] answers over the same
+//! documents in creation order. Each collection declares indexes on paths; for those
+//! paths the store keeps the value's order key ([`drover_query::order`]) in a column, so
+//! filters, sorting and paging on them run in SQL. Anything else is evaluated in Rust on
+//! the rows SQL narrowed down (see `plan.rs`).
+//!
+//! The trait is synchronous: SQLite is an in-process library, and the engine's journal
+//! writer is one dedicated thread. Async callers use `spawn_blocking`.
+
+mod layout;
+mod plan;
+mod postgres;
+mod sqlite;
+
+use drover_query::{ListQuery, Page};
+use serde_json::Value;
+
+pub use crate::postgres::PostgresStore;
+pub use crate::sqlite::SqliteStore;
+
+/// What a collection is called and which paths it indexes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollectionSpec {
+    pub name: String,
+    /// Each index is a list of paths (a composite index when there are several).
+    pub indexes: Vec<Vec<String>>,
+}
+
+impl CollectionSpec {
+    /// A collection named `name` (lower-case letters, digits and `_`, starting with a letter).
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.to_string(),
+            indexes: Vec::new(),
+        }
+    }
+
+    /// Adds an index on `paths` (e.g. `["credentials.user", "dates.submitDate"]`).
+    pub fn index(mut self, paths: &[&str]) -> Self {
+        self.indexes
+            .push(paths.iter().map(|p| p.to_string()).collect());
+        self
+    }
+}
+
+/// A stored document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Document {
+    pub id: String,
+    pub name: Option<String>,
+    pub version: i64,
+    pub body: Value,
+}
+
+/// One change; a batch of them is applied in one transaction, all or nothing.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Write {
+    /// Creates a document (version 1); fails if the id or the name is taken.
+    Insert {
+        collection: String,
+        id: String,
+        name: Option<String>,
+        body: Value,
+    },
+    /// Replaces an existing document's name and body; with `expected_version`, only if
+    /// the stored version is that one.
+    Update {
+        collection: String,
+        id: String,
+        name: Option<String>,
+        body: Value,
+        expected_version: Option<i64>,
+    },
+    /// Creates or replaces, whatever the stored version (the engine's journal).
+    Put {
+        collection: String,
+        id: String,
+        name: Option<String>,
+        body: Value,
+    },
+    /// Removes a document; with `expected_version`, only if it is still that version.
+    Delete {
+        collection: String,
+        id: String,
+        expected_version: Option<i64>,
+    },
+}
+
+impl Write {
+    pub fn collection(&self) -> &str {
+        match self {
+            Write::Insert { collection, .. }
+            | Write::Update { collection, .. }
+            | Write::Put { collection, .. }
+            | Write::Delete { collection, .. } => collection,
+        }
+    }
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("no document '{id}' in {collection}")]
+    NotFound { collection: String, id: String },
+    /// A taken id or name, or a stale version.
+    #[error("{0}")]
+    Conflict(String),
+    /// A document the store cannot hold (the message says why).
+    #[error("{0}")]
+    Invalid(String),
+    #[error("unknown collection '{0}' (ensure_collection was not called for it)")]
+    UnknownCollection(String),
+    /// The database failed (I/O, connection, SQL); never caused by a client's input.
+    #[error("store failure: {0}")]
+    Backend(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Durable collections of JSON documents. See the crate documentation.
+pub trait DocumentStore: Send + Sync {
+    /// `"sqlite"` or `"postgresql"`.
+    fn backend(&self) -> &'static str;
+
+    /// Creates the collection, or brings an existing one up to `spec` (new index paths
+    /// are computed for the documents already stored). Idempotent.
+    fn ensure_collection(&self, spec: &CollectionSpec) -> Result<()>;
+
+    /// Applies `batch` in one transaction; answers each write's resulting version
+    /// (0 for a delete). On error nothing of the batch is applied.
+    fn write(&self, batch: &[Write]) -> Result<Vec<i64>>;
+
+    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>>;
+
+    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>>;
+
+    /// The documents matching `query`, sorted and paged, with the number of matches.
+    fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>>;
+
+    /// Checks that the database answers.
+    fn ping(&self) -> Result<()>;
+
+    fn insert(&self, collection: &str, id: &str, name: Option<&str>, body: Value) -> Result<i64> {
+        self.write(&[Write::Insert {
+            collection: collection.into(),
+            id: id.into(),
+            name: name.map(Into::into),
+            body,
+        }])
+        .map(|v| v[0])
+    }
+
+    fn update(
+        &self,
+        collection: &str,
+        id: &str,
+        name: Option<&str>,
+        body: Value,
+        expected_version: Option<i64>,
+    ) -> Result<i64> {
+        self.write(&[Write::Update {
+            collection: collection.into(),
+            id: id.into(),
+            name: name.map(Into::into),
+            body,
+            expected_version,
+        }])
+        .map(|v| v[0])
+    }
+
+    fn put(&self, collection: &str, id: &str, name: Option<&str>, body: Value) -> Result<i64> {
+        self.write(&[Write::Put {
+            collection: collection.into(),
+            id: id.into(),
+            name: name.map(Into::into),
+            body,
+        }])
+        .map(|v| v[0])
+    }
+
+    fn delete(&self, collection: &str, id: &str, expected_version: Option<i64>) -> Result<()> {
+        self.write(&[Write::Delete {
+            collection: collection.into(),
+            id: id.into(),
+            expected_version,
+        }])
+        .map(|_| ())
+    }
+}
+
+/// Opens the store a location names: `postgres://...` or `postgresql://...` for
+/// PostgreSQL, otherwise a SQLite file path (optionally prefixed with `sqlite://`).
+pub fn open(location: &str) -> Result<Box<dyn DocumentStore>> {
+    if location.starts_with("postgres://") || location.starts_with("postgresql://") {
+        Ok(Box::new(PostgresStore::connect(location)?))
+    } else {
+        let path = location.strip_prefix("sqlite://").unwrap_or(location);
+        Ok(Box::new(SqliteStore::open(std::path::Path::new(path))?))
+    }
+}

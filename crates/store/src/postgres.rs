@@ -1,0 +1,527 @@
+//! The shared backend: PostgreSQL, bodies in `jsonb`, key columns in `bytea` (whose
+//! byte-wise order is the order keys' order, as in SQLite).
+//!
+//! A small pool of connections, each caching its prepared statements. The `postgres`
+//! client blocks; it must not be called from inside an async task (use
+//! `spawn_blocking`), like every method of the store.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use drover_query::{ListQuery, Page};
+use postgres::error::SqlState;
+use postgres::types::ToSql;
+use postgres::{Client, NoTls, Statement, Transaction};
+
+use crate::layout::{self, Layout};
+use crate::plan::{self, Dialect, ReadConn, Row};
+use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
+
+/// Schema migrations of the store's own tables, applied in order and recorded in
+/// `drover_schema`. Collection tables are made by `ensure_collection`.
+const MIGRATIONS: &[&str] = &["CREATE TABLE drover_collections (
+        name TEXT PRIMARY KEY,
+        paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
+    )"];
+
+/// Serialises schema changes between Drover processes sharing one database.
+const SCHEMA_LOCK: i64 = 0x6472_6f76_6572; // "drover"
+
+const MAX_IDLE_CONNECTIONS: usize = 8;
+
+pub struct PostgresStore {
+    url: String,
+    schema: Option<String>,
+    idle: Mutex<Vec<Conn>>,
+    layouts: RwLock<HashMap<String, Arc<Layout>>>,
+}
+
+struct Conn {
+    client: Client,
+    statements: HashMap<String, Statement>,
+}
+
+type Param<'a> = &'a (dyn ToSql + Sync);
+
+fn backend(e: postgres::Error) -> StoreError {
+    StoreError::Backend(format!("postgresql: {e}"))
+}
+
+impl PostgresStore {
+    /// Connects to the database at `url` (`postgres://user@host:port/db`) and migrates it.
+    pub fn connect(url: &str) -> Result<Self> {
+        Self::connect_in_schema(url, None)
+    }
+
+    /// Like [`PostgresStore::connect`], keeping every table in `schema` (created if
+    /// needed): several deployments, or test runs, can then share one database.
+    pub fn connect_in_schema(url: &str, schema: Option<&str>) -> Result<Self> {
+        if let Some(s) = schema {
+            layout::validate_collection_name(s)?;
+        }
+        let store = Self {
+            url: url.to_string(),
+            schema: schema.map(Into::into),
+            idle: Mutex::new(Vec::new()),
+            layouts: RwLock::new(HashMap::new()),
+        };
+        store.with_conn(|conn| {
+            let mut tx = conn.client.transaction().map_err(backend)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+                .map_err(backend)?;
+            tx.batch_execute("CREATE TABLE IF NOT EXISTS drover_schema (version INTEGER NOT NULL)")
+                .map_err(backend)?;
+            let done: i64 = tx
+                .query_one(
+                    "SELECT COALESCE(MAX(version), 0)::BIGINT FROM drover_schema",
+                    &[],
+                )
+                .map_err(backend)?
+                .get(0);
+            if done as usize > MIGRATIONS.len() {
+                return Err(StoreError::Backend(format!(
+                    "the database schema is version {done}, newer than this program's {}",
+                    MIGRATIONS.len()
+                )));
+            }
+            for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+                tx.batch_execute(sql).map_err(backend)?;
+                tx.execute(
+                    "INSERT INTO drover_schema (version) VALUES ($1)",
+                    &[&(i as i32 + 1)],
+                )
+                .map_err(backend)?;
+            }
+            tx.commit().map_err(backend)
+        })?;
+        Ok(store)
+    }
+
+    /// Drops the schema this store was opened in, with everything in it (for tests).
+    pub fn drop_schema(&self) -> Result<()> {
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        self.with_conn(|conn| {
+            conn.client
+                .batch_execute(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                .map_err(backend)
+        })
+    }
+
+    fn open_conn(&self) -> Result<Conn> {
+        let mut client = Client::connect(&self.url, NoTls)
+            .map_err(|e| StoreError::Backend(format!("cannot connect to PostgreSQL: {e}")))?;
+        if let Some(schema) = &self.schema {
+            client
+                .batch_execute(&format!(
+                    "CREATE SCHEMA IF NOT EXISTS {schema}; SET search_path TO {schema}"
+                ))
+                .map_err(backend)?;
+        }
+        Ok(Conn {
+            client,
+            statements: HashMap::new(),
+        })
+    }
+
+    fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
+        let pooled = self.idle.lock().unwrap().pop();
+        let mut conn = match pooled {
+            Some(c) if !c.client.is_closed() => c,
+            _ => self.open_conn()?,
+        };
+        let out = f(&mut conn);
+        if !conn.client.is_closed() {
+            let mut idle = self.idle.lock().unwrap();
+            if idle.len() < MAX_IDLE_CONNECTIONS {
+                idle.push(conn);
+            }
+        }
+        out
+    }
+
+    fn layout(&self, collection: &str) -> Result<Arc<Layout>> {
+        self.layouts
+            .read()
+            .unwrap()
+            .get(collection)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownCollection(collection.into()))
+    }
+
+    fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
+        let layout = self.layout(collection)?;
+        let sql = format!(
+            "SELECT id, name, version, body::text FROM {} WHERE {column} = $1",
+            layout.table
+        );
+        self.with_conn(|conn| {
+            let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
+            let found = conn.client.query_opt(&stmt, &[&value]).map_err(backend)?;
+            found.map(|r| to_row(&r).into_document()).transpose()
+        })
+    }
+}
+
+/// A cached prepared statement (one parse per connection and SQL text).
+fn prepare(
+    cache: &mut HashMap<String, Statement>,
+    client: &mut impl postgres::GenericClient,
+    sql: &str,
+) -> Result<Statement> {
+    if let Some(s) = cache.get(sql) {
+        return Ok(s.clone());
+    }
+    let stmt = client.prepare(sql).map_err(backend)?;
+    cache.insert(sql.to_string(), stmt.clone());
+    Ok(stmt)
+}
+
+fn to_row(r: &postgres::Row) -> Row {
+    Row {
+        id: r.get(0),
+        name: r.get(1),
+        version: r.get(2),
+        body: r.get(3),
+    }
+}
+
+struct Reader<'a, 'b> {
+    tx: &'a mut Transaction<'b>,
+    statements: &'a mut HashMap<String, Statement>,
+}
+
+fn byte_params(params: &[Vec<u8>]) -> Vec<Param<'_>> {
+    params.iter().map(|p| p as Param<'_>).collect()
+}
+
+impl ReadConn for Reader<'_, '_> {
+    fn count(&mut self, sql: &str, params: &[Vec<u8>]) -> Result<usize> {
+        let stmt = prepare(self.statements, self.tx, sql)?;
+        let n: i64 = self
+            .tx
+            .query_one(&stmt, &byte_params(params))
+            .map_err(backend)?
+            .get(0);
+        Ok(n as usize)
+    }
+
+    fn for_each_row(
+        &mut self,
+        sql: &str,
+        params: &[Vec<u8>],
+        each: &mut dyn FnMut(Row) -> Result<()>,
+    ) -> Result<()> {
+        let stmt = prepare(self.statements, self.tx, sql)?;
+        for r in self
+            .tx
+            .query(&stmt, &byte_params(params))
+            .map_err(backend)?
+        {
+            each(to_row(&r))?;
+        }
+        Ok(())
+    }
+}
+
+/// The owned parameters of one row: id, name, body text, then (key, crossed) pairs.
+struct RowParams {
+    id: String,
+    name: Option<String>,
+    body: String,
+    keys: Vec<(Vec<u8>, i16)>,
+}
+
+impl RowParams {
+    fn new(
+        layout: &Layout,
+        collection: &str,
+        id: &str,
+        name: Option<&str>,
+        body: &serde_json::Value,
+    ) -> Result<Self> {
+        Ok(Self {
+            id: id.to_string(),
+            name: name.map(Into::into),
+            body: layout::body_text(collection, id, body)?,
+            keys: layout.row_keys(body),
+        })
+    }
+
+    fn params(&self) -> Vec<Param<'_>> {
+        let mut p: Vec<Param<'_>> = vec![&self.id, &self.name, &self.body];
+        for (k, u) in &self.keys {
+            p.push(k);
+            p.push(u);
+        }
+        p
+    }
+}
+
+fn key_placeholders(layout: &Layout) -> String {
+    (0..layout.paths.len())
+        .map(|n| format!(", ${}, ${}", 4 + 2 * n, 5 + 2 * n))
+        .collect()
+}
+
+fn conflict(e: postgres::Error, collection: &str, id: &str, name: Option<&str>) -> StoreError {
+    match e.as_db_error() {
+        Some(db) if *db.code() == SqlState::UNIQUE_VIOLATION => {
+            let on_name = db.constraint().is_some_and(|c| c.ends_with("_name_key"));
+            layout::taken(collection, on_name, id, name)
+        }
+        _ => backend(e),
+    }
+}
+
+fn current_version(tx: &mut Transaction<'_>, table: &str, id: &str) -> Result<Option<i64>> {
+    Ok(tx
+        .query_opt(
+            &format!("SELECT version FROM {table} WHERE id = $1"),
+            &[&id],
+        )
+        .map_err(backend)?
+        .map(|r| r.get(0)))
+}
+
+fn apply(
+    tx: &mut Transaction<'_>,
+    cache: &mut HashMap<String, Statement>,
+    layout: &Layout,
+    write: &Write,
+) -> Result<i64> {
+    let table = &layout.table;
+    let columns = format!("id, name, version, body{}", layout.key_column_list());
+    match write {
+        Write::Insert {
+            collection,
+            id,
+            name,
+            body,
+        }
+        | Write::Put {
+            collection,
+            id,
+            name,
+            body,
+        } => {
+            let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
+            let mut sql = format!(
+                "INSERT INTO {table} ({columns}) VALUES ($1, $2, 1, $3::text::jsonb{})",
+                key_placeholders(layout)
+            );
+            if matches!(write, Write::Put { .. }) {
+                let keys: String = (0..layout.paths.len())
+                    .map(|n| format!(", k{n} = EXCLUDED.k{n}, u{n} = EXCLUDED.u{n}"))
+                    .collect();
+                sql.push_str(&format!(
+                    " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body, \
+                     version = {table}.version + 1{keys}"
+                ));
+            }
+            sql.push_str(" RETURNING version");
+            let stmt = prepare(cache, tx, &sql)?;
+            let r = tx
+                .query_one(&stmt, &row.params())
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+            Ok(r.get(0))
+        }
+        Write::Update {
+            collection,
+            id,
+            name,
+            body,
+            expected_version,
+        } => {
+            let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
+            let keys: String = (0..layout.paths.len())
+                .map(|n| format!(", k{n} = ${}, u{n} = ${}", 4 + 2 * n, 5 + 2 * n))
+                .collect();
+            let mut params = row.params();
+            let mut sql = format!(
+                "UPDATE {table} SET name = $2, body = $3::text::jsonb, version = version + 1{keys} WHERE id = $1"
+            );
+            if let Some(v) = expected_version {
+                params.push(v);
+                sql.push_str(&format!(" AND version = ${}", params.len()));
+            }
+            sql.push_str(" RETURNING version");
+            let stmt = prepare(cache, tx, &sql)?;
+            match tx
+                .query_opt(&stmt, &params)
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?
+            {
+                Some(r) => Ok(r.get(0)),
+                None => Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, table, id)?,
+                )),
+            }
+        }
+        Write::Delete {
+            collection,
+            id,
+            expected_version,
+        } => {
+            let deleted = match expected_version {
+                Some(v) => tx.execute(
+                    &format!("DELETE FROM {table} WHERE id = $1 AND version = $2"),
+                    &[id, v],
+                ),
+                None => tx.execute(&format!("DELETE FROM {table} WHERE id = $1"), &[id]),
+            }
+            .map_err(backend)?;
+            if deleted == 0 {
+                return Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, table, id)?,
+                ));
+            }
+            Ok(0)
+        }
+    }
+}
+
+impl DocumentStore for PostgresStore {
+    fn backend(&self) -> &'static str {
+        "postgresql"
+    }
+
+    fn ensure_collection(&self, spec: &CollectionSpec) -> Result<()> {
+        let layout = self.with_conn(|conn| {
+            let mut tx = conn.client.transaction().map_err(backend)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK]).map_err(backend)?;
+            let existing: Vec<String> = tx
+                .query_opt("SELECT paths FROM drover_collections WHERE name = $1", &[&spec.name])
+                .map_err(backend)?
+                .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap_or_default())
+                .unwrap_or_default();
+            let (layout, added) = Layout::new(spec, &existing)?;
+            let table = &layout.table;
+            tx.batch_execute(&format!(
+                "CREATE TABLE IF NOT EXISTS {table} (
+                    seq BIGSERIAL PRIMARY KEY,
+                    id TEXT NOT NULL UNIQUE,
+                    name TEXT UNIQUE,
+                    version BIGINT NOT NULL,
+                    body JSONB NOT NULL)"
+            ))
+            .map_err(backend)?;
+            for n in &added {
+                tx.batch_execute(&format!(
+                    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS k{n} BYTEA NOT NULL DEFAULT '\\x01'::bytea;
+                     ALTER TABLE {table} ADD COLUMN IF NOT EXISTS u{n} SMALLINT NOT NULL DEFAULT 0;
+                     CREATE INDEX IF NOT EXISTS {table}_u{n} ON {table} (u{n}) WHERE u{n} = 1;"
+                ))
+                .map_err(backend)?;
+            }
+            if !added.is_empty() {
+                let rows = tx.query(&format!("SELECT seq, body::text FROM {table}"), &[]).map_err(backend)?;
+                for r in rows {
+                    let seq: i64 = r.get(0);
+                    let body: serde_json::Value =
+                        serde_json::from_str(r.get::<_, &str>(1)).map_err(|e| StoreError::Backend(e.to_string()))?;
+                    let keys = layout.row_keys(&body);
+                    for &n in &added {
+                        let (k, u) = &keys[n];
+                        tx.execute(&format!("UPDATE {table} SET k{n} = $1, u{n} = $2 WHERE seq = $3"), &[k, u, &seq])
+                            .map_err(backend)?;
+                    }
+                }
+            }
+            for index in &layout.indexes {
+                let columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
+                tx.batch_execute(&format!(
+                    "CREATE INDEX IF NOT EXISTS {} ON {table} ({})",
+                    layout.index_name(index),
+                    columns.join(", ")
+                ))
+                .map_err(backend)?;
+            }
+            let paths: Vec<&str> = layout.paths.iter().map(|p| p.as_str()).collect();
+            tx.execute(
+                "INSERT INTO drover_collections (name, paths) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET paths = EXCLUDED.paths",
+                &[&spec.name, &serde_json::to_string(&paths).unwrap()],
+            )
+            .map_err(backend)?;
+            tx.commit().map_err(backend)?;
+            // Tables changed shape: statements prepared against the old shape are stale.
+            conn.statements.clear();
+            Ok(layout)
+        })?;
+        self.idle
+            .lock()
+            .unwrap()
+            .iter_mut()
+            .for_each(|c| c.statements.clear());
+        self.layouts
+            .write()
+            .unwrap()
+            .insert(spec.name.clone(), Arc::new(layout));
+        Ok(())
+    }
+
+    fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
+        let layouts: Vec<Arc<Layout>> = batch
+            .iter()
+            .map(|w| self.layout(w.collection()))
+            .collect::<Result<_>>()?;
+        self.with_conn(|conn| {
+            let mut tx = conn.client.transaction().map_err(backend)?;
+            let mut versions = Vec::with_capacity(batch.len());
+            for (w, layout) in batch.iter().zip(&layouts) {
+                versions.push(apply(&mut tx, &mut conn.statements, layout, w)?);
+            }
+            tx.commit().map_err(backend)?;
+            Ok(versions)
+        })
+    }
+
+    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>> {
+        self.get_by("id", collection, id)
+    }
+
+    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>> {
+        self.get_by("name", collection, name)
+    }
+
+    fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
+        let layout = self.layout(collection)?;
+        self.with_conn(|conn| {
+            // One snapshot for the count and the page.
+            let mut tx = conn
+                .client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(backend)?;
+            let page = plan::list(
+                &mut Reader {
+                    tx: &mut tx,
+                    statements: &mut conn.statements,
+                },
+                &layout,
+                Dialect::Postgres,
+                query,
+            )?;
+            tx.commit().map_err(backend)?;
+            Ok(page)
+        })
+    }
+
+    fn ping(&self) -> Result<()> {
+        self.with_conn(|conn| {
+            conn.client
+                .simple_query("SELECT 1")
+                .map(|_| ())
+                .map_err(backend)
+        })
+    }
+}

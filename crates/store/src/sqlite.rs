@@ -1,0 +1,458 @@
+//! The embedded backend: one SQLite file in WAL mode, `synchronous=FULL`, so that a
+//! committed batch survives a crash of the process or of the machine.
+//!
+//! One writer connection (SQLite has one writer anyway) and a small pool of reader
+//! connections, which WAL lets read while the writer writes.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+
+use drover_query::{ListQuery, Page};
+use rusqlite::types::Value as Sql;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params_from_iter};
+
+use crate::layout::{self, Layout};
+use crate::plan::{self, Dialect, ReadConn, Row};
+use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
+
+/// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
+/// records how many have run. Collection tables are made by `ensure_collection`.
+const MIGRATIONS: &[&str] = &["CREATE TABLE drover_collections (
+        name TEXT PRIMARY KEY,
+        paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
+    )"];
+
+const MAX_IDLE_READERS: usize = 8;
+
+pub struct SqliteStore {
+    path: PathBuf,
+    writer: Mutex<Connection>,
+    readers: Mutex<Vec<Connection>>,
+    layouts: RwLock<HashMap<String, Arc<Layout>>>,
+}
+
+fn backend(e: rusqlite::Error) -> StoreError {
+    StoreError::Backend(format!("sqlite: {e}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the database file at `path` and migrates it.
+    pub fn open(path: &Path) -> Result<Self> {
+        let writer = connect(path)?;
+        migrate(&writer)?;
+        Ok(Self {
+            path: path.to_path_buf(),
+            writer: Mutex::new(writer),
+            readers: Mutex::new(Vec::new()),
+            layouts: RwLock::new(HashMap::new()),
+        })
+    }
+
+    fn layout(&self, collection: &str) -> Result<Arc<Layout>> {
+        self.layouts
+            .read()
+            .unwrap()
+            .get(collection)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownCollection(collection.into()))
+    }
+
+    /// Runs `f` on a reader connection from the pool.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let pooled = self.readers.lock().unwrap().pop();
+        let conn = match pooled {
+            Some(c) => c,
+            None => connect(&self.path)?,
+        };
+        let out = f(&conn);
+        let mut idle = self.readers.lock().unwrap();
+        if idle.len() < MAX_IDLE_READERS {
+            idle.push(conn);
+        }
+        out
+    }
+}
+
+fn connect(path: &Path) -> Result<Connection> {
+    let conn = Connection::open(path).map_err(|e| {
+        StoreError::Backend(format!(
+            "cannot open SQLite database {}: {e}",
+            path.display()
+        ))
+    })?;
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL;
+         PRAGMA synchronous = FULL;
+         PRAGMA busy_timeout = 10000;
+         PRAGMA cache_size = -65536;
+         PRAGMA temp_store = MEMORY;",
+    )
+    .map_err(backend)?;
+    Ok(conn)
+}
+
+fn migrate(conn: &Connection) -> Result<()> {
+    let done = conn
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .map_err(backend)? as usize;
+    if done > MIGRATIONS.len() {
+        return Err(StoreError::Backend(format!(
+            "the database schema is version {done}, newer than this program's {}",
+            MIGRATIONS.len()
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done) {
+        conn.execute_batch(&format!(
+            "BEGIN; {sql}; PRAGMA user_version = {}; COMMIT;",
+            i + 1
+        ))
+        .map_err(backend)?;
+    }
+    Ok(())
+}
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
+    Ok(Row {
+        id: r.get(0)?,
+        name: r.get(1)?,
+        version: r.get(2)?,
+        body: r.get(3)?,
+    })
+}
+
+struct Reader<'a>(&'a Connection);
+
+impl ReadConn for Reader<'_> {
+    fn count(&mut self, sql: &str, params: &[Vec<u8>]) -> Result<usize> {
+        let mut stmt = self.0.prepare_cached(sql).map_err(backend)?;
+        let n: i64 = stmt
+            .query_row(params_from_iter(params), |r| r.get(0))
+            .map_err(backend)?;
+        Ok(n as usize)
+    }
+
+    fn for_each_row(
+        &mut self,
+        sql: &str,
+        params: &[Vec<u8>],
+        each: &mut dyn FnMut(Row) -> Result<()>,
+    ) -> Result<()> {
+        let mut stmt = self.0.prepare_cached(sql).map_err(backend)?;
+        let mut rows = stmt.query(params_from_iter(params)).map_err(backend)?;
+        while let Some(r) = rows.next().map_err(backend)? {
+            each(row(r).map_err(backend)?)?;
+        }
+        Ok(())
+    }
+}
+
+/// Values bound for `id, name, body, k0, u0, ...` (parameters ?1, ?2, ...).
+fn row_values(
+    layout: &Layout,
+    collection: &str,
+    id: &str,
+    name: Option<&str>,
+    body: &serde_json::Value,
+) -> Result<Vec<Sql>> {
+    let text = layout::body_text(collection, id, body)?;
+    let mut values = vec![
+        Sql::Text(id.to_string()),
+        name.map_or(Sql::Null, |n| Sql::Text(n.to_string())),
+        Sql::Text(text),
+    ];
+    for (key, crossed) in layout.row_keys(body) {
+        values.push(Sql::Blob(key));
+        values.push(Sql::Integer(i64::from(crossed)));
+    }
+    Ok(values)
+}
+
+/// `?4, ?5, ...` for the key columns, after id, name, body.
+fn key_placeholders(layout: &Layout) -> String {
+    (0..layout.paths.len())
+        .map(|n| format!(", ?{}, ?{}", 4 + 2 * n, 5 + 2 * n))
+        .collect()
+}
+
+fn key_assignments(layout: &Layout, source: impl Fn(usize, &str) -> String) -> String {
+    (0..layout.paths.len())
+        .map(|n| format!(", k{n} = {}, u{n} = {}", source(n, "k"), source(n, "u")))
+        .collect()
+}
+
+fn unique_violation(e: &rusqlite::Error) -> Option<bool> {
+    match e {
+        rusqlite::Error::SqliteFailure(f, message) if f.code == ErrorCode::ConstraintViolation => {
+            Some(message.as_deref().unwrap_or_default().ends_with(".name"))
+        }
+        _ => None,
+    }
+}
+
+fn current_version(tx: &Connection, table: &str, id: &str) -> Result<Option<i64>> {
+    tx.query_row(
+        &format!("SELECT version FROM {table} WHERE id = ?1"),
+        [id],
+        |r| r.get(0),
+    )
+    .optional()
+    .map_err(backend)
+}
+
+fn apply(tx: &Connection, layout: &Layout, write: &Write) -> Result<i64> {
+    let table = &layout.table;
+    let columns = format!("id, name, version, body{}", layout.key_column_list());
+    let conflict = |e: rusqlite::Error, collection: &str, id: &str, name: Option<&str>| {
+        match unique_violation(&e) {
+            Some(on_name) => layout::taken(collection, on_name, id, name),
+            None => backend(e),
+        }
+    };
+    match write {
+        Write::Insert {
+            collection,
+            id,
+            name,
+            body,
+        } => {
+            let values = row_values(layout, collection, id, name.as_deref(), body)?;
+            let sql = format!(
+                "INSERT INTO {table} ({columns}) VALUES (?1, ?2, 1, ?3{})",
+                key_placeholders(layout)
+            );
+            tx.prepare_cached(&sql)
+                .and_then(|mut s| s.execute(params_from_iter(values)))
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+            Ok(1)
+        }
+        Write::Put {
+            collection,
+            id,
+            name,
+            body,
+        } => {
+            let values = row_values(layout, collection, id, name.as_deref(), body)?;
+            let sql = format!(
+                "INSERT INTO {table} ({columns}) VALUES (?1, ?2, 1, ?3{}) ON CONFLICT(id) DO UPDATE SET \
+                 name = excluded.name, body = excluded.body, version = {table}.version + 1{} RETURNING version",
+                key_placeholders(layout),
+                key_assignments(layout, |n, c| format!("excluded.{c}{n}")),
+            );
+            tx.prepare_cached(&sql)
+                .and_then(|mut s| s.query_row(params_from_iter(values), |r| r.get(0)))
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))
+        }
+        Write::Update {
+            collection,
+            id,
+            name,
+            body,
+            expected_version,
+        } => {
+            let mut values = row_values(layout, collection, id, name.as_deref(), body)?;
+            let mut sql = format!(
+                "UPDATE {table} SET name = ?2, body = ?3, version = version + 1{} WHERE id = ?1",
+                key_assignments(layout, |n, c| format!(
+                    "?{}",
+                    if c == "k" { 4 + 2 * n } else { 5 + 2 * n }
+                )),
+            );
+            if let Some(v) = expected_version {
+                values.push(Sql::Integer(*v));
+                sql.push_str(&format!(" AND version = ?{}", values.len()));
+            }
+            sql.push_str(" RETURNING version");
+            let version: Option<i64> = tx
+                .prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(params_from_iter(values), |r| r.get(0))
+                        .optional()
+                })
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+            match version {
+                Some(v) => Ok(v),
+                None => Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, table, id)?,
+                )),
+            }
+        }
+        Write::Delete {
+            collection,
+            id,
+            expected_version,
+        } => {
+            let deleted = match expected_version {
+                Some(v) => tx.execute(
+                    &format!("DELETE FROM {table} WHERE id = ?1 AND version = ?2"),
+                    rusqlite::params![id, v],
+                ),
+                None => tx.execute(&format!("DELETE FROM {table} WHERE id = ?1"), [id]),
+            }
+            .map_err(backend)?;
+            if deleted == 0 {
+                return Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, table, id)?,
+                ));
+            }
+            Ok(0)
+        }
+    }
+}
+
+impl DocumentStore for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    fn ensure_collection(&self, spec: &CollectionSpec) -> Result<()> {
+        let mut conn = self.writer.lock().unwrap();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let existing: Vec<String> = tx
+            .query_row(
+                "SELECT paths FROM drover_collections WHERE name = ?1",
+                [&spec.name],
+                |r| r.get::<_, String>(0),
+            )
+            .optional()
+            .map_err(backend)?
+            .map(|text| serde_json::from_str(&text).unwrap_or_default())
+            .unwrap_or_default();
+        let (layout, added) = Layout::new(spec, &existing)?;
+        let table = &layout.table;
+        tx.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS {table} (
+                seq INTEGER PRIMARY KEY,
+                id TEXT NOT NULL UNIQUE,
+                name TEXT UNIQUE,
+                version INTEGER NOT NULL,
+                body TEXT NOT NULL)"
+        ))
+        .map_err(backend)?;
+        for n in &added {
+            tx.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN k{n} BLOB NOT NULL DEFAULT X'01';
+                 ALTER TABLE {table} ADD COLUMN u{n} INTEGER NOT NULL DEFAULT 0;
+                 CREATE INDEX IF NOT EXISTS {table}_u{n} ON {table} (u{n}) WHERE u{n} = 1;"
+            ))
+            .map_err(backend)?;
+        }
+        if !added.is_empty() {
+            backfill(&tx, &layout, &added)?;
+        }
+        for index in &layout.indexes {
+            let columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
+            tx.execute_batch(&format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {table} ({})",
+                layout.index_name(index),
+                columns.join(", ")
+            ))
+            .map_err(backend)?;
+        }
+        let paths: Vec<&str> = layout.paths.iter().map(|p| p.as_str()).collect();
+        tx.execute(
+            "INSERT INTO drover_collections (name, paths) VALUES (?1, ?2)
+             ON CONFLICT(name) DO UPDATE SET paths = excluded.paths",
+            rusqlite::params![spec.name, serde_json::to_string(&paths).unwrap()],
+        )
+        .map_err(backend)?;
+        tx.commit().map_err(backend)?;
+        self.layouts
+            .write()
+            .unwrap()
+            .insert(spec.name.clone(), Arc::new(layout));
+        Ok(())
+    }
+
+    fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
+        let layouts: Vec<Arc<Layout>> = batch
+            .iter()
+            .map(|w| self.layout(w.collection()))
+            .collect::<Result<_>>()?;
+        let mut conn = self.writer.lock().unwrap();
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(backend)?;
+        let versions = batch
+            .iter()
+            .zip(&layouts)
+            .map(|(w, layout)| apply(&tx, layout, w))
+            .collect::<Result<Vec<_>>>()?;
+        tx.commit().map_err(backend)?;
+        Ok(versions)
+    }
+
+    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>> {
+        self.get_by("id", collection, id)
+    }
+
+    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>> {
+        self.get_by("name", collection, name)
+    }
+
+    fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
+        let layout = self.layout(collection)?;
+        self.read(|conn| {
+            // One read transaction: the count and the page come from the same snapshot.
+            conn.execute_batch("BEGIN").map_err(backend)?;
+            let out = plan::list(&mut Reader(conn), &layout, Dialect::Sqlite, query);
+            conn.execute_batch("COMMIT").map_err(backend)?;
+            out
+        })
+    }
+
+    fn ping(&self) -> Result<()> {
+        self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
+    }
+}
+
+impl SqliteStore {
+    fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
+        let layout = self.layout(collection)?;
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT id, name, version, body FROM {} WHERE {column} = ?1",
+                layout.table
+            );
+            let found = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.query_row([value], row).optional())
+                .map_err(backend)?;
+            found.map(Row::into_document).transpose()
+        })
+    }
+}
+
+/// Computes the new key columns `added` for every stored document.
+fn backfill(tx: &Connection, layout: &Layout, added: &[usize]) -> Result<()> {
+    let table = &layout.table;
+    let mut select = tx
+        .prepare(&format!("SELECT seq, body FROM {table}"))
+        .map_err(backend)?;
+    let rows: Vec<(i64, String)> = select
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .and_then(|rows| rows.collect())
+        .map_err(backend)?;
+    for (seq, body) in rows {
+        let body: serde_json::Value =
+            serde_json::from_str(&body).map_err(|e| StoreError::Backend(e.to_string()))?;
+        let keys = layout.row_keys(&body);
+        for &n in added {
+            let (key, crossed) = &keys[n];
+            tx.execute(
+                &format!("UPDATE {table} SET k{n} = ?1, u{n} = ?2 WHERE seq = ?3"),
+                rusqlite::params![key, crossed, seq],
+            )
+            .map_err(backend)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,496 @@
+//! One conformance suite, run against every backend (see `support`).
+
+mod support;
+
+use drover_domain::dates::WireDates;
+use drover_query::{Filter, ListQuery, Paging, Sort};
+use drover_store::{CollectionSpec, DocumentStore, StoreError, Write};
+use serde_json::{Value, json};
+use support::backends;
+
+fn jobs_spec() -> CollectionSpec {
+    CollectionSpec::new("jobs")
+        .index(&["state"])
+        .index(&["credentials.user", "submitDate"])
+}
+
+fn query(filter: &str, sort: &str, max: Option<&str>, offset: Option<&str>) -> ListQuery {
+    ListQuery {
+        filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
+        sort: Sort::parse_str(sort).unwrap(),
+        paging: Paging::parse(max, offset).unwrap(),
+    }
+}
+
+fn ids(store: &dyn DocumentStore, q: &ListQuery) -> (usize, Vec<String>) {
+    let page = store.list("jobs", q).unwrap();
+    (page.total, page.items.into_iter().map(|d| d.id).collect())
+}
+
+#[test]
+fn create_read_update_delete() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        assert_eq!(
+            s.insert("jobs", "j1", Some("first"), json!({"state": "Idle"}))
+                .unwrap(),
+            1
+        );
+        let doc = s.get("jobs", "j1").unwrap().unwrap();
+        assert_eq!(
+            (doc.name.as_deref(), doc.version, &doc.body),
+            (Some("first"), 1, &json!({"state": "Idle"}))
+        );
+        assert_eq!(s.get_by_name("jobs", "first").unwrap().unwrap().id, "j1");
+        assert_eq!(s.get("jobs", "nope").unwrap(), None, "{}", b.name());
+        assert_eq!(s.get_by_name("jobs", "nope").unwrap(), None);
+
+        assert_eq!(
+            s.update(
+                "jobs",
+                "j1",
+                Some("renamed"),
+                json!({"state": "Running"}),
+                None
+            )
+            .unwrap(),
+            2
+        );
+        assert_eq!(s.get_by_name("jobs", "first").unwrap(), None);
+        let doc = s.get_by_name("jobs", "renamed").unwrap().unwrap();
+        assert_eq!((doc.version, &doc.body["state"]), (2, &json!("Running")));
+
+        assert_eq!(
+            s.put("jobs", "j1", None, json!({"state": "Completed"}))
+                .unwrap(),
+            3
+        );
+        assert_eq!(
+            s.put("jobs", "j2", None, json!({"state": "Idle"})).unwrap(),
+            1
+        );
+        assert_eq!(s.get("jobs", "j1").unwrap().unwrap().name, None);
+
+        s.delete("jobs", "j1", None).unwrap();
+        assert_eq!(s.get("jobs", "j1").unwrap(), None);
+        assert!(
+            matches!(
+                s.delete("jobs", "j1", None),
+                Err(StoreError::NotFound { .. })
+            ),
+            "{}",
+            b.name()
+        );
+        assert!(matches!(
+            s.update("jobs", "j1", None, json!({}), None),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}
+
+#[test]
+fn stale_versions_conflict() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        s.insert("jobs", "j1", None, json!({"n": 1})).unwrap();
+        assert_eq!(
+            s.update("jobs", "j1", None, json!({"n": 2}), Some(1))
+                .unwrap(),
+            2
+        );
+        let err = s
+            .update("jobs", "j1", None, json!({"n": 3}), Some(1))
+            .unwrap_err();
+        match err {
+            StoreError::Conflict(m) => assert!(m.contains("version 2, not 1"), "{m}"),
+            other => panic!("{}: {other:?}", b.name()),
+        }
+        assert_eq!(
+            s.get("jobs", "j1").unwrap().unwrap().body,
+            json!({"n": 2}),
+            "the stale write changed nothing"
+        );
+        assert!(matches!(
+            s.delete("jobs", "j1", Some(1)),
+            Err(StoreError::Conflict(_))
+        ));
+        s.delete("jobs", "j1", Some(2)).unwrap();
+        assert!(matches!(
+            s.update("jobs", "j1", None, json!({}), Some(2)),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+}
+
+#[test]
+fn ids_and_names_are_unique() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        s.insert("jobs", "j1", Some("alpha"), json!({})).unwrap();
+        s.insert("jobs", "j2", None, json!({})).unwrap();
+        s.insert("jobs", "j3", None, json!({})).unwrap();
+        match s.insert("jobs", "j1", None, json!({})).unwrap_err() {
+            StoreError::Conflict(m) => {
+                assert!(m.contains("id 'j1' already exists"), "{}: {m}", b.name())
+            }
+            other => panic!("{other:?}"),
+        }
+        match s
+            .insert("jobs", "j4", Some("alpha"), json!({}))
+            .unwrap_err()
+        {
+            StoreError::Conflict(m) => assert!(
+                m.contains("name 'alpha' is already taken"),
+                "{}: {m}",
+                b.name()
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            s.update("jobs", "j2", Some("alpha"), json!({}), None),
+            Err(StoreError::Conflict(_))
+        ));
+        assert!(matches!(
+            s.put("jobs", "j3", Some("alpha"), json!({})),
+            Err(StoreError::Conflict(_))
+        ));
+        // The same name in another collection is fine.
+        s.ensure_collection(&CollectionSpec::new("other")).unwrap();
+        s.insert("other", "j1", Some("alpha"), json!({})).unwrap();
+    }
+}
+
+#[test]
+fn a_batch_is_all_or_nothing() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        let inserts: Vec<Write> = (0..200)
+            .map(|i| Write::Insert {
+                collection: "jobs".into(),
+                id: format!("j{i}"),
+                name: None,
+                body: json!({"state": "Idle", "i": i}),
+            })
+            .collect();
+        assert_eq!(s.write(&inserts).unwrap(), vec![1; 200]);
+        assert_eq!(s.list("jobs", &ListQuery::default()).unwrap().total, 200);
+
+        let failing = vec![
+            Write::Put {
+                collection: "jobs".into(),
+                id: "j0".into(),
+                name: None,
+                body: json!({"state": "Done"}),
+            },
+            Write::Insert {
+                collection: "jobs".into(),
+                id: "new".into(),
+                name: None,
+                body: json!({}),
+            },
+            Write::Delete {
+                collection: "jobs".into(),
+                id: "j1".into(),
+                expected_version: None,
+            },
+            Write::Insert {
+                collection: "jobs".into(),
+                id: "j5".into(),
+                name: None,
+                body: json!({}),
+            },
+        ];
+        assert!(
+            matches!(s.write(&failing), Err(StoreError::Conflict(_))),
+            "{}",
+            b.name()
+        );
+        assert_eq!(s.get("jobs", "j0").unwrap().unwrap().body["state"], "Idle");
+        assert_eq!(s.get("jobs", "new").unwrap(), None);
+        assert!(s.get("jobs", "j1").unwrap().is_some());
+        assert_eq!(s.list("jobs", &ListQuery::default()).unwrap().total, 200);
+    }
+}
+
+#[test]
+fn data_survives_reopening_and_new_indexes_cover_old_documents() {
+    for mut b in backends() {
+        b.store.ensure_collection(&jobs_spec()).unwrap();
+        b.store
+            .insert(
+                "jobs",
+                "j1",
+                Some("one"),
+                json!({"state": "Idle", "queue": "batch"}),
+            )
+            .unwrap();
+        b.store
+            .insert(
+                "jobs",
+                "j2",
+                None,
+                json!({"state": "Running", "queue": "fast"}),
+            )
+            .unwrap();
+        b.reopen();
+        let s = &*b.store;
+        assert!(matches!(
+            s.get("jobs", "j1"),
+            Err(StoreError::UnknownCollection(_))
+        ));
+        s.ensure_collection(&jobs_spec().index(&["queue"])).unwrap();
+        assert_eq!(
+            s.get_by_name("jobs", "one").unwrap().unwrap().body["queue"],
+            "batch",
+            "{}",
+            b.name()
+        );
+        assert_eq!(
+            ids(
+                s,
+                &query(r#"{"queue": "fast"}"#, r#"{"queue": -1}"#, None, None)
+            ),
+            (1, vec!["j2".into()])
+        );
+        assert_eq!(
+            ids(s, &query("{}", r#"{"queue": -1}"#, None, None)).1,
+            ["j2", "j1"]
+        );
+    }
+}
+
+fn load_jobs(s: &dyn DocumentStore) {
+    s.ensure_collection(&jobs_spec()).unwrap();
+    let docs = [
+        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-02 00:00:00 UTC", "procs": 4}),
+        json!({"state": "Running", "credentials": {"user": "bob"}, "submitDate": "2026-01-01 00:00:00 UTC", "procs": 2}),
+        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-03 00:00:00 UTC", "procs": 8}),
+        json!({"state": "Completed", "credentials": {"user": "alice"}, "submitDate": "2025-12-31 00:00:00 UTC"}),
+        json!({"state": ["Idle", "Held"], "credentials": {"user": "carol"}, "submitDate": null, "procs": 1}),
+    ];
+    let batch: Vec<Write> = docs
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| Write::Insert {
+            collection: "jobs".into(),
+            id: format!("j{}", i + 1),
+            name: None,
+            body,
+        })
+        .collect();
+    s.write(&batch).unwrap();
+}
+
+#[test]
+fn listing_filters_sorts_and_pages_like_the_evaluator() {
+    for b in backends() {
+        let s = &*b.store;
+        load_jobs(s);
+        let cases: Vec<(ListQuery, (usize, Vec<&str>))> = vec![
+            // indexed equality + indexed sort + paging
+            (
+                query(
+                    r#"{"credentials.user": "alice"}"#,
+                    r#"{"submitDate": -1}"#,
+                    Some("2"),
+                    None,
+                ),
+                (3, vec!["j3", "j1"]),
+            ),
+            (
+                query(
+                    r#"{"credentials.user": "alice"}"#,
+                    r#"{"submitDate": -1}"#,
+                    Some("2"),
+                    Some("2"),
+                ),
+                (3, vec!["j4"]),
+            ),
+            (
+                query(
+                    r#"{"credentials.user": "alice"}"#,
+                    r#"{"submitDate": 1}"#,
+                    Some("0"),
+                    None,
+                ),
+                (3, vec![]),
+            ),
+            (
+                query(r#"{"credentials.user": "alice"}"#, "{}", None, Some("9")),
+                (3, vec![]),
+            ),
+            // a document whose state is an array matches through its elements
+            (
+                query(r#"{"state": "Idle"}"#, "{}", None, None),
+                (3, vec!["j1", "j3", "j5"]),
+            ),
+            (
+                query(r#"{"state": {"$ne": "Idle"}}"#, "{}", None, None),
+                (2, vec!["j2", "j4"]),
+            ),
+            // unindexed field, unindexed sort
+            (
+                query(r#"{"procs": {"$gte": 2}}"#, r#"{"procs": -1}"#, None, None),
+                (3, vec!["j3", "j1", "j2"]),
+            ),
+            // dates as instants, on an indexed path
+            (
+                query(
+                    r#"{"submitDate": {"$gt": "2026-01-01 00:00:00 GMT"}}"#,
+                    r#"{"submitDate": 1}"#,
+                    None,
+                    None,
+                ),
+                (2, vec!["j1", "j3"]),
+            ),
+            (
+                query(
+                    r#"{"submitDate": {"$lte": "2026-01-02 00:00:00 GMT"}}"#,
+                    r#"{"submitDate": 1}"#,
+                    None,
+                    None,
+                ),
+                (3, vec!["j4", "j2", "j1"]),
+            ),
+            (
+                query(
+                    r#"{"submitDate": {"$lt": "2026-01-02 00:00:00 GMT"}}"#,
+                    r#"{"submitDate": 1}"#,
+                    None,
+                    None,
+                ),
+                (2, vec!["j4", "j2"]),
+            ),
+            (
+                query(
+                    r#"{"submitDate": {"$gte": "2026-01-02 00:00:00 GMT"}}"#,
+                    r#"{"submitDate": 1}"#,
+                    None,
+                    None,
+                ),
+                (2, vec!["j1", "j3"]),
+            ),
+            (
+                query(
+                    r#"{"submitDate": "2026-01-02 00:00:00 GMT"}"#,
+                    "{}",
+                    None,
+                    None,
+                ),
+                (1, vec!["j1"]),
+            ),
+            (
+                query(
+                    r#"{"submitDate": {"$ne": "2026-01-02 00:00:00 GMT"}}"#,
+                    "{}",
+                    None,
+                    None,
+                ),
+                (4, vec!["j2", "j3", "j4", "j5"]),
+            ),
+            (
+                query(r#"{"submitDate": {"$type": 10}}"#, "{}", None, None),
+                (1, vec!["j5"]),
+            ),
+            (
+                query(
+                    r#"{"$or": [{"credentials.user": "bob"}, {"procs": 8}]}"#,
+                    r#"{"credentials.user": 1, "submitDate": 1}"#,
+                    None,
+                    None,
+                ),
+                (2, vec!["j3", "j2"]),
+            ),
+        ];
+        for (q, (total, expected)) in cases {
+            assert_eq!(
+                ids(s, &q),
+                (total, expected.iter().map(|e| e.to_string()).collect()),
+                "{}: {q:?}",
+                b.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn refused_input() {
+    for b in backends() {
+        let s = &*b.store;
+        assert!(matches!(
+            s.ensure_collection(&CollectionSpec::new("Bad-Name")),
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            s.ensure_collection(&CollectionSpec::new("x; DROP TABLE y")),
+            Err(StoreError::Invalid(_))
+        ));
+        assert!(matches!(
+            s.get("never", "x"),
+            Err(StoreError::UnknownCollection(_))
+        ));
+        s.ensure_collection(&jobs_spec()).unwrap();
+        match s
+            .insert("jobs", "j1", None, json!({"text": "a\u{0}b"}))
+            .unwrap_err()
+        {
+            StoreError::Invalid(m) => assert!(m.contains("U+0000"), "{m}"),
+            other => panic!("{}: {other:?}", b.name()),
+        }
+        assert!(matches!(
+            s.insert("jobs", "", None, json!({})),
+            Err(StoreError::Invalid(_))
+        ));
+        // Odd but valid text is stored as is.
+        let odd = json!({"quote": "it's \"x\" -- ; DROP", "emoji": "🚀", "big": 1e300});
+        s.insert("jobs", "odd'id", Some("na'me"), odd.clone())
+            .unwrap();
+        assert_eq!(s.get("jobs", "odd'id").unwrap().unwrap().body, odd);
+        assert_eq!(
+            s.get_by_name("jobs", "na'me").unwrap().unwrap().id,
+            "odd'id"
+        );
+        s.ping().unwrap();
+    }
+}
+
+#[test]
+fn concurrent_readers_and_writers() {
+    for b in backends() {
+        let s: &dyn DocumentStore = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                scope.spawn(move || {
+                    for i in 0..50 {
+                        s.insert(
+                            "jobs",
+                            &format!("t{t}-{i}"),
+                            None,
+                            json!({"state": "Idle", "t": t}),
+                        )
+                        .unwrap();
+                        let page = s
+                            .list(
+                                "jobs",
+                                &query(r#"{"state": "Idle"}"#, "{}", Some("5"), None),
+                            )
+                            .unwrap();
+                        assert!(page.total >= i + 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(
+            s.list("jobs", &ListQuery::default()).unwrap().total,
+            200,
+            "{}",
+            b.name()
+        );
+        let _: Value = s.get("jobs", "t3-49").unwrap().unwrap().body;
+    }
+}
