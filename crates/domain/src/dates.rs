@@ -9,7 +9,7 @@
 //! Stored documents always carry dates in UTC, so that their strings sort in time
 //! order and need no configuration to be understood ([`parse_utc`]).
 
-use jiff::Timestamp;
+pub use jiff::Timestamp;
 use jiff::civil::DateTime;
 use jiff::tz::{Offset, TimeZone};
 

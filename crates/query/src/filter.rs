@@ -21,7 +21,8 @@
 use drover_domain::dates::WireDates;
 use serde_json::{Map, Value};
 
-use crate::order::{Kind, compare_values, date_seconds};
+use crate::order::{Kind, compare_values, number_f64};
+use crate::view::DocView;
 use crate::{Path, QueryError};
 
 /// A parsed filter. The default matches every document.
@@ -71,23 +72,30 @@ impl Literal {
             Value::String(s) => dates.parse(s).ok().map(|t| t.as_second()),
             _ => None,
         };
-        let kind = Kind::of(Some(&value));
+        let kind = (&value).kind();
         Self { value, date, kind }
     }
 
     /// Whether `x` (one resolved value, not unwrapped) equals this literal.
-    fn equals(&self, x: &Value) -> bool {
-        match self.date {
-            Some(seconds) => x.as_str().and_then(date_seconds) == Some(seconds),
-            None => compare_values(x, &self.value).is_eq(),
+    fn equals<'a, V: DocView<'a>>(&self, x: V) -> bool {
+        if let Some(seconds) = self.date {
+            return x.date() == Some(seconds);
+        }
+        match &self.value {
+            // Equal text means the same kind too: a UTC date literal has `date` set.
+            Value::String(s) => x.text_bytes() == Some(s.as_bytes()),
+            Value::Number(n) => x.number() == Some(number_f64(n)),
+            Value::Null => x.kind() == Kind::Null,
+            Value::Bool(b) => x.kind() == Kind::Bool && x.truth() == *b,
+            other => compare_values(x, other).is_eq(),
         }
     }
 
     /// How `x` compares with this literal, when it is of a comparable kind.
-    fn compare(&self, x: &Value) -> Option<std::cmp::Ordering> {
+    fn compare<'a, V: DocView<'a>>(&self, x: V) -> Option<std::cmp::Ordering> {
         match self.date {
-            Some(seconds) => Some(x.as_str().and_then(date_seconds)?.cmp(&seconds)),
-            None => (Kind::of(Some(x)) == self.kind).then(|| compare_values(x, &self.value)),
+            Some(seconds) => Some(x.date()?.cmp(&seconds)),
+            None => (x.kind() == self.kind).then(|| compare_values(x, &self.value)),
         }
     }
 }
@@ -112,7 +120,7 @@ impl Filter {
     }
 
     /// Whether `doc` matches (the reference semantics).
-    pub fn matches(&self, doc: &Value) -> bool {
+    pub fn matches<'a, V: DocView<'a>>(&self, doc: V) -> bool {
         match self {
             Filter::And(all) => all.iter().all(|f| f.matches(doc)),
             Filter::Or(any) => any.iter().any(|f| f.matches(doc)),
@@ -127,41 +135,44 @@ impl Filter {
 }
 
 impl Cond {
-    fn matches(&self, path: &Path, doc: &Value) -> bool {
+    fn matches<'a, V: DocView<'a>>(&self, path: &Path, doc: V) -> bool {
         match self {
-            Cond::Eq(lit) => equals(path, doc, lit),
-            Cond::Ne(lit) => !equals(path, doc, lit),
-            Cond::In(lits) => lits.iter().any(|lit| equals(path, doc, lit)),
-            Cond::Nin(lits) => !lits.iter().any(|lit| equals(path, doc, lit)),
+            Cond::Eq(lit) => equals_any(path, doc, std::slice::from_ref(lit)),
+            Cond::Ne(lit) => !equals_any(path, doc, std::slice::from_ref(lit)),
+            Cond::In(lits) => equals_any(path, doc, lits),
+            Cond::Nin(lits) => !equals_any(path, doc, lits),
             Cond::Lt(lit) => compares(path, doc, lit, |o| o.is_lt()),
             Cond::Lte(lit) => compares(path, doc, lit, |o| o.is_le()),
             Cond::Gt(lit) => compares(path, doc, lit, |o| o.is_gt()),
             Cond::Gte(lit) => compares(path, doc, lit, |o| o.is_ge()),
             Cond::Exists(wanted) => path.any_value(doc, &mut |_| true) == *wanted,
             Cond::Type(kinds) => path.any_value(doc, &mut |x| {
-                unwrapped(x).any(|v| kinds.contains(&Kind::of(Some(v))))
+                unwrapped(x).any(|v| kinds.contains(&v.kind()))
             }),
         }
     }
 }
 
 /// A resolved value followed by its elements when it is an array.
-fn unwrapped(x: &Value) -> impl Iterator<Item = &Value> {
-    std::iter::once(x).chain(x.as_array().into_iter().flatten())
+fn unwrapped<'a, V: DocView<'a>>(x: V) -> impl Iterator<Item = V> {
+    let elements = (x.kind() == Kind::Array).then(|| x.elements());
+    std::iter::once(x).chain(elements.into_iter().flatten())
 }
 
-fn equals(path: &Path, doc: &Value, lit: &Literal) -> bool {
+/// Whether the path has a value (or array element) equal to one of `lits`; a `null`
+/// among them also matches a path that resolves to nothing.
+fn equals_any<'a, V: DocView<'a>>(path: &Path, doc: V, lits: &[Literal]) -> bool {
     let mut resolved_any = false;
     let found = path.any_value(doc, &mut |x| {
         resolved_any = true;
-        unwrapped(x).any(|v| lit.equals(v))
+        unwrapped(x).any(|v| lits.iter().any(|lit| lit.equals(v)))
     });
-    found || (lit.value.is_null() && !resolved_any)
+    found || (!resolved_any && lits.iter().any(|lit| lit.value.is_null()))
 }
 
-fn compares(
+fn compares<'a, V: DocView<'a>>(
     path: &Path,
-    doc: &Value,
+    doc: V,
     lit: &Literal,
     wanted: impl Fn(std::cmp::Ordering) -> bool,
 ) -> bool {

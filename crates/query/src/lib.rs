@@ -9,6 +9,7 @@
 //! *is* the value order; the evaluator compares values with the same rules, and the
 //! stores index those bytes, so SQL and the evaluator cannot disagree about order.
 
+pub mod compact;
 mod error;
 pub mod filter;
 pub mod order;
@@ -16,13 +17,18 @@ pub mod paging;
 pub mod path;
 pub mod projection;
 pub mod sort;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod view;
 
+pub use compact::CompactDoc;
 pub use error::QueryError;
 pub use filter::{Cond, Filter, Literal};
 pub use paging::Paging;
 pub use path::Path;
 pub use projection::Projection;
 pub use sort::{Direction, Sort};
+pub use view::DocView;
 
 use serde_json::Value;
 
@@ -51,7 +57,7 @@ impl ListQuery {
     {
         let mut matched: Vec<&Value> = documents
             .into_iter()
-            .filter(|doc| self.filter.matches(doc))
+            .filter(|doc| self.filter.matches(*doc))
             .collect();
         self.sort.sort(&mut matched, |doc| doc);
         let total = matched.len();

@@ -23,7 +23,9 @@
 use std::cmp::Ordering;
 
 use drover_domain::dates;
-use serde_json::{Map, Value};
+use serde_json::Value;
+
+use crate::view::DocView;
 
 /// The kind of a value in the order above; the discriminant is the key's first byte.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,22 +42,9 @@ pub enum Kind {
 }
 
 impl Kind {
-    pub fn of(value: Option<&Value>) -> Kind {
-        match value {
-            None => Kind::Missing,
-            Some(Value::Null) => Kind::Null,
-            Some(Value::Number(_)) => Kind::Number,
-            Some(Value::String(s)) => {
-                if date_seconds(s).is_some() {
-                    Kind::Date
-                } else {
-                    Kind::String
-                }
-            }
-            Some(Value::Object(_)) => Kind::Object,
-            Some(Value::Array(_)) => Kind::Array,
-            Some(Value::Bool(_)) => Kind::Bool,
-        }
+    /// The kind of an optional value (`None` = missing).
+    pub fn of<'a, V: DocView<'a>>(value: Option<V>) -> Kind {
+        value.map_or(Kind::Missing, |v| v.kind())
     }
 
     /// The first key byte of this kind; every key of the kind is in `[tag, tag + 1)`.
@@ -79,7 +68,7 @@ pub fn number_f64(n: &serde_json::Number) -> f64 {
 }
 
 /// Compares two optional values (`None` = missing) in the total order.
-pub fn compare(a: Option<&Value>, b: Option<&Value>) -> Ordering {
+pub fn compare<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: Option<A>, b: Option<B>) -> Ordering {
     match (a, b) {
         (Some(a), Some(b)) => compare_values(a, b),
         _ => Kind::of(a).cmp(&Kind::of(b)),
@@ -87,49 +76,63 @@ pub fn compare(a: Option<&Value>, b: Option<&Value>) -> Ordering {
 }
 
 /// Compares two values in the total order.
-pub fn compare_values(a: &Value, b: &Value) -> Ordering {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => number_f64(x).total_cmp(&number_f64(y)),
-        (Value::String(x), Value::String(y)) => match (date_seconds(x), date_seconds(y)) {
-            (Some(dx), Some(dy)) => dx.cmp(&dy).then_with(|| x.as_bytes().cmp(y.as_bytes())),
-            (None, None) => x.as_bytes().cmp(y.as_bytes()),
-            (Some(_), None) => Ordering::Less,
-            (None, Some(_)) => Ordering::Greater,
-        },
-        (Value::Object(x), Value::Object(y)) => compare_objects(x, y),
-        (Value::Array(x), Value::Array(y)) => {
-            for (p, q) in x.iter().zip(y) {
-                let o = compare_values(p, q);
+pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ordering {
+    let kind = a.kind();
+    let by_kind = kind.cmp(&b.kind());
+    if by_kind != Ordering::Equal {
+        return by_kind;
+    }
+    let text =
+        |a: Option<&[u8]>, b: Option<&[u8]>| a.unwrap_or_default().cmp(b.unwrap_or_default());
+    match kind {
+        Kind::Missing | Kind::Null => Ordering::Equal,
+        Kind::Number => a
+            .number()
+            .unwrap_or(0.0)
+            .total_cmp(&b.number().unwrap_or(0.0)),
+        Kind::Date => a
+            .date()
+            .cmp(&b.date())
+            .then_with(|| text(a.text_bytes(), b.text_bytes())),
+        Kind::String => text(a.text_bytes(), b.text_bytes()),
+        Kind::Bool => a.truth().cmp(&b.truth()),
+        Kind::Array => {
+            let (mut x, mut y) = (a.elements(), b.elements());
+            loop {
+                match (x.next(), y.next()) {
+                    (Some(p), Some(q)) => {
+                        let o = compare_values(p, q);
+                        if o != Ordering::Equal {
+                            return o;
+                        }
+                    }
+                    (None, None) => return Ordering::Equal,
+                    (None, Some(_)) => return Ordering::Less,
+                    (Some(_), None) => return Ordering::Greater,
+                }
+            }
+        }
+        Kind::Object => {
+            let (x, y) = (sorted_entries(a), sorted_entries(b));
+            for ((kx, vx), (ky, vy)) in x.iter().zip(&y) {
+                let o = kx
+                    .as_bytes()
+                    .cmp(ky.as_bytes())
+                    .then_with(|| compare_values(*vx, *vy));
                 if o != Ordering::Equal {
                     return o;
                 }
             }
             x.len().cmp(&y.len())
         }
-        (Value::Bool(x), Value::Bool(y)) => x.cmp(y),
-        (Value::Null, Value::Null) => Ordering::Equal,
-        _ => Kind::of(Some(a)).cmp(&Kind::of(Some(b))),
     }
 }
 
-fn sorted_entries(map: &Map<String, Value>) -> Vec<(&String, &Value)> {
-    let mut entries: Vec<_> = map.iter().collect();
+/// The members of an object sorted by key bytes (objects compare regardless of key order).
+fn sorted_entries<'a, V: DocView<'a>>(object: V) -> Vec<(&'a str, V)> {
+    let mut entries: Vec<_> = object.entries().collect();
     entries.sort_unstable_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     entries
-}
-
-fn compare_objects(x: &Map<String, Value>, y: &Map<String, Value>) -> Ordering {
-    let (x, y) = (sorted_entries(x), sorted_entries(y));
-    for ((kx, vx), (ky, vy)) in x.iter().zip(&y) {
-        let o = kx
-            .as_bytes()
-            .cmp(ky.as_bytes())
-            .then_with(|| compare_values(vx, vy));
-        if o != Ordering::Equal {
-            return o;
-        }
-    }
-    x.len().cmp(&y.len())
 }
 
 /// Writes the order-preserving key of an optional value (`None` = missing).
@@ -181,9 +184,9 @@ fn encode_value(value: &Value, out: &mut Vec<u8>) {
                 encode_str(s, out);
             }
         },
-        Value::Object(map) => {
+        Value::Object(_) => {
             out.push(Kind::Object.tag());
-            for (k, v) in sorted_entries(map) {
+            for (k, v) in sorted_entries(value) {
                 out.push(FIELD);
                 encode_str(k, out);
                 encode_value(v, out);

@@ -8,15 +8,23 @@
 
 use std::fmt;
 
-use serde_json::Value;
-
 use crate::QueryError;
+use crate::compact::key_hash;
+use crate::order::Kind;
+use crate::view::DocView;
 
 /// A non-empty dotted path with non-empty segments.
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Path {
     text: String,
-    segments: Vec<Box<str>>,
+    segments: Vec<Segment>,
+}
+
+/// One segment of a path, with the hash compact documents index members by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Segment {
+    pub name: Box<str>,
+    pub hash: u32,
 }
 
 impl Path {
@@ -25,8 +33,14 @@ impl Path {
         if text.is_empty() {
             return Err(QueryError::new(format!("{what}: empty field name")));
         }
-        let segments: Vec<Box<str>> = text.split('.').map(Box::from).collect();
-        if segments.iter().any(|s| s.is_empty()) {
+        let segments: Vec<Segment> = text
+            .split('.')
+            .map(|name| Segment {
+                name: name.into(),
+                hash: key_hash(name),
+            })
+            .collect();
+        if segments.iter().any(|s| s.name.is_empty()) {
             return Err(QueryError::new(format!(
                 "{what}: empty segment in field path '{text}'"
             )));
@@ -41,24 +55,36 @@ impl Path {
         &self.text
     }
 
-    pub fn segments(&self) -> &[Box<str>] {
+    pub fn segments(&self) -> &[Segment] {
         &self.segments
     }
 
     /// Calls `visit` on every value the path resolves to in `doc` (arrays reached at the
     /// end are passed whole), stopping at the first `true`. Answers whether one did.
-    pub fn any_value<'a>(&self, doc: &'a Value, visit: &mut impl FnMut(&'a Value) -> bool) -> bool {
-        any_value(doc, &self.segments, visit)
+    pub fn any_value<'a, V: DocView<'a>>(&self, doc: V, visit: &mut impl FnMut(V) -> bool) -> bool {
+        // Fast path through objects; the general walk takes over at the first array.
+        let mut value = doc;
+        for (i, segment) in self.segments.iter().enumerate() {
+            match value.kind() {
+                Kind::Object => match value.get_segment(segment) {
+                    Some(child) => value = child,
+                    None => return false,
+                },
+                Kind::Array => return any_value(value, &self.segments[i..], visit),
+                _ => return false,
+            }
+        }
+        visit(value)
     }
 
     /// The value that represents this path in `doc` for sorting and indexing: the first
     /// value it resolves to, or `None` when it resolves to nothing. `crossed_array` is
     /// true when resolution met an array (so other values may exist, or the value is an
     /// array): only when it is false is `value` the whole story.
-    pub fn first_value<'a>(&self, doc: &'a Value) -> FirstValue<'a> {
+    pub fn first_value<'a, V: DocView<'a>>(&self, doc: V) -> FirstValue<V> {
         let mut crossed_array = false;
         let value = first_value(doc, &self.segments, &mut crossed_array);
-        if matches!(value, Some(Value::Array(_))) {
+        if value.is_some_and(|v| v.kind() == Kind::Array) {
             crossed_array = true;
         }
         FirstValue {
@@ -70,59 +96,59 @@ impl Path {
 
 /// See [`Path::first_value`].
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct FirstValue<'a> {
-    pub value: Option<&'a Value>,
+pub struct FirstValue<V> {
+    pub value: Option<V>,
     pub crossed_array: bool,
 }
 
-fn any_value<'a>(
-    value: &'a Value,
-    segments: &[Box<str>],
-    visit: &mut impl FnMut(&'a Value) -> bool,
+fn any_value<'a, V: DocView<'a>>(
+    value: V,
+    segments: &[Segment],
+    visit: &mut impl FnMut(V) -> bool,
 ) -> bool {
     let Some((segment, rest)) = segments.split_first() else {
         return visit(value);
     };
-    match value {
-        Value::Object(map) => map
-            .get(&**segment)
+    match value.kind() {
+        Kind::Object => value
+            .get_segment(segment)
             .is_some_and(|child| any_value(child, rest, visit)),
-        Value::Array(items) => {
-            if let Some(child) = index(segment).and_then(|i| items.get(i)) {
+        Kind::Array => {
+            if let Some(child) = index(&segment.name).and_then(|i| value.element(i)) {
                 if any_value(child, rest, visit) {
                     return true;
                 }
             }
-            items
-                .iter()
-                .filter(|item| item.is_object())
+            value
+                .elements()
+                .filter(|item| item.kind() == Kind::Object)
                 .any(|item| any_value(item, segments, visit))
         }
         _ => false,
     }
 }
 
-fn first_value<'a>(
-    value: &'a Value,
-    segments: &[Box<str>],
+fn first_value<'a, V: DocView<'a>>(
+    value: V,
+    segments: &[Segment],
     crossed_array: &mut bool,
-) -> Option<&'a Value> {
+) -> Option<V> {
     let Some((segment, rest)) = segments.split_first() else {
         return Some(value);
     };
-    match value {
-        Value::Object(map) => first_value(map.get(&**segment)?, rest, crossed_array),
-        Value::Array(items) => {
+    match value.kind() {
+        Kind::Object => first_value(value.get_segment(segment)?, rest, crossed_array),
+        Kind::Array => {
             *crossed_array = true;
-            if let Some(found) = index(segment)
-                .and_then(|i| items.get(i))
+            if let Some(found) = index(&segment.name)
+                .and_then(|i| value.element(i))
                 .and_then(|child| first_value(child, rest, crossed_array))
             {
                 return Some(found);
             }
-            items
-                .iter()
-                .filter(|item| item.is_object())
+            value
+                .elements()
+                .filter(|item| item.kind() == Kind::Object)
                 .find_map(|item| first_value(item, segments, crossed_array))
         }
         _ => None,
@@ -152,7 +178,7 @@ impl fmt::Debug for Path {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     fn all(doc: &Value, path: &str) -> Vec<Value> {
         let mut out = vec![];

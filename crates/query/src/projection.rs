@@ -66,7 +66,7 @@ fn parse_list(text: &str, what: &str) -> Result<Node, QueryError> {
         let path = Path::parse(name, what)?;
         let mut node = &mut root;
         for segment in path.segments() {
-            node = node.children.entry(segment.to_string()).or_default();
+            node = node.children.entry(segment.name.to_string()).or_default();
         }
         node.whole = true;
     }

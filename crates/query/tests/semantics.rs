@@ -31,7 +31,7 @@ fn ids_in(query: &str, dates: &WireDates) -> Vec<String> {
     let filter = Filter::parse_str(query, dates).unwrap_or_else(|e| panic!("{query}: {e}"));
     jobs()
         .iter()
-        .filter(|d| filter.matches(d))
+        .filter(|d| filter.matches(*d))
         .map(|d| d["id"].as_str().unwrap().to_string())
         .collect()
 }

@@ -1,0 +1,300 @@
+//! Benchmarks of the foundation: the query evaluator and the document stores.
+//!
+//! ```text
+//! drover-bench evaluator [--docs N]
+//! drover-bench store --backend sqlite [--path FILE] [--docs N] [--queries Q]
+//! drover-bench store --backend postgres --url postgres://... [--docs N] [--queries Q]
+//! ```
+//! Prints throughput, latency percentiles and the ratio to the issue's target; asserts
+//! nothing. `scripts/bench` runs them all.
+
+use std::time::{Duration, Instant};
+
+use drover_domain::dates::{Timestamp, WireDates, format_utc};
+use drover_query::{CompactDoc, Filter, ListQuery, Paging, Sort};
+use drover_store::{CollectionSpec, DocumentStore, PostgresStore, SqliteStore, Write};
+use serde_json::{Value, json};
+
+const USERS: u64 = 1000;
+const STATES: &[&str] = &[
+    "Idle",
+    "Running",
+    "Completed",
+    "Removed",
+    "Vacated",
+    "Blocked",
+    "Hold",
+];
+
+/// A small deterministic generator (xorshift64*), so runs are comparable.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// A job document shaped like the version-2 job of the interface (about 700 bytes).
+fn job(i: u64, rng: &mut Rng) -> Value {
+    let user = rng.below(USERS);
+    let submit = 1_767_225_600 + i as i64 * 3 + rng.below(3) as i64; // from 2026-01-01
+    let state = STATES[rng.below(STATES.len() as u64) as usize];
+    let tasks = 1 + rng.below(64);
+    let ts = |s: i64| format_utc(jiff_second(s));
+    let qos = ["low", "normal", "high"][rng.below(3) as usize];
+    let class = ["batch", "fast", "gpu"][rng.below(3) as usize];
+    json!({
+        "name": format!("Drover.{i}"),
+        "customName": format!("run-{}", rng.below(100_000)),
+        "credentials": {"user": format!("user{user}"), "group": format!("grp{}", user % 40),
+                        "account": format!("acct{}", user % 100), "qos": qos,
+                        "jobClass": class},
+        "states": {"state": state, "stateExpected": state, "subState": null},
+        "flags": if rng.below(2) == 0 { json!(["RESTARTABLE"]) } else { json!(["SUSPENDABLE", "PREEMPTEE"]) },
+        "priorities": {"run": rng.below(1000), "start": rng.below(1000), "system": 0, "user": rng.below(100)},
+        "requirements": [{"index": 0, "taskCount": tasks, "tasksPerNode": 1, "nodeCount": 1 + tasks / 16,
+                          "features": if rng.below(4) == 0 { json!(["gpu"]) } else { json!([]) },
+                          "resourcesPerTask": {"processors": {"dedicated": 1 + rng.below(4)},
+                                               "memory": {"dedicated": 1024 * (1 + rng.below(8))}}}],
+        "dates": {"submitDate": ts(submit), "startDate": ts(submit + 60),
+                  "completedDate": if state == "Completed" { json!(ts(submit + 3600)) } else { Value::Null }},
+        "duration": 60 * (1 + rng.below(600)),
+        "commandFile": format!("/home/user{user}/jobs/job{}.sh", rng.below(50)),
+        "initialWorkingDirectory": format!("/home/user{user}"),
+        "variables": {"project": format!("p{}", rng.below(30))},
+    })
+}
+
+fn jiff_second(s: i64) -> Timestamp {
+    Timestamp::from_second(s).expect("valid second")
+}
+
+fn arg(args: &[String], name: &str) -> Option<String> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .cloned()
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn evaluator(docs: u64) {
+    let mut rng = Rng(0x5eed);
+    let started = Instant::now();
+    let all: Vec<Value> = (0..docs).map(|i| job(i, &mut rng)).collect();
+    eprintln!(
+        "generated {docs} documents in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    let filter = Filter::parse_str(
+        r#"{"states.state": {"$in": ["Idle", "Running", "Blocked"]},
+            "requirements.taskCount": {"$gte": 16},
+            "credentials.qos": {"$ne": "low"}}"#,
+        &WireDates::utc(),
+    )
+    .unwrap();
+    let scan = |label: &str, count: &dyn Fn() -> usize| {
+        let mut times = Vec::new();
+        let mut matched = 0;
+        let scans: usize = std::env::var("DROVER_BENCH_SCANS")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(7);
+        for _ in 0..scans {
+            let t = Instant::now();
+            matched = count();
+            times.push(t.elapsed());
+        }
+        times.sort();
+        let median = times[times.len() / 2];
+        println!(
+            "evaluator on {label}: {docs} docs, 3-clause filter ($in, $gte through an array, $ne), {matched} matches: \
+             median {:.1} ms per full scan, best {:.1} ms ({:.1} M docs/s, one core); target < 150 ms: ratio {:.2}",
+            ms(median),
+            ms(times[0]),
+            docs as f64 / median.as_secs_f64() / 1e6,
+            ms(median) / 150.0
+        );
+    };
+    let t = Instant::now();
+    let compact: Vec<CompactDoc> = all.iter().map(CompactDoc::new).collect();
+    let bytes: usize = compact.iter().map(CompactDoc::size).sum();
+    eprintln!(
+        "built {docs} compact documents ({} bytes on average) in {:.1} s",
+        bytes / docs.max(1) as usize,
+        t.elapsed().as_secs_f64()
+    );
+    scan("compact documents", &|| {
+        compact.iter().filter(|d| filter.matches(d.root())).count()
+    });
+    if std::env::var("DROVER_BENCH_COMPACT_ONLY").is_ok() {
+        return;
+    }
+    scan("serde_json::Value", &|| {
+        all.iter().filter(|d| filter.matches(*d)).count()
+    });
+    let sort = Sort::parse_str(r#"{"dates.submitDate": -1}"#).unwrap();
+    let query = ListQuery {
+        filter,
+        sort,
+        paging: Paging {
+            offset: 0,
+            max: Some(50),
+        },
+    };
+    let t = Instant::now();
+    let page = query.run(&all);
+    println!(
+        "evaluator: same filter + sort by dates.submitDate + max=50 over {docs} docs: {:.1} ms ({} matches)",
+        ms(t.elapsed()),
+        page.total
+    );
+}
+
+fn store(args: &[String]) {
+    let docs: u64 = arg(args, "--docs").map_or(1_000_000, |d| d.parse().unwrap());
+    let queries: usize = arg(args, "--queries").map_or(1000, |q| q.parse().unwrap());
+    let backend = arg(args, "--backend").unwrap_or_else(|| "sqlite".into());
+    let (store, label): (Box<dyn DocumentStore>, String) = match backend.as_str() {
+        "sqlite" => {
+            let path = arg(args, "--path").unwrap_or_else(|| "/tmp/drover-bench.db".into());
+            for suffix in ["", "-wal", "-shm"] {
+                let _ = std::fs::remove_file(format!("{path}{suffix}"));
+            }
+            (
+                Box::new(SqliteStore::open(std::path::Path::new(&path)).unwrap()),
+                "sqlite (WAL, synchronous=FULL)".into(),
+            )
+        }
+        "postgres" => {
+            let url = arg(args, "--url").expect("--url postgres://...");
+            let store = PostgresStore::connect_in_schema(&url, Some("bench")).unwrap();
+            store.drop_schema().unwrap();
+            let store = PostgresStore::connect_in_schema(&url, Some("bench")).unwrap();
+            (Box::new(store), "postgresql".into())
+        }
+        other => panic!("unknown backend {other}"),
+    };
+    let spec = CollectionSpec::new("jobs")
+        .index(&["credentials.user", "dates.submitDate"])
+        .index(&["states.state"]);
+    store.ensure_collection(&spec).unwrap();
+
+    let mut rng = Rng(0x5eed);
+    let batch_size = 1000;
+    let mut insert_time = Duration::ZERO;
+    let mut batch_times = Vec::new();
+    let mut i = 0;
+    while i < docs {
+        let batch: Vec<Write> = (i..(i + batch_size).min(docs))
+            .map(|n| {
+                let body = job(n, &mut rng);
+                Write::Insert {
+                    collection: "jobs".into(),
+                    id: format!("Drover.{n}"),
+                    name: None,
+                    body,
+                }
+            })
+            .collect();
+        i += batch.len() as u64;
+        let t = Instant::now();
+        store.write(&batch).unwrap();
+        let e = t.elapsed();
+        insert_time += e;
+        batch_times.push(e);
+    }
+    batch_times.sort();
+    let rate = docs as f64 / insert_time.as_secs_f64();
+    println!(
+        "{label} insert: {docs} docs in batches of {batch_size}, one transaction each: {:.0} docs/s \
+         (batch commit p50 {:.1} ms, p99 {:.1} ms); target >= 50,000 docs/s: ratio {:.2}",
+        rate,
+        ms(percentile(&batch_times, 0.5)),
+        ms(percentile(&batch_times, 0.99)),
+        rate / 50_000.0
+    );
+
+    let dates = WireDates::utc();
+    let sort = Sort::parse_str(r#"{"dates.submitDate": -1}"#).unwrap();
+    let mut latencies = Vec::with_capacity(queries);
+    let mut returned = 0;
+    for _ in 0..queries {
+        let user = rng.below(USERS);
+        let query = ListQuery {
+            filter: Filter::parse_str(&format!(r#"{{"credentials.user": "user{user}"}}"#), &dates)
+                .unwrap(),
+            sort: sort.clone(),
+            paging: Paging {
+                offset: 0,
+                max: Some(50),
+            },
+        };
+        let t = Instant::now();
+        let page = store.list("jobs", &query).unwrap();
+        latencies.push(t.elapsed());
+        returned += page.items.len();
+    }
+    latencies.sort();
+    println!(
+        "{label} list: {queries} queries {{credentials.user: <one of {USERS}>}} sort dates.submitDate -1 max=50 \
+         ({} docs/page avg): p50 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, max {:.2} ms; target p99 < 10 ms: ratio {:.2}",
+        returned / queries.max(1),
+        ms(percentile(&latencies, 0.5)),
+        ms(percentile(&latencies, 0.9)),
+        ms(percentile(&latencies, 0.99)),
+        ms(latencies[latencies.len() - 1]),
+        ms(percentile(&latencies, 0.99)) / 10.0
+    );
+
+    // For comparison: a filter on an unindexed path, decided by the evaluator on a scan.
+    let query = ListQuery {
+        filter: Filter::parse_str(
+            r#"{"variables.project": "p7", "states.state": "Idle"}"#,
+            &dates,
+        )
+        .unwrap(),
+        sort: Sort::default(),
+        paging: Paging {
+            offset: 0,
+            max: Some(50),
+        },
+    };
+    let t = Instant::now();
+    let page = store.list("jobs", &query).unwrap();
+    println!(
+        "{label} list: partly unindexed filter (variables.project + states.state), max=50: {:.0} ms, {} matches",
+        ms(t.elapsed()),
+        page.total
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("evaluator") => {
+            evaluator(arg(&args, "--docs").map_or(1_000_000, |d| d.parse().unwrap()))
+        }
+        Some("store") => store(&args),
+        _ => {
+            eprintln!(
+                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q]"
+            );
+            std::process::exit(2);
+        }
+    }
+}

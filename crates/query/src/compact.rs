@@ -1,0 +1,395 @@
+//! A compact, read-only form of a JSON document for fast scanning.
+//!
+//! A `serde_json::Value` is a tree of heap allocations: finding `states.state` touches
+//! a hash table, its entries and a key string in different places, each a likely cache
+//! miss. A [`CompactDoc`] is one byte buffer in which a member lookup is a short linear
+//! walk over adjacent bytes, and dates are recognised once, when the document is built.
+//! The evaluator runs on it through [`DocView`], so its meaning is the same.
+//!
+//! Encoding (little-endian), one value, a tag byte then:
+//! `0` null · `1` false · `2` true · `3` number: f64 · `4` number that is an i32: i32 ·
+//! `5` string: u8 length, bytes · `6` long string: u32 length, bytes ·
+//! `7` UTC date: i64 seconds, u8 length, bytes · `8` array: u32 payload length,
+//! u32 count, values · `9`/`10` object: u32 payload length, u32 count, the [`key_hash`]
+//! of every member's key (u32 each), the offset of every member from the end of the
+//! table (u16 each for `9`, u32 for `10`), then per member its key length (u8, or 255
+//! then u32), key bytes, value.
+//!
+//! The table makes a member lookup a scan of a few adjacent hashes and one jump,
+//! instead of a walk over every member before it; the short forms keep documents
+//! small, since a scan over many documents is bound by memory as much as by work.
+
+use serde_json::Value;
+
+use crate::order::{Kind, date_seconds, number_f64};
+use crate::path::Segment;
+use crate::view::DocView;
+
+const NULL: u8 = 0;
+const FALSE: u8 = 1;
+const TRUE: u8 = 2;
+const F64: u8 = 3;
+const I32: u8 = 4;
+const STR8: u8 = 5;
+const STR32: u8 = 6;
+const DATE: u8 = 7;
+const ARRAY: u8 = 8;
+const OBJECT16: u8 = 9;
+const OBJECT32: u8 = 10;
+
+/// An immutable JSON document in the compact encoding.
+#[derive(Clone, PartialEq)]
+pub struct CompactDoc {
+    bytes: Box<[u8]>,
+}
+
+impl CompactDoc {
+    pub fn new(value: &Value) -> Self {
+        let mut out = Vec::with_capacity(256);
+        encode(value, &mut out);
+        Self {
+            bytes: out.into_boxed_slice(),
+        }
+    }
+
+    /// The document's top-level value.
+    pub fn root(&self) -> Compact<'_> {
+        Compact {
+            buf: &self.bytes,
+            at: 0,
+        }
+    }
+
+    /// Bytes used by the encoding.
+    pub fn size(&self) -> usize {
+        self.bytes.len()
+    }
+}
+
+impl std::fmt::Debug for CompactDoc {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CompactDoc({} bytes)", self.bytes.len())
+    }
+}
+
+fn put_u32(out: &mut Vec<u8>, n: usize) {
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+}
+
+fn encode(value: &Value, out: &mut Vec<u8>) {
+    match value {
+        Value::Null => out.push(NULL),
+        Value::Bool(false) => out.push(FALSE),
+        Value::Bool(true) => out.push(TRUE),
+        Value::Number(n) => {
+            let f = number_f64(n);
+            let small = f as i32;
+            if f64::from(small) == f {
+                out.push(I32);
+                out.extend_from_slice(&small.to_le_bytes());
+            } else {
+                out.push(F64);
+                out.extend_from_slice(&f.to_le_bytes());
+            }
+        }
+        Value::String(s) => match date_seconds(s) {
+            // A wire date is always 23 bytes long.
+            Some(seconds) => {
+                out.push(DATE);
+                out.extend_from_slice(&seconds.to_le_bytes());
+                out.push(s.len() as u8);
+                out.extend_from_slice(s.as_bytes());
+            }
+            None if s.len() < 256 => {
+                out.push(STR8);
+                out.push(s.len() as u8);
+                out.extend_from_slice(s.as_bytes());
+            }
+            None => {
+                out.push(STR32);
+                put_u32(out, s.len());
+                out.extend_from_slice(s.as_bytes());
+            }
+        },
+        Value::Array(items) => {
+            let mut payload = Vec::new();
+            items.iter().for_each(|item| encode(item, &mut payload));
+            out.push(ARRAY);
+            put_u32(out, payload.len());
+            put_u32(out, items.len());
+            out.extend_from_slice(&payload);
+        }
+        Value::Object(map) => {
+            let mut members = Vec::new();
+            let mut offsets = Vec::with_capacity(map.len());
+            for (k, v) in map {
+                offsets.push(members.len());
+                if k.len() < 255 {
+                    members.push(k.len() as u8);
+                } else {
+                    members.push(255);
+                    put_u32(&mut members, k.len());
+                }
+                members.extend_from_slice(k.as_bytes());
+                encode(v, &mut members);
+            }
+            let narrow = members.len() <= usize::from(u16::MAX);
+            let width = if narrow { 2 } else { 4 };
+            out.push(if narrow { OBJECT16 } else { OBJECT32 });
+            put_u32(out, map.len() * (4 + width) + members.len());
+            put_u32(out, map.len());
+            for k in map.keys() {
+                out.extend_from_slice(&key_hash(k).to_le_bytes());
+            }
+            for offset in offsets {
+                if narrow {
+                    out.extend_from_slice(&(offset as u16).to_le_bytes());
+                } else {
+                    put_u32(out, offset);
+                }
+            }
+            out.extend_from_slice(&members);
+        }
+    }
+}
+
+/// The 32-bit FNV-1a hash of a member key, as stored in object tables.
+pub fn key_hash(key: &str) -> u32 {
+    key.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
+}
+
+/// A value inside a [`CompactDoc`].
+#[derive(Clone, Copy)]
+pub struct Compact<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Compact<'a> {
+    fn tag(self) -> u8 {
+        self.buf[self.at]
+    }
+
+    fn u32_at(self, at: usize) -> usize {
+        u32::from_le_bytes(self.buf[at..at + 4].try_into().unwrap()) as usize
+    }
+
+    fn is_object(self) -> bool {
+        matches!(self.tag(), OBJECT16 | OBJECT32)
+    }
+
+    /// Bytes taken by the value at `at`.
+    fn size_at(self, at: usize) -> usize {
+        match self.buf[at] {
+            F64 => 9,
+            I32 => 5,
+            STR8 => 2 + usize::from(self.buf[at + 1]),
+            STR32 => 5 + self.u32_at(at + 1),
+            DATE => 10 + usize::from(self.buf[at + 9]),
+            ARRAY | OBJECT16 | OBJECT32 => 9 + self.u32_at(at + 1),
+            _ => 1,
+        }
+    }
+
+    fn count(self) -> usize {
+        match self.tag() {
+            ARRAY | OBJECT16 | OBJECT32 => self.u32_at(self.at + 5),
+            _ => 0,
+        }
+    }
+
+    /// Where member `i` of this object (of `count` members) starts: its key length.
+    fn member_at(self, i: usize, count: usize) -> usize {
+        let offsets = self.at + 9 + 4 * count;
+        if self.tag() == OBJECT16 {
+            let members = offsets + 2 * count;
+            let o = offsets + 2 * i;
+            members + usize::from(u16::from_le_bytes([self.buf[o], self.buf[o + 1]]))
+        } else {
+            offsets + 4 * count + self.u32_at(offsets + 4 * i)
+        }
+    }
+
+    /// The key of the member at `member_at` and where its value starts.
+    fn key_at(self, member_at: usize) -> (&'a [u8], usize) {
+        let (len, start) = match self.buf[member_at] {
+            255 => (self.u32_at(member_at + 1), member_at + 5),
+            short => (usize::from(short), member_at + 1),
+        };
+        (&self.buf[start..start + len], start + len)
+    }
+
+    /// The member `key` (whose [`key_hash`] is `hash`), for objects.
+    pub fn get_hashed(self, key: &str, hash: u32) -> Option<Self> {
+        if !self.is_object() {
+            return None;
+        }
+        let count = self.count();
+        let hashes = &self.buf[self.at + 9..self.at + 9 + 4 * count];
+        let wanted = hash.to_le_bytes();
+        for (i, h) in hashes.chunks_exact(4).enumerate() {
+            if h == wanted {
+                let (found, value_at) = self.key_at(self.member_at(i, count));
+                if same_bytes(found, key.as_bytes()) {
+                    return Some(Compact {
+                        buf: self.buf,
+                        at: value_at,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    fn text_range(self) -> Option<(usize, usize)> {
+        let at = self.at;
+        match self.tag() {
+            STR8 => Some((at + 2, usize::from(self.buf[at + 1]))),
+            STR32 => Some((at + 5, self.u32_at(at + 1))),
+            DATE => Some((at + 10, usize::from(self.buf[at + 9]))),
+            _ => None,
+        }
+    }
+}
+
+/// Byte equality without a library call: member keys are short.
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+}
+
+/// Elements of an array.
+pub struct Elements<'a> {
+    buf: &'a [u8],
+    at: usize,
+    remaining: usize,
+}
+
+impl<'a> Iterator for Elements<'a> {
+    type Item = Compact<'a>;
+
+    fn next(&mut self) -> Option<Compact<'a>> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let item = Compact {
+            buf: self.buf,
+            at: self.at,
+        };
+        self.at += item.size_at(self.at);
+        Some(item)
+    }
+}
+
+/// Members of an object, in document order.
+pub struct Entries<'a> {
+    object: Compact<'a>,
+    next: usize,
+    count: usize,
+}
+
+impl<'a> Iterator for Entries<'a> {
+    type Item = (&'a str, Compact<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next == self.count {
+            return None;
+        }
+        let (key, value_at) = self
+            .object
+            .key_at(self.object.member_at(self.next, self.count));
+        self.next += 1;
+        // Written from a &str by `encode`, so always UTF-8.
+        let key = std::str::from_utf8(key).unwrap_or_default();
+        Some((
+            key,
+            Compact {
+                buf: self.object.buf,
+                at: value_at,
+            },
+        ))
+    }
+}
+
+impl<'a> DocView<'a> for Compact<'a> {
+    type Elements = Elements<'a>;
+    type Entries = Entries<'a>;
+
+    fn kind(self) -> Kind {
+        match self.tag() {
+            NULL => Kind::Null,
+            FALSE | TRUE => Kind::Bool,
+            F64 | I32 => Kind::Number,
+            STR8 | STR32 => Kind::String,
+            DATE => Kind::Date,
+            ARRAY => Kind::Array,
+            _ => Kind::Object,
+        }
+    }
+
+    fn number(self) -> Option<f64> {
+        let at = self.at + 1;
+        match self.tag() {
+            F64 => Some(f64::from_le_bytes(self.buf[at..at + 8].try_into().unwrap())),
+            I32 => Some(f64::from(i32::from_le_bytes(
+                self.buf[at..at + 4].try_into().unwrap(),
+            ))),
+            _ => None,
+        }
+    }
+
+    fn text(self) -> Option<&'a str> {
+        // Written from a &str by `encode`, so always UTF-8.
+        self.text_bytes()
+            .map(|b| std::str::from_utf8(b).unwrap_or_default())
+    }
+
+    fn text_bytes(self) -> Option<&'a [u8]> {
+        self.text_range()
+            .map(|(start, len)| &self.buf[start..start + len])
+    }
+
+    fn date(self) -> Option<i64> {
+        (self.tag() == DATE)
+            .then(|| i64::from_le_bytes(self.buf[self.at + 1..self.at + 9].try_into().unwrap()))
+    }
+
+    fn get(self, key: &str) -> Option<Self> {
+        self.get_hashed(key, key_hash(key))
+    }
+
+    fn get_segment(self, segment: &Segment) -> Option<Self> {
+        self.get_hashed(&segment.name, segment.hash)
+    }
+
+    fn element(self, index: usize) -> Option<Self> {
+        if index >= self.count() {
+            return None;
+        }
+        self.elements().nth(index)
+    }
+
+    fn elements(self) -> Elements<'a> {
+        let remaining = if self.tag() == ARRAY { self.count() } else { 0 };
+        Elements {
+            buf: self.buf,
+            at: self.at + 9,
+            remaining,
+        }
+    }
+
+    fn entries(self) -> Entries<'a> {
+        let count = if self.is_object() { self.count() } else { 0 };
+        Entries {
+            object: self,
+            next: 0,
+            count,
+        }
+    }
+
+    fn truth(self) -> bool {
+        self.tag() == TRUE
+    }
+}

@@ -1,0 +1,40 @@
+//! The compact form answers exactly like `serde_json::Value`.
+
+use drover_domain::dates::WireDates;
+use drover_query::order::{compare, compare_values};
+use drover_query::testing::{document, filter, sort, value};
+use drover_query::{CompactDoc, Filter, Sort};
+use proptest::prelude::*;
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn filters_match_the_same_documents(doc in document(), filter in filter()) {
+        let filter = Filter::parse(&filter, &WireDates::utc()).unwrap();
+        let compact = CompactDoc::new(&doc);
+        prop_assert_eq!(filter.matches(&doc), filter.matches(compact.root()));
+    }
+
+    #[test]
+    fn values_order_the_same(a in value(), b in value()) {
+        let (ca, cb) = (CompactDoc::new(&a), CompactDoc::new(&b));
+        prop_assert_eq!(compare_values(&a, &b), compare_values(ca.root(), cb.root()));
+        prop_assert_eq!(compare_values(&a, &b), compare_values(ca.root(), &b));
+    }
+
+    #[test]
+    fn sort_values_are_the_same(a in document(), b in document(), sort in sort()) {
+        let sort = Sort::parse(&sort).unwrap();
+        let (ca, cb) = (CompactDoc::new(&a), CompactDoc::new(&b));
+        for (path, _) in &sort.keys {
+            let (x, y) = (path.first_value(&a), path.first_value(ca.root()));
+            prop_assert_eq!(x.crossed_array, y.crossed_array);
+            prop_assert_eq!(compare(x.value, y.value), std::cmp::Ordering::Equal);
+            prop_assert_eq!(
+                compare(path.first_value(&a).value, path.first_value(&b).value),
+                compare(path.first_value(ca.root()).value, path.first_value(cb.root()).value)
+            );
+        }
+    }
+}
