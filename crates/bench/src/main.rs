@@ -195,7 +195,7 @@ fn store(args: &[String]) {
     store.ensure_collection(&spec).unwrap();
 
     let mut rng = Rng(0x5eed);
-    let batch_size = 1000;
+    let batch_size: u64 = arg(args, "--batch").map_or(1000, |b| b.parse().unwrap());
     let mut insert_time = Duration::ZERO;
     let mut batch_times = Vec::new();
     let mut i = 0;

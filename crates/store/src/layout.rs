@@ -12,7 +12,64 @@ use drover_query::Path;
 use drover_query::order;
 use serde_json::Value;
 
+use crate::plan::Dialect;
 use crate::{CollectionSpec, Result, StoreError};
+
+/// A collection as a backend knows it: its layout and its write statements.
+#[derive(Debug, Clone)]
+pub(crate) struct Collection {
+    pub layout: Layout,
+    pub sql: WriteSql,
+}
+
+/// The statements that write one collection, built once per layout. Parameters:
+/// 1 id, 2 name, 3 body, then `k<n>`, `u<n>` as 4 + 2n and 5 + 2n; the versioned
+/// update takes the expected version last.
+#[derive(Debug, Clone)]
+pub(crate) struct WriteSql {
+    pub insert: String,
+    pub put: String,
+    pub update: String,
+    pub update_versioned: String,
+    pub delete: String,
+    pub delete_versioned: String,
+    pub version_of: String,
+}
+
+impl WriteSql {
+    pub fn new(layout: &Layout, dialect: Dialect) -> Self {
+        let table = &layout.table;
+        let n = layout.paths.len();
+        let p = |i: usize| dialect.placeholder(i);
+        let body = dialect.json_param(3);
+        let columns = format!("id, name, version, body{}", layout.key_column_list());
+        let keys: String = (0..n).map(|c| format!(", {}, {}", p(4 + 2 * c), p(5 + 2 * c))).collect();
+        let values = format!("VALUES ({}, {}, 1, {body}{keys})", p(1), p(2));
+        let from_excluded: String =
+            (0..n).map(|c| format!(", k{c} = excluded.k{c}, u{c} = excluded.u{c}")).collect();
+        let from_params: String = (0..n)
+            .map(|c| format!(", k{c} = {}, u{c} = {}", p(4 + 2 * c), p(5 + 2 * c)))
+            .collect();
+        let update = format!(
+            "UPDATE {table} SET name = {}, body = {body}, version = version + 1{from_params} WHERE id = {}",
+            p(2),
+            p(1)
+        );
+        Self {
+            insert: format!("INSERT INTO {table} ({columns}) {values}"),
+            put: format!(
+                "INSERT INTO {table} ({columns}) {values} ON CONFLICT (id) DO UPDATE SET \
+                 name = excluded.name, body = excluded.body, version = {table}.version + 1{from_excluded} \
+                 RETURNING version"
+            ),
+            update_versioned: format!("{update} AND version = {} RETURNING version", p(4 + 2 * n)),
+            update: format!("{update} RETURNING version"),
+            delete: format!("DELETE FROM {table} WHERE id = {}", p(1)),
+            delete_versioned: format!("DELETE FROM {table} WHERE id = {} AND version = {}", p(1), p(2)),
+            version_of: format!("SELECT version FROM {table} WHERE id = {}", p(1)),
+        }
+    }
+}
 
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {

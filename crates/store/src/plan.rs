@@ -30,7 +30,7 @@ pub(crate) enum Dialect {
 }
 
 impl Dialect {
-    fn placeholder(self, n: usize) -> String {
+    pub fn placeholder(self, n: usize) -> String {
         match self {
             Dialect::Sqlite => format!("?{n}"),
             Dialect::Postgres => format!("${n}"),
@@ -41,6 +41,14 @@ impl Dialect {
         match self {
             Dialect::Sqlite => "-1",
             Dialect::Postgres => "ALL",
+        }
+    }
+
+    /// Parameter `n`, which carries JSON text, as a body value.
+    pub fn json_param(self, n: usize) -> String {
+        match self {
+            Dialect::Sqlite => format!("?{n}"),
+            Dialect::Postgres => format!("${n}::text::jsonb"),
         }
     }
 

@@ -13,7 +13,7 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement, Transaction};
 
-use crate::layout::{self, Layout};
+use crate::layout::{self, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
 
@@ -33,7 +33,7 @@ pub struct PostgresStore {
     url: String,
     schema: Option<String>,
     idle: Mutex<Vec<Conn>>,
-    layouts: RwLock<HashMap<String, Arc<Layout>>>,
+    collections: RwLock<HashMap<String, Arc<Collection>>>,
 }
 
 struct Conn {
@@ -63,7 +63,7 @@ impl PostgresStore {
             url: url.to_string(),
             schema: schema.map(Into::into),
             idle: Mutex::new(Vec::new()),
-            layouts: RwLock::new(HashMap::new()),
+            collections: RwLock::new(HashMap::new()),
         };
         store.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
@@ -141,8 +141,8 @@ impl PostgresStore {
         out
     }
 
-    fn layout(&self, collection: &str) -> Result<Arc<Layout>> {
-        self.layouts
+    fn collection(&self, collection: &str) -> Result<Arc<Collection>> {
+        self.collections
             .read()
             .unwrap()
             .get(collection)
@@ -151,7 +151,7 @@ impl PostgresStore {
     }
 
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        let layout = self.layout(collection)?;
+        let layout = &self.collection(collection)?.layout;
         let sql = format!(
             "SELECT id, name, version, body::text FROM {} WHERE {column} = $1",
             layout.table
@@ -259,128 +259,76 @@ impl RowParams {
     }
 }
 
-fn key_placeholders(layout: &Layout) -> String {
-    (0..layout.paths.len())
-        .map(|n| format!(", ${}, ${}", 4 + 2 * n, 5 + 2 * n))
-        .collect()
-}
-
 fn conflict(e: postgres::Error, collection: &str, id: &str, name: Option<&str>) -> StoreError {
     match e.as_db_error() {
         Some(db) if *db.code() == SqlState::UNIQUE_VIOLATION => {
-            let on_name = db.constraint().is_some_and(|c| c.ends_with("_name_key"));
+            let on_name = db.constraint().is_some_and(|c| c.ends_with("_name"));
             layout::taken(collection, on_name, id, name)
         }
         _ => backend(e),
     }
 }
 
-fn current_version(tx: &mut Transaction<'_>, table: &str, id: &str) -> Result<Option<i64>> {
-    Ok(tx
-        .query_opt(
-            &format!("SELECT version FROM {table} WHERE id = $1"),
-            &[&id],
-        )
-        .map_err(backend)?
-        .map(|r| r.get(0)))
+fn current_version(
+    tx: &mut Transaction<'_>,
+    cache: &mut HashMap<String, Statement>,
+    sql: &WriteSql,
+    id: &str,
+) -> Result<Option<i64>> {
+    let stmt = prepare(cache, tx, &sql.version_of)?;
+    Ok(tx.query_opt(&stmt, &[&id]).map_err(backend)?.map(|r| r.get(0)))
 }
 
 fn apply(
     tx: &mut Transaction<'_>,
     cache: &mut HashMap<String, Statement>,
-    layout: &Layout,
+    collection: &Collection,
     write: &Write,
 ) -> Result<i64> {
-    let table = &layout.table;
-    let columns = format!("id, name, version, body{}", layout.key_column_list());
+    let (layout, sql) = (&collection.layout, &collection.sql);
     match write {
-        Write::Insert {
-            collection,
-            id,
-            name,
-            body,
-        }
-        | Write::Put {
-            collection,
-            id,
-            name,
-            body,
-        } => {
+        Write::Insert { collection, id, name, body } | Write::Put { collection, id, name, body } => {
             let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
-            let mut sql = format!(
-                "INSERT INTO {table} ({columns}) VALUES ($1, $2, 1, $3::text::jsonb{})",
-                key_placeholders(layout)
-            );
+            let statement = if matches!(write, Write::Put { .. }) { &sql.put } else { &sql.insert };
+            let stmt = prepare(cache, tx, statement)?;
             if matches!(write, Write::Put { .. }) {
-                let keys: String = (0..layout.paths.len())
-                    .map(|n| format!(", k{n} = EXCLUDED.k{n}, u{n} = EXCLUDED.u{n}"))
-                    .collect();
-                sql.push_str(&format!(
-                    " ON CONFLICT (id) DO UPDATE SET name = EXCLUDED.name, body = EXCLUDED.body, \
-                     version = {table}.version + 1{keys}"
-                ));
+                let r = tx.query_one(&stmt, &row.params()).map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+                Ok(r.get(0))
+            } else {
+                tx.execute(&stmt, &row.params()).map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+                Ok(1)
             }
-            sql.push_str(" RETURNING version");
-            let stmt = prepare(cache, tx, &sql)?;
-            let r = tx
-                .query_one(&stmt, &row.params())
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-            Ok(r.get(0))
         }
-        Write::Update {
-            collection,
-            id,
-            name,
-            body,
-            expected_version,
-        } => {
+        Write::Update { collection, id, name, body, expected_version } => {
             let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
-            let keys: String = (0..layout.paths.len())
-                .map(|n| format!(", k{n} = ${}, u{n} = ${}", 4 + 2 * n, 5 + 2 * n))
-                .collect();
             let mut params = row.params();
-            let mut sql = format!(
-                "UPDATE {table} SET name = $2, body = $3::text::jsonb, version = version + 1{keys} WHERE id = $1"
-            );
-            if let Some(v) = expected_version {
-                params.push(v);
-                sql.push_str(&format!(" AND version = ${}", params.len()));
-            }
-            sql.push_str(" RETURNING version");
-            let stmt = prepare(cache, tx, &sql)?;
-            match tx
-                .query_opt(&stmt, &params)
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?
-            {
+            let statement = match expected_version {
+                Some(v) => {
+                    params.push(v);
+                    &sql.update_versioned
+                }
+                None => &sql.update,
+            };
+            let stmt = prepare(cache, tx, statement)?;
+            match tx.query_opt(&stmt, &params).map_err(|e| conflict(e, collection, id, name.as_deref()))? {
                 Some(r) => Ok(r.get(0)),
-                None => Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, table, id)?,
-                )),
+                None => Err(layout::missed(collection, id, *expected_version, current_version(tx, cache, sql, id)?)),
             }
         }
-        Write::Delete {
-            collection,
-            id,
-            expected_version,
-        } => {
+        Write::Delete { collection, id, expected_version } => {
             let deleted = match expected_version {
-                Some(v) => tx.execute(
-                    &format!("DELETE FROM {table} WHERE id = $1 AND version = $2"),
-                    &[id, v],
-                ),
-                None => tx.execute(&format!("DELETE FROM {table} WHERE id = $1"), &[id]),
+                Some(v) => {
+                    let stmt = prepare(cache, tx, &sql.delete_versioned)?;
+                    tx.execute(&stmt, &[id, v])
+                }
+                None => {
+                    let stmt = prepare(cache, tx, &sql.delete)?;
+                    tx.execute(&stmt, &[id])
+                }
             }
             .map_err(backend)?;
             if deleted == 0 {
-                return Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, table, id)?,
-                ));
+                return Err(layout::missed(collection, id, *expected_version, current_version(tx, cache, sql, id)?));
             }
             Ok(0)
         }
@@ -407,9 +355,10 @@ impl DocumentStore for PostgresStore {
                 "CREATE TABLE IF NOT EXISTS {table} (
                     seq BIGSERIAL PRIMARY KEY,
                     id TEXT NOT NULL UNIQUE,
-                    name TEXT UNIQUE,
+                    name TEXT,
                     version BIGINT NOT NULL,
-                    body JSONB NOT NULL)"
+                    body JSONB NOT NULL);
+                 CREATE UNIQUE INDEX IF NOT EXISTS {table}_name ON {table} (name) WHERE name IS NOT NULL"
             ))
             .map_err(backend)?;
             for n in &added {
@@ -460,23 +409,24 @@ impl DocumentStore for PostgresStore {
             .unwrap()
             .iter_mut()
             .for_each(|c| c.statements.clear());
-        self.layouts
+        let sql = WriteSql::new(&layout, Dialect::Postgres);
+        self.collections
             .write()
             .unwrap()
-            .insert(spec.name.clone(), Arc::new(layout));
+            .insert(spec.name.clone(), Arc::new(Collection { layout, sql }));
         Ok(())
     }
 
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
-        let layouts: Vec<Arc<Layout>> = batch
+        let collections: Vec<Arc<Collection>> = batch
             .iter()
-            .map(|w| self.layout(w.collection()))
+            .map(|w| self.collection(w.collection()))
             .collect::<Result<_>>()?;
         self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
             let mut versions = Vec::with_capacity(batch.len());
-            for (w, layout) in batch.iter().zip(&layouts) {
-                versions.push(apply(&mut tx, &mut conn.statements, layout, w)?);
+            for (w, collection) in batch.iter().zip(&collections) {
+                versions.push(apply(&mut tx, &mut conn.statements, collection, w)?);
             }
             tx.commit().map_err(backend)?;
             Ok(versions)
@@ -492,7 +442,7 @@ impl DocumentStore for PostgresStore {
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
-        let layout = self.layout(collection)?;
+        let layout = &self.collection(collection)?.layout;
         self.with_conn(|conn| {
             // One snapshot for the count and the page.
             let mut tx = conn
@@ -507,7 +457,7 @@ impl DocumentStore for PostgresStore {
                     tx: &mut tx,
                     statements: &mut conn.statements,
                 },
-                &layout,
+                layout,
                 Dialect::Postgres,
                 query,
             )?;

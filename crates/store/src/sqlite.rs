@@ -12,7 +12,7 @@ use drover_query::{ListQuery, Page};
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params_from_iter};
 
-use crate::layout::{self, Layout};
+use crate::layout::{self, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
 
@@ -29,7 +29,7 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    layouts: RwLock<HashMap<String, Arc<Layout>>>,
+    collections: RwLock<HashMap<String, Arc<Collection>>>,
 }
 
 fn backend(e: rusqlite::Error) -> StoreError {
@@ -45,12 +45,12 @@ impl SqliteStore {
             path: path.to_path_buf(),
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
-            layouts: RwLock::new(HashMap::new()),
+            collections: RwLock::new(HashMap::new()),
         })
     }
 
-    fn layout(&self, collection: &str) -> Result<Arc<Layout>> {
-        self.layouts
+    fn collection(&self, collection: &str) -> Result<Arc<Collection>> {
+        self.collections
             .read()
             .unwrap()
             .get(collection)
@@ -86,6 +86,7 @@ fn connect(path: &Path) -> Result<Connection> {
          PRAGMA synchronous = FULL;
          PRAGMA busy_timeout = 10000;
          PRAGMA cache_size = -65536;
+         PRAGMA wal_autocheckpoint = 8192;
          PRAGMA temp_store = MEMORY;",
     )
     .map_err(backend)?;
@@ -168,19 +169,6 @@ fn row_values(
     Ok(values)
 }
 
-/// `?4, ?5, ...` for the key columns, after id, name, body.
-fn key_placeholders(layout: &Layout) -> String {
-    (0..layout.paths.len())
-        .map(|n| format!(", ?{}, ?{}", 4 + 2 * n, 5 + 2 * n))
-        .collect()
-}
-
-fn key_assignments(layout: &Layout, source: impl Fn(usize, &str) -> String) -> String {
-    (0..layout.paths.len())
-        .map(|n| format!(", k{n} = {}, u{n} = {}", source(n, "k"), source(n, "u")))
-        .collect()
-}
-
 fn unique_violation(e: &rusqlite::Error) -> Option<bool> {
     match e {
         rusqlite::Error::SqliteFailure(f, message) if f.code == ErrorCode::ConstraintViolation => {
@@ -190,116 +178,59 @@ fn unique_violation(e: &rusqlite::Error) -> Option<bool> {
     }
 }
 
-fn current_version(tx: &Connection, table: &str, id: &str) -> Result<Option<i64>> {
-    tx.query_row(
-        &format!("SELECT version FROM {table} WHERE id = ?1"),
-        [id],
-        |r| r.get(0),
-    )
-    .optional()
-    .map_err(backend)
+fn current_version(tx: &Connection, sql: &WriteSql, id: &str) -> Result<Option<i64>> {
+    tx.prepare_cached(&sql.version_of)
+        .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+        .map_err(backend)
 }
 
-fn apply(tx: &Connection, layout: &Layout, write: &Write) -> Result<i64> {
-    let table = &layout.table;
-    let columns = format!("id, name, version, body{}", layout.key_column_list());
-    let conflict = |e: rusqlite::Error, collection: &str, id: &str, name: Option<&str>| {
-        match unique_violation(&e) {
-            Some(on_name) => layout::taken(collection, on_name, id, name),
-            None => backend(e),
-        }
+fn apply(tx: &Connection, collection: &Collection, write: &Write) -> Result<i64> {
+    let (layout, sql) = (&collection.layout, &collection.sql);
+    let conflict = |e: rusqlite::Error, name: &str, id: &str, doc_name: Option<&str>| match unique_violation(&e) {
+        Some(on_name) => layout::taken(name, on_name, id, doc_name),
+        None => backend(e),
+    };
+    // Runs a statement that answers the new version, if it changed a row.
+    let versioned = |statement: &str, values: Vec<Sql>, name: &str, id: &str, doc_name: Option<&str>| {
+        tx.prepare_cached(statement)
+            .and_then(|mut s| s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0)).optional())
+            .map_err(|e| conflict(e, name, id, doc_name))
     };
     match write {
-        Write::Insert {
-            collection,
-            id,
-            name,
-            body,
-        } => {
+        Write::Insert { collection, id, name, body } => {
             let values = row_values(layout, collection, id, name.as_deref(), body)?;
-            let sql = format!(
-                "INSERT INTO {table} ({columns}) VALUES (?1, ?2, 1, ?3{})",
-                key_placeholders(layout)
-            );
-            tx.prepare_cached(&sql)
+            tx.prepare_cached(&sql.insert)
                 .and_then(|mut s| s.execute(params_from_iter(values)))
                 .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
             Ok(1)
         }
-        Write::Put {
-            collection,
-            id,
-            name,
-            body,
-        } => {
+        Write::Put { collection, id, name, body } => {
             let values = row_values(layout, collection, id, name.as_deref(), body)?;
-            let sql = format!(
-                "INSERT INTO {table} ({columns}) VALUES (?1, ?2, 1, ?3{}) ON CONFLICT(id) DO UPDATE SET \
-                 name = excluded.name, body = excluded.body, version = {table}.version + 1{} RETURNING version",
-                key_placeholders(layout),
-                key_assignments(layout, |n, c| format!("excluded.{c}{n}")),
-            );
-            tx.prepare_cached(&sql)
-                .and_then(|mut s| s.query_row(params_from_iter(values), |r| r.get(0)))
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))
+            versioned(&sql.put, values, collection, id, name.as_deref())?
+                .ok_or_else(|| StoreError::Backend("upsert answered no version".into()))
         }
-        Write::Update {
-            collection,
-            id,
-            name,
-            body,
-            expected_version,
-        } => {
+        Write::Update { collection, id, name, body, expected_version } => {
             let mut values = row_values(layout, collection, id, name.as_deref(), body)?;
-            let mut sql = format!(
-                "UPDATE {table} SET name = ?2, body = ?3, version = version + 1{} WHERE id = ?1",
-                key_assignments(layout, |n, c| format!(
-                    "?{}",
-                    if c == "k" { 4 + 2 * n } else { 5 + 2 * n }
-                )),
-            );
-            if let Some(v) = expected_version {
-                values.push(Sql::Integer(*v));
-                sql.push_str(&format!(" AND version = ?{}", values.len()));
-            }
-            sql.push_str(" RETURNING version");
-            let version: Option<i64> = tx
-                .prepare_cached(&sql)
-                .and_then(|mut s| {
-                    s.query_row(params_from_iter(values), |r| r.get(0))
-                        .optional()
-                })
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-            match version {
+            let statement = match expected_version {
+                Some(v) => {
+                    values.push(Sql::Integer(*v));
+                    &sql.update_versioned
+                }
+                None => &sql.update,
+            };
+            match versioned(statement, values, collection, id, name.as_deref())? {
                 Some(v) => Ok(v),
-                None => Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, table, id)?,
-                )),
+                None => Err(layout::missed(collection, id, *expected_version, current_version(tx, sql, id)?)),
             }
         }
-        Write::Delete {
-            collection,
-            id,
-            expected_version,
-        } => {
+        Write::Delete { collection, id, expected_version } => {
             let deleted = match expected_version {
-                Some(v) => tx.execute(
-                    &format!("DELETE FROM {table} WHERE id = ?1 AND version = ?2"),
-                    rusqlite::params![id, v],
-                ),
-                None => tx.execute(&format!("DELETE FROM {table} WHERE id = ?1"), [id]),
+                Some(v) => tx.prepare_cached(&sql.delete_versioned).and_then(|mut s| s.execute(rusqlite::params![id, v])),
+                None => tx.prepare_cached(&sql.delete).and_then(|mut s| s.execute([id])),
             }
             .map_err(backend)?;
             if deleted == 0 {
-                return Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, table, id)?,
-                ));
+                return Err(layout::missed(collection, id, *expected_version, current_version(tx, sql, id)?));
             }
             Ok(0)
         }
@@ -332,9 +263,11 @@ impl DocumentStore for SqliteStore {
             "CREATE TABLE IF NOT EXISTS {table} (
                 seq INTEGER PRIMARY KEY,
                 id TEXT NOT NULL UNIQUE,
-                name TEXT UNIQUE,
+                name TEXT,
                 version INTEGER NOT NULL,
-                body TEXT NOT NULL)"
+                body TEXT NOT NULL);
+             -- partial: most documents have no name and need no entry
+             CREATE UNIQUE INDEX IF NOT EXISTS {table}_name ON {table} (name) WHERE name IS NOT NULL"
         ))
         .map_err(backend)?;
         for n in &added {
@@ -365,17 +298,18 @@ impl DocumentStore for SqliteStore {
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        self.layouts
+        let sql = WriteSql::new(&layout, Dialect::Sqlite);
+        self.collections
             .write()
             .unwrap()
-            .insert(spec.name.clone(), Arc::new(layout));
+            .insert(spec.name.clone(), Arc::new(Collection { layout, sql }));
         Ok(())
     }
 
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
-        let layouts: Vec<Arc<Layout>> = batch
+        let collections: Vec<Arc<Collection>> = batch
             .iter()
-            .map(|w| self.layout(w.collection()))
+            .map(|w| self.collection(w.collection()))
             .collect::<Result<_>>()?;
         let mut conn = self.writer.lock().unwrap();
         let tx = conn
@@ -383,8 +317,8 @@ impl DocumentStore for SqliteStore {
             .map_err(backend)?;
         let versions = batch
             .iter()
-            .zip(&layouts)
-            .map(|(w, layout)| apply(&tx, layout, w))
+            .zip(&collections)
+            .map(|(w, collection)| apply(&tx, collection, w))
             .collect::<Result<Vec<_>>>()?;
         tx.commit().map_err(backend)?;
         Ok(versions)
@@ -399,11 +333,11 @@ impl DocumentStore for SqliteStore {
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
-        let layout = self.layout(collection)?;
+        let layout = &self.collection(collection)?.layout;
         self.read(|conn| {
             // One read transaction: the count and the page come from the same snapshot.
             conn.execute_batch("BEGIN").map_err(backend)?;
-            let out = plan::list(&mut Reader(conn), &layout, Dialect::Sqlite, query);
+            let out = plan::list(&mut Reader(conn), layout, Dialect::Sqlite, query);
             conn.execute_batch("COMMIT").map_err(backend)?;
             out
         })
@@ -416,7 +350,7 @@ impl DocumentStore for SqliteStore {
 
 impl SqliteStore {
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        let layout = self.layout(collection)?;
+        let layout = &self.collection(collection)?.layout;
         self.read(|conn| {
             let sql = format!(
                 "SELECT id, name, version, body FROM {} WHERE {column} = ?1",

@@ -14,7 +14,6 @@ use drover_query::testing::{document, filter, sort};
 use drover_query::{Filter, ListQuery, Paging, Sort};
 use drover_store::{CollectionSpec, Write};
 use proptest::prelude::*;
-use serde_json::Value;
 
 fn spec(name: &str) -> CollectionSpec {
     CollectionSpec::new(name)
