@@ -67,12 +67,16 @@ async fn health_summary(State(store): State<Store>) -> Json<Value> {
 }
 
 async fn not_found() -> (StatusCode, Json<Value>) {
-    (StatusCode::NOT_FOUND, Json(json!({"messages": ["No such resource"]})))
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({"messages": ["No such resource"]})),
+    )
 }
 
 async fn shutdown_signal() {
     let terminate = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        {
             s.recv().await;
         }
     };
@@ -107,7 +111,10 @@ async fn serve(options: Options) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
     let address = listener.local_addr().map_err(|e| e.to_string())?;
-    println!("drover listening on http://{address} (store: {} at {location})", store.backend());
+    println!(
+        "drover listening on http://{address} (store: {} at {location})",
+        store.backend()
+    );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown_signal())
         .await

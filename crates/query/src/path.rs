@@ -114,10 +114,10 @@ fn any_value<'a, V: DocView<'a>>(
             .get_segment(segment)
             .is_some_and(|child| any_value(child, rest, visit)),
         Kind::Array => {
-            if let Some(child) = index(&segment.name).and_then(|i| value.element(i)) {
-                if any_value(child, rest, visit) {
-                    return true;
-                }
+            if let Some(child) = index(&segment.name).and_then(|i| value.element(i))
+                && any_value(child, rest, visit)
+            {
+                return true;
             }
             value
                 .elements()

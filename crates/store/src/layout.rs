@@ -43,10 +43,13 @@ impl WriteSql {
         let p = |i: usize| dialect.placeholder(i);
         let body = dialect.json_param(3);
         let columns = format!("id, name, version, body{}", layout.key_column_list());
-        let keys: String = (0..n).map(|c| format!(", {}, {}", p(4 + 2 * c), p(5 + 2 * c))).collect();
+        let keys: String = (0..n)
+            .map(|c| format!(", {}, {}", p(4 + 2 * c), p(5 + 2 * c)))
+            .collect();
         let values = format!("VALUES ({}, {}, 1, {body}{keys})", p(1), p(2));
-        let from_excluded: String =
-            (0..n).map(|c| format!(", k{c} = excluded.k{c}, u{c} = excluded.u{c}")).collect();
+        let from_excluded: String = (0..n)
+            .map(|c| format!(", k{c} = excluded.k{c}, u{c} = excluded.u{c}"))
+            .collect();
         let from_params: String = (0..n)
             .map(|c| format!(", k{c} = {}, u{c} = {}", p(4 + 2 * c), p(5 + 2 * c)))
             .collect();
@@ -65,7 +68,11 @@ impl WriteSql {
             update_versioned: format!("{update} AND version = {} RETURNING version", p(4 + 2 * n)),
             update: format!("{update} RETURNING version"),
             delete: format!("DELETE FROM {table} WHERE id = {}", p(1)),
-            delete_versioned: format!("DELETE FROM {table} WHERE id = {} AND version = {}", p(1), p(2)),
+            delete_versioned: format!(
+                "DELETE FROM {table} WHERE id = {} AND version = {}",
+                p(1),
+                p(2)
+            ),
             version_of: format!("SELECT version FROM {table} WHERE id = {}", p(1)),
         }
     }

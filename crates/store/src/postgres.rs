@@ -276,7 +276,10 @@ fn current_version(
     id: &str,
 ) -> Result<Option<i64>> {
     let stmt = prepare(cache, tx, &sql.version_of)?;
-    Ok(tx.query_opt(&stmt, &[&id]).map_err(backend)?.map(|r| r.get(0)))
+    Ok(tx
+        .query_opt(&stmt, &[&id])
+        .map_err(backend)?
+        .map(|r| r.get(0)))
 }
 
 fn apply(
@@ -287,19 +290,43 @@ fn apply(
 ) -> Result<i64> {
     let (layout, sql) = (&collection.layout, &collection.sql);
     match write {
-        Write::Insert { collection, id, name, body } | Write::Put { collection, id, name, body } => {
+        Write::Insert {
+            collection,
+            id,
+            name,
+            body,
+        }
+        | Write::Put {
+            collection,
+            id,
+            name,
+            body,
+        } => {
             let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
-            let statement = if matches!(write, Write::Put { .. }) { &sql.put } else { &sql.insert };
+            let statement = if matches!(write, Write::Put { .. }) {
+                &sql.put
+            } else {
+                &sql.insert
+            };
             let stmt = prepare(cache, tx, statement)?;
             if matches!(write, Write::Put { .. }) {
-                let r = tx.query_one(&stmt, &row.params()).map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+                let r = tx
+                    .query_one(&stmt, &row.params())
+                    .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
                 Ok(r.get(0))
             } else {
-                tx.execute(&stmt, &row.params()).map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+                tx.execute(&stmt, &row.params())
+                    .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
                 Ok(1)
             }
         }
-        Write::Update { collection, id, name, body, expected_version } => {
+        Write::Update {
+            collection,
+            id,
+            name,
+            body,
+            expected_version,
+        } => {
             let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
             let mut params = row.params();
             let statement = match expected_version {
@@ -310,12 +337,24 @@ fn apply(
                 None => &sql.update,
             };
             let stmt = prepare(cache, tx, statement)?;
-            match tx.query_opt(&stmt, &params).map_err(|e| conflict(e, collection, id, name.as_deref()))? {
+            match tx
+                .query_opt(&stmt, &params)
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?
+            {
                 Some(r) => Ok(r.get(0)),
-                None => Err(layout::missed(collection, id, *expected_version, current_version(tx, cache, sql, id)?)),
+                None => Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, cache, sql, id)?,
+                )),
             }
         }
-        Write::Delete { collection, id, expected_version } => {
+        Write::Delete {
+            collection,
+            id,
+            expected_version,
+        } => {
             let deleted = match expected_version {
                 Some(v) => {
                     let stmt = prepare(cache, tx, &sql.delete_versioned)?;
@@ -328,7 +367,12 @@ fn apply(
             }
             .map_err(backend)?;
             if deleted == 0 {
-                return Err(layout::missed(collection, id, *expected_version, current_version(tx, cache, sql, id)?));
+                return Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, cache, sql, id)?,
+                ));
             }
             Ok(0)
         }

@@ -186,30 +186,53 @@ fn current_version(tx: &Connection, sql: &WriteSql, id: &str) -> Result<Option<i
 
 fn apply(tx: &Connection, collection: &Collection, write: &Write) -> Result<i64> {
     let (layout, sql) = (&collection.layout, &collection.sql);
-    let conflict = |e: rusqlite::Error, name: &str, id: &str, doc_name: Option<&str>| match unique_violation(&e) {
-        Some(on_name) => layout::taken(name, on_name, id, doc_name),
-        None => backend(e),
-    };
+    let conflict =
+        |e: rusqlite::Error, name: &str, id: &str, doc_name: Option<&str>| match unique_violation(
+            &e,
+        ) {
+            Some(on_name) => layout::taken(name, on_name, id, doc_name),
+            None => backend(e),
+        };
     // Runs a statement that answers the new version, if it changed a row.
-    let versioned = |statement: &str, values: Vec<Sql>, name: &str, id: &str, doc_name: Option<&str>| {
-        tx.prepare_cached(statement)
-            .and_then(|mut s| s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0)).optional())
-            .map_err(|e| conflict(e, name, id, doc_name))
-    };
+    let versioned =
+        |statement: &str, values: Vec<Sql>, name: &str, id: &str, doc_name: Option<&str>| {
+            tx.prepare_cached(statement)
+                .and_then(|mut s| {
+                    s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0))
+                        .optional()
+                })
+                .map_err(|e| conflict(e, name, id, doc_name))
+        };
     match write {
-        Write::Insert { collection, id, name, body } => {
+        Write::Insert {
+            collection,
+            id,
+            name,
+            body,
+        } => {
             let values = row_values(layout, collection, id, name.as_deref(), body)?;
             tx.prepare_cached(&sql.insert)
                 .and_then(|mut s| s.execute(params_from_iter(values)))
                 .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
             Ok(1)
         }
-        Write::Put { collection, id, name, body } => {
+        Write::Put {
+            collection,
+            id,
+            name,
+            body,
+        } => {
             let values = row_values(layout, collection, id, name.as_deref(), body)?;
             versioned(&sql.put, values, collection, id, name.as_deref())?
                 .ok_or_else(|| StoreError::Backend("upsert answered no version".into()))
         }
-        Write::Update { collection, id, name, body, expected_version } => {
+        Write::Update {
+            collection,
+            id,
+            name,
+            body,
+            expected_version,
+        } => {
             let mut values = row_values(layout, collection, id, name.as_deref(), body)?;
             let statement = match expected_version {
                 Some(v) => {
@@ -220,17 +243,35 @@ fn apply(tx: &Connection, collection: &Collection, write: &Write) -> Result<i64>
             };
             match versioned(statement, values, collection, id, name.as_deref())? {
                 Some(v) => Ok(v),
-                None => Err(layout::missed(collection, id, *expected_version, current_version(tx, sql, id)?)),
+                None => Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, sql, id)?,
+                )),
             }
         }
-        Write::Delete { collection, id, expected_version } => {
+        Write::Delete {
+            collection,
+            id,
+            expected_version,
+        } => {
             let deleted = match expected_version {
-                Some(v) => tx.prepare_cached(&sql.delete_versioned).and_then(|mut s| s.execute(rusqlite::params![id, v])),
-                None => tx.prepare_cached(&sql.delete).and_then(|mut s| s.execute([id])),
+                Some(v) => tx
+                    .prepare_cached(&sql.delete_versioned)
+                    .and_then(|mut s| s.execute(rusqlite::params![id, v])),
+                None => tx
+                    .prepare_cached(&sql.delete)
+                    .and_then(|mut s| s.execute([id])),
             }
             .map_err(backend)?;
             if deleted == 0 {
-                return Err(layout::missed(collection, id, *expected_version, current_version(tx, sql, id)?));
+                return Err(layout::missed(
+                    collection,
+                    id,
+                    *expected_version,
+                    current_version(tx, sql, id)?,
+                ));
             }
             Ok(0)
         }
