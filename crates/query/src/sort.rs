@@ -63,10 +63,10 @@ impl Sort {
         self.keys.is_empty()
     }
 
-    /// Compares two documents by the sort keys (equal when they tie).
-    pub fn compare(&self, a: &Value, b: &Value) -> Ordering {
-        for (path, direction) in &self.keys {
-            let o = compare(path.first_value(a).value, path.first_value(b).value);
+    /// Compares the resolved sort values of two documents (equal when they tie).
+    fn compare_resolved(&self, a: &[Option<&Value>], b: &[Option<&Value>]) -> Ordering {
+        for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
+            let o = compare(*x, *y);
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),
@@ -97,19 +97,7 @@ impl Sort {
                 (keys, i)
             })
             .collect();
-        decorated.sort_by(|(a, _), (b, _)| {
-            for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
-                let o = compare(*x, *y);
-                let o = match direction {
-                    Direction::Ascending => o,
-                    Direction::Descending => o.reverse(),
-                };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            Ordering::Equal
-        });
+        decorated.sort_by(|(a, _), (b, _)| self.compare_resolved(a, b));
         let order: Vec<usize> = decorated.into_iter().map(|(_, i)| i).collect();
         apply_permutation(items, order);
     }

@@ -152,6 +152,79 @@ impl Layout {
             .collect()
     }
 
+    /// The DDL that creates the table or brings it up to this layout; `added` are the key
+    /// columns new to it (their values must then be backfilled).
+    pub fn schema_sql(&self, added: &[usize], dialect: Dialect) -> Vec<String> {
+        let table = &self.table;
+        let (seq, integer, body, blob, one, small) = match dialect {
+            Dialect::Sqlite => (
+                "INTEGER PRIMARY KEY",
+                "INTEGER",
+                "TEXT",
+                "BLOB",
+                "X'01'",
+                "INTEGER",
+            ),
+            Dialect::Postgres => (
+                "BIGSERIAL PRIMARY KEY",
+                "BIGINT",
+                "JSONB",
+                "BYTEA",
+                "'\\x01'::bytea",
+                "SMALLINT",
+            ),
+        };
+        let mut sql = vec![
+            format!(
+                "CREATE TABLE IF NOT EXISTS {table} (seq {seq}, id TEXT NOT NULL UNIQUE, name TEXT, \
+                 version {integer} NOT NULL, body {body} NOT NULL)"
+            ),
+            // Partial: most documents have no name and need no index entry.
+            format!(
+                "CREATE UNIQUE INDEX IF NOT EXISTS {table}_name ON {table} (name) WHERE name IS NOT NULL"
+            ),
+        ];
+        for n in added {
+            // The default is the key of a missing value; the backfill sets the real one.
+            sql.push(format!(
+                "ALTER TABLE {table} ADD COLUMN k{n} {blob} NOT NULL DEFAULT {one}"
+            ));
+            sql.push(format!(
+                "ALTER TABLE {table} ADD COLUMN u{n} {small} NOT NULL DEFAULT 0"
+            ));
+            sql.push(format!(
+                "CREATE INDEX IF NOT EXISTS {table}_u{n} ON {table} (u{n}) WHERE u{n} = 1"
+            ));
+        }
+        for index in &self.indexes {
+            let columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
+            sql.push(format!(
+                "CREATE INDEX IF NOT EXISTS {} ON {table} ({})",
+                self.index_name(index),
+                columns.join(", ")
+            ));
+        }
+        sql
+    }
+
+    /// The statement that sets key column `n` of the row `seq` (parameters: key, crossed, seq).
+    pub fn backfill_sql(&self, n: usize, dialect: Dialect) -> String {
+        let p = |i| dialect.placeholder(i);
+        format!(
+            "UPDATE {} SET k{n} = {}, u{n} = {} WHERE seq = {}",
+            self.table,
+            p(1),
+            p(2),
+            p(3)
+        )
+    }
+
+    /// The catalog's record of the indexed paths, in column order.
+    pub fn catalog_paths(&self) -> String {
+        let paths: Vec<&str> = self.paths.iter().map(|p| p.as_str()).collect();
+        serde_json::to_string(&paths).unwrap_or_default()
+    }
+
     /// SQL index names are derived from the columns they cover.
     pub fn index_name(&self, columns: &[usize]) -> String {
         let cols: Vec<String> = columns.iter().map(|n| format!("k{n}")).collect();

@@ -387,60 +387,43 @@ impl DocumentStore for PostgresStore {
     fn ensure_collection(&self, spec: &CollectionSpec) -> Result<()> {
         let layout = self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
-            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK]).map_err(backend)?;
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&SCHEMA_LOCK])
+                .map_err(backend)?;
             let existing: Vec<String> = tx
-                .query_opt("SELECT paths FROM drover_collections WHERE name = $1", &[&spec.name])
+                .query_opt(
+                    "SELECT paths FROM drover_collections WHERE name = $1",
+                    &[&spec.name],
+                )
                 .map_err(backend)?
                 .map(|r| serde_json::from_str(r.get::<_, &str>(0)).unwrap_or_default())
                 .unwrap_or_default();
             let (layout, added) = Layout::new(spec, &existing)?;
-            let table = &layout.table;
-            tx.batch_execute(&format!(
-                "CREATE TABLE IF NOT EXISTS {table} (
-                    seq BIGSERIAL PRIMARY KEY,
-                    id TEXT NOT NULL UNIQUE,
-                    name TEXT,
-                    version BIGINT NOT NULL,
-                    body JSONB NOT NULL);
-                 CREATE UNIQUE INDEX IF NOT EXISTS {table}_name ON {table} (name) WHERE name IS NOT NULL"
-            ))
-            .map_err(backend)?;
-            for n in &added {
-                tx.batch_execute(&format!(
-                    "ALTER TABLE {table} ADD COLUMN IF NOT EXISTS k{n} BYTEA NOT NULL DEFAULT '\\x01'::bytea;
-                     ALTER TABLE {table} ADD COLUMN IF NOT EXISTS u{n} SMALLINT NOT NULL DEFAULT 0;
-                     CREATE INDEX IF NOT EXISTS {table}_u{n} ON {table} (u{n}) WHERE u{n} = 1;"
-                ))
-                .map_err(backend)?;
+            for statement in layout.schema_sql(&added, Dialect::Postgres) {
+                tx.batch_execute(&statement).map_err(backend)?;
             }
             if !added.is_empty() {
-                let rows = tx.query(&format!("SELECT seq, body::text FROM {table}"), &[]).map_err(backend)?;
+                let rows = tx
+                    .query(
+                        &format!("SELECT seq, body::text FROM {}", layout.table),
+                        &[],
+                    )
+                    .map_err(backend)?;
                 for r in rows {
                     let seq: i64 = r.get(0);
-                    let body: serde_json::Value =
-                        serde_json::from_str(r.get::<_, &str>(1)).map_err(|e| StoreError::Backend(e.to_string()))?;
+                    let body: serde_json::Value = serde_json::from_str(r.get::<_, &str>(1))
+                        .map_err(|e| StoreError::Backend(e.to_string()))?;
                     let keys = layout.row_keys(&body);
                     for &n in &added {
                         let (k, u) = &keys[n];
-                        tx.execute(&format!("UPDATE {table} SET k{n} = $1, u{n} = $2 WHERE seq = $3"), &[k, u, &seq])
+                        tx.execute(&layout.backfill_sql(n, Dialect::Postgres), &[k, u, &seq])
                             .map_err(backend)?;
                     }
                 }
             }
-            for index in &layout.indexes {
-                let columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
-                tx.batch_execute(&format!(
-                    "CREATE INDEX IF NOT EXISTS {} ON {table} ({})",
-                    layout.index_name(index),
-                    columns.join(", ")
-                ))
-                .map_err(backend)?;
-            }
-            let paths: Vec<&str> = layout.paths.iter().map(|p| p.as_str()).collect();
             tx.execute(
                 "INSERT INTO drover_collections (name, paths) VALUES ($1, $2)
                  ON CONFLICT (name) DO UPDATE SET paths = EXCLUDED.paths",
-                &[&spec.name, &serde_json::to_string(&paths).unwrap()],
+                &[&spec.name, &layout.catalog_paths()],
             )
             .map_err(backend)?;
             tx.commit().map_err(backend)?;

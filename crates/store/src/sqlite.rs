@@ -299,43 +299,16 @@ impl DocumentStore for SqliteStore {
             .map(|text| serde_json::from_str(&text).unwrap_or_default())
             .unwrap_or_default();
         let (layout, added) = Layout::new(spec, &existing)?;
-        let table = &layout.table;
-        tx.execute_batch(&format!(
-            "CREATE TABLE IF NOT EXISTS {table} (
-                seq INTEGER PRIMARY KEY,
-                id TEXT NOT NULL UNIQUE,
-                name TEXT,
-                version INTEGER NOT NULL,
-                body TEXT NOT NULL);
-             -- partial: most documents have no name and need no entry
-             CREATE UNIQUE INDEX IF NOT EXISTS {table}_name ON {table} (name) WHERE name IS NOT NULL"
-        ))
-        .map_err(backend)?;
-        for n in &added {
-            tx.execute_batch(&format!(
-                "ALTER TABLE {table} ADD COLUMN k{n} BLOB NOT NULL DEFAULT X'01';
-                 ALTER TABLE {table} ADD COLUMN u{n} INTEGER NOT NULL DEFAULT 0;
-                 CREATE INDEX IF NOT EXISTS {table}_u{n} ON {table} (u{n}) WHERE u{n} = 1;"
-            ))
-            .map_err(backend)?;
+        for statement in layout.schema_sql(&added, Dialect::Sqlite) {
+            tx.execute_batch(&statement).map_err(backend)?;
         }
         if !added.is_empty() {
             backfill(&tx, &layout, &added)?;
         }
-        for index in &layout.indexes {
-            let columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
-            tx.execute_batch(&format!(
-                "CREATE INDEX IF NOT EXISTS {} ON {table} ({})",
-                layout.index_name(index),
-                columns.join(", ")
-            ))
-            .map_err(backend)?;
-        }
-        let paths: Vec<&str> = layout.paths.iter().map(|p| p.as_str()).collect();
         tx.execute(
             "INSERT INTO drover_collections (name, paths) VALUES (?1, ?2)
              ON CONFLICT(name) DO UPDATE SET paths = excluded.paths",
-            rusqlite::params![spec.name, serde_json::to_string(&paths).unwrap()],
+            rusqlite::params![spec.name, layout.catalog_paths()],
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
@@ -423,7 +396,7 @@ fn backfill(tx: &Connection, layout: &Layout, added: &[usize]) -> Result<()> {
         for &n in added {
             let (key, crossed) = &keys[n];
             tx.execute(
-                &format!("UPDATE {table} SET k{n} = ?1, u{n} = ?2 WHERE seq = ?3"),
+                &layout.backfill_sql(n, Dialect::Sqlite),
                 rusqlite::params![key, crossed, seq],
             )
             .map_err(backend)?;
