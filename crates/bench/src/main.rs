@@ -229,6 +229,13 @@ fn store(args: &[String]) {
         rate / 50_000.0
     );
 
+    let t = Instant::now();
+    store.maintain().unwrap();
+    eprintln!(
+        "maintain (ANALYZE; VACUUM on PostgreSQL) took {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
     let dates = WireDates::utc();
     let sort = Sort::parse_str(r#"{"dates.submitDate": -1}"#).unwrap();
     let mut latencies = Vec::with_capacity(queries);

@@ -228,9 +228,8 @@ impl<'a> Compact<'a> {
         }
         let count = self.count();
         let hashes = &self.buf[self.at + 9..self.at + 9 + 4 * count];
-        let wanted = hash.to_le_bytes();
         for (i, h) in hashes.chunks_exact(4).enumerate() {
-            if h == wanted {
+            if u32::from_le_bytes(h.try_into().unwrap()) == hash {
                 let (found, value_at) = self.key_at(self.member_at(i, count));
                 if same_bytes(found, key.as_bytes()) {
                     return Some(Compact {

@@ -207,6 +207,30 @@ impl Layout {
         sql
     }
 
+    /// One INSERT of `rows` documents (parameters as for `WriteSql::insert`, row after row).
+    pub fn insert_rows_sql(&self, rows: usize, dialect: Dialect) -> String {
+        let per_row = 3 + 2 * self.paths.len();
+        let values: Vec<String> = (0..rows)
+            .map(|r| {
+                let base = r * per_row;
+                let mut v = vec![
+                    dialect.placeholder(base + 1),
+                    dialect.placeholder(base + 2),
+                    "1".to_string(),
+                    dialect.json_param(base + 3),
+                ];
+                v.extend((0..2 * self.paths.len()).map(|k| dialect.placeholder(base + 4 + k)));
+                format!("({})", v.join(", "))
+            })
+            .collect();
+        format!(
+            "INSERT INTO {} (id, name, version, body{}) VALUES {}",
+            self.table,
+            self.key_column_list(),
+            values.join(", ")
+        )
+    }
+
     /// The statement that sets key column `n` of the row `seq` (parameters: key, crossed, seq).
     pub fn backfill_sql(&self, n: usize, dialect: Dialect) -> String {
         let p = |i| dialect.placeholder(i);

@@ -148,6 +148,10 @@ pub trait DocumentStore: Send + Sync {
     /// Checks that the database answers.
     fn ping(&self) -> Result<()>;
 
+    /// Refreshes the planner's statistics (and, on PostgreSQL, the visibility map that
+    /// index-only counts rely on); worth calling after a bulk load.
+    fn maintain(&self) -> Result<()>;
+
     fn insert(&self, collection: &str, id: &str, name: Option<&str>, body: Value) -> Result<i64> {
         self.write(&[Write::Insert {
             collection: collection.into(),

@@ -29,6 +29,9 @@ const SCHEMA_LOCK: i64 = 0x6472_6f76_6572; // "drover"
 
 const MAX_IDLE_CONNECTIONS: usize = 8;
 
+/// Rows per multi-row INSERT (PostgreSQL allows 65535 parameters per statement).
+const INSERT_ROWS: usize = 100;
+
 pub struct PostgresStore {
     url: String,
     schema: Option<String>,
@@ -269,6 +272,63 @@ fn conflict(e: postgres::Error, collection: &str, id: &str, name: Option<&str>) 
     }
 }
 
+/// A unique violation of a multi-row insert: PostgreSQL's detail names the value
+/// (`Key (id)=(j1) already exists.`).
+fn conflict_in_rows(e: postgres::Error, collection: &str) -> StoreError {
+    match e.as_db_error() {
+        Some(db) if *db.code() == SqlState::UNIQUE_VIOLATION => {
+            let value = db
+                .detail()
+                .and_then(|d| {
+                    d.split_once(")=(")?
+                        .1
+                        .rsplit_once(") already exists")
+                        .map(|(v, _)| v.to_string())
+                })
+                .unwrap_or_default();
+            let on_name = db.constraint().is_some_and(|c| c.ends_with("_name"));
+            layout::taken(collection, on_name, &value, Some(&value))
+        }
+        _ => backend(e),
+    }
+}
+
+/// Inserts consecutive documents of one collection with one statement per
+/// `INSERT_ROWS` of them: a round trip per row would cap throughput at the network's pace.
+fn insert_rows(
+    tx: &mut Transaction<'_>,
+    cache: &mut HashMap<String, Statement>,
+    collection: &Collection,
+    name: &str,
+    writes: &[Write],
+) -> Result<()> {
+    for chunk in writes.chunks(INSERT_ROWS) {
+        let rows = chunk
+            .iter()
+            .map(|w| match w {
+                Write::Insert {
+                    id,
+                    name: doc_name,
+                    body,
+                    ..
+                } => RowParams::new(&collection.layout, name, id, doc_name.as_deref(), body),
+                _ => unreachable!("insert_rows takes inserts only"),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let params: Vec<Param<'_>> = rows.iter().flat_map(RowParams::params).collect();
+        let stmt = prepare(
+            cache,
+            tx,
+            &collection
+                .layout
+                .insert_rows_sql(rows.len(), Dialect::Postgres),
+        )?;
+        tx.execute(&stmt, &params)
+            .map_err(|e| conflict_in_rows(e, name))?;
+    }
+    Ok(())
+}
+
 fn current_version(
     tx: &mut Transaction<'_>,
     cache: &mut HashMap<String, Statement>,
@@ -452,8 +512,34 @@ impl DocumentStore for PostgresStore {
         self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
             let mut versions = Vec::with_capacity(batch.len());
-            for (w, collection) in batch.iter().zip(&collections) {
-                versions.push(apply(&mut tx, &mut conn.statements, collection, w)?);
+            let mut i = 0;
+            while i < batch.len() {
+                // A run of inserts into one collection goes in multi-row statements.
+                let run = batch[i..]
+                    .iter()
+                    .take_while(|w| {
+                        matches!(w, Write::Insert { .. }) && w.collection() == batch[i].collection()
+                    })
+                    .count();
+                if run > 1 {
+                    insert_rows(
+                        &mut tx,
+                        &mut conn.statements,
+                        &collections[i],
+                        batch[i].collection(),
+                        &batch[i..i + run],
+                    )?;
+                    versions.extend(std::iter::repeat_n(1, run));
+                    i += run;
+                } else {
+                    versions.push(apply(
+                        &mut tx,
+                        &mut conn.statements,
+                        &collections[i],
+                        &batch[i],
+                    )?);
+                    i += 1;
+                }
             }
             tx.commit().map_err(backend)?;
             Ok(versions)
@@ -490,6 +576,24 @@ impl DocumentStore for PostgresStore {
             )?;
             tx.commit().map_err(backend)?;
             Ok(page)
+        })
+    }
+
+    fn maintain(&self) -> Result<()> {
+        let tables: Vec<String> = self
+            .collections
+            .read()
+            .unwrap()
+            .values()
+            .map(|c| c.layout.table.clone())
+            .collect();
+        self.with_conn(|conn| {
+            for table in tables {
+                conn.client
+                    .batch_execute(&format!("VACUUM ANALYZE {table}"))
+                    .map_err(backend)?;
+            }
+            Ok(())
         })
     }
 

@@ -360,6 +360,11 @@ impl DocumentStore for SqliteStore {
     fn ping(&self) -> Result<()> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
     }
+
+    fn maintain(&self) -> Result<()> {
+        let conn = self.writer.lock().unwrap();
+        conn.execute_batch("ANALYZE").map_err(backend)
+    }
 }
 
 impl SqliteStore {

@@ -157,6 +157,39 @@ fn ids_and_names_are_unique() {
             s.put("jobs", "j3", Some("alpha"), json!({})),
             Err(StoreError::Conflict(_))
         ));
+        // Within a batch of inserts too, naming the culprit, and nothing is applied.
+        let batch = |ids: &[&str], names: &[Option<&str>]| -> Vec<Write> {
+            ids.iter()
+                .zip(names)
+                .map(|(id, name)| Write::Insert {
+                    collection: "jobs".into(),
+                    id: id.to_string(),
+                    name: name.map(Into::into),
+                    body: json!({}),
+                })
+                .collect()
+        };
+        match s
+            .write(&batch(&["b1", "b2", "j2", "b3"], &[None, None, None, None]))
+            .unwrap_err()
+        {
+            StoreError::Conflict(m) => {
+                assert!(m.contains("id 'j2' already exists"), "{}: {m}", b.name())
+            }
+            other => panic!("{other:?}"),
+        }
+        match s
+            .write(&batch(&["b1", "b2"], &[Some("beta"), Some("beta")]))
+            .unwrap_err()
+        {
+            StoreError::Conflict(m) => assert!(
+                m.contains("name 'beta' is already taken"),
+                "{}: {m}",
+                b.name()
+            ),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.get("jobs", "b1").unwrap(), None);
         // The same name in another collection is fine.
         s.ensure_collection(&CollectionSpec::new("other")).unwrap();
         s.insert("other", "j1", Some("alpha"), json!({})).unwrap();
@@ -455,6 +488,7 @@ fn refused_input() {
             "odd'id"
         );
         s.ping().unwrap();
+        s.maintain().unwrap();
     }
 }
 
