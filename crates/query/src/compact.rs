@@ -226,10 +226,12 @@ impl<'a> Compact<'a> {
         if !self.is_object() {
             return None;
         }
-        let count = self.count();
+        let count = self.u32_at(self.at + 5);
         let hashes = &self.buf[self.at + 9..self.at + 9 + 4 * count];
-        for (i, h) in hashes.chunks_exact(4).enumerate() {
-            if u32::from_le_bytes(h.try_into().unwrap()) == hash {
+        let mut i = 0;
+        while i < count {
+            let h = &hashes[4 * i..4 * i + 4];
+            if u32::from_le_bytes([h[0], h[1], h[2], h[3]]) == hash {
                 let (found, value_at) = self.key_at(self.member_at(i, count));
                 if same_bytes(found, key.as_bytes()) {
                     return Some(Compact {
@@ -238,6 +240,7 @@ impl<'a> Compact<'a> {
                     });
                 }
             }
+            i += 1;
         }
         None
     }
@@ -253,9 +256,29 @@ impl<'a> Compact<'a> {
     }
 }
 
-/// Byte equality without a library call: member keys are short.
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
+/// Byte equality without a library call (member keys and most values are short):
+/// word by word, the last word overlapping the one before.
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    let word = |s: &[u8], at: usize| u64::from_le_bytes(s[at..at + 8].try_into().unwrap());
+    let half = |s: &[u8], at: usize| u32::from_le_bytes(s[at..at + 4].try_into().unwrap());
+    match n {
+        0..4 => a.iter().zip(b).all(|(x, y)| x == y),
+        4..8 => half(a, 0) == half(b, 0) && half(a, n - 4) == half(b, n - 4),
+        _ => {
+            let mut at = 0;
+            while at + 8 < n {
+                if word(a, at) != word(b, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            word(a, n - 8) == word(b, n - 8)
+        }
+    }
 }
 
 /// Elements of an array.
@@ -390,5 +413,43 @@ impl<'a> DocView<'a> for Compact<'a> {
 
     fn truth(self) -> bool {
         self.tag() == TRUE
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn same_bytes_sees_every_position_at_every_length() {
+        for n in 0..40 {
+            let a: Vec<u8> = (0..n).map(|i| (i * 7 + 3) as u8).collect();
+            assert!(same_bytes(&a, &a.clone()), "length {n}");
+            for at in 0..n {
+                let mut b = a.clone();
+                b[at] ^= 0x20;
+                assert!(!same_bytes(&a, &b), "length {n}, difference at {at}");
+            }
+            assert!(!same_bytes(&a, &a[..n.saturating_sub(1)]) || n == 0);
+        }
+    }
+
+    #[test]
+    fn large_objects_and_long_strings_use_the_wide_forms() {
+        let long = "x".repeat(70_000);
+        let mut object = serde_json::Map::new();
+        for i in 0..300 {
+            object.insert(format!("key{i}"), Value::from(i));
+        }
+        object.insert("k".repeat(300), Value::from(long.clone()));
+        let doc = CompactDoc::new(&Value::Object(object));
+        let root = doc.root();
+        assert_eq!(root.get("key299").and_then(|v| v.number()), Some(299.0));
+        assert_eq!(
+            root.get(&"k".repeat(300)).and_then(|v| v.text()),
+            Some(long.as_str())
+        );
+        assert_eq!(root.entries().count(), 301);
+        assert!(root.get("key300").is_none());
     }
 }

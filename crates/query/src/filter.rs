@@ -21,6 +21,7 @@
 use drover_domain::dates::WireDates;
 use serde_json::{Map, Value};
 
+use crate::compact::same_bytes;
 use crate::order::{Kind, compare_values, number_f64};
 use crate::view::DocView;
 use crate::{Path, QueryError};
@@ -83,7 +84,7 @@ impl Literal {
         }
         match &self.value {
             // Equal text means the same kind too: a UTC date literal has `date` set.
-            Value::String(s) => x.text_bytes() == Some(s.as_bytes()),
+            Value::String(s) => x.text_bytes().is_some_and(|t| same_bytes(t, s.as_bytes())),
             Value::Number(n) => x.number() == Some(number_f64(n)),
             Value::Null => x.kind() == Kind::Null,
             Value::Bool(b) => x.kind() == Kind::Bool && x.truth() == *b,
@@ -93,9 +94,10 @@ impl Literal {
 
     /// How `x` compares with this literal, when it is of a comparable kind.
     fn compare<'a, V: DocView<'a>>(&self, x: V) -> Option<std::cmp::Ordering> {
-        match self.date {
-            Some(seconds) => Some(x.date()?.cmp(&seconds)),
-            None => (x.kind() == self.kind).then(|| compare_values(x, &self.value)),
+        match (self.date, &self.value) {
+            (Some(seconds), _) => Some(x.date()?.cmp(&seconds)),
+            (None, Value::Number(n)) => Some(x.number()?.total_cmp(&number_f64(n))),
+            (None, _) => (x.kind() == self.kind).then(|| compare_values(x, &self.value)),
         }
     }
 }
@@ -147,16 +149,16 @@ impl Cond {
             Cond::Gte(lit) => compares(path, doc, lit, |o| o.is_ge()),
             Cond::Exists(wanted) => path.any_value(doc, &mut |_| true) == *wanted,
             Cond::Type(kinds) => path.any_value(doc, &mut |x| {
-                unwrapped(x).any(|v| kinds.contains(&v.kind()))
+                any_unwrapped(x, |v| kinds.contains(&v.kind()))
             }),
         }
     }
 }
 
-/// A resolved value followed by its elements when it is an array.
-fn unwrapped<'a, V: DocView<'a>>(x: V) -> impl Iterator<Item = V> {
-    let elements = (x.kind() == Kind::Array).then(|| x.elements());
-    std::iter::once(x).chain(elements.into_iter().flatten())
+/// Whether `test` holds for a resolved value or, when it is an array, for one of its
+/// elements.
+fn any_unwrapped<'a, V: DocView<'a>>(x: V, mut test: impl FnMut(V) -> bool) -> bool {
+    test(x) || (x.kind() == Kind::Array && x.elements().any(test))
 }
 
 /// Whether the path has a value (or array element) equal to one of `lits`; a `null`
@@ -165,7 +167,7 @@ fn equals_any<'a, V: DocView<'a>>(path: &Path, doc: V, lits: &[Literal]) -> bool
     let mut resolved_any = false;
     let found = path.any_value(doc, &mut |x| {
         resolved_any = true;
-        unwrapped(x).any(|v| lits.iter().any(|lit| lit.equals(v)))
+        any_unwrapped(x, |v| lits.iter().any(|lit| lit.equals(v)))
     });
     found || (!resolved_any && lits.iter().any(|lit| lit.value.is_null()))
 }
@@ -177,7 +179,7 @@ fn compares<'a, V: DocView<'a>>(
     wanted: impl Fn(std::cmp::Ordering) -> bool,
 ) -> bool {
     path.any_value(doc, &mut |x| {
-        unwrapped(x).any(|v| lit.compare(v).is_some_and(&wanted))
+        any_unwrapped(x, |v| lit.compare(v).is_some_and(&wanted))
     })
 }
 
