@@ -165,6 +165,51 @@ fn evaluator(docs: u64) {
     );
 }
 
+/// Inserts documents `ids` in batches; prints and answers the throughput.
+fn insert(
+    store: &dyn DocumentStore,
+    rng: &mut Rng,
+    ids: std::ops::Range<u64>,
+    batch_size: u64,
+    label: &str,
+    stored_before: u64,
+) -> f64 {
+    let count = ids.end - ids.start;
+    let mut elapsed = Duration::ZERO;
+    let mut batch_times = Vec::new();
+    let mut next = ids.start;
+    while next < ids.end {
+        let batch: Vec<Write> = (next..(next + batch_size).min(ids.end))
+            .map(|n| Write::Insert {
+                collection: "jobs".into(),
+                id: format!("Drover.{n}"),
+                name: None,
+                body: job(n, rng),
+            })
+            .collect();
+        next += batch.len() as u64;
+        let t = Instant::now();
+        store.write(&batch).unwrap();
+        let e = t.elapsed();
+        elapsed += e;
+        batch_times.push(e);
+    }
+    batch_times.sort();
+    let rate = count as f64 / elapsed.as_secs_f64();
+    println!(
+        "{label} insert: {count} docs (after {}) in batches of {batch_size}, one transaction each: \
+         {rate:.0} docs/s (batch commit p50 {:.1} ms, p99 {:.1} ms)",
+        if ids.start == 0 {
+            "0".to_string()
+        } else {
+            stored_before.to_string()
+        },
+        ms(percentile(&batch_times, 0.5)),
+        ms(percentile(&batch_times, 0.99)),
+    );
+    rate
+}
+
 fn store(args: &[String]) {
     let docs: u64 = arg(args, "--docs").map_or(1_000_000, |d| d.parse().unwrap());
     let queries: usize = arg(args, "--queries").map_or(1000, |q| q.parse().unwrap());
@@ -196,38 +241,14 @@ fn store(args: &[String]) {
 
     let mut rng = Rng(0x5eed);
     let batch_size: u64 = arg(args, "--batch").map_or(1000, |b| b.parse().unwrap());
-    let mut insert_time = Duration::ZERO;
-    let mut batch_times = Vec::new();
-    let mut i = 0;
-    while i < docs {
-        let batch: Vec<Write> = (i..(i + batch_size).min(docs))
-            .map(|n| {
-                let body = job(n, &mut rng);
-                Write::Insert {
-                    collection: "jobs".into(),
-                    id: format!("Drover.{n}"),
-                    name: None,
-                    body,
-                }
-            })
-            .collect();
-        i += batch.len() as u64;
-        let t = Instant::now();
-        store.write(&batch).unwrap();
-        let e = t.elapsed();
-        insert_time += e;
-        batch_times.push(e);
-    }
-    batch_times.sort();
-    let rate = docs as f64 / insert_time.as_secs_f64();
+    let rate = insert(&*store, &mut rng, 0..docs, batch_size, &label, docs);
     println!(
-        "{label} insert: {docs} docs in batches of {batch_size}, one transaction each: {:.0} docs/s \
-         (batch commit p50 {:.1} ms, p99 {:.1} ms); target >= 50,000 docs/s: ratio {:.2}",
-        rate,
-        ms(percentile(&batch_times, 0.5)),
-        ms(percentile(&batch_times, 0.99)),
+        "  ratio to the target of 50,000 docs/s: {:.2}",
         rate / 50_000.0
     );
+    // Group commit makes batches larger under load: the same, 10,000 documents a batch.
+    let more = (docs / 10).max(10_000);
+    insert(&*store, &mut rng, docs..docs + more, 10_000, &label, docs);
 
     let t = Instant::now();
     store.maintain().unwrap();

@@ -39,7 +39,7 @@ fn backend(e: rusqlite::Error) -> StoreError {
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
-        let writer = connect(path)?;
+        let writer = connect(path, WRITER_CACHE_KIB)?;
         migrate(&writer)?;
         Ok(Self {
             path: path.to_path_buf(),
@@ -63,7 +63,7 @@ impl SqliteStore {
         let pooled = self.readers.lock().unwrap().pop();
         let conn = match pooled {
             Some(c) => c,
-            None => connect(&self.path)?,
+            None => connect(&self.path, READER_CACHE_KIB)?,
         };
         let out = f(&conn);
         let mut idle = self.readers.lock().unwrap();
@@ -74,7 +74,12 @@ impl SqliteStore {
     }
 }
 
-fn connect(path: &Path) -> Result<Connection> {
+/// Page cache of the writer, in KiB: index pages that random inserts touch stay in it.
+const WRITER_CACHE_KIB: u32 = 256 * 1024;
+/// Page cache of each reader, in KiB (readers also share the OS page cache).
+const READER_CACHE_KIB: u32 = 32 * 1024;
+
+fn connect(path: &Path, cache_kib: u32) -> Result<Connection> {
     let conn = Connection::open(path).map_err(|e| {
         StoreError::Backend(format!(
             "cannot open SQLite database {}: {e}",
@@ -85,11 +90,12 @@ fn connect(path: &Path) -> Result<Connection> {
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA busy_timeout = 10000;
-         PRAGMA cache_size = -65536;
          PRAGMA wal_autocheckpoint = 8192;
          PRAGMA temp_store = MEMORY;",
     )
     .map_err(backend)?;
+    conn.execute_batch(&format!("PRAGMA cache_size = -{cache_kib}"))
+        .map_err(backend)?;
     Ok(conn)
 }
 
