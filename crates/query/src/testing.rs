@@ -11,12 +11,12 @@ use serde_json::{Map, Value, json};
 
 pub fn scalar() -> impl Strategy<Value = Value> {
     prop_oneof![
-        Just(Value::Null),
-        any::<bool>().prop_map(Value::Bool),
-        (-1i64..3).prop_map(|n| json!(n)),
-        Just(json!(1.5)),
-        Just(json!(-0.0)),
-        prop::sample::select(vec![
+        1 => Just(Value::Null),
+        1 => any::<bool>().prop_map(Value::Bool),
+        1 => (-1i64..3).prop_map(|n| json!(n)),
+        1 => Just(json!(1.5)),
+        1 => Just(json!(-0.0)),
+        3 => prop::sample::select(vec![
             "",
             "a",
             "ab",

@@ -8,8 +8,10 @@
 //! Three ways to answer, from fastest:
 //! 1. every condition is on an indexed path and no stored row of those paths crossed an
 //!    array: SQL filters, counts, sorts (when the sort paths are indexed) and pages;
-//! 2. otherwise SQL narrows the rows down to a superset (conditions it cannot decide
-//!    become true; rows that crossed an array always pass) and the evaluator decides;
+//! 2. otherwise SQL narrows the rows down to a superset and the evaluator decides:
+//!    conditions it cannot decide become true (or, for equality with plain strings, a
+//!    search of the body's text), and where some row crossed an array on an indexed
+//!    path, such rows pass that path's conditions;
 //! 3. sorting on a path with no index is done in Rust after filtering.
 //!
 //! Whatever the way, the answer is the reference answer of `ListQuery::run` over the
@@ -18,7 +20,7 @@
 use std::collections::BTreeSet;
 
 use drover_query::order::{Kind, date_prefix, key};
-use drover_query::{Cond, Direction, Filter, ListQuery, Page};
+use drover_query::{Cond, Direction, Filter, ListQuery, Literal, Page};
 
 use crate::layout::Layout;
 use crate::{Document, Result, StoreError};
@@ -106,6 +108,8 @@ enum SqlCond {
     Range(usize, Option<(Vec<u8>, bool)>, Option<(Vec<u8>, bool)>),
     /// `u<n> = 1`
     CrossedArray(usize),
+    /// The body's JSON text contains one of these strings.
+    BodyContains(Vec<String>),
 }
 
 fn and(parts: Vec<SqlCond>) -> SqlCond {
@@ -167,10 +171,15 @@ struct Translation {
     columns: BTreeSet<usize>,
 }
 
-fn translate(filter: &Filter, layout: &Layout) -> Translation {
+/// Translates `filter`; `crossed` are the key columns some stored row crossed an array
+/// on (only their conditions need the `u<n> = 1` escape in the superset).
+fn translate(filter: &Filter, layout: &Layout, crossed: &BTreeSet<usize>) -> Translation {
     match filter {
         Filter::And(parts) | Filter::Or(parts) => {
-            let parts: Vec<Translation> = parts.iter().map(|p| translate(p, layout)).collect();
+            let parts: Vec<Translation> = parts
+                .iter()
+                .map(|p| translate(p, layout, crossed))
+                .collect();
             let complete = parts.iter().all(|p| p.complete);
             let columns = parts
                 .iter()
@@ -193,8 +202,13 @@ fn translate(filter: &Filter, layout: &Layout) -> Translation {
         Filter::Field(path, cond) => match layout.column_of(path) {
             Some(col) => {
                 let exact = condition(col, cond);
+                let superset = if crossed.contains(&col) {
+                    or(vec![SqlCond::CrossedArray(col), exact.clone()])
+                } else {
+                    exact.clone()
+                };
                 Translation {
-                    superset: or(vec![SqlCond::CrossedArray(col), exact.clone()]),
+                    superset,
                     exact,
                     complete: true,
                     columns: BTreeSet::from([col]),
@@ -202,7 +216,7 @@ fn translate(filter: &Filter, layout: &Layout) -> Translation {
             }
             None => Translation {
                 exact: SqlCond::True,
-                superset: SqlCond::True,
+                superset: text_needles(cond).map_or(SqlCond::True, SqlCond::BodyContains),
                 complete: false,
                 columns: BTreeSet::new(),
             },
@@ -210,11 +224,33 @@ fn translate(filter: &Filter, layout: &Layout) -> Translation {
     }
 }
 
+/// For equality with plain strings on an unindexed path: the JSON texts of the literals,
+/// one of which a matching document's text must contain (a superset test: the text may
+/// also contain them elsewhere). Only printable ASCII without `"` and `\`, which both
+/// serde_json and PostgreSQL's `jsonb` output write as they are; dates are left out, as
+/// they match other spellings of their instant.
+fn text_needles(cond: &Cond) -> Option<Vec<String>> {
+    let plain = |lit: &Literal| match (&lit.value, lit.date) {
+        (serde_json::Value::String(s), None)
+            if s.bytes()
+                .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\') =>
+        {
+            Some(format!("\"{s}\""))
+        }
+        _ => None,
+    };
+    match cond {
+        Cond::Eq(lit) => Some(vec![plain(lit)?]),
+        Cond::In(lits) if !lits.is_empty() => lits.iter().map(plain).collect(),
+        _ => None,
+    }
+}
+
 /// `cond` on column `col`, exact for a row whose path resolved without crossing an array
 /// (then the path has at most one value, the one `k<col>` encodes).
 fn condition(col: usize, cond: &Cond) -> SqlCond {
     use SqlCond::{In, Range};
-    let equal = |lit: &drover_query::Literal| match lit.date {
+    let equal = |lit: &Literal| match lit.date {
         Some(s) => Range(
             col,
             Some((date_prefix(s), true)),
@@ -224,8 +260,8 @@ fn condition(col: usize, cond: &Cond) -> SqlCond {
         None if lit.value.is_null() => In(col, vec![key(None), key(Some(&lit.value))]),
         None => In(col, vec![key(Some(&lit.value))]),
     };
-    let tag_end = |lit: &drover_query::Literal| vec![lit.kind.tag() + 1];
-    let tag_start = |lit: &drover_query::Literal| vec![lit.kind.tag()];
+    let tag_end = |lit: &Literal| vec![lit.kind.tag() + 1];
+    let tag_start = |lit: &Literal| vec![lit.kind.tag()];
     match cond {
         Cond::Eq(lit) => equal(lit),
         Cond::Ne(lit) => not(equal(lit)),
@@ -327,6 +363,21 @@ fn render(c: &SqlCond, dialect: Dialect, params: &mut Vec<Vec<u8>>) -> String {
             format!("({})", parts.join(" AND "))
         }
         SqlCond::CrossedArray(col) => format!("u{col} = 1"),
+        SqlCond::BodyContains(needles) => {
+            let tests: Vec<String> = needles
+                .iter()
+                .map(|n| {
+                    let mark = bind(n.as_bytes(), params);
+                    match dialect {
+                        Dialect::Sqlite => format!("instr(body, CAST({mark} AS TEXT)) > 0"),
+                        Dialect::Postgres => {
+                            format!("strpos(body::text, convert_from({mark}, 'UTF8')) > 0")
+                        }
+                    }
+                })
+                .collect();
+            format!("({})", tests.join(" OR "))
+        }
     }
 }
 
@@ -338,7 +389,19 @@ pub(crate) fn list(
     query: &ListQuery,
 ) -> Result<Page<Document>> {
     let table = &layout.table;
-    let translation = translate(&query.filter, layout);
+    // Which indexed columns the filter uses, and on which of them a stored row crossed an
+    // array (a cheap probe of the partial index on u<n>).
+    let columns = translate(&query.filter, layout, &BTreeSet::new()).columns;
+    let mut crossed = BTreeSet::new();
+    for col in columns {
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE u{col} = 1 LIMIT 1) AS probe"
+        );
+        if conn.count(&sql, &[])? > 0 {
+            crossed.insert(col);
+        }
+    }
+    let translation = translate(&query.filter, layout, &crossed);
     let sort_columns: Option<Vec<(usize, Direction)>> = query
         .sort
         .keys
@@ -365,19 +428,8 @@ pub(crate) fn list(
     };
     let select = format!("SELECT id, name, version, {} FROM {table}", dialect.body());
 
-    let mut crossed = false;
-    for col in &translation.columns {
-        let sql = format!(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM {table} WHERE u{col} = 1 LIMIT 1) AS probe"
-        );
-        if conn.count(&sql, &[])? > 0 {
-            crossed = true;
-            break;
-        }
-    }
-
     let mut params = Vec::new();
-    if translation.complete && !crossed {
+    if translation.complete && crossed.is_empty() {
         // Way 1: SQL decides the filter.
         let condition = render(&translation.exact, dialect, &mut params);
         let total = conn.count(

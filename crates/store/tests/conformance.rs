@@ -299,11 +299,11 @@ fn data_survives_reopening_and_new_indexes_cover_old_documents() {
 fn load_jobs(s: &dyn DocumentStore) {
     s.ensure_collection(&jobs_spec()).unwrap();
     let docs = [
-        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-02 00:00:00 UTC", "procs": 4}),
-        json!({"state": "Running", "credentials": {"user": "bob"}, "submitDate": "2026-01-01 00:00:00 UTC", "procs": 2}),
-        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-03 00:00:00 UTC", "procs": 8}),
-        json!({"state": "Completed", "credentials": {"user": "alice"}, "submitDate": "2025-12-31 00:00:00 UTC"}),
-        json!({"state": ["Idle", "Held"], "credentials": {"user": "carol"}, "submitDate": null, "procs": 1}),
+        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-02 00:00:00 UTC", "procs": 4, "queue": "batch"}),
+        json!({"state": "Running", "credentials": {"user": "bob"}, "submitDate": "2026-01-01 00:00:00 UTC", "procs": 2, "queue": "fast"}),
+        json!({"state": "Idle", "credentials": {"user": "alice"}, "submitDate": "2026-01-03 00:00:00 UTC", "procs": 8, "queue": ["batch", "fast"]}),
+        json!({"state": "Completed", "credentials": {"user": "alice"}, "submitDate": "2025-12-31 00:00:00 UTC", "note": "say \"batch\""}),
+        json!({"state": ["Idle", "Held"], "credentials": {"user": "carol"}, "submitDate": null, "procs": 1, "queue": {"batch": 1}}),
     ];
     let batch: Vec<Write> = docs
         .into_iter()
@@ -369,6 +369,28 @@ fn listing_filters_sorts_and_pages_like_the_evaluator() {
             (
                 query(r#"{"procs": {"$gte": 2}}"#, r#"{"procs": -1}"#, None, None),
                 (3, vec!["j3", "j1", "j2"]),
+            ),
+            // unindexed equality on strings (SQL narrows by the body's text, the evaluator decides)
+            (
+                query(r#"{"queue": "batch"}"#, "{}", None, None),
+                (2, vec!["j1", "j3"]),
+            ),
+            (
+                query(r#"{"queue": {"$in": ["fast", "none"]}}"#, "{}", None, None),
+                (2, vec!["j2", "j3"]),
+            ),
+            (
+                query(r#"{"note": "say \"batch\""}"#, "{}", None, None),
+                (1, vec!["j4"]),
+            ),
+            (
+                query(
+                    r#"{"queue": "batch", "state": "Idle"}"#,
+                    r#"{"submitDate": -1}"#,
+                    Some("1"),
+                    None,
+                ),
+                (2, vec!["j3"]),
             ),
             // dates as instants, on an indexed path
             (
