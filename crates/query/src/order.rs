@@ -7,7 +7,7 @@
 //! | 1 | missing (the path resolves to nothing) | |
 //! | 2 | `null` | |
 //! | 3 | number | numerically, as IEEE doubles (`1` equals `1.0`) |
-//! | 4 | date: a string that is a UTC wire date | by instant, then as a string |
+//! | 4 | date: a string that is a UTC wire date | by instant (`… UTC` and `… GMT` of one instant are equal) |
 //! | 5 | any other string | by UTF-8 bytes (= by code point) |
 //! | 6 | object | as the list of its (key, value) pairs sorted by key, pair by pair; a prefix first |
 //! | 7 | array | element by element; a prefix first |
@@ -90,10 +90,7 @@ pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ord
             .number()
             .unwrap_or(0.0)
             .total_cmp(&b.number().unwrap_or(0.0)),
-        Kind::Date => a
-            .date()
-            .cmp(&b.date())
-            .then_with(|| text(a.text_bytes(), b.text_bytes())),
+        Kind::Date => a.date().cmp(&b.date()),
         Kind::String => text(a.text_bytes(), b.text_bytes()),
         Kind::Bool => a.truth().cmp(&b.truth()),
         Kind::Array => {
@@ -150,8 +147,7 @@ pub fn key(value: Option<&Value>) -> Vec<u8> {
     out
 }
 
-/// The key prefix shared by every date at `seconds`: dates before it have smaller keys,
-/// dates at or after it have keys at least this large.
+/// The key of every date at `seconds` (spellings of one instant share it).
 pub fn date_prefix(seconds: i64) -> Vec<u8> {
     let mut out = vec![Kind::Date.tag()];
     out.extend_from_slice(&((seconds as u64) ^ (1 << 63)).to_be_bytes());
@@ -175,10 +171,8 @@ fn encode_value(value: &Value, out: &mut Vec<u8>) {
             out.extend_from_slice(&ordered.to_be_bytes());
         }
         Value::String(s) => match date_seconds(s) {
-            Some(seconds) => {
-                out.extend_from_slice(&date_prefix(seconds));
-                encode_str(s, out);
-            }
+            // Fixed length, so self-delimiting inside arrays and objects too.
+            Some(seconds) => out.extend_from_slice(&date_prefix(seconds)),
             None => {
                 out.push(Kind::String.tag());
                 encode_str(s, out);
@@ -311,6 +305,12 @@ mod tests {
         let a = json!("2026-01-01 10:00:00 UTC");
         let b = json!("2026-01-01 09:59:59 GMT");
         assert_eq!(compare_values(&b, &a), Ordering::Less);
-        assert!(date_prefix(date_seconds("2026-01-01 10:00:00 UTC").unwrap()) <= key(Some(&a)));
+        assert_eq!(
+            date_prefix(date_seconds("2026-01-01 10:00:00 UTC").unwrap()),
+            key(Some(&a))
+        );
+        let gmt = json!("2026-01-01 10:00:00 GMT");
+        assert_eq!(compare_values(&a, &gmt), Ordering::Equal);
+        assert_eq!(key(Some(&a)), key(Some(&gmt)));
     }
 }
