@@ -9,11 +9,52 @@
 //! `u<n>` = 1 are re-checked by the evaluator.
 
 use drover_query::Path;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
 use drover_query::order;
 use serde_json::Value;
 
 use crate::plan::Dialect;
 use crate::{CollectionSpec, Result, StoreError};
+
+/// The collections a store has been told about (by `ensure_collection`), by name.
+#[derive(Default)]
+pub(crate) struct Catalog(RwLock<HashMap<String, Arc<Collection>>>);
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Result<Arc<Collection>> {
+        self.0
+            .read()
+            .unwrap()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| StoreError::UnknownCollection(name.into()))
+    }
+
+    /// The collections each write of `batch` goes to.
+    pub fn for_batch(&self, batch: &[crate::Write]) -> Result<Vec<Arc<Collection>>> {
+        batch.iter().map(|w| self.get(w.collection())).collect()
+    }
+
+    pub fn insert(&self, name: &str, layout: Layout, dialect: Dialect) {
+        let sql = WriteSql::new(&layout, dialect);
+        self.0
+            .write()
+            .unwrap()
+            .insert(name.to_string(), Arc::new(Collection { layout, sql }));
+    }
+
+    /// The table of every known collection.
+    pub fn tables(&self) -> Vec<String> {
+        self.0
+            .read()
+            .unwrap()
+            .values()
+            .map(|c| c.layout.table.clone())
+            .collect()
+    }
+}
 
 /// A collection as a backend knows it: its layout and its write statements.
 #[derive(Debug, Clone)]

@@ -6,14 +6,14 @@
 //! `spawn_blocking`), like every method of the store.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Mutex;
 
 use drover_query::{ListQuery, Page};
 use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement, Transaction};
 
-use crate::layout::{self, Collection, Layout, WriteSql};
+use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
 
@@ -36,7 +36,7 @@ pub struct PostgresStore {
     url: String,
     schema: Option<String>,
     idle: Mutex<Vec<Conn>>,
-    collections: RwLock<HashMap<String, Arc<Collection>>>,
+    collections: Catalog,
 }
 
 struct Conn {
@@ -66,7 +66,7 @@ impl PostgresStore {
             url: url.to_string(),
             schema: schema.map(Into::into),
             idle: Mutex::new(Vec::new()),
-            collections: RwLock::new(HashMap::new()),
+            collections: Catalog::default(),
         };
         store.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
@@ -144,17 +144,8 @@ impl PostgresStore {
         out
     }
 
-    fn collection(&self, collection: &str) -> Result<Arc<Collection>> {
-        self.collections
-            .read()
-            .unwrap()
-            .get(collection)
-            .cloned()
-            .ok_or_else(|| StoreError::UnknownCollection(collection.into()))
-    }
-
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        let layout = &self.collection(collection)?.layout;
+        let layout = &self.collections.get(collection)?.layout;
         let sql = format!(
             "SELECT id, name, version, body::text FROM {} WHERE {column} = $1",
             layout.table
@@ -496,19 +487,13 @@ impl DocumentStore for PostgresStore {
             .unwrap()
             .iter_mut()
             .for_each(|c| c.statements.clear());
-        let sql = WriteSql::new(&layout, Dialect::Postgres);
         self.collections
-            .write()
-            .unwrap()
-            .insert(spec.name.clone(), Arc::new(Collection { layout, sql }));
+            .insert(&spec.name, layout, Dialect::Postgres);
         Ok(())
     }
 
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
-        let collections: Vec<Arc<Collection>> = batch
-            .iter()
-            .map(|w| self.collection(w.collection()))
-            .collect::<Result<_>>()?;
+        let collections = self.collections.for_batch(batch)?;
         self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
             let mut versions = Vec::with_capacity(batch.len());
@@ -555,7 +540,7 @@ impl DocumentStore for PostgresStore {
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
-        let layout = &self.collection(collection)?.layout;
+        let layout = &self.collections.get(collection)?.layout;
         self.with_conn(|conn| {
             // One snapshot for the count and the page.
             let mut tx = conn
@@ -580,13 +565,7 @@ impl DocumentStore for PostgresStore {
     }
 
     fn maintain(&self) -> Result<()> {
-        let tables: Vec<String> = self
-            .collections
-            .read()
-            .unwrap()
-            .values()
-            .map(|c| c.layout.table.clone())
-            .collect();
+        let tables = self.collections.tables();
         self.with_conn(|conn| {
             for table in tables {
                 conn.client

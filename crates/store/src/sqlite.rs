@@ -4,15 +4,14 @@
 //! One writer connection (SQLite has one writer anyway) and a small pool of reader
 //! connections, which WAL lets read while the writer writes.
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Mutex;
 
 use drover_query::{ListQuery, Page};
 use rusqlite::types::Value as Sql;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params_from_iter};
 
-use crate::layout::{self, Collection, Layout, WriteSql};
+use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
 
@@ -29,7 +28,7 @@ pub struct SqliteStore {
     path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
-    collections: RwLock<HashMap<String, Arc<Collection>>>,
+    collections: Catalog,
 }
 
 fn backend(e: rusqlite::Error) -> StoreError {
@@ -45,17 +44,8 @@ impl SqliteStore {
             path: path.to_path_buf(),
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
-            collections: RwLock::new(HashMap::new()),
+            collections: Catalog::default(),
         })
-    }
-
-    fn collection(&self, collection: &str) -> Result<Arc<Collection>> {
-        self.collections
-            .read()
-            .unwrap()
-            .get(collection)
-            .cloned()
-            .ok_or_else(|| StoreError::UnknownCollection(collection.into()))
     }
 
     /// Runs `f` on a reader connection from the pool.
@@ -318,19 +308,12 @@ impl DocumentStore for SqliteStore {
         )
         .map_err(backend)?;
         tx.commit().map_err(backend)?;
-        let sql = WriteSql::new(&layout, Dialect::Sqlite);
-        self.collections
-            .write()
-            .unwrap()
-            .insert(spec.name.clone(), Arc::new(Collection { layout, sql }));
+        self.collections.insert(&spec.name, layout, Dialect::Sqlite);
         Ok(())
     }
 
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
-        let collections: Vec<Arc<Collection>> = batch
-            .iter()
-            .map(|w| self.collection(w.collection()))
-            .collect::<Result<_>>()?;
+        let collections = self.collections.for_batch(batch)?;
         let mut conn = self.writer.lock().unwrap();
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -353,7 +336,7 @@ impl DocumentStore for SqliteStore {
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
-        let layout = &self.collection(collection)?.layout;
+        let layout = &self.collections.get(collection)?.layout;
         self.read(|conn| {
             // One read transaction: the count and the page come from the same snapshot.
             conn.execute_batch("BEGIN").map_err(backend)?;
@@ -375,7 +358,7 @@ impl DocumentStore for SqliteStore {
 
 impl SqliteStore {
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        let layout = &self.collection(collection)?.layout;
+        let layout = &self.collections.get(collection)?.layout;
         self.read(|conn| {
             let sql = format!(
                 "SELECT id, name, version, body FROM {} WHERE {column} = ?1",
