@@ -2,8 +2,8 @@
 //!
 //! Each filter condition on an indexed path becomes a condition on that path's key
 //! column `k<n>`. Order keys make this exact (see `drover_query::order`): equality is key
-//! equality, `$lt`.. are key ranges inside the literal's kind, dates are ranges of the
-//! date prefix. Such a condition is exact for rows whose `u<n>` is 0.
+//! equality, `$lt`.. are key ranges inside the literal's kind, date literals are ranges
+//! of instants. Such a condition is exact for rows whose `u<n>` is 0.
 //!
 //! Three ways to answer, from fastest:
 //! 1. every condition is on an indexed path and no stored row of those paths crossed an
