@@ -129,11 +129,6 @@ impl Filter {
             Filter::Field(path, cond) => cond.matches(path, doc),
         }
     }
-
-    /// True when the filter matches every document (it has no condition at all).
-    pub fn is_everything(&self) -> bool {
-        matches!(self, Filter::And(all) if all.iter().all(Filter::is_everything))
-    }
 }
 
 impl Cond {

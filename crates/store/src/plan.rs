@@ -428,66 +428,59 @@ pub(crate) fn list(
     };
     let select = format!("SELECT id, name, version, {} FROM {table}", dialect.body());
 
+    // Way 1 when SQL decides the filter on its own; otherwise it narrows down (way 2).
+    let decided_by_sql = translation.complete && crossed.is_empty();
     let mut params = Vec::new();
-    if translation.complete && crossed.is_empty() {
-        // Way 1: SQL decides the filter.
-        let condition = render(&translation.exact, dialect, &mut params);
+    let condition = render(
+        if decided_by_sql {
+            &translation.exact
+        } else {
+            &translation.superset
+        },
+        dialect,
+        &mut params,
+    );
+    if decided_by_sql && sort_columns.is_some() {
         let total = conn.count(
             &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
             &params,
         )?;
-        if sort_columns.is_some() || query.sort.is_empty() {
-            let paging = query.paging;
-            if paging.max == Some(0) || paging.offset >= total {
-                return Ok(Page {
-                    total,
-                    items: Vec::new(),
-                });
-            }
-            let limit = paging
-                .max
-                .map_or(dialect.no_limit().to_string(), |m| m.to_string());
-            let sql = format!(
-                "{select} WHERE {condition} {order_by} LIMIT {limit} OFFSET {}",
-                paging.offset
-            );
-            let mut items = Vec::new();
-            conn.for_each_row(&sql, &params, &mut |row| {
-                items.push(row.into_document()?);
-                Ok(())
-            })?;
-            return Ok(Page { total, items });
+        let paging = query.paging;
+        if paging.max == Some(0) || paging.offset >= total {
+            return Ok(Page {
+                total,
+                items: Vec::new(),
+            });
         }
-        let mut items = Vec::with_capacity(total);
-        conn.for_each_row(
-            &format!("{select} WHERE {condition} ORDER BY seq ASC"),
-            &params,
-            &mut |row| {
-                items.push(row.into_document()?);
-                Ok(())
-            },
-        )?;
-        query.sort.sort(&mut items, |d| &d.body);
-        return Ok(Page {
-            total,
-            items: query.paging.cut(items),
-        });
+        let limit = paging
+            .max
+            .map_or(dialect.no_limit().to_string(), |m| m.to_string());
+        let sql = format!(
+            "{select} WHERE {condition} {order_by} LIMIT {limit} OFFSET {}",
+            paging.offset
+        );
+        let mut items = Vec::new();
+        conn.for_each_row(&sql, &params, &mut |row| {
+            items.push(row.into_document()?);
+            Ok(())
+        })?;
+        return Ok(Page { total, items });
     }
 
-    // Way 2: SQL narrows down, the evaluator decides.
-    let condition = render(&translation.superset, dialect, &mut params);
-    let mut items = Vec::new();
+    // The rest is finished in Rust: the evaluator decides what SQL only narrowed down,
+    // and sorts on paths with no index.
     let order = if sort_columns.is_some() {
         order_by
     } else {
         "ORDER BY seq ASC".to_string()
     };
+    let mut items = Vec::new();
     conn.for_each_row(
         &format!("{select} WHERE {condition} {order}"),
         &params,
         &mut |row| {
             let doc = row.into_document()?;
-            if query.filter.matches(&doc.body) {
+            if decided_by_sql || query.filter.matches(&doc.body) {
                 items.push(doc);
             }
             Ok(())

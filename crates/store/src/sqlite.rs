@@ -205,22 +205,22 @@ fn apply(tx: &Connection, collection: &Collection, write: &Write) -> Result<i64>
             id,
             name,
             body,
-        } => {
-            let values = row_values(layout, collection, id, name.as_deref(), body)?;
-            tx.prepare_cached(&sql.insert)
-                .and_then(|mut s| s.execute(params_from_iter(values)))
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-            Ok(1)
         }
-        Write::Put {
+        | Write::Put {
             collection,
             id,
             name,
             body,
         } => {
             let values = row_values(layout, collection, id, name.as_deref(), body)?;
-            versioned(&sql.put, values, collection, id, name.as_deref())?
-                .ok_or_else(|| StoreError::Backend("upsert answered no version".into()))
+            if matches!(write, Write::Put { .. }) {
+                return versioned(&sql.put, values, collection, id, name.as_deref())?
+                    .ok_or_else(|| StoreError::Backend("upsert answered no version".into()));
+            }
+            tx.prepare_cached(&sql.insert)
+                .and_then(|mut s| s.execute(params_from_iter(values)))
+                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
+            Ok(1)
         }
         Write::Update {
             collection,
