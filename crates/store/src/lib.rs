@@ -105,6 +105,21 @@ impl Write {
     }
 }
 
+/// What [`DocumentStore::describe`] reports: the connection as the health detail shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoreInfo {
+    /// `"sqlite"` or `"postgresql"`.
+    pub backend: &'static str,
+    /// Server host; `None` for the embedded SQLite file.
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    /// The database name (PostgreSQL) or file path (SQLite).
+    pub database: String,
+    pub username: Option<String>,
+    /// The database software's version, e.g. `3.50.2` or `16.4`.
+    pub version: String,
+}
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
@@ -151,6 +166,14 @@ pub trait DocumentStore: Send + Sync {
     /// Refreshes the planner's statistics (and, on PostgreSQL, the visibility map that
     /// index-only counts rely on); worth calling after a bulk load.
     fn maintain(&self) -> Result<()>;
+
+    /// Where the data lives and what serves it, for the health detail; asks the server
+    /// for its version, so it fails like [`DocumentStore::ping`] when the database is down.
+    fn describe(&self) -> Result<StoreInfo>;
+
+    /// Makes the on-disk state self-contained before the process exits (SQLite folds its
+    /// write-ahead log into the main file). Every answered write is durable without it.
+    fn flush(&self) -> Result<()>;
 
     fn insert(&self, collection: &str, id: &str, name: Option<&str>, body: Value) -> Result<i64> {
         self.write(&[Write::Insert {

@@ -15,7 +15,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
-use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
+use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
 
 /// Schema migrations of the store's own tables, applied in order and recorded in
 /// `drover_schema`. Collection tables are made by `ensure_collection`.
@@ -574,6 +574,37 @@ impl DocumentStore for PostgresStore {
             }
             Ok(())
         })
+    }
+
+    fn describe(&self) -> Result<StoreInfo> {
+        let config: postgres::Config = self.url.parse().map_err(backend)?;
+        let host = config.get_hosts().first().map(|h| match h {
+            postgres::config::Host::Tcp(name) => name.clone(),
+            postgres::config::Host::Unix(path) => path.display().to_string(),
+        });
+        let version = self.with_conn(|conn| {
+            let row = conn
+                .client
+                .query_one("SHOW server_version", &[])
+                .map_err(backend)?;
+            Ok(row.get::<_, String>(0))
+        })?;
+        Ok(StoreInfo {
+            backend: "postgresql",
+            host,
+            port: Some(config.get_ports().first().copied().unwrap_or(5432)),
+            database: config
+                .get_dbname()
+                .or(config.get_user())
+                .unwrap_or("postgres")
+                .to_string(),
+            username: config.get_user().map(Into::into),
+            version,
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        Ok(()) // every commit is already on the server
     }
 
     fn ping(&self) -> Result<()> {

@@ -13,7 +13,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
-use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, Write};
+use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
 
 /// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
 /// records how many have run. Collection tables are made by `ensure_collection`.
@@ -353,6 +353,27 @@ impl DocumentStore for SqliteStore {
     fn maintain(&self) -> Result<()> {
         let conn = self.writer.lock().unwrap();
         conn.execute_batch("ANALYZE").map_err(backend)
+    }
+
+    fn describe(&self) -> Result<StoreInfo> {
+        let version = self.read(|conn| {
+            conn.query_row("SELECT sqlite_version()", [], |r| r.get::<_, String>(0))
+                .map_err(backend)
+        })?;
+        Ok(StoreInfo {
+            backend: "sqlite",
+            host: None,
+            port: None,
+            database: self.path.display().to_string(),
+            username: None,
+            version,
+        })
+    }
+
+    fn flush(&self) -> Result<()> {
+        let conn = self.writer.lock().unwrap();
+        conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(backend)
     }
 }
 

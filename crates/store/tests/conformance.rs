@@ -550,3 +550,24 @@ fn concurrent_readers_and_writers() {
         let _: Value = s.get("jobs", "t3-49").unwrap().unwrap().body;
     }
 }
+
+#[test]
+fn describe_names_the_database_and_flush_keeps_the_data() {
+    for mut b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        s.insert("jobs", "j1", None, json!({"state": "Idle"}))
+            .unwrap();
+        let info = s.describe().unwrap();
+        assert_eq!(info.backend, b.name());
+        assert!(!info.version.is_empty(), "{info:?}");
+        match info.backend {
+            "sqlite" => assert!(info.database.ends_with("drover.db"), "{info:?}"),
+            _ => assert!(info.host.is_some() && info.port.is_some(), "{info:?}"),
+        }
+        s.flush().unwrap();
+        b.reopen();
+        b.store.ensure_collection(&jobs_spec()).unwrap();
+        assert!(b.store.get("jobs", "j1").unwrap().is_some());
+    }
+}
