@@ -1,0 +1,242 @@
+//! Checking Basic logins against the local users, with a short-lived cache of verified ones.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+
+use crate::password::{self, Cost};
+use crate::{Action, AuthError, Permission, User};
+
+/// At most this many remembered logins; beyond it the cache starts over.
+const MAX_REMEMBERED: usize = 10_000;
+
+/// Who a request comes from, once their login checked out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub name: String,
+    pub admin: bool,
+}
+
+impl Identity {
+    /// Until roles exist (issue #9): administrators may do everything, other users may read.
+    pub fn may(&self, permission: Permission) -> bool {
+        self.admin || permission.action == Action::Read
+    }
+}
+
+struct Remembered {
+    digest: [u8; 64],
+    until: Instant,
+}
+
+/// The local users and the logins verified lately.
+///
+/// A verified login is remembered as a keyed digest of user and password (never the
+/// password itself) for `ttl`; a failed login is never remembered, so a wrong password
+/// always pays the full argon2 verification.
+pub struct Authenticator {
+    users: HashMap<String, User>,
+    ttl: Duration,
+    key: [u8; 32],
+    remembered: Mutex<HashMap<String, Remembered>>,
+    /// Verified for unknown user names, so that they take as long as known ones.
+    decoy: String,
+}
+
+impl Authenticator {
+    /// Refuses two users of the same name and any invalid user.
+    pub fn new(users: impl IntoIterator<Item = User>, ttl: Duration) -> Result<Self, AuthError> {
+        let mut by_name = HashMap::new();
+        for user in users {
+            user.validate()?;
+            if by_name.contains_key(&user.name) {
+                return Err(AuthError::Invalid(format!(
+                    "user '{}' is defined twice (configuration file and users.toml?)",
+                    user.name
+                )));
+            }
+            by_name.insert(user.name.clone(), user);
+        }
+        Ok(Self {
+            users: by_name,
+            ttl,
+            key: password::random_key(),
+            remembered: Mutex::new(HashMap::new()),
+            decoy: password::hash(&password::generate(), Cost::Standard),
+        })
+    }
+
+    pub fn has_admin(&self) -> bool {
+        self.users.values().any(|u| u.admin)
+    }
+
+    pub fn user(&self, name: &str) -> Option<&User> {
+        self.users.get(name)
+    }
+
+    fn digest(&self, user: &User, password: &str) -> [u8; 64] {
+        password::keyed_digest(
+            &self.key,
+            &[
+                user.name.as_bytes(),
+                password.as_bytes(),
+                user.password_hash.as_bytes(),
+            ],
+        )
+    }
+
+    /// The identity of a login verified within the last `ttl`; cheap (no argon2).
+    pub fn remembered(&self, name: &str, password: &str) -> Option<Identity> {
+        let user = self.users.get(name)?;
+        let digest = self.digest(user, password);
+        let remembered = self.remembered.lock().unwrap();
+        let entry = remembered.get(name)?;
+        (entry.until > Instant::now() && password::same(&entry.digest, &digest)).then(|| Identity {
+            name: user.name.clone(),
+            admin: user.admin,
+        })
+    }
+
+    /// Verifies a login with argon2 (milliseconds: call it off the async runtime) and
+    /// remembers it when it is good.
+    pub fn verify(&self, name: &str, password: &str) -> Option<Identity> {
+        let Some(user) = self.users.get(name) else {
+            let _ = password::verify(&self.decoy, password);
+            return None;
+        };
+        if !password::verify(&user.password_hash, password) {
+            return None;
+        }
+        let digest = self.digest(user, password);
+        let now = Instant::now();
+        let mut remembered = self.remembered.lock().unwrap();
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, entry| entry.until > now);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(
+            name.to_string(),
+            Remembered {
+                digest,
+                until: now + self.ttl,
+            },
+        );
+        Some(Identity {
+            name: user.name.clone(),
+            admin: user.admin,
+        })
+    }
+
+    /// [`Authenticator::remembered`], else [`Authenticator::verify`].
+    pub fn login(&self, name: &str, password: &str) -> Option<Identity> {
+        self.remembered(name, password)
+            .or_else(|| self.verify(name, password))
+    }
+}
+
+/// The user and password of an `Authorization: Basic ...` header value.
+pub fn basic_credentials(header: &str) -> Option<(String, String)> {
+    let (scheme, encoded) = header.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(encoded.trim())
+        .ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (user, password) = text.split_once(':')?;
+    Some((user.to_string(), password.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn authenticator(ttl: Duration) -> Authenticator {
+        Authenticator::new(
+            [
+                User {
+                    name: "admin".into(),
+                    password_hash: password::hash("root-pw", Cost::Minimal),
+                    admin: true,
+                },
+                User {
+                    name: "alice".into(),
+                    password_hash: password::hash("alice-pw", Cost::Minimal),
+                    admin: false,
+                },
+            ],
+            ttl,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn good_logins_are_remembered_and_bad_ones_never() {
+        let auth = authenticator(Duration::from_secs(60));
+        assert_eq!(auth.remembered("alice", "alice-pw"), None);
+        assert_eq!(auth.verify("alice", "wrong"), None);
+        assert_eq!(auth.remembered("alice", "wrong"), None);
+        let alice = auth.login("alice", "alice-pw").unwrap();
+        assert_eq!((alice.name.as_str(), alice.admin), ("alice", false));
+        assert_eq!(auth.remembered("alice", "alice-pw"), Some(alice));
+        // A remembered good login does not make another password good.
+        assert_eq!(auth.remembered("alice", "alice-pw2"), None);
+        assert_eq!(auth.login("alice", "alice-pw2"), None);
+        assert_eq!(auth.login("nobody", "alice-pw"), None);
+        assert!(auth.login("admin", "root-pw").unwrap().admin);
+    }
+
+    #[test]
+    fn remembered_logins_expire() {
+        let auth = authenticator(Duration::from_millis(0));
+        assert!(auth.verify("alice", "alice-pw").is_some());
+        assert_eq!(auth.remembered("alice", "alice-pw"), None);
+    }
+
+    #[test]
+    fn duplicate_users_are_refused() {
+        let user = User {
+            name: "a".into(),
+            password_hash: password::hash("x", Cost::Minimal),
+            admin: false,
+        };
+        let error = Authenticator::new([user.clone(), user], Duration::ZERO).err().unwrap();
+        assert!(error.to_string().contains("defined twice"), "{error}");
+    }
+
+    #[test]
+    fn basic_headers() {
+        // "admin:pa:ss" — the password may contain colons.
+        assert_eq!(
+            basic_credentials("Basic YWRtaW46cGE6c3M="),
+            Some(("admin".into(), "pa:ss".into()))
+        );
+        assert_eq!(
+            basic_credentials("basic YWRtaW46cGE6c3M=").map(|c| c.0),
+            Some("admin".into())
+        );
+        for bad in ["Bearer abc", "Basic", "Basic !!!", "Basic YWRtaW4="] {
+            assert_eq!(basic_credentials(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn only_administrators_change_things_for_now() {
+        let user = Identity {
+            name: "u".into(),
+            admin: false,
+        };
+        assert!(user.may(Permission::read("jobs")));
+        assert!(!user.may(Permission::create("jobs")));
+        let admin = Identity {
+            name: "a".into(),
+            admin: true,
+        };
+        assert!(admin.may(Permission::delete("jobs")));
+    }
+}
