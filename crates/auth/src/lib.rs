@@ -11,11 +11,13 @@
 //! Roles, principals and directory (LDAP) logins build on these (issue #9).
 
 mod authenticator;
+pub mod directory;
 pub mod password;
 mod permission;
 pub mod users;
 
 pub use authenticator::{Authenticator, Identity, basic_credentials};
+pub use directory::{DirectoryConfig, SecurityType};
 pub use permission::{Action, Permission};
 pub use users::User;
 

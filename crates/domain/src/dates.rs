@@ -32,6 +32,16 @@ pub enum DateError {
     UnknownTimeZone(String),
 }
 
+/// The IANA name of this machine's time zone (`TZ`, else `/etc/localtime`), or `UTC`
+/// when it cannot be told.
+pub fn system_zone_name() -> String {
+    TimeZone::try_system()
+        .ok()
+        .and_then(|zone| zone.iana_name().map(str::to_string))
+        .filter(|name| TimeZone::get(name).is_ok())
+        .unwrap_or_else(|| "UTC".into())
+}
+
 /// The wire-date rules of one deployment: its local zone (used by version 1) and the
 /// abbreviations that parsing accepts.
 #[derive(Debug, Clone)]

@@ -1,124 +1,193 @@
-//! The `drover` command.
-//!
-//! ```text
-//! drover serve [--listen 127.0.0.1:8080] [--data-dir ./data] [--store postgres://...]
-//! ```
-//! So far the service opens (and migrates) its store and answers the health summary;
-//! the interface's resources arrive with the issues that build them (see README).
+//! The `drover` command: `serve`, `hash-password`, `user add`. Run `drover help`.
 
-use std::net::SocketAddr;
+use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
-use std::sync::Arc;
 
-use axum::Json;
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
-use drover_store::DocumentStore;
-use serde_json::{Value, json};
+use drover::{Config, Started};
+use drover_auth::{User, password, users};
 
-struct Options {
-    listen: SocketAddr,
-    data_dir: PathBuf,
-    store: Option<String>,
+const USAGE: &str = "\
+usage:
+  drover serve [--config FILE] [--listen ADDR:PORT] [--data-dir DIR] [--store URL] [--base-url PREFIX]
+      Serves the interface. With no configuration: 127.0.0.1:8080, SQLite in ./data,
+      and an administrator 'admin' whose password is generated and printed once.
+  drover hash-password
+      Reads a password from standard input and prints its argon2 hash, for [[users]].
+  drover user add NAME [--admin] [--config FILE] [--data-dir DIR]
+      Adds (or replaces) a user in DIR/users.toml. The password is read from standard
+      input; when none is given, one is generated and printed.
+  drover help | --version
+
+The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
+DROVER_DATA_DIR, DROVER_STORE, DROVER_TIME_ZONE, DROVER_MAX_BODY_BYTES,
+DROVER_LOGIN_CACHE_SECONDS, DROVER_ADMIN_USER, DROVER_ENABLEPROXY and DROVER_PROXY_USERS
+override it (see the README).";
+
+fn fail(message: impl std::fmt::Display) -> ! {
+    eprintln!("drover: {message}");
+    std::process::exit(1)
 }
 
-fn usage() -> ! {
-    eprintln!(
-        "usage: drover serve [--listen ADDR:PORT] [--data-dir DIR] [--store postgres://...]\n\
-         defaults: --listen 127.0.0.1:8080, --data-dir ./data (SQLite file drover.db inside)"
-    );
+fn usage_error(message: impl std::fmt::Display) -> ! {
+    eprintln!("drover: {message}\n\n{USAGE}");
     std::process::exit(2)
 }
 
-fn parse(args: &[String]) -> Options {
-    let mut options = Options {
-        listen: "127.0.0.1:8080".parse().unwrap(),
-        data_dir: PathBuf::from("data"),
-        store: None,
-    };
+/// The flags shared by the subcommands, applied over file and environment.
+#[derive(Default)]
+struct Flags {
+    config: Option<PathBuf>,
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    store: Option<String>,
+    base_url: Option<String>,
+    admin: bool,
+    positional: Vec<String>,
+}
+
+fn parse_flags(args: &[String]) -> Flags {
+    let mut flags = Flags::default();
     let mut rest = args.iter();
-    while let Some(flag) = rest.next() {
-        let mut value = || rest.next().cloned().unwrap_or_else(|| usage());
-        match flag.as_str() {
-            "--listen" => options.listen = value().parse().unwrap_or_else(|_| usage()),
-            "--data-dir" => options.data_dir = PathBuf::from(value()),
-            "--store" => options.store = Some(value()),
-            _ => usage(),
+    while let Some(arg) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .cloned()
+                .unwrap_or_else(|| usage_error(format!("{arg} needs a value")))
+        };
+        match arg.as_str() {
+            "--config" => flags.config = Some(value().into()),
+            "--listen" => flags.listen = Some(value()),
+            "--data-dir" => flags.data_dir = Some(value().into()),
+            "--store" => flags.store = Some(value()),
+            "--base-url" => flags.base_url = Some(value()),
+            "--admin" => flags.admin = true,
+            other if other.starts_with('-') => usage_error(format!("unknown option {other}")),
+            other => flags.positional.push(other.to_string()),
         }
     }
-    options
+    flags
 }
 
-type Store = Arc<dyn DocumentStore>;
-
-/// `GET /rest/diag/health/summary`: the one route that needs no authentication.
-async fn health_summary(State(store): State<Store>) -> Json<Value> {
-    let datastore = match tokio::task::spawn_blocking(move || store.ping()).await {
-        Ok(Ok(())) => "UP",
-        _ => "DOWN",
-    };
-    Json(json!({
-        "acct": {"connected": "NOT_CONFIGURED"},
-        "datastore": {"connected": datastore},
-        "sched": {"connected": "NOT_CONFIGURED", "datastoreConnected": datastore},
-    }))
+fn load_config(flags: &Flags) -> Config {
+    let file = flags
+        .config
+        .clone()
+        .or_else(|| std::env::var_os("DROVER_CONFIG").map(PathBuf::from));
+    let mut config =
+        Config::load(file.as_deref(), |name| std::env::var(name).ok()).unwrap_or_else(|e| fail(e));
+    if let Some(listen) = &flags.listen {
+        config.listen = listen.clone();
+    }
+    if let Some(dir) = &flags.data_dir {
+        config.data_dir = dir.clone();
+    }
+    if let Some(store) = &flags.store {
+        config.store = Some(store.clone());
+    }
+    if let Some(prefix) = &flags.base_url {
+        config.base_url = prefix.clone();
+    }
+    config.validate().unwrap_or_else(|e| fail(e));
+    config
 }
 
-async fn not_found() -> (StatusCode, Json<Value>) {
-    (
-        StatusCode::NOT_FOUND,
-        Json(json!({"messages": ["No such resource"]})),
-    )
+/// The first line of standard input, without its line ending.
+fn read_secret() -> String {
+    if std::io::stdin().is_terminal() {
+        eprint!("password: ");
+    }
+    let mut line = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut line)
+        .unwrap_or_else(|e| fail(format!("cannot read standard input: {e}")));
+    line.trim_end_matches(['\r', '\n']).to_string()
 }
 
 async fn shutdown_signal() {
     let terminate = async {
-        if let Ok(mut s) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        {
-            s.recv().await;
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending().await,
         }
     };
     tokio::select! {
         _ = tokio::signal::ctrl_c() => {}
         _ = terminate => {}
     }
+    println!("drover: shutting down (finishing requests in flight)");
 }
 
-async fn serve(options: Options) -> Result<(), String> {
-    let location = match &options.store {
-        Some(url) => url.clone(),
-        None => {
-            std::fs::create_dir_all(&options.data_dir)
-                .map_err(|e| format!("cannot create {}: {e}", options.data_dir.display()))?;
-            options.data_dir.join("drover.db").display().to_string()
+fn announce(config: &Config, started: Started) {
+    let prefix = config.normalized_base_url().unwrap_or_default();
+    let url = format!("http://{}{prefix}", started.address);
+    let store = match &config.store {
+        Some(_) => "postgresql".to_string(),
+        None => format!("sqlite at {}", config.store_location()),
+    };
+    println!("drover listening on {url} (store: {store})");
+    match started.generated_admin {
+        Some((name, secret)) => {
+            println!(
+                "Generated the administrator '{name}' with the password: {secret}\n\
+                 It is shown only this once; only its hash is kept in {}.\n\
+                 Try: curl -u {name}:{secret} {url}/rest/diag/about",
+                config.data_dir.join(users::USER_FILE).display()
+            );
         }
-    };
-    let store: Store = {
-        let location = location.clone();
-        tokio::task::spawn_blocking(move || drover_store::open(&location))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| e.to_string())?
-            .into()
-    };
-    let app = Router::new()
-        .route("/rest/diag/health/summary", get(health_summary))
-        .fallback(not_found)
-        .with_state(store.clone());
-    let listener = tokio::net::TcpListener::bind(options.listen)
+        None => println!(
+            "Log in with HTTP Basic as a configured user, e.g. curl -u {}:PASSWORD {url}/rest/diag/about \
+             (forgot it? drover user add {} --admin)",
+            config.admin_user, config.admin_user
+        ),
+    }
+}
+
+async fn serve(config: Config) {
+    let address = config.listen_address().unwrap_or_else(|e| fail(e));
+    let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|e| format!("cannot listen on {}: {e}", options.listen))?;
-    let address = listener.local_addr().map_err(|e| e.to_string())?;
-    println!(
-        "drover listening on http://{address} (store: {} at {location})",
-        store.backend()
+        .unwrap_or_else(|e| fail(format!("cannot listen on {address}: {e}")));
+    let shown = config.clone();
+    drover::launch(config, listener, shutdown_signal(), |started| {
+        announce(&shown, started)
+    })
+    .await
+    .unwrap_or_else(|e| fail(e));
+    println!("drover: stopped");
+}
+
+fn add_user(flags: Flags) {
+    let [name] = flags.positional.as_slice() else {
+        usage_error("user add takes one user name");
+    };
+    let config = load_config(&flags);
+    if config.users.iter().any(|u| &u.name == name) {
+        fail(format!(
+            "'{name}' is defined in the configuration file; change it there"
+        ));
+    }
+    let mut secret = read_secret();
+    let generated = secret.is_empty();
+    if generated {
+        secret = password::generate();
+    }
+    let user = User {
+        name: name.clone(),
+        password_hash: password::hash(&secret, password::Cost::Standard),
+        admin: flags.admin,
+    };
+    users::save(&config.data_dir, user).unwrap_or_else(|e| fail(e));
+    if generated {
+        println!("{secret}");
+    }
+    eprintln!(
+        "drover: saved '{name}'{} in {} (a running service reads it at its next start)",
+        if flags.admin { " (administrator)" } else { "" },
+        config.data_dir.join(users::USER_FILE).display()
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .map_err(|e| e.to_string())
 }
 
 #[tokio::main]
@@ -126,11 +195,27 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => {
-            if let Err(e) = serve(parse(&args[1..])).await {
-                eprintln!("drover: {e}");
-                std::process::exit(1);
+            let flags = parse_flags(&args[1..]);
+            if !flags.positional.is_empty() {
+                usage_error("serve takes no positional arguments");
             }
+            serve(load_config(&flags)).await
         }
-        _ => usage(),
+        Some("hash-password") => {
+            let secret = read_secret();
+            if secret.is_empty() {
+                fail("no password on standard input");
+            }
+            println!("{}", password::hash(&secret, password::Cost::Standard));
+        }
+        Some("user") if args.get(1).map(String::as_str) == Some("add") => {
+            add_user(parse_flags(&args[2..]))
+        }
+        Some("help" | "--help" | "-h") => println!("{USAGE}"),
+        Some("--version" | "version") => {
+            let build = drover::build_info();
+            println!("drover {} ({} {})", build.version, build.build, build.revision)
+        }
+        _ => usage_error("unknown command"),
     }
 }

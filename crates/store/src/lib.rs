@@ -225,11 +225,62 @@ pub trait DocumentStore: Send + Sync {
 
 /// Opens the store a location names: `postgres://...` or `postgresql://...` for
 /// PostgreSQL, otherwise a SQLite file path (optionally prefixed with `sqlite://`).
+/// A PostgreSQL URL may carry `schema=<name>` among its parameters: the tables then live
+/// in that schema (created if needed), so that several deployments can share a database.
 pub fn open(location: &str) -> Result<Box<dyn DocumentStore>> {
     if location.starts_with("postgres://") || location.starts_with("postgresql://") {
-        Ok(Box::new(PostgresStore::connect(location)?))
+        let (url, schema) = split_schema(location);
+        Ok(Box::new(PostgresStore::connect_in_schema(
+            &url,
+            schema.as_deref(),
+        )?))
     } else {
         let path = location.strip_prefix("sqlite://").unwrap_or(location);
         Ok(Box::new(SqliteStore::open(std::path::Path::new(path))?))
+    }
+}
+
+/// Takes the `schema` parameter out of a PostgreSQL URL (the driver does not know it).
+fn split_schema(url: &str) -> (String, Option<String>) {
+    let Some((base, query)) = url.split_once('?') else {
+        return (url.to_string(), None);
+    };
+    let mut schema = None;
+    let rest: Vec<&str> = query
+        .split('&')
+        .filter(|pair| match pair.strip_prefix("schema=") {
+            Some(name) => {
+                schema = Some(name.to_string());
+                false
+            }
+            None => !pair.is_empty(),
+        })
+        .collect();
+    let url = if rest.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", rest.join("&"))
+    };
+    (url, schema)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_schema;
+
+    #[test]
+    fn the_schema_parameter_is_ours() {
+        assert_eq!(split_schema("postgres://h/db"), ("postgres://h/db".into(), None));
+        assert_eq!(
+            split_schema("postgres://h/db?schema=s1"),
+            ("postgres://h/db".into(), Some("s1".into()))
+        );
+        assert_eq!(
+            split_schema("postgres://h/db?connect_timeout=5&schema=s1&sslmode=disable"),
+            (
+                "postgres://h/db?connect_timeout=5&sslmode=disable".into(),
+                Some("s1".into())
+            )
+        );
     }
 }

@@ -1,0 +1,238 @@
+//! Diagnostics (spec 4.2, 2.23): version, credential check, health, directory settings.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::State;
+use drover_auth::Permission;
+use drover_domain::dates::format_build_date;
+use drover_store::StoreInfo;
+use serde_json::{Value, json};
+
+use crate::openapi::schema::{boolean, integer, object, string, strings};
+use crate::params::{ApiVersion, CommonParams};
+use crate::routes::{Access, Routes};
+use crate::{AppState, Health};
+
+/// The product suite `diag/about` names from version 2 on.
+pub const SUITE: &str = "Drover";
+/// The version of the plugin interface (plugins arrive with a later issue).
+pub const PLUGIN_COMMONS_VERSION: &str = "1.0.0";
+
+/// How long the health resources wait for the datastore before calling it down.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(3);
+
+const DIAG: Access = Access::Needs(Permission::read("diag"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    routes
+        .get("/rest/diag/about", DIAG, about)
+        .summary("Version information; api-version=2 adds suite and pluginCommonsVersion")
+        .response(
+            200,
+            "Version record",
+            Some(object(&[
+                ("version", string()),
+                ("build", string()),
+                ("buildDate", string()),
+                ("revision", string()),
+                ("suite", string()),
+                ("pluginCommonsVersion", string()),
+            ])),
+        );
+    routes
+        .get("/rest/diag/auth", DIAG, auth)
+        .summary("Checks credentials: 200 with {} when valid, 401 otherwise")
+        .response(200, "The credentials are valid", Some(object(&[])));
+    let connection = || object(&[("connected", string())]);
+    routes
+        .get("/rest/diag/health/summary", Access::Public, health_summary)
+        .summary("Health of the datastore, scheduler and accounting connections (no authentication)")
+        .response(
+            200,
+            "UP, DOWN, NOT_CONFIGURED, NOT_SUPPORTED or UNKNOWN per connection",
+            Some(object(&[
+                ("acct", connection()),
+                ("datastore", connection()),
+                ("sched", object(&[("connected", string()), ("datastoreConnected", string())])),
+            ])),
+        );
+    let detailed = |extra: &[(&str, Value)]| {
+        let mut fields = vec![
+            ("connected", string()),
+            ("host", string()),
+            ("port", integer()),
+            ("message", string()),
+            ("version", string()),
+        ];
+        fields.extend(extra.iter().cloned());
+        object(&fields)
+    };
+    routes
+        .get("/rest/diag/health/detail", DIAG, health_detail)
+        .summary("Health of every connection, with hosts, ports, versions and reasons")
+        .response(
+            200,
+            "Health detail",
+            Some(object(&[
+                ("acct", detailed(&[])),
+                (
+                    "datastore",
+                    detailed(&[
+                        ("databaseName", string()),
+                        ("replicaSet", string()),
+                        ("username", string()),
+                    ]),
+                ),
+                (
+                    "sched",
+                    detailed(&[
+                        ("datastoreConnected", string()),
+                        ("licensedFeatures", strings()),
+                        ("state", string()),
+                        ("datastoreCredentialsSet", boolean()),
+                        ("datastoreHost", string()),
+                        ("datastorePort", integer()),
+                    ]),
+                ),
+            ])),
+        );
+    routes
+        .get("/rest/diag/ldap", DIAG, ldap)
+        .summary("The directory (LDAP) configuration; the bind password is never shown")
+        .response(
+            200,
+            "Directory information",
+            Some(object(&[
+                ("server", string()),
+                ("port", integer()),
+                ("securityType", string()),
+                ("baseDNs", strings()),
+                ("bindUser", string()),
+                ("userObjectClass", string()),
+                ("userNameAttribute", string()),
+            ])),
+        );
+}
+
+async fn about(State(state): State<AppState>, params: CommonParams) -> Json<Value> {
+    let build = &state.settings().build;
+    let mut about = json!({
+        "version": build.version,
+        "build": build.build,
+        "buildDate": format_build_date(build.build_date),
+        "revision": build.revision,
+    });
+    if params.api_version >= ApiVersion::V2 {
+        about["suite"] = json!(SUITE);
+        about["pluginCommonsVersion"] = json!(PLUGIN_COMMONS_VERSION);
+    }
+    Json(about)
+}
+
+async fn auth() -> Json<Value> {
+    Json(json!({}))
+}
+
+/// The datastore's description, or why it cannot be had (down, or too slow to answer).
+async fn probe_store(state: &AppState) -> Result<StoreInfo, String> {
+    let store = state.store().clone();
+    let probe = tokio::task::spawn_blocking(move || store.describe());
+    match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
+        Ok(Ok(Ok(info))) => Ok(info),
+        Ok(Ok(Err(e))) => Err(e.to_string()),
+        Ok(Err(e)) => Err(format!("the datastore probe failed: {e}")),
+        Err(_) => Err(format!(
+            "the datastore did not answer within {} s",
+            HEALTH_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// Until the scheduler engine (issue #4) and the accounting engine (issue #8) exist,
+/// their connections are reported as not configured.
+const SCHEDULER: Health = Health::NotConfigured;
+const ACCOUNTING: Health = Health::NotConfigured;
+
+async fn health_summary(State(state): State<AppState>) -> Json<Value> {
+    let datastore = match probe_store(&state).await {
+        Ok(_) => Health::Up,
+        Err(_) => Health::Down,
+    };
+    Json(json!({
+        "acct": {"connected": ACCOUNTING.as_str()},
+        "datastore": {"connected": datastore.as_str()},
+        "sched": {"connected": SCHEDULER.as_str(), "datastoreConnected": Health::NotConfigured.as_str()},
+    }))
+}
+
+async fn health_detail(State(state): State<AppState>) -> Json<Value> {
+    let datastore = match probe_store(&state).await {
+        Ok(info) => json!({
+            "connected": Health::Up.as_str(),
+            "host": info.host,
+            "port": info.port,
+            "message": null,
+            "version": info.version,
+            "databaseName": info.database,
+            "replicaSet": null,
+            "username": info.username,
+        }),
+        Err(reason) => json!({
+            "connected": Health::Down.as_str(),
+            "host": null,
+            "port": null,
+            "message": reason,
+            "version": null,
+            "databaseName": null,
+            "replicaSet": null,
+            "username": null,
+        }),
+    };
+    Json(json!({
+        "acct": {
+            "connected": ACCOUNTING.as_str(),
+            "host": null,
+            "port": null,
+            "message": "the accounting engine is not part of this build yet",
+            "version": null,
+        },
+        "datastore": datastore,
+        "sched": {
+            "connected": SCHEDULER.as_str(),
+            "datastoreConnected": Health::NotConfigured.as_str(),
+            "host": null,
+            "port": null,
+            "message": "the scheduler engine is not part of this build yet",
+            "version": state.settings().build.version,
+            "licensedFeatures": [],
+            "state": null,
+            "datastoreCredentialsSet": false,
+            "datastoreHost": null,
+            "datastorePort": null,
+        },
+    }))
+}
+
+async fn ldap(State(state): State<AppState>) -> Json<Value> {
+    Json(match &state.settings().directory {
+        Some(d) => json!({
+            "server": d.server,
+            "port": d.port(),
+            "securityType": d.security_type.as_str(),
+            "baseDNs": d.base_dns,
+            "bindUser": d.bind_user,
+            "userObjectClass": d.user_object_class,
+            "userNameAttribute": d.user_name_attribute,
+        }),
+        None => json!({
+            "server": null,
+            "port": null,
+            "securityType": null,
+            "baseDNs": [],
+            "bindUser": null,
+            "userObjectClass": null,
+            "userNameAttribute": null,
+        }),
+    })
+}

@@ -1,0 +1,208 @@
+//! The one error type of the interface, and the one place that maps it to HTTP.
+//!
+//! Every failure a client sees is an [`ApiError`]: a [`Kind`] (which decides the status,
+//! in [`Kind::status`], an exhaustive match) and the messages of the body
+//! `{"messages":[summary, reason, advice]}`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use drover_query::QueryError;
+use drover_store::StoreError;
+use serde_json::json;
+
+/// What went wrong, as far as the client is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Malformed JSON, bad parameters, failed validation, unsupported `api-version`.
+    BadRequest,
+    /// Missing or wrong credentials.
+    Unauthorized,
+    /// Authenticated, not permitted.
+    Forbidden,
+    /// No such resource, or no such path.
+    NotFound,
+    MethodNotAllowed,
+    /// A stale `version`, a taken name, a conflicting reservation.
+    Conflict,
+    /// A body over the configured limit.
+    PayloadTooLarge,
+    /// A body in a content type the operation does not read.
+    UnsupportedMediaType,
+    /// A dependency (the datastore, the directory) does not answer.
+    Unavailable,
+    /// A bug: never the client's fault.
+    Internal,
+}
+
+impl Kind {
+    pub fn status(self) -> StatusCode {
+        match self {
+            Kind::BadRequest => StatusCode::BAD_REQUEST,
+            Kind::Unauthorized => StatusCode::UNAUTHORIZED,
+            Kind::Forbidden => StatusCode::FORBIDDEN,
+            Kind::NotFound => StatusCode::NOT_FOUND,
+            Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Kind::Conflict => StatusCode::CONFLICT,
+            Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The kind an error status stands for (used to give bodies to responses that axum
+    /// or hyper produced without one).
+    pub fn from_status(status: StatusCode) -> Kind {
+        match status.as_u16() {
+            401 => Kind::Unauthorized,
+            403 => Kind::Forbidden,
+            404 => Kind::NotFound,
+            405 => Kind::MethodNotAllowed,
+            409 => Kind::Conflict,
+            413 => Kind::PayloadTooLarge,
+            415 => Kind::UnsupportedMediaType,
+            503 => Kind::Unavailable,
+            400..=499 => Kind::BadRequest,
+            _ => Kind::Internal,
+        }
+    }
+}
+
+/// A failure answered to the client: `{"messages":[...]}` with the kind's status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    pub kind: Kind,
+    pub messages: Vec<String>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// The realm of the `WWW-Authenticate` challenge.
+pub const REALM: &str = "Basic realm=\"drover\", charset=\"UTF-8\"";
+
+impl ApiError {
+    pub fn new(kind: Kind, messages: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            kind,
+            messages: messages.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    pub fn bad_request(summary: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::BadRequest, [summary.into(), reason.into()])
+    }
+
+    /// A request parameter the service cannot use; `reason` says what is wrong with it.
+    pub fn bad_parameter(reason: impl Into<String>) -> Self {
+        Self::bad_request("Invalid request parameter", reason)
+    }
+
+    pub fn unauthorized() -> Self {
+        Self::new(
+            Kind::Unauthorized,
+            [
+                "You must be authenticated to access this area",
+                "Send the user name and password with HTTP Basic authentication",
+            ],
+        )
+    }
+
+    pub fn forbidden(user: &str, what: impl std::fmt::Display) -> Self {
+        Self::new(
+            Kind::Forbidden,
+            [
+                "You are not allowed to do this".to_string(),
+                format!("User '{user}' lacks the permission {what}"),
+            ],
+        )
+    }
+
+    pub fn not_found(what: impl Into<String>) -> Self {
+        Self::new(Kind::NotFound, [what.into()])
+    }
+
+    pub fn unknown_path(path: &str, prefix: &str) -> Self {
+        Self::new(
+            Kind::NotFound,
+            [
+                format!("Unknown path {path}"),
+                format!("The service has no resource at this path; see {prefix}/rest/openapi.json"),
+            ],
+        )
+    }
+
+    pub fn method_not_allowed(allowed: &str) -> Self {
+        Self::new(
+            Kind::MethodNotAllowed,
+            [
+                "Method not allowed".to_string(),
+                format!("This resource allows {allowed}"),
+            ],
+        )
+    }
+
+    pub fn conflict(summary: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::Conflict, [summary.into(), reason.into()])
+    }
+
+    pub fn payload_too_large(limit: usize) -> Self {
+        Self::new(
+            Kind::PayloadTooLarge,
+            [
+                "Request body too large".to_string(),
+                format!("The limit is {limit} bytes"),
+            ],
+        )
+    }
+
+    pub fn unavailable(summary: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::new(Kind::Unavailable, [summary.into(), reason.into()])
+    }
+
+    /// A bug or an unexpected failure. The detail goes to the service log; the client
+    /// learns only that it was not their fault.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        eprintln!("drover: internal error: {detail}");
+        Self::new(
+            Kind::Internal,
+            [
+                "Internal error",
+                "The service failed unexpectedly; the details are in its log",
+            ],
+        )
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response =
+            (self.kind.status(), Json(json!({ "messages": self.messages }))).into_response();
+        if self.kind == Kind::Unauthorized {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
+        }
+        response
+    }
+}
+
+impl From<QueryError> for ApiError {
+    fn from(e: QueryError) -> Self {
+        Self::bad_parameter(e.message)
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound { .. } => Self::not_found(e.to_string()),
+            StoreError::Conflict(reason) => Self::conflict("Conflicting change", reason),
+            StoreError::Invalid(reason) => Self::bad_request("Invalid document", reason),
+            StoreError::Backend(reason) => {
+                Self::unavailable("The datastore is unavailable", reason)
+            }
+            StoreError::UnknownCollection(_) => Self::internal(e),
+        }
+    }
+}

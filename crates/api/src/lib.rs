@@ -1,0 +1,42 @@
+//! The HTTP interface of Drover: the only crate that knows the wire format.
+//!
+//! - [`routes`]: every route is registered through [`Routes`] with the permission it
+//!   needs and its documentation; the same registration builds the axum router, the
+//!   route gate (authentication, authorization, common parameters) and the OpenAPI
+//!   document, so none of the three can miss a route.
+//! - [`error`]: [`ApiError`], mapped to status and `{"messages":[...]}` in one place.
+//! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
+//! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
+//! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
+//! - resource families: [`diag`], [`permissions`].
+
+pub mod diag;
+pub mod error;
+pub mod layers;
+pub mod openapi;
+pub mod params;
+pub mod permissions;
+pub mod reply;
+pub mod routes;
+mod state;
+
+pub use error::{ApiError, ApiResult, Kind};
+pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
+pub use routes::{Access, Caller, Routes};
+pub use state::{AppState, BuildInfo, Health, ProxySettings, Settings};
+
+/// Every route of the interface that exists so far.
+pub fn interface() -> Routes {
+    let mut routes = Routes::new();
+    openapi::register(&mut routes);
+    diag::register(&mut routes);
+    permissions::register(&mut routes);
+    routes
+}
+
+/// The service: `routes` behind the gate, under the deployment prefix, wrapped in the
+/// layers every request passes. `routes` is normally [`interface()`]; tests may add
+/// routes of their own, which then pass through exactly the same machinery.
+pub fn app(state: AppState, routes: Routes) -> axum::Router {
+    routes.into_router(state)
+}

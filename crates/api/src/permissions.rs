@@ -1,0 +1,68 @@
+//! `GET /rest/permissions[/<id>]`: the permissions the routes declare (resource +
+//! action), as a list resource. Roles that bundle them arrive with issue #9.
+
+use axum::Json;
+use axum::extract::{Path, State};
+use drover_auth::Permission;
+use serde_json::{Value, json};
+
+use crate::error::{ApiError, ApiResult};
+use crate::openapi::schema::{envelope, object, string};
+use crate::params::ListParams;
+use crate::reply::{by_id_or_name, list_in_memory};
+use crate::routes::{Access, Routes};
+use crate::AppState;
+
+const READ: Access = Access::Needs(Permission::read("permissions"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    let permission = || {
+        object(&[
+            ("id", string()),
+            ("name", string()),
+            ("resource", string()),
+            ("action", string()),
+            ("description", string()),
+        ])
+    };
+    routes
+        .get("/rest/permissions", READ, list)
+        .summary("Every permission a route of this service requires")
+        .list()
+        .response(200, "Permissions", Some(envelope(permission())));
+    routes
+        .get("/rest/permissions/{id}", READ, one)
+        .summary("One permission, by id (resource:action) or name")
+        .path_param("id", "The permission's id or name")
+        .response(200, "The permission", Some(permission()))
+        .response(404, "No such permission", None);
+}
+
+/// The permissions in their wire shape, ordered by id.
+fn documents(state: &AppState) -> Vec<Value> {
+    let mut permissions = state.permissions().to_vec();
+    permissions.sort_by_key(|p| p.to_string());
+    permissions
+        .iter()
+        .map(|p| {
+            json!({
+                "id": p.to_string(),
+                "name": p.to_string(),
+                "resource": p.resource,
+                "action": p.action.as_str(),
+                "description": format!("{} {}", p.action.as_str(), p.resource),
+            })
+        })
+        .collect()
+}
+
+async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> {
+    list_in_memory(&documents(&state), &params)
+}
+
+async fn one(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    by_id_or_name(&documents(&state), &id)
+        .cloned()
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("No permission '{id}'")))
+}

@@ -1,0 +1,371 @@
+//! Route registration, and the gate every route passes.
+//!
+//! A route is registered once, with its method, path, [`Access`], handler and
+//! documentation. [`Routes::into_router`] turns the registrations into the axum router,
+//! wraps each route in [`gate`] with the access it declared, and renders the OpenAPI
+//! document from the same list. There is no other way to add a route.
+
+use std::collections::BTreeMap;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, Request, State};
+use axum::handler::Handler;
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{MethodFilter, MethodRouter, on};
+use drover_auth::{Identity, Permission, basic_credentials};
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::params::CommonParams;
+use crate::{AppState, layers, openapi};
+
+/// Who may call a route.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// No authentication (only the health summary and the OpenAPI document).
+    Public,
+    /// An authenticated user holding this permission.
+    Needs(Permission),
+}
+
+/// Where a documented parameter goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ParamIn {
+    Path,
+    Query,
+}
+
+/// A documented parameter.
+#[derive(Debug, Clone)]
+pub struct ParamDoc {
+    pub name: &'static str,
+    pub location: ParamIn,
+    pub required: bool,
+    pub description: &'static str,
+    pub schema: Value,
+}
+
+/// A documented response.
+#[derive(Debug, Clone)]
+pub struct ResponseDoc {
+    pub status: u16,
+    pub description: &'static str,
+    pub schema: Option<Value>,
+}
+
+/// Everything the OpenAPI document says about one route.
+#[derive(Debug, Clone)]
+pub struct RouteDoc {
+    pub method: Method,
+    /// In axum syntax: `/rest/jobs/{id}`.
+    pub path: &'static str,
+    pub access: Access,
+    pub summary: &'static str,
+    /// A list operation (takes the list parameters, answers the envelope).
+    pub list: bool,
+    pub params: Vec<ParamDoc>,
+    /// Content type and schema of the request body.
+    pub body: Option<(&'static str, Value)>,
+    pub responses: Vec<ResponseDoc>,
+}
+
+/// One registered route: its documentation and its handler.
+struct Entry {
+    doc: RouteDoc,
+    handler: MethodRouter<AppState>,
+}
+
+/// The routes of a service, under construction.
+#[derive(Default)]
+pub struct Routes {
+    entries: Vec<Entry>,
+}
+
+/// Adds documentation to the route just registered.
+pub struct RouteBuilder<'a> {
+    doc: &'a mut RouteDoc,
+}
+
+impl RouteBuilder<'_> {
+    pub fn summary(self, summary: &'static str) -> Self {
+        self.doc.summary = summary;
+        self
+    }
+
+    /// Marks a list operation: the list parameters and the envelope are documented.
+    pub fn list(self) -> Self {
+        self.doc.list = true;
+        self
+    }
+
+    pub fn param(self, param: ParamDoc) -> Self {
+        self.doc.params.push(param);
+        self
+    }
+
+    pub fn path_param(self, name: &'static str, description: &'static str) -> Self {
+        self.param(ParamDoc {
+            name,
+            location: ParamIn::Path,
+            required: true,
+            description,
+            schema: serde_json::json!({"type": "string"}),
+        })
+    }
+
+    pub fn body(self, content_type: &'static str, schema: Value) -> Self {
+        self.doc.body = Some((content_type, schema));
+        self
+    }
+
+    pub fn response(self, status: u16, description: &'static str, schema: Option<Value>) -> Self {
+        self.doc.responses.push(ResponseDoc {
+            status,
+            description,
+            schema,
+        });
+        self
+    }
+}
+
+impl Routes {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers `handler` for `method path`, reachable with `access`.
+    pub fn add<H, T>(
+        &mut self,
+        method: Method,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> RouteBuilder<'_>
+    where
+        H: Handler<T, AppState>,
+        T: 'static,
+    {
+        let filter = MethodFilter::try_from(method.clone()).expect("a standard method");
+        self.entries.push(Entry {
+            doc: RouteDoc {
+                method,
+                path,
+                access,
+                summary: "",
+                list: false,
+                params: Vec::new(),
+                body: None,
+                responses: Vec::new(),
+            },
+            handler: on(filter, handler),
+        });
+        RouteBuilder {
+            doc: &mut self.entries.last_mut().expect("just pushed").doc,
+        }
+    }
+
+    pub fn get<H: Handler<T, AppState>, T: 'static>(
+        &mut self,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> RouteBuilder<'_> {
+        self.add(Method::GET, path, access, handler)
+    }
+
+    pub fn post<H: Handler<T, AppState>, T: 'static>(
+        &mut self,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> RouteBuilder<'_> {
+        self.add(Method::POST, path, access, handler)
+    }
+
+    pub fn put<H: Handler<T, AppState>, T: 'static>(
+        &mut self,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> RouteBuilder<'_> {
+        self.add(Method::PUT, path, access, handler)
+    }
+
+    pub fn delete<H: Handler<T, AppState>, T: 'static>(
+        &mut self,
+        path: &'static str,
+        access: Access,
+        handler: H,
+    ) -> RouteBuilder<'_> {
+        self.add(Method::DELETE, path, access, handler)
+    }
+
+    /// The documentation of every route, in registration order.
+    pub fn docs(&self) -> Vec<RouteDoc> {
+        self.entries.iter().map(|e| e.doc.clone()).collect()
+    }
+
+    /// The axum router of these routes for `state`: each route behind the gate, the
+    /// whole under the deployment prefix, wrapped in [`layers::wrap`].
+    pub fn into_router(self, state: AppState) -> Router {
+        let docs = self.docs();
+        let mut permissions: Vec<Permission> = docs
+            .iter()
+            .filter_map(|d| match d.access {
+                Access::Needs(p) => Some(p),
+                Access::Public => None,
+            })
+            .collect();
+        permissions.sort();
+        permissions.dedup();
+        state.set_permissions(permissions);
+        state.set_openapi(openapi::document(&docs, &state.settings().base_url));
+
+        let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
+        for entry in self.entries {
+            let gated = entry.handler.route_layer(from_fn_with_state(
+                Gate {
+                    state: state.clone(),
+                    access: entry.doc.access,
+                },
+                gate,
+            ));
+            let merged = match by_path.remove(entry.doc.path) {
+                Some(existing) => existing.merge(gated),
+                None => gated,
+            };
+            by_path.insert(entry.doc.path, merged);
+        }
+        let mut routes = Router::new();
+        for (path, handler) in by_path {
+            let allowed: Vec<&str> = docs
+                .iter()
+                .filter(|d| d.path == path)
+                .map(|d| d.method.as_str())
+                .collect();
+            let allowed = allowed.join(", ");
+            let refuse = move || async move { ApiError::method_not_allowed(&allowed) };
+            routes = routes.route(path, handler.fallback(refuse));
+        }
+        let prefix = &state.settings().base_url;
+        let routes = routes
+            .fallback(layers::unknown_path(prefix))
+            .with_state(state.clone());
+        let router = if prefix.is_empty() {
+            routes
+        } else {
+            Router::new()
+                .nest(prefix, routes)
+                .fallback(layers::unknown_path(prefix))
+        };
+        layers::wrap(router, &state)
+    }
+}
+
+/// The caller of a request, as the gate established it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller {
+    /// The authenticated user; `None` on public routes.
+    pub identity: Option<Identity>,
+    /// The user the request acts for: the `proxy-user` when proxying is enabled and the
+    /// caller may proxy, else the caller.
+    pub effective_user: Option<String>,
+    /// The `proxy-user` parameter as sent, honoured or not (accounts and quotes use it
+    /// to name the accounting user whatever the proxy settings).
+    pub proxy_user: Option<String>,
+}
+
+impl Caller {
+    pub fn proxied(&self) -> bool {
+        match (&self.identity, &self.effective_user) {
+            (Some(identity), Some(user)) => identity.name != *user,
+            _ => false,
+        }
+    }
+}
+
+impl FromRequestParts<AppState> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _: &AppState) -> Result<Self, ApiError> {
+        parts
+            .extensions
+            .get::<Caller>()
+            .cloned()
+            .ok_or_else(|| ApiError::internal("a handler asked for the caller outside the gate"))
+    }
+}
+
+#[derive(Clone)]
+struct Gate {
+    state: AppState,
+    access: Access,
+}
+
+/// Authenticates (HTTP Basic), authorizes against the route's declared permission,
+/// parses the common parameters, resolves `proxy-user`, and pretty-prints on request.
+async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let identity = match gate.access {
+        Access::Public => None,
+        Access::Needs(permission) => {
+            let identity = match authenticate(&gate.state, request.headers()).await {
+                Ok(identity) => identity,
+                Err(e) => return e.into_response(),
+            };
+            if !identity.may(permission) {
+                return ApiError::forbidden(&identity.name, permission).into_response();
+            }
+            Some(identity)
+        }
+    };
+    let params = match CommonParams::parse(request.uri().query()) {
+        Ok(params) => params,
+        Err(e) => return e.into_response(),
+    };
+    let proxy_user = match params.raw.get("proxy-user") {
+        Ok(value) => value.filter(|v| !v.is_empty()).map(str::to_string),
+        Err(e) => return e.into_response(),
+    };
+    let effective_user = match (&identity, &proxy_user) {
+        (Some(identity), Some(proxied)) if gate.state.settings().proxy.may_proxy(&identity.name) => {
+            Some(proxied.clone())
+        }
+        (Some(identity), _) => Some(identity.name.clone()),
+        (None, _) => None,
+    };
+    let pretty = params.pretty;
+    request.extensions_mut().insert(Caller {
+        identity,
+        effective_user,
+        proxy_user,
+    });
+    request.extensions_mut().insert(params);
+    let response = next.run(request).await;
+    if pretty {
+        layers::pretty_print(response).await
+    } else {
+        response
+    }
+}
+
+/// The identity of the request's Basic credentials: remembered logins on the async
+/// runtime, full argon2 verification on a blocking thread.
+async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, ApiError> {
+    let (user, password) = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(basic_credentials)
+        .ok_or_else(ApiError::unauthorized)?;
+    let auth = state.auth();
+    if let Some(identity) = auth.remembered(&user, &password) {
+        return Ok(identity);
+    }
+    let auth = auth.clone();
+    tokio::task::spawn_blocking(move || auth.verify(&user, &password))
+        .await
+        .map_err(ApiError::internal)?
+        .ok_or_else(ApiError::unauthorized)
+}

@@ -1,0 +1,125 @@
+//! What handlers share: the store, the authenticator and the deployment's settings.
+
+use std::sync::{Arc, OnceLock};
+
+use drover_auth::{Authenticator, DirectoryConfig, Permission};
+use drover_domain::dates::{Timestamp, WireDates};
+use drover_store::DocumentStore;
+
+/// The service's shared state; cheap to clone.
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    store: Arc<dyn DocumentStore>,
+    auth: Arc<Authenticator>,
+    settings: Settings,
+    /// Filled when the router is built: the permissions the routes declare, and the
+    /// OpenAPI document.
+    permissions: OnceLock<Vec<Permission>>,
+    openapi: OnceLock<String>,
+}
+
+/// Deployment settings the interface needs.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The `{base_url}` prefix: empty, or `/` followed by segments, without a trailing `/`.
+    pub base_url: String,
+    /// Wire dates of this deployment (the local zone of version 1).
+    pub dates: WireDates,
+    /// Largest request body accepted, in bytes.
+    pub max_body_bytes: usize,
+    pub proxy: ProxySettings,
+    pub build: BuildInfo,
+    /// The directory (LDAP) configuration, when there is one.
+    pub directory: Option<DirectoryConfig>,
+}
+
+/// `ENABLEPROXY` and the users allowed to act for others (spec part 1, rule 7).
+#[derive(Debug, Clone, Default)]
+pub struct ProxySettings {
+    pub enabled: bool,
+    pub allowed_users: Vec<String>,
+}
+
+impl ProxySettings {
+    pub fn may_proxy(&self, user: &str) -> bool {
+        self.enabled && self.allowed_users.iter().any(|u| u == user)
+    }
+}
+
+/// What `diag/about` reports, fixed when the binary was built.
+#[derive(Debug, Clone)]
+pub struct BuildInfo {
+    pub version: String,
+    pub build: String,
+    pub build_date: Timestamp,
+    pub revision: String,
+}
+
+/// The state of one connection, as the health resources report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    Down,
+    NotConfigured,
+    NotSupported,
+    Unknown,
+}
+
+impl Health {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Health::Up => "UP",
+            Health::Down => "DOWN",
+            Health::NotConfigured => "NOT_CONFIGURED",
+            Health::NotSupported => "NOT_SUPPORTED",
+            Health::Unknown => "UNKNOWN",
+        }
+    }
+}
+
+impl AppState {
+    pub fn new(
+        store: Arc<dyn DocumentStore>,
+        auth: Arc<Authenticator>,
+        settings: Settings,
+    ) -> Self {
+        Self(Arc::new(Inner {
+            store,
+            auth,
+            settings,
+            permissions: OnceLock::new(),
+            openapi: OnceLock::new(),
+        }))
+    }
+
+    pub fn store(&self) -> &Arc<dyn DocumentStore> {
+        &self.0.store
+    }
+
+    pub fn auth(&self) -> &Arc<Authenticator> {
+        &self.0.auth
+    }
+
+    pub fn settings(&self) -> &Settings {
+        &self.0.settings
+    }
+
+    /// Every permission some route needs, sorted.
+    pub fn permissions(&self) -> &[Permission] {
+        self.0.permissions.get().map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    pub(crate) fn set_permissions(&self, permissions: Vec<Permission>) {
+        let _ = self.0.permissions.set(permissions);
+    }
+
+    pub(crate) fn openapi(&self) -> &str {
+        self.0.openapi.get().map(String::as_str).unwrap_or("{}")
+    }
+
+    pub(crate) fn set_openapi(&self, document: String) {
+        let _ = self.0.openapi.set(document);
+    }
+}

@@ -1,0 +1,284 @@
+//! Configuration: a TOML file, then environment overrides, then command-line flags.
+//!
+//! Every setting has a default, so `drover serve` runs with no configuration at all.
+//! See `drover.example.toml` at the top of the repository for every key.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use drover_auth::{DirectoryConfig, User};
+use drover_domain::dates::WireDates;
+use serde::Deserialize;
+
+/// The environment variables that override the file, and the key each one sets.
+pub const ENVIRONMENT: &[(&str, &str)] = &[
+    ("DROVER_LISTEN", "listen"),
+    ("DROVER_BASE_URL", "base_url"),
+    ("DROVER_DATA_DIR", "data_dir"),
+    ("DROVER_STORE", "store"),
+    ("DROVER_TIME_ZONE", "time_zone"),
+    ("DROVER_MAX_BODY_BYTES", "max_body_bytes"),
+    ("DROVER_LOGIN_CACHE_SECONDS", "login_cache_seconds"),
+    ("DROVER_ADMIN_USER", "admin_user"),
+    ("DROVER_ENABLEPROXY", "scheduler.ENABLEPROXY"),
+    ("DROVER_PROXY_USERS", "scheduler.proxy_users"),
+];
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Address and port to listen on.
+    pub listen: String,
+    /// The `{base_url}` prefix of every path, e.g. `/mws`; empty by default.
+    pub base_url: String,
+    /// Where the embedded store and `users.toml` live.
+    pub data_dir: PathBuf,
+    /// A `postgres://` URL to use PostgreSQL instead of the embedded SQLite file.
+    pub store: Option<String>,
+    /// The IANA zone of version-1 dates; the machine's zone by default.
+    pub time_zone: Option<String>,
+    /// Largest request body, in bytes.
+    pub max_body_bytes: usize,
+    /// How long a verified login is remembered.
+    pub login_cache_seconds: u64,
+    /// The administrator generated on first start when none is configured.
+    pub admin_user: String,
+    pub scheduler: SchedulerConfig,
+    /// Local users (argon2 hashes; `drover hash-password` makes one).
+    pub users: Vec<User>,
+    /// The directory (LDAP) server.
+    pub ldap: Option<DirectoryConfig>,
+}
+
+/// Scheduler parameters. Only proxying so far.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SchedulerConfig {
+    /// `ENABLEPROXY`: whether `proxy-user` is honoured at all (`true` or `"TRUE"`).
+    #[serde(rename = "ENABLEPROXY", deserialize_with = "flag")]
+    pub enable_proxy: bool,
+    /// The users allowed to act for others when proxying is enabled.
+    pub proxy_users: Vec<String>,
+}
+
+fn flag<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Text(String),
+    }
+    match Flag::deserialize(deserializer)? {
+        Flag::Bool(b) => Ok(b),
+        Flag::Text(t) if t.eq_ignore_ascii_case("true") => Ok(true),
+        Flag::Text(t) if t.eq_ignore_ascii_case("false") => Ok(false),
+        Flag::Text(t) => Err(serde::de::Error::custom(format!(
+            "expected TRUE or FALSE, not '{t}'"
+        ))),
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: "127.0.0.1:8080".into(),
+            base_url: String::new(),
+            data_dir: PathBuf::from("data"),
+            store: None,
+            time_zone: None,
+            max_body_bytes: 10 * 1024 * 1024,
+            login_cache_seconds: 60,
+            admin_user: "admin".into(),
+            scheduler: SchedulerConfig::default(),
+            users: Vec::new(),
+            ldap: None,
+        }
+    }
+}
+
+/// Sets `key` (dotted) in `table` to the environment value `raw`: numbers and booleans
+/// as such, comma lists for list keys, strings otherwise.
+fn set(table: &mut toml::Table, key: &str, raw: &str) {
+    let (section, name) = match key.split_once('.') {
+        Some((section, name)) => (Some(section), name),
+        None => (None, key),
+    };
+    let value = if name == "proxy_users" {
+        toml::Value::Array(
+            raw.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(|s| toml::Value::String(s.into()))
+                .collect(),
+        )
+    } else if let Ok(n) = raw.parse::<i64>() {
+        toml::Value::Integer(n)
+    } else {
+        toml::Value::String(raw.into())
+    };
+    let target = match section {
+        None => table,
+        Some(section) => {
+            let entry = table
+                .entry(section)
+                .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+            if !entry.is_table() {
+                *entry = toml::Value::Table(toml::Table::new());
+            }
+            entry.as_table_mut().expect("just made a table")
+        }
+    };
+    target.insert(name.into(), value);
+}
+
+impl Config {
+    /// Reads `file` (when given), applies the environment overrides `env` reports, and
+    /// checks the result.
+    pub fn load(
+        file: Option<&Path>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, String> {
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| format!("{}: {e}", path.display()))?
+            }
+            None => toml::Table::new(),
+        };
+        for (variable, key) in ENVIRONMENT {
+            if let Some(value) = env(variable).filter(|v| !v.is_empty()) {
+                set(&mut table, key, &value);
+            }
+        }
+        let config: Config = Config::deserialize(table).map_err(|e| {
+            let place = file.map(|p| p.display().to_string()).unwrap_or("configuration".into());
+            format!("{place}: {e}")
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), String> {
+        self.listen_address()?;
+        self.normalized_base_url()?;
+        self.dates()?;
+        if self.max_body_bytes == 0 {
+            return Err("max_body_bytes must be positive".into());
+        }
+        drover_auth::users::validate_name(&self.admin_user).map_err(|e| e.to_string())?;
+        for user in &self.users {
+            user.validate().map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    }
+
+    pub fn listen_address(&self) -> Result<SocketAddr, String> {
+        self.listen
+            .parse()
+            .map_err(|_| format!("listen: '{}' is not an address:port", self.listen))
+    }
+
+    /// The prefix as the router uses it: empty, or `/a/b` without a trailing slash.
+    pub fn normalized_base_url(&self) -> Result<String, String> {
+        let trimmed = self.base_url.trim_end_matches('/');
+        if trimmed.is_empty() {
+            return Ok(String::new());
+        }
+        let valid = trimmed.starts_with('/')
+            && !trimmed.contains("//")
+            && trimmed
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '/' | '-' | '_' | '.' | '~'));
+        if valid {
+            Ok(trimmed.to_string())
+        } else {
+            Err(format!(
+                "base_url: '{}' must be a path such as /mws (letters, digits, - _ . ~)",
+                self.base_url
+            ))
+        }
+    }
+
+    /// Wire dates with the configured zone, or the machine's.
+    pub fn dates(&self) -> Result<WireDates, String> {
+        let zone = match &self.time_zone {
+            Some(zone) => zone.clone(),
+            None => drover_domain::dates::system_zone_name(),
+        };
+        WireDates::for_zone(&zone).map_err(|e| format!("time_zone: {e}"))
+    }
+
+    /// Where the store is: the PostgreSQL URL, or the SQLite file in the data directory.
+    pub fn store_location(&self) -> String {
+        match &self.store {
+            Some(url) => url.clone(),
+            None => self.data_dir.join("drover.db").display().to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    #[test]
+    fn no_configuration_at_all_is_a_working_configuration() {
+        let config = Config::load(None, no_env).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080");
+        assert_eq!(config.normalized_base_url().unwrap(), "");
+        assert!(!config.scheduler.enable_proxy);
+        assert!(config.store_location().ends_with("drover.db"));
+    }
+
+    #[test]
+    fn the_environment_overrides_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\nbase_url = \"/mws/\"\n[scheduler]\nENABLEPROXY = \"TRUE\"\nproxy_users = [\"root\"]\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), no_env).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:9000");
+        assert_eq!(config.normalized_base_url().unwrap(), "/mws");
+        assert!(config.scheduler.enable_proxy);
+        let env = |name: &str| match name {
+            "DROVER_LISTEN" => Some("0.0.0.0:7000".to_string()),
+            "DROVER_ENABLEPROXY" => Some("false".to_string()),
+            "DROVER_PROXY_USERS" => Some("a, b".to_string()),
+            "DROVER_MAX_BODY_BYTES" => Some("1000".to_string()),
+            _ => None,
+        };
+        let config = Config::load(Some(&path), env).unwrap();
+        assert_eq!(config.listen, "0.0.0.0:7000");
+        assert!(!config.scheduler.enable_proxy);
+        assert_eq!(config.scheduler.proxy_users, ["a", "b"]);
+        assert_eq!(config.max_body_bytes, 1000);
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.toml");
+        for (text, expected) in [
+            ("lisen = \"x\"", "unknown field `lisen`"),
+            ("listen = \"nowhere\"", "listen"),
+            ("base_url = \"mws\"", "base_url"),
+            ("time_zone = \"Mars/Olympus\"", "time_zone"),
+            ("[scheduler]\nENABLEPROXY = \"maybe\"", "TRUE or FALSE"),
+            ("[[users]]\nname = \"a\"\npassword_hash = \"plain\"", "hash"),
+            ("listen = ", "drover.toml"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let error = Config::load(Some(&path), no_env).unwrap_err();
+            assert!(error.contains(expected), "{text}: {error}");
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The Drover service: configuration and wiring. `main.rs` is the command line around it;
+//! tests call [`launch`] directly on a listener bound to port 0.
+
+pub mod config;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use drover_api::{AppState, BuildInfo, ProxySettings, Routes, Settings};
+use drover_auth::{Authenticator, User, password, users};
+use drover_domain::dates::Timestamp;
+use drover_store::DocumentStore;
+use tokio::net::TcpListener;
+
+pub use config::Config;
+
+/// What this binary was built from (recorded by `build.rs`).
+pub fn build_info() -> BuildInfo {
+    BuildInfo {
+        version: env!("CARGO_PKG_VERSION").into(),
+        build: env!("DROVER_BUILD_NUMBER").into(),
+        build_date: env!("DROVER_BUILD_EPOCH")
+            .parse()
+            .ok()
+            .and_then(|s| Timestamp::from_second(s).ok())
+            .unwrap_or(Timestamp::UNIX_EPOCH),
+        revision: env!("DROVER_REVISION").into(),
+    }
+}
+
+/// How the service tells its operator what happened at start.
+pub struct Started {
+    pub address: std::net::SocketAddr,
+    /// The password of an administrator generated at this start (shown once).
+    pub generated_admin: Option<(String, String)>,
+}
+
+/// The configured users plus those of the data directory. With no administrator among
+/// them, one is generated: its hash is saved in `users.toml`, its password returned.
+fn load_users(config: &Config) -> Result<(Vec<User>, Option<(String, String)>), String> {
+    let mut all = config.users.clone();
+    all.extend(users::load(&config.data_dir).map_err(|e| e.to_string())?);
+    if all.iter().any(|u| u.admin) {
+        return Ok((all, None));
+    }
+    let secret = password::generate();
+    let admin = User {
+        name: config.admin_user.clone(),
+        password_hash: password::hash(&secret, password::Cost::Standard),
+        admin: true,
+    };
+    if all.iter().any(|u| u.name == admin.name) {
+        return Err(format!(
+            "no administrator is configured, and the user '{}' exists without being one; \
+             run `drover user add {} --admin` to make one",
+            admin.name, admin.name
+        ));
+    }
+    users::save(&config.data_dir, admin.clone()).map_err(|e| e.to_string())?;
+    all.push(admin);
+    Ok((all, Some((config.admin_user.clone(), secret))))
+}
+
+/// Opens the store and builds the shared state.
+async fn prepare(config: &Config) -> Result<(AppState, Option<(String, String)>), String> {
+    if config.store.is_none() || !config.data_dir.as_os_str().is_empty() {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+    }
+    let location = config.store_location();
+    let store: Arc<dyn DocumentStore> = tokio::task::spawn_blocking(move || drover_store::open(&location))
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot open the store: {e}"))?
+        .into();
+    let (users, generated) = load_users(config)?;
+    let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
+        .map_err(|e| e.to_string())?;
+    let settings = Settings {
+        base_url: config.normalized_base_url()?,
+        dates: config.dates()?,
+        max_body_bytes: config.max_body_bytes,
+        proxy: ProxySettings {
+            enabled: config.scheduler.enable_proxy,
+            allowed_users: config.scheduler.proxy_users.clone(),
+        },
+        build: build_info(),
+        directory: config.ldap.clone(),
+    };
+    Ok((AppState::new(store, Arc::new(auth), settings), generated))
+}
+
+/// Serves the interface on `listener` until `shutdown` completes, then finishes the
+/// requests in flight and flushes the store. `on_start` is told the address and any
+/// generated administrator password before the first request is accepted.
+pub async fn launch(
+    config: Config,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_start: impl FnOnce(Started),
+) -> Result<(), String> {
+    launch_with(config, drover_api::interface(), listener, shutdown, on_start).await
+}
+
+/// [`launch`] with a given set of routes (tests add routes of their own).
+pub async fn launch_with(
+    config: Config,
+    routes: Routes,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    on_start: impl FnOnce(Started),
+) -> Result<(), String> {
+    config.validate()?;
+    let (state, generated_admin) = prepare(&config).await?;
+    let app = drover_api::app(state.clone(), routes);
+    let address = listener.local_addr().map_err(|e| e.to_string())?;
+    on_start(Started {
+        address,
+        generated_admin,
+    });
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| e.to_string())?;
+    let store = state.store().clone();
+    tokio::task::spawn_blocking(move || store.flush())
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("cannot flush the store: {e}"))
+}

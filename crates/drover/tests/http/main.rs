@@ -1,0 +1,8 @@
+//! The interface over HTTP: a real server (`drover_testkit`) and a real client.
+//! One test binary for all of it (quicker to build than one per file).
+
+mod access;
+mod conventions;
+mod diag;
+mod openapi;
+mod support;

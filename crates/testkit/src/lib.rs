@@ -1,0 +1,381 @@
+//! A real Drover server for integration tests: [`TestServer::start`] runs
+//! [`drover::launch_with`] on `127.0.0.1:0` with a temporary data directory (SQLite, or
+//! PostgreSQL in a schema of its own with [`Builder::postgres`]), and the helpers talk
+//! HTTP to it with a real client (`ureq`).
+//!
+//! Every server has two users: the administrator [`ADMIN`] and the ordinary user
+//! [`USER`], both with the password [`PASSWORD`] (hashed at minimal argon2 cost so that
+//! tests stay quick).
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use base64::Engine;
+use drover::Config;
+use drover_api::Routes;
+use drover_auth::{User, password};
+use serde_json::Value;
+
+pub const ADMIN: &str = "admin";
+pub const USER: &str = "alice";
+pub const PASSWORD: &str = "test-password";
+
+/// Whose credentials a request carries.
+#[derive(Debug, Clone)]
+pub enum Auth {
+    None,
+    /// The administrator.
+    Admin,
+    /// The ordinary user.
+    User,
+    Basic(String, String),
+    /// The `Authorization` header value as given.
+    Header(String),
+}
+
+impl Auth {
+    fn header(&self) -> Option<String> {
+        let basic = |user: &str, pw: &str| {
+            format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{pw}"))
+            )
+        };
+        match self {
+            Auth::None => None,
+            Auth::Admin => Some(basic(ADMIN, PASSWORD)),
+            Auth::User => Some(basic(USER, PASSWORD)),
+            Auth::Basic(user, pw) => Some(basic(user, pw)),
+            Auth::Header(value) => Some(value.clone()),
+        }
+    }
+}
+
+/// An HTTP answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    /// The body as JSON; panics (failing the test) when it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {:?} (status {})", self.body, self.status))
+    }
+
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The `messages` of an error body, joined; panics when there are none.
+    pub fn messages(&self) -> String {
+        let json = self.json();
+        let messages = json["messages"]
+            .as_array()
+            .unwrap_or_else(|| panic!("no messages in {json}"));
+        assert!(!messages.is_empty(), "empty messages in {json}");
+        messages
+            .iter()
+            .map(|m| m.as_str().expect("messages are strings"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    }
+}
+
+/// Configures a server before it starts.
+pub struct Builder {
+    config: Config,
+    routes: Routes,
+    dir: tempfile::TempDir,
+    schema: Option<Schema>,
+}
+
+/// A PostgreSQL schema that is dropped with the server.
+struct Schema {
+    url: String,
+    name: String,
+}
+
+impl Drop for Schema {
+    fn drop(&mut self) {
+        if let Ok(store) = drover_store::PostgresStore::connect_in_schema(&self.url, Some(&self.name))
+        {
+            let _ = store.drop_schema();
+        }
+    }
+}
+
+static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
+
+/// The PostgreSQL server of the test run, if there is one (required when
+/// `DROVER_REQUIRE_POSTGRES=1`, as in CI).
+pub fn postgres_url() -> Option<String> {
+    match std::env::var("DROVER_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("DROVER_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "DROVER_REQUIRE_POSTGRES=1 but DROVER_TEST_POSTGRES_URL is not set"
+            );
+            None
+        }
+    }
+}
+
+impl Builder {
+    pub fn new() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let user = |name: &str, admin: bool| User {
+            name: name.into(),
+            password_hash: password::hash(PASSWORD, password::Cost::Minimal),
+            admin,
+        };
+        let config = Config {
+            listen: "127.0.0.1:0".into(),
+            data_dir: dir.path().to_path_buf(),
+            time_zone: Some("UTC".into()),
+            users: vec![user(ADMIN, true), user(USER, false)],
+            ..Config::default()
+        };
+        Self {
+            config,
+            routes: drover_api::interface(),
+            dir,
+            schema: None,
+        }
+    }
+
+    pub fn config(mut self, change: impl FnOnce(&mut Config)) -> Self {
+        change(&mut self.config);
+        self
+    }
+
+    /// Adds routes (they pass through the same gate and layers as the interface's).
+    pub fn routes(mut self, add: impl FnOnce(&mut Routes)) -> Self {
+        add(&mut self.routes);
+        self
+    }
+
+    /// Stores in PostgreSQL, in a fresh schema; `None` when no server is configured.
+    pub fn postgres(mut self) -> Option<Self> {
+        let url = postgres_url()?;
+        let name = format!(
+            "http{}_{}",
+            std::process::id(),
+            SCHEMAS.fetch_add(1, Ordering::SeqCst)
+        );
+        let separator = if url.contains('?') { '&' } else { '?' };
+        self.config.store = Some(format!("{url}{separator}schema={name}"));
+        self.schema = Some(Schema { url, name });
+        Some(self)
+    }
+
+    pub fn start(self) -> TestServer {
+        let Builder {
+            config,
+            routes,
+            dir,
+            schema,
+        } = self;
+        let prefix = config.normalized_base_url().expect("a valid base_url");
+        let (started_tx, started_rx) = std::sync::mpsc::channel();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("port 0 is free");
+                let failed = started_tx.clone();
+                let result = drover::launch_with(
+                    config,
+                    routes,
+                    listener,
+                    async move {
+                        let _ = stop_rx.await;
+                    },
+                    move |started| {
+                        let _ = started_tx.send(Ok(started.address));
+                    },
+                )
+                .await;
+                if let Err(e) = &result {
+                    let _ = failed.send(Err(e.clone()));
+                }
+                result
+            })
+        });
+        let address = started_rx
+            .recv()
+            .expect("the server thread reports")
+            .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        TestServer {
+            address: address.to_string(),
+            prefix,
+            agent,
+            stop: std::sync::Mutex::new(Some(stop_tx)),
+            thread: Some(thread),
+            _schema: schema,
+            dir,
+        }
+    }
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A running server; stopped (gracefully) when dropped.
+pub struct TestServer {
+    /// `127.0.0.1:<port>`.
+    pub address: String,
+    /// The deployment prefix (`base_url`), empty by default.
+    pub prefix: String,
+    agent: ureq::Agent,
+    stop: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
+    thread: Option<JoinHandle<Result<(), String>>>,
+    _schema: Option<Schema>,
+    dir: tempfile::TempDir,
+}
+
+impl TestServer {
+    /// A server with the default test configuration.
+    pub fn start() -> TestServer {
+        Builder::new().start()
+    }
+
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+
+    /// `http://127.0.0.1:<port><prefix><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}{path}", self.address, self.prefix)
+    }
+
+    /// Sends `method path` (path relative to the prefix, query included) with `auth`
+    /// and an optional body `(content type, bytes)`.
+    pub fn call(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Auth,
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Reply {
+        let mut request = ureq::http::Request::builder()
+            .method(method)
+            .uri(self.url(path));
+        if let Some(value) = auth.header() {
+            request = request.header("Authorization", value);
+        }
+        let result = match body {
+            Some((content_type, bytes)) => {
+                let request = request
+                    .header("Content-Type", content_type)
+                    .body(bytes)
+                    .expect("a valid request");
+                self.agent.run(request)
+            }
+            None => self
+                .agent
+                .run(request.body(()).expect("a valid request")),
+        };
+        let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let headers = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_str().unwrap_or_default().to_string()))
+            .collect();
+        let status = response.status().as_u16();
+        let body = response
+            .body_mut()
+            .read_to_string()
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"));
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `GET path` as the administrator.
+    pub fn get(&self, path: &str) -> Reply {
+        self.call("GET", path, Auth::Admin, None)
+    }
+
+    /// `GET path` with `auth`.
+    pub fn get_as(&self, auth: Auth, path: &str) -> Reply {
+        self.call("GET", path, auth, None)
+    }
+
+    /// A JSON body sent with `method` as the administrator.
+    pub fn send_json(&self, method: &str, path: &str, body: &Value) -> Reply {
+        self.call(
+            method,
+            path,
+            Auth::Admin,
+            Some(("application/json", body.to_string().into_bytes())),
+        )
+    }
+
+    /// Writes `request` as is on a new connection and returns everything the server
+    /// answers until it closes (for requests a well-behaved client would not send).
+    pub fn raw(&self, request: &[u8]) -> String {
+        let mut stream = TcpStream::connect(&self.address).expect("the server accepts");
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let _ = stream.write_all(request);
+        let mut answer = Vec::new();
+        let _ = stream.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    }
+
+    /// Stops the server gracefully (requests in flight finish) and reports how it ended.
+    pub fn stop(mut self) -> Result<(), String> {
+        self.shut_down()
+    }
+
+    fn shut_down(&mut self) -> Result<(), String> {
+        self.signal_shutdown();
+        match self.thread.take() {
+            Some(thread) => thread.join().unwrap_or_else(|_| Err("the server thread panicked".into())),
+            None => Ok(()),
+        }
+    }
+
+    /// Sends the shutdown signal without waiting (for tests of graceful shutdown).
+    pub fn signal_shutdown(&self) {
+        if let Some(stop) = self.stop.lock().unwrap().take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        let _ = self.shut_down();
+    }
+}
