@@ -47,14 +47,19 @@ pub(crate) fn register(routes: &mut Routes) {
     let connection = || object(&[("connected", string())]);
     routes
         .get("/rest/diag/health/summary", Access::Public, health_summary)
-        .summary("Health of the datastore, scheduler and accounting connections (no authentication)")
+        .summary(
+            "Health of the datastore, scheduler and accounting connections (no authentication)",
+        )
         .response(
             200,
             "UP, DOWN, NOT_CONFIGURED, NOT_SUPPORTED or UNKNOWN per connection",
             Some(object(&[
                 ("acct", connection()),
                 ("datastore", connection()),
-                ("sched", object(&[("connected", string()), ("datastoreConnected", string())])),
+                (
+                    "sched",
+                    object(&[("connected", string()), ("datastoreConnected", string())]),
+                ),
             ])),
         );
     let detailed = |extra: &[(&str, Value)]| {

@@ -176,8 +176,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let mut response =
-            (self.kind.status(), Json(json!({ "messages": self.messages }))).into_response();
+        let mut response = (
+            self.kind.status(),
+            Json(json!({ "messages": self.messages })),
+        )
+            .into_response();
         if self.kind == Kind::Unauthorized {
             response
                 .headers_mut()

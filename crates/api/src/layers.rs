@@ -53,7 +53,11 @@ async fn contain_panics(request: Request, next: Next) -> Response {
 }
 
 /// A body whose declared length is over the limit is refused before anything reads it.
-async fn refuse_declared_oversize(State(limit): State<usize>, request: Request, next: Next) -> Response {
+async fn refuse_declared_oversize(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -113,9 +117,8 @@ pub(crate) async fn pretty_print(response: Response) -> Response {
         Ok(value) => serde_json::to_vec_pretty(&value).unwrap_or_else(|_| bytes.to_vec()),
         Err(_) => bytes.to_vec(),
     };
-    parts.headers.insert(
-        header::CONTENT_LENGTH,
-        HeaderValue::from(pretty.len()),
-    );
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(pretty.len()));
     Response::from_parts(parts, Body::from(pretty))
 }

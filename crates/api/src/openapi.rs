@@ -1,9 +1,9 @@
 //! The OpenAPI 3 document, rendered from the route registrations (so it lists exactly
 //! the routes that exist), served at `GET /rest/openapi.json` without authentication.
 
+use axum::extract::State;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::extract::State;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -92,12 +92,32 @@ fn common_params(list: bool) -> Vec<Value> {
     ];
     if list {
         params.extend([
-            query_param("query", "Filter, as a JSON object (document-store syntax)", schema::string()),
-            query_param("sort", "Sort keys, as a JSON object of 1 / -1", schema::string()),
+            query_param(
+                "query",
+                "Filter, as a JSON object (document-store syntax)",
+                schema::string(),
+            ),
+            query_param(
+                "sort",
+                "Sort keys, as a JSON object of 1 / -1",
+                schema::string(),
+            ),
             query_param("max", "At most this many results", schema::integer()),
-            query_param("offset", "Skip this many leading results", schema::integer()),
-            query_param("fields", "Comma-separated dotted paths to keep", schema::string()),
-            query_param("exclude-fields", "Comma-separated dotted paths to drop", schema::string()),
+            query_param(
+                "offset",
+                "Skip this many leading results",
+                schema::integer(),
+            ),
+            query_param(
+                "fields",
+                "Comma-separated dotted paths to keep",
+                schema::string(),
+            ),
+            query_param(
+                "exclude-fields",
+                "Comma-separated dotted paths to drop",
+                schema::string(),
+            ),
         ]);
     }
     params
@@ -153,7 +173,8 @@ fn operation(doc: &RouteDoc) -> Value {
     }
     op["responses"] = Value::Object(responses);
     if let Some((content_type, schema)) = &doc.body {
-        op["requestBody"] = json!({"required": true, "content": {*content_type: {"schema": schema}}});
+        op["requestBody"] =
+            json!({"required": true, "content": {*content_type: {"schema": schema}}});
     }
     op
 }

@@ -202,8 +202,14 @@ mod tests {
 
     #[test]
     fn change_modes() {
-        assert_eq!(ChangeMode::parse(Some("add"), None).unwrap(), ChangeMode::Add);
-        assert_eq!(ChangeMode::parse(Some("REMOVE"), None).unwrap(), ChangeMode::Remove);
+        assert_eq!(
+            ChangeMode::parse(Some("add"), None).unwrap(),
+            ChangeMode::Add
+        );
+        assert_eq!(
+            ChangeMode::parse(Some("REMOVE"), None).unwrap(),
+            ChangeMode::Remove
+        );
         assert_eq!(
             ChangeMode::parse(None, Some(ChangeMode::Set)).unwrap(),
             ChangeMode::Set
@@ -234,7 +240,10 @@ mod tests {
         };
         parse("query={\"a\":1}&sort={\"a\":-1}&max=2&offset=1&fields=a,b").unwrap();
         let e = parse("query={\"credentials.user\":{\"$foo\":1}}").unwrap_err();
-        assert!(e.contains("unknown operator $foo at credentials.user"), "{e}");
+        assert!(
+            e.contains("unknown operator $foo at credentials.user"),
+            "{e}"
+        );
         assert!(parse("sort={\"a\":2}").unwrap_err().contains("sort"));
         assert!(parse("max=-1").unwrap_err().contains("max"));
         assert!(parse("query=[").unwrap_err().contains("query"));

@@ -6,12 +6,12 @@ use axum::extract::{Path, State};
 use drover_auth::Permission;
 use serde_json::{Value, json};
 
+use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::openapi::schema::{envelope, object, string};
 use crate::params::ListParams;
 use crate::reply::{by_id_or_name, list_in_memory};
 use crate::routes::{Access, Routes};
-use crate::AppState;
 
 const READ: Access = Access::Needs(Permission::read("permissions"));
 

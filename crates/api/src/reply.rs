@@ -159,7 +159,10 @@ mod tests {
         ] {
             assert!(accepts_as_json(ok), "{ok:?}");
         }
-        for refused in [Some("application/xml"), Some("multipart/form-data; boundary=x")] {
+        for refused in [
+            Some("application/xml"),
+            Some("multipart/form-data; boundary=x"),
+        ] {
             assert!(!accepts_as_json(refused), "{refused:?}");
         }
     }
@@ -180,7 +183,10 @@ mod tests {
 
     #[test]
     fn single_resources_by_id_or_name() {
-        let docs = vec![json!({"id": "a", "name": "b"}), json!({"id": "b", "name": "c"})];
+        let docs = vec![
+            json!({"id": "a", "name": "b"}),
+            json!({"id": "b", "name": "c"}),
+        ];
         assert_eq!(by_id_or_name(&docs, "b").unwrap()["id"], "b");
         assert_eq!(by_id_or_name(&docs, "c").unwrap()["id"], "b");
         assert!(by_id_or_name(&docs, "z").is_none());

@@ -330,7 +330,9 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         Err(e) => return e.into_response(),
     };
     let effective_user = match (&identity, &proxy_user) {
-        (Some(identity), Some(proxied)) if gate.state.settings().proxy.may_proxy(&identity.name) => {
+        (Some(identity), Some(proxied))
+            if gate.state.settings().proxy.may_proxy(&identity.name) =>
+        {
             Some(proxied.clone())
         }
         (Some(identity), _) => Some(identity.name.clone()),

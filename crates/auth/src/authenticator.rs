@@ -205,7 +205,9 @@ mod tests {
             password_hash: password::hash("x", Cost::Minimal),
             admin: false,
         };
-        let error = Authenticator::new([user.clone(), user], Duration::ZERO).err().unwrap();
+        let error = Authenticator::new([user.clone(), user], Duration::ZERO)
+            .err()
+            .unwrap();
         assert!(error.to_string().contains("defined twice"), "{error}");
     }
 

@@ -68,7 +68,10 @@ impl std::fmt::Debug for DirectoryConfig {
             .field("security_type", &self.security_type)
             .field("base_dns", &self.base_dns)
             .field("bind_user", &self.bind_user)
-            .field("bind_password", &self.bind_password.as_ref().map(|_| "<hidden>"))
+            .field(
+                "bind_password",
+                &self.bind_password.as_ref().map(|_| "<hidden>"),
+            )
             .field("user_object_class", &self.user_object_class)
             .field("user_name_attribute", &self.user_name_attribute)
             .finish()
@@ -87,6 +90,9 @@ mod tests {
         .unwrap();
         assert_eq!(config.port(), 636);
         let shown = format!("{config:?}");
-        assert!(!shown.contains("s3cret") && shown.contains("<hidden>"), "{shown}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("<hidden>"),
+            "{shown}"
+        );
     }
 }

@@ -35,8 +35,8 @@ pub fn hash(password: &str, cost: Cost) -> String {
 
 /// Checks that `hash` is an argon2 hash this program can verify against.
 pub fn validate(hash: &str) -> Result<(), AuthError> {
-    let parsed =
-        PasswordHash::new(hash).map_err(|e| AuthError::Invalid(format!("not a password hash: {e}")))?;
+    let parsed = PasswordHash::new(hash)
+        .map_err(|e| AuthError::Invalid(format!("not a password hash: {e}")))?;
     if !parsed.algorithm.as_str().starts_with("argon2") {
         return Err(AuthError::Invalid(format!(
             "password hashes must be argon2, not {}",

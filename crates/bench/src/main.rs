@@ -4,7 +4,10 @@
 //! drover-bench evaluator [--docs N]
 //! drover-bench store --backend sqlite [--path FILE] [--docs N] [--queries Q]
 //! drover-bench store --backend postgres --url postgres://... [--docs N] [--queries Q]
+//! drover-bench auth [--rounds N]
 //! ```
+//! (`scripts/bench-http` drives the HTTP load benchmark with wrk and uses `auth` for the
+//! cost of the Basic check.)
 //! Prints throughput, latency percentiles and the ratio to the issue's target; asserts
 //! nothing. `scripts/bench` runs them all.
 
@@ -311,6 +314,33 @@ fn store(args: &[String]) {
     );
 }
 
+/// The per-request cost of Basic authentication once a login is remembered: decoding
+/// the header and checking the login cache (what every authenticated request pays).
+fn auth(rounds: u32) {
+    use drover_auth::{Authenticator, User, basic_credentials, password};
+    let user = User {
+        name: "bench".into(),
+        password_hash: password::hash("bench-password", password::Cost::Standard),
+        admin: true,
+    };
+    let auth = Authenticator::new([user], Duration::from_secs(3600)).unwrap();
+    let header = "Basic YmVuY2g6YmVuY2gtcGFzc3dvcmQ="; // bench:bench-password
+    let started = Instant::now();
+    assert!(auth.verify("bench", "bench-password").is_some());
+    let argon2 = started.elapsed();
+    let started = Instant::now();
+    for _ in 0..rounds {
+        let (user, password) = basic_credentials(std::hint::black_box(header)).unwrap();
+        assert!(auth.remembered(&user, &password).is_some());
+    }
+    let per_check = started.elapsed().as_nanos() as f64 / rounds as f64;
+    println!(
+        "auth: remembered Basic login check {per_check:.0} ns/request ({rounds} rounds); \
+         first login (argon2id, default cost) {:.1} ms",
+        argon2.as_secs_f64() * 1e3
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -318,9 +348,10 @@ fn main() {
             evaluator(arg(&args, "--docs").map_or(1_000_000, |d| d.parse().unwrap()))
         }
         Some("store") => store(&args),
+        Some("auth") => auth(arg(&args, "--rounds").map_or(1_000_000, |d| d.parse().unwrap())),
         _ => {
             eprintln!(
-                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q]"
+                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N]"
             );
             std::process::exit(2);
         }

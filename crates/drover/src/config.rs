@@ -153,7 +153,9 @@ impl Config {
             }
         }
         let config: Config = Config::deserialize(table).map_err(|e| {
-            let place = file.map(|p| p.display().to_string()).unwrap_or("configuration".into());
+            let place = file
+                .map(|p| p.display().to_string())
+                .unwrap_or("configuration".into());
             format!("{place}: {e}")
         })?;
         config.validate()?;
@@ -280,5 +282,16 @@ mod tests {
             let error = Config::load(Some(&path), no_env).unwrap_err();
             assert!(error.contains(expected), "{text}: {error}");
         }
+    }
+}
+
+#[cfg(test)]
+mod example {
+    /// The example configuration at the top of the repository stays loadable.
+    #[test]
+    fn the_example_configuration_loads() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../drover.example.toml");
+        let config = super::Config::load(Some(std::path::Path::new(path)), |_| None).unwrap();
+        assert_eq!(config.listen, "127.0.0.1:8080");
     }
 }

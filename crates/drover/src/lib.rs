@@ -32,13 +32,19 @@ pub fn build_info() -> BuildInfo {
 /// How the service tells its operator what happened at start.
 pub struct Started {
     pub address: std::net::SocketAddr,
-    /// The password of an administrator generated at this start (shown once).
-    pub generated_admin: Option<(String, String)>,
+    /// The administrator generated at this start, if any (its password is shown once).
+    pub generated_admin: Option<GeneratedAdmin>,
+}
+
+/// An administrator made at first start, and its password in clear (never stored).
+pub struct GeneratedAdmin {
+    pub name: String,
+    pub password: String,
 }
 
 /// The configured users plus those of the data directory. With no administrator among
 /// them, one is generated: its hash is saved in `users.toml`, its password returned.
-fn load_users(config: &Config) -> Result<(Vec<User>, Option<(String, String)>), String> {
+fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), String> {
     let mut all = config.users.clone();
     all.extend(users::load(&config.data_dir).map_err(|e| e.to_string())?);
     if all.iter().any(|u| u.admin) {
@@ -59,21 +65,27 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<(String, String)>), 
     }
     users::save(&config.data_dir, admin.clone()).map_err(|e| e.to_string())?;
     all.push(admin);
-    Ok((all, Some((config.admin_user.clone(), secret))))
+    Ok((
+        all,
+        Some(GeneratedAdmin {
+            name: config.admin_user.clone(),
+            password: secret,
+        }),
+    ))
 }
 
 /// Opens the store and builds the shared state.
-async fn prepare(config: &Config) -> Result<(AppState, Option<(String, String)>), String> {
-    if config.store.is_none() || !config.data_dir.as_os_str().is_empty() {
-        std::fs::create_dir_all(&config.data_dir)
-            .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
-    }
+async fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String> {
+    // Also with PostgreSQL: users.toml lives in the data directory.
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
     let location = config.store_location();
-    let store: Arc<dyn DocumentStore> = tokio::task::spawn_blocking(move || drover_store::open(&location))
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot open the store: {e}"))?
-        .into();
+    let store: Arc<dyn DocumentStore> =
+        tokio::task::spawn_blocking(move || drover_store::open(&location))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot open the store: {e}"))?
+            .into();
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
         .map_err(|e| e.to_string())?;
@@ -100,7 +112,14 @@ pub async fn launch(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
-    launch_with(config, drover_api::interface(), listener, shutdown, on_start).await
+    launch_with(
+        config,
+        drover_api::interface(),
+        listener,
+        shutdown,
+        on_start,
+    )
+    .await
 }
 
 /// [`launch`] with a given set of routes (tests add routes of their own).

@@ -3,7 +3,7 @@
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
-use drover::{Config, Started};
+use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
 
 const USAGE: &str = "\
@@ -129,7 +129,10 @@ fn announce(config: &Config, started: Started) {
     };
     println!("drover listening on {url} (store: {store})");
     match started.generated_admin {
-        Some((name, secret)) => {
+        Some(GeneratedAdmin {
+            name,
+            password: secret,
+        }) => {
             println!(
                 "Generated the administrator '{name}' with the password: {secret}\n\
                  It is shown only this once; only its hash is kept in {}.\n\
@@ -214,7 +217,10 @@ async fn main() {
         Some("help" | "--help" | "-h") => println!("{USAGE}"),
         Some("--version" | "version") => {
             let build = drover::build_info();
-            println!("drover {} ({} {})", build.version, build.build, build.revision)
+            println!(
+                "drover {} ({} {})",
+                build.version, build.build, build.revision
+            )
         }
         _ => usage_error("unknown command"),
     }

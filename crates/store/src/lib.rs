@@ -270,7 +270,10 @@ mod tests {
 
     #[test]
     fn the_schema_parameter_is_ours() {
-        assert_eq!(split_schema("postgres://h/db"), ("postgres://h/db".into(), None));
+        assert_eq!(
+            split_schema("postgres://h/db"),
+            ("postgres://h/db".into(), None)
+        );
         assert_eq!(
             split_schema("postgres://h/db?schema=s1"),
             ("postgres://h/db".into(), Some("s1".into()))

@@ -106,7 +106,8 @@ struct Schema {
 
 impl Drop for Schema {
     fn drop(&mut self) {
-        if let Ok(store) = drover_store::PostgresStore::connect_in_schema(&self.url, Some(&self.name))
+        if let Ok(store) =
+            drover_store::PostgresStore::connect_in_schema(&self.url, Some(&self.name))
         {
             let _ = store.drop_schema();
         }
@@ -298,9 +299,7 @@ impl TestServer {
                     .expect("a valid request");
                 self.agent.run(request)
             }
-            None => self
-                .agent
-                .run(request.body(()).expect("a valid request")),
+            None => self.agent.run(request.body(()).expect("a valid request")),
         };
         let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let headers = response
@@ -361,7 +360,9 @@ impl TestServer {
     fn shut_down(&mut self) -> Result<(), String> {
         self.signal_shutdown();
         match self.thread.take() {
-            Some(thread) => thread.join().unwrap_or_else(|_| Err("the server thread panicked".into())),
+            Some(thread) => thread
+                .join()
+                .unwrap_or_else(|_| Err("the server thread panicked".into())),
             None => Ok(()),
         }
     }

@@ -13,7 +13,13 @@ pub fn documented_routes(server: &TestServer) -> Vec<(String, String, bool)> {
         for (method, operation) in item.as_object().unwrap() {
             let concrete: Vec<String> = path
                 .split('/')
-                .map(|s| if s.starts_with('{') { "x".to_string() } else { s.to_string() })
+                .map(|s| {
+                    if s.starts_with('{') {
+                        "x".to_string()
+                    } else {
+                        s.to_string()
+                    }
+                })
                 .collect();
             let public = operation["security"] == Value::Array(vec![]);
             routes.push((method.to_uppercase(), concrete.join("/"), public));
@@ -43,9 +49,16 @@ fn every_route_but_the_public_ones_needs_valid_credentials() {
             Auth::Header("Basic !!!".into()),
         ] {
             let reply = server.call(&method, &path, auth.clone(), None);
-            assert_eq!(reply.status, 401, "{method} {path} {auth:?}: {}", reply.body);
+            assert_eq!(
+                reply.status, 401,
+                "{method} {path} {auth:?}: {}",
+                reply.body
+            );
             assert!(
-                reply.header("www-authenticate").unwrap().starts_with("Basic realm="),
+                reply
+                    .header("www-authenticate")
+                    .unwrap()
+                    .starts_with("Basic realm="),
                 "{method} {path}"
             );
             assert!(reply.messages().contains("authenticated"), "{}", reply.body);
@@ -60,14 +73,23 @@ fn diag_auth_tells_valid_from_invalid_credentials() {
     let server = TestServer::start();
     let good = server.get("/rest/diag/auth");
     assert_eq!((good.status, good.json()), (200, serde_json::json!({})));
-    let bad = server.get_as(Auth::Basic("admin".into(), "nope".into()), "/rest/diag/auth");
+    let bad = server.get_as(
+        Auth::Basic("admin".into(), "nope".into()),
+        "/rest/diag/auth",
+    );
     assert_eq!(bad.status, 401);
     // A good login remembered does not make a wrong password good, nor the other way.
     assert_eq!(server.get("/rest/diag/auth").status, 200);
-    let again = server.get_as(Auth::Basic("admin".into(), format!("{PASSWORD}x")), "/rest/diag/auth");
+    let again = server.get_as(
+        Auth::Basic("admin".into(), format!("{PASSWORD}x")),
+        "/rest/diag/auth",
+    );
     assert_eq!(again.status, 401);
     // The answer does not tell unknown users from wrong passwords.
-    let unknown = server.get_as(Auth::Basic("ghost".into(), "nope".into()), "/rest/diag/auth");
+    let unknown = server.get_as(
+        Auth::Basic("ghost".into(), "nope".into()),
+        "/rest/diag/auth",
+    );
     assert_eq!(unknown.body, bad.body);
 }
 
@@ -78,7 +100,10 @@ fn ordinary_users_read_but_may_not_change() {
     let refused = server.call("POST", WHOAMI, Auth::User, None);
     assert_eq!(refused.status, 403, "{}", refused.body);
     let messages = refused.messages();
-    assert!(messages.contains(USER) && messages.contains("tests:create"), "{messages}");
+    assert!(
+        messages.contains(USER) && messages.contains("tests:create"),
+        "{messages}"
+    );
     assert_eq!(server.call("POST", WHOAMI, Auth::Admin, None).status, 200);
 }
 
@@ -105,9 +130,15 @@ fn proxy_user_is_honoured_only_when_enabled_for_the_caller() {
         })
         .start();
     let me = whoami(&server, Auth::Admin, "?proxy-user=bob");
-    assert_eq!((me["user"].as_str(), me["effective"].as_str()), (Some("admin"), Some("bob")));
+    assert_eq!(
+        (me["user"].as_str(), me["effective"].as_str()),
+        (Some("admin"), Some("bob"))
+    );
     assert_eq!(whoami(&server, Auth::Admin, "")["effective"], "admin");
-    assert_eq!(whoami(&server, Auth::Admin, "?proxy-user=")["effective"], "admin");
+    assert_eq!(
+        whoami(&server, Auth::Admin, "?proxy-user=")["effective"],
+        "admin"
+    );
     drop(server);
 
     // Enabled, but the caller is not among the users allowed to proxy.
@@ -119,8 +150,20 @@ fn proxy_user_is_honoured_only_when_enabled_for_the_caller() {
             c.users.iter_mut().for_each(|u| u.admin = true);
         })
         .start();
-    assert_eq!(whoami(&server, Auth::User, "?proxy-user=bob")["effective"], USER);
-    let twice = server.call("POST", &format!("{WHOAMI}?proxy-user=a&proxy-user=b"), Auth::Admin, None);
+    assert_eq!(
+        whoami(&server, Auth::User, "?proxy-user=bob")["effective"],
+        USER
+    );
+    let twice = server.call(
+        "POST",
+        &format!("{WHOAMI}?proxy-user=a&proxy-user=b"),
+        Auth::Admin,
+        None,
+    );
     assert_eq!(twice.status, 400);
-    assert!(twice.messages().contains("more than once"), "{}", twice.body);
+    assert!(
+        twice.messages().contains("more than once"),
+        "{}",
+        twice.body
+    );
 }

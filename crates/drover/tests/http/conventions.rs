@@ -14,7 +14,11 @@ fn unknown_paths_are_404_and_wrong_methods_405_with_json_bodies() {
     for auth in [Auth::Admin, Auth::None] {
         let reply = server.get_as(auth, "/rest/no-such-thing");
         assert_eq!(reply.status, 404);
-        assert!(reply.messages().contains("Unknown path /rest/no-such-thing"));
+        assert!(
+            reply
+                .messages()
+                .contains("Unknown path /rest/no-such-thing")
+        );
     }
     let reply = server.call("DELETE", "/rest/diag/about", Auth::Admin, None);
     assert_eq!(reply.status, 405);
@@ -29,7 +33,9 @@ fn api_version_selects_the_representation_and_refuses_unknown_ones() {
     let v1 = server.get("/rest/diag/about").json();
     assert!(v1.get("suite").is_none(), "{v1}");
     for version in ["2", "3", "latest"] {
-        let about = server.get(&format!("/rest/diag/about?api-version={version}")).json();
+        let about = server
+            .get(&format!("/rest/diag/about?api-version={version}"))
+            .json();
         assert_eq!(about["suite"], "Drover", "{version}");
         assert!(about["pluginCommonsVersion"].is_string());
         assert_eq!(about["version"], v1["version"]);
@@ -86,18 +92,30 @@ fn list_parameters_filter_sort_page_and_project() {
     assert_eq!(page["resultCount"], 2);
     assert_eq!(ids(&page), ids(&all)[1..3].to_vec());
     let past = query("offset=100").json();
-    assert_eq!((past["totalCount"].as_u64(), past["resultCount"].as_u64()), (Some(total), Some(0)));
+    assert_eq!(
+        (past["totalCount"].as_u64(), past["resultCount"].as_u64()),
+        (Some(total), Some(0))
+    );
     assert_eq!(query("max=0").json()["resultCount"], 0);
 
     let or = query("query=%7B%22%24or%22%3A%5B%7B%22resource%22%3A%22diag%22%7D%2C%7B%22action%22%3A%22create%22%7D%5D%7D").json();
     assert_eq!(ids(&or), ["diag:read", "tests:create"]);
     let fields = query("fields=id,action&max=1").json();
-    assert_eq!(fields["results"][0], json!({"id": "diag:read", "action": "read"}));
+    assert_eq!(
+        fields["results"][0],
+        json!({"id": "diag:read", "action": "read"})
+    );
     let excluded = query("exclude-fields=description,name,resource&max=1").json();
-    assert_eq!(excluded["results"][0], json!({"id": "diag:read", "action": "read"}));
+    assert_eq!(
+        excluded["results"][0],
+        json!({"id": "diag:read", "action": "read"})
+    );
 
     for (bad, named) in [
-        ("query=%7B%22id%22%3A%7B%22%24foo%22%3A1%7D%7D", "unknown operator $foo at id"),
+        (
+            "query=%7B%22id%22%3A%7B%22%24foo%22%3A1%7D%7D",
+            "unknown operator $foo at id",
+        ),
         ("query=%7Bnot-json", "query"),
         ("sort=%7B%22id%22%3A0%7D", "sort"),
         ("max=-1", "max"),
@@ -110,7 +128,10 @@ fn list_parameters_filter_sort_page_and_project() {
     }
 
     let one = server.get("/rest/permissions/diag:read").json();
-    assert_eq!((one["resource"].as_str(), one["action"].as_str()), (Some("diag"), Some("read")));
+    assert_eq!(
+        (one["resource"].as_str(), one["action"].as_str()),
+        (Some("diag"), Some("read"))
+    );
 }
 
 #[test]
@@ -122,14 +143,32 @@ fn bodies_are_json_within_the_limit() {
     let echo = server.send_json("POST", ECHO, &json!({"a": [1, 2]}));
     assert_eq!((echo.status, echo.json()), (200, json!({"a": [1, 2]})));
 
-    let malformed = server.call("POST", ECHO, Auth::Admin, Some(("application/json", b"{\"a\": ".to_vec())));
+    let malformed = server.call(
+        "POST",
+        ECHO,
+        Auth::Admin,
+        Some(("application/json", b"{\"a\": ".to_vec())),
+    );
     assert_eq!(malformed.status, 400);
-    assert!(malformed.messages().contains("Malformed JSON"), "{}", malformed.body);
+    assert!(
+        malformed.messages().contains("Malformed JSON"),
+        "{}",
+        malformed.body
+    );
     let empty = server.call("POST", ECHO, Auth::Admin, None);
     assert_eq!(empty.status, 400);
-    assert!(empty.messages().contains("Missing request body"), "{}", empty.body);
+    assert!(
+        empty.messages().contains("Missing request body"),
+        "{}",
+        empty.body
+    );
 
-    let xml = server.call("POST", ECHO, Auth::Admin, Some(("application/xml", b"<a/>".to_vec())));
+    let xml = server.call(
+        "POST",
+        ECHO,
+        Auth::Admin,
+        Some(("application/xml", b"<a/>".to_vec())),
+    );
     assert_eq!(xml.status, 415, "{}", xml.body);
     assert!(xml.messages().contains("application/xml"));
     // curl -d sends the form type; its body is read as JSON.
@@ -176,15 +215,26 @@ fn creations_answer_201_with_location_under_the_prefix() {
 
 #[test]
 fn a_prefix_deployment_serves_everything_under_the_prefix_only() {
-    let server = TestServer::builder().config(|c| c.base_url = "/mws/".into()).start();
+    let server = TestServer::builder()
+        .config(|c| c.base_url = "/mws/".into())
+        .start();
     assert_eq!(server.prefix, "/mws");
     assert_eq!(server.get("/rest/diag/about").status, 200);
-    assert_eq!(server.get_as(Auth::None, "/rest/diag/health/summary").status, 200);
+    assert_eq!(
+        server
+            .get_as(Auth::None, "/rest/diag/health/summary")
+            .status,
+        200
+    );
     let document = server.get_as(Auth::None, "/rest/openapi.json").json();
     assert_eq!(document["servers"][0]["url"], "/mws");
-    let outside = server.raw(b"GET /rest/diag/about HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let outside =
+        server.raw(b"GET /rest/diag/about HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
     assert!(outside.starts_with("HTTP/1.1 404"), "{outside}");
-    assert!(outside.contains("Unknown path /rest/diag/about"), "{outside}");
+    assert!(
+        outside.contains("Unknown path /rest/diag/about"),
+        "{outside}"
+    );
     assert_eq!(server.get("/rest/unknown").status, 404);
 }
 
@@ -196,7 +246,10 @@ fn a_panicking_handler_answers_500_and_the_server_goes_on() {
         assert_eq!(reply.status, 500);
         let messages = reply.messages();
         assert!(messages.contains("Internal error"), "{messages}");
-        assert!(!messages.contains("a bug in a handler"), "details stay in the log");
+        assert!(
+            !messages.contains("a bug in a handler"),
+            "details stay in the log"
+        );
     }
     assert_eq!(server.get("/rest/diag/about").status, 200);
 }
@@ -214,5 +267,8 @@ fn shutdown_finishes_requests_in_flight() {
         assert_eq!(reply.json()["finished"], true);
     });
     server.stop().unwrap();
-    assert!(std::net::TcpStream::connect(address).is_err(), "still listening");
+    assert!(
+        std::net::TcpStream::connect(address).is_err(),
+        "still listening"
+    );
 }

@@ -16,9 +16,15 @@ fn about_reports_the_build() {
 #[test]
 fn health_summary_needs_no_credentials_and_reports_the_datastore() {
     let server = TestServer::start();
-    let health = server.get_as(Auth::None, "/rest/diag/health/summary").json();
+    let health = server
+        .get_as(Auth::None, "/rest/diag/health/summary")
+        .json();
     assert_eq!(health["datastore"]["connected"], "UP");
-    for (part, field) in [("acct", "connected"), ("sched", "connected"), ("sched", "datastoreConnected")] {
+    for (part, field) in [
+        ("acct", "connected"),
+        ("sched", "connected"),
+        ("sched", "datastoreConnected"),
+    ] {
         let state = health[part][field].as_str().unwrap();
         assert!(
             ["UP", "DOWN", "NOT_CONFIGURED", "NOT_SUPPORTED", "UNKNOWN"].contains(&state),
@@ -26,7 +32,10 @@ fn health_summary_needs_no_credentials_and_reports_the_datastore() {
         );
     }
     // Wrong credentials do not matter here.
-    let reply = server.get_as(Auth::Basic("x".into(), "y".into()), "/rest/diag/health/summary");
+    let reply = server.get_as(
+        Auth::Basic("x".into(), "y".into()),
+        "/rest/diag/health/summary",
+    );
     assert_eq!(reply.status, 200);
 }
 
@@ -36,8 +45,17 @@ fn health_detail_describes_the_sqlite_store() {
     let detail = server.get("/rest/diag/health/detail").json();
     let store = &detail["datastore"];
     assert_eq!(store["connected"], "UP");
-    assert!(store["databaseName"].as_str().unwrap().ends_with("drover.db"), "{detail}");
-    assert!(store["version"].as_str().unwrap().starts_with('3'), "{detail}");
+    assert!(
+        store["databaseName"]
+            .as_str()
+            .unwrap()
+            .ends_with("drover.db"),
+        "{detail}"
+    );
+    assert!(
+        store["version"].as_str().unwrap().starts_with('3'),
+        "{detail}"
+    );
     assert!(store["message"].is_null());
     assert!(detail["sched"]["licensedFeatures"].is_array());
     assert!(detail["acct"].get("connected").is_some());
@@ -52,9 +70,22 @@ fn health_detail_describes_the_postgresql_store() {
     let detail = server.get("/rest/diag/health/detail").json();
     let store = &detail["datastore"];
     assert_eq!(store["connected"], "UP", "{detail}");
-    assert!(store["host"].is_string() && store["port"].is_u64(), "{detail}");
-    assert!(store["version"].as_str().unwrap().chars().next().unwrap().is_ascii_digit());
-    let summary = server.get_as(Auth::None, "/rest/diag/health/summary").json();
+    assert!(
+        store["host"].is_string() && store["port"].is_u64(),
+        "{detail}"
+    );
+    assert!(
+        store["version"]
+            .as_str()
+            .unwrap()
+            .chars()
+            .next()
+            .unwrap()
+            .is_ascii_digit()
+    );
+    let summary = server
+        .get_as(Auth::None, "/rest/diag/health/summary")
+        .json();
     assert_eq!(summary["datastore"]["connected"], "UP");
 }
 

@@ -42,7 +42,11 @@ pub fn test_routes(routes: &mut Routes) {
         CREATE,
         write,
         |axum::extract::State(state): axum::extract::State<AppState>| async move {
-            created(state.settings(), "/rest/test/things/t1", json!({"id": "t1"}))
+            created(
+                state.settings(),
+                "/rest/test/things/t1",
+                json!({"id": "t1"}),
+            )
         },
     );
 }
