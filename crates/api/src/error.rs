@@ -209,3 +209,55 @@ impl From<StoreError> for ApiError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_map_to_the_client_visible_kinds() {
+        let cases = [
+            (
+                StoreError::NotFound {
+                    collection: "jobs".into(),
+                    id: "j1".into(),
+                },
+                404,
+            ),
+            (StoreError::Conflict("stale version".into()), 409),
+            (StoreError::Invalid("NUL in a string".into()), 400),
+            (StoreError::Backend("connection refused".into()), 503),
+            (StoreError::UnknownCollection("x".into()), 500),
+        ];
+        for (error, status) in cases {
+            let api = ApiError::from(error.clone());
+            assert_eq!(api.kind.status().as_u16(), status, "{error:?}");
+            assert!(!api.messages.is_empty());
+        }
+    }
+
+    #[test]
+    fn statuses_round_trip_through_kinds() {
+        for kind in [
+            Kind::BadRequest,
+            Kind::Unauthorized,
+            Kind::Forbidden,
+            Kind::NotFound,
+            Kind::MethodNotAllowed,
+            Kind::Conflict,
+            Kind::PayloadTooLarge,
+            Kind::UnsupportedMediaType,
+            Kind::Unavailable,
+            Kind::Internal,
+        ] {
+            assert_eq!(Kind::from_status(kind.status()), kind);
+        }
+    }
+
+    #[test]
+    fn unauthorized_carries_the_challenge() {
+        let response = ApiError::unauthorized().into_response();
+        assert_eq!(response.status(), 401);
+        assert_eq!(response.headers()[header::WWW_AUTHENTICATE], REALM);
+    }
+}

@@ -74,18 +74,16 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), St
     ))
 }
 
-/// Opens the store and builds the shared state.
-async fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String> {
+/// Opens the store and builds the shared state. Blocking (store connections, argon2):
+/// run it off the async runtime. The PostgreSQL client must also be dropped off it,
+/// which running here ensures when a later step fails.
+fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String> {
     // Also with PostgreSQL: users.toml lives in the data directory.
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
-    let location = config.store_location();
-    let store: Arc<dyn DocumentStore> =
-        tokio::task::spawn_blocking(move || drover_store::open(&location))
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("cannot open the store: {e}"))?
-            .into();
+    let store: Arc<dyn DocumentStore> = drover_store::open(&config.store_location())
+        .map_err(|e| format!("cannot open the store: {e}"))?
+        .into();
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
         .map_err(|e| e.to_string())?;
@@ -131,7 +129,9 @@ pub async fn launch_with(
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
     config.validate()?;
-    let (state, generated_admin) = prepare(&config).await?;
+    let (state, generated_admin) = tokio::task::spawn_blocking(move || prepare(&config))
+        .await
+        .map_err(|e| e.to_string())??;
     let app = drover_api::app(state.clone(), routes);
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     on_start(Started {
@@ -142,9 +142,14 @@ pub async fn launch_with(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| e.to_string())?;
-    let store = state.store().clone();
-    tokio::task::spawn_blocking(move || store.flush())
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("cannot flush the store: {e}"))
+    // The last reference to the store goes on a blocking thread: the PostgreSQL client
+    // cannot be dropped on the async runtime.
+    tokio::task::spawn_blocking(move || {
+        let flushed = state.store().flush();
+        drop(state);
+        flushed
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("cannot flush the store: {e}"))
 }

@@ -3,6 +3,8 @@
 //! PostgreSQL in a schema of its own with [`Builder::postgres`]), and the helpers talk
 //! HTTP to it with a real client (`ureq`).
 //!
+//! With `DROVER_TEST_STORE=postgres`, every server uses PostgreSQL.
+//!
 //! Every server has two users: the administrator [`ADMIN`] and the ordinary user
 //! [`USER`], both with the password [`PASSWORD`] (hashed at minimal argon2 cost so that
 //! tests stay quick).
@@ -96,6 +98,8 @@ pub struct Builder {
     routes: Routes,
     dir: tempfile::TempDir,
     schema: Option<Schema>,
+    /// Stay on SQLite even under `DROVER_TEST_STORE=postgres`.
+    sqlite_only: bool,
 }
 
 /// A PostgreSQL schema that is dropped with the server.
@@ -151,7 +155,14 @@ impl Builder {
             routes: drover_api::interface(),
             dir,
             schema: None,
+            sqlite_only: false,
         }
+    }
+
+    /// Keeps this server on SQLite whatever `DROVER_TEST_STORE` says.
+    pub fn sqlite(mut self) -> Self {
+        self.sqlite_only = true;
+        self
     }
 
     pub fn config(mut self, change: impl FnOnce(&mut Config)) -> Self {
@@ -180,12 +191,25 @@ impl Builder {
     }
 
     pub fn start(self) -> TestServer {
+        // DROVER_TEST_STORE=postgres runs every test server on PostgreSQL (scripts/test
+        // runs the HTTP suite once more that way).
+        let self_ = if self.schema.is_none()
+            && !self.sqlite_only
+            && self.config.store.is_none()
+            && std::env::var("DROVER_TEST_STORE").as_deref() == Ok("postgres")
+        {
+            self.postgres()
+                .expect("DROVER_TEST_STORE=postgres needs DROVER_TEST_POSTGRES_URL")
+        } else {
+            self
+        };
         let Builder {
             config,
             routes,
             dir,
             schema,
-        } = self;
+            ..
+        } = self_;
         let prefix = config.normalized_base_url().expect("a valid base_url");
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

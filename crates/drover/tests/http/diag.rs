@@ -41,7 +41,7 @@ fn health_summary_needs_no_credentials_and_reports_the_datastore() {
 
 #[test]
 fn health_detail_describes_the_sqlite_store() {
-    let server = TestServer::start();
+    let server = Builder::new().sqlite().start();
     let detail = server.get("/rest/diag/health/detail").json();
     let store = &detail["datastore"];
     assert_eq!(store["connected"], "UP");
@@ -115,4 +115,89 @@ fn ldap_shows_the_directory_configuration_but_never_the_password() {
 
     let unconfigured = TestServer::start().get("/rest/diag/ldap").json();
     assert!(unconfigured["server"].is_null());
+}
+
+/// A TCP relay to PostgreSQL that can be cut, to take the datastore away from a running
+/// server.
+struct Relay {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    streams: std::sync::Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+}
+
+impl Relay {
+    fn to(target: String) -> Relay {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let streams = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stop, kept) = (cut.clone(), streams.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let Ok((client, _)) = listener.accept() else {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                };
+                client.set_nonblocking(false).unwrap();
+                let server = std::net::TcpStream::connect(&target).unwrap();
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server.try_clone().unwrap(), client.try_clone().unwrap()),
+                ] {
+                    std::thread::spawn(move || std::io::copy(&mut from, &mut to));
+                }
+                kept.lock().unwrap().extend([client, server]);
+            }
+        });
+        Relay { port, cut, streams }
+    }
+
+    fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for stream in self.streams.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+#[test]
+fn health_reports_a_datastore_that_went_away() {
+    let Some(url) = drover_testkit::postgres_url() else {
+        return; // no PostgreSQL in this run (CI always has one)
+    };
+    // postgres://user@host:port/db -> the same through the relay.
+    let (head, rest) = url.split_once('@').unwrap();
+    let (address, tail) = rest.split_once('/').unwrap();
+    let relay = Relay::to(address.to_string());
+    let relayed = format!("{head}@127.0.0.1:{}/{tail}", relay.port);
+    let server = Builder::new()
+        .config(|c| c.store = Some(format!("{relayed}?connect_timeout=2")))
+        .start();
+    let summary = server
+        .get_as(Auth::None, "/rest/diag/health/summary")
+        .json();
+    assert_eq!(summary["datastore"]["connected"], "UP");
+
+    relay.cut();
+    let summary = server.get_as(Auth::None, "/rest/diag/health/summary");
+    assert_eq!(summary.status, 200);
+    assert_eq!(
+        summary.json()["datastore"]["connected"],
+        "DOWN",
+        "{}",
+        summary.body
+    );
+    let detail = server.get("/rest/diag/health/detail").json();
+    assert_eq!(detail["datastore"]["connected"], "DOWN");
+    assert!(
+        detail["datastore"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("connect"),
+        "{detail}"
+    );
+    // Authentication does not depend on the datastore.
+    assert_eq!(server.get("/rest/diag/auth").status, 200);
 }
