@@ -15,14 +15,22 @@
 //! table (u16 each for `9`, u32 for `10`), then per member its key length (u8, or 255
 //! then u32), key bytes, value.
 //!
-//! The table makes a member lookup a scan of a few adjacent hashes and one jump,
-//! instead of a walk over every member before it; the short forms keep documents
-//! small, since a scan over many documents is bound by memory as much as by work.
+//! `11` shaped object: u32 [`crate::shape`] id, u32 payload length, then per member
+//! the u16 offset of its value from the end of the 9-byte header, then the values.
+//!
+//! Objects are shaped when their key sequence can be interned (almost always: documents
+//! of a collection repeat a few key sequences); a lookup is then one comparison against
+//! the path segment's inline cache and a jump, and no key is stored in the document.
+//! Otherwise (`9`/`10`) the table makes a lookup a scan of a few adjacent hashes and one
+//! jump. The short forms keep documents small, since a scan over many documents is bound
+//! by memory as much as by work.
 
 use serde_json::Value;
 
+use crate::filter::Filter;
 use crate::order::{Kind, date_seconds, number_f64};
 use crate::path::Segment;
+use crate::shape::{self, Shape};
 use crate::view::DocView;
 
 const NULL: u8 = 0;
@@ -36,6 +44,7 @@ const DATE: u8 = 7;
 const ARRAY: u8 = 8;
 const OBJECT16: u8 = 9;
 const OBJECT32: u8 = 10;
+const SHAPED: u8 = 11;
 
 /// An immutable JSON document in the compact encoding.
 #[derive(Clone, PartialEq)]
@@ -58,6 +67,21 @@ impl CompactDoc {
             buf: &self.bytes,
             at: 0,
         }
+    }
+
+    /// Asks the processor to start loading the document's first `lines` cache lines.
+    pub fn prefetch(&self, lines: usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+            let start = self.bytes.as_ptr().cast::<i8>();
+            for line in 0..self.bytes.len().div_ceil(64).min(lines) {
+                // SAFETY: a prefetch is only a hint: it never faults and changes no memory.
+                unsafe { _mm_prefetch(start.wrapping_add(64 * line), _MM_HINT_T0) };
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = lines;
     }
 
     /// Bytes used by the encoding.
@@ -120,6 +144,9 @@ fn encode(value: &Value, out: &mut Vec<u8>) {
             out.extend_from_slice(&payload);
         }
         Value::Object(map) => {
+            if encode_shaped(map, out) {
+                return;
+            }
             let mut members = Vec::new();
             let mut offsets = Vec::with_capacity(map.len());
             for (k, v) in map {
@@ -153,6 +180,54 @@ fn encode(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// Writes `map` as a shaped object, if its keys have (or get) a shape and its values fit
+/// u16 offsets; answers whether it did.
+fn encode_shaped(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) -> bool {
+    let Some(id) = shape::intern(map.keys().map(String::as_str)) else {
+        return false;
+    };
+    let table = 2 * map.len();
+    let mut values = Vec::new();
+    let mut offsets = Vec::with_capacity(map.len());
+    for value in map.values() {
+        offsets.push(table + values.len());
+        encode(value, &mut values);
+    }
+    if table + values.len() > usize::from(u16::MAX) {
+        return false;
+    }
+    out.push(SHAPED);
+    out.extend_from_slice(&id.to_le_bytes());
+    put_u32(out, table + values.len());
+    for offset in offsets {
+        out.extend_from_slice(&(offset as u16).to_le_bytes());
+    }
+    out.extend_from_slice(&values);
+    true
+}
+
+/// How many documents ahead [`matching`] loads, and how much of each.
+const PREFETCH_DOCUMENTS: usize = 8;
+const PREFETCH_LINES: usize = 8;
+
+/// The documents of `docs` that `filter` matches, in order.
+///
+/// A scan over many documents is bound by memory latency, not by the evaluator: each
+/// document is a cache miss. This loads documents a few ahead of the one being
+/// evaluated, so that several misses are in flight at once (about 1.5 times faster
+/// over a million documents; see `scripts/bench`).
+pub fn matching<'d>(
+    filter: &'d Filter,
+    docs: &'d [CompactDoc],
+) -> impl Iterator<Item = &'d CompactDoc> + 'd {
+    docs.iter().enumerate().filter_map(move |(i, doc)| {
+        if let Some(ahead) = docs.get(i + PREFETCH_DOCUMENTS) {
+            ahead.prefetch(PREFETCH_LINES);
+        }
+        filter.matches(doc.root()).then_some(doc)
+    })
+}
+
 /// The 32-bit FNV-1a hash of a member key, as stored in object tables.
 pub fn key_hash(key: &str) -> u32 {
     key.bytes().fold(0x811c_9dc5_u32, |h, b| {
@@ -177,7 +252,23 @@ impl<'a> Compact<'a> {
     }
 
     fn is_object(self) -> bool {
-        matches!(self.tag(), OBJECT16 | OBJECT32)
+        matches!(self.tag(), OBJECT16 | OBJECT32 | SHAPED)
+    }
+
+    /// The shape of a shaped object.
+    fn shape(self) -> Option<&'static Shape> {
+        (self.tag() == SHAPED).then(|| shape::get(self.u32_at(self.at + 1) as u32))
+    }
+
+    /// The value in `slot` of a shaped object.
+    #[inline]
+    fn shaped_member(self, slot: usize) -> Self {
+        let o = self.at + 9 + 2 * slot;
+        let offset = usize::from(u16::from_le_bytes([self.buf[o], self.buf[o + 1]]));
+        Compact {
+            buf: self.buf,
+            at: self.at + 9 + offset,
+        }
     }
 
     /// Bytes taken by the value at `at`.
@@ -189,6 +280,7 @@ impl<'a> Compact<'a> {
             STR32 => 5 + self.u32_at(at + 1),
             DATE => 10 + usize::from(self.buf[at + 9]),
             ARRAY | OBJECT16 | OBJECT32 => 9 + self.u32_at(at + 1),
+            SHAPED => 9 + self.u32_at(at + 5),
             _ => 1,
         }
     }
@@ -196,6 +288,7 @@ impl<'a> Compact<'a> {
     fn count(self) -> usize {
         match self.tag() {
             ARRAY | OBJECT16 | OBJECT32 => self.u32_at(self.at + 5),
+            SHAPED => self.shape().map_or(0, Shape::len),
             _ => 0,
         }
     }
@@ -223,6 +316,9 @@ impl<'a> Compact<'a> {
 
     /// The member `key` (whose [`key_hash`] is `hash`), for objects.
     pub fn get_hashed(self, key: &str, hash: u32) -> Option<Self> {
+        if let Some(shape) = self.shape() {
+            return shape.slot(key).map(|slot| self.shaped_member(slot));
+        }
         if !self.is_object() {
             return None;
         }
@@ -319,6 +415,11 @@ impl<'a> Iterator for Entries<'a> {
         if self.next == self.count {
             return None;
         }
+        if let Some(shape) = self.object.shape() {
+            let slot = self.next;
+            self.next += 1;
+            return Some((shape.key(slot), self.object.shaped_member(slot)));
+        }
         let (key, value_at) = self
             .object
             .key_at(self.object.member_at(self.next, self.count));
@@ -382,7 +483,12 @@ impl<'a> DocView<'a> for Compact<'a> {
         self.get_hashed(key, key_hash(key))
     }
 
+    #[inline]
     fn get_segment(self, segment: &Segment) -> Option<Self> {
+        if self.tag() == SHAPED {
+            let id = self.u32_at(self.at + 1) as u32;
+            return segment.slot_in(id).map(|slot| self.shaped_member(slot));
+        }
         self.get_hashed(&segment.name, segment.hash)
     }
 

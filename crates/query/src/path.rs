@@ -7,10 +7,12 @@
 //! not unwrapped further.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::QueryError;
 use crate::compact::key_hash;
 use crate::order::Kind;
+use crate::shape;
 use crate::view::DocView;
 
 /// A non-empty dotted path with non-empty segments.
@@ -20,11 +22,73 @@ pub struct Path {
     segments: Vec<Segment>,
 }
 
-/// One segment of a path, with the hash compact documents index members by.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// One segment of a path, with the hash compact documents index members by, and the
+/// inline cache of shaped compact objects ([`crate::shape`]).
 pub struct Segment {
     pub name: Box<str>,
     pub hash: u32,
+    /// The array index the segment also names, when it is all digits.
+    pub index: Option<usize>,
+    /// The last shape this segment met and the slot of its key there:
+    /// `(shape id + 1) << 32 | slot`, slot `u32::MAX` when the shape lacks the key;
+    /// 0 before any. Relaxed atomics: a stale or torn-free read only costs a lookup.
+    shape_slot: AtomicU64,
+}
+
+impl Segment {
+    pub fn new(name: &str) -> Self {
+        Self {
+            name: name.into(),
+            hash: key_hash(name),
+            index: index(name),
+            shape_slot: AtomicU64::new(0),
+        }
+    }
+
+    /// The slot of this segment's key in the shape `id`, `None` when it has none.
+    #[inline]
+    pub fn slot_in(&self, id: u32) -> Option<usize> {
+        let cached = self.shape_slot.load(Ordering::Relaxed);
+        let slot = if (cached >> 32) == u64::from(id) + 1 {
+            cached as u32
+        } else {
+            let slot = shape::get(id)
+                .slot(&self.name)
+                .map_or(u32::MAX, |s| s as u32);
+            self.shape_slot.store(
+                ((u64::from(id) + 1) << 32) | u64::from(slot),
+                Ordering::Relaxed,
+            );
+            slot
+        };
+        (slot != u32::MAX).then_some(slot as usize)
+    }
+}
+
+impl Clone for Segment {
+    fn clone(&self) -> Self {
+        Self::new(&self.name)
+    }
+}
+
+impl PartialEq for Segment {
+    fn eq(&self, other: &Self) -> bool {
+        self.name == other.name
+    }
+}
+
+impl Eq for Segment {}
+
+impl std::hash::Hash for Segment {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.name.hash(state)
+    }
+}
+
+impl fmt::Debug for Segment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Segment({:?})", self.name)
+    }
 }
 
 impl Path {
@@ -33,13 +97,7 @@ impl Path {
         if text.is_empty() {
             return Err(QueryError::new(format!("{what}: empty field name")));
         }
-        let segments: Vec<Segment> = text
-            .split('.')
-            .map(|name| Segment {
-                name: name.into(),
-                hash: key_hash(name),
-            })
-            .collect();
+        let segments: Vec<Segment> = text.split('.').map(Segment::new).collect();
         if segments.iter().any(|s| s.name.is_empty()) {
             return Err(QueryError::new(format!(
                 "{what}: empty segment in field path '{text}'"
@@ -65,13 +123,12 @@ impl Path {
         // Fast path through objects; the general walk takes over at the first array.
         let mut value = doc;
         for (i, segment) in self.segments.iter().enumerate() {
-            match value.kind() {
-                Kind::Object => match value.get_segment(segment) {
-                    Some(child) => value = child,
-                    None => return false,
-                },
-                Kind::Array => return any_value(value, &self.segments[i..], visit),
-                _ => return false,
+            match value.get_segment(segment) {
+                Some(child) => value = child,
+                None if value.kind() == Kind::Array => {
+                    return any_value(value, &self.segments[i..], visit);
+                }
+                None => return false,
             }
         }
         visit(value)
@@ -114,7 +171,7 @@ fn any_value<'a, V: DocView<'a>>(
             .get_segment(segment)
             .is_some_and(|child| any_value(child, rest, visit)),
         Kind::Array => {
-            if let Some(child) = index(&segment.name).and_then(|i| value.element(i))
+            if let Some(child) = segment.index.and_then(|i| value.element(i))
                 && any_value(child, rest, visit)
             {
                 return true;
@@ -140,7 +197,8 @@ fn first_value<'a, V: DocView<'a>>(
         Kind::Object => first_value(value.get_segment(segment)?, rest, crossed_array),
         Kind::Array => {
             *crossed_array = true;
-            if let Some(found) = index(&segment.name)
+            if let Some(found) = segment
+                .index
                 .and_then(|i| value.element(i))
                 .and_then(|child| first_value(child, rest, crossed_array))
             {

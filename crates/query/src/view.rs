@@ -29,8 +29,8 @@ pub trait DocView<'a>: Copy + 'a {
     fn date(self) -> Option<i64>;
     /// The member `key`, for objects.
     fn get(self, key: &str) -> Option<Self>;
-    /// The member a path segment names, for objects (a representation may use the
-    /// segment's precomputed hash).
+    /// The member a path segment names, for objects; `None` for anything else (a
+    /// representation may use the segment's precomputed hash or shape cache).
     fn get_segment(self, segment: &Segment) -> Option<Self> {
         self.get(&segment.name)
     }

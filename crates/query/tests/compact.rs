@@ -38,3 +38,18 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_prefetching_scan_keeps_exactly_the_matches(docs in proptest::collection::vec(document(), 0..40), filter in filter()) {
+        let filter = Filter::parse(&filter, &WireDates::utc()).unwrap();
+        let compact: Vec<CompactDoc> = docs.iter().map(CompactDoc::new).collect();
+        let expected: Vec<usize> = (0..docs.len()).filter(|&i| filter.matches(&docs[i])).collect();
+        let found: Vec<usize> = drover_query::compact::matching(&filter, &compact)
+            .map(|d| compact.iter().position(|c| std::ptr::eq(c, d)).unwrap())
+            .collect();
+        prop_assert_eq!(found, expected);
+    }
+}
