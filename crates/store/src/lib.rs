@@ -24,7 +24,7 @@ use drover_query::{ListQuery, Page};
 use serde_json::Value;
 
 pub use crate::postgres::PostgresStore;
-pub use crate::sqlite::SqliteStore;
+pub use crate::sqlite::{SqliteStore, WAL_LIMITS, WalLimits};
 
 /// What a collection is called and which paths it indexes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,12 +3,21 @@
 //!
 //! One writer connection (SQLite has one writer anyway) and a small pool of reader
 //! connections, which WAL lets read while the writer writes.
+//!
+//! Checkpoints (copying the WAL into the database file) run on a thread of their own,
+//! not in the commit that happens to cross SQLite's threshold: a commit only appends to
+//! the WAL. The WAL may grow to [`WAL_LIMITS`]`.checkpoint_frames` before it is copied,
+//! so that index pages that every batch touches are copied once for many commits; if
+//! the checkpointer cannot keep up, the writer checkpoints itself at `restart_frames`,
+//! which bounds the WAL.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
 
 use drover_query::{ListQuery, Page};
 use rusqlite::types::Value as Sql;
+use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params_from_iter};
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
@@ -29,6 +38,93 @@ pub struct SqliteStore {
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     collections: Catalog,
+    /// Held for its `Drop`, which stops the thread (after the writer has closed).
+    _checkpointer: Checkpointer,
+}
+
+/// When the WAL is copied into the database file, in WAL frames (pages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalLimits {
+    /// The background checkpointer copies the WAL at this many frames.
+    pub checkpoint_frames: i32,
+    /// The writer checkpoints itself (RESTART: it waits for readers and starts the WAL
+    /// over) at this many, should the checkpointer fall behind.
+    pub restart_frames: i32,
+}
+
+/// 256 MiB and 1 GiB of 4 KiB pages.
+pub const WAL_LIMITS: WalLimits = WalLimits {
+    checkpoint_frames: CHECKPOINT_FRAMES,
+    restart_frames: RESTART_FRAMES,
+};
+const CHECKPOINT_FRAMES: i32 = 65_536;
+const RESTART_FRAMES: i32 = 262_144;
+/// After a checkpoint that starts the WAL over, its file is cut back to this size.
+const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+
+/// The background checkpointer: a thread with its own connection that runs a PASSIVE
+/// checkpoint (never blocking the writer or readers) when the writer's WAL hook asks.
+struct Checkpointer {
+    signal: Arc<CheckpointSignal>,
+    thread: Option<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct CheckpointSignal {
+    /// (a checkpoint is wanted, the store is closing)
+    state: Mutex<(bool, bool)>,
+    wake: Condvar,
+}
+
+impl CheckpointSignal {
+    fn request(&self) {
+        self.state.lock().unwrap().0 = true;
+        self.wake.notify_one();
+    }
+
+    /// Waits for a request; `false` when the store is closing.
+    fn wait(&self) -> bool {
+        let mut state = self.state.lock().unwrap();
+        while !state.0 && !state.1 {
+            state = self.wake.wait(state).unwrap();
+        }
+        state.0 = false;
+        !state.1
+    }
+}
+
+impl Checkpointer {
+    fn start(path: &Path) -> Result<Self> {
+        let conn = connect(path, CHECKPOINTER_CACHE_KIB)?;
+        let signal = Arc::new(CheckpointSignal::default());
+        let waiting = signal.clone();
+        let thread = std::thread::Builder::new()
+            .name("sqlite-checkpoint".into())
+            .spawn(move || {
+                while waiting.wait() {
+                    // A failure (disk full, I/O) leaves the data in the WAL, where it is
+                    // durable; the next request tries again.
+                    if let Err(e) = conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
+                        eprintln!("drover: sqlite checkpoint failed: {e}");
+                    }
+                }
+            })
+            .map_err(|e| StoreError::Backend(format!("cannot start the checkpointer: {e}")))?;
+        Ok(Self {
+            signal,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        self.signal.state.lock().unwrap().1 = true;
+        self.signal.wake.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 fn backend(e: rusqlite::Error) -> StoreError {
@@ -38,13 +134,34 @@ fn backend(e: rusqlite::Error) -> StoreError {
 impl SqliteStore {
     /// Opens (creating if needed) the database file at `path` and migrates it.
     pub fn open(path: &Path) -> Result<Self> {
-        let writer = connect(path, WRITER_CACHE_KIB)?;
+        Self::open_with(path, WAL_LIMITS)
+    }
+
+    /// [`SqliteStore::open`] with other WAL limits (tests use small ones).
+    pub fn open_with(path: &Path, limits: WalLimits) -> Result<Self> {
+        let mut writer = connect(path, WRITER_CACHE_KIB)?;
         migrate(&writer)?;
+        let checkpointer = Checkpointer::start(path)?;
+        let signal = checkpointer.signal.clone();
+        // Replaces SQLite's automatic checkpoint in the committing connection.
+        writer
+            .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames| {
+                if frames >= limits.restart_frames {
+                    wal.checkpoint_v2(CheckpointMode::RESTART).map(|_| ())
+                } else {
+                    if frames >= limits.checkpoint_frames {
+                        signal.request();
+                    }
+                    Ok(())
+                }
+            }))
+            .map_err(backend)?;
         Ok(Self {
             path: path.to_path_buf(),
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             collections: Catalog::default(),
+            _checkpointer: checkpointer,
         })
     }
 
@@ -68,6 +185,8 @@ impl SqliteStore {
 const WRITER_CACHE_KIB: u32 = 256 * 1024;
 /// Page cache of each reader, in KiB (readers also share the OS page cache).
 const READER_CACHE_KIB: u32 = 32 * 1024;
+/// The checkpointer reads WAL frames and writes database pages; it needs no cache.
+const CHECKPOINTER_CACHE_KIB: u32 = 1024;
 
 fn connect(path: &Path, cache_kib: u32) -> Result<Connection> {
     let conn = Connection::open(path).map_err(|e| {
@@ -80,12 +199,13 @@ fn connect(path: &Path, cache_kib: u32) -> Result<Connection> {
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
          PRAGMA busy_timeout = 10000;
-         PRAGMA wal_autocheckpoint = 8192;
          PRAGMA temp_store = MEMORY;",
     )
     .map_err(backend)?;
-    conn.execute_batch(&format!("PRAGMA cache_size = -{cache_kib}"))
-        .map_err(backend)?;
+    conn.execute_batch(&format!(
+        "PRAGMA cache_size = -{cache_kib}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"
+    ))
+    .map_err(backend)?;
     Ok(conn)
 }
 

@@ -1,0 +1,76 @@
+//! SQLite's WAL is copied into the database file in the background, and stays bounded.
+
+use drover_store::{CollectionSpec, DocumentStore, SqliteStore, WalLimits, Write};
+use serde_json::json;
+
+fn batch(from: usize, n: usize) -> Vec<Write> {
+    (from..from + n)
+        .map(|i| Write::Insert {
+            collection: "jobs".into(),
+            id: format!("j{i}"),
+            name: None,
+            body: json!({"user": format!("user{}", i % 50), "pad": "x".repeat(2000)}),
+        })
+        .collect()
+}
+
+fn size(path: &std::path::Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+#[test]
+fn the_background_checkpointer_copies_the_wal_while_writes_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("drover.db");
+    let limits = WalLimits {
+        checkpoint_frames: 64,
+        restart_frames: 1_000_000,
+    };
+    let store = SqliteStore::open_with(&path, limits).unwrap();
+    store
+        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
+        .unwrap();
+    let before = size(&path);
+    for round in 0..20 {
+        store.write(&batch(round * 50, 50)).unwrap();
+    }
+    // The database file grows only by checkpoints, and the store is still open.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while size(&path) <= before + 1_000_000 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no checkpoint happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(store.get("jobs", "j999").unwrap().unwrap().id, "j999");
+}
+
+#[test]
+fn the_writer_bounds_the_wal_when_the_checkpointer_is_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("drover.db");
+    let limits = WalLimits {
+        checkpoint_frames: i32::MAX,
+        restart_frames: 200,
+    };
+    let store = SqliteStore::open_with(&path, limits).unwrap();
+    store
+        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
+        .unwrap();
+    let wal = dir.path().join("drover.db-wal");
+    let mut largest = 0;
+    for round in 0..40 {
+        store.write(&batch(round * 50, 50)).unwrap();
+        largest = largest.max(size(&wal));
+    }
+    // 40 batches of about 30 pages each would be 1200 frames without restarts; the WAL
+    // starts over at 200 frames (plus the batch that crossed the limit).
+    assert!(largest < 400 * 4200, "the WAL grew to {largest} bytes");
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    store
+        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
+        .unwrap();
+    assert!(store.get("jobs", "j1999").unwrap().is_some());
+}
