@@ -15,8 +15,10 @@
 //! table (u16 each for `9`, u32 for `10`), then per member its key length (u8, or 255
 //! then u32), key bytes, value.
 //!
-//! `11` shaped object: u32 [`crate::shape`] id, u32 payload length, then per member
-//! the u16 offset of its value from the end of the 9-byte header, then the values.
+//! `11` shaped object: u16 [`crate::shape`] id, u16 payload length, then per member
+//! the u16 offset of its value from the end of the 5-byte header, then the values ·
+//! `12` number that is an i8: i8 · `13` short array: u16 payload length, u16 count,
+//! values.
 //!
 //! Objects are shaped when their key sequence can be interned (almost always: documents
 //! of a collection repeat a few key sequences); a lookup is then one comparison against
@@ -45,6 +47,10 @@ const ARRAY: u8 = 8;
 const OBJECT16: u8 = 9;
 const OBJECT32: u8 = 10;
 const SHAPED: u8 = 11;
+const I8: u8 = 12;
+const SHORT_ARRAY: u8 = 13;
+/// Bytes before the member offsets of a shaped object.
+const SHAPED_HEADER: usize = 5;
 
 /// An immutable JSON document in the compact encoding.
 #[derive(Clone, PartialEq)]
@@ -107,8 +113,13 @@ fn encode(value: &Value, out: &mut Vec<u8>) {
         Value::Bool(true) => out.push(TRUE),
         Value::Number(n) => {
             let f = number_f64(n);
-            let small = f as i32;
-            if f64::from(small) == f {
+            // `number_f64` has already made -0.0 into 0.0.
+            let (small, tiny) = (f as i32, f as i8);
+            let integral = f64::from(small) == f;
+            if integral && f64::from(tiny) == f {
+                out.push(I8);
+                out.push(tiny as u8);
+            } else if integral {
                 out.push(I32);
                 out.extend_from_slice(&small.to_le_bytes());
             } else {
@@ -138,9 +149,18 @@ fn encode(value: &Value, out: &mut Vec<u8>) {
         Value::Array(items) => {
             let mut payload = Vec::new();
             items.iter().for_each(|item| encode(item, &mut payload));
-            out.push(ARRAY);
-            put_u32(out, payload.len());
-            put_u32(out, items.len());
+            match (u16::try_from(payload.len()), u16::try_from(items.len())) {
+                (Ok(length), Ok(count)) => {
+                    out.push(SHORT_ARRAY);
+                    out.extend_from_slice(&length.to_le_bytes());
+                    out.extend_from_slice(&count.to_le_bytes());
+                }
+                _ => {
+                    out.push(ARRAY);
+                    put_u32(out, payload.len());
+                    put_u32(out, items.len());
+                }
+            }
             out.extend_from_slice(&payload);
         }
         Value::Object(map) => {
@@ -186,6 +206,10 @@ fn encode_shaped(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) -> boo
     let Some(id) = shape::intern(map.keys().map(String::as_str)) else {
         return false;
     };
+    // Shape ids fit u16: there are at most 65,536 shapes.
+    let Ok(id) = u16::try_from(id) else {
+        return false;
+    };
     let table = 2 * map.len();
     let mut values = Vec::new();
     let mut offsets = Vec::with_capacity(map.len());
@@ -198,7 +222,7 @@ fn encode_shaped(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) -> boo
     }
     out.push(SHAPED);
     out.extend_from_slice(&id.to_le_bytes());
-    put_u32(out, table + values.len());
+    out.extend_from_slice(&((table + values.len()) as u16).to_le_bytes());
     for offset in offsets {
         out.extend_from_slice(&(offset as u16).to_le_bytes());
     }
@@ -247,6 +271,10 @@ impl<'a> Compact<'a> {
         self.buf[self.at]
     }
 
+    fn u16_at(self, at: usize) -> u16 {
+        u16::from_le_bytes([self.buf[at], self.buf[at + 1]])
+    }
+
     fn u32_at(self, at: usize) -> usize {
         u32::from_le_bytes(self.buf[at..at + 4].try_into().unwrap()) as usize
     }
@@ -257,17 +285,17 @@ impl<'a> Compact<'a> {
 
     /// The shape of a shaped object.
     fn shape(self) -> Option<&'static Shape> {
-        (self.tag() == SHAPED).then(|| shape::get(self.u32_at(self.at + 1) as u32))
+        (self.tag() == SHAPED).then(|| shape::get(u32::from(self.u16_at(self.at + 1))))
     }
 
     /// The value in `slot` of a shaped object.
     #[inline]
     fn shaped_member(self, slot: usize) -> Self {
-        let o = self.at + 9 + 2 * slot;
+        let o = self.at + SHAPED_HEADER + 2 * slot;
         let offset = usize::from(u16::from_le_bytes([self.buf[o], self.buf[o + 1]]));
         Compact {
             buf: self.buf,
-            at: self.at + 9 + offset,
+            at: self.at + SHAPED_HEADER + offset,
         }
     }
 
@@ -276,11 +304,13 @@ impl<'a> Compact<'a> {
         match self.buf[at] {
             F64 => 9,
             I32 => 5,
+            I8 => 2,
             STR8 => 2 + usize::from(self.buf[at + 1]),
             STR32 => 5 + self.u32_at(at + 1),
             DATE => 10 + usize::from(self.buf[at + 9]),
             ARRAY | OBJECT16 | OBJECT32 => 9 + self.u32_at(at + 1),
-            SHAPED => 9 + self.u32_at(at + 5),
+            SHAPED => SHAPED_HEADER + usize::from(self.u16_at(at + 3)),
+            SHORT_ARRAY => 5 + usize::from(self.u16_at(at + 1)),
             _ => 1,
         }
     }
@@ -288,6 +318,7 @@ impl<'a> Compact<'a> {
     fn count(self) -> usize {
         match self.tag() {
             ARRAY | OBJECT16 | OBJECT32 => self.u32_at(self.at + 5),
+            SHORT_ARRAY => usize::from(self.u16_at(self.at + 3)),
             SHAPED => self.shape().map_or(0, Shape::len),
             _ => 0,
         }
@@ -444,10 +475,10 @@ impl<'a> DocView<'a> for Compact<'a> {
         match self.tag() {
             NULL => Kind::Null,
             FALSE | TRUE => Kind::Bool,
-            F64 | I32 => Kind::Number,
+            F64 | I32 | I8 => Kind::Number,
             STR8 | STR32 => Kind::String,
             DATE => Kind::Date,
-            ARRAY => Kind::Array,
+            ARRAY | SHORT_ARRAY => Kind::Array,
             _ => Kind::Object,
         }
     }
@@ -459,6 +490,7 @@ impl<'a> DocView<'a> for Compact<'a> {
             I32 => Some(f64::from(i32::from_le_bytes(
                 self.buf[at..at + 4].try_into().unwrap(),
             ))),
+            I8 => Some(f64::from(self.buf[at] as i8)),
             _ => None,
         }
     }
@@ -486,7 +518,7 @@ impl<'a> DocView<'a> for Compact<'a> {
     #[inline]
     fn get_segment(self, segment: &Segment) -> Option<Self> {
         if self.tag() == SHAPED {
-            let id = self.u32_at(self.at + 1) as u32;
+            let id = u32::from(self.u16_at(self.at + 1));
             return segment.slot_in(id).map(|slot| self.shaped_member(slot));
         }
         self.get_hashed(&segment.name, segment.hash)
@@ -500,10 +532,14 @@ impl<'a> DocView<'a> for Compact<'a> {
     }
 
     fn elements(self) -> Elements<'a> {
-        let remaining = if self.tag() == ARRAY { self.count() } else { 0 };
+        let (header, remaining) = match self.tag() {
+            ARRAY => (9, self.count()),
+            SHORT_ARRAY => (5, self.count()),
+            _ => (0, 0),
+        };
         Elements {
             buf: self.buf,
-            at: self.at + 9,
+            at: self.at + header,
             remaining,
         }
     }

@@ -53,3 +53,29 @@ proptest! {
         prop_assert_eq!(found, expected);
     }
 }
+
+#[test]
+fn numbers_of_every_width_keep_their_value() {
+    for n in [
+        0.0_f64, -0.0, 1.0, -128.0, 127.0, 128.0, -129.0, 70000.0, -2.5e9, 1e300, 0.5,
+    ] {
+        let doc = serde_json::json!({ "n": n });
+        let compact = CompactDoc::new(&doc);
+        let got = drover_query::DocView::get(compact.root(), "n")
+            .and_then(drover_query::DocView::number)
+            .unwrap();
+        // Like the evaluator over `Value`, -0.0 reads as 0.0.
+        let expected = if n == 0.0 { 0.0 } else { n };
+        assert_eq!(got.to_bits(), expected.to_bits(), "{n}");
+    }
+}
+
+#[test]
+fn long_arrays_use_the_wide_form() {
+    let doc = serde_json::json!({ "a": (0..70_000).collect::<Vec<i32>>() });
+    let compact = CompactDoc::new(&doc);
+    let array = drover_query::DocView::get(compact.root(), "a").unwrap();
+    assert_eq!(drover_query::DocView::elements(array).count(), 70_000);
+    let last = drover_query::DocView::element(array, 69_999).unwrap();
+    assert_eq!(drover_query::DocView::number(last), Some(69_999.0));
+}
