@@ -182,6 +182,15 @@ mod tests {
     }
 
     #[test]
+    fn changes_answer_messages_and_deletions_an_empty_object() {
+        assert_eq!(
+            messages(["Job modified"]).0,
+            json!({"messages": ["Job modified"]})
+        );
+        assert_eq!(deleted().0, json!({}));
+    }
+
+    #[test]
     fn single_resources_by_id_or_name() {
         let docs = vec![
             json!({"id": "a", "name": "b"}),

@@ -278,15 +278,6 @@ pub struct Caller {
     pub proxy_user: Option<String>,
 }
 
-impl Caller {
-    pub fn proxied(&self) -> bool {
-        match (&self.identity, &self.effective_user) {
-            (Some(identity), Some(user)) => identity.name != *user,
-            _ => false,
-        }
-    }
-}
-
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
