@@ -223,6 +223,22 @@ pub trait DocumentStore: Send + Sync {
     }
 }
 
+/// The PostgreSQL server that test runs use: `DROVER_TEST_POSTGRES_URL`, or `None` when
+/// it is unset. With `DROVER_REQUIRE_POSTGRES=1` (as in CI) an unset URL panics, so a
+/// missing server fails the run instead of skipping the PostgreSQL half of it.
+pub fn test_postgres_url() -> Option<String> {
+    match std::env::var("DROVER_TEST_POSTGRES_URL") {
+        Ok(url) if !url.is_empty() => Some(url),
+        _ => {
+            assert!(
+                std::env::var("DROVER_REQUIRE_POSTGRES").as_deref() != Ok("1"),
+                "DROVER_REQUIRE_POSTGRES=1 but DROVER_TEST_POSTGRES_URL is not set"
+            );
+            None
+        }
+    }
+}
+
 /// Opens the store a location names: `postgres://...` or `postgresql://...` for
 /// PostgreSQL, otherwise a SQLite file path (optionally prefixed with `sqlite://`).
 /// A PostgreSQL URL may carry `schema=<name>` among its parameters: the tables then live

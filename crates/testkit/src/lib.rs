@@ -120,20 +120,9 @@ impl Drop for Schema {
 
 static SCHEMAS: AtomicUsize = AtomicUsize::new(0);
 
-/// The PostgreSQL server of the test run, if there is one (required when
-/// `DROVER_REQUIRE_POSTGRES=1`, as in CI).
-pub fn postgres_url() -> Option<String> {
-    match std::env::var("DROVER_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("DROVER_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "DROVER_REQUIRE_POSTGRES=1 but DROVER_TEST_POSTGRES_URL is not set"
-            );
-            None
-        }
-    }
-}
+/// The PostgreSQL server of the test run, if there is one (see
+/// [`drover_store::test_postgres_url`]).
+pub use drover_store::test_postgres_url as postgres_url;
 
 impl Builder {
     pub fn new() -> Self {
@@ -193,7 +182,7 @@ impl Builder {
     pub fn start(self) -> TestServer {
         // DROVER_TEST_STORE=postgres runs every test server on PostgreSQL (scripts/test
         // runs the HTTP suite once more that way).
-        let self_ = if self.schema.is_none()
+        let builder = if self.schema.is_none()
             && !self.sqlite_only
             && self.config.store.is_none()
             && std::env::var("DROVER_TEST_STORE").as_deref() == Ok("postgres")
@@ -209,7 +198,7 @@ impl Builder {
             dir,
             schema,
             ..
-        } = self_;
+        } = builder;
         let prefix = config.normalized_base_url().expect("a valid base_url");
         let (started_tx, started_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

@@ -36,18 +36,7 @@ impl Drop for Backend {
     }
 }
 
-pub fn postgres_url() -> Option<String> {
-    match std::env::var("DROVER_TEST_POSTGRES_URL") {
-        Ok(url) if !url.is_empty() => Some(url),
-        _ => {
-            assert!(
-                std::env::var("DROVER_REQUIRE_POSTGRES").as_deref() != Ok("1"),
-                "DROVER_REQUIRE_POSTGRES=1 but DROVER_TEST_POSTGRES_URL is not set"
-            );
-            None
-        }
-    }
-}
+pub use drover_store::test_postgres_url as postgres_url;
 
 static COUNTER: AtomicUsize = AtomicUsize::new(0);
 
