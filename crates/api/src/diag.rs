@@ -154,25 +154,35 @@ async fn probe_store(state: &AppState) -> Result<StoreInfo, String> {
     }
 }
 
-/// Until the scheduler engine (issue #4) and the accounting engine (issue #8) exist,
-/// their connections are reported as not configured.
-const SCHEDULER: Health = Health::NotConfigured;
+/// Until the accounting engine (issue #8) exists, its connection is not configured.
 const ACCOUNTING: Health = Health::NotConfigured;
+
+/// The scheduler is embedded, so always connected; its link to the datastore is its
+/// journal, down while the engine cannot write it.
+fn scheduler_health(state: &AppState) -> (Health, Health, Option<String>) {
+    match state.scheduler().degraded() {
+        None => (Health::Up, Health::Up, None),
+        Some(reason) => (Health::Up, Health::Down, Some(reason)),
+    }
+}
 
 async fn health_summary(State(state): State<AppState>) -> Json<Value> {
     let datastore = match probe_store(&state).await {
         Ok(_) => Health::Up,
         Err(_) => Health::Down,
     };
+    let (sched, journal, _) = scheduler_health(&state);
     Json(json!({
         "acct": {"connected": ACCOUNTING.as_str()},
         "datastore": {"connected": datastore.as_str()},
-        "sched": {"connected": SCHEDULER.as_str(), "datastoreConnected": Health::NotConfigured.as_str()},
+        "sched": {"connected": sched.as_str(), "datastoreConnected": journal.as_str()},
     }))
 }
 
 async fn health_detail(State(state): State<AppState>) -> Json<Value> {
-    let datastore = match probe_store(&state).await {
+    let probe = probe_store(&state).await;
+    let info = probe.as_ref().ok();
+    let datastore = match &probe {
         Ok(info) => json!({
             "connected": Health::Up.as_str(),
             "host": info.host,
@@ -194,6 +204,7 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
             "username": null,
         }),
     };
+    let (sched, journal, reason) = scheduler_health(&state);
     Json(json!({
         "acct": {
             "connected": ACCOUNTING.as_str(),
@@ -204,17 +215,17 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
         },
         "datastore": datastore,
         "sched": {
-            "connected": SCHEDULER.as_str(),
-            "datastoreConnected": Health::NotConfigured.as_str(),
+            "connected": sched.as_str(),
+            "datastoreConnected": journal.as_str(),
             "host": null,
             "port": null,
-            "message": "the scheduler engine is not part of this build yet",
+            "message": reason,
             "version": state.settings().build.version,
             "licensedFeatures": [],
-            "state": null,
-            "datastoreCredentialsSet": false,
-            "datastoreHost": null,
-            "datastorePort": null,
+            "state": "RUNNING",
+            "datastoreCredentialsSet": info.is_some_and(|i| i.username.is_some()),
+            "datastoreHost": info.and_then(|i| i.host.clone()),
+            "datastorePort": info.and_then(|i| i.port),
         },
     }))
 }

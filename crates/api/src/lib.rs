@@ -8,11 +8,17 @@
 //! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
 //! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
-//! - resource families: [`diag`], [`permissions`].
+//! - [`input`]: reading request bodies field by field, problems named by path.
+//! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
+//!   [`nodes`], [`credentials`].
 
+pub mod credentials;
 pub mod diag;
 pub mod error;
+pub mod input;
+pub mod jobs;
 pub mod layers;
+pub mod nodes;
 pub mod openapi;
 pub mod params;
 pub mod permissions;
@@ -31,6 +37,9 @@ pub fn interface() -> Routes {
     openapi::register(&mut routes);
     diag::register(&mut routes);
     permissions::register(&mut routes);
+    jobs::register(&mut routes);
+    nodes::register(&mut routes);
+    credentials::register(&mut routes);
     routes
 }
 

@@ -4,6 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
 use drover_domain::dates::{Timestamp, WireDates};
+use drover_sched::Scheduler;
 use drover_store::DocumentStore;
 
 /// The service's shared state; cheap to clone.
@@ -13,6 +14,7 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     store: Arc<dyn DocumentStore>,
     auth: Arc<Authenticator>,
+    scheduler: Scheduler,
     settings: Settings,
     /// Filled when the router is built: the permissions the routes declare, and the
     /// OpenAPI document.
@@ -83,11 +85,13 @@ impl AppState {
     pub fn new(
         store: Arc<dyn DocumentStore>,
         auth: Arc<Authenticator>,
+        scheduler: Scheduler,
         settings: Settings,
     ) -> Self {
         Self(Arc::new(Inner {
             store,
             auth,
+            scheduler,
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
@@ -100,6 +104,10 @@ impl AppState {
 
     pub fn auth(&self) -> &Arc<Authenticator> {
         &self.0.auth
+    }
+
+    pub fn scheduler(&self) -> &Scheduler {
+        &self.0.scheduler
     }
 
     pub fn settings(&self) -> &Settings {

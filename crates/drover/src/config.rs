@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
+use drover_sched::node::NodeConfig;
+use drover_sched::{ConfiguredCredentials, SchedConfig};
 use serde::Deserialize;
 
 /// The environment variables that override the file, and the key each one sets.
@@ -22,6 +24,9 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("DROVER_ADMIN_USER", "admin_user"),
     ("DROVER_ENABLEPROXY", "scheduler.ENABLEPROXY"),
     ("DROVER_PROXY_USERS", "scheduler.proxy_users"),
+    ("DROVER_SCHEDULER_NAME", "scheduler.name"),
+    ("DROVER_EXECUTION_USER", "scheduler.execution_user"),
+    ("DROVER_KILL_GRACE_SECONDS", "scheduler.kill_grace_seconds"),
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -48,10 +53,12 @@ pub struct Config {
     pub users: Vec<User>,
     /// The directory (LDAP) server.
     pub ldap: Option<DirectoryConfig>,
+    /// Logical nodes jobs are placed on; none means one node describing this machine.
+    pub nodes: Vec<NodeConfig>,
 }
 
-/// Scheduler parameters. Only proxying so far.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// Scheduler parameters.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SchedulerConfig {
     /// `ENABLEPROXY`: whether `proxy-user` is honoured at all (`true` or `"TRUE"`).
@@ -59,6 +66,52 @@ pub struct SchedulerConfig {
     pub enable_proxy: bool,
     /// The users allowed to act for others when proxying is enabled.
     pub proxy_users: Vec<String>,
+    /// The scheduler's name: job ids are `<name>.<n>`.
+    pub name: String,
+    /// The system user that runs jobs of API users without a system account
+    /// (`nobody` by default; only used when the service runs as root).
+    pub execution_user: Option<String>,
+    /// Whether jobs may run as root. Off unless set.
+    pub allow_root_jobs: bool,
+    /// Seconds between SIGTERM and SIGKILL when a running job is cancelled.
+    pub kill_grace_seconds: u64,
+    /// Command run (by `/bin/sh -c`) for the `checkpoint` action, with
+    /// `DROVER_JOB_ID` and `DROVER_JOB_PID` in its environment.
+    pub checkpoint_command: Option<String>,
+    /// Credentials known before any job names them.
+    pub credentials: ConfiguredCredentials,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        let engine = SchedConfig::default();
+        SchedulerConfig {
+            enable_proxy: false,
+            proxy_users: Vec::new(),
+            name: engine.name,
+            execution_user: None,
+            allow_root_jobs: false,
+            kill_grace_seconds: engine.kill_grace_seconds,
+            checkpoint_command: None,
+            credentials: ConfiguredCredentials::default(),
+        }
+    }
+}
+
+impl SchedulerConfig {
+    /// The engine's configuration, with the nodes to schedule on.
+    pub fn engine(&self, nodes: &[NodeConfig]) -> SchedConfig {
+        SchedConfig {
+            name: self.name.clone(),
+            nodes: nodes.to_vec(),
+            execution_user: self.execution_user.clone(),
+            allow_root_jobs: self.allow_root_jobs,
+            kill_grace_seconds: self.kill_grace_seconds,
+            checkpoint_command: self.checkpoint_command.clone(),
+            credentials: self.credentials.clone(),
+            ..SchedConfig::default()
+        }
+    }
 }
 
 fn flag<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
@@ -92,6 +145,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             users: Vec::new(),
             ldap: None,
+            nodes: Vec::new(),
         }
     }
 }
@@ -172,6 +226,40 @@ impl Config {
         drover_auth::users::validate_name(&self.admin_user).map_err(|e| e.to_string())?;
         for user in &self.users {
             user.validate().map_err(|e| e.to_string())?;
+        }
+        self.validate_scheduler()
+    }
+
+    fn validate_scheduler(&self) -> Result<(), String> {
+        let name = &self.scheduler.name;
+        if name.is_empty()
+            || !name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_".contains(c))
+        {
+            return Err(format!(
+                "scheduler.name: '{name}' must be letters, digits, - and _ (job ids are <name>.<n>)"
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for node in &self.nodes {
+            if node.id.is_empty()
+                || !node
+                    .id
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            {
+                return Err(format!(
+                    "nodes: '{}' is not a usable node id (letters, digits, - _ .)",
+                    node.id
+                ));
+            }
+            if !seen.insert(&node.id) {
+                return Err(format!("nodes: '{}' is configured twice", node.id));
+            }
+            if node.processors == 0 {
+                return Err(format!("nodes: '{}' needs at least one processor", node.id));
+            }
         }
         Ok(())
     }

@@ -10,6 +10,11 @@ use std::time::Duration;
 use drover_api::{AppState, BuildInfo, ProxySettings, Routes, Settings};
 use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
+use drover_sched::clock::SystemClock;
+use drover_sched::events::DiscardEvents;
+use drover_sched::rm::ResourceManager;
+use drover_sched::rm::local::LocalResourceManager;
+use drover_sched::{EngineParts, Scheduler};
 use drover_store::DocumentStore;
 use tokio::net::TcpListener;
 
@@ -87,6 +92,7 @@ fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
         .map_err(|e| e.to_string())?;
+    let scheduler = start_scheduler(config, store.clone())?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
@@ -98,7 +104,28 @@ fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String
         build: build_info(),
         directory: config.ldap.clone(),
     };
-    Ok((AppState::new(store, Arc::new(auth), settings), generated))
+    Ok((
+        AppState::new(store, Arc::new(auth), scheduler, settings),
+        generated,
+    ))
+}
+
+/// Recovers the scheduler's state from the store and starts its engine, with the local
+/// resource manager running jobs as processes of this machine.
+fn start_scheduler(config: &Config, store: Arc<dyn DocumentStore>) -> Result<Scheduler, String> {
+    let spool = config.data_dir.join("spool");
+    let parts = EngineParts {
+        store,
+        resource_manager: Box::new(move |notify| {
+            LocalResourceManager::new(spool.clone(), notify)
+                .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
+                .map_err(|e| format!("cannot prepare the job spool {}: {e}", spool.display()))
+        }),
+        clock: Arc::new(SystemClock),
+        events: Arc::new(DiscardEvents),
+    };
+    Scheduler::start(config.scheduler.engine(&config.nodes), parts)
+        .map_err(|e| format!("cannot start the scheduler: {e}"))
 }
 
 /// Serves the interface on `listener` until `shutdown` completes, then finishes the
@@ -142,6 +169,8 @@ pub async fn launch_with(
         .with_graceful_shutdown(shutdown)
         .await
         .map_err(|e| e.to_string())?;
+    // Running jobs keep running; the next start adopts them again.
+    state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client
     // cannot be dropped on the async runtime.
     tokio::task::spawn_blocking(move || {

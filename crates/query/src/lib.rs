@@ -67,4 +67,24 @@ impl ListQuery {
             items: self.paging.cut(matched),
         }
     }
+
+    /// [`ListQuery::run`] over `documents`, answering the positions of the page's
+    /// documents (for callers that render something else than what they filter).
+    pub fn run_positions(&self, documents: &[Value]) -> Page<usize> {
+        let mut matched: Vec<(usize, &Value)> = documents
+            .iter()
+            .enumerate()
+            .filter(|(_, doc)| self.filter.matches(*doc))
+            .collect();
+        self.sort.sort(&mut matched, |(_, doc)| doc);
+        Page {
+            total: matched.len(),
+            items: self
+                .paging
+                .cut(matched)
+                .into_iter()
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
 }

@@ -200,54 +200,71 @@ impl Builder {
             ..
         } = builder;
         let prefix = config.normalized_base_url().expect("a valid base_url");
-        let (started_tx, started_rx) = std::sync::mpsc::channel();
-        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            runtime.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("port 0 is free");
-                let failed = started_tx.clone();
-                let result = drover::launch_with(
-                    config,
-                    routes,
-                    listener,
-                    async move {
-                        let _ = stop_rx.await;
-                    },
-                    move |started| {
-                        let _ = started_tx.send(Ok(started.address));
-                    },
-                )
-                .await;
-                if let Err(e) = &result {
-                    let _ = failed.send(Err(e.clone()));
-                }
-                result
-            })
-        });
-        let address = started_rx
-            .recv()
-            .expect("the server thread reports")
-            .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+        let running = launch(config.clone(), routes);
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
             .into();
         TestServer {
-            address: address.to_string(),
+            address: running.address,
             prefix,
             agent,
-            stop: std::sync::Mutex::new(Some(stop_tx)),
-            thread: Some(thread),
+            stop: std::sync::Mutex::new(Some(running.stop)),
+            thread: Some(running.thread),
+            config,
             _schema: schema,
             dir,
         }
+    }
+}
+
+/// A server started on a thread of its own.
+struct Running {
+    address: String,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: JoinHandle<Result<(), String>>,
+}
+
+fn launch(config: Config, routes: Routes) -> Running {
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        runtime.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("port 0 is free");
+            let failed = started_tx.clone();
+            let result = drover::launch_with(
+                config,
+                routes,
+                listener,
+                async move {
+                    let _ = stop_rx.await;
+                },
+                move |started| {
+                    let _ = started_tx.send(Ok(started.address));
+                },
+            )
+            .await;
+            if let Err(e) = &result {
+                let _ = failed.send(Err(e.clone()));
+            }
+            result
+        })
+    });
+    let address = started_rx
+        .recv()
+        .expect("the server thread reports")
+        .unwrap_or_else(|e| panic!("the server did not start: {e}"));
+    Running {
+        address: address.to_string(),
+        stop: stop_tx,
+        thread,
     }
 }
 
@@ -266,6 +283,7 @@ pub struct TestServer {
     agent: ureq::Agent,
     stop: std::sync::Mutex<Option<tokio::sync::oneshot::Sender<()>>>,
     thread: Option<JoinHandle<Result<(), String>>>,
+    config: Config,
     _schema: Option<Schema>,
     dir: tempfile::TempDir,
 }
@@ -298,21 +316,29 @@ impl TestServer {
         auth: Auth,
         body: Option<(&str, Vec<u8>)>,
     ) -> Reply {
-        let mut request = ureq::http::Request::builder()
-            .method(method)
-            .uri(self.url(path));
-        if let Some(value) = auth.header() {
-            request = request.header("Authorization", value);
-        }
-        let result = match body {
-            Some((content_type, bytes)) => {
-                let request = request
-                    .header("Content-Type", content_type)
-                    .body(bytes)
-                    .expect("a valid request");
-                self.agent.run(request)
+        let send = || {
+            let mut request = ureq::http::Request::builder()
+                .method(method)
+                .uri(self.url(path));
+            if let Some(value) = auth.header() {
+                request = request.header("Authorization", value);
             }
-            None => self.agent.run(request.body(()).expect("a valid request")),
+            match &body {
+                Some((content_type, bytes)) => {
+                    let request = request
+                        .header("Content-Type", *content_type)
+                        .body(bytes.clone())
+                        .expect("a valid request");
+                    self.agent.run(request)
+                }
+                None => self.agent.run(request.body(()).expect("a valid request")),
+            }
+        };
+        // A pooled keep-alive connection can be closed by the server just as it is
+        // reused; a GET is safe to send again (other methods are not retried).
+        let result = match send() {
+            Err(ureq::Error::Io(_)) if method == "GET" => send(),
+            other => other,
         };
         let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
         let headers = response
@@ -352,6 +378,26 @@ impl TestServer {
         )
     }
 
+    /// Polls `GET path` (as the administrator) until `done` holds for its JSON body,
+    /// for at most 30 seconds; panics with `what` and the last body otherwise.
+    pub fn wait_for(&self, path: &str, what: &str, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let reply = self.get(path);
+            let body = reply.json();
+            if reply.status == 200 && done(&body) {
+                return body;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!(
+                    "timed out waiting for {what} at {path}: {} {}",
+                    reply.status, reply.body
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
     /// Writes `request` as is on a new connection and returns everything the server
     /// answers until it closes (for requests a well-behaved client would not send).
     pub fn raw(&self, request: &[u8]) -> String {
@@ -380,12 +426,42 @@ impl TestServer {
         }
     }
 
+    /// Stops the server gracefully and starts it again on the same data directory and
+    /// store (on a new port), with the interface's routes.
+    pub fn restart(mut self) -> TestServer {
+        self.shut_down().expect("the server stops cleanly");
+        let running = launch(self.config.clone(), drover_api::interface());
+        self.address = running.address;
+        self.stop = std::sync::Mutex::new(Some(running.stop));
+        self.thread = Some(running.thread);
+        self
+    }
+
     /// Sends the shutdown signal without waiting (for tests of graceful shutdown).
     pub fn signal_shutdown(&self) {
         if let Some(stop) = self.stop.lock().unwrap().take() {
             let _ = stop.send(());
         }
     }
+}
+
+/// A temporary directory every user may write in (jobs run as other system users).
+pub fn scratch_dir() -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777))
+        .expect("the directory can be opened to all");
+    dir
+}
+
+/// Writes an executable script (mode 0755) and answers its path.
+pub fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).expect("the script is written");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755))
+        .expect("the script is made executable");
+    path.to_string_lossy().into_owned()
 }
 
 impl Drop for TestServer {

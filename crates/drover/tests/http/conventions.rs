@@ -85,7 +85,7 @@ fn list_parameters_filter_sort_page_and_project() {
     assert!(ids(&all).contains(&"diag:read") && ids(&all).contains(&"tests:create"));
 
     let query = |q: &str| server.get(&format!("/rest/permissions?{q}"));
-    let reads = query("query=%7B%22action%22%3A%22read%22%7D&sort=%7B%22id%22%3A-1%7D").json();
+    let reads = query("query=%7B%22action%22%3A%22read%22%2C%22resource%22%3A%7B%22%24in%22%3A%5B%22tests%22%2C%22permissions%22%2C%22diag%22%5D%7D%7D&sort=%7B%22id%22%3A-1%7D").json();
     assert_eq!(ids(&reads), ["tests:read", "permissions:read", "diag:read"]);
     let page = query("sort=%7B%22id%22%3A1%7D&max=2&offset=1").json();
     assert_eq!(page["totalCount"], total);
@@ -98,14 +98,17 @@ fn list_parameters_filter_sort_page_and_project() {
     );
     assert_eq!(query("max=0").json()["resultCount"], 0);
 
-    let or = query("query=%7B%22%24or%22%3A%5B%7B%22resource%22%3A%22diag%22%7D%2C%7B%22action%22%3A%22create%22%7D%5D%7D").json();
+    let or = query("query=%7B%22%24or%22%3A%5B%7B%22resource%22%3A%22diag%22%7D%2C%7B%22resource%22%3A%22tests%22%2C%22action%22%3A%22create%22%7D%5D%7D").json();
     assert_eq!(ids(&or), ["diag:read", "tests:create"]);
-    let fields = query("fields=id,action&max=1").json();
+    let fields = query("fields=id,action&max=1&query=%7B%22resource%22%3A%22diag%22%7D").json();
     assert_eq!(
         fields["results"][0],
         json!({"id": "diag:read", "action": "read"})
     );
-    let excluded = query("exclude-fields=description,name,resource&max=1").json();
+    let excluded = query(
+        "exclude-fields=description,name,resource&max=1&query=%7B%22resource%22%3A%22diag%22%7D",
+    )
+    .json();
     assert_eq!(
         excluded["results"][0],
         json!({"id": "diag:read", "action": "read"})

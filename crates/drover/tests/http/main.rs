@@ -4,5 +4,6 @@
 mod access;
 mod conventions;
 mod diag;
+mod jobs;
 mod openapi;
 mod support;

@@ -1,0 +1,426 @@
+//! Reading request bodies field by field, leniently where real clients need it (numbers
+//! sent as strings, one object where a list is expected) and strictly about types: a
+//! field of the wrong type is a problem named by its path. Problems are collected so
+//! that one answer lists them all.
+
+use std::collections::BTreeMap;
+
+use drover_domain::dates::WireDates;
+use serde_json::{Map, Value};
+
+use crate::error::ApiError;
+
+/// An object of a request body and the problems found reading it.
+pub struct Fields<'a> {
+    object: &'a Map<String, Value>,
+    path: String,
+    problems: &'a mut Vec<String>,
+}
+
+/// Parses `body` as an object and hands its fields to `read`; problems become one 400
+/// whose first message is `summary`.
+pub fn read_object<T>(
+    body: &Value,
+    summary: &str,
+    read: impl FnOnce(&mut Fields<'_>) -> T,
+) -> Result<T, ApiError> {
+    let Some(object) = body.as_object() else {
+        return Err(ApiError::bad_request(
+            summary,
+            "the body must be a JSON object",
+        ));
+    };
+    let mut problems = Vec::new();
+    let value = read(&mut Fields {
+        object,
+        path: String::new(),
+        problems: &mut problems,
+    });
+    if problems.is_empty() {
+        Ok(value)
+    } else {
+        let mut messages = vec![summary.to_string()];
+        messages.extend(problems);
+        Err(ApiError::new(crate::Kind::BadRequest, messages))
+    }
+}
+
+fn describe(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+impl<'a> Fields<'a> {
+    fn name(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    /// Records a problem with the field `key`.
+    pub fn problem(&mut self, key: &str, text: impl std::fmt::Display) {
+        let name = self.name(key);
+        self.problems.push(format!("{name}: {text}"));
+    }
+
+    pub fn has(&self, key: &str) -> bool {
+        self.object.get(key).is_some_and(|v| !v.is_null())
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.object.get(key).filter(|v| !v.is_null())
+    }
+
+    /// A string; numbers and booleans are taken as their text.
+    pub fn string(&mut self, key: &str) -> Option<String> {
+        match self.get(key)? {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(n) => Some(n.to_string()),
+            Value::Bool(b) => Some(b.to_string()),
+            other => {
+                self.problem(key, format!("expected a string, got {}", describe(other)));
+                None
+            }
+        }
+    }
+
+    /// An integer, also from a numeric string (`"2"`).
+    pub fn integer(&mut self, key: &str) -> Option<i64> {
+        let value = self.get(key)?;
+        let parsed = match value {
+            Value::Number(n) => n.as_i64().or_else(|| {
+                n.as_f64()
+                    .filter(|f| f.fract() == 0.0 && f.abs() < 9e15)
+                    .map(|f| f as i64)
+            }),
+            Value::String(s) => s.trim().parse::<i64>().ok(),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(key, format!("expected an integer, got {}", shown(value)));
+        }
+        parsed
+    }
+
+    /// A number, also from a numeric string.
+    pub fn number(&mut self, key: &str) -> Option<f64> {
+        let value = self.get(key)?;
+        let parsed = match value {
+            Value::Number(n) => n.as_f64(),
+            Value::String(s) => s.trim().parse::<f64>().ok().filter(|f| f.is_finite()),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(key, format!("expected a number, got {}", shown(value)));
+        }
+        parsed
+    }
+
+    /// An integer within `min..=max`.
+    pub fn integer_in(&mut self, key: &str, min: i64, max: i64) -> Option<i64> {
+        let n = self.integer(key)?;
+        if n < min || n > max {
+            self.problem(key, format!("must be between {min} and {max}, not {n}"));
+            return None;
+        }
+        Some(n)
+    }
+
+    pub fn boolean(&mut self, key: &str) -> Option<bool> {
+        let value = self.get(key)?;
+        let parsed = match value {
+            Value::Bool(b) => Some(*b),
+            Value::String(s) if s.eq_ignore_ascii_case("true") => Some(true),
+            Value::String(s) if s.eq_ignore_ascii_case("false") => Some(false),
+            _ => None,
+        };
+        if parsed.is_none() {
+            self.problem(key, format!("expected true or false, got {}", shown(value)));
+        }
+        parsed
+    }
+
+    /// A list of strings; a single string is a comma-separated list.
+    pub fn strings(&mut self, key: &str) -> Option<Vec<String>> {
+        match self.get(key)? {
+            Value::String(s) => Some(
+                s.split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect(),
+            ),
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item {
+                        Value::String(s) => out.push(s.clone()),
+                        Value::Number(n) => out.push(n.to_string()),
+                        other => self.problem(
+                            &format!("{key}[{i}]"),
+                            format!("expected a string, got {}", describe(other)),
+                        ),
+                    }
+                }
+                Some(out)
+            }
+            other => {
+                self.problem(
+                    key,
+                    format!("expected a list of strings, got {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
+    /// A list of references `[{name}]` (or `[{id}]`, or plain strings).
+    pub fn references(&mut self, key: &str, field: &str) -> Option<Vec<String>> {
+        let items = match self.get(key)? {
+            Value::Array(items) => items.clone(),
+            single @ (Value::Object(_) | Value::String(_)) => vec![single.clone()],
+            other => {
+                self.problem(
+                    key,
+                    format!(
+                        "expected a list of {{{field}}} objects, got {}",
+                        describe(other)
+                    ),
+                );
+                return None;
+            }
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let name = match item {
+                Value::String(s) => Some(s.clone()),
+                Value::Object(o) => [field, "name", "id"]
+                    .iter()
+                    .find_map(|f| o.get(*f).and_then(Value::as_str))
+                    .map(String::from),
+                _ => None,
+            };
+            match name {
+                Some(name) => out.push(name),
+                None => self.problem(
+                    &format!("{key}[{i}]"),
+                    format!("expected {{\"{field}\": <string>}}"),
+                ),
+            }
+        }
+        Some(out)
+    }
+
+    /// An object of scalar values, as strings (`{"name": "value"}`).
+    pub fn string_map(&mut self, key: &str) -> Option<BTreeMap<String, String>> {
+        let value = self.get(key)?;
+        let Value::Object(object) = value else {
+            self.problem(
+                key,
+                format!("expected an object of name: value, got {}", describe(value)),
+            );
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        for (name, value) in object {
+            match value {
+                Value::String(s) => {
+                    out.insert(name.clone(), s.clone());
+                }
+                Value::Number(n) => {
+                    out.insert(name.clone(), n.to_string());
+                }
+                Value::Bool(b) => {
+                    out.insert(name.clone(), b.to_string());
+                }
+                Value::Null => {
+                    out.insert(name.clone(), String::new());
+                }
+                other => self.problem(
+                    &format!("{key}.{name}"),
+                    format!("expected a string, got {}", describe(other)),
+                ),
+            }
+        }
+        Some(out)
+    }
+
+    /// An object of numbers (`{"gpu": 2}`).
+    pub fn number_map(&mut self, key: &str) -> Option<BTreeMap<String, f64>> {
+        let value = self.get(key)?;
+        let Value::Object(object) = value else {
+            self.problem(
+                key,
+                format!(
+                    "expected an object of name: number, got {}",
+                    describe(value)
+                ),
+            );
+            return None;
+        };
+        let mut out = BTreeMap::new();
+        let mut inner = Fields {
+            object,
+            path: self.name(key),
+            problems: self.problems,
+        };
+        for name in object.keys() {
+            if let Some(n) = inner.number(name) {
+                out.insert(name.clone(), n);
+            }
+        }
+        Some(out)
+    }
+
+    /// A date in the wire format (or `null`); the zone may be any the deployment knows.
+    pub fn date(&mut self, key: &str, dates: &WireDates) -> Option<i64> {
+        let value = self.get(key)?;
+        match value {
+            Value::String(s) => match dates.parse(s) {
+                Ok(t) => Some(t.as_second()),
+                Err(e) => {
+                    self.problem(
+                        key,
+                        format!("'{s}' is not a date of the form yyyy-MM-dd HH:mm:ss ZONE ({e})"),
+                    );
+                    None
+                }
+            },
+            Value::Number(n) if n.as_i64().is_some() => n.as_i64(),
+            other => {
+                self.problem(
+                    key,
+                    format!("expected a date string, got {}", describe(other)),
+                );
+                None
+            }
+        }
+    }
+
+    /// The object at `key`, read by `read`; a one-element list is taken as its element.
+    pub fn object<T>(&mut self, key: &str, read: impl FnOnce(&mut Fields<'_>) -> T) -> Option<T> {
+        let value = self.get(key)?;
+        let (object, path) = match value {
+            Value::Object(o) => (o, self.name(key)),
+            Value::Array(items) if items.len() == 1 && items[0].is_object() => {
+                (items[0].as_object()?, format!("{}[0]", self.name(key)))
+            }
+            other => {
+                self.problem(key, format!("expected an object, got {}", describe(other)));
+                return None;
+            }
+        };
+        Some(read(&mut Fields {
+            object,
+            path,
+            problems: self.problems,
+        }))
+    }
+
+    /// Each object of the list at `key` (a single object counts as a list of one).
+    pub fn each<T>(
+        &mut self,
+        key: &str,
+        mut read: impl FnMut(&mut Fields<'_>) -> T,
+    ) -> Option<Vec<T>> {
+        let value = self.get(key)?;
+        let items: Vec<&Map<String, Value>> = match value {
+            Value::Object(o) => vec![o],
+            Value::Array(items) => {
+                let mut objects = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item.as_object() {
+                        Some(o) => objects.push(o),
+                        None => self.problem(
+                            &format!("{key}[{i}]"),
+                            format!("expected an object, got {}", describe(item)),
+                        ),
+                    }
+                }
+                objects
+            }
+            other => {
+                self.problem(
+                    key,
+                    format!("expected a list of objects, got {}", describe(other)),
+                );
+                return None;
+            }
+        };
+        let base = self.name(key);
+        Some(
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, object)| {
+                    read(&mut Fields {
+                        object,
+                        path: format!("{base}[{i}]"),
+                        problems: self.problems,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The raw value at `key`.
+    pub fn raw(&self, key: &str) -> Option<&'a Value> {
+        self.get(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &'a String> {
+        self.object.keys()
+    }
+}
+
+fn shown(value: &Value) -> String {
+    match value {
+        Value::String(s) => format!("'{s}'"),
+        other => describe(other).to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn numbers_as_strings_and_problems_by_path() {
+        let body =
+            json!({"a": "2", "b": 3.0, "c": "x", "r": [{"n": "1"}], "m": {"x": "y", "z": [1]}});
+        let result = read_object(&body, "Nope", |f| {
+            let a = f.integer("a");
+            let b = f.integer("b");
+            let c = f.integer("c");
+            let n = f.object("r", |r| r.integer("n")).flatten();
+            let m = f.string_map("m");
+            (a, b, c, n, m)
+        });
+        let e = result.unwrap_err();
+        assert_eq!(e.messages[0], "Nope");
+        assert!(
+            e.messages[1].starts_with("c: expected an integer, got 'x'"),
+            "{:?}",
+            e.messages
+        );
+        assert!(
+            e.messages[2].starts_with("m.z: expected a string"),
+            "{:?}",
+            e.messages
+        );
+        let ok = read_object(&json!({"a": "2", "r": [{"n": "1"}]}), "Nope", |f| {
+            (f.integer("a"), f.object("r", |r| r.integer("n")).flatten())
+        })
+        .unwrap();
+        assert_eq!(ok, (Some(2), Some(1)));
+    }
+}

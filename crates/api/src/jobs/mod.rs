@@ -1,0 +1,431 @@
+//! Jobs, versions 1 and 2 (spec 2.3, 2.4, 4.4, 4.5). The scheduler has one model of a
+//! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
+
+pub mod v1;
+pub mod v2;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use drover_auth::Permission;
+use drover_domain::dates::WireDates;
+use drover_query::Page;
+use drover_sched::job::{Hold, Job, JobSpec, JobState};
+use drover_sched::{JobAction, Requester, SchedError, Scheduler};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, Kind};
+use crate::input::Fields;
+use crate::openapi::schema::{object, string, strings};
+use crate::params::{ApiVersion, CommonParams, ListParams};
+use crate::reply::{self, envelope, parse_json};
+use crate::routes::{Access, Caller, Routes};
+
+const READ: Access = Access::Needs(Permission::read("jobs"));
+const CREATE: Access = Access::Needs(Permission::create("jobs"));
+const UPDATE: Access = Access::Needs(Permission::update("jobs"));
+const DELETE: Access = Access::Needs(Permission::delete("jobs"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
+    for (path, which) in [
+        ("/rest/jobs", "Every job"),
+        (
+            "/rest/jobs/active",
+            "Jobs that have not ended (queued, held, running)",
+        ),
+        (
+            "/rest/jobs/complete",
+            "Jobs that have ended (Completed, Removed, Vacated)",
+        ),
+    ] {
+        routes.get(path, READ, list).summary(which).list().response(
+            200,
+            "Jobs in the version-1 shape, or version 2 with api-version=2",
+            Some(crate::openapi::schema::envelope(job())),
+        );
+    }
+    for path in [
+        "/rest/jobs/{id}",
+        "/rest/jobs/active/{id}",
+        "/rest/jobs/complete/{id}",
+    ] {
+        routes
+            .get(path, READ, one)
+            .summary("One job, by id (version 1) or name (version 2; the same string)")
+            .path_param("id", "The job's id")
+            .response(200, "The job", Some(job()))
+            .response(404, "No such job", None);
+    }
+    routes
+        .post("/rest/jobs", CREATE, submit)
+        .summary("Submits a job: version 1 answers {id}, version 2 {name}")
+        .body(
+            "application/json",
+            object(&[("commandFile", string()), ("holds", strings())]),
+        )
+        .response(
+            201,
+            "Submitted",
+            Some(object(&[("id", string()), ("name", string())])),
+        )
+        .response(400, "Refused; the messages say why", None);
+    routes
+        .put("/rest/jobs/{id}", UPDATE, modify)
+        .summary("Modifies a job (the v1 or v2 modify body); old messages are kept")
+        .path_param("id", "The job's id")
+        .body("application/json", object(&[]))
+        .response(200, "Modified", Some(object(&[("messages", strings())])));
+    routes
+        .put("/rest/jobs/{id}/{action}", UPDATE, act)
+        .summary("hold, unhold, suspend, resume, cancel, requeue, execute, checkpoint")
+        .path_param("id", "The job's id")
+        .path_param("action", "The action")
+        .response(200, "Done", Some(object(&[("messages", strings())])));
+    routes
+        .delete("/rest/jobs/{id}", DELETE, cancel)
+        .summary("Cancels a job; detail in the X-SVC-Message header")
+        .path_param("id", "The job's id")
+        .response(200, "Cancelled", Some(object(&[])));
+}
+
+/// What rendering a job needs besides the job.
+pub struct Render<'a> {
+    pub now: i64,
+    pub dates: &'a WireDates,
+    pub version: u32,
+    pub rm_name: &'a str,
+    pub sched_name: &'a str,
+}
+
+impl Render<'_> {
+    fn date(&self, seconds: Option<i64>) -> Value {
+        match seconds.and_then(|s| drover_domain::dates::Timestamp::from_second(s).ok()) {
+            Some(t) => json!(self.dates.format(t, self.version)),
+            None => Value::Null,
+        }
+    }
+
+    fn partition_of(&self, job: &Job) -> String {
+        job.spec
+            .request
+            .partition
+            .clone()
+            .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
+    }
+
+    fn effective_partitions(&self, job: &Job) -> Vec<String> {
+        match &job.spec.request.partition {
+            Some(p) => vec![p.clone()],
+            None if job.spec.extra.partition_access_list.is_empty() => vec!["ALL".into()],
+            None => job.spec.extra.partition_access_list.clone(),
+        }
+    }
+
+    fn output(&self, job: &Job, given: &Option<String>, suffix: char) -> Option<String> {
+        let dir = job.spec.working_directory.as_deref()?;
+        let dir = std::path::Path::new(dir);
+        Some(match given {
+            Some(path) => dir.join(path).to_string_lossy().into_owned(),
+            None => {
+                let base = job.spec.custom_name.as_deref().filter(|n| {
+                    !n.is_empty()
+                        && n.len() <= 100
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                });
+                dir.join(format!("{}.{suffix}{}", base.unwrap_or("job"), job.seq))
+                    .to_string_lossy()
+                    .into_owned()
+            }
+        })
+    }
+
+    fn stdout_path(&self, job: &Job) -> Option<String> {
+        self.output(job, &job.spec.stdout_path, 'o')
+    }
+
+    fn stderr_path(&self, job: &Job) -> Option<String> {
+        self.output(job, &job.spec.stderr_path, 'e')
+    }
+
+    /// The job in the shape of this version.
+    pub fn job(&self, job: &Job) -> Value {
+        if self.version >= 2 {
+            v2::render(job, self)
+        } else {
+            v1::render(job, self)
+        }
+    }
+}
+
+fn render_with<'a>(
+    scheduler: &'a Scheduler,
+    version: ApiVersion,
+    dates: &'a WireDates,
+) -> Render<'a> {
+    Render {
+        now: scheduler.now(),
+        dates,
+        version: version.number().min(2),
+        rm_name: "local",
+        sched_name: scheduler.name(),
+    }
+}
+
+/// `user` of a job: the user it named, else its submitter.
+pub(crate) fn user_of(job: &Job) -> &str {
+    job.spec.user.as_deref().unwrap_or(&job.status.submitter)
+}
+
+/// `queueStatus`: where the job is in the queue (lower case; version 1 upper-cases it).
+pub(crate) fn queue_status(state: JobState) -> &'static str {
+    match state {
+        JobState::Idle => "eligible",
+        JobState::Hold | JobState::Blocked => "blocked",
+        JobState::Starting | JobState::Running | JobState::Suspended => "active",
+        JobState::Completed | JobState::Removed | JobState::Vacated => "completed",
+    }
+}
+
+pub(crate) fn flags_upper(spec: &JobSpec) -> Vec<String> {
+    spec.flags.clone()
+}
+
+/// The holds listed at `key`, either spelling.
+pub(crate) fn holds_from(f: &mut Fields<'_>, key: &str) -> Vec<Hold> {
+    let mut holds = Vec::new();
+    for name in f.strings(key).unwrap_or_default() {
+        match Hold::parse(&name) {
+            Some(h) => holds.push(h),
+            None => f.problem(
+                key,
+                format!("'{name}' is not a hold type (User, System, Batch, Defer)"),
+            ),
+        }
+    }
+    holds.sort();
+    holds.dedup();
+    holds
+}
+
+/// Which jobs a listing path shows.
+#[derive(Clone, Copy)]
+enum Listing {
+    All,
+    Active,
+    Complete,
+}
+
+impl Listing {
+    fn of(path: &str) -> Listing {
+        if path.contains("/rest/jobs/active") {
+            Listing::Active
+        } else if path.contains("/rest/jobs/complete") {
+            Listing::Complete
+        } else {
+            Listing::All
+        }
+    }
+
+    fn shows(self, job: &Job) -> bool {
+        match self {
+            Listing::All => true,
+            Listing::Active => !job.status.state.is_final(),
+            Listing::Complete => job.status.state.is_final(),
+        }
+    }
+}
+
+pub(crate) fn requester(caller: &Caller) -> Requester {
+    let identity = caller.identity.as_ref();
+    let user = caller.effective_user.clone().unwrap_or_default();
+    let proxied = identity.is_some_and(|i| i.name != user);
+    Requester {
+        proxy_user: proxied.then(|| user.clone()),
+        admin: identity.is_some_and(|i| i.admin) && !proxied,
+        user,
+    }
+}
+
+pub(crate) fn sched_error(error: SchedError) -> ApiError {
+    match error {
+        SchedError::Invalid(messages) | SchedError::Refused(messages) => {
+            ApiError::new(Kind::BadRequest, messages)
+        }
+        SchedError::NotFound(what) => ApiError::not_found(what),
+        SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
+        SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    uri: axum::http::Uri,
+    params: ListParams,
+) -> ApiResult<Json<Value>> {
+    let scheduler = state.scheduler();
+    let listing = Listing::of(uri.path());
+    let utc = WireDates::utc();
+    let filter_render = render_with(scheduler, params.api_version, &utc);
+    let shown = render_with(scheduler, params.api_version, &state.settings().dates);
+    // Filter and sort over UTC dates (what the query language compares), then render
+    // the page in the deployment's zone.
+    let jobs = scheduler.jobs();
+    let candidates: Vec<&std::sync::Arc<Job>> = jobs.iter().filter(|j| listing.shows(j)).collect();
+    let documents: Vec<Value> = candidates.iter().map(|j| filter_render.job(j)).collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| shown.job(candidates[i]))
+        .collect();
+    Ok(envelope(
+        Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+async fn one(
+    State(state): State<AppState>,
+    uri: axum::http::Uri,
+    params: CommonParams,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = state.scheduler();
+    let listing = Listing::of(uri.path());
+    let job = scheduler
+        .job(&id)
+        .filter(|j| listing.shows(j))
+        .ok_or_else(|| ApiError::not_found(format!("No job '{id}'")))?;
+    let render = render_with(scheduler, params.api_version, &state.settings().dates);
+    Ok(Json(render.job(&job)))
+}
+
+async fn submit(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let body: Value = parse_json(&body)?;
+    let dates = &state.settings().dates;
+    let spec = if params.api_version.number() >= 2 {
+        v2::submission(&body, dates)?
+    } else {
+        v1::submission(&body, dates)?
+    };
+    let id = state
+        .scheduler()
+        .submit(spec, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    let answer = if params.api_version.number() >= 2 {
+        json!({ "name": id })
+    } else {
+        json!({ "id": id })
+    };
+    Ok(reply::created(
+        state.settings(),
+        &format!("/rest/jobs/{id}"),
+        answer,
+    ))
+}
+
+async fn modify(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let body: Value = parse_json(&body)?;
+    let dates = &state.settings().dates;
+    let changes = if params.api_version.number() >= 2 {
+        v2::changes(&body, dates)?
+    } else {
+        v1::changes(&body, dates)?
+    };
+    let messages = state
+        .scheduler()
+        .modify(&id, changes, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::messages(messages))
+}
+
+async fn act(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, action)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let holds = || -> ApiResult<Vec<Hold>> {
+        if body.iter().all(u8::is_ascii_whitespace) {
+            return Ok(Vec::new());
+        }
+        let body: Value = parse_json(&body)?;
+        let names = crate::input::read_object(&body, "The holds were not changed", |f| {
+            f.strings("holds").unwrap_or_default()
+        })?;
+        v1::hold_names(&names)
+    };
+    let action = match action.to_ascii_lowercase().as_str() {
+        "hold" => JobAction::Hold(holds()?),
+        "unhold" | "release" => JobAction::Unhold(holds()?),
+        "suspend" => JobAction::Suspend,
+        "resume" => JobAction::Resume,
+        "cancel" => JobAction::Cancel,
+        "requeue" => JobAction::Requeue,
+        "execute" => JobAction::Execute,
+        "checkpoint" => JobAction::Checkpoint,
+        other => {
+            return Err(ApiError::new(
+                Kind::NotFound,
+                [
+                    format!("No job action '{other}'"),
+                    "Actions are cancel, checkpoint, execute, hold, requeue, resume, suspend and unhold".into(),
+                ],
+            ));
+        }
+    };
+    let cancel = action == JobAction::Cancel;
+    let message = state
+        .scheduler()
+        .act(&id, action, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(if cancel {
+        cancelled(message)
+    } else {
+        reply::messages([message]).into_response()
+    })
+}
+
+async fn cancel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Response> {
+    let message = state
+        .scheduler()
+        .act(&id, JobAction::Cancel, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(cancelled(message))
+}
+
+/// `{}` with the detail in `X-SVC-Message` (spec 4.4).
+fn cancelled(message: String) -> Response {
+    let mut response = (StatusCode::OK, reply::deleted()).into_response();
+    if let Ok(value) = HeaderValue::from_str(&message) {
+        response.headers_mut().insert("X-SVC-Message", value);
+    }
+    response
+}

@@ -1,0 +1,373 @@
+//! Version 1 of the job (spec 2.3, 4.4): addressed by `id`, upper-case states.
+
+use drover_domain::dates::WireDates;
+use drover_sched::JobChanges;
+use drover_sched::job::{Hold, Job, JobSpec, JobState};
+use serde_json::{Map, Value, json};
+
+use super::{Render, flags_upper, holds_from, queue_status, user_of};
+use crate::error::ApiError;
+use crate::input::{Fields, read_object};
+
+/// The job in its version-1 shape.
+pub fn render(job: &Job, r: &Render) -> Value {
+    let spec = &job.spec;
+    let status = &job.status;
+    let request = &spec.request;
+    let date = |t: Option<i64>| r.date(t);
+    let nodes: Vec<Value> = job.node_ids().map(|id| json!({ "id": id })).collect();
+    let hosts: Vec<&str> = job.node_ids().collect();
+    let memory = request
+        .memory_per_task
+        .map(|m| m * u64::from(request.task_count));
+    let messages: Vec<Value> = status
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            json!({
+                "creationTime": date(Some(m.created)),
+                "expireTime": null,
+                "index": i,
+                "message": m.text,
+                "messageCount": 1,
+                "author": m.author,
+                "priority": 0,
+            })
+        })
+        .collect();
+    let requirement = json!({
+        "allocatedNodes": nodes,
+        "allocatedPartition": if status.allocation.is_empty() { Value::Null } else { json!(r.partition_of(job)) },
+        "genericResources": request.generic_resources,
+        "nodeAccessPolicy": null,
+        "preferredNodeFeatures": [],
+        "requiredArchitecture": request.architecture,
+        "requiredClass": spec.job_class,
+        "requiredDiskPerTask": request.disk_per_task.map_or(-1, |d| d as i64),
+        "requiredMemoryPerTask": request.memory_per_task.map_or(-1, |m| m as i64),
+        "requiredNetwork": null,
+        "requiredNodeCountMinimum": request.node_count.map_or(hosts.len().max(1) as i64, i64::from),
+        "requiredNodeDisk": -1,
+        "requiredNodeFeatures": request.features,
+        "requiredNodeMemory": -1,
+        "requiredNodeProcessors": -1,
+        "requiredNodeSwap": -1,
+        "requiredPartition": request.partition,
+        "requiredProcessorCountMinimum": job.processors(),
+        "requiredProcessorsPerTask": request.processors_per_task,
+        "requiredSwapPerTask": request.swap_per_task.map_or(-1, |s| s as i64),
+        "tasksPerNode": request.tasks_per_node,
+    });
+    let block = status
+        .block
+        .as_ref()
+        .map(|b| json!({ "message": b.message, "type": b.kind }))
+        .unwrap_or(Value::Null);
+    let mut out = Map::new();
+    let mut put = |key: &str, value: Value| {
+        out.insert(key.to_string(), value);
+    };
+    put("id", json!(job.id));
+    put("name", json!(spec.custom_name));
+    put("account", json!(spec.account));
+    put("user", json!(user_of(job)));
+    put("group", json!(spec.group));
+    put("qos", json!(spec.qos_requested));
+    put("qosRequested", json!(spec.qos_requested));
+    put("queue", json!(spec.job_class));
+    put(
+        "queueStatus",
+        json!(queue_status(status.state).to_uppercase()),
+    );
+    put("state", json!(status.state.upper()));
+    put("expectedState", json!(expected_state(job).upper()));
+    put("flags", json!(flags_upper(spec)));
+    put(
+        "holds",
+        json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>()),
+    );
+    put("hosts", json!(hosts));
+    put("allocatedNodes", json!(nodes_refs(job)));
+    put("allocatedVMs", json!([]));
+    put("blockReason", block);
+    put("bypass", json!(0));
+    put("startCount", json!(status.counts.start));
+    put("startPriority", json!(start_priority(job)));
+    put("runPriority", json!(start_priority(job)));
+    put("systemPriority", json!(status.system_priority));
+    put("userPriority", json!(spec.user_priority));
+    put("commandFile", json!(spec.command_file));
+    put("commandLineArguments", json!(spec.arguments));
+    put("completionCode", json!(status.completion_code));
+    put("initialWorkingDirectory", json!(spec.working_directory));
+    put("environmentVariables", json!(spec.environment));
+    put("variables", json!(spec.variables));
+    put("genericAttributes", json!(spec.extra.generic_attributes));
+    put("emailNotifyTypes", json!(spec.extra.email_types));
+    put("emailNotifyUsers", json!(spec.extra.email_addresses));
+    put(
+        "effectivePartitionAccessList",
+        json!(r.effective_partitions(job)),
+    );
+    put(
+        "partitionAccessList",
+        json!(spec.extra.partition_access_list),
+    );
+    put("masterHost", json!(hosts.first()));
+    put("memoryRequested", json!(memory.map_or(-1, |m| m as i64)));
+    put("os", json!(request.os));
+    put("rmName", json!(r.rm_name));
+    put("rmExtension", json!(spec.extra.rm_extension));
+    put("rmStandardErrorFilePath", json!(r.stderr_path(job)));
+    put("rmStandardInputFilePath", json!(spec.stdin_path));
+    put("rmStandardOutputFilePath", json!(r.stdout_path(job)));
+    put("standardErrorFilePath", json!(spec.stderr_path));
+    put("standardOutputFilePath", json!(spec.stdout_path));
+    put("sourceRmJobId", json!(job.id));
+    put("destinationRmJobId", json!(job.id));
+    put(
+        "reservationRequested",
+        json!(spec.extra.reservation_requested),
+    );
+    put("submitHost", json!(spec.extra.submit_host));
+    put("vmUsagePolicy", json!(spec.extra.vm_usage_policy));
+    put(
+        "virtualContainers",
+        json!(
+            spec.extra
+                .virtual_containers
+                .iter()
+                .map(|id| json!({ "id": id }))
+                .collect::<Vec<_>>()
+        ),
+    );
+    put("activeDuration", json!(job.active_seconds(r.now)));
+    put("effectiveQueueDuration", json!(job.queued_seconds(r.now)));
+    put("durationRequested", json!(spec.duration));
+    put("suspendDuration", json!(job.suspended_seconds(r.now)));
+    put(
+        "dedicatedProcessorSeconds",
+        json!(job.processors() as f64 * job.active_seconds(r.now) as f64),
+    );
+    put("completionDate", date(status.dates.completion));
+    put(
+        "earliestStartDate",
+        date(Some(spec.earliest_start.unwrap_or(status.dates.submit))),
+    );
+    put("earliestStartDateRequested", date(spec.earliest_start));
+    put("latestCompletedDateRequested", date(spec.deadline));
+    put("reservationStartDate", Value::Null);
+    put("startDate", date(status.dates.start));
+    put("submitDate", date(Some(status.dates.submit)));
+    put("messages", json!(messages));
+    put("requirements", json!([requirement]));
+    Value::Object(out)
+}
+
+fn nodes_refs(job: &Job) -> Vec<Value> {
+    job.node_ids().map(|id| json!({ "id": id })).collect()
+}
+
+/// Where the job is headed: running jobs are expected to complete, queued ones to run.
+pub(super) fn expected_state(job: &Job) -> JobState {
+    match job.status.state {
+        JobState::Idle | JobState::Starting => JobState::Running,
+        JobState::Running | JobState::Suspended => JobState::Completed,
+        other => other,
+    }
+}
+
+pub(super) fn start_priority(job: &Job) -> i64 {
+    job.status
+        .system_priority
+        .saturating_mul(1000)
+        .saturating_add(job.spec.user_priority)
+}
+
+const SUBMIT_FAILED: &str = "The job was not submitted";
+
+/// A version-1 submission body.
+pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> {
+    read_object(body, SUBMIT_FAILED, |f| {
+        let mut spec = JobSpec {
+            custom_name: f.string("name"),
+            user: f.string("user"),
+            group: f.string("group"),
+            account: f.string("account"),
+            qos_requested: f.string("qosRequested").or_else(|| f.string("qos")),
+            job_class: f.string("queue"),
+            flags: f
+                .strings("flags")
+                .map(|v| normalize_flags(&v))
+                .unwrap_or_default(),
+            holds: holds_from(f, "holds"),
+            user_priority: f
+                .integer_in("userPriority", -1_000_000, 1_000_000)
+                .unwrap_or(0),
+            command_file: f.string("commandFile").unwrap_or_default(),
+            arguments: arguments(f, "commandLineArguments"),
+            working_directory: f.string("initialWorkingDirectory"),
+            environment: f.string_map("environmentVariables").unwrap_or_default(),
+            variables: f.string_map("variables").unwrap_or_default(),
+            stdout_path: f.string("standardOutputFilePath"),
+            stderr_path: f.string("standardErrorFilePath"),
+            stdin_path: f
+                .string("standardInputFilePath")
+                .or_else(|| f.string("rmStandardInputFilePath")),
+            duration: f.integer_in("durationRequested", 0, i64::MAX / 2),
+            earliest_start: f.date("earliestStartDateRequested", dates),
+            deadline: f.date("latestCompletedDateRequested", dates),
+            ..Default::default()
+        };
+        let extra = &mut spec.extra;
+        extra.email_types = f.strings("emailNotifyTypes").unwrap_or_default();
+        extra.email_addresses = f.strings("emailNotifyUsers").unwrap_or_default();
+        extra.partition_access_list = f.strings("partitionAccessList").unwrap_or_default();
+        extra.reservation_requested = f.string("reservationRequested");
+        extra.submit_host = f.string("submitHost");
+        extra.vm_usage_policy = f.string("vmUsagePolicy");
+        extra.rm_extension = f.string("rmExtension");
+        extra.generic_attributes = f.strings("genericAttributes").unwrap_or_default();
+        extra.virtual_containers = f.references("virtualContainers", "id").unwrap_or_default();
+        if let Some(Some(())) = f.object("requirements", |r| {
+            read_requirements(r, &mut spec);
+            Some(())
+        }) {}
+        spec
+    })
+}
+
+fn read_requirements(r: &mut Fields<'_>, spec: &mut JobSpec) {
+    let request = &mut spec.request;
+    let per_task = r
+        .integer_in("requiredProcessorsPerTask", 1, 1 << 20)
+        .unwrap_or(1) as u32;
+    let processors = r.integer_in("requiredProcessorCountMinimum", 1, 1 << 30);
+    let per_node = r.integer_in("tasksPerNode", 1, 1 << 20).map(|n| n as u32);
+    let nodes = r
+        .integer_in("requiredNodeCountMinimum", 1, 1 << 20)
+        .map(|n| n as u32);
+    request.processors_per_task = per_task;
+    request.tasks_per_node = per_node;
+    request.node_count = nodes;
+    request.task_count = match (processors, nodes, per_node) {
+        (Some(p), _, _) => ((p as u32) / per_task).max(1),
+        (None, Some(n), Some(t)) => n * t,
+        (None, Some(n), None) => n,
+        (None, None, _) => 1,
+    };
+    request.memory_per_task = r
+        .integer_in("requiredMemoryPerTask", 0, i64::MAX / 2)
+        .map(|m| m as u64)
+        .filter(|m| *m > 0);
+    request.disk_per_task = r
+        .integer_in("requiredDiskPerTask", 0, i64::MAX / 2)
+        .map(|m| m as u64)
+        .filter(|m| *m > 0);
+    request.swap_per_task = r
+        .integer_in("requiredSwapPerTask", 0, i64::MAX / 2)
+        .map(|m| m as u64)
+        .filter(|m| *m > 0);
+    request.features = r.strings("requiredNodeFeatures").unwrap_or_default();
+    request.architecture = r.string("requiredArchitecture");
+    request.partition = r.string("requiredPartition");
+    request.generic_resources = r.number_map("genericResources").unwrap_or_default();
+    if let Some(class) = r.string("requiredClass") {
+        spec.job_class.get_or_insert(class);
+    }
+}
+
+/// `commandLineArguments`: a string, or a list of words.
+pub(super) fn arguments(f: &mut Fields<'_>, key: &str) -> String {
+    match f.raw(key) {
+        Some(Value::Array(_)) => f
+            .strings(key)
+            .unwrap_or_default()
+            .iter()
+            .map(|a| quote(a))
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => f.string(key).unwrap_or_default(),
+    }
+}
+
+/// A word quoted so that splitting the command line gives it back.
+fn quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=:,@%+".contains(c))
+    {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
+}
+
+pub(super) fn normalize_flags(flags: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = flags
+        .iter()
+        .map(|f| f.trim().to_ascii_uppercase())
+        .filter(|f| !f.is_empty())
+        .collect();
+    out.dedup();
+    out
+}
+
+const MODIFY_FAILED: &str = "The job was not modified";
+
+/// A version-1 modify body (spec 4.4).
+pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> {
+    read_object(body, MODIFY_FAILED, |f| JobChanges {
+        custom_name: f.string("name"),
+        account: f.string("account"),
+        qos_requested: f.string("qosRequested"),
+        job_class: f.string("queue"),
+        earliest_start: f.date("earliestStartDateRequested", dates),
+        flags: f.strings("flags").map(|v| normalize_flags(&v)),
+        holds: f.has("holds").then(|| holds_from(f, "holds")),
+        messages: f
+            .each("messages", |m| m.string("message"))
+            .unwrap_or_default()
+            .into_iter()
+            .flatten()
+            .collect(),
+        duration: f.integer_in("durationRequested", 0, i64::MAX / 2),
+        partition: f
+            .object("requirements", |r| r.string("requiredPartition"))
+            .flatten(),
+        reservation: f.string("reservationRequested"),
+        trigger: f.string("trigger"),
+        user_priority: f.integer_in("userPriority", -1_000_000, 1_000_000),
+        variables: f
+            .string_map("variables")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect(),
+        ..Default::default()
+    })
+}
+
+/// Holds named in an action body, either spelling; `ALL` means every hold.
+pub fn hold_names(holds: &[String]) -> Result<Vec<Hold>, ApiError> {
+    let mut out = Vec::new();
+    for name in holds {
+        if name.eq_ignore_ascii_case("all") {
+            return Ok(Vec::new());
+        }
+        match Hold::parse(name) {
+            Some(h) => out.push(h),
+            None => {
+                return Err(ApiError::bad_request(
+                    "Unknown hold type",
+                    format!(
+                        "holds: '{name}' is not a hold type; use User, System, Batch, Defer or All"
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(out)
+}

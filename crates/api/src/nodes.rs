@@ -1,0 +1,274 @@
+//! Nodes (spec 2.8, 4.7): every field readable (unknown numbers are -1); state, power,
+//! os, partition, messages, generic events and metrics, and variables modifiable.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use drover_auth::Permission;
+use drover_domain::dates::{Timestamp, WireDates};
+use drover_sched::NodeChanges;
+use drover_sched::node::{Node, NodeState};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::input::read_object;
+use crate::jobs::{requester, sched_error};
+use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::params::{CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Caller, Routes};
+
+const READ: Access = Access::Needs(Permission::read("nodes"));
+const UPDATE: Access = Access::Needs(Permission::update("nodes"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    let node = || {
+        object(&[
+            ("id", string()),
+            ("state", string()),
+            ("totalProcessors", integer()),
+        ])
+    };
+    routes
+        .get("/rest/nodes", READ, list)
+        .summary("Every node")
+        .list()
+        .response(200, "Nodes", Some(envelope(node())));
+    routes
+        .get("/rest/nodes/{id}", READ, one)
+        .summary("One node")
+        .path_param("id", "The node's id")
+        .response(200, "The node", Some(node()))
+        .response(404, "No such node", None);
+    routes
+        .put("/rest/nodes/{id}", UPDATE, modify)
+        .summary("Modifies state, power, os, partition, messages, genericEvents, genericMetrics, variables")
+        .path_param("id", "The node's id")
+        .body("application/json", object(&[("state", string()), ("power", string()), ("messages", strings())]))
+        .response(200, "Modified", Some(object(&[("messages", strings())])));
+}
+
+fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
+    match Timestamp::from_second(seconds) {
+        Ok(t) if seconds > 0 => json!(dates.format(t, version)),
+        _ => Value::Null,
+    }
+}
+
+fn known(n: Option<u64>) -> i64 {
+    n.map_or(-1, |n| n as i64)
+}
+
+/// A node in its wire shape.
+pub fn render(node: &Node, dates: &WireDates, version: u32) -> Value {
+    let config = &node.config;
+    let o = &node.overrides;
+    let free_memory = node.free_memory();
+    let state = node.state();
+    let mut first = json!({
+        "id": config.id,
+        "accessPolicy": "SHARED",
+        "aliases": [],
+        "architecture": config.architecture,
+        "availableClasses": [],
+        "availableDisk": known(config.disk),
+        "availableEndDate": null,
+        "availableGenericResources": config.generic_resources,
+        "availableMemory": known(free_memory),
+        "availableProcessors": if node.accepts_jobs() { i64::from(node.free_processors()) } else { 0 },
+        "availableStartDate": null,
+        "availableSwap": known(config.swap),
+        "blockReason": null,
+        "comments": null,
+        "configuredClasses": [],
+        "cpuLoad": -1,
+        "dynamic": false,
+        "externalLoad": -1,
+        "features": config.features,
+        "flags": ["RM_DETECTED"],
+        "genericEvents": o.generic_events.iter().map(|e| json!({ "name": e.name, "message": e.message, "date": date(dates, version, e.created) })).collect::<Vec<_>>(),
+        "genericMetrics": o.generic_metrics,
+        "genericResources": config.generic_resources,
+        "hypervisorType": null,
+        "iOLoad": -1,
+        "index": node.index,
+        "jobs": node.jobs.iter().map(|id| json!({ "id": id })).collect::<Vec<_>>(),
+        "lastStateUpdateDate": date(dates, version, o.state_updated),
+        "lastUpdateDate": date(dates, version, o.last_update),
+    });
+    let second = json!({
+        "messages": o.messages.iter().map(|m| json!({ "message": m.text, "createdDate": date(dates, version, m.created) })).collect::<Vec<_>>(),
+        "network": null,
+        "networkAddress": null,
+        "networkLoad": -1,
+        "nextOS": null,
+        "operations": [],
+        "os": node.os(),
+        "osList": node.os().into_iter().collect::<Vec<_>>(),
+        "overcommit": null,
+        "partition": node.partition(),
+        "power": if node.powered_on() { "On" } else { "Off" },
+        "powerPolicy": "STATIC",
+        "powerSelected": if node.powered_on() { "On" } else { "Off" },
+        "priority": 0,
+        "priorityFunction": null,
+        "procSpeed": -1,
+        "profilingEnabled": false,
+        "rack": config.rack.unwrap_or(-1),
+        "reservationCount": 0,
+        "reservations": [],
+        "rmAccessList": ["local"],
+        "size": 1,
+        "slot": config.slot.unwrap_or(-1),
+        "speed": 1.0,
+        "speedWeight": -1,
+        "state": state.as_str(),
+        "substate": null,
+        "taskCount": node.jobs.len(),
+        "totalActiveTime": -1,
+        "totalAvailableTime": -1,
+        "totalDisk": known(config.disk),
+        "totalMemory": known(config.memory),
+        "totalProcessors": config.processors,
+        "totalStatsTime": -1,
+        "totalSwap": known(config.swap),
+        "totalUpTime": -1,
+        "type": "Compute",
+        "variables": o.variables,
+        "version": o.version,
+        "virtualMachines": [],
+        "vmOsList": [],
+    });
+    if let (Some(first), Value::Object(second)) = (first.as_object_mut(), second) {
+        first.extend(second);
+        // Limits this scheduler does not enforce (yet): unknown.
+        for limit in [
+            "maxIOIn",
+            "maxIOLoad",
+            "maxIOOut",
+            "maxJob",
+            "maxJobPerUser",
+            "maxLoad",
+            "maxPEPerJob",
+            "maxPageIn",
+            "maxPageOut",
+            "maxProc",
+            "maxProcPerClass",
+        ] {
+            first.insert(limit.into(), json!(-1));
+        }
+    }
+    first
+}
+
+async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> {
+    let nodes = state.scheduler().nodes();
+    let utc = WireDates::utc();
+    let version = params.api_version.number();
+    let documents: Vec<Value> = nodes.iter().map(|n| render(n, &utc, version)).collect();
+    let page = params.query.run_positions(&documents);
+    let dates = &state.settings().dates;
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| render(&nodes[i], dates, version))
+        .collect();
+    reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    )
+}
+
+async fn one(
+    State(state): State<AppState>,
+    params: CommonParams,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let nodes = state.scheduler().nodes();
+    let node = nodes
+        .iter()
+        .find(|n| n.id() == id)
+        .ok_or_else(|| ApiError::not_found(format!("No node '{id}'")))?;
+    Ok(Json(render(
+        node,
+        &state.settings().dates,
+        params.api_version.number(),
+    )))
+}
+
+const MODIFY_FAILED: &str = "The node was not modified";
+
+fn changes(body: &Value) -> Result<NodeChanges, ApiError> {
+    read_object(body, MODIFY_FAILED, |f| {
+        let mut changes = NodeChanges {
+            os: f.string("os"),
+            partition: f.string("partition"),
+            generic_metrics: f.number_map("genericMetrics").unwrap_or_default(),
+            variables: f
+                .string_map("variables")
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, v)| (k, Some(v)))
+                .collect(),
+            ..Default::default()
+        };
+        if let Some(text) = f.string("state") {
+            match NodeState::parse(&text) {
+                Some(state) => changes.state = Some(state),
+                None => f.problem(
+                    "state",
+                    format!("'{text}' is not a node state (Idle, Busy, Running, Down, Drained, Draining, Flush, Reserved, Unknown)"),
+                ),
+            }
+        }
+        if let Some(text) = f.string("power") {
+            match text.to_ascii_lowercase().as_str() {
+                "on" => changes.power_off = Some(false),
+                "off" => changes.power_off = Some(true),
+                _ => f.problem("power", format!("must be on or off, not '{text}'")),
+            }
+        }
+        changes.messages = match f.raw("messages") {
+            Some(Value::Array(items)) if items.iter().all(Value::is_object) => f
+                .each("messages", |m| m.string("message"))
+                .unwrap_or_default()
+                .into_iter()
+                .flatten()
+                .collect(),
+            _ => f.strings("messages").unwrap_or_default(),
+        };
+        changes.generic_events = f
+            .each("genericEvents", |e| {
+                let name = e.string("name");
+                if name.is_none() {
+                    e.problem("name", "required");
+                }
+                (
+                    name.unwrap_or_default(),
+                    e.string("message").unwrap_or_default(),
+                )
+            })
+            .unwrap_or_default();
+        changes
+    })
+}
+
+async fn modify(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let body: Value = parse_json(&body)?;
+    let changes = changes(&body)?;
+    let messages = state
+        .scheduler()
+        .modify_node(&id, changes, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::messages(messages))
+}

@@ -1,0 +1,855 @@
+//! Jobs over HTTP with real processes: submission in both versions, the life cycle,
+//! the actions, the refusals of spec part 8, and restarts.
+
+use drover_sched::node::NodeConfig;
+use drover_testkit::{Auth, TestServer, scratch_dir, script};
+use serde_json::{Value, json};
+
+/// `/proc/<pid>/stat` state letter (`S` sleeping, `T` stopped...), `None` when gone.
+fn process_state(pid: i64) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let state = stat[stat.rfind(')')? + 2..].chars().next()?;
+    (state != 'Z').then_some(state)
+}
+
+fn wait_for_pid_file(path: &std::path::Path) -> i64 {
+    for _ in 0..600 {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+        {
+            return pid;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the job never wrote {}", path.display());
+}
+
+fn wait_until(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..600 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn nodes(specs: &[(&str, u32)]) -> Vec<NodeConfig> {
+    specs
+        .iter()
+        .map(|(id, processors)| NodeConfig {
+            id: id.to_string(),
+            processors: *processors,
+            memory: Some(4096),
+            disk: None,
+            swap: None,
+            features: Vec::new(),
+            partition: None,
+            architecture: None,
+            os: None,
+            generic_resources: Default::default(),
+            rack: None,
+            slot: None,
+        })
+        .collect()
+}
+
+fn submit_v1(server: &TestServer, body: Value) -> String {
+    let reply = server.send_json("POST", "/rest/jobs", &body);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
+
+fn submit_v2(server: &TestServer, body: Value) -> String {
+    let reply = server.send_json("POST", "/rest/jobs?api-version=2", &body);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["name"].as_str().unwrap().to_string()
+}
+
+fn state_v1(server: &TestServer, id: &str) -> String {
+    server.get(&format!("/rest/jobs/{id}")).json()["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+fn wait_state(server: &TestServer, id: &str, state: &str) -> Value {
+    server.wait_for(&format!("/rest/jobs/{id}"), state, |job| {
+        job["state"] == state
+    })
+}
+
+#[test]
+fn a_job_runs_to_completion_with_its_exit_code_output_and_environment() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let command = script(
+        work.path(),
+        "hello.sh",
+        "echo \"args=$1,$2 id=$DROVER_JOB_ID nodes=$DROVER_NODELIST greeting=$GREETING pwd=$(pwd)\"\necho oops >&2\nexit 3",
+    );
+    let reply = server.send_json(
+        "POST",
+        "/rest/jobs",
+        &json!({
+            "name": "hello",
+            "commandFile": command,
+            "commandLineArguments": "one 'two words'",
+            "initialWorkingDirectory": work.path(),
+            "environmentVariables": {"GREETING": "hi"},
+            "variables": {"color": "blue"},
+            "requirements": [{"requiredProcessorCountMinimum": "1"}],
+        }),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    assert!(id.starts_with("Drover."), "{id}");
+    assert_eq!(
+        reply.header("location"),
+        Some(format!("/rest/jobs/{id}").as_str())
+    );
+
+    let job = wait_state(&server, &id, "COMPLETED");
+    assert_eq!(job["completionCode"], 3);
+    assert_eq!(job["startCount"], 1);
+    assert_eq!(job["queueStatus"], "COMPLETED");
+    assert_eq!(job["variables"]["color"], "blue");
+    assert!(job["startDate"].is_string() && job["completionDate"].is_string());
+    let host = job["hosts"][0].as_str().unwrap().to_string();
+    let out = std::fs::read_to_string(
+        work.path()
+            .join(format!("hello.o{}", id.trim_start_matches("Drover."))),
+    )
+    .unwrap();
+    assert_eq!(
+        out.trim(),
+        format!(
+            "args=one,two words id={id} nodes={host} greeting=hi pwd={}",
+            work.path().display()
+        )
+    );
+    let err = std::fs::read_to_string(job["rmStandardErrorFilePath"].as_str().unwrap()).unwrap();
+    assert_eq!(err.trim(), "oops");
+
+    // The same job in version 2.
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(v2["name"], id.as_str());
+    assert_eq!(v2["customName"], "hello");
+    assert_eq!(v2["states"]["state"], "Completed");
+    assert_eq!(v2["completionCode"], 3);
+    assert_eq!(v2["commandLineArgs"], "one 'two words'");
+    assert_eq!(v2["dates"]["startDate"], job["startDate"]);
+    assert_eq!(v2["dates"]["submitDate"], job["submitDate"]);
+    assert_eq!(v2["credentials"]["user"], job["user"]);
+    assert_eq!(v2["isActive"], false);
+    assert_eq!(v2["masterNode"]["name"], host.as_str());
+
+    // Listing: complete, not active; query and fields.
+    let complete = server.get("/rest/jobs/complete").json();
+    assert_eq!(complete["totalCount"], 1);
+    assert_eq!(server.get("/rest/jobs/active").json()["totalCount"], 0);
+    assert_eq!(server.get(&format!("/rest/jobs/active/{id}")).status, 404);
+    assert_eq!(server.get(&format!("/rest/jobs/complete/{id}")).status, 200);
+    let listed = server.get("/rest/jobs?api-version=2&query=%7B%22states.state%22%3A%22Completed%22%7D&fields=name,completionCode").json();
+    assert_eq!(
+        listed["results"],
+        json!([{"name": id, "completionCode": 3}])
+    );
+}
+
+#[test]
+fn a_sleeping_job_is_suspended_resumed_and_cancelled() {
+    let server = TestServer::builder()
+        .config(|c| c.scheduler.kill_grace_seconds = 1)
+        .start();
+    let work = scratch_dir();
+    let pid_file = work.path().join("pid");
+    let command = script(work.path(), "sleep.sh", "echo $$ > \"$1\"\nexec sleep 300");
+    let name = submit_v2(
+        &server,
+        json!({
+            "commandFile": command,
+            "commandLineArguments": pid_file.to_string_lossy(),
+            "initialWorkingDirectory": work.path(),
+            "flags": ["SUSPENDABLE"],
+        }),
+    );
+    let pid = wait_for_pid_file(&pid_file);
+    wait_state(&server, &name, "RUNNING");
+
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{name}/suspend?api-version=2"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(reply.json()["messages"][0].is_string());
+    wait_until("the process is stopped", || process_state(pid) == Some('T'));
+    let job = server
+        .get(&format!("/rest/jobs/{name}?api-version=2"))
+        .json();
+    assert_eq!(job["states"]["state"], "Suspended");
+
+    // Suspending twice is refused; resuming continues it.
+    let again = server.call(
+        "PUT",
+        &format!("/rest/jobs/{name}/suspend"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(again.status, 400, "{}", again.body);
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{name}/resume"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_until("the process runs again", || {
+        matches!(process_state(pid), Some('S' | 'R'))
+    });
+    assert_eq!(state_v1(&server, &name), "RUNNING");
+
+    let reply = server.call("DELETE", &format!("/rest/jobs/{name}"), Auth::Admin, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json(), json!({}));
+    assert!(reply.header("x-svc-message").unwrap().contains(&name));
+    wait_until("the process is gone", || process_state(pid).is_none());
+    let job = wait_state(&server, &name, "VACATED");
+    assert_eq!(job["queueStatus"], "COMPLETED");
+    // Cancelling an ended job is refused.
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{name}/cancel"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+}
+
+#[test]
+fn suspend_requires_the_flag_and_requeue_restarts_only_restartable_jobs() {
+    let server = TestServer::builder()
+        .config(|c| c.scheduler.kill_grace_seconds = 1)
+        .start();
+    let work = scratch_dir();
+    let command = script(work.path(), "sleep.sh", "exec sleep 300");
+    let plain = submit_v1(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path()}),
+    );
+    let restartable = submit_v1(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path(), "flags": ["restartable"]}),
+    );
+    wait_state(&server, &plain, "RUNNING");
+    wait_state(&server, &restartable, "RUNNING");
+
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{plain}/suspend"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.messages().contains("SUSPENDABLE"), "{}", reply.body);
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{plain}/requeue"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.messages().contains("RESTARTABLE"), "{}", reply.body);
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{plain}/checkpoint"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400);
+    assert!(reply.messages().contains("not supported"), "{}", reply.body);
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{plain}/explode"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 404, "{}", reply.body);
+
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{restartable}/requeue"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    server.wait_for(
+        &format!("/rest/jobs/{restartable}"),
+        "a second start",
+        |job| job["startCount"] == 2 && job["state"] == "RUNNING",
+    );
+    for id in [&plain, &restartable] {
+        assert_eq!(
+            server
+                .call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None)
+                .status,
+            200
+        );
+    }
+}
+
+#[test]
+fn holds_unhold_and_execute() {
+    let server = TestServer::builder()
+        .config(|c| {
+            c.nodes = nodes(&[("n1", 2)]);
+            c.scheduler.kill_grace_seconds = 1;
+        })
+        .start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let sleeper = script(work.path(), "sleep.sh", "exec sleep 300");
+
+    // A held job waits; unhold with no body releases every hold and it runs.
+    let held = submit_v1(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["USER"]}),
+    );
+    let job = server.get(&format!("/rest/jobs/{held}")).json();
+    assert_eq!(job["state"], "HOLD");
+    assert_eq!(job["holds"], json!(["USER"]));
+    let v2 = server
+        .get(&format!("/rest/jobs/{held}?api-version=2"))
+        .json();
+    assert_eq!(v2["holds"], json!(["User"]));
+    assert_eq!(v2["queueStatus"], "blocked");
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{held}/unhold"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_state(&server, &held, "COMPLETED");
+
+    // hold / unhold with bodies on a job waiting for resources.
+    let big = submit_v2(
+        &server,
+        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "requirements": [{"taskCount": 2}]}),
+    );
+    wait_state(&server, &big, "RUNNING");
+    let waiting = submit_v1(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(state_v1(&server, &waiting), "IDLE");
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/hold?api-version=2"),
+        &json!({"holds": ["User", "System"]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        server.get(&format!("/rest/jobs/{waiting}")).json()["holds"],
+        json!(["USER", "SYSTEM"])
+    );
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/unhold"),
+        &json!({"holds": ["SYSTEM"]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        server.get(&format!("/rest/jobs/{waiting}")).json()["holds"],
+        json!(["USER"])
+    );
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/unhold"),
+        &json!({"holds": ["Sideways"]}),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+
+    // Execute while the node is full: refused with the reason; once free, it starts now
+    // although it is held.
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/execute"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.messages().contains("not available"), "{}", reply.body);
+    assert_eq!(
+        server
+            .call("DELETE", &format!("/rest/jobs/{big}"), Auth::Admin, None)
+            .status,
+        200
+    );
+    server.wait_for("/rest/nodes/n1", "the node to be free", |node| {
+        node["state"] == "Idle"
+    });
+    assert_eq!(state_v1(&server, &waiting), "HOLD");
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/execute"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_state(&server, &waiting, "COMPLETED");
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{waiting}/execute"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+}
+
+#[test]
+fn a_job_that_can_never_fit_is_blocked_with_a_reason() {
+    let server = TestServer::builder()
+        .config(|c| c.nodes = nodes(&[("n1", 2), ("n2", 2)]))
+        .start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let name = submit_v2(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "requirements": [{"taskCount": 5}]}),
+    );
+    let job = server.wait_for(
+        &format!("/rest/jobs/{name}?api-version=2"),
+        "blocked",
+        |j| j["states"]["state"] == "Blocked",
+    );
+    assert_eq!(job["queueStatus"], "blocked");
+    assert!(
+        job["blocks"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4"),
+        "{job}"
+    );
+    let v1 = server.get(&format!("/rest/jobs/{name}")).json();
+    assert_eq!(v1["blockReason"]["type"], "NoResources");
+    let featured = submit_v2(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "requirements": [{"featuresRequested": ["gpu"]}]}),
+    );
+    let job = wait_state(&server, &featured, "BLOCKED");
+    assert!(
+        job["blockReason"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("gpu"),
+        "{job}"
+    );
+}
+
+#[test]
+fn nodes_times_ppn_spreads_tasks_and_memory_is_per_task() {
+    let server = TestServer::builder()
+        .config(|c| c.nodes = nodes(&[("n1", 4), ("n2", 4), ("n3", 4)]))
+        .start();
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleep.sh", "exec sleep 300");
+    let name = submit_v2(
+        &server,
+        json!({
+            "commandFile": sleeper,
+            "initialWorkingDirectory": work.path(),
+            "requirements": [{"taskCount": 6, "tasksPerNode": 2, "resourcesPerTask": {"memory": {"dedicated": 512}}}],
+        }),
+    );
+    let job = server.wait_for(
+        &format!("/rest/jobs/{name}?api-version=2"),
+        "running",
+        |j| j["states"]["state"] == "Running",
+    );
+    let requirement = &job["requirements"][0];
+    assert_eq!(requirement["taskCount"], 6);
+    assert_eq!(requirement["tasksPerNode"], 2);
+    assert_eq!(requirement["resourcesPerTask"]["memory"]["dedicated"], 512);
+    let mut placed: Vec<&str> = requirement["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["name"].as_str().unwrap())
+        .collect();
+    placed.sort();
+    assert_eq!(placed, ["n1", "n2", "n3"]);
+    let v1 = server.get(&format!("/rest/jobs/{name}")).json();
+    assert_eq!(v1["requirements"][0]["requiredProcessorCountMinimum"], 6);
+    assert_eq!(v1["requirements"][0]["requiredMemoryPerTask"], 512);
+    assert_eq!(v1["memoryRequested"], 3072);
+    for node in ["n1", "n2", "n3"] {
+        let n = server.get(&format!("/rest/nodes/{node}")).json();
+        assert_eq!(n["availableProcessors"], 2, "{n}");
+        assert_eq!(n["availableMemory"], 3072, "{n}");
+        assert_eq!(n["state"], "Running");
+        assert_eq!(n["jobs"], json!([{"id": name}]));
+    }
+    // The version-1 form of the same request: 3 nodes of 2 tasks.
+    let v1_name = submit_v1(
+        &server,
+        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "holds": ["USER"],
+               "requirements": [{"requiredNodeCountMinimum": "3", "tasksPerNode": "2"}]}),
+    );
+    let v2 = server
+        .get(&format!("/rest/jobs/{v1_name}?api-version=2"))
+        .json();
+    assert_eq!(v2["requirements"][0]["taskCount"], 6);
+    assert_eq!(v2["requirements"][0]["tasksPerNode"], 2);
+    server.call("DELETE", &format!("/rest/jobs/{name}"), Auth::Admin, None);
+}
+
+#[test]
+fn every_refusal_of_part_8_names_the_field() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let base = |extra: Value| {
+        let mut body = json!({"commandFile": quick, "initialWorkingDirectory": work.path()});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let cases = [
+        (json!({"variables": {"a=b": "1"}}), "variables"),
+        (json!({"variables": {"a b": "1"}}), "variables"),
+        (json!({"variables": {"a?": "1"}}), "variables"),
+        (json!({"variables": {"ok": "x;y"}}), "value of 'ok'"),
+        (json!({"variables": {"ok": "x:y"}}), "value of 'ok'"),
+        (json!({"variables": {"ok": "x+y"}}), "value of 'ok'"),
+        (json!({"variables": {"ok": "x^y"}}), "value of 'ok'"),
+        (json!({"holds": ["System"]}), "only a User hold"),
+        (json!({"holds": ["Nope"]}), "holds"),
+        (
+            json!({"virtualContainers": [{"name": "vc1"}, {"name": "vc2"}]}),
+            "at most one",
+        ),
+        (
+            json!({"virtualContainers": [{"name": "vc1"}]}),
+            "does not exist",
+        ),
+        (
+            json!({"credentials": {"user": "no-such-user-here"}}),
+            "no system account",
+        ),
+        (
+            json!({"credentials": {"group": "no-such-group-here"}}),
+            "group",
+        ),
+        (json!({"commandFile": "/no/such/file"}), "commandFile"),
+        (json!({"commandFile": ""}), "commandFile"),
+        (
+            json!({"initialWorkingDirectory": "/no/such/dir"}),
+            "initialWorkingDirectory",
+        ),
+        (json!({"flags": ["FAST"]}), "flags"),
+        (
+            json!({"requirements": [{"taskCount": "many"}]}),
+            "requirements[0].taskCount",
+        ),
+        (json!({"requirements": [{"taskCount": 0}]}), "taskCount"),
+        (
+            json!({"requirements": [{"taskCount": 2, "tasksPerNode": 3}]}),
+            "tasksPerNode",
+        ),
+        (json!({"duration": -5}), "duration"),
+        (
+            json!({"dates": {"earliestRequestedStartDate": "tomorrow"}}),
+            "earliestRequestedStartDate",
+        ),
+        (
+            json!({"environmentVariables": ["A"]}),
+            "environmentVariables",
+        ),
+        (json!({"credentials": {"user": "root"}}), "root"),
+    ];
+    for (extra, expected) in cases {
+        let reply = server.send_json("POST", "/rest/jobs?api-version=2", &base(extra.clone()));
+        assert_eq!(reply.status, 400, "{extra}: {}", reply.body);
+        assert!(
+            reply.messages().contains(expected),
+            "{extra}: expected {expected:?} in {}",
+            reply.body
+        );
+    }
+    // Version 1 has the same rules.
+    let reply = server.send_json("POST", "/rest/jobs", &base(json!({"holds": ["BATCH"]})));
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    let reply = server.send_json(
+        "POST",
+        "/rest/jobs",
+        &base(json!({"user": "no-such-user-here"})),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    assert!(reply.messages().contains("user"), "{}", reply.body);
+    for bad in ["[]", "\"job\"", "{", ""] {
+        let reply = server.call(
+            "POST",
+            "/rest/jobs",
+            Auth::Admin,
+            Some(("application/json", bad.as_bytes().to_vec())),
+        );
+        assert_eq!(reply.status, 400, "{bad}: {}", reply.body);
+    }
+    // Nothing was submitted.
+    assert_eq!(server.get("/rest/jobs").json()["totalCount"], 0);
+    // Ordinary users may read but not submit (roles arrive with issue #9).
+    let reply = server.call(
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        Some(("application/json", base(json!({})).to_string().into_bytes())),
+    );
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert_eq!(server.get_as(Auth::User, "/rest/jobs").status, 200);
+}
+
+#[test]
+fn modify_in_both_versions_keeps_old_messages() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let id = submit_v1(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["USER"]}),
+    );
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}"),
+        &json!({"name": "renamed", "userPriority": "5", "variables": {"a": "1"}, "messages": [{"message": "first"}],
+                "account": "physics", "durationRequested": 60, "flags": ["RESTARTABLE"]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.json()["messages"][0]
+            .as_str()
+            .unwrap()
+            .contains("modified")
+    );
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"customName": "again", "priorities": {"user": 7}, "variables": {"b": "2"},
+                "messages": [{"message": "second"}], "credentials": {"qosRequested": "high"}, "duration": 120}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let v1 = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_eq!(v1["name"], "again");
+    assert_eq!(v1["userPriority"], 7);
+    assert_eq!(v1["variables"], json!({"a": "1", "b": "2"}));
+    assert_eq!(v1["account"], "physics");
+    assert_eq!(v1["qosRequested"], "high");
+    assert_eq!(v1["durationRequested"], 120);
+    assert_eq!(v1["flags"], json!(["RESTARTABLE"]));
+    let texts: Vec<&str> = v1["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(texts, ["first", "second"]);
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(v2["priorities"]["user"], 7);
+    assert_eq!(v2["credentials"]["account"], "physics");
+
+    for (body, field) in [
+        (json!({"variables": {"x y": "1"}}), "variables"),
+        (json!({"userPriority": "high"}), "userPriority"),
+        (json!({"holds": ["Nope"]}), "holds"),
+        (json!({"flags": ["FAST"]}), "flags"),
+    ] {
+        let reply = server.send_json("PUT", &format!("/rest/jobs/{id}"), &body);
+        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
+        assert!(reply.messages().contains(field), "{body}: {}", reply.body);
+    }
+    assert_eq!(
+        server
+            .send_json("PUT", "/rest/jobs/Drover.999", &json!({"name": "x"}))
+            .status,
+        404
+    );
+    assert_eq!(server.get("/rest/jobs/Drover.999").status, 404);
+    assert_eq!(
+        server
+            .call("DELETE", "/rest/jobs/Drover.999", Auth::Admin, None)
+            .status,
+        404
+    );
+
+    // Releasing the hold through modify lets it run; an ended job takes only messages.
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"holds": []}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_state(&server, &id, "COMPLETED");
+    let reply = server.send_json("PUT", &format!("/rest/jobs/{id}"), &json!({"name": "late"}));
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}"),
+        &json!({"messages": [{"message": "post mortem"}]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+#[test]
+fn credentials_list_what_submissions_named() {
+    let server = TestServer::builder()
+        .config(|c| c.scheduler.credentials.classes = vec!["batch".into()])
+        .start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    submit_v2(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["User"],
+               "credentials": {"account": "physics", "qosRequested": "high", "group": "daemon"}}),
+    );
+    let names = |kind: &str| -> Vec<String> {
+        let reply = server.get(&format!("/rest/credentials/{kind}?api-version=2"));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        reply.json()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names("accounts"), ["physics"]);
+    assert_eq!(names("qoses"), ["high"]);
+    assert_eq!(names("classes"), ["batch"]);
+    assert_eq!(names("groups"), ["daemon"]);
+    assert_eq!(names("users"), ["admin"]);
+    let job = server.get("/rest/jobs/Drover.1").json();
+    assert_eq!(job["queue"], "batch");
+    assert_eq!(server.get("/rest/credentials/users").status, 400);
+}
+
+#[test]
+fn nodes_are_readable_and_an_administrator_can_drain_them() {
+    let server = TestServer::builder()
+        .config(|c| c.nodes = nodes(&[("n1", 2)]))
+        .start();
+    let list = server.get("/rest/nodes").json();
+    assert_eq!(list["totalCount"], 1);
+    let node = &list["results"][0];
+    assert_eq!(node["id"], "n1");
+    assert_eq!(node["totalProcessors"], 2);
+    assert_eq!(node["totalMemory"], 4096);
+    assert_eq!(node["totalDisk"], -1);
+    assert_eq!(node["state"], "Idle");
+    assert_eq!(node["power"], "On");
+    assert_eq!(server.get("/rest/nodes/nope").status, 404);
+
+    let reply = server.send_json(
+        "PUT",
+        "/rest/nodes/n1",
+        &json!({"state": "drained", "messages": ["maintenance"], "genericMetrics": {"temp": 41.5},
+                "variables": {"owner": "ops"}, "genericEvents": [{"name": "fan", "message": "slow"}], "os": "linux"}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let node = server.get("/rest/nodes/n1").json();
+    assert_eq!(node["state"], "Drained");
+    assert_eq!(node["messages"][0]["message"], "maintenance");
+    assert_eq!(node["genericMetrics"]["temp"], 41.5);
+    assert_eq!(node["variables"]["owner"], "ops");
+    assert_eq!(node["genericEvents"][0]["name"], "fan");
+    assert_eq!(node["os"], "linux");
+
+    // A drained node gets no new jobs; back to Idle, the job runs.
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let id = submit_v1(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(state_v1(&server, &id), "IDLE");
+    assert_eq!(
+        server
+            .send_json("PUT", "/rest/nodes/n1", &json!({"state": "Idle"}))
+            .status,
+        200
+    );
+    wait_state(&server, &id, "COMPLETED");
+
+    for (body, field) in [
+        (json!({"state": "Sleepy"}), "state"),
+        (json!({"power": "maybe"}), "power"),
+        (
+            json!({"genericMetrics": {"temp": "hot"}}),
+            "genericMetrics.temp",
+        ),
+        (json!({"variables": {"a b": "1"}}), "variables"),
+    ] {
+        let reply = server.send_json("PUT", "/rest/nodes/n1", &body);
+        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
+        assert!(reply.messages().contains(field), "{body}: {}", reply.body);
+    }
+    assert_eq!(
+        server
+            .send_json("PUT", "/rest/nodes/nope", &json!({"state": "Down"}))
+            .status,
+        404
+    );
+    let reply = server.call(
+        "PUT",
+        "/rest/nodes/n1",
+        Auth::User,
+        Some(("application/json", b"{\"state\":\"Down\"}".to_vec())),
+    );
+    assert_eq!(reply.status, 403);
+}
+
+#[test]
+fn a_restart_adopts_running_jobs_and_keeps_everything_answered() {
+    let server = TestServer::builder()
+        .config(|c| c.scheduler.kill_grace_seconds = 1)
+        .start();
+    let work = scratch_dir();
+    let flag = work.path().join("go");
+    let command = script(
+        work.path(),
+        "wait.sh",
+        &format!(
+            "while [ ! -e {} ]; do sleep 0.1; done\nexit 7",
+            flag.display()
+        ),
+    );
+    let running = submit_v1(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path()}),
+    );
+    let held = submit_v1(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path(), "holds": ["USER"], "name": "kept"}),
+    );
+    wait_state(&server, &running, "RUNNING");
+
+    let server = server.restart();
+    // Still running (adopted), still held; new ids continue after the old ones.
+    assert_eq!(state_v1(&server, &running), "RUNNING");
+    assert_eq!(
+        server.get(&format!("/rest/jobs/{held}")).json()["name"],
+        "kept"
+    );
+    let next = submit_v1(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path(), "holds": ["USER"]}),
+    );
+    assert_eq!(next, "Drover.3");
+    std::fs::write(&flag, "").unwrap();
+    let job = wait_state(&server, &running, "COMPLETED");
+    assert_eq!(job["completionCode"], 7);
+}

@@ -1,0 +1,708 @@
+//! The engine thread: its state, its loop, the journal hand-off, scheduling passes,
+//! process ends and time-driven work.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use drover_store::{CollectionSpec, DocumentStore, Write};
+
+use super::{CredentialKind, EngineParts, Inbox, JobBook, SchedConfig, Scheduler, Shared};
+use crate::clock::{Clock, Seconds};
+use crate::events::{EventSink, SchedEvent};
+use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
+use crate::journal::{self, Batch};
+use crate::node::{Node, NodeConfig};
+use crate::place::{self, Fit};
+use crate::request::{Requester, SchedError};
+use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
+use crate::sysuser::{self, SystemUser};
+
+/// The store collection of jobs (one document per job, the [`Job`] model as JSON).
+pub const JOBS: &str = "jobs";
+/// The store collection of node overrides.
+pub(crate) const NODES: &str = "nodes";
+
+/// Inbox messages handled before the journal gets the step's writes.
+const MAX_MESSAGES_PER_STEP: usize = 4096;
+
+/// The order of the queue: system priority, then user priority (both highest first),
+/// then submission order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct QueueKey {
+    system: std::cmp::Reverse<i64>,
+    user: std::cmp::Reverse<i64>,
+    seq: u64,
+}
+
+impl QueueKey {
+    pub(crate) fn of(job: &Job) -> QueueKey {
+        QueueKey {
+            system: std::cmp::Reverse(job.status.system_priority),
+            user: std::cmp::Reverse(job.spec.user_priority),
+            seq: job.seq,
+        }
+    }
+}
+
+pub(crate) struct Engine {
+    pub(crate) config: SchedConfig,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) store: Arc<dyn DocumentStore>,
+    pub(crate) rm: Arc<dyn ResourceManager>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) events: Arc<dyn EventSink>,
+    pub(crate) inbox: Sender<Inbox>,
+    journal: Option<Sender<Batch>>,
+    journal_thread: Option<std::thread::JoinHandle<()>>,
+    /// Writes and completions of the current step.
+    pub(crate) batch: Batch,
+    /// Jobs waiting to be placed (Idle), by queue order, to their book position.
+    pub(crate) queue: BTreeMap<QueueKey, usize>,
+    pub(crate) queue_keys: HashMap<usize, QueueKey>,
+    /// Book positions of jobs holding resources (Starting, Running, Suspended).
+    pub(crate) running: BTreeSet<usize>,
+    pub(crate) nodes: Vec<Node>,
+    nodes_changed: bool,
+    pub(crate) credentials: BTreeMap<CredentialKind, BTreeSet<String>>,
+    credentials_changed: bool,
+    pub(crate) next_seq: u64,
+    /// System accounts looked up so far (`None`: no such account).
+    accounts: HashMap<String, Option<SystemUser>>,
+    pub(crate) service_user: SystemUser,
+    pub(crate) degraded: Option<String>,
+    pub(crate) needs_schedule: bool,
+}
+
+impl Engine {
+    pub(crate) fn start(config: SchedConfig, parts: EngineParts) -> Result<Scheduler, String> {
+        let store = parts.store;
+        for collection in [JOBS, NODES] {
+            store
+                .ensure_collection(&CollectionSpec::new(collection))
+                .map_err(|e| format!("cannot prepare the {collection} collection: {e}"))?;
+        }
+        let (inbox, receiver) = std::sync::mpsc::channel();
+        let notify = {
+            let inbox = inbox.clone();
+            Arc::new(move |event: RmEvent| {
+                let _ = inbox.send(Inbox::Rm(event));
+            })
+        };
+        let rm = (parts.resource_manager)(notify)?;
+        let service_user = SystemUser::current().ok_or("the service's own user has no account")?;
+        let node_configs = if config.nodes.is_empty() {
+            vec![NodeConfig::this_machine()]
+        } else {
+            config.nodes.clone()
+        };
+        let nodes: Vec<Node> = node_configs
+            .into_iter()
+            .enumerate()
+            .map(|(i, c)| Node::new(i, c))
+            .collect();
+        let shared = Arc::new(Shared {
+            jobs: RwLock::new(JobBook::default()),
+            nodes: RwLock::new(Arc::new(nodes.clone())),
+            credentials: RwLock::new(BTreeMap::new()),
+            name: config.name.clone(),
+            clock: parts.clock.clone(),
+            degraded: RwLock::new(None),
+        });
+        let (journal, journal_thread) = journal::start(store.clone());
+        let mut engine = Engine {
+            config,
+            shared: shared.clone(),
+            store,
+            rm,
+            clock: parts.clock,
+            events: parts.events,
+            inbox: inbox.clone(),
+            journal: Some(journal),
+            journal_thread: Some(journal_thread),
+            batch: Batch::default(),
+            queue: BTreeMap::new(),
+            queue_keys: HashMap::new(),
+            running: BTreeSet::new(),
+            nodes,
+            nodes_changed: false,
+            credentials: BTreeMap::new(),
+            credentials_changed: true,
+            next_seq: 1,
+            accounts: HashMap::new(),
+            service_user,
+            degraded: None,
+            needs_schedule: true,
+        };
+        engine.check_execution_user()?;
+        engine.load()?;
+        engine.publish();
+        engine.flush_journal();
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || engine.run(receiver))
+            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+        Ok(Scheduler { shared, inbox })
+    }
+
+    /// The configured execution user must exist (when jobs can switch users at all).
+    fn check_execution_user(&mut self) -> Result<(), String> {
+        if !sysuser::running_as_root() {
+            return Ok(());
+        }
+        let name = self.execution_user_name();
+        match self.account(&name) {
+            Some(user) if user.uid == 0 && !self.config.allow_root_jobs => Err(format!(
+                "the execution user '{name}' is root, and allow_root_jobs is off"
+            )),
+            Some(_) => Ok(()),
+            None => Err(format!("the execution user '{name}' has no system account")),
+        }
+    }
+
+    pub(crate) fn execution_user_name(&self) -> String {
+        self.config
+            .execution_user
+            .clone()
+            .unwrap_or_else(|| "nobody".into())
+    }
+
+    /// The system account `name`, looked up once.
+    pub(crate) fn account(&mut self, name: &str) -> Option<SystemUser> {
+        if let Some(found) = self.accounts.get(name) {
+            return found.clone();
+        }
+        let found = SystemUser::lookup(name);
+        self.accounts.insert(name.to_string(), found.clone());
+        found
+    }
+
+    fn run(mut self, inbox: Receiver<Inbox>) {
+        let mut next_tick = Instant::now() + self.config.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match inbox.recv_timeout(wait) {
+                Ok(Inbox::Shutdown(done)) => return self.stop(done),
+                Ok(message) => self.handle(message),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+            for _ in 1..MAX_MESSAGES_PER_STEP {
+                match inbox.try_recv() {
+                    Ok(Inbox::Shutdown(done)) => return self.stop(done),
+                    Ok(message) => self.handle(message),
+                    Err(_) => break,
+                }
+            }
+            if Instant::now() >= next_tick {
+                next_tick = Instant::now() + self.config.tick;
+                self.tick();
+            }
+            if self.needs_schedule && self.degraded.is_none() {
+                self.needs_schedule = false;
+                self.schedule();
+            }
+            self.publish();
+            self.flush_journal();
+        }
+    }
+
+    /// Writes what is pending, waits for the journal to finish, and says so.
+    fn stop(mut self, done: tokio::sync::oneshot::Sender<()>) {
+        self.flush_journal();
+        drop(self.journal.take());
+        if let Some(thread) = self.journal_thread.take() {
+            let _ = thread.join();
+        }
+        let _ = done.send(());
+    }
+
+    fn handle(&mut self, message: Inbox) {
+        let unavailable = |reason: &String| {
+            SchedError::Unavailable(format!("the scheduler cannot record changes now: {reason}"))
+        };
+        match message {
+            Inbox::Submit { spec, by, reply } => match &self.degraded {
+                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
+                None => {
+                    let result = self.submit(*spec, &by);
+                    self.answer(reply, result);
+                }
+            },
+            Inbox::Modify {
+                id,
+                changes,
+                by,
+                reply,
+            } => match &self.degraded {
+                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
+                None => {
+                    let result = self.modify(&id, *changes, &by);
+                    self.answer(reply, result);
+                }
+            },
+            Inbox::Act {
+                id,
+                action,
+                by,
+                reply,
+            } => match &self.degraded {
+                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
+                None => {
+                    let result = self.act(&id, action, &by);
+                    self.answer(reply, result);
+                }
+            },
+            Inbox::ModifyNode {
+                id,
+                changes,
+                by,
+                reply,
+            } => match &self.degraded {
+                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
+                None => {
+                    let result = self.modify_node(&id, *changes, &by);
+                    self.answer(reply, result);
+                }
+            },
+            Inbox::Launch(positions) => {
+                for position in positions {
+                    self.launch(position);
+                }
+            }
+            Inbox::JournalFailed(reason) => {
+                if self.degraded.is_none() {
+                    eprintln!(
+                        "drover: the journal failed, reloading the state from the store: {reason}"
+                    );
+                    self.degraded = Some(reason);
+                }
+            }
+            Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
+            Inbox::Shutdown(_) => unreachable!("handled by the loop"),
+        }
+    }
+
+    /// Answers once this step's writes are durable; a refusal is answered at once.
+    fn answer<T: Send + 'static>(
+        &mut self,
+        reply: tokio::sync::oneshot::Sender<Result<T, SchedError>>,
+        result: Result<T, SchedError>,
+    ) {
+        match result {
+            Err(refusal) => drop(reply.send(Err(refusal))),
+            Ok(value) => self.batch.completions.push(Box::new(move |committed| {
+                let _ = reply.send(match committed {
+                    Ok(()) => Ok(value),
+                    Err(e) => Err(SchedError::Unavailable(format!(
+                        "the change could not be recorded: {e}"
+                    ))),
+                });
+            })),
+        }
+    }
+
+    /// Hands this step's writes to the journal.
+    pub(crate) fn flush_journal(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let inbox = self.inbox.clone();
+        batch.completions.push(Box::new(move |committed| {
+            if let Err(e) = committed {
+                let _ = inbox.send(Inbox::JournalFailed(e.clone()));
+            }
+        }));
+        if let Some(journal) = &self.journal
+            && let Err(lost) = journal.send(batch)
+        {
+            for completion in lost.0.completions {
+                completion(&Err("the journal has stopped".into()));
+            }
+        }
+    }
+
+    /// Makes node and credential changes visible to readers.
+    fn publish(&mut self) {
+        if self.nodes_changed {
+            *self.shared.nodes.write().unwrap() = Arc::new(self.nodes.clone());
+            self.nodes_changed = false;
+        }
+        if self.credentials_changed {
+            *self.shared.credentials.write().unwrap() = self.credentials.clone();
+            self.credentials_changed = false;
+        }
+        let degraded = self.shared.degraded.read().unwrap().clone();
+        if degraded != self.degraded {
+            *self.shared.degraded.write().unwrap() = self.degraded.clone();
+        }
+    }
+
+    pub(crate) fn now(&self) -> Seconds {
+        self.clock.now()
+    }
+
+    pub(crate) fn job_at(&self, position: usize) -> Arc<Job> {
+        self.shared.jobs.read().unwrap().jobs[position].clone()
+    }
+
+    pub(crate) fn position(&self, id: &str) -> Option<usize> {
+        self.shared.jobs.read().unwrap().position(id)
+    }
+
+    /// Adds a new job to the book and the journal.
+    pub(crate) fn add_job(&mut self, job: Job) -> usize {
+        let body = serde_json::to_value(&job).expect("a job serializes");
+        let id = job.id.clone();
+        let position = self.shared.jobs.write().unwrap().push(job);
+        self.batch.writes.push(Write::Put {
+            collection: JOBS.into(),
+            id,
+            name: None,
+            body,
+        });
+        position
+    }
+
+    /// Changes a job in place (readers holding the old version keep it) and journals it.
+    pub(crate) fn update<R>(&mut self, position: usize, change: impl FnOnce(&mut Job) -> R) -> R {
+        let now = self.now();
+        let (result, job) = {
+            let mut book = self.shared.jobs.write().unwrap();
+            let job = Arc::make_mut(&mut book.jobs[position]);
+            let before = job.status.state;
+            let result = change(job);
+            job.status.dates.last_updated = now;
+            if job.status.state != before {
+                job.status.dates.state_updated = now;
+            }
+            (result, book.jobs[position].clone())
+        };
+        self.requeue_index(position, &job);
+        self.batch.writes.push(Write::Put {
+            collection: JOBS.into(),
+            id: job.id.clone(),
+            name: None,
+            body: serde_json::to_value(&*job).expect("a job serializes"),
+        });
+        result
+    }
+
+    /// Keeps the queue and the running set in step with a job's state.
+    fn requeue_index(&mut self, position: usize, job: &Job) {
+        let waiting = job.status.state == JobState::Idle;
+        let key = QueueKey::of(job);
+        match (self.queue_keys.get(&position).copied(), waiting) {
+            (Some(old), true) if old == key => {}
+            (Some(old), _) => {
+                self.queue.remove(&old);
+                self.queue_keys.remove(&position);
+                if waiting {
+                    self.queue.insert(key, position);
+                    self.queue_keys.insert(position, key);
+                }
+            }
+            (None, true) => {
+                self.queue.insert(key, position);
+                self.queue_keys.insert(position, key);
+                self.needs_schedule = true;
+            }
+            (None, false) => {}
+        }
+        if job.status.state.is_running() {
+            self.running.insert(position);
+        } else {
+            self.running.remove(&position);
+        }
+    }
+
+    pub(crate) fn emit(
+        &self,
+        event_type: &'static str,
+        facility: &'static str,
+        object_id: &str,
+        by: Option<&Requester>,
+        details: Vec<(String, String)>,
+    ) {
+        self.events.emit(SchedEvent {
+            time: self.now(),
+            event_type,
+            facility,
+            object_id: object_id.to_string(),
+            user: by.map(|b| b.user.clone()),
+            proxy_user: by.and_then(|b| b.proxy_user.clone()),
+            details,
+        });
+    }
+
+    pub(crate) fn remember_credential(&mut self, kind: CredentialKind, name: Option<&str>) {
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            let names = self.credentials.entry(kind).or_default();
+            if !names.contains(name) {
+                names.insert(name.to_string());
+                self.credentials_changed = true;
+            }
+        }
+    }
+
+    pub(crate) fn mark_nodes_changed(&mut self) {
+        self.nodes_changed = true;
+    }
+
+    /// Node resources taken (`take`) or given back by a job.
+    pub(crate) fn charge_nodes(&mut self, job: &Job, take: bool) {
+        let per_task_memory = job.spec.request.memory_per_task.unwrap_or(0);
+        for allocation in &job.status.allocation {
+            let Some(node) = self
+                .nodes
+                .iter_mut()
+                .find(|n| n.config.id == allocation.node)
+            else {
+                continue;
+            };
+            let processors = allocation.tasks * job.spec.request.processors_per_task;
+            let memory = u64::from(allocation.tasks) * per_task_memory;
+            if take {
+                node.used_processors += processors;
+                node.used_memory += memory;
+                node.jobs.push(job.id.clone());
+            } else {
+                node.used_processors = node.used_processors.saturating_sub(processors);
+                node.used_memory = node.used_memory.saturating_sub(memory);
+                node.jobs.retain(|j| *j != job.id);
+            }
+        }
+        self.nodes_changed = true;
+    }
+
+    /// A pass over the queue in priority order: every job that fits now starts
+    /// (first fit); one that could never fit is Blocked with the reason.
+    fn schedule(&mut self) {
+        let now = self.now();
+        let waiting: Vec<usize> = self.queue.values().copied().collect();
+        for position in waiting {
+            if !self
+                .nodes
+                .iter()
+                .any(|n| n.accepts_jobs() && n.free_processors() > 0)
+            {
+                break;
+            }
+            let job = self.job_at(position);
+            if job.spec.earliest_start.is_some_and(|t| t > now) {
+                continue;
+            }
+            match place::place(&job.spec.request, &self.nodes) {
+                Fit::Now(allocation) => self.begin_start(position, allocation),
+                Fit::Later(_) => {}
+                Fit::Never(reason) => {
+                    self.update(position, |job| {
+                        job.status.state = JobState::Blocked;
+                        job.status.block = Some(crate::job::Block {
+                            kind: "NoResources".into(),
+                            message: reason,
+                        });
+                    });
+                }
+            }
+        }
+    }
+
+    /// Places a job: it holds its resources from now, and its process is launched once
+    /// the start is durable.
+    pub(crate) fn begin_start(&mut self, position: usize, allocation: Vec<crate::job::Allocation>) {
+        let job = self.update(position, |job| {
+            job.status.state = JobState::Starting;
+            job.status.allocation = allocation;
+            job.status.block = None;
+            job.clone()
+        });
+        self.charge_nodes(&job, true);
+        let inbox = self.inbox.clone();
+        self.batch.completions.push(Box::new(move |committed| {
+            if committed.is_ok() {
+                let _ = inbox.send(Inbox::Launch(vec![position]));
+            }
+        }));
+    }
+
+    /// Starts the process of a job whose start is durable.
+    fn launch(&mut self, position: usize) {
+        let job = self.job_at(position);
+        if job.status.state != JobState::Starting {
+            return; // cancelled or requeued meanwhile
+        }
+        let launch = self.launch_of(&job);
+        let now = self.now();
+        match launch.and_then(|l| self.rm.start(l)) {
+            Ok(process) => {
+                self.update(position, |job| {
+                    job.status.state = JobState::Running;
+                    job.status.process = Some(process);
+                    job.status.dates.start = Some(now);
+                    job.status.counts.start += 1;
+                });
+                let nodes = job.node_ids().collect::<Vec<_>>().join(",");
+                self.emit(
+                    "jobstart",
+                    "job",
+                    &job.id,
+                    None,
+                    vec![("nodes".into(), nodes)],
+                );
+            }
+            Err(reason) => {
+                self.charge_nodes(&job, false);
+                self.update(position, |job| {
+                    job.status.state = JobState::Hold;
+                    job.status.allocation.clear();
+                    if !job.status.holds.contains(&Hold::Batch) {
+                        job.status.holds.push(Hold::Batch);
+                    }
+                    job.status.dates.hold = Some(now);
+                    job.status.hold_reason = Some("could not start".into());
+                    job.status.messages.push(JobMessage {
+                        text: format!("The job could not be started and was held: {reason}"),
+                        author: None,
+                        created: now,
+                    });
+                });
+                self.emit(
+                    "jobhold",
+                    "job",
+                    &job.id,
+                    None,
+                    vec![("reason".into(), reason)],
+                );
+            }
+        }
+    }
+
+    /// A job's process ended.
+    fn exited(&mut self, job_id: &str, pid: i32, exit: Exit) {
+        let Some(position) = self.position(job_id) else {
+            return;
+        };
+        let job = self.job_at(position);
+        if job.status.process.as_ref().map(|p| p.pid) != Some(pid) {
+            return; // a process of an earlier run
+        }
+        self.charge_nodes(&job, false);
+        let now = self.now();
+        let code = exit.code.unwrap_or(-1);
+        let ended = self.update(position, |job| {
+            let status = &mut job.status;
+            status.process = None;
+            status.cpu_seconds += exit.cpu_seconds;
+            if let Some(since) = status.suspended_since.take() {
+                status.suspended_seconds += now - since;
+            }
+            match status.ending.take() {
+                Some(EndIntent::Cancel) => {
+                    status.completion_code = Some(code);
+                }
+                Some(EndIntent::WallTime) => {
+                    status.state = JobState::Vacated;
+                    status.completion_code = Some(code);
+                    status.dates.completion = Some(now);
+                }
+                Some(EndIntent::Requeue) => {
+                    let run = job.active_seconds(now) - job.status.earlier_active_seconds;
+                    let status = &mut job.status;
+                    status.earlier_active_seconds += run.max(0);
+                    status.allocation.clear();
+                    status.suspended_seconds = 0;
+                    status.dates.start = None;
+                    status.completion_code = None;
+                    status.state = if status.holds.is_empty() {
+                        JobState::Idle
+                    } else {
+                        JobState::Hold
+                    };
+                    return false;
+                }
+                None => {
+                    status.state = JobState::Completed;
+                    status.completion_code = Some(code);
+                    status.dates.completion = Some(now);
+                }
+            }
+            true
+        });
+        self.needs_schedule = true;
+        if ended {
+            self.emit(
+                "jobend",
+                "job",
+                job_id,
+                None,
+                vec![("completionCode".into(), code.to_string())],
+            );
+        }
+    }
+
+    /// Time-driven work: wall-time limits, start dates, retrying a failed journal.
+    fn tick(&mut self) {
+        if self.degraded.is_some() {
+            match self.load() {
+                Ok(()) => {
+                    eprintln!("drover: the store is back; state reloaded");
+                    self.degraded = None;
+                }
+                Err(e) => self.degraded = Some(e),
+            }
+            return;
+        }
+        let now = self.now();
+        let over: Vec<(usize, i64)> = self
+            .running
+            .iter()
+            .map(|&p| (p, self.job_at(p)))
+            .filter(|(_, job)| {
+                job.status.state != JobState::Starting
+                    && job.status.ending.is_none()
+                    && job
+                        .spec
+                        .duration
+                        .is_some_and(|limit| limit > 0 && job.active_seconds(now) > limit)
+            })
+            .map(|(p, job)| (p, job.spec.duration.unwrap_or(0)))
+            .collect();
+        for (position, limit) in over {
+            let job = self.job_at(position);
+            if let Some(process) = &job.status.process {
+                let grace = self.config.kill_grace_seconds;
+                if let Err(e) = self.rm.signal(
+                    process,
+                    JobSignal::Terminate {
+                        grace_seconds: grace,
+                    },
+                ) {
+                    eprintln!("drover: cannot stop job {}: {e}", job.id);
+                }
+            }
+            self.update(position, |job| {
+                job.status.ending = Some(EndIntent::WallTime);
+                job.status.messages.push(JobMessage {
+                    text: format!(
+                        "The job exceeded its wall time of {limit} seconds and was stopped"
+                    ),
+                    author: None,
+                    created: now,
+                });
+            });
+            self.emit(
+                "jobcancel",
+                "job",
+                &job.id,
+                None,
+                vec![("reason".into(), "wall time".into())],
+            );
+        }
+        if !self.queue.is_empty() {
+            self.needs_schedule = true;
+        }
+    }
+}

@@ -1,0 +1,346 @@
+//! The engine: one thread owns the hot state (jobs, nodes, credentials) and is the only
+//! writer of it. Handlers talk to it through [`Scheduler`]: changes are commands sent to
+//! its inbox, answered once the journal has made them durable; reads look at the shared
+//! state directly (a read lock held for a copy), never waiting for a scheduling pass.
+
+mod commands;
+mod core;
+mod recovery;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::mpsc::Sender;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use drover_store::DocumentStore;
+use serde::Deserialize;
+use tokio::sync::oneshot;
+
+use crate::clock::{Clock, Seconds};
+use crate::events::EventSink;
+use crate::job::Job;
+use crate::node::{Node, NodeConfig};
+use crate::request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};
+use crate::rm::{ResourceManager, RmEvent};
+
+pub use self::core::JOBS;
+
+/// The scheduler's configuration (`[scheduler]` and `[[nodes]]`).
+#[derive(Debug, Clone)]
+pub struct SchedConfig {
+    /// Job ids are `<name>.<n>`; also reported as `schedName`.
+    pub name: String,
+    /// Logical nodes; empty means one node describing this machine.
+    pub nodes: Vec<NodeConfig>,
+    /// The system user for API users without a system account (default: `nobody` when
+    /// the service runs as root).
+    pub execution_user: Option<String>,
+    /// Whether a job may run as root.
+    pub allow_root_jobs: bool,
+    /// Seconds between SIGTERM and SIGKILL when a job is cancelled.
+    pub kill_grace_seconds: u64,
+    /// The command run for `checkpoint`, with the job in its environment.
+    pub checkpoint_command: Option<String>,
+    /// Credentials known before any job names them.
+    pub credentials: ConfiguredCredentials,
+    /// How often time-driven work runs (wall-time limits, start dates).
+    pub tick: Duration,
+}
+
+impl Default for SchedConfig {
+    fn default() -> Self {
+        SchedConfig {
+            name: "Drover".into(),
+            nodes: Vec::new(),
+            execution_user: None,
+            allow_root_jobs: false,
+            kill_grace_seconds: 5,
+            checkpoint_command: None,
+            credentials: ConfiguredCredentials::default(),
+            tick: Duration::from_millis(500),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConfiguredCredentials {
+    pub accounts: Vec<String>,
+    pub classes: Vec<String>,
+    pub groups: Vec<String>,
+    pub qoses: Vec<String>,
+    pub users: Vec<String>,
+}
+
+/// The kinds of credential of `/rest/credentials/<kind>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CredentialKind {
+    Accounts,
+    Classes,
+    Groups,
+    Qoses,
+    Users,
+}
+
+impl CredentialKind {
+    pub const ALL: [CredentialKind; 5] = [
+        CredentialKind::Accounts,
+        CredentialKind::Classes,
+        CredentialKind::Groups,
+        CredentialKind::Qoses,
+        CredentialKind::Users,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CredentialKind::Accounts => "accounts",
+            CredentialKind::Classes => "classes",
+            CredentialKind::Groups => "groups",
+            CredentialKind::Qoses => "qoses",
+            CredentialKind::Users => "users",
+        }
+    }
+}
+
+/// Every job, in submission order, with an index by id. Jobs are never removed.
+#[derive(Default)]
+pub struct JobBook {
+    jobs: Vec<Arc<Job>>,
+    positions: HashMap<String, usize>,
+}
+
+impl JobBook {
+    pub fn get(&self, id: &str) -> Option<&Arc<Job>> {
+        self.positions.get(id).map(|&p| &self.jobs[p])
+    }
+
+    pub fn all(&self) -> &[Arc<Job>] {
+        &self.jobs
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    fn position(&self, id: &str) -> Option<usize> {
+        self.positions.get(id).copied()
+    }
+
+    fn push(&mut self, job: Job) -> usize {
+        let at = self.jobs.len();
+        self.positions.insert(job.id.clone(), at);
+        self.jobs.push(Arc::new(job));
+        at
+    }
+}
+
+/// What readers see.
+pub(crate) struct Shared {
+    jobs: RwLock<JobBook>,
+    nodes: RwLock<Arc<Vec<Node>>>,
+    credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
+    name: String,
+    clock: Arc<dyn Clock>,
+    degraded: RwLock<Option<String>>,
+}
+
+/// The engine's inbox.
+pub(crate) enum Inbox {
+    Submit {
+        spec: Box<crate::job::JobSpec>,
+        by: Requester,
+        reply: oneshot::Sender<Result<String, SchedError>>,
+    },
+    Modify {
+        id: String,
+        changes: Box<JobChanges>,
+        by: Requester,
+        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
+    },
+    Act {
+        id: String,
+        action: JobAction,
+        by: Requester,
+        reply: oneshot::Sender<Result<String, SchedError>>,
+    },
+    ModifyNode {
+        id: String,
+        changes: Box<NodeChanges>,
+        by: Requester,
+        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
+    },
+    /// The journal made these job starts durable: launch their processes.
+    Launch(Vec<usize>),
+    JournalFailed(String),
+    Rm(RmEvent),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// What a handler holds: sends commands to the engine, reads the shared state.
+#[derive(Clone)]
+pub struct Scheduler {
+    shared: Arc<Shared>,
+    inbox: Sender<Inbox>,
+}
+
+/// Builds the resource manager, given where it must report events.
+pub type MakeResourceManager = Box<dyn FnOnce(crate::rm::RmNotify) -> ResourceManagerResult>;
+pub type ResourceManagerResult = Result<Arc<dyn ResourceManager>, String>;
+
+/// Everything the engine works with besides its configuration.
+pub struct EngineParts {
+    pub store: Arc<dyn DocumentStore>,
+    pub resource_manager: MakeResourceManager,
+    pub clock: Arc<dyn Clock>,
+    pub events: Arc<dyn EventSink>,
+}
+
+impl Scheduler {
+    /// Recovers the state from the store and starts the engine and journal threads.
+    /// Blocking (it reads the whole store): call it off the async runtime.
+    pub fn start(config: SchedConfig, parts: EngineParts) -> Result<Scheduler, String> {
+        core::Engine::start(config, parts)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    pub fn now(&self) -> Seconds {
+        self.shared.clock.now()
+    }
+
+    /// One job, as it is now.
+    pub fn job(&self, id: &str) -> Option<Arc<Job>> {
+        self.shared.jobs.read().unwrap().get(id).cloned()
+    }
+
+    /// Every job, in submission order (a copy of the references, taken under a read lock).
+    pub fn jobs(&self) -> Vec<Arc<Job>> {
+        self.shared.jobs.read().unwrap().all().to_vec()
+    }
+
+    /// Reads the job book under its read lock.
+    pub fn with_jobs<R>(&self, read: impl FnOnce(&JobBook) -> R) -> R {
+        read(&self.shared.jobs.read().unwrap())
+    }
+
+    pub fn nodes(&self) -> Arc<Vec<Node>> {
+        self.shared.nodes.read().unwrap().clone()
+    }
+
+    pub fn credentials(&self, kind: CredentialKind) -> Vec<String> {
+        self.shared
+            .credentials
+            .read()
+            .unwrap()
+            .get(&kind)
+            .map(|names| names.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Why the engine cannot take changes now (its journal failed), if it cannot.
+    pub fn degraded(&self) -> Option<String> {
+        self.shared.degraded.read().unwrap().clone()
+    }
+
+    pub async fn submit(
+        &self,
+        spec: crate::job::JobSpec,
+        by: Requester,
+    ) -> Result<String, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::Submit {
+                spec: Box::new(spec),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    pub async fn modify(
+        &self,
+        id: &str,
+        changes: JobChanges,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        let id = id.to_string();
+        self.ask(
+            Inbox::Modify {
+                id,
+                changes: Box::new(changes),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    pub async fn act(
+        &self,
+        id: &str,
+        action: JobAction,
+        by: Requester,
+    ) -> Result<String, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        let id = id.to_string();
+        self.ask(
+            Inbox::Act {
+                id,
+                action,
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    pub async fn modify_node(
+        &self,
+        id: &str,
+        changes: NodeChanges,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        let id = id.to_string();
+        self.ask(
+            Inbox::ModifyNode {
+                id,
+                changes: Box::new(changes),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    /// Stops the engine once the journal has written everything; running jobs keep
+    /// running and are adopted again by the next start.
+    pub async fn shutdown(&self) {
+        let (done, finished) = oneshot::channel();
+        if self.inbox.send(Inbox::Shutdown(done)).is_ok() {
+            let _ = finished.await;
+        }
+    }
+
+    async fn ask<T>(
+        &self,
+        message: Inbox,
+        answer: oneshot::Receiver<Result<T, SchedError>>,
+    ) -> Result<T, SchedError> {
+        let stopped = || SchedError::Unavailable("the scheduler is not running".into());
+        self.inbox.send(message).map_err(|_| stopped())?;
+        answer.await.map_err(|_| stopped())?
+    }
+}

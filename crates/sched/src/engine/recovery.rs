@@ -1,0 +1,163 @@
+//! Rebuilding the engine's state from the store: at start, and after a failed journal
+//! write (the store is the truth; memory may have run ahead of it).
+
+use std::collections::{BTreeMap, HashMap};
+
+use drover_query::ListQuery;
+
+use super::CredentialKind;
+use super::core::{Engine, JOBS, NODES, QueueKey};
+use crate::job::{Job, JobMessage, JobState};
+use crate::node::NodeOverrides;
+
+impl Engine {
+    /// Loads every job and node override; running jobs are adopted again if their
+    /// process lives, else requeued (RESTARTABLE) or ended as Vacated.
+    pub(crate) fn load(&mut self) -> Result<(), String> {
+        let stored = self
+            .store
+            .list(JOBS, &ListQuery::default())
+            .map_err(|e| format!("cannot read the jobs: {e}"))?;
+        let mut jobs: Vec<Job> = Vec::with_capacity(stored.items.len());
+        for document in stored.items {
+            match serde_json::from_value::<Job>(document.body) {
+                Ok(job) => jobs.push(job),
+                Err(e) => eprintln!("drover: skipping unreadable job {}: {e}", document.id),
+            }
+        }
+        jobs.sort_by_key(|j| j.seq);
+        let overrides: HashMap<String, NodeOverrides> = self
+            .store
+            .list(NODES, &ListQuery::default())
+            .map_err(|e| format!("cannot read the nodes: {e}"))?
+            .items
+            .into_iter()
+            .filter_map(|d| serde_json::from_value(d.body).ok().map(|o| (d.id, o)))
+            .collect();
+
+        // Start from a clean slate.
+        self.queue.clear();
+        self.queue_keys.clear();
+        self.running.clear();
+        for node in &mut self.nodes {
+            node.used_processors = 0;
+            node.used_memory = 0;
+            node.jobs.clear();
+            node.overrides = overrides.get(node.id()).cloned().unwrap_or_default();
+        }
+        self.mark_nodes_changed();
+        self.credentials = BTreeMap::new();
+        let configured = self.config.credentials.clone();
+        for (kind, names) in [
+            (CredentialKind::Accounts, &configured.accounts),
+            (CredentialKind::Classes, &configured.classes),
+            (CredentialKind::Groups, &configured.groups),
+            (CredentialKind::Qoses, &configured.qoses),
+            (CredentialKind::Users, &configured.users),
+        ] {
+            for name in names {
+                self.remember_credential(kind, Some(name));
+            }
+        }
+        self.next_seq = jobs.last().map_or(1, |j| j.seq + 1);
+        {
+            let mut book = self.shared.jobs.write().unwrap();
+            *book = super::JobBook::default();
+            for job in &jobs {
+                book.push(job.clone());
+            }
+        }
+
+        let now = self.now();
+        for (position, job) in jobs.iter().enumerate() {
+            for (kind, name) in [
+                (
+                    CredentialKind::Users,
+                    job.spec.user.as_deref().or(Some(&job.status.submitter)),
+                ),
+                (CredentialKind::Groups, job.spec.group.as_deref()),
+                (CredentialKind::Accounts, job.spec.account.as_deref()),
+                (CredentialKind::Classes, job.spec.job_class.as_deref()),
+                (CredentialKind::Qoses, job.spec.qos_requested.as_deref()),
+            ] {
+                self.remember_credential(kind, name);
+            }
+            match job.status.state {
+                JobState::Idle => {
+                    let key = QueueKey::of(job);
+                    self.queue.insert(key, position);
+                    self.queue_keys.insert(position, key);
+                }
+                // Node configuration may have changed: judge blocked jobs again.
+                JobState::Blocked => self.update(position, |job| {
+                    job.status.state = JobState::Idle;
+                    job.status.block = None;
+                }),
+                JobState::Starting => {
+                    // Its start was recorded but its process may never have been made,
+                    // or was made and not recorded: stop any such orphan.
+                    self.rm.abandon(&job.id);
+                    self.update(position, |job| {
+                        job.status.state = JobState::Idle;
+                        job.status.allocation.clear();
+                    });
+                }
+                JobState::Running | JobState::Suspended => self.recover_running(position, job, now),
+                JobState::Vacated if job.status.ending.is_some() => {
+                    self.recover_running(position, job, now)
+                }
+                _ => {}
+            }
+        }
+        self.needs_schedule = true;
+        Ok(())
+    }
+
+    /// A job that had a process when the service stopped.
+    fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
+        if let Some(process) = &job.status.process
+            && self.rm.adopt(&job.id, process)
+        {
+            self.charge_nodes(job, true);
+            self.running.insert(position);
+            return;
+        }
+        let restartable = job.has_flag("RESTARTABLE") && job.status.ending.is_none();
+        let cancelled = job.status.ending.is_some();
+        self.update(position, |job| {
+            let status = &mut job.status;
+            status.process = None;
+            status.allocation.clear();
+            status.ending = None;
+            status.suspended_since = None;
+            if cancelled {
+                return; // already final; the process is gone
+            }
+            if restartable {
+                status.state = if status.holds.is_empty() {
+                    JobState::Idle
+                } else {
+                    JobState::Hold
+                };
+                status.dates.start = None;
+                status.counts.requeue += 1;
+                status.messages.push(JobMessage {
+                    text:
+                        "The service restarted and the job's process was gone; the job was requeued"
+                            .into(),
+                    author: None,
+                    created: now,
+                });
+            } else {
+                status.state = JobState::Vacated;
+                status.dates.completion = Some(now);
+                status.messages.push(JobMessage {
+                    text: "The service restarted and the job's process was gone; the job was ended"
+                        .into(),
+                    author: None,
+                    created: now,
+                });
+            }
+        });
+    }
+}

@@ -1,0 +1,511 @@
+//! The one model of a job. The wire shapes of versions 1 and 2 are conversions done by
+//! the api crate; the journal stores this model as JSON (serde).
+//!
+//! A job is what was asked for ([`JobSpec`], from the submission and later modifications)
+//! plus what the scheduler made of it ([`JobStatus`]).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    /// `<schedulerName>.<seq>`: the v1 `id` and the v2 `name`.
+    pub id: String,
+    /// Submission order; also the number in the id.
+    pub seq: u64,
+    pub spec: JobSpec,
+    pub status: JobStatus,
+}
+
+/// What the submitter asked for.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobSpec {
+    /// The submitter's name for the job (v1 `name`, v2 `customName`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub custom_name: Option<String>,
+    /// The system user the job runs as, when the submission named one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos_requested: Option<String>,
+    /// The class (queue).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_class: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub flags: Vec<String>,
+    /// Holds asked for at submission (only `User` is allowed there).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<Hold>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub user_priority: i64,
+    pub command_file: String,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub arguments: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub working_directory: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub environment: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "is_false")]
+    pub environment_requested: bool,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdin_path: Option<String>,
+    pub request: ResourceRequest,
+    /// Wall-time limit in seconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub earliest_start: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deadline: Option<Seconds>,
+    /// Fields the engine records and reports but does not act on (yet).
+    pub extra: SpecExtra,
+}
+
+/// Resources asked for: `task_count` tasks of `processors_per_task` processors each.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ResourceRequest {
+    pub task_count: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tasks_per_node: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_count: Option<u32>,
+    pub processors_per_task: u32,
+    /// Megabytes per task.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory_per_task: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk_per_task: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_per_task: Option<u64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+    /// `features` must all be present (AND, the default) or any one of them (OR).
+    #[serde(skip_serializing_if = "is_false")]
+    pub features_any: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub features_excluded: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Generic resources per task, by name.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub generic_resources: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes_requested: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub nodes_excluded: Vec<String>,
+}
+
+impl Default for ResourceRequest {
+    fn default() -> Self {
+        ResourceRequest {
+            task_count: 1,
+            tasks_per_node: None,
+            node_count: None,
+            processors_per_task: 1,
+            memory_per_task: None,
+            disk_per_task: None,
+            swap_per_task: None,
+            features: Vec::new(),
+            features_any: false,
+            features_excluded: Vec::new(),
+            architecture: None,
+            os: None,
+            partition: None,
+            generic_resources: BTreeMap::new(),
+            nodes_requested: Vec::new(),
+            nodes_excluded: Vec::new(),
+        }
+    }
+}
+
+impl ResourceRequest {
+    pub fn total_processors(&self) -> u64 {
+        u64::from(self.task_count) * u64::from(self.processors_per_task)
+    }
+}
+
+/// Submission fields kept and reported as given.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SpecExtra {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub submit_host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_group: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub email_addresses: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub email_types: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub epilog_script: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prolog_script: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rm_extension: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_fail_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vm_usage_policy: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reservation_requested: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trigger: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub dependencies: Vec<Dependency>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<Attribute>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partition_access_list: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub virtual_containers: Vec<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generic_attributes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Dependency {
+    pub kind: String,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Attribute {
+    pub name: String,
+    pub comparator: Option<String>,
+    pub value: Option<String>,
+}
+
+/// What the scheduler made of the job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobStatus {
+    pub state: JobState,
+    /// Holds in force now.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub holds: Vec<Hold>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold_reason: Option<String>,
+    /// Why the job cannot run, when it cannot.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block: Option<Block>,
+    /// The API user who submitted it (after `proxy-user`).
+    pub submitter: String,
+    /// The system user that runs (or would run) it.
+    pub exec_user: String,
+    pub dates: JobDates,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion_code: Option<i32>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub allocation: Vec<Allocation>,
+    pub counts: JobCounts,
+    #[serde(skip_serializing_if = "is_zero_f64")]
+    pub cpu_seconds: f64,
+    /// Seconds spent running in earlier starts (requeued runs), suspended time excluded.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub earlier_active_seconds: i64,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub suspended_seconds: i64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub suspended_since: Option<Seconds>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<JobMessage>,
+    /// The running process, so that a restarted service can find it again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub process: Option<ProcessRecord>,
+    /// The process is being stopped, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ending: Option<EndIntent>,
+    #[serde(skip_serializing_if = "is_zero")]
+    pub system_priority: i64,
+}
+
+/// Why a running job's process is being stopped: decides the state it ends in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EndIntent {
+    /// Cancelled: it is already Vacated; the exit only completes the record.
+    Cancel,
+    /// Requeued: back to Idle once the process is gone.
+    Requeue,
+    /// Over its wall time: Vacated.
+    WallTime,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobDates {
+    pub submit: Seconds,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub completion: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hold: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_canceled: Option<Seconds>,
+    pub last_updated: Seconds,
+    pub state_updated: Seconds,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct JobCounts {
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub start: u32,
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub cancel: u32,
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub requeue: u32,
+}
+
+/// Tasks placed on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    pub node: String,
+    pub tasks: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobMessage {
+    pub text: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+    pub created: Seconds,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Block {
+    /// A short category, e.g. `NoResources`, `Hold`.
+    pub kind: String,
+    pub message: String,
+}
+
+/// A started process: enough to signal it, and to tell it from a later process that
+/// reused its pid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProcessRecord {
+    pub pid: i32,
+    /// Start time of the process in clock ticks since boot (`/proc/<pid>/stat` field 22).
+    pub start_ticks: u64,
+    /// The job's spool directory (exit status of a re-adopted process).
+    pub spool: String,
+}
+
+/// The job life cycle.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum JobState {
+    #[default]
+    Idle,
+    Hold,
+    Blocked,
+    Starting,
+    Running,
+    Suspended,
+    Completed,
+    Removed,
+    Vacated,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 9] = [
+        JobState::Idle,
+        JobState::Hold,
+        JobState::Blocked,
+        JobState::Starting,
+        JobState::Running,
+        JobState::Suspended,
+        JobState::Completed,
+        JobState::Removed,
+        JobState::Vacated,
+    ];
+
+    /// The version-2 spelling (`Idle`); version 1 is its upper case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Idle => "Idle",
+            JobState::Hold => "Hold",
+            JobState::Blocked => "Blocked",
+            JobState::Starting => "Starting",
+            JobState::Running => "Running",
+            JobState::Suspended => "Suspended",
+            JobState::Completed => "Completed",
+            JobState::Removed => "Removed",
+            JobState::Vacated => "Vacated",
+        }
+    }
+
+    pub fn upper(self) -> &'static str {
+        match self {
+            JobState::Idle => "IDLE",
+            JobState::Hold => "HOLD",
+            JobState::Blocked => "BLOCKED",
+            JobState::Starting => "STARTING",
+            JobState::Running => "RUNNING",
+            JobState::Suspended => "SUSPENDED",
+            JobState::Completed => "COMPLETED",
+            JobState::Removed => "REMOVED",
+            JobState::Vacated => "VACATED",
+        }
+    }
+
+    /// A final state: the job will never run again.
+    pub fn is_final(self) -> bool {
+        matches!(
+            self,
+            JobState::Completed | JobState::Removed | JobState::Vacated
+        )
+    }
+
+    /// Holding resources: a process exists (or is being started).
+    pub fn is_running(self) -> bool {
+        matches!(
+            self,
+            JobState::Starting | JobState::Running | JobState::Suspended
+        )
+    }
+
+    /// Waiting in the queue (not started, not final).
+    pub fn is_queued(self) -> bool {
+        matches!(self, JobState::Idle | JobState::Hold | JobState::Blocked)
+    }
+}
+
+/// Hold types. Users may place and release only `User` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum Hold {
+    User,
+    System,
+    Batch,
+    Defer,
+}
+
+impl Hold {
+    pub const ALL: [Hold; 4] = [Hold::User, Hold::System, Hold::Batch, Hold::Defer];
+
+    /// The version-2 spelling (`User`); version 1 is upper case.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hold::User => "User",
+            Hold::System => "System",
+            Hold::Batch => "Batch",
+            Hold::Defer => "Defer",
+        }
+    }
+
+    pub fn upper(self) -> &'static str {
+        match self {
+            Hold::User => "USER",
+            Hold::System => "SYSTEM",
+            Hold::Batch => "BATCH",
+            Hold::Defer => "DEFER",
+        }
+    }
+
+    /// Either spelling, any case.
+    pub fn parse(text: &str) -> Option<Hold> {
+        Hold::ALL
+            .into_iter()
+            .find(|h| h.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+}
+
+/// Job flags the engine knows (decisions.md); others are refused.
+pub const KNOWN_FLAGS: &[&str] = &[
+    "ARRAYMASTER",
+    "ARRAYJOB",
+    "GLOBALQUEUE",
+    "RESTARTABLE",
+    "SUSPENDABLE",
+    "PREEMPTABLE",
+    "PREEMPTEE",
+    "PREEMPTOR",
+    "CANCELONFIRSTFAILURE",
+    "CANCELONFIRSTSUCCESS",
+    "CANCELONANYFAILURE",
+    "CANCELONANYSUCCESS",
+    "SYSTEMJOB",
+    "VMTRACKING",
+];
+
+impl Job {
+    pub fn has_flag(&self, flag: &str) -> bool {
+        self.spec.flags.iter().any(|f| f == flag)
+    }
+
+    /// Seconds the job has run, suspended time excluded, at `now`.
+    pub fn active_seconds(&self, now: Seconds) -> i64 {
+        let current = match (self.status.dates.start, self.status.state.is_running()) {
+            (Some(start), true) => {
+                let suspended_now = self.status.suspended_since.map_or(0, |s| now - s);
+                (now - start - suspended_now - self.status.suspended_seconds).max(0)
+            }
+            (Some(start), false) => {
+                let end = self.status.dates.completion.unwrap_or(now);
+                (end - start - self.status.suspended_seconds).max(0)
+            }
+            (None, _) => 0,
+        };
+        self.status.earlier_active_seconds + current
+    }
+
+    /// Seconds from submission to the (last) start, or to now while queued.
+    pub fn queued_seconds(&self, now: Seconds) -> i64 {
+        let until = match self.status.dates.start {
+            Some(start) => start,
+            None => self.status.dates.completion.unwrap_or(now),
+        };
+        (until - self.status.dates.submit).max(0)
+    }
+
+    /// Suspended seconds, including the current suspension.
+    pub fn suspended_seconds(&self, now: Seconds) -> i64 {
+        self.status.suspended_seconds + self.status.suspended_since.map_or(0, |s| now - s)
+    }
+
+    /// Processors dedicated to the job.
+    pub fn processors(&self) -> u64 {
+        self.spec.request.total_processors()
+    }
+
+    pub fn node_ids(&self) -> impl Iterator<Item = &str> {
+        self.status.allocation.iter().map(|a| a.node.as_str())
+    }
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}

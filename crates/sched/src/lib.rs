@@ -1,0 +1,26 @@
+//! The scheduler: the one model of jobs and nodes, the engine that owns them, its
+//! journal, placement, and the resource managers that run jobs. Knows nothing of HTTP.
+//!
+//! - [`job`], [`node`]: the models; [`request`]: what callers ask and how it is refused.
+//! - [`engine`]: the engine thread and [`Scheduler`], the handle handlers hold.
+//! - [`journal`]: group commit of the engine's changes to the store.
+//! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
+//! - [`rm`]: the resource-manager trait and the local implementation.
+//! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
+
+pub mod clock;
+pub mod engine;
+pub mod events;
+pub mod job;
+pub mod journal;
+pub mod node;
+pub mod place;
+pub mod request;
+pub mod rm;
+pub mod sysuser;
+pub mod validate;
+
+pub use engine::{
+    ConfiguredCredentials, CredentialKind, EngineParts, JobBook, SchedConfig, Scheduler,
+};
+pub use request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};

@@ -1,0 +1,250 @@
+//! Logical nodes: the configured description of each (or one node describing this
+//! machine), what an administrator changed, and what the jobs use.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+
+/// A node as configured (`[[nodes]]`). Sizes are in megabytes; absent means unknown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeConfig {
+    pub id: String,
+    pub processors: u32,
+    #[serde(default)]
+    pub memory: Option<u64>,
+    #[serde(default)]
+    pub disk: Option<u64>,
+    #[serde(default)]
+    pub swap: Option<u64>,
+    #[serde(default)]
+    pub features: Vec<String>,
+    #[serde(default)]
+    pub partition: Option<String>,
+    #[serde(default)]
+    pub architecture: Option<String>,
+    #[serde(default)]
+    pub os: Option<String>,
+    #[serde(default)]
+    pub generic_resources: BTreeMap<String, f64>,
+    #[serde(default)]
+    pub rack: Option<i64>,
+    #[serde(default)]
+    pub slot: Option<i64>,
+}
+
+impl NodeConfig {
+    /// One node describing this machine: its host name, processors, memory and swap.
+    pub fn this_machine() -> NodeConfig {
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "localhost".into());
+        let processors = std::thread::available_parallelism()
+            .map(|n| n.get() as u32)
+            .unwrap_or(1);
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let megabytes = |key: &str| {
+            meminfo
+                .lines()
+                .find_map(|l| l.strip_prefix(key))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .map(|kb| kb / 1024)
+        };
+        NodeConfig {
+            id: hostname,
+            processors,
+            memory: megabytes("MemTotal:"),
+            disk: None,
+            swap: megabytes("SwapTotal:"),
+            features: Vec::new(),
+            partition: None,
+            architecture: Some(std::env::consts::ARCH.to_string()),
+            os: Some(std::env::consts::OS.to_string()),
+            generic_resources: BTreeMap::new(),
+            rack: None,
+            slot: None,
+        }
+    }
+}
+
+/// Node states (decisions.md). Parsing is case-insensitive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    Idle,
+    Busy,
+    Running,
+    Down,
+    Drained,
+    Draining,
+    Flush,
+    Reserved,
+    Unknown,
+}
+
+impl NodeState {
+    const ALL: [NodeState; 9] = [
+        NodeState::Idle,
+        NodeState::Busy,
+        NodeState::Running,
+        NodeState::Down,
+        NodeState::Drained,
+        NodeState::Draining,
+        NodeState::Flush,
+        NodeState::Reserved,
+        NodeState::Unknown,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NodeState::Idle => "Idle",
+            NodeState::Busy => "Busy",
+            NodeState::Running => "Running",
+            NodeState::Down => "Down",
+            NodeState::Drained => "Drained",
+            NodeState::Draining => "Draining",
+            NodeState::Flush => "Flush",
+            NodeState::Reserved => "Reserved",
+            NodeState::Unknown => "Unknown",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<NodeState> {
+        NodeState::ALL
+            .into_iter()
+            .find(|s| s.as_str().eq_ignore_ascii_case(text.trim()))
+    }
+
+    /// The states that follow the node's load rather than override it.
+    pub fn follows_load(self) -> bool {
+        matches!(self, NodeState::Idle | NodeState::Running)
+    }
+}
+
+/// What administrators changed on a node; journaled in the `nodes` collection.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct NodeOverrides {
+    /// A state set by an administrator (Down, Drained, Busy...); `None` follows the load.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state: Option<NodeState>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub power_off: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub os: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub messages: Vec<NodeMessage>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generic_events: Vec<GenericEvent>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub generic_metrics: BTreeMap<String, f64>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, String>,
+    pub version: u64,
+    pub last_update: Seconds,
+    pub state_updated: Seconds,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeMessage {
+    pub text: String,
+    pub created: Seconds,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GenericEvent {
+    pub name: String,
+    pub message: String,
+    pub created: Seconds,
+}
+
+/// A node as the engine sees it now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub index: usize,
+    pub config: NodeConfig,
+    pub overrides: NodeOverrides,
+    pub used_processors: u32,
+    pub used_memory: u64,
+    /// Jobs running here, in start order.
+    pub jobs: Vec<String>,
+}
+
+impl Node {
+    pub fn new(index: usize, config: NodeConfig) -> Node {
+        Node {
+            index,
+            config,
+            overrides: NodeOverrides::default(),
+            used_processors: 0,
+            used_memory: 0,
+            jobs: Vec::new(),
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    pub fn powered_on(&self) -> bool {
+        self.overrides.power_off != Some(true)
+    }
+
+    /// The state reported: an administrator's state wins (a drained node with jobs
+    /// still running is Draining); otherwise the load decides.
+    pub fn state(&self) -> NodeState {
+        match self.overrides.state {
+            Some(NodeState::Drained) | Some(NodeState::Draining) if !self.jobs.is_empty() => {
+                NodeState::Draining
+            }
+            Some(NodeState::Draining) => NodeState::Drained,
+            Some(state) if !state.follows_load() => state,
+            _ if !self.powered_on() => NodeState::Down,
+            _ if self.jobs.is_empty() => NodeState::Idle,
+            _ if self.used_processors >= self.config.processors => NodeState::Busy,
+            _ => NodeState::Running,
+        }
+    }
+
+    /// Whether new jobs may be placed here at all.
+    pub fn accepts_jobs(&self) -> bool {
+        self.powered_on() && self.overrides.state.is_none_or(|s| s.follows_load())
+    }
+
+    pub fn free_processors(&self) -> u32 {
+        self.config.processors.saturating_sub(self.used_processors)
+    }
+
+    /// Free memory in megabytes, if the node's memory is known.
+    pub fn free_memory(&self) -> Option<u64> {
+        self.config
+            .memory
+            .map(|m| m.saturating_sub(self.used_memory))
+    }
+
+    pub fn partition(&self) -> &str {
+        self.overrides
+            .partition
+            .as_deref()
+            .or(self.config.partition.as_deref())
+            .unwrap_or(DEFAULT_PARTITION)
+    }
+
+    pub fn os(&self) -> Option<&str> {
+        self.overrides.os.as_deref().or(self.config.os.as_deref())
+    }
+}
+
+/// The partition of nodes configured without one.
+pub const DEFAULT_PARTITION: &str = "default";

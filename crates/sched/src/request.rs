@@ -1,0 +1,113 @@
+//! What callers ask the engine to do, and how the engine refuses.
+
+use std::collections::BTreeMap;
+
+use crate::clock::Seconds;
+use crate::job::Hold;
+use crate::node::NodeState;
+
+/// Who is asking: the effective API user (after `proxy-user`) and whether that caller
+/// administers the scheduler.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Requester {
+    pub user: String,
+    pub proxy_user: Option<String>,
+    pub admin: bool,
+}
+
+/// Changes to a queued or running job (the modify bodies of spec 4.4 and 4.5). `None`
+/// leaves a field alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobChanges {
+    pub custom_name: Option<String>,
+    pub account: Option<String>,
+    pub qos_requested: Option<String>,
+    pub job_class: Option<String>,
+    pub earliest_start: Option<Seconds>,
+    pub deadline: Option<Seconds>,
+    pub flags: Option<Vec<String>>,
+    /// The holds the job should have (replacing those the caller may change).
+    pub holds: Option<Vec<Hold>>,
+    /// New messages; old ones are kept.
+    pub messages: Vec<String>,
+    pub duration: Option<i64>,
+    pub partition: Option<String>,
+    pub partition_access_list: Option<Vec<String>>,
+    pub reservation: Option<String>,
+    pub trigger: Option<String>,
+    pub user_priority: Option<i64>,
+    pub system_priority: Option<i64>,
+    /// Variables to set (`Some`) or remove (`None`).
+    pub variables: BTreeMap<String, Option<String>>,
+}
+
+/// The job actions of `PUT /rest/jobs/<id>/<action>` and `DELETE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobAction {
+    Hold(Vec<Hold>),
+    /// Release these holds; empty means all.
+    Unhold(Vec<Hold>),
+    Suspend,
+    Resume,
+    Cancel,
+    Requeue,
+    Execute,
+    Checkpoint,
+}
+
+impl JobAction {
+    pub fn name(&self) -> &'static str {
+        match self {
+            JobAction::Hold(_) => "hold",
+            JobAction::Unhold(_) => "unhold",
+            JobAction::Suspend => "suspend",
+            JobAction::Resume => "resume",
+            JobAction::Cancel => "cancel",
+            JobAction::Requeue => "requeue",
+            JobAction::Execute => "execute",
+            JobAction::Checkpoint => "checkpoint",
+        }
+    }
+}
+
+/// Changes to a node (`PUT /rest/nodes/<id>`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeChanges {
+    pub state: Option<NodeState>,
+    pub power_off: Option<bool>,
+    pub os: Option<String>,
+    pub partition: Option<String>,
+    pub messages: Vec<String>,
+    pub generic_events: Vec<(String, String)>,
+    pub generic_metrics: BTreeMap<String, f64>,
+    pub variables: BTreeMap<String, Option<String>>,
+}
+
+/// Why the engine refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SchedError {
+    /// The request is wrong (400); messages name the field.
+    #[error("{}", .0.join("; "))]
+    Invalid(Vec<String>),
+    /// The request is fine but the object's state does not allow it (400).
+    #[error("{}", .0.join("; "))]
+    Refused(Vec<String>),
+    #[error("{0}")]
+    NotFound(String),
+    /// The caller may not do this to this object (403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The journal cannot be written; nothing was changed (503).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl SchedError {
+    pub fn invalid(summary: impl Into<String>, reason: impl Into<String>) -> SchedError {
+        SchedError::Invalid(vec![summary.into(), reason.into()])
+    }
+
+    pub fn refused(summary: impl Into<String>, reason: impl Into<String>) -> SchedError {
+        SchedError::Refused(vec![summary.into(), reason.into()])
+    }
+}

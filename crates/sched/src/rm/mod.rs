@@ -1,0 +1,77 @@
+//! Resource managers: what starts, signals and watches a job's processes. The engine
+//! talks to one through [`ResourceManager`]; `local` (this machine) is the embedded
+//! default, a Slurm backend and a simulator will implement the same trait.
+
+pub mod local;
+
+use std::path::PathBuf;
+
+use crate::job::ProcessRecord;
+use crate::sysuser::SystemUser;
+
+/// Everything needed to start one job.
+#[derive(Debug, Clone)]
+pub struct Launch {
+    pub job_id: String,
+    pub command_file: PathBuf,
+    pub arguments: Vec<String>,
+    pub working_directory: PathBuf,
+    pub environment: Vec<(String, String)>,
+    pub stdout: PathBuf,
+    pub stderr: PathBuf,
+    pub stdin: Option<PathBuf>,
+    pub user: SystemUser,
+    /// The group to run in, when it differs from the user's primary group.
+    pub gid: Option<u32>,
+}
+
+/// Signals the engine sends to a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobSignal {
+    Suspend,
+    Resume,
+    /// SIGTERM now, SIGKILL after the grace period if it is still there.
+    Terminate {
+        grace_seconds: u64,
+    },
+}
+
+/// How a job's process ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Exit {
+    /// The exit status, or 128 + the signal that ended it (as shells report it);
+    /// `None` when it could not be learnt (a re-adopted process that left no status).
+    pub code: Option<i32>,
+    pub cpu_seconds: f64,
+}
+
+/// What a resource manager tells the engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RmEvent {
+    Exited {
+        job_id: String,
+        pid: i32,
+        exit: Exit,
+    },
+}
+
+/// Where a resource manager reports events (the engine's inbox).
+pub type RmNotify = std::sync::Arc<dyn Fn(RmEvent) + Send + Sync>;
+
+pub trait ResourceManager: Send + Sync {
+    /// The name jobs report as their resource manager.
+    fn name(&self) -> &str;
+
+    /// Starts the job; its end is reported later as [`RmEvent::Exited`].
+    fn start(&self, launch: Launch) -> Result<ProcessRecord, String>;
+
+    /// Signals the job's processes.
+    fn signal(&self, process: &ProcessRecord, signal: JobSignal) -> Result<(), String>;
+
+    /// After a restart: whether the recorded process still runs; if so, its end will be
+    /// reported like that of a process started here.
+    fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool;
+
+    /// After a restart: stops whatever a start that was never recorded left running.
+    fn abandon(&self, job_id: &str);
+}

@@ -1,0 +1,150 @@
+//! System accounts: who a job runs as. Looked up through the C library (so NSS sources
+//! such as LDAP count), never by reading files named in a request.
+
+use std::ffi::{CStr, CString};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SystemUser {
+    pub name: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub home: String,
+    pub shell: String,
+}
+
+impl SystemUser {
+    /// The account called `name`, if there is one.
+    pub fn lookup(name: &str) -> Option<SystemUser> {
+        let name = CString::new(name).ok()?;
+        lookup_with(|pwd, buf, len, result| unsafe {
+            libc::getpwnam_r(name.as_ptr(), pwd, buf, len, result)
+        })
+    }
+
+    /// The account this process runs as.
+    pub fn current() -> Option<SystemUser> {
+        let uid = unsafe { libc::geteuid() };
+        lookup_with(|pwd, buf, len, result| unsafe { libc::getpwuid_r(uid, pwd, buf, len, result) })
+    }
+
+    /// The user's groups: primary and supplementary.
+    pub fn groups(&self) -> Vec<u32> {
+        let Ok(name) = CString::new(self.name.as_str()) else {
+            return vec![self.gid];
+        };
+        let mut count: libc::c_int = 32;
+        loop {
+            let mut groups = vec![0 as libc::gid_t; count as usize];
+            let found = unsafe {
+                libc::getgrouplist(name.as_ptr(), self.gid, groups.as_mut_ptr(), &mut count)
+            };
+            if found >= 0 {
+                groups.truncate(count.max(0) as usize);
+                return groups;
+            }
+            if count as usize <= groups.len() {
+                return vec![self.gid];
+            }
+        }
+    }
+
+    /// Whether this user may read `path`, judged by its owner, group and mode bits.
+    pub fn may_read(&self, path: &Path) -> bool {
+        let Ok(meta) = std::fs::metadata(path) else {
+            return false;
+        };
+        if self.uid == 0 {
+            return true;
+        }
+        let mode = meta.mode();
+        if meta.uid() == self.uid {
+            mode & 0o400 != 0
+        } else if self.groups().contains(&meta.gid()) {
+            mode & 0o040 != 0
+        } else {
+            mode & 0o004 != 0
+        }
+    }
+}
+
+/// The id of the group called `name`, if there is one.
+pub fn group_id(name: &str) -> Option<u32> {
+    let name = CString::new(name).ok()?;
+    let mut buf = vec![0 as libc::c_char; 4096];
+    let mut group: libc::group = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::group = std::ptr::null_mut();
+    loop {
+        let rc = unsafe {
+            libc::getgrnam_r(
+                name.as_ptr(),
+                &mut group,
+                buf.as_mut_ptr(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        return Some(group.gr_gid);
+    }
+}
+
+/// Whether this process may switch to other users.
+pub fn running_as_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn lookup_with(
+    call: impl Fn(*mut libc::passwd, *mut libc::c_char, usize, *mut *mut libc::passwd) -> libc::c_int,
+) -> Option<SystemUser> {
+    let mut buf = vec![0 as libc::c_char; 4096];
+    loop {
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = call(&mut pwd, buf.as_mut_ptr(), buf.len(), &mut result);
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return None;
+        }
+        let text = |p: *const libc::c_char| {
+            if p.is_null() {
+                String::new()
+            } else {
+                unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+            }
+        };
+        return Some(SystemUser {
+            name: text(pwd.pw_name),
+            uid: pwd.pw_uid,
+            gid: pwd.pw_gid,
+            home: text(pwd.pw_dir),
+            shell: text(pwd.pw_shell),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_and_current_exist_and_strangers_do_not() {
+        let root = SystemUser::lookup("root").unwrap();
+        assert_eq!(root.uid, 0);
+        assert!(SystemUser::current().is_some());
+        assert!(SystemUser::lookup("no-such-user-here").is_none());
+        assert!(SystemUser::lookup("bad\0name").is_none());
+        assert_eq!(group_id("root"), Some(0));
+        assert!(root.groups().contains(&0));
+    }
+}
