@@ -235,3 +235,211 @@ fn a_bad_configuration_is_refused_with_a_reason() {
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
 }
+
+/// Basic credentials header value.
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine as _;
+    let token = base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"));
+    format!("Basic {token}")
+}
+
+/// A pseudo-random number below `n` (the clock's nanoseconds; good enough to vary the
+/// moment of a kill).
+fn roll(n: u64) -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    u64::from(nanos) % n
+}
+
+/// Submits version-2 jobs from `threads` clients until the server stops answering;
+/// answers the custom names of the submissions that were answered with success.
+fn submit_until_killed(
+    url: &str,
+    password: &str,
+    round: usize,
+    threads: usize,
+    command: &str,
+) -> Vec<String> {
+    let handles: Vec<_> = (0..threads)
+        .map(|thread| {
+            let url = format!("{url}/rest/jobs?api-version=2");
+            let auth = basic("admin", password);
+            let command = command.to_string();
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(10)))
+                    .build()
+                    .into();
+                let mut answered = Vec::new();
+                for k in 0.. {
+                    let name = format!("r{round}-t{thread}-{k}");
+                    // Most are held (they stay); every twentieth runs a short process.
+                    let body = if k % 20 == 0 {
+                        format!(r#"{{"customName":"{name}","commandFile":"{command}","initialWorkingDirectory":"/tmp"}}"#)
+                    } else {
+                        format!(r#"{{"customName":"{name}","commandFile":"{command}","initialWorkingDirectory":"/tmp","holds":["User"]}}"#)
+                    };
+                    let sent = agent
+                        .post(&url)
+                        .header("Authorization", &auth)
+                        .header("Content-Type", "application/json")
+                        .send(body.as_bytes());
+                    match sent {
+                        Ok(mut response) if response.status().as_u16() == 201 => {
+                            match response.body_mut().read_to_string() {
+                                Ok(text) if text.contains("\"name\"") => answered.push(name),
+                                _ => break,
+                            }
+                        }
+                        Ok(response) => panic!("submission refused: {}", response.status()),
+                        Err(_) => break,
+                    }
+                }
+                answered
+            })
+        })
+        .collect();
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
+}
+
+/// Every job in its version-2 shape, as `(customName, state)`.
+fn all_jobs(url: &str, password: &str) -> Vec<(String, String)> {
+    let (status, body) = get(
+        &format!("{url}/rest/jobs?api-version=2&fields=customName,states.state"),
+        "admin",
+        password,
+    );
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    list["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| {
+            (
+                j["customName"].as_str().unwrap_or_default().to_string(),
+                j["states"]["state"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The crash test of issue #4: clients submit concurrently while the server is killed
+/// with SIGKILL at a random moment, several times. After each restart every answered
+/// submission is there exactly once, and no job is left in a state it cannot leave.
+fn crash_rounds(store_args: &[&str]) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let command = work.path().join("short.sh");
+    std::fs::write(&command, "#!/bin/sh\nsleep 0.1\n").unwrap();
+    // Room for many short jobs at once.
+    let config = dir.path().join("drover.toml");
+    std::fs::write(&config, "[[nodes]]\nid = \"n1\"\nprocessors = 64\n").unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let mut store_args: Vec<&str> = store_args.to_vec();
+    store_args.extend(["--config", &config]);
+    let store_args = store_args.as_slice();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let command = command.to_string_lossy().into_owned();
+    let first = serve(dir.path(), store_args);
+    let password = generated_password(&first.banner);
+    let mut server = first;
+    let mut answered_total = 0;
+    let mut answered: Vec<String> = Vec::new();
+    for round in 0..4 {
+        let url = server.url.clone();
+        let killer = {
+            let pid = server.child.id() as i32;
+            let delay = 300 + roll(700);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(delay));
+                unsafe_kill(pid);
+            })
+        };
+        let this_round = submit_until_killed(&url, &password, round, 8, &command);
+        killer.join().unwrap();
+        let _ = server.child.wait();
+        answered_total += this_round.len();
+        answered.extend(this_round);
+
+        server = serve(dir.path(), store_args);
+        let jobs = all_jobs(&server.url, &password);
+        let mut counts = std::collections::HashMap::new();
+        for (name, state) in &jobs {
+            *counts.entry(name.clone()).or_insert(0) += 1;
+            assert_ne!(
+                state, "Starting",
+                "{name} is stuck starting after a restart"
+            );
+        }
+        for name in &answered {
+            assert_eq!(
+                counts.get(name),
+                Some(&1),
+                "answered submission {name} after round {round}"
+            );
+        }
+        assert!(
+            counts.values().all(|&n| n == 1),
+            "a submission is there twice"
+        );
+    }
+    assert!(
+        answered_total > 100,
+        "too few submissions to mean anything: {answered_total}"
+    );
+    // Every job that was not held ends (the short processes finish, are re-adopted or
+    // were ended by the restarts); held ones stay held.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let jobs = all_jobs(&server.url, &password);
+        let open: Vec<_> = jobs
+            .iter()
+            .filter(|(_, state)| {
+                !["Hold", "Completed", "Vacated", "Removed"].contains(&state.as_str())
+            })
+            .collect();
+        if open.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs never ended: {open:?}");
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    eprintln!("crash test: {answered_total} answered submissions over 4 kills, all present once");
+}
+
+fn unsafe_kill(pid: i32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status();
+}
+
+#[test]
+fn submissions_survive_sigkill_at_random_moments_sqlite() {
+    crash_rounds(&[]);
+}
+
+#[test]
+fn submissions_survive_sigkill_at_random_moments_postgres() {
+    let Some(url) = drover_store::test_postgres_url() else {
+        eprintln!("no PostgreSQL for the test run; skipped");
+        return;
+    };
+    let schema = format!("crash{}_{}", std::process::id(), roll(1_000_000));
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let store = format!("{url}{separator}schema={schema}");
+    crash_rounds(&["--store", &store]);
+}

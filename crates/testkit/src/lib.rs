@@ -418,6 +418,11 @@ impl TestServer {
 
     fn shut_down(&mut self) -> Result<(), String> {
         self.signal_shutdown();
+        self.join()
+    }
+
+    /// Waits for the server thread to end.
+    fn join(&mut self) -> Result<(), String> {
         match self.thread.take() {
             Some(thread) => thread
                 .join()
@@ -466,6 +471,18 @@ pub fn script(dir: &std::path::Path, name: &str, body: &str) -> String {
 
 impl Drop for TestServer {
     fn drop(&mut self) {
+        // Jobs outlive a server that stops (the next start adopts them); a test's jobs
+        // must not outlive the test.
+        if self.thread.is_some() && !std::thread::panicking() {
+            let active = self.get("/rest/jobs/active?fields=id");
+            if active.status == 200 {
+                for job in active.json()["results"].as_array().into_iter().flatten() {
+                    if let Some(id) = job["id"].as_str() {
+                        self.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+                    }
+                }
+            }
+        }
         let _ = self.shut_down();
     }
 }
