@@ -72,7 +72,59 @@ pub struct JobSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub deadline: Option<Seconds>,
     /// Fields the engine records and reports but does not act on (yet).
-    pub extra: SpecExtra,
+    #[serde(skip_serializing_if = "Extra::is_empty")]
+    pub extra: Extra,
+}
+
+/// [`SpecExtra`] boxed, and absent when empty: most jobs name none of it, and a job's
+/// size is what a million jobs in memory cost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Extra(Option<Box<SpecExtra>>);
+
+static NO_EXTRA: std::sync::LazyLock<SpecExtra> = std::sync::LazyLock::new(SpecExtra::default);
+
+impl Extra {
+    pub fn is_empty(&self) -> bool {
+        self.0.as_deref().is_none_or(|e| *e == SpecExtra::default())
+    }
+
+    /// Drops the box when everything in it is empty (after a parser filled it in).
+    pub fn shrink(&mut self) {
+        if self.is_empty() {
+            self.0 = None;
+        }
+    }
+}
+
+impl std::ops::Deref for Extra {
+    type Target = SpecExtra;
+
+    fn deref(&self) -> &SpecExtra {
+        self.0.as_deref().unwrap_or(&NO_EXTRA)
+    }
+}
+
+impl std::ops::DerefMut for Extra {
+    fn deref_mut(&mut self) -> &mut SpecExtra {
+        self.0.get_or_insert_with(Default::default)
+    }
+}
+
+impl Serialize for Extra {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Extra {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let extra = SpecExtra::deserialize(deserializer)?;
+        Ok(if extra == SpecExtra::default() {
+            Extra(None)
+        } else {
+            Extra(Some(Box::new(extra)))
+        })
+    }
 }
 
 /// Resources asked for: `task_count` tasks of `processors_per_task` processors each.

@@ -2,12 +2,14 @@
 //! journal, placement, and the resource managers that run jobs. Knows nothing of HTTP.
 //!
 //! - [`job`], [`node`]: the models; [`request`]: what callers ask and how it is refused.
+//! - [`book`]: every job, by id and indexed by state and credentials.
 //! - [`engine`]: the engine thread and [`Scheduler`], the handle handlers hold.
 //! - [`journal`]: group commit of the engine's changes to the store.
 //! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
 
+pub mod book;
 pub mod clock;
 pub mod engine;
 pub mod events;
@@ -20,7 +22,6 @@ pub mod rm;
 pub mod sysuser;
 pub mod validate;
 
-pub use engine::{
-    ConfiguredCredentials, CredentialKind, EngineParts, JobBook, SchedConfig, Scheduler,
-};
+pub use book::{Attribute, JobBook};
+pub use engine::{ConfiguredCredentials, CredentialKind, EngineParts, SchedConfig, Scheduler};
 pub use request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};

@@ -12,6 +12,8 @@ pub struct SystemUser {
     pub gid: u32,
     pub home: String,
     pub shell: String,
+    /// Primary and supplementary groups, found once at lookup.
+    pub groups: Vec<u32>,
 }
 
 impl SystemUser {
@@ -29,23 +31,22 @@ impl SystemUser {
         lookup_with(|pwd, buf, len, result| unsafe { libc::getpwuid_r(uid, pwd, buf, len, result) })
     }
 
-    /// The user's groups: primary and supplementary.
-    pub fn groups(&self) -> Vec<u32> {
-        let Ok(name) = CString::new(self.name.as_str()) else {
-            return vec![self.gid];
+    /// The groups of `name` whose primary group is `gid`.
+    fn find_groups(name: &str, gid: u32) -> Vec<u32> {
+        let Ok(name) = CString::new(name) else {
+            return vec![gid];
         };
         let mut count: libc::c_int = 32;
         loop {
             let mut groups = vec![0 as libc::gid_t; count as usize];
-            let found = unsafe {
-                libc::getgrouplist(name.as_ptr(), self.gid, groups.as_mut_ptr(), &mut count)
-            };
+            let found =
+                unsafe { libc::getgrouplist(name.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
             if found >= 0 {
                 groups.truncate(count.max(0) as usize);
                 return groups;
             }
             if count as usize <= groups.len() {
-                return vec![self.gid];
+                return vec![gid];
             }
         }
     }
@@ -61,7 +62,7 @@ impl SystemUser {
         let mode = meta.mode();
         if meta.uid() == self.uid {
             mode & 0o400 != 0
-        } else if self.groups().contains(&meta.gid()) {
+        } else if self.groups.contains(&meta.gid()) {
             mode & 0o040 != 0
         } else {
             mode & 0o004 != 0
@@ -123,8 +124,10 @@ fn lookup_with(
                 unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
             }
         };
+        let name = text(pwd.pw_name);
         return Some(SystemUser {
-            name: text(pwd.pw_name),
+            groups: SystemUser::find_groups(&name, pwd.pw_gid),
+            name,
             uid: pwd.pw_uid,
             gid: pwd.pw_gid,
             home: text(pwd.pw_dir),
@@ -145,6 +148,6 @@ mod tests {
         assert!(SystemUser::lookup("no-such-user-here").is_none());
         assert!(SystemUser::lookup("bad\0name").is_none());
         assert_eq!(group_id("root"), Some(0));
-        assert!(root.groups().contains(&0));
+        assert!(root.groups.contains(&0));
     }
 }

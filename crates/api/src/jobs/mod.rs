@@ -1,6 +1,7 @@
 //! Jobs, versions 1 and 2 (spec 2.3, 2.4, 4.4, 4.5). The scheduler has one model of a
 //! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
 
+mod listing;
 pub mod v1;
 pub mod v2;
 
@@ -11,7 +12,6 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
-use drover_query::Page;
 use drover_sched::job::{Hold, Job, JobSpec, JobState};
 use drover_sched::{JobAction, Requester, SchedError, Scheduler};
 use serde_json::{Value, json};
@@ -270,26 +270,13 @@ async fn list(
     let scheduler = state.scheduler();
     let listing = Listing::of(uri.path());
     let utc = WireDates::utc();
+    // Filter and sort over UTC dates (what the query language compares); render the
+    // page in the deployment's zone.
     let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
-    // Filter and sort over UTC dates (what the query language compares), then render
-    // the page in the deployment's zone.
-    let jobs = scheduler.jobs();
-    let candidates: Vec<&std::sync::Arc<Job>> = jobs.iter().filter(|j| listing.shows(j)).collect();
-    let documents: Vec<Value> = candidates.iter().map(|j| filter_render.job(j)).collect();
-    let page = params.query.run_positions(&documents);
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| shown.job(candidates[i]))
-        .collect();
-    Ok(envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    let page = scheduler
+        .with_jobs(|book| listing::run(book, listing, &params.query, &filter_render, &shown));
+    Ok(envelope(page, &params))
 }
 
 async fn one(

@@ -853,3 +853,300 @@ fn a_restart_adopts_running_jobs_and_keeps_everything_answered() {
     let job = wait_state(&server, &running, "COMPLETED");
     assert_eq!(job["completionCode"], 7);
 }
+
+/// The job listing answers from indexes and the book's order where it can; it must
+/// answer exactly what the reference semantics (`ListQuery::run` over every rendered
+/// job) answers.
+#[test]
+fn job_listings_agree_with_the_reference_semantics() {
+    use drover_domain::dates::WireDates;
+    use drover_query::ListQuery;
+    use drover_query::filter::Filter;
+    use drover_query::paging::Paging;
+    use drover_query::sort::Sort;
+
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let mut completed = Vec::new();
+    for i in 0..24 {
+        let held = i % 3 != 0;
+        let mut body = json!({
+            "commandFile": quick,
+            "initialWorkingDirectory": work.path(),
+            "customName": format!("j{}", i % 5),
+            "credentials": {"account": format!("a{}", i % 4), "qosRequested": if i % 2 == 0 { "high" } else { "low" }},
+        });
+        if held {
+            body["holds"] = json!(["User"]);
+        }
+        let name = submit_v2(&server, body);
+        if !held {
+            completed.push(name);
+        }
+        if i == 11 {
+            // Jobs of two different seconds, so date ties and order both matter.
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+        }
+    }
+    for name in &completed {
+        wait_state(&server, name, "COMPLETED");
+    }
+    let encode = |s: &str| {
+        s.replace('%', "%25")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace('"', "%22")
+            .replace(' ', "%20")
+            .replace('$', "%24")
+            .replace('[', "%5B")
+            .replace(']', "%5D")
+            .replace(',', "%2C")
+            .replace(':', "%3A")
+    };
+    for (version, listing, query, sort, offset, max) in [
+        (2, "", "{}", "", 0, None),
+        (2, "", "{}", r#"{"dates.submitDate":-1}"#, 2, Some(5)),
+        (2, "", "{}", r#"{"dates.submitDate":-1}"#, 0, None),
+        (2, "", r#"{"credentials.account":"a1"}"#, "", 0, None),
+        (
+            2,
+            "",
+            r#"{"credentials.account":{"$in":["a1","a2"]},"states.state":"Hold"}"#,
+            r#"{"dates.submitDate":-1}"#,
+            0,
+            Some(4),
+        ),
+        (
+            2,
+            "",
+            r#"{"states.state":"Completed"}"#,
+            r#"{"name":1}"#,
+            0,
+            None,
+        ),
+        (
+            2,
+            "",
+            r#"{"credentials.account":"a1","customName":"j3"}"#,
+            "",
+            0,
+            None,
+        ),
+        (
+            2,
+            "",
+            r#"{"$or":[{"credentials.account":"a0"},{"customName":"j1"}]}"#,
+            r#"{"dates.submitDate":1}"#,
+            1,
+            Some(3),
+        ),
+        (2, "", r#"{"states.state":"IDLE"}"#, "", 0, None),
+        (
+            2,
+            "",
+            r#"{"credentials.qos":"high","credentials.user":"admin"}"#,
+            r#"{"dates.createdDate":-1}"#,
+            0,
+            Some(7),
+        ),
+        (2, "/active", r#"{"states.state":"Completed"}"#, "", 0, None),
+        (
+            2,
+            "/complete",
+            r#"{"credentials.account":"a0"}"#,
+            r#"{"dates.submitDate":-1}"#,
+            0,
+            None,
+        ),
+        (
+            1,
+            "",
+            r#"{"state":"HOLD","account":"a2"}"#,
+            r#"{"submitDate":-1}"#,
+            0,
+            None,
+        ),
+        (
+            1,
+            "/active",
+            r#"{"qos":{"$in":["low"]}}"#,
+            r#"{"submitDate":-1}"#,
+            1,
+            Some(2),
+        ),
+        (1, "", r#"{"state":"Hold"}"#, "", 0, None),
+    ] {
+        // Fields that do not change with time (durations do, between two requests).
+        let fields = if version == 2 {
+            "name,customName,states,credentials,dates"
+        } else {
+            "id,name,state,account,qos,submitDate"
+        };
+        let mut path = format!(
+            "/rest/jobs{listing}?api-version={version}&fields={fields}&query={}",
+            encode(query)
+        );
+        if !sort.is_empty() {
+            path += &format!("&sort={}", encode(sort));
+        }
+        path += &format!("&offset={offset}");
+        if let Some(max) = max {
+            path += &format!("&max={max}");
+        }
+        let answer = server.get(&path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+        let answer = answer.json();
+
+        // The reference: every job of the listing, rendered, through ListQuery::run.
+        let everything = server
+            .get(&format!(
+                "/rest/jobs{listing}?api-version={version}&fields={fields}"
+            ))
+            .json();
+        let documents = everything["results"].as_array().unwrap().clone();
+        let reference = ListQuery {
+            filter: Filter::parse_str(query, &WireDates::utc()).unwrap(),
+            sort: if sort.is_empty() {
+                Sort::default()
+            } else {
+                Sort::parse_str(sort).unwrap()
+            },
+            paging: Paging { offset, max },
+        }
+        .run(&documents);
+        assert_eq!(answer["totalCount"], reference.total, "{path}");
+        let expected: Vec<&Value> = reference.items;
+        let got: Vec<&Value> = answer["results"].as_array().unwrap().iter().collect();
+        let key = if version == 2 { "name" } else { "id" };
+        let names = |docs: &[&Value]| {
+            docs.iter()
+                .map(|d| d[key].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&got), names(&expected), "{path}");
+        assert!(got == expected, "{path}");
+    }
+}
+
+#[test]
+fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
+    let server = TestServer::builder()
+        .config(|c| c.scheduler.kill_grace_seconds = 1)
+        .start();
+    let work = scratch_dir();
+
+    // Over its wall time (duration): stopped, Vacated, with a message.
+    let sleeper = script(work.path(), "sleep.sh", "exec sleep 300");
+    let slow = submit_v2(
+        &server,
+        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "duration": 1}),
+    );
+    let job = server.wait_for(&format!("/rest/jobs/{slow}"), "the wall-time limit", |j| {
+        j["state"] == "VACATED"
+    });
+    assert!(
+        job["messages"][0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("wall time"),
+        "{job}"
+    );
+    assert_eq!(job["completionCode"], 143, "SIGTERM ends it: {job}");
+
+    // CPU time is recorded; output goes where it was asked (relative to the directory).
+    let burner = script(
+        work.path(),
+        "burn.sh",
+        "end=$(( $(date +%s) + 1 ))\nwhile [ $(date +%s) -lt $end ]; do :; done\necho done\necho err >&2\nid -un",
+    );
+    std::fs::create_dir(work.path().join("out")).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            work.path().join("out"),
+            std::fs::Permissions::from_mode(0o777),
+        )
+        .unwrap();
+    }
+    let name = submit_v2(
+        &server,
+        json!({"commandFile": burner, "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": "out/result.txt", "standardErrorFilePath": work.path().join("errors.txt"),
+               "environmentRequested": true}),
+    );
+    let job = server.wait_for(
+        &format!("/rest/jobs/{name}?api-version=2"),
+        "completion",
+        |j| j["states"]["state"] == "Completed",
+    );
+    assert!(job["cpuTime"].as_f64().unwrap() > 0.3, "{job}");
+    assert_eq!(job["environmentRequested"], true);
+    assert_eq!(
+        job["rmStandardOutputFilePath"],
+        work.path()
+            .join("out/result.txt")
+            .to_string_lossy()
+            .as_ref()
+    );
+    let out = std::fs::read_to_string(work.path().join("out/result.txt")).unwrap();
+    assert!(out.starts_with("done\n"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("errors.txt")).unwrap(),
+        "err\n"
+    );
+    // Without a system account of its own, the administrator's job ran as the
+    // execution user (or, without root, as the service's user).
+    let expected = if unsafe_is_root() {
+        "nobody".to_string()
+    } else {
+        whoami()
+    };
+    assert_eq!(out.lines().nth(1), Some(expected.as_str()));
+
+    if unsafe_is_root() {
+        // A job naming a user and group runs as them; its output belongs to them.
+        let who = script(work.path(), "who.sh", "echo $(id -un):$(id -gn)");
+        let name = submit_v1(
+            &server,
+            json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon", "group": "nogroup",
+                   "standardOutputFilePath": "who.txt"}),
+        );
+        wait_state(&server, &name, "COMPLETED");
+        assert_eq!(
+            std::fs::read_to_string(work.path().join("who.txt"))
+                .unwrap()
+                .trim(),
+            "daemon:nogroup"
+        );
+        let job = server.get(&format!("/rest/jobs/{name}")).json();
+        assert_eq!(job["user"], "daemon");
+        assert_eq!(job["group"], "nogroup");
+        // A job may not write where its user may not: the output file is not created.
+        let private = tempfile::tempdir().unwrap();
+        let name = submit_v1(
+            &server,
+            json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon",
+                   "standardOutputFilePath": private.path().join("stolen.txt")}),
+        );
+        let job = wait_state(&server, &name, "COMPLETED");
+        assert_ne!(job["completionCode"], 0, "{job}");
+        assert!(!private.path().join("stolen.txt").exists());
+    }
+}
+
+fn unsafe_is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false)
+}
+
+fn whoami() -> String {
+    let out = std::process::Command::new("id")
+        .arg("-un")
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}

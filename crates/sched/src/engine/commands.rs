@@ -19,6 +19,7 @@ impl Engine {
         by: &Requester,
     ) -> Result<String, SchedError> {
         validate::submission(&spec, |_| false)?;
+        spec.extra.shrink();
         let user = self.job_user(&spec, by)?;
         if let Some(group) = &spec.group
             && sysuser::group_id(group).is_none()

@@ -8,7 +8,8 @@ use std::time::Instant;
 
 use drover_store::{CollectionSpec, DocumentStore, Write};
 
-use super::{CredentialKind, EngineParts, Inbox, JobBook, SchedConfig, Scheduler, Shared};
+use super::{CredentialKind, EngineParts, Inbox, SchedConfig, Scheduler, Shared};
+use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
 use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
@@ -103,7 +104,7 @@ impl Engine {
             .map(|(i, c)| Node::new(i, c))
             .collect();
         let shared = Arc::new(Shared {
-            jobs: RwLock::new(JobBook::default()),
+            jobs: RwLock::new(JobBook::new()),
             nodes: RwLock::new(Arc::new(nodes.clone())),
             credentials: RwLock::new(BTreeMap::new()),
             name: config.name.clone(),
@@ -345,7 +346,7 @@ impl Engine {
     }
 
     pub(crate) fn job_at(&self, position: usize) -> Arc<Job> {
-        self.shared.jobs.read().unwrap().jobs[position].clone()
+        self.shared.jobs.read().unwrap().at(position).clone()
     }
 
     pub(crate) fn position(&self, id: &str) -> Option<usize> {
@@ -371,14 +372,16 @@ impl Engine {
         let now = self.now();
         let (result, job) = {
             let mut book = self.shared.jobs.write().unwrap();
-            let job = Arc::make_mut(&mut book.jobs[position]);
-            let before = job.status.state;
-            let result = change(job);
-            job.status.dates.last_updated = now;
-            if job.status.state != before {
-                job.status.dates.state_updated = now;
-            }
-            (result, book.jobs[position].clone())
+            let result = book.change(position, |job| {
+                let before = job.status.state;
+                let result = change(job);
+                job.status.dates.last_updated = now;
+                if job.status.state != before {
+                    job.status.dates.state_updated = now;
+                }
+                result
+            });
+            (result, book.at(position).clone())
         };
         self.requeue_index(position, &job);
         self.batch.writes.push(Write::Put {

@@ -7,7 +7,7 @@ mod commands;
 mod core;
 mod recovery;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -16,6 +16,7 @@ use drover_store::DocumentStore;
 use serde::Deserialize;
 use tokio::sync::oneshot;
 
+use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
 use crate::events::EventSink;
 use crate::job::Job;
@@ -99,42 +100,6 @@ impl CredentialKind {
             CredentialKind::Qoses => "qoses",
             CredentialKind::Users => "users",
         }
-    }
-}
-
-/// Every job, in submission order, with an index by id. Jobs are never removed.
-#[derive(Default)]
-pub struct JobBook {
-    jobs: Vec<Arc<Job>>,
-    positions: HashMap<String, usize>,
-}
-
-impl JobBook {
-    pub fn get(&self, id: &str) -> Option<&Arc<Job>> {
-        self.positions.get(id).map(|&p| &self.jobs[p])
-    }
-
-    pub fn all(&self) -> &[Arc<Job>] {
-        &self.jobs
-    }
-
-    pub fn len(&self) -> usize {
-        self.jobs.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.jobs.is_empty()
-    }
-
-    fn position(&self, id: &str) -> Option<usize> {
-        self.positions.get(id).copied()
-    }
-
-    fn push(&mut self, job: Job) -> usize {
-        let at = self.jobs.len();
-        self.positions.insert(job.id.clone(), at);
-        self.jobs.push(Arc::new(job));
-        at
     }
 }
 

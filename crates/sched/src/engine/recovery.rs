@@ -62,7 +62,7 @@ impl Engine {
         self.next_seq = jobs.last().map_or(1, |j| j.seq + 1);
         {
             let mut book = self.shared.jobs.write().unwrap();
-            *book = super::JobBook::default();
+            *book = crate::book::JobBook::new();
             for job in &jobs {
                 book.push(job.clone());
             }

@@ -159,7 +159,7 @@ impl ResourceManager for LocalResourceManager {
         }
         if root {
             // Groups, group, then user; std's `uid`/`gid` cannot set supplementary groups.
-            let groups: Vec<libc::gid_t> = launch.user.groups();
+            let groups: Vec<libc::gid_t> = launch.user.groups.clone();
             let gid = launch.gid.unwrap_or(launch.user.gid);
             let uid = launch.user.uid;
             // SAFETY: only async-signal-safe system calls between fork and exec, on

@@ -1,0 +1,266 @@
+//! Answering a job list request without rendering every job.
+//!
+//! The query language means what the evaluator says over the rendered documents
+//! (`ListQuery::run`); this module gets the same answer faster:
+//! - equality (`$eq`, `$in` of strings) on the state and credential fields is looked up
+//!   in the job book's indexes instead of scanned;
+//! - when nothing else is asked, counting needs no rendering at all;
+//! - no sort, or a sort on the submission date, is the book's own order (ties keep
+//!   submission order, as the stable sort of the reference does), so only the page is
+//!   rendered;
+//! - anything else renders the candidates the indexes leave and lets the evaluator
+//!   decide (correct, and as slow as it must be).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use drover_query::filter::{Cond, Filter};
+use drover_query::sort::Direction;
+use drover_query::{ListQuery, Page};
+use drover_sched::job::{Job, JobState};
+use drover_sched::{Attribute, JobBook};
+use serde_json::Value;
+
+use super::{Listing, Render};
+
+/// The wire path of an indexed attribute, per representation version.
+fn attribute_at(path: &str, version: u32) -> Option<Attribute> {
+    Some(match (version, path) {
+        (2, "states.state") | (1, "state") => Attribute::State,
+        (2, "credentials.user") | (1, "user") => Attribute::User,
+        (2, "credentials.account") | (1, "account") => Attribute::Account,
+        (2, "credentials.jobClass") | (1, "queue") => Attribute::Class,
+        (2, "credentials.qos" | "credentials.qosRequested") | (1, "qos" | "qosRequested") => {
+            Attribute::Qos
+        }
+        (2, "credentials.group") | (1, "group") => Attribute::Group,
+        _ => return None,
+    })
+}
+
+/// The index key of a wire value: states are spelt per version.
+fn index_value(attribute: Attribute, text: &str, version: u32) -> Option<String> {
+    match attribute {
+        Attribute::State => JobState::ALL
+            .into_iter()
+            .find(|s| {
+                if version >= 2 {
+                    s.as_str() == text
+                } else {
+                    s.upper() == text
+                }
+            })
+            .map(|s| s.as_str().to_string()),
+        _ => Some(text.to_string()),
+    }
+}
+
+/// Paths whose order is the book's order (submission date).
+fn is_submit_date(path: &str, version: u32) -> bool {
+    matches!(
+        (version, path),
+        (2, "dates.submitDate" | "dates.createdDate") | (1, "submitDate")
+    )
+}
+
+/// Positions a condition allows: one index set, or the union of several.
+enum Posting<'b> {
+    Set(&'b BTreeSet<u32>),
+    Owned(BTreeSet<u32>),
+}
+
+impl Posting<'_> {
+    fn set(&self) -> &BTreeSet<u32> {
+        match self {
+            Posting::Set(s) => s,
+            Posting::Owned(s) => s,
+        }
+    }
+}
+
+/// Splits a filter into index lookups and what is left for the evaluator.
+fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, Vec<Filter>) {
+    let members: Vec<&Filter> = match filter {
+        Filter::And(members) => members.iter().collect(),
+        other => vec![other],
+    };
+    let mut lookups = Vec::new();
+    let mut residual = Vec::new();
+    for member in members {
+        let looked_up = match member {
+            Filter::Field(path, cond) => {
+                attribute_at(path.as_str(), version).and_then(|attribute| {
+                    let literals = match cond {
+                        Cond::Eq(literal) => vec![literal],
+                        Cond::In(literals) => literals.iter().collect(),
+                        _ => return None,
+                    };
+                    // Strings only, and not dates (those compare as instants).
+                    let texts: Option<Vec<&str>> = literals
+                        .iter()
+                        .map(|l| l.value.as_str().filter(|_| l.date.is_none()))
+                        .collect();
+                    let values = texts?
+                        .into_iter()
+                        .filter_map(|t| index_value(attribute, t, version))
+                        .collect();
+                    Some((attribute, values))
+                })
+            }
+            _ => None,
+        };
+        match looked_up {
+            Some(lookup) => lookups.push(lookup),
+            None => residual.push(member.clone()),
+        }
+    }
+    (lookups, residual)
+}
+
+fn postings<'b>(book: &'b JobBook, lookups: &[(Attribute, Vec<String>)]) -> Vec<Posting<'b>> {
+    static EMPTY: BTreeSet<u32> = BTreeSet::new();
+    lookups
+        .iter()
+        .map(|(attribute, values)| match values.as_slice() {
+            [one] => Posting::Set(book.with(*attribute, one).unwrap_or(&EMPTY)),
+            many => Posting::Owned(
+                many.iter()
+                    .filter_map(|v| book.with(*attribute, v))
+                    .flat_map(|s| s.iter().copied())
+                    .collect(),
+            ),
+        })
+        .collect()
+}
+
+/// The positions that pass the lookups and the listing, in position order (`reverse`
+/// for descending).
+fn candidates<'b>(
+    book: &'b JobBook,
+    postings: &'b [Posting<'b>],
+    listing: Listing,
+    reverse: bool,
+) -> Box<dyn Iterator<Item = u32> + 'b> {
+    let smallest = postings
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, p)| p.set().len());
+    let shown = move |p: &u32| listing.shows(book.at(*p as usize));
+    match smallest {
+        None => {
+            let all = 0..book.len() as u32;
+            if reverse {
+                Box::new(all.rev().filter(shown))
+            } else {
+                Box::new(all.filter(shown))
+            }
+        }
+        Some((chosen, posting)) => {
+            let others = move |p: &u32| {
+                postings
+                    .iter()
+                    .enumerate()
+                    .all(|(i, other)| i == chosen || other.set().contains(p))
+            };
+            let set = posting.set();
+            if reverse {
+                Box::new(set.iter().rev().copied().filter(others).filter(shown))
+            } else {
+                Box::new(set.iter().copied().filter(others).filter(shown))
+            }
+        }
+    }
+}
+
+/// Runs `query` over the jobs of `listing`; answers the page rendered by `shown`.
+pub(super) fn run(
+    book: &JobBook,
+    listing: Listing,
+    query: &ListQuery,
+    filter_render: &Render,
+    shown: &Render,
+) -> Page<Value> {
+    let version = filter_render.version;
+    let (lookups, residual) = split(&query.filter, version);
+    let postings = postings(book, &lookups);
+    let by_position = match query.sort.keys.as_slice() {
+        [] => Some(false),
+        [(path, direction)] if is_submit_date(path.as_str(), version) && book.in_submit_order() => {
+            Some(*direction == Direction::Descending)
+        }
+        _ => None,
+    };
+    let page = &query.paging;
+    match (residual.is_empty(), by_position) {
+        (true, Some(descending)) => {
+            let total = match (postings.as_slice(), listing) {
+                ([], Listing::All) => book.len(),
+                ([only], Listing::All) => only.set().len(),
+                _ => candidates(book, &postings, listing, false).count(),
+            };
+            let wanted = page.offset.saturating_add(page.max.unwrap_or(usize::MAX));
+            let ordered = in_date_order(
+                book,
+                candidates(book, &postings, listing, descending),
+                descending,
+                wanted,
+            );
+            let items = ordered
+                .into_iter()
+                .skip(page.offset)
+                .take(page.max.unwrap_or(usize::MAX))
+                .map(|p| shown.job(book.at(p as usize)))
+                .collect();
+            Page { total, items }
+        }
+        _ => {
+            // The evaluator decides over the rendered candidates.
+            let jobs: Vec<&Arc<Job>> = candidates(book, &postings, listing, false)
+                .map(|p| book.at(p as usize))
+                .collect();
+            let documents: Vec<Value> = jobs.iter().map(|j| filter_render.job(j)).collect();
+            let rest = ListQuery {
+                filter: Filter::And(residual),
+                sort: query.sort.clone(),
+                paging: query.paging,
+            };
+            let found = rest.run_positions(&documents);
+            Page {
+                total: found.total,
+                items: found
+                    .items
+                    .into_iter()
+                    .map(|i| shown.job(jobs[i]))
+                    .collect(),
+            }
+        }
+    }
+}
+
+/// The first `wanted` positions in submission-date order. Ascending, that is position
+/// order. Descending, jobs of the same second keep ascending position order (the
+/// stable sort of the reference), so runs of one second are reversed back.
+fn in_date_order(
+    book: &JobBook,
+    positions: impl Iterator<Item = u32>,
+    descending: bool,
+    wanted: usize,
+) -> Vec<u32> {
+    if !descending {
+        return positions.take(wanted).collect();
+    }
+    let second = |p: u32| book.at(p as usize).status.dates.submit;
+    let mut out = Vec::new();
+    let mut run: Vec<u32> = Vec::new();
+    for p in positions {
+        if run.last().is_some_and(|&last| second(last) != second(p)) {
+            out.extend(run.drain(..).rev());
+            if out.len() >= wanted {
+                return out;
+            }
+        }
+        run.push(p);
+    }
+    out.extend(run.drain(..).rev());
+    out
+}

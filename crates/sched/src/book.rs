@@ -1,0 +1,166 @@
+//! The job book: every job in submission order, found by id, and indexed by the
+//! attributes list queries filter on most (state and credentials), so that a query on
+//! them does not look at every job.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+
+use crate::job::{Job, JobState};
+
+/// Attributes with an index: a set of book positions per value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Attribute {
+    State,
+    /// The job's user: the one it named, else its submitter.
+    User,
+    Account,
+    Class,
+    Qos,
+    Group,
+}
+
+impl Attribute {
+    pub const ALL: [Attribute; 6] = [
+        Attribute::State,
+        Attribute::User,
+        Attribute::Account,
+        Attribute::Class,
+        Attribute::Qos,
+        Attribute::Group,
+    ];
+
+    /// The job's value of this attribute (`None` when it has none).
+    pub fn of(self, job: &Job) -> Option<&str> {
+        match self {
+            Attribute::State => Some(job.status.state.as_str()),
+            Attribute::User => Some(job.spec.user.as_deref().unwrap_or(&job.status.submitter)),
+            Attribute::Account => job.spec.account.as_deref(),
+            Attribute::Class => job.spec.job_class.as_deref(),
+            Attribute::Qos => job.spec.qos_requested.as_deref(),
+            Attribute::Group => job.spec.group.as_deref(),
+        }
+    }
+}
+
+/// Every job, in submission order, with an index by id and by [`Attribute`]. Jobs are
+/// never removed, so a position is a job's identity for the life of the book.
+#[derive(Default)]
+pub struct JobBook {
+    jobs: Vec<Arc<Job>>,
+    /// Position by the number at the end of the id (`<name>.<seq>`).
+    by_seq: HashMap<u64, u32>,
+    index: HashMap<(Attribute, Box<str>), BTreeSet<u32>>,
+    /// Whether submission dates never decrease with position (the wall clock never went
+    /// back): then position order is submission-date order.
+    submit_order: bool,
+}
+
+impl JobBook {
+    pub fn new() -> JobBook {
+        JobBook {
+            submit_order: true,
+            ..Default::default()
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Arc<Job>> {
+        self.position(id).map(|p| &self.jobs[p])
+    }
+
+    pub fn at(&self, position: usize) -> &Arc<Job> {
+        &self.jobs[position]
+    }
+
+    pub fn all(&self) -> &[Arc<Job>] {
+        &self.jobs
+    }
+
+    pub fn len(&self) -> usize {
+        self.jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.jobs.is_empty()
+    }
+
+    /// Positions of the jobs whose `attribute` is `value`, in submission order.
+    pub fn with(&self, attribute: Attribute, value: &str) -> Option<&BTreeSet<u32>> {
+        self.index.get(&(attribute, Box::from(value)))
+    }
+
+    /// Positions of the jobs in `state`.
+    pub fn in_state(&self, state: JobState) -> Option<&BTreeSet<u32>> {
+        self.with(Attribute::State, state.as_str())
+    }
+
+    /// Whether position order is also the order of submission dates.
+    pub fn in_submit_order(&self) -> bool {
+        self.submit_order
+    }
+
+    pub fn position(&self, id: &str) -> Option<usize> {
+        let seq = id.rsplit_once('.')?.1.parse::<u64>().ok()?;
+        let position = *self.by_seq.get(&seq)? as usize;
+        (self.jobs[position].id == id).then_some(position)
+    }
+
+    pub(crate) fn push(&mut self, job: Job) -> usize {
+        let position = self.jobs.len();
+        if let Some(last) = self.jobs.last()
+            && job.status.dates.submit < last.status.dates.submit
+        {
+            self.submit_order = false;
+        }
+        self.by_seq.insert(job.seq, position as u32);
+        self.add_to_index(position, &job);
+        self.jobs.push(Arc::new(job));
+        position
+    }
+
+    /// Changes the job at `position`; readers holding the old version keep it.
+    pub(crate) fn change<R>(&mut self, position: usize, change: impl FnOnce(&mut Job) -> R) -> R {
+        let before: Vec<Option<Box<str>>> = Attribute::ALL
+            .iter()
+            .map(|a| a.of(&self.jobs[position]).map(Box::from))
+            .collect();
+        let job = Arc::make_mut(&mut self.jobs[position]);
+        let result = change(job);
+        let job = self.jobs[position].clone();
+        for (attribute, old) in Attribute::ALL.into_iter().zip(before) {
+            let new = attribute.of(&job);
+            if old.as_deref() != new {
+                if let Some(old) = old {
+                    self.remove_from(attribute, old, position);
+                }
+                if let Some(new) = new {
+                    self.index
+                        .entry((attribute, Box::from(new)))
+                        .or_default()
+                        .insert(position as u32);
+                }
+            }
+        }
+        result
+    }
+
+    fn add_to_index(&mut self, position: usize, job: &Job) {
+        for attribute in Attribute::ALL {
+            if let Some(value) = attribute.of(job) {
+                self.index
+                    .entry((attribute, Box::from(value)))
+                    .or_default()
+                    .insert(position as u32);
+            }
+        }
+    }
+
+    fn remove_from(&mut self, attribute: Attribute, value: Box<str>, position: usize) {
+        let key = (attribute, value);
+        if let Some(set) = self.index.get_mut(&key) {
+            set.remove(&(position as u32));
+            if set.is_empty() {
+                self.index.remove(&key);
+            }
+        }
+    }
+}
