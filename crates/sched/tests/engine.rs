@@ -1,0 +1,328 @@
+//! The engine on its own: a SQLite store, a clock the test moves, a resource manager the
+//! test drives (a stand-in for processes), and the events it emits.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_sched::clock::ManualClock;
+use drover_sched::events::RecordedEvents;
+use drover_sched::job::{JobSpec, JobState, ProcessRecord};
+use drover_sched::node::NodeConfig;
+use drover_sched::rm::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
+use drover_sched::{EngineParts, JobAction, JobChanges, Requester, SchedConfig, Scheduler};
+
+/// Processes that exist only in this test: started, signalled and ended on request.
+#[derive(Default)]
+struct FakeRm {
+    notify: Mutex<Option<RmNotify>>,
+    started: Mutex<Vec<(String, i32)>>,
+    signals: Mutex<Vec<(i32, JobSignal)>>,
+    alive: Mutex<HashSet<i32>>,
+    next_pid: Mutex<i32>,
+}
+
+impl FakeRm {
+    fn exit(&self, job_id: &str, code: i32) {
+        let pid = self.pid_of(job_id);
+        self.alive.lock().unwrap().remove(&pid);
+        let notify = self.notify.lock().unwrap().clone().unwrap();
+        notify(RmEvent::Exited {
+            job_id: job_id.into(),
+            pid,
+            exit: Exit {
+                code: Some(code),
+                cpu_seconds: 1.5,
+            },
+        });
+    }
+
+    fn pid_of(&self, job_id: &str) -> i32 {
+        let started = self.started.lock().unwrap();
+        started
+            .iter()
+            .rev()
+            .find(|(j, _)| j == job_id)
+            .map(|(_, p)| *p)
+            .expect("started")
+    }
+
+    fn started_ids(&self) -> Vec<String> {
+        self.started
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(j, _)| j.clone())
+            .collect()
+    }
+}
+
+impl ResourceManager for FakeRm {
+    fn name(&self) -> &str {
+        "fake"
+    }
+
+    fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
+        let mut next = self.next_pid.lock().unwrap();
+        *next += 1;
+        let pid = 10_000 + *next;
+        self.started.lock().unwrap().push((launch.job_id, pid));
+        self.alive.lock().unwrap().insert(pid);
+        Ok(ProcessRecord {
+            pid,
+            start_ticks: 1,
+            spool: String::new(),
+        })
+    }
+
+    fn signal(&self, process: &ProcessRecord, signal: JobSignal) -> Result<(), String> {
+        self.signals.lock().unwrap().push((process.pid, signal));
+        Ok(())
+    }
+
+    fn adopt(&self, _job_id: &str, process: &ProcessRecord) -> bool {
+        self.alive.lock().unwrap().contains(&process.pid)
+    }
+
+    fn abandon(&self, _job_id: &str) {}
+}
+
+struct Harness {
+    scheduler: Scheduler,
+    rm: Arc<FakeRm>,
+    clock: Arc<ManualClock>,
+    events: Arc<RecordedEvents>,
+}
+
+fn start(
+    dir: &std::path::Path,
+    rm: Arc<FakeRm>,
+    clock: Arc<ManualClock>,
+    processors: u32,
+) -> Harness {
+    let store: Arc<dyn drover_store::DocumentStore> =
+        Arc::new(drover_store::SqliteStore::open(&dir.join("engine.db")).unwrap());
+    let events = Arc::new(RecordedEvents::default());
+    let config = SchedConfig {
+        nodes: vec![NodeConfig {
+            id: "n1".into(),
+            processors,
+            memory: None,
+            disk: None,
+            swap: None,
+            features: vec![],
+            partition: None,
+            architecture: None,
+            os: None,
+            generic_resources: Default::default(),
+            rack: None,
+            slot: None,
+        }],
+        tick: Duration::from_millis(20),
+        ..SchedConfig::default()
+    };
+    let maker = rm.clone();
+    let parts = EngineParts {
+        store,
+        resource_manager: Box::new(move |notify| {
+            *maker.notify.lock().unwrap() = Some(notify);
+            Ok(maker as Arc<dyn ResourceManager>)
+        }),
+        clock: clock.clone(),
+        events: events.clone(),
+    };
+    Harness {
+        scheduler: Scheduler::start(config, parts).unwrap(),
+        rm,
+        clock,
+        events,
+    }
+}
+
+fn admin() -> Requester {
+    Requester {
+        user: "admin".into(),
+        proxy_user: None,
+        admin: true,
+    }
+}
+
+fn spec(held: bool, user_priority: i64) -> JobSpec {
+    JobSpec {
+        command_file: "/usr/bin/true".into(),
+        working_directory: Some("/tmp".into()),
+        holds: if held {
+            vec![drover_sched::job::Hold::User]
+        } else {
+            vec![]
+        },
+        user_priority,
+        ..Default::default()
+    }
+}
+
+fn wait_until(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..500 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+fn state(h: &Harness, id: &str) -> JobState {
+    h.scheduler.job(id).unwrap().status.state
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priority_order_events_and_the_job_life_cycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        1,
+    );
+    let first = h.scheduler.submit(spec(false, 0), admin()).await.unwrap();
+    wait_until("the first job runs", || {
+        state(&h, &first) == JobState::Running
+    });
+    // Two waiting jobs; the higher user priority goes first, then the system priority
+    // beats both.
+    let low = h.scheduler.submit(spec(true, 1), admin()).await.unwrap();
+    let high = h.scheduler.submit(spec(true, 10), admin()).await.unwrap();
+    let urgent = h.scheduler.submit(spec(true, -5), admin()).await.unwrap();
+    h.scheduler
+        .modify(
+            &urgent,
+            JobChanges {
+                system_priority: Some(1),
+                ..Default::default()
+            },
+            admin(),
+        )
+        .await
+        .unwrap();
+    for id in [&low, &high, &urgent] {
+        h.scheduler
+            .act(id, JobAction::Unhold(vec![]), admin())
+            .await
+            .unwrap();
+        assert_eq!(state(&h, id), JobState::Idle);
+    }
+    h.clock.advance(30);
+    h.rm.exit(&first, 0);
+    wait_until("the urgent job runs", || {
+        state(&h, &urgent) == JobState::Running
+    });
+    h.rm.exit(&urgent, 2);
+    wait_until("the high job runs", || {
+        state(&h, &high) == JobState::Running
+    });
+    h.rm.exit(&high, 0);
+    wait_until("the low job runs", || state(&h, &low) == JobState::Running);
+    assert_eq!(
+        h.rm.started_ids(),
+        [first.clone(), urgent.clone(), high.clone(), low.clone()]
+    );
+
+    let done = h.scheduler.job(&first).unwrap();
+    assert_eq!(done.status.state, JobState::Completed);
+    assert_eq!(done.status.completion_code, Some(0));
+    assert_eq!(done.status.cpu_seconds, 1.5);
+    assert_eq!(done.active_seconds(h.clock.now()), 30);
+    assert_eq!(
+        h.scheduler.job(&urgent).unwrap().status.completion_code,
+        Some(2)
+    );
+    assert_eq!(
+        h.events.types_for(&first),
+        ["jobsubmit", "jobstart", "jobend"],
+        "events of the first job"
+    );
+    assert_eq!(
+        h.events.types_for(&urgent),
+        ["jobsubmit", "jobmodify", "jobrelease", "jobstart", "jobend"]
+    );
+}
+
+use drover_sched::clock::Clock;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wall_time_is_enforced_on_the_engine_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        2,
+    );
+    let mut limited = spec(false, 0);
+    limited.duration = Some(60);
+    let id = h.scheduler.submit(limited, admin()).await.unwrap();
+    wait_until("it runs", || state(&h, &id) == JobState::Running);
+    h.clock.advance(59);
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        h.rm.signals.lock().unwrap().is_empty(),
+        "not yet over its limit"
+    );
+    h.clock.advance(2);
+    wait_until("it is told to stop", || {
+        !h.rm.signals.lock().unwrap().is_empty()
+    });
+    let pid = h.rm.pid_of(&id);
+    assert!(
+        matches!(h.rm.signals.lock().unwrap()[0], (p, JobSignal::Terminate { .. }) if p == pid)
+    );
+    h.rm.exit(&id, 143);
+    wait_until("it is vacated", || state(&h, &id) == JobState::Vacated);
+    let job = h.scheduler.job(&id).unwrap();
+    assert!(
+        job.status.messages[0]
+            .text
+            .contains("wall time of 60 seconds")
+    );
+    assert_eq!(job.status.completion_code, Some(143));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_adopts_live_processes_requeues_restartable_jobs_and_vacates_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let rm = Arc::new(FakeRm::default());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let h = start(dir.path(), rm.clone(), clock.clone(), 4);
+    let adopted = h.scheduler.submit(spec(false, 0), admin()).await.unwrap();
+    let mut restartable = spec(false, 0);
+    restartable.flags = vec!["RESTARTABLE".into()];
+    let requeued = h.scheduler.submit(restartable, admin()).await.unwrap();
+    let vacated = h.scheduler.submit(spec(false, 0), admin()).await.unwrap();
+    let held = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    for id in [&adopted, &requeued, &vacated] {
+        wait_until("it runs", || state(&h, id) == JobState::Running);
+    }
+    h.scheduler.shutdown().await;
+    // While the service is down, two of the processes end.
+    for id in [&requeued, &vacated] {
+        let pid = rm.pid_of(id);
+        rm.alive.lock().unwrap().remove(&pid);
+    }
+    let h = start(dir.path(), rm.clone(), clock, 4);
+    assert_eq!(state(&h, &adopted), JobState::Running);
+    assert_eq!(state(&h, &vacated), JobState::Vacated);
+    assert_eq!(state(&h, &held), JobState::Hold);
+    wait_until("the restartable job starts again", || {
+        rm.started_ids().iter().filter(|j| **j == requeued).count() == 2
+    });
+    let job = h.scheduler.job(&requeued).unwrap();
+    assert_eq!(job.status.counts.requeue, 1);
+    assert!(job.status.messages[0].text.contains("requeued"));
+    // The adopted process still reports its end to the new engine.
+    rm.exit(&adopted, 0);
+    wait_until("the adopted job completes", || {
+        state(&h, &adopted) == JobState::Completed
+    });
+    let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    assert_eq!(next, "Drover.5", "ids continue after a restart");
+}
