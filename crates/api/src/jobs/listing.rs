@@ -11,7 +11,6 @@
 //! - anything else renders the candidates the indexes leave and lets the evaluator
 //!   decide (correct, and as slow as it must be).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use drover_query::filter::{Cond, Filter};
@@ -19,6 +18,7 @@ use drover_query::sort::Direction;
 use drover_query::{ListQuery, Page};
 use drover_sched::job::{Job, JobState};
 use drover_sched::{Attribute, JobBook};
+use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use super::{Listing, Render};
@@ -63,21 +63,6 @@ fn is_submit_date(path: &str, version: u32) -> bool {
     )
 }
 
-/// Positions a condition allows: one index set, or the union of several.
-enum Posting<'b> {
-    Set(&'b BTreeSet<u32>),
-    Owned(BTreeSet<u32>),
-}
-
-impl Posting<'_> {
-    fn set(&self) -> &BTreeSet<u32> {
-        match self {
-            Posting::Set(s) => s,
-            Posting::Owned(s) => s,
-        }
-    }
-}
-
 /// Splits a filter into index lookups and what is left for the evaluator.
 fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, Vec<Filter>) {
     let members: Vec<&Filter> = match filter {
@@ -117,72 +102,70 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, Vec<F
     (lookups, residual)
 }
 
-fn postings<'b>(book: &'b JobBook, lookups: &[(Attribute, Vec<String>)]) -> Vec<Posting<'b>> {
-    static EMPTY: BTreeSet<u32> = BTreeSet::new();
-    lookups
+/// The positions that pass the lookups and the listing; `None` means every job.
+fn candidates(
+    book: &JobBook,
+    lookups: &[(Attribute, Vec<String>)],
+    listing: Listing,
+) -> Option<RoaringBitmap> {
+    let union = |attribute: Attribute, values: &mut dyn Iterator<Item = &str>| -> RoaringBitmap {
+        values
+            .filter_map(|v| book.with(attribute, v))
+            .fold(RoaringBitmap::new(), |all, set| all | set)
+    };
+    let mut sets: Vec<RoaringBitmap> = lookups
         .iter()
-        .map(|(attribute, values)| match values.as_slice() {
-            [one] => Posting::Set(book.with(*attribute, one).unwrap_or(&EMPTY)),
-            many => Posting::Owned(
-                many.iter()
-                    .filter_map(|v| book.with(*attribute, v))
-                    .flat_map(|s| s.iter().copied())
-                    .collect(),
-            ),
-        })
-        .collect()
+        .map(|(attribute, values)| union(*attribute, &mut values.iter().map(String::as_str)))
+        .collect();
+    let states = |last: bool| {
+        JobState::ALL
+            .into_iter()
+            .filter(move |s| s.is_final() == last)
+            .map(|s| s.as_str())
+    };
+    match listing {
+        Listing::All => {}
+        Listing::Active => sets.push(union(Attribute::State, &mut states(false))),
+        Listing::Complete => sets.push(union(Attribute::State, &mut states(true))),
+    }
+    sets.sort_by_key(|s| s.len());
+    let mut sets = sets.into_iter();
+    let first = sets.next()?;
+    Some(sets.fold(first, |all, set| all & set))
 }
 
-/// The positions that pass the lookups and the listing, in position order (`reverse`
-/// for descending).
-fn candidates<'b>(
-    book: &'b JobBook,
-    postings: &'b [Posting<'b>],
-    listing: Listing,
+/// The candidates in position order (`reverse`: descending).
+fn positions<'c>(
+    book: &JobBook,
+    candidates: &'c Option<RoaringBitmap>,
     reverse: bool,
-) -> Box<dyn Iterator<Item = u32> + 'b> {
-    let smallest = postings
-        .iter()
-        .enumerate()
-        .min_by_key(|(_, p)| p.set().len());
-    let shown = move |p: &u32| listing.shows(book.at(*p as usize));
-    match smallest {
-        None => {
-            let all = 0..book.len() as u32;
-            if reverse {
-                Box::new(all.rev().filter(shown))
-            } else {
-                Box::new(all.filter(shown))
-            }
-        }
-        Some((chosen, posting)) => {
-            let others = move |p: &u32| {
-                postings
-                    .iter()
-                    .enumerate()
-                    .all(|(i, other)| i == chosen || other.set().contains(p))
-            };
-            let set = posting.set();
-            if reverse {
-                Box::new(set.iter().rev().copied().filter(others).filter(shown))
-            } else {
-                Box::new(set.iter().copied().filter(others).filter(shown))
-            }
-        }
+) -> Box<dyn Iterator<Item = u32> + 'c> {
+    match (candidates, reverse) {
+        (Some(set), false) => Box::new(set.iter()),
+        (Some(set), true) => Box::new(set.iter().rev()),
+        (None, false) => Box::new(0..book.len() as u32),
+        (None, true) => Box::new((0..book.len() as u32).rev()),
     }
 }
 
-/// Runs `query` over the jobs of `listing`; answers the page rendered by `shown`.
-pub(super) fn run(
+/// What the job book alone answers: the page, or the jobs the evaluator must judge
+/// (rendered after the book's read lock is released, so a slow query never holds up
+/// the engine).
+pub(super) enum Outcome {
+    Page(Page<Value>),
+    Evaluate(Vec<Arc<Job>>),
+}
+
+/// Runs `query` over the jobs of `listing` as far as the book's indexes and order go.
+pub(super) fn plan(
     book: &JobBook,
     listing: Listing,
     query: &ListQuery,
-    filter_render: &Render,
+    version: u32,
     shown: &Render,
-) -> Page<Value> {
-    let version = filter_render.version;
+) -> Outcome {
     let (lookups, residual) = split(&query.filter, version);
-    let postings = postings(book, &lookups);
+    let candidates = candidates(book, &lookups, listing);
     let by_position = match query.sort.keys.as_slice() {
         [] => Some(false),
         [(path, direction)] if is_submit_date(path.as_str(), version) && book.in_submit_order() => {
@@ -193,15 +176,13 @@ pub(super) fn run(
     let page = &query.paging;
     match (residual.is_empty(), by_position) {
         (true, Some(descending)) => {
-            let total = match (postings.as_slice(), listing) {
-                ([], Listing::All) => book.len(),
-                ([only], Listing::All) => only.set().len(),
-                _ => candidates(book, &postings, listing, false).count(),
-            };
+            let total = candidates
+                .as_ref()
+                .map_or(book.len(), |set| set.len() as usize);
             let wanted = page.offset.saturating_add(page.max.unwrap_or(usize::MAX));
             let ordered = in_date_order(
                 book,
-                candidates(book, &postings, listing, descending),
+                positions(book, &candidates, descending),
                 descending,
                 wanted,
             );
@@ -211,29 +192,33 @@ pub(super) fn run(
                 .take(page.max.unwrap_or(usize::MAX))
                 .map(|p| shown.job(book.at(p as usize)))
                 .collect();
-            Page { total, items }
+            Outcome::Page(Page { total, items })
         }
-        _ => {
-            // The evaluator decides over the rendered candidates.
-            let jobs: Vec<&Arc<Job>> = candidates(book, &postings, listing, false)
-                .map(|p| book.at(p as usize))
-                .collect();
-            let documents: Vec<Value> = jobs.iter().map(|j| filter_render.job(j)).collect();
-            let rest = ListQuery {
-                filter: Filter::And(residual),
-                sort: query.sort.clone(),
-                paging: query.paging,
-            };
-            let found = rest.run_positions(&documents);
-            Page {
-                total: found.total,
-                items: found
-                    .items
-                    .into_iter()
-                    .map(|i| shown.job(jobs[i]))
-                    .collect(),
-            }
-        }
+        _ => Outcome::Evaluate(
+            positions(book, &candidates, false)
+                .map(|p| book.at(p as usize).clone())
+                .collect(),
+        ),
+    }
+}
+
+/// The evaluator's answer over `jobs` (the candidates [`plan`] left): every one is
+/// rendered with `filter_render` and judged by the whole filter.
+pub(super) fn evaluate(
+    jobs: &[Arc<Job>],
+    query: &ListQuery,
+    filter_render: &Render,
+    shown: &Render,
+) -> Page<Value> {
+    let documents: Vec<Value> = jobs.iter().map(|j| filter_render.job(j)).collect();
+    let found = query.run_positions(&documents);
+    Page {
+        total: found.total,
+        items: found
+            .items
+            .into_iter()
+            .map(|i| shown.job(&jobs[i]))
+            .collect(),
     }
 }
 

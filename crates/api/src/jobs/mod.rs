@@ -274,8 +274,17 @@ async fn list(
     // page in the deployment's zone.
     let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
-    let page = scheduler
-        .with_jobs(|book| listing::run(book, listing, &params.query, &filter_render, &shown));
+    let version = filter_render.version;
+    let outcome =
+        scheduler.with_jobs(|book| listing::plan(book, listing, &params.query, version, &shown));
+    let page = match outcome {
+        listing::Outcome::Page(page) => page,
+        // The whole filter again: the index lookups are cheap to re-check and keep the
+        // evaluator the judge.
+        listing::Outcome::Evaluate(jobs) => {
+            listing::evaluate(&jobs, &params.query, &filter_render, &shown)
+        }
+    };
     Ok(envelope(page, &params))
 }
 

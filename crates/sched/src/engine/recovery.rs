@@ -120,6 +120,17 @@ impl Engine {
         {
             self.charge_nodes(job, true);
             self.running.insert(position);
+            if job.status.ending.is_some() {
+                // It was being stopped; the SIGKILL after the grace period went with the
+                // old service, so start again.
+                let grace = self.config.kill_grace_seconds;
+                let _ = self.rm.signal(
+                    process,
+                    crate::rm::JobSignal::Terminate {
+                        grace_seconds: grace,
+                    },
+                );
+            }
             return;
         }
         let restartable = job.has_flag("RESTARTABLE") && job.status.ending.is_none();

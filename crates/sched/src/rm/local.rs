@@ -44,6 +44,11 @@ impl LocalResourceManager {
         Ok(LocalResourceManager { spool, events })
     }
 
+    fn pid_file(&self, job_id: &str) -> PathBuf {
+        self.spool
+            .join(format!("{}.pid", job_id.replace(['/', '\0'], "_")))
+    }
+
     fn spool_of(&self, job_id: &str) -> PathBuf {
         // Job ids are made by the engine (`<name>.<n>`); keep the path a single component anyway.
         self.spool.join(job_id.replace(['/', '\0'], "_"))
@@ -187,7 +192,9 @@ impl ResourceManager for LocalResourceManager {
             start_ticks: start_ticks(pid).unwrap_or(0),
             spool: spool.to_string_lossy().into_owned(),
         };
-        std::fs::write(spool.join("pid"), pid.to_string()).ok();
+        // In the service's own directory, not the job's (which its user owns): a restart
+        // kills what this names, so a job must not be able to rewrite it.
+        std::fs::write(self.pid_file(&launch.job_id), pid.to_string()).ok();
         self.watch_child(launch.job_id, pid);
         Ok(record)
     }
@@ -243,7 +250,7 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn abandon(&self, job_id: &str) {
-        let Ok(text) = std::fs::read_to_string(self.spool_of(job_id).join("pid")) else {
+        let Ok(text) = std::fs::read_to_string(self.pid_file(job_id)) else {
             return;
         };
         if let Ok(pid) = text.trim().parse::<i32>()
