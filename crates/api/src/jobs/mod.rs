@@ -391,17 +391,14 @@ async fn act(
             ));
         }
     };
-    let cancel = action == JobAction::Cancel;
+    // The same effect as DELETE, but the answer of an action: `{"messages":[...]}`
+    // (spec 4.4's table).
     let message = state
         .scheduler()
         .act(&id, action, requester(&caller))
         .await
         .map_err(sched_error)?;
-    Ok(if cancel {
-        cancelled(message)
-    } else {
-        reply::messages([message]).into_response()
-    })
+    Ok(reply::messages([message]).into_response())
 }
 
 async fn cancel(
