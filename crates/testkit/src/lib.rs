@@ -337,7 +337,10 @@ impl TestServer {
         // A pooled keep-alive connection can be closed by the server just as it is
         // reused; a GET is safe to send again (other methods are not retried).
         let result = match send() {
-            Err(ureq::Error::Io(_)) if method == "GET" => send(),
+            Err(ureq::Error::Io(e)) if method == "GET" => {
+                eprintln!("testkit: {method} {path} failed on a reused connection ({e}); sent again");
+                send()
+            }
             other => other,
         };
         let mut response = result.unwrap_or_else(|e| panic!("{method} {path}: {e}"));
