@@ -31,6 +31,9 @@ pub fn read_object<T>(
         ));
     };
     let mut problems = Vec::new();
+    // The stores cannot keep U+0000 (PostgreSQL's jsonb refuses it): refuse it here, by
+    // field, rather than fail when the change is written.
+    find_nul(body, "", &mut problems);
     let value = read(&mut Fields {
         object,
         path: String::new(),
@@ -378,6 +381,41 @@ impl<'a> Fields<'a> {
 
     pub fn keys(&self) -> impl Iterator<Item = &'a String> {
         self.object.keys()
+    }
+}
+
+fn find_nul(value: &Value, path: &str, problems: &mut Vec<String>) {
+    let here = |key: &str| {
+        if path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{path}.{key}")
+        }
+    };
+    match value {
+        Value::String(s) if s.contains('\0') => {
+            problems.push(format!(
+                "{}: must not contain NUL characters",
+                if path.is_empty() { "body" } else { path }
+            ));
+        }
+        Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                find_nul(item, &format!("{path}[{i}]"), problems);
+            }
+        }
+        Value::Object(object) => {
+            for (key, item) in object {
+                if key.contains('\0') {
+                    problems.push(format!(
+                        "{}: field names must not contain NUL characters",
+                        here("")
+                    ));
+                }
+                find_nul(item, &here(key), problems);
+            }
+        }
+        _ => {}
     }
 }
 

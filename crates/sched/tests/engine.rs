@@ -94,6 +94,68 @@ struct Harness {
     events: Arc<RecordedEvents>,
 }
 
+/// A SQLite store whose reads and writes fail while `failing` is set (a database that
+/// went away).
+struct FlakyStore {
+    inner: drover_store::SqliteStore,
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl FlakyStore {
+    fn check(&self) -> drover_store::Result<()> {
+        if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(drover_store::StoreError::Backend(
+                "the database went away".into(),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl drover_store::DocumentStore for FlakyStore {
+    fn backend(&self) -> &'static str {
+        self.inner.backend()
+    }
+    fn ensure_collection(&self, spec: &drover_store::CollectionSpec) -> drover_store::Result<()> {
+        self.inner.ensure_collection(spec)
+    }
+    fn write(&self, batch: &[drover_store::Write]) -> drover_store::Result<Vec<i64>> {
+        self.check()?;
+        self.inner.write(batch)
+    }
+    fn get(&self, c: &str, id: &str) -> drover_store::Result<Option<drover_store::Document>> {
+        self.inner.get(c, id)
+    }
+    fn get_by_name(
+        &self,
+        c: &str,
+        name: &str,
+    ) -> drover_store::Result<Option<drover_store::Document>> {
+        self.inner.get_by_name(c, name)
+    }
+    fn list(
+        &self,
+        c: &str,
+        q: &drover_query::ListQuery,
+    ) -> drover_store::Result<drover_query::Page<drover_store::Document>> {
+        self.check()?;
+        self.inner.list(c, q)
+    }
+    fn ping(&self) -> drover_store::Result<()> {
+        self.inner.ping()
+    }
+    fn maintain(&self) -> drover_store::Result<()> {
+        self.inner.maintain()
+    }
+    fn describe(&self) -> drover_store::Result<drover_store::StoreInfo> {
+        self.inner.describe()
+    }
+    fn flush(&self) -> drover_store::Result<()> {
+        self.inner.flush()
+    }
+}
+
 fn start(
     dir: &std::path::Path,
     rm: Arc<FakeRm>,
@@ -102,6 +164,15 @@ fn start(
 ) -> Harness {
     let store: Arc<dyn drover_store::DocumentStore> =
         Arc::new(drover_store::SqliteStore::open(&dir.join("engine.db")).unwrap());
+    start_on(store, rm, clock, processors)
+}
+
+fn start_on(
+    store: Arc<dyn drover_store::DocumentStore>,
+    rm: Arc<FakeRm>,
+    clock: Arc<ManualClock>,
+    processors: u32,
+) -> Harness {
     let events = Arc::new(RecordedEvents::default());
     let config = SchedConfig {
         nodes: vec![NodeConfig {
@@ -325,4 +396,48 @@ async fn a_restart_adopts_live_processes_requeues_restartable_jobs_and_vacates_t
     });
     let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
     assert_eq!(next, "Drover.5", "ids continue after a restart");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FlakyStore {
+        inner: drover_store::SqliteStore::open(&dir.path().join("engine.db")).unwrap(),
+        failing: false.into(),
+    });
+    let h = start_on(
+        store.clone(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        1,
+    );
+    let kept = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    store
+        .failing
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let refused = h.scheduler.submit(spec(true, 0), admin()).await;
+    assert!(
+        matches!(refused, Err(drover_sched::SchedError::Unavailable(_))),
+        "{refused:?}"
+    );
+    wait_until("the engine says it cannot record", || {
+        h.scheduler.degraded().is_some()
+    });
+    let again = h.scheduler.submit(spec(true, 0), admin()).await;
+    assert!(
+        matches!(again, Err(drover_sched::SchedError::Unavailable(_))),
+        "{again:?}"
+    );
+    store
+        .failing
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    wait_until("the engine has reloaded", || {
+        h.scheduler.degraded().is_none()
+    });
+    // What was refused is gone; what was answered stays; ids go on from the store.
+    assert!(h.scheduler.job(&kept).is_some());
+    assert!(h.scheduler.job("Drover.2").is_none());
+    let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    assert_eq!(next, "Drover.2");
+    assert_eq!(h.scheduler.jobs().len(), 2);
 }

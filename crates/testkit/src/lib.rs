@@ -338,7 +338,9 @@ impl TestServer {
         // reused; a GET is safe to send again (other methods are not retried).
         let result = match send() {
             Err(ureq::Error::Io(e)) if method == "GET" => {
-                eprintln!("testkit: {method} {path} failed on a reused connection ({e}); sent again");
+                eprintln!(
+                    "testkit: {method} {path} failed on a reused connection ({e}); sent again"
+                );
                 send()
             }
             other => other,

@@ -572,6 +572,11 @@ fn every_refusal_of_part_8_names_the_field() {
             "environmentVariables",
         ),
         (json!({"credentials": {"user": "root"}}), "root"),
+        (
+            json!({"variables": {"ok": "a\u{0}b"}}),
+            "variables.ok: must not contain NUL",
+        ),
+        (json!({"customName": "x\u{0}"}), "customName"),
     ];
     for (extra, expected) in cases {
         let reply = server.send_json("POST", "/rest/jobs?api-version=2", &base(extra.clone()));
