@@ -256,6 +256,18 @@ impl<'a> Fields<'a> {
         Some(out)
     }
 
+    /// Variables to set: `{"name": "value"}`, each wrapped for a map where `None` removes.
+    pub fn variable_changes(
+        &mut self,
+        key: &str,
+    ) -> std::collections::BTreeMap<String, Option<String>> {
+        self.string_map(key)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, Some(v)))
+            .collect()
+    }
+
     /// An object of numbers (`{"gpu": 2}`).
     pub fn number_map(&mut self, key: &str) -> Option<BTreeMap<String, f64>> {
         let value = self.get(key)?;
@@ -372,6 +384,43 @@ impl<'a> Fields<'a> {
                 })
                 .collect(),
         )
+    }
+
+    /// Messages to add: plain strings, or `{"message": ...}` objects (or a mix).
+    pub fn messages(&mut self, key: &str) -> Vec<String> {
+        match self.get(key) {
+            None => Vec::new(),
+            Some(Value::String(_)) => self.strings(key).unwrap_or_default(),
+            Some(Value::Array(items)) => {
+                let mut out = Vec::new();
+                for (i, item) in items.iter().enumerate() {
+                    match item {
+                        Value::String(text) => out.push(text.clone()),
+                        Value::Object(o) => match o.get("message").and_then(Value::as_str) {
+                            Some(text) => out.push(text.to_string()),
+                            None => {
+                                self.problem(&format!("{key}[{i}].message"), "required, a string")
+                            }
+                        },
+                        other => self.problem(
+                            &format!("{key}[{i}]"),
+                            format!(
+                                "expected a string or {{\"message\": <string>}}, got {}",
+                                describe(other)
+                            ),
+                        ),
+                    }
+                }
+                out
+            }
+            Some(other) => {
+                self.problem(
+                    key,
+                    format!("expected a list of messages, got {}", describe(other)),
+                );
+                Vec::new()
+            }
+        }
     }
 
     /// The raw value at `key`.

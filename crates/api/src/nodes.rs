@@ -208,12 +208,7 @@ fn changes(body: &Value) -> Result<NodeChanges, ApiError> {
             os: f.string("os"),
             partition: f.string("partition"),
             generic_metrics: f.number_map("genericMetrics").unwrap_or_default(),
-            variables: f
-                .string_map("variables")
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, Some(v)))
-                .collect(),
+            variables: f.variable_changes("variables"),
             ..Default::default()
         };
         if let Some(text) = f.string("state") {
@@ -232,15 +227,7 @@ fn changes(body: &Value) -> Result<NodeChanges, ApiError> {
                 _ => f.problem("power", format!("must be on or off, not '{text}'")),
             }
         }
-        changes.messages = match f.raw("messages") {
-            Some(Value::Array(items)) if items.iter().all(Value::is_object) => f
-                .each("messages", |m| m.string("message"))
-                .unwrap_or_default()
-                .into_iter()
-                .flatten()
-                .collect(),
-            _ => f.strings("messages").unwrap_or_default(),
-        };
+        changes.messages = f.messages("messages");
         changes.generic_events = f
             .each("genericEvents", |e| {
                 let name = e.string("name");

@@ -36,6 +36,24 @@ pub struct NodeConfig {
 }
 
 impl NodeConfig {
+    /// A node of `processors` processors and nothing else known.
+    pub fn new(id: &str, processors: u32) -> NodeConfig {
+        NodeConfig {
+            id: id.to_string(),
+            processors,
+            memory: None,
+            disk: None,
+            swap: None,
+            features: Vec::new(),
+            partition: None,
+            architecture: None,
+            os: None,
+            generic_resources: BTreeMap::new(),
+            rack: None,
+            slot: None,
+        }
+    }
+
     /// One node describing this machine: its host name, processors, memory and swap.
     pub fn this_machine() -> NodeConfig {
         let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")

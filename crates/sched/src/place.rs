@@ -185,18 +185,9 @@ mod tests {
         Node::new(
             0,
             NodeConfig {
-                id: id.into(),
-                processors,
                 memory: Some(memory),
-                disk: None,
-                swap: None,
                 features: features.iter().map(|f| f.to_string()).collect(),
-                partition: None,
-                architecture: None,
-                os: None,
-                generic_resources: Default::default(),
-                rack: None,
-                slot: None,
+                ..NodeConfig::new(id, processors)
             },
         )
     }

@@ -175,20 +175,7 @@ fn start_on(
 ) -> Harness {
     let events = Arc::new(RecordedEvents::default());
     let config = SchedConfig {
-        nodes: vec![NodeConfig {
-            id: "n1".into(),
-            processors,
-            memory: None,
-            disk: None,
-            swap: None,
-            features: vec![],
-            partition: None,
-            architecture: None,
-            os: None,
-            generic_resources: Default::default(),
-            rack: None,
-            slot: None,
-        }],
+        nodes: vec![NodeConfig::new("n1", processors)],
         tick: Duration::from_millis(20),
         ..SchedConfig::default()
     };

@@ -230,10 +230,7 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
         extra.rm_extension = f.string("rmExtension");
         extra.generic_attributes = f.strings("genericAttributes").unwrap_or_default();
         extra.virtual_containers = f.references("virtualContainers", "id").unwrap_or_default();
-        if let Some(Some(())) = f.object("requirements", |r| {
-            read_requirements(r, &mut spec);
-            Some(())
-        }) {}
+        f.object("requirements", |r| read_requirements(r, &mut spec));
         spec
     })
 }
@@ -327,12 +324,7 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
         earliest_start: f.date("earliestStartDateRequested", dates),
         flags: f.strings("flags").map(|v| normalize_flags(&v)),
         holds: f.has("holds").then(|| holds_from(f, "holds")),
-        messages: f
-            .each("messages", |m| m.string("message"))
-            .unwrap_or_default()
-            .into_iter()
-            .flatten()
-            .collect(),
+        messages: f.messages("messages"),
         duration: f.integer_in("durationRequested", 0, i64::MAX / 2),
         partition: f
             .object("requirements", |r| r.string("requiredPartition"))
@@ -340,12 +332,7 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
         reservation: f.string("reservationRequested"),
         trigger: f.string("trigger"),
         user_priority: f.integer_in("userPriority", -1_000_000, 1_000_000),
-        variables: f
-            .string_map("variables")
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, Some(v)))
-            .collect(),
+        variables: f.variable_changes("variables"),
         ..Default::default()
     })
 }

@@ -377,10 +377,7 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
         {
             spec.request.partition = Some(partitions.clone());
         }
-        if let Some(Some(())) = f.object("requirements", |r| {
-            read_requirements(r, &mut spec);
-            Some(())
-        }) {}
+        f.object("requirements", |r| read_requirements(r, &mut spec));
         spec
     })
 }
@@ -464,17 +461,7 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
             custom_name: f.string("customName"),
             flags: f.strings("flags").map(|v| normalize_flags(&v)),
             holds: f.has("holds").then(|| holds_from(f, "holds")),
-            messages: match f.raw("messages") {
-                Some(Value::Array(items)) if items.iter().all(Value::is_string) => {
-                    f.strings("messages").unwrap_or_default()
-                }
-                _ => f
-                    .each("messages", |m| m.string("message"))
-                    .unwrap_or_default()
-                    .into_iter()
-                    .flatten()
-                    .collect(),
-            },
+            messages: f.messages("messages"),
             duration: f.integer_in("duration", 0, i64::MAX / 2),
             partition_access_list: f.strings("partitionAccessListRequested"),
             reservation: match f.raw("reservationRequested") {
@@ -483,12 +470,7 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
                     .object("reservationRequested", |r| r.string("name"))
                     .flatten(),
             },
-            variables: f
-                .string_map("variables")
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, v)| (k, Some(v)))
-                .collect(),
+            variables: f.variable_changes("variables"),
             ..Default::default()
         };
         if let Some((account, class, qos)) = f.object("credentials", |c| {

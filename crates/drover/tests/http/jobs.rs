@@ -39,18 +39,8 @@ fn nodes(specs: &[(&str, u32)]) -> Vec<NodeConfig> {
     specs
         .iter()
         .map(|(id, processors)| NodeConfig {
-            id: id.to_string(),
-            processors: *processors,
             memory: Some(4096),
-            disk: None,
-            swap: None,
-            features: Vec::new(),
-            partition: None,
-            architecture: None,
-            os: None,
-            generic_resources: Default::default(),
-            rack: None,
-            slot: None,
+            ..NodeConfig::new(id, *processors)
         })
         .collect()
 }

@@ -220,53 +220,26 @@ impl Engine {
     }
 
     fn handle(&mut self, message: Inbox) {
-        let unavailable = |reason: &String| {
-            SchedError::Unavailable(format!("the scheduler cannot record changes now: {reason}"))
-        };
         match message {
-            Inbox::Submit { spec, by, reply } => match &self.degraded {
-                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
-                None => {
-                    let result = self.submit(*spec, &by);
-                    self.answer(reply, result);
-                }
-            },
+            Inbox::Submit { spec, by, reply } => self.command(reply, |e| e.submit(*spec, &by)),
             Inbox::Modify {
                 id,
                 changes,
                 by,
                 reply,
-            } => match &self.degraded {
-                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
-                None => {
-                    let result = self.modify(&id, *changes, &by);
-                    self.answer(reply, result);
-                }
-            },
+            } => self.command(reply, |e| e.modify(&id, *changes, &by)),
             Inbox::Act {
                 id,
                 action,
                 by,
                 reply,
-            } => match &self.degraded {
-                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
-                None => {
-                    let result = self.act(&id, action, &by);
-                    self.answer(reply, result);
-                }
-            },
+            } => self.command(reply, |e| e.act(&id, action, &by)),
             Inbox::ModifyNode {
                 id,
                 changes,
                 by,
                 reply,
-            } => match &self.degraded {
-                Some(reason) => drop(reply.send(Err(unavailable(reason)))),
-                None => {
-                    let result = self.modify_node(&id, *changes, &by);
-                    self.answer(reply, result);
-                }
-            },
+            } => self.command(reply, |e| e.modify_node(&id, *changes, &by)),
             Inbox::Launch(positions) => {
                 for position in positions {
                     self.launch(position);
@@ -283,6 +256,21 @@ impl Engine {
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
+    }
+
+    /// Runs a command unless the journal is failing, and answers it.
+    fn command<T: Send + 'static>(
+        &mut self,
+        reply: tokio::sync::oneshot::Sender<Result<T, SchedError>>,
+        run: impl FnOnce(&mut Self) -> Result<T, SchedError>,
+    ) {
+        let result = match &self.degraded {
+            Some(reason) => Err(SchedError::Unavailable(format!(
+                "the scheduler cannot record changes now: {reason}"
+            ))),
+            None => run(self),
+        };
+        self.answer(reply, result);
     }
 
     /// Answers once this step's writes are durable; a refusal is answered at once.
