@@ -111,20 +111,21 @@ fn read_secret() -> String {
     line.trim_end_matches(['\r', '\n']).to_string()
 }
 
-async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
+/// Completes on SIGTERM or SIGINT. The handlers are installed here, before the service
+/// says it listens: a SIGTERM right after the banner must stop it cleanly, not kill it.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate())
+        .unwrap_or_else(|e| fail(format!("cannot handle SIGTERM: {e}")));
+    let mut interrupt = signal(SignalKind::interrupt())
+        .unwrap_or_else(|e| fail(format!("cannot handle SIGINT: {e}")));
+    async move {
+        tokio::select! {
+            _ = terminate.recv() => {}
+            _ = interrupt.recv() => {}
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = terminate => {}
+        println!("drover: shutting down (finishing requests in flight)");
     }
-    println!("drover: shutting down (finishing requests in flight)");
 }
 
 fn announce(config: &Config, started: Started) {
@@ -161,7 +162,8 @@ async fn serve(config: Config) {
         .await
         .unwrap_or_else(|e| fail(format!("cannot listen on {address}: {e}")));
     let shown = config.clone();
-    drover::launch(config, listener, shutdown_signal(), |started| {
+    let shutdown = shutdown_signal();
+    drover::launch(config, listener, shutdown, |started| {
         announce(&shown, started)
     })
     .await
