@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use roaring::RoaringBitmap;
 
-use crate::job::{Job, JobState};
+use crate::job::Job;
 
 /// Attributes with an index: a set of book positions per value (a compressed bitmap, so
 /// that intersections and counts over a million jobs take microseconds).
@@ -89,11 +89,6 @@ impl JobBook {
     /// Positions of the jobs whose `attribute` is `value`, in submission order.
     pub fn with(&self, attribute: Attribute, value: &str) -> Option<&RoaringBitmap> {
         self.index.get(&(attribute, Box::from(value)))
-    }
-
-    /// Positions of the jobs in `state`.
-    pub fn in_state(&self, state: JobState) -> Option<&RoaringBitmap> {
-        self.with(Attribute::State, state.as_str())
     }
 
     /// Whether position order is also the order of submission dates.

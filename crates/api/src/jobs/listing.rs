@@ -63,14 +63,15 @@ fn is_submit_date(path: &str, version: u32) -> bool {
     )
 }
 
-/// Splits a filter into index lookups and what is left for the evaluator.
-fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, Vec<Filter>) {
+/// The index lookups a filter's top-level conditions allow, and whether they are the
+/// whole filter (otherwise the evaluator must judge what they leave).
+fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, bool) {
     let members: Vec<&Filter> = match filter {
         Filter::And(members) => members.iter().collect(),
         other => vec![other],
     };
     let mut lookups = Vec::new();
-    let mut residual = Vec::new();
+    let mut covered = true;
     for member in members {
         let looked_up = match member {
             Filter::Field(path, cond) => {
@@ -96,10 +97,10 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, Vec<F
         };
         match looked_up {
             Some(lookup) => lookups.push(lookup),
-            None => residual.push(member.clone()),
+            None => covered = false,
         }
     }
-    (lookups, residual)
+    (lookups, covered)
 }
 
 /// The positions that pass the lookups and the listing; `None` means every job.
@@ -164,7 +165,7 @@ pub(super) fn plan(
     version: u32,
     shown: &Render,
 ) -> Outcome {
-    let (lookups, residual) = split(&query.filter, version);
+    let (lookups, covered) = split(&query.filter, version);
     let candidates = candidates(book, &lookups, listing);
     let by_position = match query.sort.keys.as_slice() {
         [] => Some(false),
@@ -174,7 +175,7 @@ pub(super) fn plan(
         _ => None,
     };
     let page = &query.paging;
-    match (residual.is_empty(), by_position) {
+    match (covered, by_position) {
         (true, Some(descending)) => {
             let total = candidates
                 .as_ref()

@@ -12,7 +12,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
-use drover_sched::job::{Hold, Job, JobSpec, JobState};
+use drover_sched::job::{Hold, Job, JobState};
 use drover_sched::{JobAction, Requester, SchedError, Scheduler};
 use serde_json::{Value, json};
 
@@ -189,10 +189,6 @@ pub(crate) fn queue_status(state: JobState) -> &'static str {
         JobState::Starting | JobState::Running | JobState::Suspended => "active",
         JobState::Completed | JobState::Removed | JobState::Vacated => "completed",
     }
-}
-
-pub(crate) fn flags_upper(spec: &JobSpec) -> Vec<String> {
-    spec.flags.clone()
 }
 
 /// The holds listed at `key`, either spelling.

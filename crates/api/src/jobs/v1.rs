@@ -5,7 +5,7 @@ use drover_sched::JobChanges;
 use drover_sched::job::{Hold, Job, JobSpec, JobState};
 use serde_json::{Map, Value, json};
 
-use super::{Render, flags_upper, holds_from, queue_status, user_of};
+use super::{Render, holds_from, queue_status, user_of};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
@@ -82,7 +82,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
     );
     put("state", json!(status.state.upper()));
     put("expectedState", json!(expected_state(job).upper()));
-    put("flags", json!(flags_upper(spec)));
+    put("flags", json!(spec.flags));
     put(
         "holds",
         json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>()),

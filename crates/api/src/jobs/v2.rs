@@ -7,7 +7,7 @@ use drover_sched::job::{Attribute, Dependency, Job, JobSpec};
 use serde_json::{Map, Value, json};
 
 use super::v1::{arguments, expected_state, normalize_flags, start_priority};
-use super::{Render, flags_upper, holds_from, queue_status, user_of};
+use super::{Render, holds_from, queue_status, user_of};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
@@ -166,7 +166,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("emailNotifyTypes", json!(spec.extra.email_types));
     put("environmentRequested", json!(spec.environment_requested));
     put("environmentVariables", json!(spec.environment));
-    put("flags", json!(flags_upper(spec)));
+    put("flags", json!(spec.flags));
     put(
         "holds",
         json!(status.holds.iter().map(|h| h.as_str()).collect::<Vec<_>>()),
