@@ -346,7 +346,8 @@ impl Engine {
         let body = serde_json::to_value(&job).expect("a job serializes");
         let id = job.id.clone();
         let position = self.shared.jobs.write().unwrap().push(job);
-        self.batch.writes.push(Write::Put {
+        // A plain insert (a new id never exists): cheaper than the upsert of a change.
+        self.batch.writes.push(Write::Insert {
             collection: JOBS.into(),
             id,
             name: None,
