@@ -36,7 +36,7 @@ impl Attribute {
     pub fn of(self, job: &Job) -> Option<&str> {
         match self {
             Attribute::State => Some(job.status.state.as_str()),
-            Attribute::User => Some(job.spec.user.as_deref().unwrap_or(&job.status.submitter)),
+            Attribute::User => Some(job.user()),
             Attribute::Account => job.spec.account.as_deref(),
             Attribute::Class => job.spec.job_class.as_deref(),
             Attribute::Qos => job.spec.qos_requested.as_deref(),

@@ -501,7 +501,41 @@ pub const KNOWN_FLAGS: &[&str] = &[
     "VMTRACKING",
 ];
 
+/// The two output streams of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Output {
+    Stdout,
+    Stderr,
+}
+
 impl Job {
+    /// The job's user as reported (and indexed): the user it named, else its submitter.
+    pub fn user(&self) -> &str {
+        self.spec.user.as_deref().unwrap_or(&self.status.submitter)
+    }
+
+    /// Where a stream goes: the path asked for, relative to the working directory, or
+    /// `<name>.o<n>` / `<name>.e<n>` there (`job` when the name is no plain file name).
+    pub fn output_path(&self, output: Output) -> std::path::PathBuf {
+        let directory = std::path::Path::new(self.spec.working_directory.as_deref().unwrap_or("/"));
+        let (given, letter) = match output {
+            Output::Stdout => (&self.spec.stdout_path, 'o'),
+            Output::Stderr => (&self.spec.stderr_path, 'e'),
+        };
+        match given {
+            Some(path) => directory.join(path),
+            None => {
+                let base = self.spec.custom_name.as_deref().filter(|n| {
+                    !n.is_empty()
+                        && n.len() <= 100
+                        && n.chars()
+                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+                });
+                directory.join(format!("{}.{letter}{}", base.unwrap_or("job"), self.seq))
+            }
+        }
+    }
+
     pub fn has_flag(&self, flag: &str) -> bool {
         self.spec.flags.iter().any(|f| f == flag)
     }

@@ -12,7 +12,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
-use drover_sched::job::{Hold, Job, JobState};
+use drover_sched::job::{Hold, Job, JobState, Output};
 use drover_sched::{JobAction, Requester, SchedError, Scheduler};
 use serde_json::{Value, json};
 
@@ -31,35 +31,32 @@ const DELETE: Access = Access::Needs(Permission::delete("jobs"));
 
 pub(crate) fn register(routes: &mut Routes) {
     let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
-    for (path, which) in [
-        ("/rest/jobs", "Every job"),
-        (
-            "/rest/jobs/active",
-            "Jobs that have not ended (queued, held, running)",
-        ),
-        (
-            "/rest/jobs/complete",
-            "Jobs that have ended (Completed, Removed, Vacated)",
-        ),
-    ] {
-        routes.get(path, READ, list).summary(which).list().response(
+    let list_doc = |route: crate::routes::RouteBuilder<'_>, which: &'static str| {
+        route.summary(which).list().response(
             200,
             "Jobs in the version-1 shape, or version 2 with api-version=2",
             Some(crate::openapi::schema::envelope(job())),
         );
-    }
-    for path in [
-        "/rest/jobs/{id}",
-        "/rest/jobs/active/{id}",
-        "/rest/jobs/complete/{id}",
-    ] {
-        routes
-            .get(path, READ, one)
+    };
+    list_doc(routes.get("/rest/jobs", READ, list_all), "Every job");
+    list_doc(
+        routes.get("/rest/jobs/active", READ, list_active),
+        "Jobs that have not ended (queued, held, running)",
+    );
+    list_doc(
+        routes.get("/rest/jobs/complete", READ, list_complete),
+        "Jobs that have ended (Completed, Removed, Vacated)",
+    );
+    let one_doc = |route: crate::routes::RouteBuilder<'_>| {
+        route
             .summary("One job, by id (version 1) or name (version 2; the same string)")
             .path_param("id", "The job's id")
             .response(200, "The job", Some(job()))
             .response(404, "No such job", None);
-    }
+    };
+    one_doc(routes.get("/rest/jobs/{id}", READ, one_of_all));
+    one_doc(routes.get("/rest/jobs/active/{id}", READ, one_active));
+    one_doc(routes.get("/rest/jobs/complete/{id}", READ, one_complete));
     routes
         .post("/rest/jobs", CREATE, submit)
         .summary("Submits a job: version 1 answers {id}, version 2 {name}")
@@ -125,31 +122,10 @@ impl Render<'_> {
         }
     }
 
-    fn output(&self, job: &Job, given: &Option<String>, suffix: char) -> Option<String> {
-        let dir = job.spec.working_directory.as_deref()?;
-        let dir = std::path::Path::new(dir);
-        Some(match given {
-            Some(path) => dir.join(path).to_string_lossy().into_owned(),
-            None => {
-                let base = job.spec.custom_name.as_deref().filter(|n| {
-                    !n.is_empty()
-                        && n.len() <= 100
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-                });
-                dir.join(format!("{}.{suffix}{}", base.unwrap_or("job"), job.seq))
-                    .to_string_lossy()
-                    .into_owned()
-            }
-        })
-    }
-
-    fn stdout_path(&self, job: &Job) -> Option<String> {
-        self.output(job, &job.spec.stdout_path, 'o')
-    }
-
-    fn stderr_path(&self, job: &Job) -> Option<String> {
-        self.output(job, &job.spec.stderr_path, 'e')
+    /// A stream's path, once the job has a working directory (from submission on).
+    fn output_path(&self, job: &Job, output: Output) -> Option<String> {
+        job.spec.working_directory.as_ref()?;
+        Some(job.output_path(output).to_string_lossy().into_owned())
     }
 
     /// The job in the shape of this version.
@@ -174,11 +150,6 @@ fn render_with<'a>(
         rm_name: "local",
         sched_name: scheduler.name(),
     }
-}
-
-/// `user` of a job: the user it named, else its submitter.
-pub(crate) fn user_of(job: &Job) -> &str {
-    job.spec.user.as_deref().unwrap_or(&job.status.submitter)
 }
 
 /// `queueStatus`: where the job is in the queue (lower case; version 1 upper-cases it).
@@ -208,7 +179,7 @@ pub(crate) fn holds_from(f: &mut Fields<'_>, key: &str) -> Vec<Hold> {
     holds
 }
 
-/// Which jobs a listing path shows.
+/// Which jobs a path shows: `/rest/jobs`, `/rest/jobs/active` or `/rest/jobs/complete`.
 #[derive(Clone, Copy)]
 enum Listing {
     All,
@@ -217,16 +188,6 @@ enum Listing {
 }
 
 impl Listing {
-    fn of(path: &str) -> Listing {
-        if path.contains("/rest/jobs/active") {
-            Listing::Active
-        } else if path.contains("/rest/jobs/complete") {
-            Listing::Complete
-        } else {
-            Listing::All
-        }
-    }
-
     fn shows(self, job: &Job) -> bool {
         match self {
             Listing::All => true,
@@ -258,13 +219,23 @@ pub(crate) fn sched_error(error: SchedError) -> ApiError {
     }
 }
 
-async fn list(
+async fn list_all(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+    list(&state, &params, Listing::All)
+}
+
+async fn list_active(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+    list(&state, &params, Listing::Active)
+}
+
+async fn list_complete(
     State(state): State<AppState>,
-    uri: axum::http::Uri,
     params: ListParams,
 ) -> ApiResult<Json<Value>> {
+    list(&state, &params, Listing::Complete)
+}
+
+fn list(state: &AppState, params: &ListParams, listing: Listing) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
-    let listing = Listing::of(uri.path());
     let utc = WireDates::utc();
     // Filter and sort over UTC dates (what the query language compares); render the
     // page in the deployment's zone.
@@ -281,19 +252,42 @@ async fn list(
             listing::evaluate(&jobs, &params.query, &filter_render, &shown)
         }
     };
-    Ok(envelope(page, &params))
+    Ok(envelope(page, params))
 }
 
-async fn one(
+async fn one_of_all(
     State(state): State<AppState>,
-    uri: axum::http::Uri,
     params: CommonParams,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
+    one(&state, &params, &id, Listing::All)
+}
+
+async fn one_active(
+    State(state): State<AppState>,
+    params: CommonParams,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    one(&state, &params, &id, Listing::Active)
+}
+
+async fn one_complete(
+    State(state): State<AppState>,
+    params: CommonParams,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    one(&state, &params, &id, Listing::Complete)
+}
+
+fn one(
+    state: &AppState,
+    params: &CommonParams,
+    id: &str,
+    listing: Listing,
+) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
-    let listing = Listing::of(uri.path());
     let job = scheduler
-        .job(&id)
+        .job(id)
         .filter(|j| listing.shows(j))
         .ok_or_else(|| ApiError::not_found(format!("No job '{id}'")))?;
     let render = render_with(scheduler, params.api_version, &state.settings().dates);

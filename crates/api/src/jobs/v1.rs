@@ -2,10 +2,10 @@
 
 use drover_domain::dates::WireDates;
 use drover_sched::JobChanges;
-use drover_sched::job::{Hold, Job, JobSpec, JobState};
+use drover_sched::job::{Hold, Job, JobSpec, JobState, Output};
 use serde_json::{Map, Value, json};
 
-use super::{Render, holds_from, queue_status, user_of};
+use super::{Render, holds_from, queue_status};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
@@ -71,7 +71,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("id", json!(job.id));
     put("name", json!(spec.custom_name));
     put("account", json!(spec.account));
-    put("user", json!(user_of(job)));
+    put("user", json!(job.user()));
     put("group", json!(spec.group));
     put("qos", json!(spec.qos_requested));
     put("qosRequested", json!(spec.qos_requested));
@@ -119,9 +119,15 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("os", json!(request.os));
     put("rmName", json!(r.rm_name));
     put("rmExtension", json!(spec.extra.rm_extension));
-    put("rmStandardErrorFilePath", json!(r.stderr_path(job)));
+    put(
+        "rmStandardErrorFilePath",
+        json!(r.output_path(job, Output::Stderr)),
+    );
     put("rmStandardInputFilePath", json!(spec.stdin_path));
-    put("rmStandardOutputFilePath", json!(r.stdout_path(job)));
+    put(
+        "rmStandardOutputFilePath",
+        json!(r.output_path(job, Output::Stdout)),
+    );
     put("standardErrorFilePath", json!(spec.stderr_path));
     put("standardOutputFilePath", json!(spec.stdout_path));
     put("sourceRmJobId", json!(job.id));

@@ -3,11 +3,11 @@
 
 use drover_domain::dates::WireDates;
 use drover_sched::JobChanges;
-use drover_sched::job::{Attribute, Dependency, Job, JobSpec};
+use drover_sched::job::{Attribute, Dependency, Job, JobSpec, Output};
 use serde_json::{Map, Value, json};
 
 use super::v1::{arguments, expected_state, normalize_flags, start_priority};
-use super::{Render, holds_from, queue_status, user_of};
+use super::{Render, holds_from, queue_status};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
@@ -109,7 +109,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
             "jobClass": spec.job_class,
             "qos": spec.qos_requested,
             "qosRequested": spec.qos_requested,
-            "user": user_of(job),
+            "user": job.user(),
         }),
     );
     put(
@@ -238,8 +238,14 @@ pub fn render(job: &Job, r: &Render) -> Value {
         json!([{ "isDestination": true, "isSource": true, "jobName": job.id, "name": r.rm_name }]),
     );
     put("schedName", json!(r.sched_name));
-    put("rmStandardErrorFilePath", json!(r.stderr_path(job)));
-    put("rmStandardOutputFilePath", json!(r.stdout_path(job)));
+    put(
+        "rmStandardErrorFilePath",
+        json!(r.output_path(job, Output::Stderr)),
+    );
+    put(
+        "rmStandardOutputFilePath",
+        json!(r.output_path(job, Output::Stdout)),
+    );
     put("standardErrorFilePath", json!(spec.stderr_path));
     put("standardOutputFilePath", json!(spec.stdout_path));
     put(

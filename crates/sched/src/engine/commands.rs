@@ -4,7 +4,9 @@ use std::path::{Path, PathBuf};
 
 use super::CredentialKind;
 use super::core::Engine;
-use crate::job::{Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec, JobState, JobStatus};
+use crate::job::{
+    Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, Output,
+};
 use crate::node::{GenericEvent, NodeMessage};
 use crate::place::{self, Fit};
 use crate::request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};
@@ -164,18 +166,6 @@ impl Engine {
             _ => None,
         };
         let directory = PathBuf::from(job.spec.working_directory.as_deref().unwrap_or("/"));
-        let base = job
-            .spec
-            .custom_name
-            .clone()
-            .filter(|n| is_file_name(n))
-            .unwrap_or_else(|| "job".into());
-        let output = |given: &Option<String>, suffix: char| -> PathBuf {
-            match given {
-                Some(path) => directory.join(path),
-                None => directory.join(format!("{base}.{suffix}{}", job.seq)),
-            }
-        };
         let nodes: Vec<&str> = job.node_ids().collect();
         let mut environment = vec![
             ("HOME".to_string(), user.home.clone()),
@@ -227,8 +217,8 @@ impl Engine {
             arguments: split_arguments(&job.spec.arguments),
             working_directory: directory.clone(),
             environment,
-            stdout: output(&job.spec.stdout_path, 'o'),
-            stderr: output(&job.spec.stderr_path, 'e'),
+            stdout: job.output_path(Output::Stdout),
+            stderr: job.output_path(Output::Stderr),
             stdin: job.spec.stdin_path.as_ref().map(|p| directory.join(p)),
             user,
             gid,
@@ -852,14 +842,6 @@ fn default_directory(user: &SystemUser) -> PathBuf {
     } else {
         PathBuf::from("/tmp")
     }
-}
-
-fn is_file_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 100
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
 }
 
 /// Splits a command line into arguments: white space separates, single and double
