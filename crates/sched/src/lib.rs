@@ -4,7 +4,7 @@
 //! - [`job`], [`node`]: the models; [`request`]: what callers ask and how it is refused.
 //! - [`book`]: every job, by id and indexed by state and credentials.
 //! - [`engine`]: the engine thread and [`Scheduler`], the handle handlers hold.
-//! - [`journal`]: group commit of the engine's changes to the store.
+//! - the journal: group commit of the engine's changes to the store ([`drover_store::journal`]).
 //! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
@@ -14,7 +14,6 @@ pub mod clock;
 pub mod engine;
 pub mod events;
 pub mod job;
-pub mod journal;
 pub mod node;
 pub mod place;
 pub mod request;

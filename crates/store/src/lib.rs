@@ -15,6 +15,7 @@
 //! The trait is synchronous: SQLite is an in-process library, and the engine's journal
 //! writer is one dedicated thread. Async callers use `spawn_blocking`.
 
+pub mod journal;
 mod layout;
 mod plan;
 mod postgres;

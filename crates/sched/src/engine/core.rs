@@ -13,12 +13,12 @@ use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
 use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
-use crate::journal::{self, Batch};
 use crate::node::{Node, NodeConfig};
 use crate::place::{self, Fit};
 use crate::request::{Requester, SchedError};
 use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
+use drover_store::journal::{self, Batch};
 
 /// The store collection of jobs (one document per job, the [`Job`] model as JSON).
 pub const JOBS: &str = "jobs";
@@ -111,7 +111,7 @@ impl Engine {
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
         });
-        let (journal, journal_thread) = journal::start(store.clone());
+        let (journal, journal_thread) = journal::start(store.clone(), "journal");
         let mut engine = Engine {
             config,
             shared: shared.clone(),

@@ -1,16 +1,17 @@
-//! The journal: a thread of its own that writes the engine's changes to the store.
+//! A journal: a thread of its own that writes batches of changes to the store with
+//! group commit.
 //!
-//! The engine applies a command to its state, hands the resulting writes and the
-//! command's answer to the journal, and goes on with the next command. The journal
-//! takes every batch that is waiting, writes them all in one transaction (group
-//! commit), and only then releases the answers. So an answered change is durable, and
-//! many changes share one fsync.
+//! A producer (the scheduler engine, the event recorder) applies a change to its own
+//! state, hands the resulting writes and what to do once they are durable to the
+//! journal, and goes on. The journal takes every batch that is waiting, writes them all
+//! in one transaction, and only then runs the completions (which answer the clients).
+//! So an answered change is durable, and many changes share one fsync.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
-use drover_store::{DocumentStore, Write};
+use crate::{DocumentStore, Write};
 
 /// Called once the batch's transaction has committed (`Ok`) or failed (`Err`).
 pub type Completion = Box<dyn FnOnce(&Result<(), String>) + Send>;
@@ -33,10 +34,13 @@ const MAX_WRITES_PER_COMMIT: usize = 8192;
 
 /// Starts the journal thread. Dropping the returned sender stops it once every batch
 /// sent before is written.
-pub fn start(store: Arc<dyn DocumentStore>) -> (Sender<Batch>, std::thread::JoinHandle<()>) {
+pub fn start(
+    store: Arc<dyn DocumentStore>,
+    thread_name: &str,
+) -> (Sender<Batch>, std::thread::JoinHandle<()>) {
     let (sender, receiver) = std::sync::mpsc::channel();
     let handle = std::thread::Builder::new()
-        .name("journal".into())
+        .name(thread_name.into())
         .spawn(move || run(store, receiver))
         .expect("cannot start the journal thread");
     (sender, handle)

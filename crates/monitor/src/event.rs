@@ -1,0 +1,274 @@
+//! The one stored form of an event, and the two wire shapes it is read in.
+//!
+//! Events arrive in two vocabularies: version 1 (XML, spec 6.1: `eventTime`,
+//! `sourceComponent`, `errorMessage.message`, `relatedObjects`, plus `eventCategory`,
+//! `facility`, `status`, `details`, `initiatedBy`, `primaryObject`) and version 3 (JSON,
+//! spec 6.2). The store keeps one document per event under the version-3 names, with the
+//! version-1-only fields beside them, so that a list query runs in the store whatever
+//! version asked: [`V1_RENAMES`] translates a version-1 query's paths first.
+//!
+//! Each version fills in what the other needs: a version-1 event gets a `severity`
+//! (`ERROR` when its status is `failure`, else `INFO`) and a `code` (its error code when
+//! that is a number, else 0); a version-3 event shows a `status` derived from its
+//! severity when read as version 1.
+
+use drover_domain::dates::{self, Timestamp, WireDates};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// The store collection of events.
+pub const COLLECTION: &str = "events";
+
+/// Version-1 field paths and the stored paths they name (spec 6.2's renames).
+pub const V1_RENAMES: &[(&str, &str)] = &[
+    ("eventTime", "eventDate"),
+    ("sourceComponent", "origin"),
+    ("errorMessage.message", "message"),
+    ("relatedObjects", "associatedObjects"),
+];
+
+/// Severities an event may have (spec 6.2 shows `INFO`, `WARN`, `ERROR`).
+pub const SEVERITIES: &[&str] = &["DEBUG", "INFO", "WARN", "ERROR", "FATAL"];
+
+/// An object an event is about: `{type, id}`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRef {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub id: String,
+}
+
+/// The tenant of an event, inherited from its associated objects.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tenant {
+    pub id: String,
+    pub name: String,
+}
+
+/// Version 1's `initiatedBy`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitiatedBy {
+    pub user: Option<String>,
+    pub proxy_user: Option<String>,
+}
+
+/// Version 1's `primaryObject`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PrimaryObject {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub id: Option<String>,
+    pub serialization: Option<String>,
+}
+
+/// Version 1's `errorMessage`, less its `message` (stored as the event's `message`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorSource {
+    pub error_code: Option<String>,
+    pub originator: Option<String>,
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Event {
+    pub id: String,
+    /// UTC wire date (`yyyy-MM-dd HH:mm:ss UTC`).
+    pub event_date: String,
+    pub event_type: String,
+    pub severity: String,
+    pub code: i64,
+    pub origin: Option<String>,
+    pub message: Option<String>,
+    #[serde(default)]
+    pub arguments: Vec<String>,
+    #[serde(default)]
+    pub associated_objects: Vec<ObjectRef>,
+    pub tenant: Option<Tenant>,
+    // Version-1 fields.
+    pub event_category: Option<String>,
+    pub facility: Option<String>,
+    /// `success` or `failure`; `None` for events created through version 3.
+    pub status: Option<String>,
+    #[serde(default)]
+    pub details: Map<String, Value>,
+    pub error_message: Option<ErrorSource>,
+    pub initiated_by: Option<InitiatedBy>,
+    pub primary_object: Option<PrimaryObject>,
+}
+
+impl Event {
+    /// A new event at `date` with only the required fields (the id is assigned when it
+    /// is recorded).
+    pub fn new(date: Timestamp, event_type: impl Into<String>, severity: &str) -> Self {
+        Self {
+            id: String::new(),
+            event_date: dates::format_utc(date),
+            event_type: event_type.into(),
+            severity: severity.to_string(),
+            code: 0,
+            origin: None,
+            message: None,
+            arguments: Vec::new(),
+            associated_objects: Vec::new(),
+            tenant: None,
+            event_category: None,
+            facility: None,
+            status: None,
+            details: Map::new(),
+            error_message: None,
+            initiated_by: None,
+            primary_object: None,
+        }
+    }
+
+    pub fn to_document(&self) -> Value {
+        serde_json::to_value(self).expect("an event serializes")
+    }
+
+    /// Reads a stored document back (`None` for a body this version cannot read).
+    pub fn from_document(body: Value) -> Option<Self> {
+        serde_json::from_value(body).ok()
+    }
+
+    /// The version-3 shape (spec 6.2); `version` is the stored document's version.
+    pub fn to_v3(&self, version: i64) -> Value {
+        json!({
+            "id": self.id,
+            "arguments": self.arguments,
+            "associatedObjects": self.associated_objects,
+            "tenant": self.tenant,
+            "code": self.code,
+            "eventDate": self.event_date,
+            "eventType": self.event_type,
+            "message": self.message,
+            "origin": self.origin,
+            "severity": self.severity,
+            "version": version,
+        })
+    }
+
+    /// The version-1 shape (spec 6.1), dates in the deployment's zone.
+    pub fn to_v1(&self, dates: &WireDates) -> Value {
+        let event_time = dates::parse_utc(&self.event_date)
+            .map(|t| dates.format(t, 1))
+            .unwrap_or_else(|| self.event_date.clone());
+        let status = self.status.clone().unwrap_or_else(|| {
+            if matches!(self.severity.as_str(), "ERROR" | "FATAL") {
+                "failure".into()
+            } else {
+                "success".into()
+            }
+        });
+        let error = self.error_message.clone().unwrap_or_default();
+        let error_message = if self.message.is_some() || self.error_message.is_some() {
+            json!({
+                "errorCode": error.error_code.or_else(|| (self.code != 0).then(|| self.code.to_string())),
+                "message": self.message,
+                "originator": error.originator.or_else(|| self.origin.clone()),
+            })
+        } else {
+            Value::Null
+        };
+        json!({
+            "id": self.id,
+            "eventTime": event_time,
+            "eventType": self.event_type,
+            "eventCategory": self.event_category,
+            "facility": self.facility,
+            "sourceComponent": self.origin,
+            "status": status,
+            "details": self.details,
+            "errorMessage": error_message,
+            "initiatedBy": self.initiated_by,
+            "primaryObject": self.primary_object,
+            "relatedObjects": self.associated_objects,
+        })
+    }
+}
+
+/// The severity of a version-1 status.
+pub fn severity_of_status(status: &str) -> &'static str {
+    if status == "failure" { "ERROR" } else { "INFO" }
+}
+
+/// Event ids: 24 lower-case hex digits that sort in creation order, like the object ids
+/// of the original's document store. The counter starts above both the clock
+/// (microseconds since the epoch, times 1,024) and the largest id already stored, so ids
+/// stay unique and ordered across restarts even when the clock steps back.
+#[derive(Debug)]
+pub struct IdSequence {
+    next: u128,
+}
+
+impl IdSequence {
+    pub fn starting_after(largest_stored: Option<&str>, now: Timestamp) -> Self {
+        let from_clock = (now.as_microsecond().max(0) as u128) << 10;
+        let from_store = largest_stored
+            .and_then(|id| u128::from_str_radix(id, 16).ok())
+            .map_or(0, |n| n + 1);
+        Self {
+            next: from_clock.max(from_store),
+        }
+    }
+
+    pub fn next_id(&mut self) -> String {
+        let id = format!("{:024x}", self.next);
+        self.next += 1;
+        id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> Timestamp {
+        dates::parse_utc(s).unwrap()
+    }
+
+    #[test]
+    fn ids_sort_in_creation_order_across_restarts() {
+        let now = at("2026-11-22 10:00:00 UTC");
+        let mut ids = IdSequence::starting_after(None, now);
+        let a = ids.next_id();
+        let b = ids.next_id();
+        assert_eq!(a.len(), 24);
+        assert!(a < b);
+        // A restart with the clock set back still continues after the stored ids.
+        let mut again = IdSequence::starting_after(Some(&b), at("2020-01-01 00:00:00 UTC"));
+        assert!(again.next_id() > b);
+    }
+
+    #[test]
+    fn a_version_3_event_reads_in_version_1_with_the_old_names() {
+        let mut event = Event::new(at("2026-11-22 10:00:00 UTC"), "VM Provision", "ERROR");
+        event.id = "1".into();
+        event.origin = Some("plugin".into());
+        event.message = Some("disk full".into());
+        event.code = 42;
+        event.associated_objects = vec![ObjectRef {
+            kind: "VM".into(),
+            id: "vm1".into(),
+        }];
+        let v1 = event.to_v1(&WireDates::utc());
+        assert_eq!(v1["eventTime"], "2026-11-22 10:00:00 UTC");
+        assert_eq!(v1["sourceComponent"], "plugin");
+        assert_eq!(v1["status"], "failure");
+        assert_eq!(v1["errorMessage"]["message"], "disk full");
+        assert_eq!(v1["errorMessage"]["errorCode"], "42");
+        assert_eq!(v1["relatedObjects"][0]["id"], "vm1");
+        let v3 = event.to_v3(1);
+        for old in [
+            "eventTime",
+            "sourceComponent",
+            "errorMessage",
+            "relatedObjects",
+        ] {
+            assert!(v3.get(old).is_none(), "{old} in {v3}");
+        }
+        assert_eq!(v3["eventDate"], "2026-11-22 10:00:00 UTC");
+    }
+}

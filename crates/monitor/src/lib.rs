@@ -1,0 +1,20 @@
+//! Monitoring: events and reports. Knows the store and the scheduler's event sink, not
+//! HTTP.
+//!
+//! - [`event`]: the stored form of an event and its version-1 / version-3 shapes.
+//! - [`xml`]: version-1 event creation from XML.
+//! - [`log`]: the `events.log` file, its line format and rolling.
+//! - [`recorder`]: the thread that stores events with group commit and logs them; the
+//!   scheduler's [`drover_sched::events::EventSink`].
+//! - [`report`]: consolidation of samples into datapoints; [`reports`]: reports in the store.
+
+pub mod event;
+pub mod log;
+pub mod recorder;
+pub mod report;
+pub mod reports;
+pub mod xml;
+
+pub use event::Event;
+pub use recorder::{EventRecorder, RecordError};
+pub use reports::{ReportError, Reports};
