@@ -10,11 +10,12 @@
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
-//!   [`nodes`], [`credentials`].
+//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types).
 
 pub mod credentials;
 pub mod diag;
 pub mod error;
+pub mod events;
 pub mod input;
 pub mod jobs;
 pub mod layers;
@@ -23,13 +24,14 @@ pub mod openapi;
 pub mod params;
 pub mod permissions;
 pub mod reply;
+pub mod reports;
 pub mod routes;
 mod state;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
 pub use routes::{Access, Caller, Routes};
-pub use state::{AppState, BuildInfo, Health, ProxySettings, Settings};
+pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Settings};
 
 /// Every route of the interface that exists so far.
 pub fn interface() -> Routes {
@@ -40,6 +42,8 @@ pub fn interface() -> Routes {
     jobs::register(&mut routes);
     nodes::register(&mut routes);
     credentials::register(&mut routes);
+    events::register(&mut routes);
+    reports::register(&mut routes);
     routes
 }
 

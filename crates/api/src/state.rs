@@ -4,6 +4,7 @@ use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
 use drover_domain::dates::{Timestamp, WireDates};
+use drover_monitor::{EventRecorder, Reports};
 use drover_sched::Scheduler;
 use drover_store::DocumentStore;
 
@@ -15,11 +16,18 @@ struct Inner {
     store: Arc<dyn DocumentStore>,
     auth: Arc<Authenticator>,
     scheduler: Scheduler,
+    monitoring: Monitoring,
     settings: Settings,
     /// Filled when the router is built: the permissions the routes declare, and the
     /// OpenAPI document.
     permissions: OnceLock<Vec<Permission>>,
     openapi: OnceLock<String>,
+}
+
+/// Events and reports.
+pub struct Monitoring {
+    pub events: EventRecorder,
+    pub reports: Arc<Reports>,
 }
 
 /// Deployment settings the interface needs.
@@ -86,12 +94,14 @@ impl AppState {
         store: Arc<dyn DocumentStore>,
         auth: Arc<Authenticator>,
         scheduler: Scheduler,
+        monitoring: Monitoring,
         settings: Settings,
     ) -> Self {
         Self(Arc::new(Inner {
             store,
             auth,
             scheduler,
+            monitoring,
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
@@ -108,6 +118,14 @@ impl AppState {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.0.scheduler
+    }
+
+    pub fn events(&self) -> &EventRecorder {
+        &self.0.monitoring.events
+    }
+
+    pub fn reports(&self) -> &Arc<Reports> {
+        &self.0.monitoring.reports
     }
 
     pub fn settings(&self) -> &Settings {

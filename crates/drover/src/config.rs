@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
+use drover_monitor::log::{LogSettings, Rolling};
 use drover_sched::node::NodeConfig;
 use drover_sched::{ConfiguredCredentials, SchedConfig};
 use serde::Deserialize;
@@ -27,6 +28,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("DROVER_SCHEDULER_NAME", "scheduler.name"),
     ("DROVER_EXECUTION_USER", "scheduler.execution_user"),
     ("DROVER_KILL_GRACE_SECONDS", "scheduler.kill_grace_seconds"),
+    ("DROVER_EVENT_LOG", "events.log_file"),
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,6 +57,68 @@ pub struct Config {
     pub ldap: Option<DirectoryConfig>,
     /// Logical nodes jobs are placed on; none means one node describing this machine.
     pub nodes: Vec<NodeConfig>,
+    /// The event log file.
+    pub events: EventsConfig,
+}
+
+/// The event log (`events.log`, spec 6.3).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EventsConfig {
+    /// The file; `events.log` in the data directory by default.
+    pub log_file: Option<PathBuf>,
+    /// `size` (the default), `hourly`, `daily` or `never`.
+    pub rolling: String,
+    /// With size rolling: the largest the file grows before it is rolled.
+    pub max_bytes: u64,
+    /// How many rolled files are kept.
+    pub keep: usize,
+    /// Also write every event line to the service's own log (standard error).
+    pub additive: bool,
+}
+
+impl Default for EventsConfig {
+    fn default() -> Self {
+        Self {
+            log_file: None,
+            rolling: "size".into(),
+            max_bytes: 10 * 1024 * 1024,
+            keep: 10,
+            additive: false,
+        }
+    }
+}
+
+impl Config {
+    /// Where and how events are logged.
+    pub fn event_log(&self) -> Result<LogSettings, String> {
+        let events = &self.events;
+        let rolling = match events.rolling.to_ascii_lowercase().as_str() {
+            "size" if events.max_bytes == 0 => {
+                return Err("events.max_bytes must be positive with size rolling".into());
+            }
+            "size" => Rolling::Size {
+                max_bytes: events.max_bytes,
+            },
+            "hourly" => Rolling::Hourly,
+            "daily" => Rolling::Daily,
+            "never" => Rolling::Never,
+            other => {
+                return Err(format!(
+                    "events.rolling: '{other}' is not one of size, hourly, daily, never"
+                ));
+            }
+        };
+        Ok(LogSettings {
+            path: events
+                .log_file
+                .clone()
+                .unwrap_or_else(|| self.data_dir.join("events.log")),
+            rolling,
+            keep: events.keep,
+            additive: events.additive,
+        })
+    }
 }
 
 /// Scheduler parameters.
@@ -146,6 +210,7 @@ impl Default for Config {
             users: Vec::new(),
             ldap: None,
             nodes: Vec::new(),
+            events: EventsConfig::default(),
         }
     }
 }
@@ -227,6 +292,7 @@ impl Config {
         for user in &self.users {
             user.validate().map_err(|e| e.to_string())?;
         }
+        self.event_log()?;
         self.validate_scheduler()
     }
 

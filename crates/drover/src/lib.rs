@@ -7,11 +7,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_api::{AppState, BuildInfo, ProxySettings, Routes, Settings};
+use drover_api::{AppState, BuildInfo, Monitoring, ProxySettings, Routes, Settings};
 use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
+use drover_monitor::{EventRecorder, Reports};
 use drover_sched::clock::SystemClock;
-use drover_sched::events::DiscardEvents;
+use drover_sched::events::EventSink;
 use drover_sched::rm::ResourceManager;
 use drover_sched::rm::local::LocalResourceManager;
 use drover_sched::{EngineParts, Scheduler};
@@ -79,10 +80,19 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), St
     ))
 }
 
+/// What [`prepare`] builds.
+struct Prepared {
+    state: AppState,
+    generated: Option<GeneratedAdmin>,
+    /// The event recorder's thread: it ends once every handle is dropped, after
+    /// storing what was sent.
+    recorder: std::thread::JoinHandle<()>,
+}
+
 /// Opens the store and builds the shared state. Blocking (store connections, argon2):
 /// run it off the async runtime. The PostgreSQL client must also be dropped off it,
 /// which running here ensures when a later step fails.
-fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String> {
+fn prepare(config: &Config) -> Result<Prepared, String> {
     // Also with PostgreSQL: users.toml lives in the data directory.
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
@@ -92,7 +102,11 @@ fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
         .map_err(|e| e.to_string())?;
-    let scheduler = start_scheduler(config, store.clone())?;
+    let (events, recorder) = EventRecorder::start(store.clone(), config.event_log()?)
+        .map_err(|e| format!("cannot start the event recorder: {e}"))?;
+    let reports =
+        Reports::open(store.clone()).map_err(|e| format!("cannot open the reports: {e}"))?;
+    let scheduler = start_scheduler(config, store.clone(), Arc::new(events.clone()))?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
@@ -104,15 +118,24 @@ fn prepare(config: &Config) -> Result<(AppState, Option<GeneratedAdmin>), String
         build: build_info(),
         directory: config.ldap.clone(),
     };
-    Ok((
-        AppState::new(store, Arc::new(auth), scheduler, settings),
+    let monitoring = Monitoring {
+        events,
+        reports: Arc::new(reports),
+    };
+    Ok(Prepared {
+        state: AppState::new(store, Arc::new(auth), scheduler, monitoring, settings),
         generated,
-    ))
+        recorder,
+    })
 }
 
 /// Recovers the scheduler's state from the store and starts its engine, with the local
 /// resource manager running jobs as processes of this machine.
-fn start_scheduler(config: &Config, store: Arc<dyn DocumentStore>) -> Result<Scheduler, String> {
+fn start_scheduler(
+    config: &Config,
+    store: Arc<dyn DocumentStore>,
+    events: Arc<dyn EventSink>,
+) -> Result<Scheduler, String> {
     let spool = config.data_dir.join("spool");
     let parts = EngineParts {
         store,
@@ -122,7 +145,7 @@ fn start_scheduler(config: &Config, store: Arc<dyn DocumentStore>) -> Result<Sch
                 .map_err(|e| format!("cannot prepare the job spool {}: {e}", spool.display()))
         }),
         clock: Arc::new(SystemClock),
-        events: Arc::new(DiscardEvents),
+        events,
     };
     Scheduler::start(config.scheduler.engine(&config.nodes), parts)
         .map_err(|e| format!("cannot start the scheduler: {e}"))
@@ -156,7 +179,11 @@ pub async fn launch_with(
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
     config.validate()?;
-    let (state, generated_admin) = tokio::task::spawn_blocking(move || prepare(&config))
+    let Prepared {
+        state,
+        generated: generated_admin,
+        recorder,
+    } = tokio::task::spawn_blocking(move || prepare(&config))
         .await
         .map_err(|e| e.to_string())??;
     let app = drover_api::app(state.clone(), routes);
@@ -174,9 +201,11 @@ pub async fn launch_with(
     // The last reference to the store goes on a blocking thread: the PostgreSQL client
     // cannot be dropped on the async runtime.
     tokio::task::spawn_blocking(move || {
-        let flushed = state.store().flush();
+        let store = state.store().clone();
         drop(state);
-        flushed
+        // The scheduler has stopped, so the state held the recorder's last handle.
+        let _ = recorder.join();
+        store.flush()
     })
     .await
     .map_err(|e| e.to_string())?

@@ -44,8 +44,10 @@ pub struct Sample {
 }
 
 /// What adding samples did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Added {
+    /// The report's id.
+    pub report: String,
     pub folded: usize,
     pub dropped: usize,
 }
@@ -149,7 +151,10 @@ impl Reports {
     ) -> Result<Added, ReportError> {
         let mut ids = self.ids.lock().unwrap();
         let (mut report, version) = self.find_document(key)?;
-        let mut added = Added::default();
+        let mut added = Added {
+            report: report.id.clone(),
+            ..Added::default()
+        };
         let mut writes = Vec::new();
         for sample in samples {
             match report.fold(sample.at, &sample.data) {

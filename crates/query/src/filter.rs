@@ -103,6 +103,15 @@ impl Literal {
 }
 
 impl Filter {
+    /// This filter with its paths renamed (see [`Path::renamed_by`]).
+    pub fn renamed(&self, renames: &[(&str, &str)]) -> Filter {
+        match self {
+            Filter::And(all) => Filter::And(all.iter().map(|f| f.renamed(renames)).collect()),
+            Filter::Or(any) => Filter::Or(any.iter().map(|f| f.renamed(renames)).collect()),
+            Filter::Field(path, cond) => Filter::Field(path.renamed_by(renames), cond.clone()),
+        }
+    }
+
     /// Parses the text of a `query` parameter.
     pub fn parse_str(text: &str, dates: &WireDates) -> Result<Filter, QueryError> {
         let json: Value = serde_json::from_str(text)

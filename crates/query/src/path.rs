@@ -113,6 +113,25 @@ impl Path {
         &self.text
     }
 
+    /// This path with its leading part `from` (a whole number of segments) replaced by
+    /// `to`; `None` when it does not start with `from`. For resources whose wire names
+    /// differ from their stored names by version.
+    pub fn renamed(&self, from: &str, to: &str) -> Option<Path> {
+        let rest = self.text.strip_prefix(from)?;
+        if !(rest.is_empty() || rest.starts_with('.')) {
+            return None;
+        }
+        Path::parse(&format!("{to}{rest}"), "path").ok()
+    }
+
+    /// This path after the first of `renames` (`(from, to)` pairs) that applies.
+    pub fn renamed_by(&self, renames: &[(&str, &str)]) -> Path {
+        renames
+            .iter()
+            .find_map(|(from, to)| self.renamed(from, to))
+            .unwrap_or_else(|| self.clone())
+    }
+
     pub fn segments(&self) -> &[Segment] {
         &self.segments
     }
@@ -245,6 +264,26 @@ mod tests {
             false
         });
         out
+    }
+
+    #[test]
+    fn renames_whole_leading_segments_only() {
+        let renames = [
+            ("errorMessage.message", "message"),
+            ("eventTime", "eventDate"),
+        ];
+        let renamed = |p: &str| {
+            Path::parse(p, "t")
+                .unwrap()
+                .renamed_by(&renames)
+                .as_str()
+                .to_string()
+        };
+        assert_eq!(renamed("eventTime"), "eventDate");
+        assert_eq!(renamed("errorMessage.message"), "message");
+        assert_eq!(renamed("errorMessage.errorCode"), "errorMessage.errorCode");
+        assert_eq!(renamed("eventTimes"), "eventTimes");
+        assert_eq!(renamed("eventTime.x"), "eventDate.x");
     }
 
     #[test]

@@ -25,6 +25,17 @@ pub struct Sort {
 }
 
 impl Sort {
+    /// This sort with its paths renamed (see [`Path::renamed_by`]).
+    pub fn renamed(&self, renames: &[(&str, &str)]) -> Sort {
+        Sort {
+            keys: self
+                .keys
+                .iter()
+                .map(|(path, direction)| (path.renamed_by(renames), *direction))
+                .collect(),
+        }
+    }
+
     /// Parses the text of a `sort` parameter.
     pub fn parse_str(text: &str) -> Result<Sort, QueryError> {
         let json: Value = serde_json::from_str(text)

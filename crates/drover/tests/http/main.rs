@@ -5,5 +5,6 @@ mod access;
 mod conventions;
 mod diag;
 mod jobs;
+mod monitoring;
 mod openapi;
 mod support;

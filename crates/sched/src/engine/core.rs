@@ -216,6 +216,9 @@ impl Engine {
         if let Some(thread) = self.journal_thread.take() {
             let _ = thread.join();
         }
+        // Everything the engine holds (the event sink too) is released before the
+        // caller hears that it stopped.
+        drop(self);
         let _ = done.send(());
     }
 

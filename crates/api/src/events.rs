@@ -1,0 +1,240 @@
+//! Events (spec 4.13, part 6): read in the version-1 shape, or the version-3 shape with
+//! `api-version=3`; created from the XML of 6.1 (version 1) or JSON (version 3).
+//!
+//! Events live in the store and grow without bound, so a list query runs there: a
+//! version-1 query's field names are first translated to the stored (version-3) names.
+//! Creation answers only once the events are durable (see `drover_monitor::recorder`).
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use drover_auth::Permission;
+use drover_domain::dates::Timestamp;
+use drover_monitor::event::{COLLECTION, Event, ObjectRef, SEVERITIES, V1_RENAMES};
+use drover_monitor::{RecordError, xml};
+use drover_query::Page;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::input::read_object;
+use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::params::{ApiVersion, CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Routes};
+
+const READ: Access = Access::Needs(Permission::read("events"));
+const CREATE: Access = Access::Needs(Permission::create("events"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    let event = || {
+        object(&[
+            ("id", string()),
+            ("eventDate", string()),
+            ("eventType", string()),
+            ("severity", string()),
+            ("code", integer()),
+            ("origin", string()),
+            ("message", string()),
+            ("arguments", strings()),
+        ])
+    };
+    routes
+        .get("/rest/events", READ, list)
+        .summary("Events: version-1 shape, or version 3 with api-version=3")
+        .list()
+        .response(200, "Events", Some(envelope(event())));
+    routes
+        .get("/rest/events/{id}", READ, one)
+        .summary("One event")
+        .path_param("id", "The event's id")
+        .response(200, "The event", Some(event()))
+        .response(404, "No such event", None);
+    routes
+        .post("/rest/events", CREATE, create)
+        .summary("Creates events: version 1 from <Events> XML, version 3 (api-version=3) from JSON")
+        .body("application/json", event())
+        .response(
+            201,
+            "Created (v3: the event; v1: messages and ids)",
+            Some(event()),
+        )
+        .response(
+            400,
+            "Malformed XML or JSON, missing fields, bad dates: nothing is stored",
+            None,
+        );
+}
+
+fn is_v3(version: ApiVersion) -> bool {
+    version == ApiVersion::V3
+}
+
+fn render(state: &AppState, event: &Event, version: i64, api: ApiVersion) -> Value {
+    if is_v3(api) {
+        event.to_v3(version)
+    } else {
+        event.to_v1(&state.settings().dates)
+    }
+}
+
+async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+    let mut query = params.query.clone();
+    if !is_v3(params.api_version) {
+        query.filter = query.filter.renamed(V1_RENAMES);
+        query.sort = query.sort.renamed(V1_RENAMES);
+    }
+    let store = state.store().clone();
+    let page = tokio::task::spawn_blocking(move || store.list(COLLECTION, &query))
+        .await
+        .map_err(ApiError::internal)??;
+    let items = page
+        .items
+        .into_iter()
+        .filter_map(|d| {
+            let version = d.version;
+            Event::from_document(d.body).map(|e| render(&state, &e, version, params.api_version))
+        })
+        .collect();
+    Ok(reply::envelope(
+        Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+async fn one(
+    State(state): State<AppState>,
+    params: CommonParams,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let store = state.store().clone();
+    let key = id.clone();
+    let document = tokio::task::spawn_blocking(move || store.get(COLLECTION, &key))
+        .await
+        .map_err(ApiError::internal)??
+        .ok_or_else(|| ApiError::not_found(format!("No event '{id}'")))?;
+    let version = document.version;
+    let event = Event::from_document(document.body)
+        .ok_or_else(|| ApiError::internal(format!("event {id} cannot be read")))?;
+    Ok(Json(render(&state, &event, version, params.api_version)))
+}
+
+const NOT_CREATED: &str = "No event was created";
+
+async fn create(
+    State(state): State<AppState>,
+    params: CommonParams,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let v3 = is_v3(params.api_version);
+    let events = if v3 {
+        vec![v3_event(&state, &parse_json::<Value>(&body)?)?]
+    } else {
+        v1_events(&headers, &body)?
+    };
+    let recorded = state.events().record(events).await.map_err(|e| match e {
+        RecordError::Stopped => ApiError::unavailable(NOT_CREATED, e.to_string()),
+        RecordError::Store(reason) => ApiError::unavailable(NOT_CREATED, reason),
+    })?;
+    let settings = state.settings();
+    let location = format!("/rest/events/{}", recorded[0].id);
+    if v3 {
+        Ok(reply::created(settings, &location, recorded[0].to_v3(1)))
+    } else {
+        let ids: Vec<&str> = recorded.iter().map(|e| e.id.as_str()).collect();
+        let count = ids.len();
+        let noun = if count == 1 { "event" } else { "events" };
+        Ok(reply::created(
+            settings,
+            &location,
+            json!({ "messages": [format!("{count} {noun} created")], "ids": ids }),
+        ))
+    }
+}
+
+/// The events of a version-1 body (spec 6.1), all or none.
+fn v1_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Event>, ApiError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|_| ApiError::bad_request(NOT_CREATED, "the body is not UTF-8 text"))?;
+    if text.trim().is_empty() {
+        return Err(ApiError::bad_request(
+            NOT_CREATED,
+            "a version-1 event creation needs an <Events> XML body",
+        ));
+    }
+    let json_sent = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| t.to_ascii_lowercase().contains("json"));
+    if json_sent || text.trim_start().starts_with('{') {
+        return Err(ApiError::new(
+            crate::Kind::BadRequest,
+            [
+                NOT_CREATED.to_string(),
+                "version-1 events are created from an <Events> XML body".into(),
+                "to create an event from JSON, add api-version=3".into(),
+            ],
+        ));
+    }
+    xml::parse_events(text).map_err(|problems| {
+        let mut messages = vec![NOT_CREATED.to_string()];
+        messages.extend(problems);
+        ApiError::new(crate::Kind::BadRequest, messages)
+    })
+}
+
+/// The event of a version-3 JSON body (spec 6.2 create input).
+fn v3_event(state: &AppState, body: &Value) -> Result<Event, ApiError> {
+    let dates = &state.settings().dates;
+    read_object(body, NOT_CREATED, |f| {
+        let event_type = f.string("eventType").filter(|t| !t.trim().is_empty());
+        if event_type.is_none() {
+            f.problem("eventType", "required, a non-empty string");
+        }
+        let severity = match f.string("severity") {
+            None => "INFO".to_string(),
+            Some(s) => {
+                let upper = s.to_ascii_uppercase();
+                if !SEVERITIES.contains(&upper.as_str()) {
+                    f.problem(
+                        "severity",
+                        format!("'{s}' is not one of {}", SEVERITIES.join(", ")),
+                    );
+                }
+                upper
+            }
+        };
+        let date = f.date("eventDate", dates);
+        let at = date
+            .and_then(|s| Timestamp::from_second(s).ok())
+            .unwrap_or_else(Timestamp::now);
+        let mut event = Event::new(at, event_type.unwrap_or_default(), &severity);
+        event.code = f.integer_in("code", 0, i64::from(u32::MAX)).unwrap_or(0);
+        event.origin = f.string("origin");
+        event.message = f.string("message");
+        event.arguments = f.strings("arguments").unwrap_or_default();
+        event.associated_objects = f
+            .each("associatedObjects", |o| {
+                let kind = o.string("type");
+                let id = o.string("id");
+                if kind.is_none() {
+                    o.problem("type", "required");
+                }
+                if id.is_none() {
+                    o.problem("id", "required");
+                }
+                ObjectRef {
+                    kind: kind.unwrap_or_default(),
+                    id: id.unwrap_or_default(),
+                }
+            })
+            .unwrap_or_default();
+        event
+    })
+}
