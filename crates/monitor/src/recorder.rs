@@ -27,7 +27,7 @@ const MAX_EVENTS_PER_COMMIT: usize = 8192;
 pub fn collection_spec() -> CollectionSpec {
     CollectionSpec::new(COLLECTION)
         .index(&["id"])
-        .index(&["eventDate"])
+        .index_newest_first("eventDate")
         .index(&["eventType"])
         .index(&["severity"])
         .index(&["origin"])

@@ -126,6 +126,8 @@ pub(crate) struct Layout {
     pub paths: Vec<Path>,
     /// Each index as the column numbers it covers, in order.
     pub indexes: Vec<Vec<usize>>,
+    /// Columns with a descending index as well, `(k<n> DESC, seq)`.
+    pub newest_first: Vec<usize>,
 }
 
 impl Layout {
@@ -161,11 +163,17 @@ impl Layout {
             .iter()
             .map(|p| Path::parse(p, "index").map_err(|e| StoreError::Invalid(e.message)))
             .collect::<Result<_>>()?;
+        let newest_first = spec
+            .newest_first
+            .iter()
+            .filter_map(|path| names.iter().position(|p| p == path))
+            .collect();
         Ok((
             Layout {
                 table: format!("doc_{}", spec.name),
                 paths,
                 indexes,
+                newest_first,
             },
             added,
         ))
@@ -245,7 +253,25 @@ impl Layout {
                 columns.join(", ")
             ));
         }
+        for n in &self.newest_first {
+            sql.push(format!(
+                "CREATE INDEX IF NOT EXISTS {table}_by_k{n}_desc ON {table} (k{n} DESC, seq)"
+            ));
+        }
+        // The document count starts from the rows there are (once per table).
+        sql.push(format!(
+            "INSERT INTO drover_counts (tbl, documents) SELECT '{table}', COUNT(*) FROM {table} \
+             WHERE 1=1 ON CONFLICT (tbl) DO NOTHING"
+        ));
         sql
+    }
+
+    /// How many documents the table holds, from `drover_counts`.
+    pub fn count_sql(&self) -> String {
+        format!(
+            "SELECT documents FROM drover_counts WHERE tbl = '{}'",
+            self.table
+        )
     }
 
     /// One INSERT of `rows` documents (parameters as for `WriteSql::insert`, row after row).
@@ -295,6 +321,46 @@ impl Layout {
         let cols: Vec<String> = columns.iter().map(|n| format!("k{n}")).collect();
         format!("{}_by_{}", self.table, cols.join("_"))
     }
+}
+
+/// The table of document counts (a migration of each backend creates it).
+pub(crate) const COUNTS_TABLE: &str =
+    "CREATE TABLE drover_counts (tbl TEXT PRIMARY KEY, documents BIGINT NOT NULL)";
+
+/// Adds `delta` to a table's count: parameters table, delta.
+pub(crate) fn count_update_sql(dialect: Dialect) -> String {
+    format!(
+        "UPDATE drover_counts SET documents = documents + {} WHERE tbl = {}",
+        dialect.placeholder(2),
+        dialect.placeholder(1)
+    )
+}
+
+/// What a batch did to each table's number of documents, given each write's resulting
+/// version (a put that answers version 1 created its document).
+pub(crate) fn count_changes(
+    batch: &[crate::Write],
+    versions: &[i64],
+    collections: &[Arc<Collection>],
+) -> Vec<(String, i64)> {
+    let mut changes: Vec<(String, i64)> = Vec::new();
+    for ((write, version), collection) in batch.iter().zip(versions).zip(collections) {
+        let delta = match write {
+            crate::Write::Insert { .. } => 1,
+            crate::Write::Put { .. } if *version == 1 => 1,
+            crate::Write::Delete { .. } => -1,
+            _ => 0,
+        };
+        if delta == 0 {
+            continue;
+        }
+        let table = &collection.layout.table;
+        match changes.iter_mut().find(|(t, _)| t == table) {
+            Some((_, total)) => *total += delta,
+            None => changes.push((table.clone(), delta)),
+        }
+    }
+    changes
 }
 
 /// Collection names become table names: only `[a-z][a-z0-9_]*`, at most 48 characters.

@@ -33,6 +33,9 @@ pub struct CollectionSpec {
     pub name: String,
     /// Each index is a list of paths (a composite index when there are several).
     pub indexes: Vec<Vec<String>>,
+    /// Paths also indexed for descending sorts ("newest first"): ties keep creation
+    /// order in both directions, which a plain index only gives ascending sorts.
+    pub newest_first: Vec<String>,
 }
 
 impl CollectionSpec {
@@ -41,7 +44,15 @@ impl CollectionSpec {
         Self {
             name: name.to_string(),
             indexes: Vec::new(),
+            newest_first: Vec::new(),
         }
+    }
+
+    /// Indexes `path` for descending sorts too (see [`CollectionSpec::newest_first`]).
+    pub fn index_newest_first(mut self, path: &str) -> Self {
+        self = self.index(&[path]);
+        self.newest_first.push(path.to_string());
+        self
     }
 
     /// Adds an index on `paths` (e.g. `["credentials.user", "dates.submitDate"]`).

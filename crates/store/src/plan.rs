@@ -441,10 +441,14 @@ pub(crate) fn list(
         &mut params,
     );
     if decided_by_sql && sort_columns.is_some() {
-        let total = conn.count(
-            &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
-            &params,
-        )?;
+        let total = if translation.exact == SqlCond::True {
+            conn.count(&layout.count_sql(), &[])?
+        } else {
+            conn.count(
+                &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
+                &params,
+            )?
+        };
         let paging = query.paging;
         if paging.max == Some(0) || paging.offset >= total {
             return Ok(Page {

@@ -19,10 +19,13 @@ use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreIn
 
 /// Schema migrations of the store's own tables, applied in order and recorded in
 /// `drover_schema`. Collection tables are made by `ensure_collection`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE drover_collections (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE drover_collections (
         name TEXT PRIMARY KEY,
         paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
-    )"];
+    )",
+    layout::COUNTS_TABLE,
+];
 
 /// Serialises schema changes between Drover processes sharing one database.
 const SCHEMA_LOCK: i64 = 0x6472_6f76_6572; // "drover"
@@ -525,6 +528,13 @@ impl DocumentStore for PostgresStore {
                     )?);
                     i += 1;
                 }
+            }
+            for (table, delta) in layout::count_changes(batch, &versions, &collections) {
+                tx.execute(
+                    &layout::count_update_sql(Dialect::Postgres),
+                    &[&table, &delta],
+                )
+                .map_err(backend)?;
             }
             tx.commit().map_err(backend)?;
             Ok(versions)

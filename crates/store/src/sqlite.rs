@@ -26,10 +26,13 @@ use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreIn
 
 /// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
 /// records how many have run. Collection tables are made by `ensure_collection`.
-const MIGRATIONS: &[&str] = &["CREATE TABLE drover_collections (
+const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE drover_collections (
         name TEXT PRIMARY KEY,
         paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
-    )"];
+    )",
+    layout::COUNTS_TABLE,
+];
 
 const MAX_IDLE_READERS: usize = 8;
 
@@ -446,6 +449,11 @@ impl DocumentStore for SqliteStore {
             .zip(&collections)
             .map(|(w, collection)| apply(&tx, collection, w))
             .collect::<Result<Vec<_>>>()?;
+        for (table, delta) in layout::count_changes(batch, &versions, &collections) {
+            tx.prepare_cached(&layout::count_update_sql(Dialect::Sqlite))
+                .and_then(|mut s| s.execute(rusqlite::params![table, delta]))
+                .map_err(backend)?;
+        }
         tx.commit().map_err(backend)?;
         Ok(versions)
     }

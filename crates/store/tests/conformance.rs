@@ -571,3 +571,58 @@ fn describe_names_the_database_and_flush_keeps_the_data() {
         assert!(b.store.get("jobs", "j1").unwrap().is_some());
     }
 }
+
+#[test]
+fn unfiltered_counts_follow_every_kind_of_write_and_newest_first_sorts_keep_ties() {
+    for mut b in backends() {
+        let spec = jobs_spec().index_newest_first("submitDate");
+        b.store.ensure_collection(&spec).unwrap();
+        let s = &*b.store;
+        let body = |date: &str| json!({"state": "Idle", "submitDate": date});
+        s.insert("jobs", "a", None, body("2026-01-01 00:00:00 UTC"))
+            .unwrap();
+        s.put("jobs", "b", None, body("2026-01-01 00:00:00 UTC"))
+            .unwrap();
+        s.put("jobs", "b", None, body("2026-01-01 00:00:00 UTC"))
+            .unwrap();
+        s.write(&[
+            Write::Insert {
+                collection: "jobs".into(),
+                id: "c".into(),
+                name: None,
+                body: body("2026-01-02 00:00:00 UTC"),
+            },
+            Write::Insert {
+                collection: "jobs".into(),
+                id: "d".into(),
+                name: None,
+                body: body("2026-01-01 00:00:00 UTC"),
+            },
+            Write::Delete {
+                collection: "jobs".into(),
+                id: "a".into(),
+                expected_version: None,
+            },
+        ])
+        .unwrap();
+        s.update("jobs", "c", None, body("2026-01-02 00:00:00 UTC"), None)
+            .unwrap();
+        // A failed batch changes no count.
+        assert!(s.insert("jobs", "b", None, body("x")).is_err());
+        let newest = query("{}", r#"{"submitDate": -1}"#, Some("2"), None);
+        assert_eq!(
+            ids(s, &newest),
+            (3, vec!["c".into(), "b".into()]),
+            "{}",
+            b.name()
+        );
+        assert_eq!(ids(s, &query("{}", "{}", Some("0"), None)).0, 3);
+        // The count is stored: it holds after reopening too.
+        b.reopen();
+        b.store.ensure_collection(&spec).unwrap();
+        assert_eq!(
+            ids(&*b.store, &query("{}", "{}", None, None)),
+            (3, vec!["b".into(), "c".into(), "d".into()])
+        );
+    }
+}

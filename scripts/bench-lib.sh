@@ -1,0 +1,88 @@
+# Shared by the HTTP benchmarks (bench-jobs, bench-events); sourced, not run.
+# Builds the release binary, makes a work directory cleaned up on exit, and defines:
+#   start_server [store location]  starts drover on a free port, sets $url and $server
+#   stop_server, rss_kib           stop it; its resident memory in KiB
+#   report <wrk output> <label> <target req/s, 0 for none>
+#   fsync_probe                    prints the disk's fsync latency
+# $auth is the Authorization header of the admin user "bench".
+command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
+cargo build --release -p drover
+bin=target/release/drover
+work=$(mktemp -d)
+server=
+cleanup() {
+  [ -n "$server" ] && kill "$server" 2>/dev/null || true
+  wait 2>/dev/null || true
+  if [ -n "${PG_STARTED:-}" ]; then DIR=/tmp/drover-pg-bench PGPORT=54330 scripts/services/postgres.sh stop || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+hash=$(echo bench-password | "$bin" hash-password)
+auth="Authorization: Basic $(printf bench:bench-password | base64)"
+
+start_server() { # $1: store location ("" for SQLite)
+  local data="$work/data-$RANDOM"
+  {
+    echo 'listen = "127.0.0.1:0"'
+    echo "data_dir = \"$data\""
+    [ -n "$1" ] && echo "store = \"$1\""
+    echo '[[users]]'
+    echo 'name = "bench"'
+    echo "password_hash = \"$hash\""
+    echo 'admin = true'
+  } >"$work/drover.toml"
+  "$bin" serve --config "$work/drover.toml" >"$work/out" 2>&1 &
+  server=$!
+  for _ in $(seq 300); do grep -q listening "$work/out" && break; sleep 0.1; done
+  url=$(grep -o 'http://[^ ]*' "$work/out" | head -1)
+  curl -sf -H "$auth" "$url/rest/diag/about" >/dev/null
+}
+
+stop_server() { kill "$server"; wait "$server" 2>/dev/null || true; server=; }
+
+report() { # $1: wrk output, $2: label, $3: target req/s
+  python3 - "$1" "$2" "$3" <<'PY'
+import re, sys
+text, label, target = open(sys.argv[1]).read(), sys.argv[2], float(sys.argv[3])
+rps = float(re.search(r"Requests/sec:\s+([\d.]+)", text).group(1))
+def pct(p):
+    value, unit = re.search(rf"\s{p}%\s+([\d.]+)(us|ms|s)", text).groups()
+    return float(value) * {"us": 1e-3, "ms": 1, "s": 1e3}[unit]
+errors = re.search(r"Non-2xx or 3xx responses: (\d+)", text)
+goal = f" (target {target:,.0f}: ratio {rps / target:.2f})" if target > 0 else ""
+print(f"{label}: {rps:,.0f} req/s{goal}; "
+      f"latency p50 {pct(50):.2f} ms, p90 {pct(90):.2f} ms, p99 {pct(99):.2f} ms "
+      f"(p99 target 20 ms: ratio {pct(99) / 20:.2f}); non-2xx: {errors.group(1) if errors else 0}")
+PY
+}
+
+rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+
+# How fast this disk makes data durable now: durable writes can only be as fast as
+# the group commits' fsyncs allow, and shared machines vary a lot.
+fsync_probe() {
+python3 - "$work" <<'PY'
+import os, sys, time
+path = os.path.join(sys.argv[1], "fsync-probe")
+fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+times = []
+for _ in range(200):
+    os.write(fd, b"x" * 4096)
+    start = time.perf_counter()
+    os.fsync(fd)
+    times.append(time.perf_counter() - start)
+os.close(fd)
+os.unlink(path)
+times.sort()
+print(f"fsync of 4 KiB on this disk: p50 {times[100] * 1e3:.2f} ms, p99 {times[198] * 1e3:.2f} ms")
+PY
+}
+
+# Starts the benchmark PostgreSQL server (fsync on) if needed and sets $location to a
+# fresh schema in it.
+start_postgres() {
+  export DIR=/tmp/drover-pg-bench PGPORT=54330 FSYNC=on
+  scripts/services/postgres.sh install start >/dev/null
+  PG_STARTED=1
+  location="$(scripts/services/postgres.sh url)?schema=bench$RANDOM"
+}
