@@ -23,14 +23,15 @@ use crate::log::{EventLog, LogSettings};
 /// Most events written in one transaction.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;
 
-/// The events collection and the paths its list queries are fast on.
+/// The events collection and the queries it answers without scanning: by id, and the
+/// newest events, of one severity, type or origin or of all.
 pub fn collection_spec() -> CollectionSpec {
     CollectionSpec::new(COLLECTION)
         .index(&["id"])
-        .index_newest_first("eventDate")
-        .index(&["eventType"])
-        .index(&["severity"])
-        .index(&["origin"])
+        .index_newest_first(&["eventDate"])
+        .index_newest_first(&["severity", "eventDate"])
+        .index_newest_first(&["eventType", "eventDate"])
+        .index_newest_first(&["origin", "eventDate"])
 }
 
 /// Why events could not be recorded.
@@ -230,4 +231,59 @@ fn inherited_tenant(store: &dyn DocumentStore, objects: &[ObjectRef]) -> Option<
         let document = store.get(collection, &object.id).ok()??;
         serde_json::from_value(document.body.get("tenant")?.clone()).ok()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::Rolling;
+    use drover_store::SqliteStore;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn ids_are_assigned_tenants_inherited_and_lines_logged() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn DocumentStore> =
+            Arc::new(SqliteStore::open(&dir.path().join("db")).unwrap());
+        store
+            .ensure_collection(&CollectionSpec::new("vms"))
+            .unwrap();
+        store
+            .insert(
+                "vms",
+                "vm1",
+                None,
+                json!({"tenant": {"id": "t1", "name": "physics"}}),
+            )
+            .unwrap();
+        let log = LogSettings {
+            path: dir.path().join("events.log"),
+            rolling: Rolling::Never,
+            keep: 0,
+            additive: false,
+        };
+        let (recorder, thread) = EventRecorder::start(store.clone(), log).unwrap();
+        let mut event = Event::new(Timestamp::now(), "VM Provision", "INFO");
+        event.associated_objects = vec![
+            ObjectRef {
+                kind: "Service".into(),
+                id: "none".into(),
+            },
+            ObjectRef {
+                kind: "VM".into(),
+                id: "vm1".into(),
+            },
+        ];
+        let plain = Event::new(Timestamp::now(), "other", "INFO");
+        let recorded = recorder.record(vec![event, plain]).await.unwrap();
+        assert!(recorded[0].id < recorded[1].id);
+        assert_eq!(recorded[0].tenant.as_ref().unwrap().name, "physics");
+        assert_eq!(recorded[1].tenant, None);
+        let stored = store.get(COLLECTION, &recorded[0].id).unwrap().unwrap();
+        assert_eq!(stored.body["tenant"]["id"], "t1");
+        drop(recorder);
+        thread.join().unwrap();
+        let lines = std::fs::read_to_string(dir.path().join("events.log")).unwrap();
+        assert_eq!(lines.lines().count(), 2);
+    }
 }

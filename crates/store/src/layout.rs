@@ -126,8 +126,8 @@ pub(crate) struct Layout {
     pub paths: Vec<Path>,
     /// Each index as the column numbers it covers, in order.
     pub indexes: Vec<Vec<usize>>,
-    /// Columns with a descending index as well, `(k<n> DESC, seq)`.
-    pub newest_first: Vec<usize>,
+    /// Indexes whose last column descends: `(k<a>, ..., k<z> DESC, seq)`.
+    pub newest_first: Vec<Vec<usize>>,
 }
 
 impl Layout {
@@ -138,7 +138,7 @@ impl Layout {
         let mut names: Vec<String> = existing.to_vec();
         let mut added = Vec::new();
         let mut indexes = Vec::new();
-        for index in &spec.indexes {
+        for index in spec.indexes.iter().chain(&spec.newest_first) {
             if index.is_empty() {
                 return Err(StoreError::Invalid(format!(
                     "collection {}: an index needs at least one path",
@@ -163,11 +163,8 @@ impl Layout {
             .iter()
             .map(|p| Path::parse(p, "index").map_err(|e| StoreError::Invalid(e.message)))
             .collect::<Result<_>>()?;
-        let newest_first = spec
-            .newest_first
-            .iter()
-            .filter_map(|path| names.iter().position(|p| p == path))
-            .collect();
+        // The newest-first indexes were registered last, in the same loop.
+        let newest_first = indexes.split_off(spec.indexes.len());
         Ok((
             Layout {
                 table: format!("doc_{}", spec.name),
@@ -253,9 +250,15 @@ impl Layout {
                 columns.join(", ")
             ));
         }
-        for n in &self.newest_first {
+        for index in &self.newest_first {
+            let mut columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
+            if let Some(last) = columns.last_mut() {
+                last.push_str(" DESC");
+            }
             sql.push(format!(
-                "CREATE INDEX IF NOT EXISTS {table}_by_k{n}_desc ON {table} (k{n} DESC, seq)"
+                "CREATE INDEX IF NOT EXISTS {}_desc ON {table} ({}, seq)",
+                self.index_name(index),
+                columns.join(", ")
             ));
         }
         // The document count starts from the rows there are (once per table).

@@ -33,9 +33,10 @@ pub struct CollectionSpec {
     pub name: String,
     /// Each index is a list of paths (a composite index when there are several).
     pub indexes: Vec<Vec<String>>,
-    /// Paths also indexed for descending sorts ("newest first"): ties keep creation
-    /// order in both directions, which a plain index only gives ascending sorts.
-    pub newest_first: Vec<String>,
+    /// Indexes for descending sorts ("newest first") on their last path, after equality
+    /// on the others: ties keep creation order in both directions, which a plain index
+    /// only gives ascending sorts.
+    pub newest_first: Vec<Vec<String>>,
 }
 
 impl CollectionSpec {
@@ -48,10 +49,11 @@ impl CollectionSpec {
         }
     }
 
-    /// Indexes `path` for descending sorts too (see [`CollectionSpec::newest_first`]).
-    pub fn index_newest_first(mut self, path: &str) -> Self {
-        self = self.index(&[path]);
-        self.newest_first.push(path.to_string());
+    /// An index for descending sorts on the last of `paths` after equality on the others
+    /// (see [`CollectionSpec::newest_first`]); it serves what `index(paths)` would too.
+    pub fn index_newest_first(mut self, paths: &[&str]) -> Self {
+        self.newest_first
+            .push(paths.iter().map(|p| p.to_string()).collect());
         self
     }
 

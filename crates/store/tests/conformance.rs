@@ -575,7 +575,9 @@ fn describe_names_the_database_and_flush_keeps_the_data() {
 #[test]
 fn unfiltered_counts_follow_every_kind_of_write_and_newest_first_sorts_keep_ties() {
     for mut b in backends() {
-        let spec = jobs_spec().index_newest_first("submitDate");
+        let spec = jobs_spec()
+            .index_newest_first(&["submitDate"])
+            .index_newest_first(&["state", "submitDate"]);
         b.store.ensure_collection(&spec).unwrap();
         let s = &*b.store;
         let body = |date: &str| json!({"state": "Idle", "submitDate": date});
@@ -617,6 +619,13 @@ fn unfiltered_counts_follow_every_kind_of_write_and_newest_first_sorts_keep_ties
             b.name()
         );
         assert_eq!(ids(s, &query("{}", "{}", Some("0"), None)).0, 3);
+        let idle = query(
+            r#"{"state": "Idle"}"#,
+            r#"{"submitDate": -1}"#,
+            Some("2"),
+            Some("1"),
+        );
+        assert_eq!(ids(s, &idle), (3, vec!["b".into(), "d".into()]));
         // The count is stored: it holds after reopening too.
         b.reopen();
         b.store.ensure_collection(&spec).unwrap();
