@@ -1,7 +1,8 @@
 //! Checking Basic logins against the local users, with a short-lived cache of verified ones.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -35,12 +36,19 @@ struct Remembered {
 ///
 /// A verified login is remembered as a keyed digest of user and password (never the
 /// password itself) for `ttl`; a failed login is never remembered, so a wrong password
-/// always pays the full argon2 verification.
+/// always pays the full argon2 verification. Verifications of one user take turns: when
+/// many connections of a busy client present the same login at once (at start, or when
+/// the remembered login expires), one verifies it and the others find it remembered,
+/// instead of all of them running argon2 together and stalling the machine.
 pub struct Authenticator {
     users: HashMap<String, User>,
     ttl: Duration,
     key: [u8; 32],
     remembered: Mutex<HashMap<String, Remembered>>,
+    /// One turn per known user name.
+    turns: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// How many argon2 verifications ran (decoys included).
+    verifications: AtomicUsize,
     /// Verified for unknown user names, so that they take as long as known ones.
     decoy: String,
 }
@@ -64,6 +72,8 @@ impl Authenticator {
             ttl,
             key: password::random_key(),
             remembered: Mutex::new(HashMap::new()),
+            turns: Mutex::new(HashMap::new()),
+            verifications: AtomicUsize::new(0),
             decoy: password::hash(&password::generate(), Cost::Standard),
         })
     }
@@ -102,10 +112,24 @@ impl Authenticator {
     /// Verifies a login with argon2 (milliseconds: call it off the async runtime) and
     /// remembers it when it is good.
     pub fn verify(&self, name: &str, password: &str) -> Option<Identity> {
+        self.verifications.fetch_add(1, Ordering::Relaxed);
         let Some(user) = self.users.get(name) else {
             let _ = password::verify(&self.decoy, password);
             return None;
         };
+        let turn = self
+            .turns
+            .lock()
+            .unwrap()
+            .entry(name.to_string())
+            .or_default()
+            .clone();
+        let _turn = turn.lock().unwrap_or_else(|e| e.into_inner());
+        // Whoever had the turn before may have verified this very login.
+        if let Some(identity) = self.remembered(name, password) {
+            self.verifications.fetch_sub(1, Ordering::Relaxed);
+            return Some(identity);
+        }
         if !password::verify(&user.password_hash, password) {
             return None;
         }
@@ -129,6 +153,11 @@ impl Authenticator {
             name: user.name.clone(),
             admin: user.admin,
         })
+    }
+
+    /// How many argon2 verifications have run.
+    pub fn verifications(&self) -> usize {
+        self.verifications.load(Ordering::Relaxed)
     }
 
     /// [`Authenticator::remembered`], else [`Authenticator::verify`].
@@ -173,6 +202,25 @@ mod tests {
             ttl,
         )
         .unwrap()
+    }
+
+    #[test]
+    fn a_login_presented_by_many_connections_at_once_is_verified_once() {
+        let auth = Arc::new(authenticator(Duration::from_secs(60)));
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let auth = auth.clone();
+                std::thread::spawn(move || auth.verify("alice", "alice-pw"))
+            })
+            .collect();
+        for thread in threads {
+            assert_eq!(thread.join().unwrap().unwrap().name, "alice");
+        }
+        assert_eq!(auth.verifications(), 1);
+        // Wrong passwords are still verified every time.
+        assert_eq!(auth.verify("alice", "wrong"), None);
+        assert_eq!(auth.verify("alice", "wrong"), None);
+        assert_eq!(auth.verifications(), 3);
     }
 
     #[test]
