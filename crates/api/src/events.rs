@@ -235,6 +235,7 @@ fn v3_event(state: &AppState, body: &Value) -> Result<Event, ApiError> {
                 }
             })
             .unwrap_or_default();
+        event.derive_v1_fields();
         event
     })
 }

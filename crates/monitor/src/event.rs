@@ -124,6 +124,22 @@ impl Event {
         }
     }
 
+    /// Fills the version-1 fields a version-3 event lacks (`status` from the severity,
+    /// `errorMessage` from code and origin), so that version-1 queries see what version-1
+    /// reads show.
+    pub fn derive_v1_fields(&mut self) {
+        if self.status.is_none() {
+            let failed = matches!(self.severity.as_str(), "ERROR" | "FATAL");
+            self.status = Some(if failed { "failure" } else { "success" }.into());
+        }
+        if self.error_message.is_none() && (self.message.is_some() || self.code != 0) {
+            self.error_message = Some(ErrorSource {
+                error_code: (self.code != 0).then(|| self.code.to_string()),
+                originator: self.origin.clone(),
+            });
+        }
+    }
+
     pub fn to_document(&self) -> Value {
         serde_json::to_value(self).expect("an event serializes")
     }
@@ -152,25 +168,22 @@ impl Event {
 
     /// The version-1 shape (spec 6.1), dates in the deployment's zone.
     pub fn to_v1(&self, dates: &WireDates) -> Value {
+        let mut event = self.clone();
+        event.derive_v1_fields();
+        event.v1_shape(dates)
+    }
+
+    fn v1_shape(&self, dates: &WireDates) -> Value {
         let event_time = dates::parse_utc(&self.event_date)
             .map(|t| dates.format(t, 1))
             .unwrap_or_else(|| self.event_date.clone());
-        let status = self.status.clone().unwrap_or_else(|| {
-            if matches!(self.severity.as_str(), "ERROR" | "FATAL") {
-                "failure".into()
-            } else {
-                "success".into()
-            }
-        });
-        let error = self.error_message.clone().unwrap_or_default();
-        let error_message = if self.message.is_some() || self.error_message.is_some() {
-            json!({
-                "errorCode": error.error_code.or_else(|| (self.code != 0).then(|| self.code.to_string())),
+        let error_message = match &self.error_message {
+            Some(error) => json!({
+                "errorCode": error.error_code,
                 "message": self.message,
-                "originator": error.originator.or_else(|| self.origin.clone()),
-            })
-        } else {
-            Value::Null
+                "originator": error.originator,
+            }),
+            None => Value::Null,
         };
         json!({
             "id": self.id,
@@ -179,7 +192,7 @@ impl Event {
             "eventCategory": self.event_category,
             "facility": self.facility,
             "sourceComponent": self.origin,
-            "status": status,
+            "status": self.status,
             "details": self.details,
             "errorMessage": error_message,
             "initiatedBy": self.initiated_by,

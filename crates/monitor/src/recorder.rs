@@ -1,18 +1,19 @@
 //! The event recorder: a thread that gives events their ids, stores them with group
 //! commit and writes their log lines.
 //!
-//! Callers hand it events and (for requests) wait for the answer. The thread takes
-//! every request that is waiting, inserts all their events in one store transaction,
-//! then appends their lines to `events.log`, and only then answers: an answered event
-//! is durable, and a burst of events shares one fsync. Events the scheduler emits come
-//! through [`EventSink`] and are not waited for.
+//! Callers hand it events and wait for the answer. The thread takes every request that
+//! is waiting, inserts all their events in one store transaction, then appends their
+//! lines to `events.log`, and only then answers: an answered event is durable, and a
+//! burst of events shares one fsync. The scheduler's events take another way, as its
+//! [`EventSink`]: they are written in the journal batch of the change they report, and
+//! handed to this thread for their log lines once that batch is durable.
 
-use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
+use std::sync::{Arc, Mutex};
 
 use drover_domain::dates::Timestamp;
 use drover_query::{Direction, ListQuery, Paging, Path, Sort};
-use drover_sched::events::{EventSink, SchedEvent};
+use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
 use drover_store::{CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
 use tokio::sync::oneshot;
@@ -43,15 +44,21 @@ pub enum RecordError {
     Store(String),
 }
 
-struct Request {
-    events: Vec<Event>,
-    answer: Option<oneshot::Sender<Result<Vec<Event>, RecordError>>>,
+enum Message {
+    /// Store these events, log them, answer.
+    Record {
+        events: Vec<Event>,
+        answer: oneshot::Sender<Result<Vec<Event>, RecordError>>,
+    },
+    /// These events are stored already (with the scheduler's changes): log them.
+    Log(Vec<Event>),
 }
 
 /// The handle callers hold; cheap to clone.
 #[derive(Clone)]
 pub struct EventRecorder {
-    inbox: Sender<Request>,
+    inbox: Sender<Message>,
+    ids: Arc<Mutex<IdSequence>>,
 }
 
 impl EventRecorder {
@@ -65,41 +72,57 @@ impl EventRecorder {
             .ensure_collection(&collection_spec())
             .map_err(|e| e.to_string())?;
         let newest = newest_id(store.as_ref()).map_err(|e| e.to_string())?;
-        let ids = IdSequence::starting_after(newest.as_deref(), Timestamp::now());
+        let ids = Arc::new(Mutex::new(IdSequence::starting_after(
+            newest.as_deref(),
+            Timestamp::now(),
+        )));
         let log = EventLog::open(log.clone())
             .map_err(|e| format!("cannot open the event log {}: {e}", log.path.display()))?;
-        let (inbox, requests) = std::sync::mpsc::channel();
+        let (inbox, messages) = std::sync::mpsc::channel();
+        let thread_ids = ids.clone();
         let thread = std::thread::Builder::new()
             .name("events".into())
-            .spawn(move || run(store, requests, ids, log))
+            .spawn(move || run(store, messages, thread_ids, log))
             .map_err(|e| e.to_string())?;
-        Ok((Self { inbox }, thread))
+        Ok((Self { inbox, ids }, thread))
     }
 
     /// Records `events` (ids assigned, tenants inherited) and answers them as stored.
     pub async fn record(&self, events: Vec<Event>) -> Result<Vec<Event>, RecordError> {
         let (answer, answered) = oneshot::channel();
         self.inbox
-            .send(Request {
-                events,
-                answer: Some(answer),
-            })
+            .send(Message::Record { events, answer })
             .map_err(|_| RecordError::Stopped)?;
         answered.await.map_err(|_| RecordError::Stopped)?
-    }
-
-    /// Records `event` without waiting.
-    pub fn record_later(&self, event: Event) {
-        let _ = self.inbox.send(Request {
-            events: vec![event],
-            answer: None,
-        });
     }
 }
 
 impl EventSink for EventRecorder {
-    fn emit(&self, event: SchedEvent) {
-        self.record_later(from_scheduler(&event));
+    fn journal(&self, events: Vec<SchedEvent>) -> JournaledEvents {
+        let mut stored: Vec<Event> = events.iter().map(from_scheduler).collect();
+        {
+            let mut ids = self.ids.lock().unwrap();
+            for event in &mut stored {
+                event.id = ids.next_id();
+            }
+        }
+        let writes = stored.iter().map(insert).collect();
+        let inbox = self.inbox.clone();
+        JournaledEvents {
+            writes,
+            committed: Some(Box::new(move || {
+                let _ = inbox.send(Message::Log(stored));
+            })),
+        }
+    }
+}
+
+fn insert(event: &Event) -> Write {
+    Write::Insert {
+        collection: COLLECTION.into(),
+        id: event.id.clone(),
+        name: None,
+        body: event.to_document(),
     }
 }
 
@@ -161,59 +184,68 @@ fn newest_id(store: &dyn DocumentStore) -> Result<Option<String>, StoreError> {
 
 fn run(
     store: Arc<dyn DocumentStore>,
-    requests: Receiver<Request>,
-    mut ids: IdSequence,
+    messages: Receiver<Message>,
+    ids: Arc<Mutex<IdSequence>>,
     mut log: EventLog,
 ) {
-    while let Ok(first) = requests.recv() {
+    while let Ok(first) = messages.recv() {
         let mut group = vec![first];
-        let mut count = group[0].events.len();
+        let mut count = 0;
         while count < MAX_EVENTS_PER_COMMIT {
-            match requests.try_recv() {
-                Ok(request) => {
-                    count += request.events.len();
-                    group.push(request);
+            match messages.try_recv() {
+                Ok(message) => {
+                    count += match &message {
+                        Message::Record { events, .. } | Message::Log(events) => events.len(),
+                    };
+                    group.push(message);
                 }
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
         }
-        let mut writes = Vec::with_capacity(count);
-        for request in &mut group {
-            for event in &mut request.events {
-                event.id = ids.next_id();
-                event.tenant = event
-                    .tenant
-                    .take()
-                    .or_else(|| inherited_tenant(store.as_ref(), &event.associated_objects));
-                writes.push(Write::Insert {
-                    collection: COLLECTION.into(),
-                    id: event.id.clone(),
-                    name: None,
-                    body: event.to_document(),
-                });
+        let mut writes = Vec::new();
+        {
+            let mut ids = ids.lock().unwrap();
+            for message in &mut group {
+                if let Message::Record { events, .. } = message {
+                    for event in events {
+                        event.id = ids.next_id();
+                        event.tenant = event.tenant.take().or_else(|| {
+                            inherited_tenant(store.as_ref(), &event.associated_objects)
+                        });
+                        writes.push(insert(event));
+                    }
+                }
             }
         }
-        let result = store
-            .write(&writes)
-            .map(|_| ())
-            .map_err(|e| RecordError::Store(e.to_string()));
-        if result.is_ok() {
-            let now = Timestamp::now();
-            let logged = group
-                .iter()
-                .flat_map(|r| &r.events)
-                .try_for_each(|event| log.append(event, now))
-                .and_then(|_| log.flush());
-            if let Err(e) = logged {
-                // The events are stored; a full disk must not refuse them.
-                eprintln!("drover: cannot write the event log: {e}");
+        let result = if writes.is_empty() {
+            Ok(())
+        } else {
+            store
+                .write(&writes)
+                .map(|_| ())
+                .map_err(|e| RecordError::Store(e.to_string()))
+        };
+        let now = Timestamp::now();
+        let mut logged = Ok(());
+        for message in &group {
+            let events = match message {
+                Message::Record { events, .. } if result.is_ok() => events,
+                Message::Log(events) => events,
+                Message::Record { .. } => continue,
+            };
+            for event in events {
+                if logged.is_ok() {
+                    logged = log.append(event, now);
+                }
             }
         }
-        for request in group {
-            if let Some(answer) = request.answer {
-                let _ = answer.send(result.clone().map(|_| request.events));
-            } else if let Err(e) = &result {
-                eprintln!("drover: a scheduler event was not stored: {e}");
+        if let Err(e) = logged.and_then(|_| log.flush()) {
+            // The events are stored; a full disk must not refuse them.
+            eprintln!("drover: cannot write the event log: {e}");
+        }
+        for message in group {
+            if let Message::Record { events, answer } = message {
+                let _ = answer.send(result.clone().map(|_| events));
             }
         }
     }

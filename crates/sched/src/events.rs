@@ -1,7 +1,11 @@
-//! What the engine tells the outside world happened. The monitoring issue stores these
-//! through its own [`EventSink`]; until then the default sink drops them.
+//! What the engine tells the outside world happened. The engine collects the events of
+//! a step and hands them to its [`EventSink`], which answers the store writes that record
+//! them: those join the journal batch of the very changes they report, so an event is
+//! durable exactly when its change is (and lost with it when a commit fails).
 
 use std::sync::Mutex;
+
+use drover_store::Write;
 
 use crate::clock::Seconds;
 
@@ -21,24 +25,38 @@ pub struct SchedEvent {
     pub details: Vec<(String, String)>,
 }
 
+/// What recording a step's events takes.
+#[derive(Default)]
+pub struct JournaledEvents {
+    /// Store writes that join the step's journal batch.
+    pub writes: Vec<Write>,
+    /// Run once that batch is durable (e.g. to write log lines).
+    pub committed: Option<Box<dyn FnOnce() + Send>>,
+}
+
 pub trait EventSink: Send + Sync {
-    fn emit(&self, event: SchedEvent);
+    /// Turns one engine step's events into what the journal records (called on the
+    /// engine thread: keep it quick).
+    fn journal(&self, events: Vec<SchedEvent>) -> JournaledEvents;
 }
 
 /// Drops every event.
 pub struct DiscardEvents;
 
 impl EventSink for DiscardEvents {
-    fn emit(&self, _event: SchedEvent) {}
+    fn journal(&self, _events: Vec<SchedEvent>) -> JournaledEvents {
+        JournaledEvents::default()
+    }
 }
 
-/// Keeps every event in memory (tests).
+/// Keeps every event in memory, as soon as the engine hands it over (tests).
 #[derive(Default)]
 pub struct RecordedEvents(pub Mutex<Vec<SchedEvent>>);
 
 impl EventSink for RecordedEvents {
-    fn emit(&self, event: SchedEvent) {
-        self.0.lock().unwrap().push(event);
+    fn journal(&self, events: Vec<SchedEvent>) -> JournaledEvents {
+        self.0.lock().unwrap().extend(events);
+        JournaledEvents::default()
     }
 }
 

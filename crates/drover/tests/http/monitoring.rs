@@ -182,7 +182,16 @@ fn version_3_events_are_created_from_json_and_refused_with_reasons() {
     assert_eq!(v1["sourceComponent"], "plugin-a");
     assert_eq!(v1["errorMessage"]["message"], "slow");
     assert_eq!(v1["relatedObjects"][0]["id"], "vm1");
+    assert_eq!(v1["errorMessage"]["errorCode"], "42");
     assert!(v1.get("eventDate").is_none());
+    // Version-1 queries see what version-1 reads show.
+    let found = server
+        .get(&query(
+            "/rest/events",
+            json!({"status": "success", "errorMessage.errorCode": "42"}),
+        ))
+        .json();
+    assert_eq!(found["totalCount"], 1, "{found}");
 
     let before = count(&server, "/rest/events");
     for (body, field) in [
@@ -366,6 +375,22 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
     assert_eq!(found["results"][0]["facility"], "job");
     assert_eq!(found["results"][0]["initiatedBy"]["user"], "admin");
     let id = found["results"][0]["id"].as_str().unwrap().to_string();
+    // Its log line follows the commit of the job (and of the event with it).
+    let log = server.data_dir().join("events.log");
+    for _ in 0..100 {
+        if std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .contains("type=\"jobsubmit\"")
+        {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let lines = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        lines.contains(&format!("type=\"jobsubmit\" origin=\"scheduler\" associatedObject.0.type=\"job\" associatedObject.0.id=\"{job}\"")),
+        "{lines}"
+    );
     let created = server
         .send_json(
             "POST",

@@ -54,6 +54,8 @@ pub(crate) struct Engine {
     pub(crate) rm: Arc<dyn ResourceManager>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) events: Arc<dyn EventSink>,
+    /// Events of the current step, journaled with its changes.
+    pub(crate) pending_events: Vec<SchedEvent>,
     pub(crate) inbox: Sender<Inbox>,
     journal: Option<Sender<Batch>>,
     journal_thread: Option<std::thread::JoinHandle<()>>,
@@ -119,6 +121,7 @@ impl Engine {
             rm,
             clock: parts.clock,
             events: parts.events,
+            pending_events: Vec::new(),
             inbox: inbox.clone(),
             journal: Some(journal),
             journal_thread: Some(journal_thread),
@@ -297,6 +300,19 @@ impl Engine {
 
     /// Hands this step's writes to the journal.
     pub(crate) fn flush_journal(&mut self) {
+        if !self.pending_events.is_empty() {
+            let events = self
+                .events
+                .journal(std::mem::take(&mut self.pending_events));
+            self.batch.writes.extend(events.writes);
+            if let Some(committed) = events.committed {
+                self.batch.completions.push(Box::new(move |result| {
+                    if result.is_ok() {
+                        committed();
+                    }
+                }));
+            }
+        }
         if self.batch.is_empty() {
             return;
         }
@@ -414,14 +430,14 @@ impl Engine {
     }
 
     pub(crate) fn emit(
-        &self,
+        &mut self,
         event_type: &'static str,
         facility: &'static str,
         object_id: &str,
         by: Option<&Requester>,
         details: Vec<(String, String)>,
     ) {
-        self.events.emit(SchedEvent {
+        self.pending_events.push(SchedEvent {
             time: self.now(),
             event_type,
             facility,
