@@ -6,6 +6,7 @@ use drover_auth::{Authenticator, DirectoryConfig, Permission};
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::{EventRecorder, Reports};
 use drover_sched::Scheduler;
+use drover_sched::template::JobTemplates;
 use drover_store::DocumentStore;
 
 /// The service's shared state; cheap to clone.
@@ -43,6 +44,8 @@ pub struct Settings {
     pub build: BuildInfo,
     /// The directory (LDAP) configuration, when there is one.
     pub directory: Option<DirectoryConfig>,
+    /// The job templates submissions may name.
+    pub job_templates: Arc<JobTemplates>,
 }
 
 /// `ENABLEPROXY` and the users allowed to act for others (spec part 1, rule 7).

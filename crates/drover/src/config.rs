@@ -10,6 +10,7 @@ use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
 use drover_monitor::log::{LogSettings, Rolling};
 use drover_sched::node::NodeConfig;
+use drover_sched::template::{JobTemplate, JobTemplates};
 use drover_sched::{ConfiguredCredentials, SchedConfig};
 use serde::Deserialize;
 
@@ -59,6 +60,8 @@ pub struct Config {
     pub nodes: Vec<NodeConfig>,
     /// The event log file.
     pub events: EventsConfig,
+    /// Job templates: change the built-in ones (same id) or add others.
+    pub job_templates: Vec<JobTemplate>,
 }
 
 /// The event log (`events.log`, spec 6.3).
@@ -90,6 +93,11 @@ impl Default for EventsConfig {
 }
 
 impl Config {
+    /// The built-in job templates with the configured ones.
+    pub fn templates(&self) -> Result<JobTemplates, String> {
+        JobTemplates::with(&self.job_templates)
+    }
+
     /// Where and how events are logged.
     pub fn event_log(&self) -> Result<LogSettings, String> {
         let events = &self.events;
@@ -211,6 +219,7 @@ impl Default for Config {
             ldap: None,
             nodes: Vec::new(),
             events: EventsConfig::default(),
+            job_templates: Vec::new(),
         }
     }
 }
@@ -293,6 +302,7 @@ impl Config {
             user.validate().map_err(|e| e.to_string())?;
         }
         self.event_log()?;
+        self.templates()?;
         self.validate_scheduler()
     }
 

@@ -117,6 +117,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         },
         build: build_info(),
         directory: config.ldap.clone(),
+        job_templates: Arc::new(config.templates()?),
     };
     let monitoring = Monitoring {
         events,

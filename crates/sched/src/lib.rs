@@ -8,6 +8,7 @@
 //! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
+//! - [`template`]: job templates (spec 2.6), built in and configured.
 
 pub mod book;
 pub mod clock;
@@ -19,6 +20,7 @@ pub mod place;
 pub mod request;
 pub mod rm;
 pub mod sysuser;
+pub mod template;
 pub mod validate;
 
 pub use book::{Attribute, JobBook};

@@ -2,6 +2,7 @@
 //! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
 
 mod listing;
+pub mod templates;
 pub mod v1;
 pub mod v2;
 
@@ -30,6 +31,7 @@ const UPDATE: Access = Access::Needs(Permission::update("jobs"));
 const DELETE: Access = Access::Needs(Permission::delete("jobs"));
 
 pub(crate) fn register(routes: &mut Routes) {
+    templates::register(routes);
     let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
     let list_doc = |route: crate::routes::RouteBuilder<'_>, which: &'static str| {
         route.summary(which).list().response(
@@ -300,9 +302,10 @@ async fn submit(
     caller: Caller,
     body: Bytes,
 ) -> ApiResult<Response> {
-    let body: Value = parse_json(&body)?;
+    let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
+        templates::apply(&mut body, &state.settings().job_templates)?;
         v2::submission(&body, dates)?
     } else {
         v1::submission(&body, dates)?

@@ -1145,3 +1145,99 @@ fn whoami() -> String {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
+
+#[test]
+fn job_templates_are_listed_and_fill_what_a_submission_leaves_out() {
+    use drover_sched::template::{JobTemplate, TemplateRequirements};
+    let server = TestServer::builder()
+        .config(|c| {
+            c.job_templates = vec![
+                JobTemplate {
+                    id: "DEFAULT".into(),
+                    account: Some("general".into()),
+                    duration_requested: Some(600),
+                    ..JobTemplate::default()
+                },
+                JobTemplate {
+                    id: "wide".into(),
+                    queue: Some("batch".into()),
+                    qos: Some("high".into()),
+                    job_flags: vec!["RESTARTABLE".into()],
+                    job_template_requirements: vec![TemplateRequirements {
+                        required_processors_per_task: Some(2),
+                        task_count: Some(3),
+                        ..TemplateRequirements::default()
+                    }],
+                    ..JobTemplate::default()
+                },
+            ]
+        })
+        .start();
+    let list = server.get("/rest/job-templates").json();
+    assert_eq!(list["totalCount"], 15, "{list}");
+    for id in [
+        "DEFAULT",
+        "genericVM",
+        "genericVM-migrate",
+        "OSStorage-setup",
+        "extraStorage-destroy",
+    ] {
+        assert_eq!(
+            server.get(&format!("/rest/job-templates/{id}")).json()["id"],
+            id
+        );
+    }
+    assert_eq!(server.get("/rest/job-templates/wide").json()["qos"], "high");
+    assert_eq!(server.get("/rest/job-templates/nope").status, 404);
+
+    let name = submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "holds": ["User"], "templates": [{"name": "wide"}],
+               "credentials": {"account": "mine"}}),
+    );
+    let job = server
+        .get(&format!("/rest/jobs/{name}?api-version=2"))
+        .json();
+    assert_eq!(
+        job["credentials"]["account"], "mine",
+        "the body wins: {job}"
+    );
+    assert_eq!(job["credentials"]["jobClass"], "batch");
+    assert_eq!(job["credentials"]["qosRequested"], "high");
+    assert_eq!(job["duration"], 600, "DEFAULT applies too");
+    assert!(
+        job["flags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f == "RESTARTABLE"),
+        "{job}"
+    );
+    assert_eq!(job["requirements"][0]["taskCount"], 3);
+    assert_eq!(
+        job["requirements"][0]["resourcesPerTask"]["processors"]["dedicated"],
+        2
+    );
+    assert_eq!(job["templates"], json!([{"name": "wide"}]));
+
+    let plain = submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "holds": ["User"]}),
+    );
+    let plain = server
+        .get(&format!("/rest/jobs/{plain}?api-version=2"))
+        .json();
+    assert_eq!(plain["credentials"]["account"], "general");
+
+    let refused = server.send_json(
+        "POST",
+        "/rest/jobs?api-version=2",
+        &json!({"commandFile": "/bin/true", "templates": [{"name": "nope"}]}),
+    );
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.messages().contains("no job template 'nope'"),
+        "{}",
+        refused.body
+    );
+}
