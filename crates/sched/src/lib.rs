@@ -8,10 +8,12 @@
 //! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
-//! - [`template`]: job templates (spec 2.6), built in and configured.
+//! - [`template`]: job templates (spec 2.6), built in and configured; [`dependency`]:
+//!   when a job's dependencies let it start.
 
 pub mod book;
 pub mod clock;
+pub mod dependency;
 pub mod engine;
 pub mod events;
 pub mod job;

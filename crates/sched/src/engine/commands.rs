@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use super::CredentialKind;
 use super::core::Engine;
+use crate::dependency::DependencyKind;
 use crate::job::{
     Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, Output,
 };
@@ -56,6 +57,7 @@ impl Engine {
             ));
         }
         spec.working_directory = Some(directory.to_string_lossy().into_owned());
+        self.check_dependencies(&spec)?;
         if spec.job_class.is_none() {
             spec.job_class = self.config.credentials.classes.first().cloned();
         }
@@ -111,6 +113,33 @@ impl Engine {
         }
         self.emit("jobsubmit", "job", &id, Some(by), Vec::new());
         Ok(id)
+    }
+
+    /// Refuses dependencies of an unknown type, or on a job that does not exist.
+    fn check_dependencies(&self, spec: &JobSpec) -> Result<(), SchedError> {
+        for (i, dependency) in spec.extra.dependencies.iter().enumerate() {
+            let problem = match DependencyKind::parse(&dependency.kind) {
+                None => Some(format!(
+                    "dependencies[{i}].type: '{}' is not one of {}",
+                    dependency.kind,
+                    DependencyKind::ACCEPTED
+                )),
+                Some(_) if dependency.name.is_empty() => {
+                    Some(format!("dependencies[{i}].name: required"))
+                }
+                Some(kind) if kind.names_a_job() && self.position(&dependency.name).is_none() => {
+                    Some(format!(
+                        "dependencies[{i}].name: no job '{}'",
+                        dependency.name
+                    ))
+                }
+                Some(_) => None,
+            };
+            if let Some(reason) = problem {
+                return Err(SchedError::invalid("The job was not submitted", reason));
+            }
+        }
+        Ok(())
     }
 
     /// The system user a job runs as: the one it names, else the caller's own account,

@@ -11,6 +11,7 @@ use drover_store::{CollectionSpec, DocumentStore, Write};
 use super::{CredentialKind, EngineParts, Inbox, SchedConfig, Scheduler, Shared};
 use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
+use crate::dependency::{self, Verdict};
 use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
 use crate::node::{Node, NodeConfig};
@@ -403,7 +404,13 @@ impl Engine {
 
     /// Keeps the queue and the running set in step with a job's state.
     fn requeue_index(&mut self, position: usize, job: &Job) {
-        let waiting = job.status.state == JobState::Idle;
+        let waiting = job.status.state == JobState::Idle
+            || (job.status.state == JobState::Blocked
+                && job
+                    .status
+                    .block
+                    .as_ref()
+                    .is_some_and(|b| b.kind == dependency::WAITING));
         let key = QueueKey::of(job);
         match (self.queue_keys.get(&position).copied(), waiting) {
             (Some(old), true) if old == key => {}
@@ -505,6 +512,9 @@ impl Engine {
             if job.spec.earliest_start.is_some_and(|t| t > now) {
                 continue;
             }
+            if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, &job) {
+                continue;
+            }
             match place::place(&job.spec.request, &self.nodes) {
                 Fit::Now(allocation) => self.begin_start(position, allocation),
                 Fit::Later(_) => {}
@@ -519,6 +529,31 @@ impl Engine {
                 }
             }
         }
+    }
+
+    /// Whether the job's dependencies let it start; if not, shows why (Blocked with a
+    /// `Dependency` block while it may still happen, `DependencyFailed` once it cannot).
+    fn dependencies_met(&mut self, position: usize, job: &Job) -> bool {
+        let verdict = {
+            let book = self.shared.jobs.read().unwrap();
+            dependency::judge_all(job, |id| book.get(id).map(|j| &**j))
+        };
+        let (kind, reason) = match verdict {
+            Verdict::Met => return true,
+            Verdict::Waiting(reason) => (dependency::WAITING, reason),
+            Verdict::Never(reason) => (dependency::FAILED, reason),
+        };
+        let block = crate::job::Block {
+            kind: kind.into(),
+            message: reason,
+        };
+        if job.status.block.as_ref() != Some(&block) || job.status.state != JobState::Blocked {
+            self.update(position, |job| {
+                job.status.state = JobState::Blocked;
+                job.status.block = Some(block);
+            });
+        }
+        false
     }
 
     /// Places a job: it holds its resources from now, and its process is launched once
