@@ -1053,7 +1053,7 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
     let burner = script(
         work.path(),
         "burn.sh",
-        "end=$(( $(date +%s) + 1 ))\nwhile [ $(date +%s) -lt $end ]; do :; done\necho done\necho err >&2\nid -un",
+        "i=0\nwhile [ $i -lt 200000 ]; do i=$((i + 1)); done\necho done\necho err >&2\nid -un",
     );
     std::fs::create_dir(work.path().join("out")).unwrap();
     {
@@ -1075,7 +1075,8 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
         "completion",
         |j| j["states"]["state"] == "Completed",
     );
-    assert!(job["cpuTime"].as_f64().unwrap() > 0.3, "{job}");
+    // A fixed amount of work (not a wall-clock loop, whose CPU time depends on load).
+    assert!(job["cpuTime"].as_f64().unwrap() > 0.02, "{job}");
     assert_eq!(job["environmentRequested"], true);
     assert_eq!(
         job["rmStandardOutputFilePath"],
@@ -1240,4 +1241,102 @@ fn job_templates_are_listed_and_fill_what_a_submission_leaves_out() {
         "{}",
         refused.body
     );
+}
+
+#[test]
+fn dependencies_hold_a_job_back_release_it_and_block_it_for_good() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let submit_dependent = |kind: &str, name: &str| {
+        submit_v2(
+            &server,
+            json!({"commandFile": quick, "initialWorkingDirectory": work.path(),
+                   "dependencies": [{"type": kind, "name": name}]}),
+        )
+    };
+    let first = submit_v2(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    );
+    let after_ok = submit_dependent("afterok", &first);
+    let after_not_ok = submit_dependent("afternotok", &first);
+    let after_start = submit_dependent("JOBSTART", &first);
+    let after_any = submit_dependent("afterany", &first);
+    let on_variable = submit_dependent("set", "GO");
+    for (id, reason) in [
+        (&after_ok, "to succeed"),
+        (&after_not_ok, "to fail"),
+        (&after_start, "to start"),
+        (&after_any, "to end"),
+        (&on_variable, "variable GO"),
+    ] {
+        let job = server.wait_for(&format!("/rest/jobs/{id}"), "the dependency block", |j| {
+            j["state"] == "BLOCKED"
+        });
+        assert_eq!(job["blockReason"]["type"], "Dependency", "{job}");
+        assert!(
+            job["blockReason"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(reason),
+            "{job}"
+        );
+    }
+
+    // The first job runs and succeeds: afterok, afterstart and afterany follow; afternotok
+    // can never be met and says why.
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{first}/unhold"),
+        Auth::Admin,
+        None,
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_state(&server, &first, "COMPLETED");
+    for id in [&after_ok, &after_start, &after_any] {
+        wait_state(&server, id, "COMPLETED");
+    }
+    let failed = server.wait_for(
+        &format!("/rest/jobs/{after_not_ok}"),
+        "the failed dependency",
+        |j| j["blockReason"]["type"] == "DependencyFailed",
+    );
+    assert_eq!(failed["state"], "BLOCKED");
+    assert!(
+        failed["blockReason"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("succeeded"),
+        "{failed}"
+    );
+
+    // Setting the variable releases the last one.
+    assert_eq!(state_v1(&server, &on_variable), "BLOCKED");
+    let reply = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{on_variable}?api-version=2"),
+        &json!({"variables": {"GO": "1"}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_state(&server, &on_variable, "COMPLETED");
+
+    for (body, problem) in [
+        (
+            json!([{"type": "beforeok", "name": first}]),
+            "dependencies[0].type",
+        ),
+        (
+            json!([{"type": "afterok", "name": "Drover.999999"}]),
+            "no job 'Drover.999999'",
+        ),
+    ] {
+        let reply = server.send_json(
+            "POST",
+            "/rest/jobs?api-version=2",
+            &json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "dependencies": body}),
+        );
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        assert!(reply.messages().contains(problem), "{}", reply.body);
+    }
 }
