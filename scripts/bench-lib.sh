@@ -1,6 +1,6 @@
 # Shared by the HTTP benchmarks (bench-jobs, bench-events); sourced, not run.
 # Builds the release binary, makes a work directory cleaned up on exit, and defines:
-#   start_server [store location]  starts drover on a free port, sets $url and $server
+#   start_server [store location] [TOML]  starts drover on a free port, sets $url, $server
 #   stop_server, rss_kib           stop it; its resident memory in KiB
 #   report <wrk output> <label> <target req/s, 0 for none>
 #   fsync_probe                    prints the disk's fsync latency
@@ -20,7 +20,7 @@ trap cleanup EXIT
 hash=$(echo bench-password | "$bin" hash-password)
 auth="Authorization: Basic $(printf bench:bench-password | base64)"
 
-start_server() { # $1: store location ("" for SQLite)
+start_server() { # $1: store location ("" for SQLite); $2: more TOML (optional)
   local data="$work/data-$RANDOM"
   {
     echo 'listen = "127.0.0.1:0"'
@@ -30,6 +30,7 @@ start_server() { # $1: store location ("" for SQLite)
     echo 'name = "bench"'
     echo "password_hash = \"$hash\""
     echo 'admin = true'
+    [ -n "${2:-}" ] && echo "$2"
   } >"$work/drover.toml"
   "$bin" serve --config "$work/drover.toml" >"$work/out" 2>&1 &
   server=$!

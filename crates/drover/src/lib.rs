@@ -12,7 +12,7 @@ use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
 use drover_monitor::{EventRecorder, Reports};
 use drover_sched::clock::SystemClock;
-use drover_sched::events::EventSink;
+use drover_sched::events::{DiscardEvents, EventSink};
 use drover_sched::rm::ResourceManager;
 use drover_sched::rm::local::LocalResourceManager;
 use drover_sched::{EngineParts, Scheduler};
@@ -106,7 +106,12 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         .map_err(|e| format!("cannot start the event recorder: {e}"))?;
     let reports =
         Reports::open(store.clone()).map_err(|e| format!("cannot open the reports: {e}"))?;
-    let scheduler = start_scheduler(config, store.clone(), Arc::new(events.clone()))?;
+    let sink: Arc<dyn EventSink> = if config.events.scheduler {
+        Arc::new(events.clone())
+    } else {
+        Arc::new(DiscardEvents)
+    };
+    let scheduler = start_scheduler(config, store.clone(), sink)?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,

@@ -666,3 +666,24 @@ fn report_refusals_history_deletion_and_metric_types() {
         ]
     );
 }
+
+#[test]
+fn scheduler_events_can_be_switched_off() {
+    let server = TestServer::builder()
+        .config(|c| c.events.scheduler = false)
+        .start();
+    let reply = server.send_json(
+        "POST",
+        "/rest/jobs?api-version=2",
+        &json!({"commandFile": "/bin/true", "holds": ["User"]}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    // An event created afterwards through the API is there; no scheduler event is.
+    let created = server.send_json(
+        "POST",
+        "/rest/events?api-version=3",
+        &json!({"eventType": "marker"}),
+    );
+    assert_eq!(created.status, 201);
+    assert_eq!(count(&server, "/rest/events"), 1);
+}
