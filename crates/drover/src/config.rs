@@ -81,7 +81,7 @@ pub struct EventsConfig {
     pub additive: bool,
     /// Record the scheduler's own events (job submit, start, end, changes; node
     /// changes). Each costs a store insert in the transaction of its change: off, job
-    /// submissions are about twice as fast (see the README's benchmarks).
+    /// submissions are faster (see the README's benchmarks).
     #[serde(deserialize_with = "flag")]
     pub scheduler: bool,
 }
