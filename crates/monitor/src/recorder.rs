@@ -203,17 +203,21 @@ fn run(
             }
         }
         let mut writes = Vec::new();
-        {
-            let mut ids = ids.lock().unwrap();
-            for message in &mut group {
-                if let Message::Record { events, .. } = message {
-                    for event in events {
+        for message in &mut group {
+            if let Message::Record { events, .. } = message {
+                // The lock is shared with the engine thread: hold it for the ids only.
+                {
+                    let mut ids = ids.lock().unwrap();
+                    for event in events.iter_mut() {
                         event.id = ids.next_id();
-                        event.tenant = event.tenant.take().or_else(|| {
-                            inherited_tenant(store.as_ref(), &event.associated_objects)
-                        });
-                        writes.push(insert(event));
                     }
+                }
+                for event in events {
+                    event.tenant = event
+                        .tenant
+                        .take()
+                        .or_else(|| inherited_tenant(store.as_ref(), &event.associated_objects));
+                    writes.push(insert(event));
                 }
             }
         }
