@@ -323,6 +323,12 @@ impl TestServer {
             if let Some(value) = auth.header() {
                 request = request.header("Authorization", value);
             }
+            if method != "GET" {
+                // A request that is not safe to send twice gets a connection of its own:
+                // a pooled one may be closed by the server just as it is reused (after
+                // an answer that left a body unread), and such a request is not retried.
+                request = request.header("Connection", "close");
+            }
             match &body {
                 Some((content_type, bytes)) => {
                     let request = request
