@@ -235,7 +235,6 @@ fn v3_event(state: &AppState, body: &Value) -> Result<Event, ApiError> {
                 }
             })
             .unwrap_or_default();
-        event.derive_v1_fields();
         event
     })
 }

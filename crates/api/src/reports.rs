@@ -346,15 +346,8 @@ async fn delete(State(state): State<AppState>, Path(key): Path<String>) -> ApiRe
 const SAMPLES_NOT_ADDED: &str = "No sample was added";
 
 fn read_samples(body: &Value, dates: &WireDates, now: i64) -> Result<Vec<Sample>, ApiError> {
-    let wrapped;
-    let body = if body.is_array() {
-        wrapped = json!({ "samples": body });
-        &wrapped
-    } else {
-        wrapped = json!({ "samples": [body] });
-        &wrapped
-    };
-    read_object(body, SAMPLES_NOT_ADDED, |f| {
+    // `each` takes a single object as a list of one.
+    read_object(&json!({ "samples": body }), SAMPLES_NOT_ADDED, |f| {
         f.each("samples", |s| {
             let at = s.date("timestamp", dates).unwrap_or(now);
             let data = match s.raw("data") {

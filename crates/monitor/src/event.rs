@@ -126,7 +126,7 @@ impl Event {
 
     /// Fills the version-1 fields a version-3 event lacks (`status` from the severity,
     /// `errorMessage` from code and origin), so that version-1 queries see what version-1
-    /// reads show.
+    /// reads show. The recorder calls it on every event it stores.
     pub fn derive_v1_fields(&mut self) {
         if self.status.is_none() {
             let failed = matches!(self.severity.as_str(), "ERROR" | "FATAL");
@@ -168,12 +168,6 @@ impl Event {
 
     /// The version-1 shape (spec 6.1), dates in the deployment's zone.
     pub fn to_v1(&self, dates: &WireDates) -> Value {
-        let mut event = self.clone();
-        event.derive_v1_fields();
-        event.v1_shape(dates)
-    }
-
-    fn v1_shape(&self, dates: &WireDates) -> Value {
         let event_time = dates::parse_utc(&self.event_date)
             .map(|t| dates.format(t, 1))
             .unwrap_or_else(|| self.event_date.clone());
@@ -266,6 +260,7 @@ mod tests {
             kind: "VM".into(),
             id: "vm1".into(),
         }];
+        event.derive_v1_fields();
         let v1 = event.to_v1(&WireDates::utc());
         assert_eq!(v1["eventTime"], "2026-11-22 10:00:00 UTC");
         assert_eq!(v1["sourceComponent"], "plugin");

@@ -106,7 +106,7 @@ impl EventSink for EventRecorder {
                 event.id = ids.next_id();
             }
         }
-        let writes = stored.iter().map(insert).collect();
+        let writes = stored.iter_mut().map(insert).collect();
         let inbox = self.inbox.clone();
         JournaledEvents {
             writes,
@@ -117,7 +117,9 @@ impl EventSink for EventRecorder {
     }
 }
 
-fn insert(event: &Event) -> Write {
+/// The store write of an event about to be recorded (its version-1 fields filled in).
+fn insert(event: &mut Event) -> Write {
+    event.derive_v1_fields();
     Write::Insert {
         collection: COLLECTION.into(),
         id: event.id.clone(),

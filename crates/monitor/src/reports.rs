@@ -128,15 +128,7 @@ impl Reports {
             id: report.id.clone(),
             expected_version: Some(version),
         }];
-        writes.extend(
-            self.sample_ids(&report.id, None)?
-                .into_iter()
-                .map(|id| Write::Delete {
-                    collection: SAMPLES.into(),
-                    id,
-                    expected_version: None,
-                }),
-        );
+        writes.extend(self.sample_deletes(&report.id, None)?);
         self.store.write(&writes)?;
         Ok(report)
     }
@@ -179,15 +171,7 @@ impl Reports {
             }
         }
         if !report.keep_samples {
-            writes.extend(
-                self.sample_ids(&report.id, Some(now))?
-                    .into_iter()
-                    .map(|id| Write::Delete {
-                        collection: SAMPLES.into(),
-                        id,
-                        expected_version: None,
-                    }),
-            );
+            writes.extend(self.sample_deletes(&report.id, Some(now))?);
         }
         writes.insert(
             0,
@@ -215,17 +199,9 @@ impl Reports {
             let _ids = self.ids.lock().unwrap();
             let (report, _) = self.find_document(key)?;
             if !report.keep_samples {
-                let stale = self.sample_ids(&report.id, Some(now))?;
+                let stale = self.sample_deletes(&report.id, Some(now))?;
                 if !stale.is_empty() {
-                    let deletes: Vec<Write> = stale
-                        .into_iter()
-                        .map(|id| Write::Delete {
-                            collection: SAMPLES.into(),
-                            id,
-                            expected_version: None,
-                        })
-                        .collect();
-                    self.store.write(&deletes)?;
+                    self.store.write(&stale)?;
                 }
             }
             report
@@ -235,9 +211,13 @@ impl Reports {
         Ok(self.store.list(SAMPLES, &scoped)?)
     }
 
-    /// Ids of the report's stored samples; with `ended_by`, only those whose period had
-    /// ended by then.
-    fn sample_ids(&self, report: &str, ended_by: Option<i64>) -> Result<Vec<String>, ReportError> {
+    /// Deletions of the report's stored samples; with `ended_by`, only of those whose
+    /// period had ended by then.
+    fn sample_deletes(
+        &self,
+        report: &str,
+        ended_by: Option<i64>,
+    ) -> Result<Vec<Write>, ReportError> {
         let mut filter = vec![of_report(report)];
         if let Some(now) = ended_by {
             filter.push(
@@ -255,7 +235,11 @@ impl Reports {
             .list(SAMPLES, &query)?
             .items
             .into_iter()
-            .map(|d| d.id)
+            .map(|d| Write::Delete {
+                collection: SAMPLES.into(),
+                id: d.id,
+                expected_version: None,
+            })
             .collect())
     }
 }
