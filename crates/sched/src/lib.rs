@@ -5,7 +5,8 @@
 //! - [`book`]: every job, by id and indexed by state and credentials.
 //! - [`engine`]: the engine thread and [`Scheduler`], the handle handlers hold.
 //! - the journal: group commit of the engine's changes to the store ([`drover_store::journal`]).
-//! - [`place`]: first-fit placement; [`validate`]: submission rules (spec part 8).
+//! - [`place`]: first-fit placement; [`policy`]: queue order and backfill;
+//!   [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
 //! - [`template`]: job templates (spec 2.6), built in and configured; [`dependency`]:
@@ -19,6 +20,7 @@ pub mod events;
 pub mod job;
 pub mod node;
 pub mod place;
+pub mod policy;
 pub mod request;
 pub mod rm;
 pub mod sysuser;

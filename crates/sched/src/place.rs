@@ -1,5 +1,6 @@
-//! Placement: which nodes a job's tasks go to. Plain first fit over the nodes in their
-//! configured order; backfill and reservations will plug in here.
+//! Placement: which nodes a job's tasks go to. First fit over the nodes in their
+//! configured order, each node offering some room: what is free now ([`place`]), or
+//! what the backfill planner (`policy::plan`) finds free over a stretch of time.
 
 use crate::job::{Allocation, ResourceRequest};
 use crate::node::Node;
@@ -78,11 +79,17 @@ pub fn suits(request: &ResourceRequest, node: &Node) -> bool {
         })
 }
 
-/// First fit of `request` on `nodes`.
-pub fn place(request: &ResourceRequest, nodes: &[Node]) -> Fit {
+/// Free room on one node: processors and memory (`None`: memory not limited).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Room {
+    pub processors: u32,
+    pub memory: Option<u64>,
+}
+
+/// Why `request` could never fit `nodes`, with every suitable node empty; `None` if it could.
+pub fn never(request: &ResourceRequest, nodes: &[Node]) -> Option<String> {
     let per_node = tasks_per_node(request);
     let wanted = request.task_count.max(1);
-    // Could it ever fit, with every suitable node empty?
     let mut possible = 0u64;
     for node in nodes.iter().filter(|n| suits(request, n)) {
         let fit = tasks_within(request, node.config.processors, node.config.memory);
@@ -91,38 +98,77 @@ pub fn place(request: &ResourceRequest, nodes: &[Node]) -> Fit {
             Some(_) => 0,
             None => fit,
         });
+        if possible >= u64::from(wanted) {
+            return None;
+        }
     }
-    if possible < u64::from(wanted) {
-        return Fit::Never(never_reason(request, nodes, possible));
-    }
-    let mut remaining = wanted;
-    let mut allocation = Vec::new();
-    for node in nodes
-        .iter()
-        .filter(|n| n.accepts_jobs() && suits(request, n))
-    {
-        let fit = tasks_within(request, node.free_processors(), node.free_memory());
+    Some(never_reason(request, nodes, possible))
+}
+
+/// First fit of `request` over the nodes at `candidates` (indices into `nodes`, in the
+/// order to try), each offering `room(index)`: the tasks placed per node index, or `None`
+/// when the candidates cannot hold them all. Node state is the caller's business.
+pub fn first_fit(
+    request: &ResourceRequest,
+    nodes: &[Node],
+    candidates: impl IntoIterator<Item = usize>,
+    mut room: impl FnMut(usize) -> Room,
+) -> Option<Vec<(usize, u32)>> {
+    let per_node = tasks_per_node(request);
+    let mut remaining = request.task_count.max(1);
+    let mut placed = Vec::new();
+    for index in candidates {
+        let node = &nodes[index];
+        let free = room(index);
+        if free.processors < request.processors_per_task.max(1) || !suits(request, node) {
+            continue;
+        }
+        let fit = tasks_within(request, free.processors, free.memory);
         let take = match per_node {
             Some(n) if fit >= n.min(remaining) => n.min(remaining),
             Some(_) => 0,
             None => fit.min(remaining),
         };
         if take > 0 {
-            allocation.push(Allocation {
-                node: node.id().to_string(),
-                tasks: take,
-            });
+            placed.push((index, take));
             remaining -= take;
             if remaining == 0 {
-                return Fit::Now(allocation);
+                return Some(placed);
             }
         }
     }
-    Fit::Later(format!(
-        "waiting for resources: needs {} processor(s) for {} task(s)",
-        request.total_processors(),
-        wanted
-    ))
+    None
+}
+
+/// Turns node indices into the allocation a job records.
+pub fn allocation(nodes: &[Node], placed: &[(usize, u32)]) -> Vec<Allocation> {
+    placed
+        .iter()
+        .map(|&(index, tasks)| Allocation {
+            node: nodes[index].id().to_string(),
+            tasks,
+        })
+        .collect()
+}
+
+/// First fit of `request` on what `nodes` have free now.
+pub fn place(request: &ResourceRequest, nodes: &[Node]) -> Fit {
+    if let Some(reason) = never(request, nodes) {
+        return Fit::Never(reason);
+    }
+    let accepting = (0..nodes.len()).filter(|&i| nodes[i].accepts_jobs());
+    let free_now = |index: usize| Room {
+        processors: nodes[index].free_processors(),
+        memory: nodes[index].free_memory(),
+    };
+    match first_fit(request, nodes, accepting, free_now) {
+        Some(placed) => Fit::Now(allocation(nodes, &placed)),
+        None => Fit::Later(format!(
+            "waiting for resources: needs {} processor(s) for {} task(s)",
+            request.total_processors(),
+            request.task_count.max(1)
+        )),
+    }
 }
 
 fn never_reason(request: &ResourceRequest, nodes: &[Node], possible: u64) -> String {

@@ -9,6 +9,7 @@ use drover_sched::clock::ManualClock;
 use drover_sched::events::RecordedEvents;
 use drover_sched::job::{JobSpec, JobState, ProcessRecord};
 use drover_sched::node::NodeConfig;
+use drover_sched::policy::Policy;
 use drover_sched::rm::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
 use drover_sched::{EngineParts, JobAction, JobChanges, Requester, SchedConfig, Scheduler};
 
@@ -173,10 +174,21 @@ fn start_on(
     clock: Arc<ManualClock>,
     processors: u32,
 ) -> Harness {
+    start_with(store, rm, clock, processors, Policy::default())
+}
+
+fn start_with(
+    store: Arc<dyn drover_store::DocumentStore>,
+    rm: Arc<FakeRm>,
+    clock: Arc<ManualClock>,
+    processors: u32,
+    policy: Policy,
+) -> Harness {
     let events = Arc::new(RecordedEvents::default());
     let config = SchedConfig {
         nodes: vec![NodeConfig::new("n1", processors)],
         tick: Duration::from_millis(20),
+        policy,
         ..SchedConfig::default()
     };
     let maker = rm.clone();
@@ -427,4 +439,74 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
     let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
     assert_eq!(next, "Drover.2");
     assert_eq!(h.scheduler.jobs().len(), 2);
+}
+
+/// A job of `tasks` one-processor tasks asking for `seconds` of wall time.
+fn timed(tasks: u32, seconds: i64) -> JobSpec {
+    let mut job = spec(false, 0);
+    job.request.task_count = tasks;
+    job.duration = Some(seconds);
+    job
+}
+
+/// On 4 processors, 3 busy until t+100: the top job (all 4) waits for t+100; a job of
+/// 1 processor that ends by then starts in the hole, one that would still run at t+100
+/// does not (it would delay the top job).
+async fn hole_of_one_processor(policy: Policy) -> (tempfile::TempDir, Harness, [String; 4]) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn drover_store::DocumentStore> =
+        Arc::new(drover_store::SqliteStore::open(&dir.path().join("engine.db")).unwrap());
+    let h = start_with(
+        store,
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        4,
+        policy,
+    );
+    let first = h.scheduler.submit(timed(3, 100), admin()).await.unwrap();
+    wait_until("the first job runs", || {
+        state(&h, &first) == JobState::Running
+    });
+    let top = h.scheduler.submit(timed(4, 100), admin()).await.unwrap();
+    let long = h.scheduler.submit(timed(1, 500), admin()).await.unwrap();
+    let short = h.scheduler.submit(timed(1, 100), admin()).await.unwrap();
+    (dir, h, [first, top, long, short])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn easy_backfill_starts_a_short_job_in_a_hole_without_delaying_the_top_job() {
+    let (_dir, h, [first, top, long, short]) = hole_of_one_processor(Policy::easy()).await;
+    wait_until("the short job is backfilled", || {
+        state(&h, &short) == JobState::Running
+    });
+    std::thread::sleep(Duration::from_millis(100)); // several passes
+    assert_eq!(state(&h, &top), JobState::Idle);
+    assert_eq!(state(&h, &long), JobState::Idle, "would delay the top job");
+    // At t+100 the first and the short job end: the top job starts on time.
+    h.clock.advance(100);
+    h.rm.exit(&short, 0);
+    h.rm.exit(&first, 0);
+    wait_until("the top job runs", || state(&h, &top) == JobState::Running);
+    assert_eq!(state(&h, &long), JobState::Idle);
+    let started = h.scheduler.job(&top).unwrap().status.dates.start.unwrap();
+    assert_eq!(started, 1_000_100, "not delayed by the backfilled job");
+    h.rm.exit(&top, 0);
+    wait_until("the long job runs", || state(&h, &long) == JobState::Running);
+    assert_eq!(h.rm.started_ids(), [first, short, top, long]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_policy_backfills_and_fcfs_does_not() {
+    let (_dir, h, [_, top, long, short]) = hole_of_one_processor(Policy::default()).await;
+    wait_until("the short job is backfilled", || {
+        state(&h, &short) == JobState::Running
+    });
+    assert_eq!(state(&h, &top), JobState::Idle);
+    assert_eq!(state(&h, &long), JobState::Idle);
+
+    let (_dir, h, [_, top, long, short]) = hole_of_one_processor(Policy::fcfs()).await;
+    std::thread::sleep(Duration::from_millis(200));
+    for id in [&top, &long, &short] {
+        assert_eq!(state(&h, id), JobState::Idle, "nothing passes the top job");
+    }
 }

@@ -15,7 +15,9 @@ use crate::dependency::{self, Verdict};
 use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
 use crate::node::{Node, NodeConfig};
-use crate::place::{self, Fit};
+use crate::place;
+use crate::policy::plan::{Decision, Held, Planner};
+use crate::policy::priority::{Priority, Usage};
 use crate::request::{Requester, SchedError};
 use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
@@ -68,7 +70,11 @@ pub(crate) struct Engine {
     /// Book positions of jobs holding resources (Starting, Running, Suspended).
     pub(crate) running: BTreeSet<usize>,
     pub(crate) nodes: Vec<Node>,
+    /// Node ids to their index in `nodes`.
+    node_index: HashMap<String, usize>,
     nodes_changed: bool,
+    /// Recent usage per user: the fair-share factor.
+    pub(crate) usage: Usage,
     pub(crate) credentials: BTreeMap<CredentialKind, BTreeSet<String>>,
     credentials_changed: bool,
     pub(crate) next_seq: u64,
@@ -115,6 +121,12 @@ impl Engine {
             degraded: RwLock::new(None),
         });
         let (journal, journal_thread) = journal::start(store.clone(), "journal");
+        let node_index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.id().to_string(), i))
+            .collect();
+        let usage = Usage::new(config.policy.fairshare_half_life);
         let mut engine = Engine {
             config,
             shared: shared.clone(),
@@ -131,7 +143,9 @@ impl Engine {
             queue_keys: HashMap::new(),
             running: BTreeSet::new(),
             nodes,
+            node_index,
             nodes_changed: false,
+            usage,
             credentials: BTreeMap::new(),
             credentials_changed: true,
             next_seq: 1,
@@ -473,13 +487,10 @@ impl Engine {
     pub(crate) fn charge_nodes(&mut self, job: &Job, take: bool) {
         let per_task_memory = job.spec.request.memory_per_task.unwrap_or(0);
         for allocation in &job.status.allocation {
-            let Some(node) = self
-                .nodes
-                .iter_mut()
-                .find(|n| n.config.id == allocation.node)
-            else {
+            let Some(&index) = self.node_index.get(&allocation.node) else {
                 continue;
             };
+            let node = &mut self.nodes[index];
             let processors = allocation.tasks * job.spec.request.processors_per_task;
             let memory = u64::from(allocation.tasks) * per_task_memory;
             if take {
@@ -495,17 +506,22 @@ impl Engine {
         self.nodes_changed = true;
     }
 
-    /// A pass over the queue in priority order: every job that fits now starts
-    /// (first fit); one that could never fit is Blocked with the reason.
+    /// A pass over the queue in priority order (`policy::priority`): each job starts
+    /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
+    /// planner decides (`policy::plan`).
     fn schedule(&mut self) {
+        if self.queue.is_empty() {
+            return;
+        }
         let now = self.now();
-        let waiting: Vec<usize> = self.queue.values().copied().collect();
-        for position in waiting {
-            if !self
-                .nodes
-                .iter()
-                .any(|n| n.accepts_jobs() && n.free_processors() > 0)
-            {
+        let order = self.queue_order(now);
+        let held = self.held_resources(now);
+        // The planner reads the nodes while jobs change; starts are applied after it.
+        let nodes = std::mem::take(&mut self.nodes);
+        let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held);
+        let mut starts = Vec::new();
+        for position in order {
+            if planner.exhausted() {
                 break;
             }
             let job = self.job_at(position);
@@ -515,10 +531,12 @@ impl Engine {
             if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, &job) {
                 continue;
             }
-            match place::place(&job.spec.request, &self.nodes) {
-                Fit::Now(allocation) => self.begin_start(position, allocation),
-                Fit::Later(_) => {}
-                Fit::Never(reason) => {
+            match planner.consider(&job.spec.request, job.spec.duration) {
+                Decision::Start(placed) => {
+                    starts.push((position, place::allocation(&nodes, &placed)))
+                }
+                Decision::Reserved(_) | Decision::Wait => {}
+                Decision::Never(reason) => {
                     self.update(position, |job| {
                         job.status.state = JobState::Blocked;
                         job.status.block = Some(crate::job::Block {
@@ -529,6 +547,59 @@ impl Engine {
                 }
             }
         }
+        drop(planner);
+        self.nodes = nodes;
+        for (position, allocation) in starts {
+            self.begin_start(position, allocation);
+        }
+    }
+
+    /// The waiting jobs, best first.
+    fn queue_order(&self, now: Seconds) -> Vec<usize> {
+        let priority = Priority {
+            weights: &self.config.policy.weights,
+            usage: &self.usage,
+            now,
+        };
+        let book = self.shared.jobs.read().unwrap();
+        let mut ranked: Vec<_> = self
+            .queue
+            .values()
+            .map(|&position| (priority.rank(book.at(position)), position))
+            .collect();
+        ranked.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        ranked.into_iter().map(|(_, position)| position).collect()
+    }
+
+    /// What running jobs hold, and until when they are expected to (start plus requested
+    /// time, plus time spent suspended; a suspended job or one without a requested time
+    /// gives no end).
+    fn held_resources(&self, now: Seconds) -> Vec<Held> {
+        let book = self.shared.jobs.read().unwrap();
+        let mut held = Vec::new();
+        for &position in &self.running {
+            let job = book.at(position);
+            let request = &job.spec.request;
+            let end = match (job.status.state, job.spec.duration) {
+                (JobState::Suspended, _) => None,
+                (_, Some(limit)) if limit > 0 => {
+                    let start = job.status.dates.start.unwrap_or(now);
+                    Some(start + limit + job.status.suspended_seconds)
+                }
+                _ => None,
+            };
+            for allocation in &job.status.allocation {
+                if let Some(&node) = self.node_index.get(&allocation.node) {
+                    held.push(Held {
+                        node,
+                        processors: allocation.tasks * request.processors_per_task,
+                        memory: u64::from(allocation.tasks) * request.memory_per_task.unwrap_or(0),
+                        end,
+                    });
+                }
+            }
+        }
+        held
     }
 
     /// Whether the job's dependencies let it start; if not, shows why (Blocked with a
@@ -637,6 +708,12 @@ impl Engine {
         }
         self.charge_nodes(&job, false);
         let now = self.now();
+        let run = job.active_seconds(now) - job.status.earlier_active_seconds;
+        self.usage.record(
+            &job.status.exec_user,
+            (job.processors() as f64) * run as f64,
+            now,
+        );
         let code = exit.code.unwrap_or(-1);
         let ended = self.update(position, |job| {
             let status = &mut job.status;

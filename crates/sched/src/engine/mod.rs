@@ -46,6 +46,8 @@ pub struct SchedConfig {
     pub credentials: ConfiguredCredentials,
     /// How often time-driven work runs (wall-time limits, start dates).
     pub tick: Duration,
+    /// Queue order, backfill and preemption.
+    pub policy: crate::policy::Policy,
 }
 
 impl Default for SchedConfig {
@@ -59,6 +61,7 @@ impl Default for SchedConfig {
             checkpoint_command: None,
             credentials: ConfiguredCredentials::default(),
             tick: Duration::from_millis(500),
+            policy: crate::policy::Policy::default(),
         }
     }
 }

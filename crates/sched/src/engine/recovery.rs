@@ -9,6 +9,7 @@ use super::CredentialKind;
 use super::core::{Engine, JOBS, NODES, QueueKey};
 use crate::job::{Job, JobMessage, JobState};
 use crate::node::NodeOverrides;
+use crate::policy::priority::Usage;
 
 impl Engine {
     /// Loads every job and node override; running jobs are adopted again if their
@@ -66,6 +67,18 @@ impl Engine {
             for job in &jobs {
                 book.push(job.clone());
             }
+        }
+
+        self.usage = Usage::new(self.config.policy.fairshare_half_life);
+        let mut finished: Vec<&Job> = jobs
+            .iter()
+            .filter(|j| j.status.dates.start.is_some() && j.status.dates.completion.is_some())
+            .collect();
+        finished.sort_by_key(|j| j.status.dates.completion);
+        for job in finished {
+            let end = job.status.dates.completion.unwrap_or_default();
+            let used = job.processors() as f64 * job.active_seconds(end) as f64;
+            self.usage.record(&job.status.exec_user, used, end);
         }
 
         let now = self.now();

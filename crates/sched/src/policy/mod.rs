@@ -1,0 +1,156 @@
+//! Scheduling policy: in which order waiting jobs are considered ([`priority`]) and
+//! which of them may start now without delaying the ones ahead ([`plan`]: FCFS, EASY or
+//! conservative backfill). Pure code over the engine's state: the engine and the
+//! simulator (`drover replay`) run the same functions.
+
+pub mod plan;
+pub mod priority;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+pub use plan::{Decision, Planner};
+pub use priority::{Priority, Usage};
+
+/// How jobs behind a job that cannot start yet are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backfill {
+    /// Strict order: nothing starts ahead of a job that waits.
+    Fcfs,
+    /// The first job that cannot start gets a reservation (the earliest time it fits);
+    /// later jobs start now only if they do not delay it.
+    Easy,
+    /// Every job that cannot start gets a reservation; later jobs delay none of them.
+    Conservative,
+}
+
+impl Backfill {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Backfill::Fcfs => "fcfs",
+            Backfill::Easy => "easy",
+            Backfill::Conservative => "conservative",
+        }
+    }
+}
+
+/// Weights of the priority factors (see [`priority`]). A job's priority is the weighted
+/// sum; an administrator's system priority always comes first.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Weights {
+    /// Per point of the submitter's own priority (-1024..1023).
+    pub user_priority: f64,
+    /// Per minute waited in the queue: what keeps every job from starving.
+    pub queue_minutes: f64,
+    /// Per unit of expansion factor, (wait + requested time) / requested time: short
+    /// jobs rise quickly, so they do not wait many times their length.
+    pub expansion: f64,
+    /// Per percent of the recent usage (decayed processor-seconds) the job's user
+    /// consumed, subtracted: heavy users yield to light ones.
+    pub fairshare: f64,
+    /// Added for jobs of these QoS names.
+    pub qos: BTreeMap<String, f64>,
+}
+
+impl Weights {
+    /// Submission order, the submitter's priority aside: the baseline FCFS and EASY use.
+    pub fn submission_order() -> Weights {
+        Weights {
+            user_priority: 1.0,
+            queue_minutes: 0.0,
+            expansion: 0.0,
+            fairshare: 0.0,
+            qos: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for Weights {
+    fn default() -> Self {
+        Weights {
+            user_priority: 1.0,
+            queue_minutes: 1.0,
+            expansion: 1000.0,
+            fairshare: 0.0,
+            qos: BTreeMap::new(),
+        }
+    }
+}
+
+/// What happens to PREEMPTEE jobs making room for a PREEMPTOR job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Preemption {
+    /// Requeued when RESTARTABLE, cancelled otherwise.
+    Requeue,
+    Cancel,
+    /// No preemption.
+    Off,
+}
+
+/// The policy (`[scheduler.policy]`).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Policy {
+    pub backfill: Backfill,
+    pub weights: Weights,
+    /// Half-life of recorded usage for fair share, in seconds.
+    pub fairshare_half_life: i64,
+    pub preemption: Preemption,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            backfill: Backfill::Easy,
+            weights: Weights::default(),
+            fairshare_half_life: 7 * 24 * 3600,
+            preemption: Preemption::Requeue,
+        }
+    }
+}
+
+impl Policy {
+    /// Plain first come, first served.
+    pub fn fcfs() -> Policy {
+        Policy {
+            backfill: Backfill::Fcfs,
+            weights: Weights::submission_order(),
+            ..Policy::default()
+        }
+    }
+
+    /// EASY backfilling over submission order: the usual baseline.
+    pub fn easy() -> Policy {
+        Policy {
+            backfill: Backfill::Easy,
+            weights: Weights::submission_order(),
+            ..Policy::default()
+        }
+    }
+
+    /// A one-line description, for reports.
+    pub fn describe(&self) -> String {
+        let w = &self.weights;
+        format!(
+            "{} backfill; priority = {} x user priority + {} x minutes waited + {} x expansion factor{}{}",
+            self.backfill.as_str(),
+            w.user_priority,
+            w.queue_minutes,
+            w.expansion,
+            if w.fairshare != 0.0 {
+                format!(" - {} x percent of recent usage", w.fairshare)
+            } else {
+                String::new()
+            },
+            if w.qos.is_empty() {
+                String::new()
+            } else {
+                " + QoS weights".into()
+            }
+        )
+    }
+}

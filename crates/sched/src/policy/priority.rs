@@ -1,0 +1,219 @@
+//! The order of the queue. An administrator's system priority comes first; then the
+//! weighted sum of the factors of [`Weights`](super::Weights); ties keep submission order.
+
+use std::cmp::Ordering;
+use std::collections::HashMap;
+
+use super::Weights;
+use crate::clock::Seconds;
+use crate::job::Job;
+
+/// Recent usage per user, in processor-seconds that halve every `half_life` seconds:
+/// the fair-share factor.
+#[derive(Debug, Clone)]
+pub struct Usage {
+    half_life: f64,
+    by_user: HashMap<String, Decayed>,
+    total: Decayed,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Decayed {
+    value: f64,
+    at: Seconds,
+}
+
+impl Decayed {
+    fn at(self, now: Seconds, half_life: f64) -> f64 {
+        let elapsed = (now - self.at).max(0) as f64;
+        self.value * (-elapsed / half_life).exp2()
+    }
+
+    fn add(&mut self, amount: f64, now: Seconds, half_life: f64) {
+        self.value = self.at(now, half_life) + amount;
+        self.at = now;
+    }
+}
+
+impl Usage {
+    pub fn new(half_life_seconds: i64) -> Usage {
+        Usage {
+            half_life: half_life_seconds.max(1) as f64,
+            by_user: HashMap::new(),
+            total: Decayed::default(),
+        }
+    }
+
+    /// A job of `user` used `processor_seconds`.
+    pub fn record(&mut self, user: &str, processor_seconds: f64, now: Seconds) {
+        if processor_seconds <= 0.0 {
+            return;
+        }
+        let half_life = self.half_life;
+        self.by_user
+            .entry(user.to_string())
+            .or_default()
+            .add(processor_seconds, now, half_life);
+        self.total.add(processor_seconds, now, half_life);
+    }
+
+    /// The user's part of all recent usage, 0 to 1.
+    pub fn share(&self, user: &str, now: Seconds) -> f64 {
+        let total = self.total.at(now, self.half_life);
+        match self.by_user.get(user) {
+            Some(mine) if total > 0.0 => (mine.at(now, self.half_life) / total).min(1.0),
+            _ => 0.0,
+        }
+    }
+}
+
+/// Computes priorities at one instant.
+pub struct Priority<'a> {
+    pub weights: &'a Weights,
+    pub usage: &'a Usage,
+    pub now: Seconds,
+}
+
+/// Where a job stands in the queue: compare with [`QueueRank::cmp`], first is best.
+#[derive(Debug, Clone, Copy)]
+pub struct QueueRank {
+    pub system: i64,
+    pub score: f64,
+    pub seq: u64,
+}
+
+impl QueueRank {
+    pub fn cmp(&self, other: &QueueRank) -> Ordering {
+        other
+            .system
+            .cmp(&self.system)
+            .then(other.score.total_cmp(&self.score))
+            .then(self.seq.cmp(&other.seq))
+    }
+}
+
+impl Priority<'_> {
+    /// The weighted sum of the job's factors.
+    pub fn score(&self, job: &Job) -> f64 {
+        let w = self.weights;
+        let waited = (self.now - job.status.dates.submit).max(0) as f64;
+        let mut score = w.user_priority * job.spec.user_priority as f64;
+        if w.queue_minutes != 0.0 {
+            score += w.queue_minutes * waited / 60.0;
+        }
+        if w.expansion != 0.0 {
+            // Without a requested time the factor stays 1: nothing says the job is short.
+            let expansion = match job.spec.duration {
+                Some(requested) if requested > 0 => (waited + requested as f64) / requested as f64,
+                _ => 1.0,
+            };
+            score += w.expansion * expansion;
+        }
+        if w.fairshare != 0.0 {
+            score -= w.fairshare * 100.0 * self.usage.share(&job.status.exec_user, self.now);
+        }
+        if let Some(qos) = &job.spec.qos_requested
+            && let Some(weight) = w.qos.get(qos)
+        {
+            score += weight;
+        }
+        score
+    }
+
+    pub fn rank(&self, job: &Job) -> QueueRank {
+        QueueRank {
+            system: job.status.system_priority,
+            score: self.score(job),
+            seq: job.seq,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{JobSpec, JobStatus};
+
+    fn job(seq: u64, submit: Seconds, duration: Option<i64>, user: &str) -> Job {
+        let mut status = JobStatus {
+            exec_user: user.into(),
+            ..Default::default()
+        };
+        status.dates.submit = submit;
+        Job {
+            id: format!("D.{seq}"),
+            seq,
+            spec: JobSpec {
+                duration,
+                ..Default::default()
+            },
+            status,
+        }
+    }
+
+    #[test]
+    fn short_jobs_rise_faster_and_waiting_always_counts() {
+        let weights = Weights::default();
+        let usage = Usage::new(3600);
+        let p = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 1000,
+        };
+        let short = job(2, 900, Some(100), "a"); // waited its own length: factor 2
+        let long = job(1, 900, Some(10_000), "a"); // factor 1.01
+        assert!(p.rank(&short).cmp(&p.rank(&long)).is_lt());
+        // Equal factors: submission order.
+        let twin = job(3, 900, Some(100), "a");
+        assert!(p.rank(&short).cmp(&p.rank(&twin)).is_lt());
+        // The long job, once it has waited long enough, passes a fresh short job.
+        let later = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 900 + 200_000,
+        };
+        let fresh = job(4, 900 + 200_000, Some(100), "a");
+        assert!(later.rank(&long).cmp(&later.rank(&fresh)).is_lt());
+    }
+
+    #[test]
+    fn system_priority_comes_first() {
+        let weights = Weights::default();
+        let usage = Usage::new(3600);
+        let p = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 1_000_000,
+        };
+        let old = job(1, 0, Some(10), "a");
+        let mut pushed = job(2, 999_999, None, "a");
+        pushed.status.system_priority = 1;
+        assert!(p.rank(&pushed).cmp(&p.rank(&old)).is_lt());
+    }
+
+    #[test]
+    fn fairshare_favours_light_users_and_forgets() {
+        let weights = Weights {
+            fairshare: 10.0,
+            ..Weights::submission_order()
+        };
+        let mut usage = Usage::new(3600);
+        usage.record("heavy", 9000.0, 0);
+        usage.record("light", 1000.0, 0);
+        assert!((usage.share("heavy", 0) - 0.9).abs() < 1e-9);
+        assert_eq!(usage.share("nobody", 0), 0.0);
+        let p = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 0,
+        };
+        let heavy = job(1, 0, None, "heavy");
+        let light = job(2, 0, None, "light");
+        assert!(p.rank(&light).cmp(&p.rank(&heavy)).is_lt());
+        assert!((p.score(&heavy) + 900.0).abs() < 1e-6);
+        // An hour (one half-life) later the old usage counts half: 4500 and 500; new
+        // usage of the light user counts in full.
+        usage.record("light", 4500.0, 3600);
+        assert!((usage.share("light", 3600) - 5000.0 / 9500.0).abs() < 1e-9);
+    }
+}
