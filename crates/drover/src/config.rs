@@ -10,6 +10,7 @@ use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
 use drover_monitor::log::{LogSettings, Rolling};
 use drover_sched::node::NodeConfig;
+use drover_sched::policy::Policy;
 use drover_sched::template::{JobTemplate, JobTemplates};
 use drover_sched::{ConfiguredCredentials, SchedConfig};
 use serde::Deserialize;
@@ -159,6 +160,8 @@ pub struct SchedulerConfig {
     pub checkpoint_command: Option<String>,
     /// Credentials known before any job names them.
     pub credentials: ConfiguredCredentials,
+    /// Queue order, backfill and preemption (`[scheduler.policy]`).
+    pub policy: Policy,
 }
 
 impl Default for SchedulerConfig {
@@ -173,6 +176,7 @@ impl Default for SchedulerConfig {
             kill_grace_seconds: engine.kill_grace_seconds,
             checkpoint_command: None,
             credentials: ConfiguredCredentials::default(),
+            policy: Policy::default(),
         }
     }
 }
@@ -188,6 +192,7 @@ impl SchedulerConfig {
             kill_grace_seconds: self.kill_grace_seconds,
             checkpoint_command: self.checkpoint_command.clone(),
             credentials: self.credentials.clone(),
+            policy: self.policy.clone(),
             ..SchedConfig::default()
         }
     }
@@ -314,6 +319,20 @@ impl Config {
     }
 
     fn validate_scheduler(&self) -> Result<(), String> {
+        let policy = &self.scheduler.policy;
+        if policy.fairshare_half_life <= 0 {
+            return Err(
+                "scheduler.policy.fairshare_half_life must be a positive number of seconds".into(),
+            );
+        }
+        let w = &policy.weights;
+        if ![w.user_priority, w.queue_minutes, w.expansion, w.fairshare]
+            .iter()
+            .chain(w.qos.values())
+            .all(|v| v.is_finite())
+        {
+            return Err("scheduler.policy.weights: every weight must be a finite number".into());
+        }
         let name = &self.scheduler.name;
         if name.is_empty()
             || !name

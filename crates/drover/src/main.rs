@@ -3,6 +3,8 @@
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
+mod replay;
+
 use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
 
@@ -22,6 +24,11 @@ usage:
   drover user add NAME [--admin] [--config FILE] [--data-dir DIR]
       Adds (or replaces) a user in DIR/users.toml. The password is read from standard
       input; when none is given, one is generated and printed.
+  drover replay TRACE.swf [--nodes N] [--processors P] [--config FILE]
+      Replays a Standard Workload Format trace through the scheduler in virtual time
+      under FCFS, EASY backfilling and the configured policy ([scheduler.policy]), and
+      prints mean wait, mean bounded slowdown, maximum wait, utilization and makespan.
+      The machine is the trace's MaxProcs (or --processors), split over N nodes (1).
   drover help | --version
 
 The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
@@ -202,6 +209,30 @@ fn add_user(flags: Flags) {
     );
 }
 
+fn replay_command(args: &[String]) {
+    let mut rest = args.iter();
+    let (mut processors, mut nodes, mut others) = (None, 1u32, Vec::new());
+    while let Some(arg) = rest.next() {
+        let mut number = || -> u32 {
+            rest.next()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n: &u32| n > 0)
+                .unwrap_or_else(|| usage_error(format!("{arg} needs a positive number")))
+        };
+        match arg.as_str() {
+            "--processors" => processors = Some(number()),
+            "--nodes" => nodes = number(),
+            _ => others.push(arg.clone()),
+        }
+    }
+    let flags = parse_flags(&others);
+    let [trace] = flags.positional.as_slice() else {
+        usage_error("replay takes one trace file")
+    };
+    let policy = load_config(&flags).scheduler.policy;
+    replay::run(trace, processors, nodes, policy).unwrap_or_else(|e| fail(e));
+}
+
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -223,6 +254,7 @@ async fn main() {
         Some("user") if args.get(1).map(String::as_str) == Some("add") => {
             add_user(parse_flags(&args[2..]))
         }
+        Some("replay") => replay_command(&args[1..]),
         Some("help" | "--help" | "-h") => println!("{USAGE}"),
         Some("--version" | "version") => {
             let build = drover::build_info();

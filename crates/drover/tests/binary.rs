@@ -443,3 +443,51 @@ fn submissions_survive_sigkill_at_random_moments_postgres() {
     let store = format!("{url}{separator}schema={schema}");
     crash_rounds(&["--store", &store]);
 }
+
+#[test]
+fn replay_prints_the_three_policies_side_by_side() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("small.swf");
+    // 4 processors: a 3-wide job of 100 s, a 4-wide job, a 1-wide job of 50 s that
+    // EASY backfills and FCFS makes wait; a line of unknown run time is skipped.
+    std::fs::write(
+        &trace,
+        "; MaxProcs: 4\n\
+         1 0 -1 100 3 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+         2 1 -1 100 4 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+         3 2 -1 50 1 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+         4 3 -1 -1 1 -1 -1 -1 -1 -1 0 -1 -1 -1 0 -1 -1 -1\n",
+    )
+    .unwrap();
+    let output = drover().arg("replay").arg(&trace).output().unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(text.contains("3 jobs (1 lines skipped"), "{text}");
+    let row = |name: &str| -> Vec<String> {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .unwrap_or_else(|| panic!("no {name} row in {text}"))
+            .split_whitespace()
+            .map(String::from)
+            .collect()
+    };
+    // policy, mean wait, mean bsld, max wait, utilization, makespan, time.
+    assert_eq!(row("FCFS")[1..4], ["99", "2.65", "198"]);
+    assert_eq!(row("EASY")[1..4], ["33", "1.33", "99"]);
+    assert_eq!(row("EASY")[5], "200");
+    assert!(text.contains("configured / EASY"), "{text}");
+
+    let refused = drover()
+        .args(["replay", "/nonexistent.swf"])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("cannot read /nonexistent.swf"));
+    std::fs::write(
+        &trace,
+        "; MaxProcs: 2\n1 0 -1 10 3 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n",
+    )
+    .unwrap();
+    let too_wide = drover().arg("replay").arg(&trace).output().unwrap();
+    assert!(String::from_utf8_lossy(&too_wide.stderr).contains("asks for 3 processors"));
+}

@@ -8,6 +8,7 @@
 //! - [`place`]: first-fit placement; [`policy`]: queue order and backfill;
 //!   [`validate`]: submission rules (spec part 8).
 //! - [`rm`]: the resource-manager trait and the local implementation.
+//! - [`sim`]: trace replay in virtual time through the engine (`drover replay`).
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
 //! - [`template`]: job templates (spec 2.6), built in and configured; [`dependency`]:
 //!   when a job's dependencies let it start.
@@ -23,6 +24,7 @@ pub mod place;
 pub mod policy;
 pub mod request;
 pub mod rm;
+pub mod sim;
 pub mod sysuser;
 pub mod template;
 pub mod validate;

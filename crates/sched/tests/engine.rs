@@ -491,7 +491,9 @@ async fn easy_backfill_starts_a_short_job_in_a_hole_without_delaying_the_top_job
     let started = h.scheduler.job(&top).unwrap().status.dates.start.unwrap();
     assert_eq!(started, 1_000_100, "not delayed by the backfilled job");
     h.rm.exit(&top, 0);
-    wait_until("the long job runs", || state(&h, &long) == JobState::Running);
+    wait_until("the long job runs", || {
+        state(&h, &long) == JobState::Running
+    });
     assert_eq!(h.rm.started_ids(), [first, short, top, long]);
 }
 

@@ -17,7 +17,7 @@ use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
 use crate::node::{Node, NodeConfig};
 use crate::place;
 use crate::policy::plan::{Decision, Held, Planner};
-use crate::policy::priority::{Priority, Usage};
+use crate::policy::priority::{Priority, QueueRank, Usage};
 use crate::request::{Requester, SchedError};
 use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
@@ -50,6 +50,72 @@ impl QueueKey {
     }
 }
 
+/// The order of one pass over the queue.
+pub(crate) enum QueueWalk {
+    /// The queue's own order, resumed after the last key given (the queue may change
+    /// during the pass).
+    Listed { after: Option<QueueKey> },
+    Ranked {
+        /// Goes first (and is skipped when the heap yields it again).
+        first: Option<usize>,
+        given: Option<usize>,
+        heap: std::collections::BinaryHeap<Ranked>,
+    },
+}
+
+/// A job's rank with its position, ordered so that the best is the heap's top.
+pub(crate) struct Ranked(QueueRank, usize);
+
+impl PartialEq for Ranked {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+
+impl Eq for Ranked {}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        // QueueRank puts the best first; the heap pops the greatest.
+        other.0.queue_cmp(&self.0)
+    }
+}
+
+impl QueueWalk {
+    fn next(&mut self, queue: &BTreeMap<QueueKey, usize>) -> Option<usize> {
+        match self {
+            QueueWalk::Listed { after } => {
+                let (&key, &position) = match after {
+                    Some(last) => queue
+                        .range((std::ops::Bound::Excluded(*last), std::ops::Bound::Unbounded))
+                        .next()?,
+                    None => queue.iter().next()?,
+                };
+                *after = Some(key);
+                Some(position)
+            }
+            QueueWalk::Ranked { first, given, heap } => {
+                if let Some(position) = first.take() {
+                    *given = Some(position);
+                    return Some(position);
+                }
+                loop {
+                    let Ranked(_, position) = heap.pop()?;
+                    if Some(position) != *given {
+                        return Some(position);
+                    }
+                }
+            }
+        }
+    }
+}
+
 pub(crate) struct Engine {
     pub(crate) config: SchedConfig,
     pub(crate) shared: Arc<Shared>,
@@ -60,6 +126,8 @@ pub(crate) struct Engine {
     /// Events of the current step, journaled with its changes.
     pub(crate) pending_events: Vec<SchedEvent>,
     pub(crate) inbox: Sender<Inbox>,
+    /// False in the simulator: no journal, nothing written.
+    journaled: bool,
     journal: Option<Sender<Batch>>,
     journal_thread: Option<std::thread::JoinHandle<()>>,
     /// Writes and completions of the current step.
@@ -71,7 +139,7 @@ pub(crate) struct Engine {
     pub(crate) running: BTreeSet<usize>,
     pub(crate) nodes: Vec<Node>,
     /// Node ids to their index in `nodes`.
-    node_index: HashMap<String, usize>,
+    node_index: HashMap<String, usize, foldhash::fast::FixedState>,
     nodes_changed: bool,
     /// Recent usage per user: the fair-share factor.
     pub(crate) usage: Usage,
@@ -87,12 +155,44 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn start(config: SchedConfig, parts: EngineParts) -> Result<Scheduler, String> {
-        let store = parts.store;
         for collection in [JOBS, NODES] {
-            store
+            parts
+                .store
                 .ensure_collection(&CollectionSpec::new(collection))
                 .map_err(|e| format!("cannot prepare the {collection} collection: {e}"))?;
         }
+        let (mut engine, receiver) = Engine::assemble(config, parts, true)?;
+        engine.check_execution_user()?;
+        engine.load()?;
+        engine.publish();
+        engine.flush_journal();
+        let scheduler = Scheduler {
+            shared: engine.shared.clone(),
+            inbox: engine.inbox.clone(),
+        };
+        std::thread::Builder::new()
+            .name("engine".into())
+            .spawn(move || engine.run(receiver))
+            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
+        Ok(scheduler)
+    }
+
+    /// An engine without a thread or a journal, stepped by its caller in virtual time
+    /// (the simulator): its writes are dropped and each step counts as committed at
+    /// once. Messages it sends itself (launches) arrive on the returned receiver.
+    pub(crate) fn simulated(
+        config: SchedConfig,
+        parts: EngineParts,
+    ) -> Result<(Engine, Receiver<Inbox>), String> {
+        Engine::assemble(config, parts, false)
+    }
+
+    fn assemble(
+        config: SchedConfig,
+        parts: EngineParts,
+        journaled: bool,
+    ) -> Result<(Engine, Receiver<Inbox>), String> {
+        let store = parts.store;
         let (inbox, receiver) = std::sync::mpsc::channel();
         let notify = {
             let inbox = inbox.clone();
@@ -120,24 +220,30 @@ impl Engine {
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
         });
-        let (journal, journal_thread) = journal::start(store.clone(), "journal");
+        let (journal, journal_thread) = if journaled {
+            let (journal, thread) = journal::start(store.clone(), "journal");
+            (Some(journal), Some(thread))
+        } else {
+            (None, None)
+        };
         let node_index = nodes
             .iter()
             .enumerate()
             .map(|(i, n)| (n.id().to_string(), i))
             .collect();
         let usage = Usage::new(config.policy.fairshare_half_life);
-        let mut engine = Engine {
+        let engine = Engine {
             config,
-            shared: shared.clone(),
+            shared,
             store,
             rm,
             clock: parts.clock,
             events: parts.events,
             pending_events: Vec::new(),
-            inbox: inbox.clone(),
-            journal: Some(journal),
-            journal_thread: Some(journal_thread),
+            inbox,
+            journaled,
+            journal,
+            journal_thread,
             batch: Batch::default(),
             queue: BTreeMap::new(),
             queue_keys: HashMap::new(),
@@ -154,15 +260,7 @@ impl Engine {
             degraded: None,
             needs_schedule: true,
         };
-        engine.check_execution_user()?;
-        engine.load()?;
-        engine.publish();
-        engine.flush_journal();
-        std::thread::Builder::new()
-            .name("engine".into())
-            .spawn(move || engine.run(receiver))
-            .map_err(|e| format!("cannot start the engine thread: {e}"))?;
-        Ok(Scheduler { shared, inbox })
+        Ok((engine, receiver))
     }
 
     /// The configured execution user must exist (when jobs can switch users at all).
@@ -240,7 +338,7 @@ impl Engine {
         let _ = done.send(());
     }
 
-    fn handle(&mut self, message: Inbox) {
+    pub(crate) fn handle(&mut self, message: Inbox) {
         match message {
             Inbox::Submit { spec, by, reply } => self.command(reply, |e| e.submit(*spec, &by)),
             Inbox::Modify {
@@ -331,6 +429,13 @@ impl Engine {
         if self.batch.is_empty() {
             return;
         }
+        if !self.journaled {
+            for completion in std::mem::take(&mut self.batch.completions) {
+                completion(&Ok(()));
+            }
+            self.batch.writes.clear();
+            return;
+        }
         let mut batch = std::mem::take(&mut self.batch);
         let inbox = self.inbox.clone();
         batch.completions.push(Box::new(move |committed| {
@@ -377,6 +482,9 @@ impl Engine {
 
     /// Adds a new job to the book and the journal.
     pub(crate) fn add_job(&mut self, job: Job) -> usize {
+        if !self.journaled {
+            return self.shared.jobs.write().unwrap().push(job);
+        }
         let body = serde_json::to_value(&job).expect("a job serializes");
         let id = job.id.clone();
         let position = self.shared.jobs.write().unwrap().push(job);
@@ -407,6 +515,9 @@ impl Engine {
             (result, book.at(position).clone())
         };
         self.requeue_index(position, &job);
+        if !self.journaled {
+            return result;
+        }
         self.batch.writes.push(Write::Put {
             collection: JOBS.into(),
             id: job.id.clone(),
@@ -509,18 +620,18 @@ impl Engine {
     /// A pass over the queue in priority order (`policy::priority`): each job starts
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
     /// planner decides (`policy::plan`).
-    fn schedule(&mut self) {
+    pub(crate) fn schedule(&mut self) {
         if self.queue.is_empty() {
             return;
         }
         let now = self.now();
-        let order = self.queue_order(now);
+        let mut order = self.queue_order(now);
         let held = self.held_resources(now);
         // The planner reads the nodes while jobs change; starts are applied after it.
         let nodes = std::mem::take(&mut self.nodes);
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held);
         let mut starts = Vec::new();
-        for position in order {
+        while let Some(position) = order.next(&self.queue) {
             if planner.exhausted() {
                 break;
             }
@@ -554,21 +665,36 @@ impl Engine {
         }
     }
 
-    /// The waiting jobs, best first.
-    fn queue_order(&self, now: Seconds) -> Vec<usize> {
+    /// The waiting jobs, best first, produced lazily: a pass usually stops long before
+    /// the end of a long queue. With `reserve_oldest`, the job first in submission order
+    /// comes first whatever its priority, so it is the one EASY protects.
+    fn queue_order(&self, now: Seconds) -> QueueWalk {
+        let policy = &self.config.policy;
+        if policy.weights.is_static() {
+            // The queue's own order (system, then user priority, then submission) is
+            // the priority order.
+            return QueueWalk::Listed { after: None };
+        }
         let priority = Priority {
-            weights: &self.config.policy.weights,
+            weights: &policy.weights,
             usage: &self.usage,
             now,
         };
         let book = self.shared.jobs.read().unwrap();
-        let mut ranked: Vec<_> = self
+        let ranked: Vec<_> = self
             .queue
             .values()
-            .map(|&position| (priority.rank(book.at(position)), position))
+            .map(|&position| Ranked(priority.rank(book.at(position)), position))
             .collect();
-        ranked.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        ranked.into_iter().map(|(_, position)| position).collect()
+        let first = policy
+            .reserve_oldest
+            .then(|| self.queue.values().next().copied())
+            .flatten();
+        QueueWalk::Ranked {
+            first,
+            given: None,
+            heap: std::collections::BinaryHeap::from(ranked),
+        }
     }
 
     /// What running jobs hold, and until when they are expected to (start plus requested
@@ -698,7 +824,7 @@ impl Engine {
     }
 
     /// A job's process ended.
-    fn exited(&mut self, job_id: &str, pid: i32, exit: Exit) {
+    pub(crate) fn exited(&mut self, job_id: &str, pid: i32, exit: Exit) {
         let Some(position) = self.position(job_id) else {
             return;
         };

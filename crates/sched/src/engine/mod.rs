@@ -24,6 +24,7 @@ use crate::node::{Node, NodeConfig};
 use crate::request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};
 use crate::rm::{ResourceManager, RmEvent};
 
+pub(crate) use self::core::Engine;
 pub use self::core::JOBS;
 
 /// The scheduler's configuration (`[scheduler]` and `[[nodes]]`).

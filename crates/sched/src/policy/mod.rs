@@ -56,6 +56,16 @@ pub struct Weights {
 }
 
 impl Weights {
+    /// Whether the order never changes while jobs wait: only the submitter's priority
+    /// counts, so the queue's own order is the priority order.
+    pub fn is_static(&self) -> bool {
+        self.user_priority > 0.0
+            && self.queue_minutes == 0.0
+            && self.expansion == 0.0
+            && self.fairshare == 0.0
+            && self.qos.is_empty()
+    }
+
     /// Submission order, the submitter's priority aside: the baseline FCFS and EASY use.
     pub fn submission_order() -> Weights {
         Weights {
@@ -97,6 +107,10 @@ pub enum Preemption {
 pub struct Policy {
     pub backfill: Backfill,
     pub weights: Weights,
+    /// The job first in submission order is considered first, whatever its priority:
+    /// under EASY it is the one that gets the reservation, so however the priorities
+    /// move, the oldest job is never passed by work that would delay it.
+    pub reserve_oldest: bool,
     /// Half-life of recorded usage for fair share, in seconds.
     pub fairshare_half_life: i64,
     pub preemption: Preemption,
@@ -107,6 +121,7 @@ impl Default for Policy {
         Policy {
             backfill: Backfill::Easy,
             weights: Weights::default(),
+            reserve_oldest: true,
             fairshare_half_life: 7 * 24 * 3600,
             preemption: Preemption::Requeue,
         }

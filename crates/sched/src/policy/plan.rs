@@ -15,6 +15,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
+/// foldhash rather than SipHash: the memo below is probed once per job considered, and
+/// its keys come from the engine, not from an attacker.
+type Fast = foldhash::fast::FixedState;
+
 use super::Backfill;
 use crate::clock::Seconds;
 use crate::job::ResourceRequest;
@@ -104,8 +108,8 @@ pub struct Planner<'a> {
     reservations: usize,
     /// FCFS: a job waits, so nothing behind it starts.
     blocked: bool,
-    cannot_start: HashSet<(Shape, Option<i64>)>,
-    never: HashMap<Shape, Option<String>>,
+    cannot_start: HashSet<(Shape, Option<i64>), Fast>,
+    never: HashMap<Shape, Option<String>, Fast>,
 }
 
 impl<'a> Planner<'a> {
@@ -153,8 +157,8 @@ impl<'a> Planner<'a> {
             accepting,
             reservations: 0,
             blocked: false,
-            cannot_start: HashSet::new(),
-            never: HashMap::new(),
+            cannot_start: HashSet::default(),
+            never: HashMap::default(),
         };
         for h in held {
             if let Some(end) = h.end
@@ -191,20 +195,22 @@ impl<'a> Planner<'a> {
         }
         let requested = requested.filter(|&d| d > 0);
         let end = requested.map(|d| self.now.saturating_add(d));
-        let memo = shape.map(|s| (s, requested));
-        let refused_before = memo.is_some_and(|m| self.cannot_start.contains(&m));
-        if !refused_before && request.total_processors() <= self.total_free {
-            let now = self.now;
-            let open: Vec<usize> = self.open.iter().copied().collect();
-            if let Some(placed) =
-                place::first_fit(request, self.nodes, open, |i| self.room(i, now, end))
-            {
-                self.hold(request, &placed, now, end);
-                return Decision::Start(placed);
+        // Cheapest first: enough processors free at all, then not refused before.
+        if request.total_processors() <= self.total_free {
+            let memo = shape.map(|s| (s, requested));
+            if !memo.is_some_and(|m| self.cannot_start.contains(&m)) {
+                let now = self.now;
+                let open: Vec<usize> = self.open.iter().copied().collect();
+                if let Some(placed) =
+                    place::first_fit(request, self.nodes, open, |i| self.room(i, now, end))
+                {
+                    self.hold(request, &placed, now, end);
+                    return Decision::Start(placed);
+                }
+                if let Some(memo) = memo {
+                    self.cannot_start.insert(memo);
+                }
             }
-        }
-        if let Some(memo) = memo {
-            self.cannot_start.insert(memo);
         }
         let may_reserve = match self.backfill {
             Backfill::Fcfs => false,
@@ -383,7 +389,10 @@ mod tests {
         // A long 4-processor job would still be running at 100, where only 2 are spare.
         assert_eq!(p.consider(&tasks(4), Some(500)), Decision::Wait);
         // A short one ends by 100: it starts in the hole.
-        assert_eq!(p.consider(&tasks(4), Some(100)), Decision::Start(vec![(0, 4)]));
+        assert_eq!(
+            p.consider(&tasks(4), Some(100)),
+            Decision::Start(vec![(0, 4)])
+        );
         // A long job that fits in what the reservation leaves spare (2) starts too.
         let mut q = Planner::new(Backfill::Easy, 0, &nodes, [held_until(100)]);
         q.consider(&tasks(8), Some(50));
@@ -418,15 +427,24 @@ mod tests {
         // EASY starts them, but they would delay the second reservation (all 10 at 150):
         // conservative backfill does not.
         assert_eq!(easy.consider(&tasks(4), Some(120)), Decision::Wait);
-        assert_eq!(easy.consider(&tasks(2), Some(160)), Decision::Start(vec![(0, 2)]));
-        assert!(matches!(cons.consider(&tasks(2), Some(160)), Decision::Reserved(_)));
+        assert_eq!(
+            easy.consider(&tasks(2), Some(160)),
+            Decision::Start(vec![(0, 2)])
+        );
+        assert!(matches!(
+            cons.consider(&tasks(2), Some(160)),
+            Decision::Reserved(_)
+        ));
     }
 
     #[test]
     fn never_fitting_and_multi_node_placement() {
         let nodes = nodes(&[4, 4]);
         let mut p = Planner::new(Backfill::Easy, 0, &nodes, []);
-        assert!(matches!(p.consider(&tasks(9), Some(10)), Decision::Never(_)));
+        assert!(matches!(
+            p.consider(&tasks(9), Some(10)),
+            Decision::Never(_)
+        ));
         assert_eq!(
             p.consider(&tasks(6), Some(10)),
             Decision::Start(vec![(0, 4), (1, 2)])
@@ -435,7 +453,10 @@ mod tests {
         // 20 s would delay it, one of 10 s does not.
         assert_eq!(p.consider(&tasks(8), Some(5)), Decision::Reserved(10));
         assert_eq!(p.consider(&tasks(2), Some(20)), Decision::Wait);
-        assert_eq!(p.consider(&tasks(2), Some(10)), Decision::Start(vec![(1, 2)]));
+        assert_eq!(
+            p.consider(&tasks(2), Some(10)),
+            Decision::Start(vec![(1, 2)])
+        );
         assert!(p.exhausted());
     }
 
@@ -444,7 +465,10 @@ mod tests {
         let mut nodes = nodes(&[4, 4]);
         nodes[0].overrides.state = Some(crate::node::NodeState::Drained);
         let mut p = Planner::new(Backfill::Easy, 0, &nodes, []);
-        assert_eq!(p.consider(&tasks(4), Some(5)), Decision::Start(vec![(1, 4)]));
+        assert_eq!(
+            p.consider(&tasks(4), Some(5)),
+            Decision::Start(vec![(1, 4)])
+        );
         // Nothing will ever be released on n0: no reservation is possible.
         assert_eq!(p.consider(&tasks(8), Some(5)), Decision::Wait);
         assert_eq!(p.reservations(), 0);

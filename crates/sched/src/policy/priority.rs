@@ -74,7 +74,7 @@ pub struct Priority<'a> {
     pub now: Seconds,
 }
 
-/// Where a job stands in the queue: compare with [`QueueRank::cmp`], first is best.
+/// Where a job stands in the queue: compare with [`QueueRank::queue_cmp`], first is best.
 #[derive(Debug, Clone, Copy)]
 pub struct QueueRank {
     pub system: i64,
@@ -83,7 +83,7 @@ pub struct QueueRank {
 }
 
 impl QueueRank {
-    pub fn cmp(&self, other: &QueueRank) -> Ordering {
+    pub fn queue_cmp(&self, other: &QueueRank) -> Ordering {
         other
             .system
             .cmp(&self.system)
@@ -162,10 +162,10 @@ mod tests {
         };
         let short = job(2, 900, Some(100), "a"); // waited its own length: factor 2
         let long = job(1, 900, Some(10_000), "a"); // factor 1.01
-        assert!(p.rank(&short).cmp(&p.rank(&long)).is_lt());
+        assert!(p.rank(&short).queue_cmp(&p.rank(&long)).is_lt());
         // Equal factors: submission order.
         let twin = job(3, 900, Some(100), "a");
-        assert!(p.rank(&short).cmp(&p.rank(&twin)).is_lt());
+        assert!(p.rank(&short).queue_cmp(&p.rank(&twin)).is_lt());
         // The long job, once it has waited long enough, passes a fresh short job.
         let later = Priority {
             weights: &weights,
@@ -173,7 +173,7 @@ mod tests {
             now: 900 + 200_000,
         };
         let fresh = job(4, 900 + 200_000, Some(100), "a");
-        assert!(later.rank(&long).cmp(&later.rank(&fresh)).is_lt());
+        assert!(later.rank(&long).queue_cmp(&later.rank(&fresh)).is_lt());
     }
 
     #[test]
@@ -188,7 +188,7 @@ mod tests {
         let old = job(1, 0, Some(10), "a");
         let mut pushed = job(2, 999_999, None, "a");
         pushed.status.system_priority = 1;
-        assert!(p.rank(&pushed).cmp(&p.rank(&old)).is_lt());
+        assert!(p.rank(&pushed).queue_cmp(&p.rank(&old)).is_lt());
     }
 
     #[test]
@@ -209,7 +209,7 @@ mod tests {
         };
         let heavy = job(1, 0, None, "heavy");
         let light = job(2, 0, None, "light");
-        assert!(p.rank(&light).cmp(&p.rank(&heavy)).is_lt());
+        assert!(p.rank(&light).queue_cmp(&p.rank(&heavy)).is_lt());
         assert!((p.score(&heavy) + 900.0).abs() < 1e-6);
         // An hour (one half-life) later the old usage counts half: 4500 and 500; new
         // usage of the light user counts in full.

@@ -1,0 +1,323 @@
+//! Trace replay in virtual time (`drover replay`): the jobs of a trace go through the
+//! real engine and policy code, stepped by this driver on a [`ManualClock`]; a resource
+//! manager that runs nothing ends each job after its recorded run time (or its
+//! requested time, if shorter: the wall-time limit). Nothing is stored.
+
+pub mod swf;
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use drover_query::{ListQuery, Page};
+use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, StoreInfo, Write};
+
+use crate::clock::{ManualClock, Seconds};
+use crate::engine::{Engine, EngineParts, SchedConfig};
+use crate::events::DiscardEvents;
+use crate::job::{JobSpec, ProcessRecord, ResourceRequest};
+use crate::node::NodeConfig;
+use crate::policy::Policy;
+use crate::request::Requester;
+use crate::rm::{Exit, JobSignal, Launch, ResourceManager};
+use crate::sysuser::SystemUser;
+use swf::Trace;
+
+/// What a replay measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub jobs: usize,
+    /// Seconds from submission to start, averaged.
+    pub mean_wait: f64,
+    /// max(1, (wait + run) / max(run, 10)), averaged.
+    pub mean_bounded_slowdown: f64,
+    pub max_wait: i64,
+    /// Processor-seconds used over processor-seconds available from the first
+    /// submission to the last end.
+    pub utilization: f64,
+    /// Seconds from the first submission to the last end.
+    pub makespan: i64,
+    /// Wall-clock time the replay took.
+    pub elapsed: Duration,
+}
+
+/// The machine of a replay: `nodes` nodes sharing `processors` processors.
+pub fn machine(processors: u32, nodes: u32) -> Vec<NodeConfig> {
+    let nodes = nodes.clamp(1, processors.max(1));
+    (0..nodes)
+        .map(|i| {
+            let share = processors / nodes + u32::from(i < processors % nodes);
+            NodeConfig::new(&format!("sim{i}"), share)
+        })
+        .collect()
+}
+
+/// Replays `trace` on `nodes` under `policy`; `progress` hears how many jobs ended.
+pub fn replay(
+    trace: &Trace,
+    nodes: &[NodeConfig],
+    policy: &Policy,
+    progress: &mut dyn FnMut(usize),
+) -> Result<Outcome, String> {
+    let began = Instant::now();
+    let first_submit = trace.jobs.first().map_or(0, |j| j.submit);
+    let clock = Arc::new(ManualClock::new(first_submit));
+    let rm = Arc::new(SimulatedRm::default());
+    let config = SchedConfig {
+        name: "Sim".into(),
+        nodes: nodes.to_vec(),
+        allow_root_jobs: true,
+        policy: policy.clone(),
+        ..SchedConfig::default()
+    };
+    let maker = rm.clone();
+    let parts = EngineParts {
+        store: Arc::new(NoStore),
+        resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
+        clock: clock.clone(),
+        events: Arc::new(DiscardEvents),
+    };
+    let (mut engine, messages) = Engine::simulated(config, parts)?;
+    let requester = Requester {
+        user: SystemUser::current().map_or("root".into(), |u| u.name),
+        proxy_user: None,
+        admin: true,
+    };
+    let total_processors: u64 = nodes.iter().map(|n| u64::from(n.processors)).sum();
+
+    let jobs = &trace.jobs;
+    let mut by_id: HashMap<String, usize> = HashMap::with_capacity(jobs.len());
+    let mut started: Vec<Option<Seconds>> = vec![None; jobs.len()];
+    let mut ended: Vec<Option<Seconds>> = vec![None; jobs.len()];
+    let mut ends: BinaryHeap<Reverse<(Seconds, usize)>> = BinaryHeap::new();
+    let mut next = 0;
+    let mut finished = 0;
+    loop {
+        let next_submit = jobs.get(next).map(|j| j.submit);
+        let next_end = ends.peek().map(|Reverse((t, _))| *t);
+        let now = match (next_submit, next_end) {
+            (Some(s), Some(e)) => s.min(e),
+            (Some(t), None) | (None, Some(t)) => t,
+            (None, None) => break,
+        };
+        clock.set(now);
+        while let Some(&Reverse((t, index))) = ends.peek()
+            && t == now
+        {
+            ends.pop();
+            let id = format!("Sim.{}", index + 1);
+            engine.exited(
+                &id,
+                index as i32 + 1,
+                Exit {
+                    code: Some(0),
+                    cpu_seconds: 0.0,
+                },
+            );
+            ended[index] = Some(now);
+            finished += 1;
+            progress(finished);
+        }
+        while next < jobs.len() && jobs[next].submit == now {
+            let job = &jobs[next];
+            let spec = JobSpec {
+                command_file: "/bin/true".into(),
+                working_directory: Some("/".into()),
+                request: ResourceRequest {
+                    task_count: job.processors,
+                    ..Default::default()
+                },
+                duration: Some(job.requested.max(1)),
+                ..Default::default()
+            };
+            let id = engine
+                .submit(spec, &requester)
+                .map_err(|e| format!("job {}: {e}", job.number))?;
+            by_id.insert(id, next);
+            next += 1;
+        }
+        if engine.needs_schedule {
+            engine.needs_schedule = false;
+            engine.schedule();
+        }
+        engine.flush_journal();
+        while let Ok(message) = messages.try_recv() {
+            engine.handle(message);
+        }
+        engine.flush_journal();
+        for id in rm.started.lock().unwrap().drain(..) {
+            let index = by_id[&id];
+            let job = &jobs[index];
+            started[index] = Some(now);
+            ends.push(Reverse((now + job.run.min(job.requested).max(0), index)));
+        }
+    }
+    if finished < jobs.len() {
+        return Err(format!(
+            "{} job(s) never started (wider than the machine?)",
+            jobs.len() - finished
+        ));
+    }
+
+    let mut outcome = Outcome {
+        jobs: jobs.len(),
+        mean_wait: 0.0,
+        mean_bounded_slowdown: 0.0,
+        max_wait: 0,
+        utilization: 0.0,
+        makespan: 0,
+        elapsed: Duration::ZERO,
+    };
+    let mut used = 0.0;
+    let mut last_end = first_submit;
+    for (index, job) in jobs.iter().enumerate() {
+        let (start, end) = (
+            started[index].unwrap_or(job.submit),
+            ended[index].unwrap_or(job.submit),
+        );
+        let wait = start - job.submit;
+        let run = end - start;
+        outcome.mean_wait += wait as f64;
+        outcome.mean_bounded_slowdown += ((wait + run) as f64 / run.max(10) as f64).max(1.0);
+        outcome.max_wait = outcome.max_wait.max(wait);
+        used += run as f64 * f64::from(job.processors);
+        last_end = last_end.max(end);
+    }
+    let count = jobs.len().max(1) as f64;
+    outcome.mean_wait /= count;
+    outcome.mean_bounded_slowdown /= count;
+    outcome.makespan = last_end - first_submit;
+    if outcome.makespan > 0 && total_processors > 0 {
+        outcome.utilization = used / (outcome.makespan as f64 * total_processors as f64);
+    }
+    outcome.elapsed = began.elapsed();
+    Ok(outcome)
+}
+
+/// Starts nothing: records which jobs the engine started, for the driver.
+#[derive(Default)]
+struct SimulatedRm {
+    started: Mutex<Vec<String>>,
+}
+
+impl ResourceManager for SimulatedRm {
+    fn name(&self) -> &str {
+        "simulator"
+    }
+
+    fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
+        // The pid is the job's number, so that the driver can report its end.
+        let pid = launch
+            .job_id
+            .rsplit('.')
+            .next()
+            .and_then(|n| n.parse().ok())
+            .ok_or("not a simulated job")?;
+        self.started.lock().unwrap().push(launch.job_id);
+        Ok(ProcessRecord {
+            pid,
+            start_ticks: 0,
+            spool: String::new(),
+        })
+    }
+
+    fn signal(&self, _process: &ProcessRecord, _signal: JobSignal) -> Result<(), String> {
+        Ok(())
+    }
+
+    fn adopt(&self, _job_id: &str, _process: &ProcessRecord) -> bool {
+        false
+    }
+
+    fn abandon(&self, _job_id: &str) {}
+}
+
+/// The store of a simulated engine: it never writes, and holds nothing.
+struct NoStore;
+
+impl DocumentStore for NoStore {
+    fn backend(&self) -> &'static str {
+        "none"
+    }
+    fn ensure_collection(&self, _spec: &CollectionSpec) -> drover_store::Result<()> {
+        Ok(())
+    }
+    fn write(&self, batch: &[Write]) -> drover_store::Result<Vec<i64>> {
+        Ok(vec![1; batch.len()])
+    }
+    fn get(&self, _c: &str, _id: &str) -> drover_store::Result<Option<Document>> {
+        Ok(None)
+    }
+    fn get_by_name(&self, _c: &str, _name: &str) -> drover_store::Result<Option<Document>> {
+        Ok(None)
+    }
+    fn list(&self, _c: &str, _q: &ListQuery) -> drover_store::Result<Page<Document>> {
+        Ok(Page {
+            total: 0,
+            items: Vec::new(),
+        })
+    }
+    fn ping(&self) -> drover_store::Result<()> {
+        Ok(())
+    }
+    fn maintain(&self) -> drover_store::Result<()> {
+        Ok(())
+    }
+    fn describe(&self) -> drover_store::Result<StoreInfo> {
+        Err(StoreError::Backend("the simulator keeps nothing".into()))
+    }
+    fn flush(&self) -> drover_store::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use swf::TraceJob;
+
+    fn job(number: u64, submit: i64, run: i64, processors: u32) -> TraceJob {
+        TraceJob {
+            number,
+            submit,
+            run,
+            processors,
+            requested: run,
+        }
+    }
+
+    #[test]
+    fn backfilling_shortens_waits_on_a_small_trace() {
+        // 4 processors: a 3-wide job runs 100 s; a 4-wide job must wait for it; a
+        // 1-wide job of 50 s fits the hole under EASY, and waits behind under FCFS.
+        let trace = Trace {
+            jobs: vec![job(1, 0, 100, 3), job(2, 1, 100, 4), job(3, 2, 50, 1)],
+            machine_processors: Some(4),
+            skipped: 0,
+        };
+        let nodes = machine(4, 1);
+        let fcfs = replay(&trace, &nodes, &Policy::fcfs(), &mut |_| {}).unwrap();
+        let easy = replay(&trace, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        // FCFS: waits 0, 99, 198; EASY: 0, 99, 0.
+        assert_eq!(fcfs.mean_wait, 99.0);
+        assert_eq!(easy.mean_wait, 33.0);
+        assert_eq!(fcfs.max_wait, 198);
+        assert_eq!(easy.makespan, 200);
+        assert_eq!(fcfs.makespan, 250);
+        let used = (300 + 400 + 50) as f64;
+        assert!((easy.utilization - used / (200.0 * 4.0)).abs() < 1e-9);
+        // Bounded slowdown of job 2 under EASY: (99 + 100) / 100.
+        let expected = (1.0 + 1.99 + 1.0) / 3.0;
+        assert!((easy.mean_bounded_slowdown - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn machine_spreads_processors_over_nodes() {
+        let nodes = machine(10, 3);
+        assert_eq!(
+            nodes.iter().map(|n| n.processors).collect::<Vec<_>>(),
+            [4, 3, 3]
+        );
+    }
+}

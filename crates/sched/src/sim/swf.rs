@@ -1,0 +1,117 @@
+//! Standard Workload Format traces (the Parallel Workloads Archive): one job per line,
+//! 18 whitespace-separated fields, `;` header comments, `-1` for unknown.
+
+/// One job of a trace, as the replay uses it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceJob {
+    /// Field 1.
+    pub number: u64,
+    /// Field 2, seconds.
+    pub submit: i64,
+    /// Field 4, seconds.
+    pub run: i64,
+    /// Field 5 (allocated), else field 8 (requested).
+    pub processors: u32,
+    /// Field 9, else the run time (a perfect estimate).
+    pub requested: i64,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Trace {
+    /// In submission order.
+    pub jobs: Vec<TraceJob>,
+    /// The header's `MaxProcs`, else `MaxNodes`.
+    pub machine_processors: Option<u32>,
+    /// Lines describing no runnable job (unknown run time or processors).
+    pub skipped: usize,
+}
+
+/// Parses a trace; a line that is not 18 numbers is an error naming it.
+pub fn parse(text: &str) -> Result<Trace, String> {
+    let mut trace = Trace::default();
+    let (mut max_procs, mut max_nodes) = (None, None);
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(comment) = line.strip_prefix(';') {
+            if let Some((key, value)) = comment.split_once(':') {
+                let value = value.trim().parse::<u32>().ok().filter(|&v| v > 0);
+                match key.trim() {
+                    "MaxProcs" => max_procs = value,
+                    "MaxNodes" => max_nodes = value,
+                    _ => {}
+                }
+            }
+            continue;
+        }
+        if line.is_empty() {
+            continue;
+        }
+        let fields: Vec<f64> = line
+            .split_whitespace()
+            .map(|f| f.parse::<f64>())
+            .collect::<Result<_, _>>()
+            .map_err(|_| format!("line {}: a field is not a number", number + 1))?;
+        if fields.len() < 18 {
+            return Err(format!(
+                "line {}: {} fields, a job line has 18",
+                number + 1,
+                fields.len()
+            ));
+        }
+        let field = |n: usize| fields[n - 1];
+        let processors = if field(5) > 0.0 { field(5) } else { field(8) };
+        let run = field(4);
+        if run < 0.0 || processors <= 0.0 || field(2) < 0.0 {
+            trace.skipped += 1;
+            continue;
+        }
+        let requested = if field(9) > 0.0 { field(9) } else { run };
+        trace.jobs.push(TraceJob {
+            number: field(1) as u64,
+            submit: field(2) as i64,
+            run: run as i64,
+            processors: processors.min(f64::from(u32::MAX)) as u32,
+            requested: requested as i64,
+        });
+    }
+    trace.jobs.sort_by_key(|j| (j.submit, j.number));
+    trace.machine_processors = max_procs.or(max_nodes);
+    Ok(trace)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_jobs_header_and_unknowns() {
+        let text = "; MaxNodes: 256\n; MaxProcs: 128\n\
+            1 10 -1 100 4 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            2 5 -1 50 -1 -1 -1 8 70 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            3 20 -1 -1 4 -1 -1 -1 -1 -1 0 -1 -1 -1 0 -1 -1 -1\n";
+        let trace = parse(text).unwrap();
+        assert_eq!(trace.machine_processors, Some(128));
+        assert_eq!(trace.skipped, 1);
+        assert_eq!(
+            trace.jobs,
+            [
+                TraceJob {
+                    number: 2,
+                    submit: 5,
+                    run: 50,
+                    processors: 8,
+                    requested: 70
+                },
+                TraceJob {
+                    number: 1,
+                    submit: 10,
+                    run: 100,
+                    processors: 4,
+                    requested: 100
+                }
+            ]
+        );
+        assert!(parse("1 2 3").unwrap_err().contains("line 1"));
+        assert!(parse("1 2 x 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18").is_err());
+    }
+}
