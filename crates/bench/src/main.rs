@@ -344,6 +344,134 @@ fn auth(rounds: u32) {
     );
 }
 
+/// A machine of `nodes` nodes of 32 processors, about 97% busy with running jobs of
+/// 1 to 128 processors and 10 minutes to a day (their ends make the profile the
+/// backfill plans against).
+fn busy_machine(
+    nodes: u32,
+) -> (
+    Vec<drover_sched::node::NodeConfig>,
+    Vec<drover_sched::sim::Shape>,
+) {
+    let machine = (0..nodes)
+        .map(|i| drover_sched::node::NodeConfig::new(&format!("n{i:05}"), 32))
+        .collect();
+    let capacity = u64::from(nodes) * 32;
+    let mut rng = Rng(0x5EED);
+    let mut running = Vec::new();
+    let mut busy = 0u64;
+    while busy < capacity * 97 / 100 {
+        let tasks = 1u32 << rng.below(8);
+        running.push(drover_sched::sim::Shape {
+            tasks,
+            per_node: None,
+            seconds: 600 + rng.below(86_400) as i64,
+        });
+        busy += u64::from(tasks);
+    }
+    (machine, running)
+}
+
+/// Idle jobs of 1 to 256 processors for a minute to two days; with `whole_nodes`, 1 to
+/// 8 whole nodes instead (which rarely fit the scattered free processors, so the pass
+/// goes through the whole queue instead of stopping once the machine is full).
+fn idle_jobs(n: usize, whole_nodes: bool) -> Vec<drover_sched::sim::Shape> {
+    let mut rng = Rng(0xC0FFEE);
+    (0..n)
+        .map(|_| {
+            let seconds = 60 + rng.below(172_800) as i64;
+            if whole_nodes {
+                drover_sched::sim::Shape {
+                    tasks: 32 * (1 + rng.below(8) as u32),
+                    per_node: Some(32),
+                    seconds,
+                }
+            } else {
+                drover_sched::sim::Shape {
+                    tasks: 1 + rng.below(256) as u32,
+                    per_node: None,
+                    seconds,
+                }
+            }
+        })
+        .collect()
+}
+
+/// Times one scheduling pass with backfill over 10k/50k/100k idle jobs.
+fn schedule(nodes: u32, waiting: &[usize]) {
+    use drover_sched::policy::{Backfill, Policy};
+    use drover_sched::sim::one_cycle;
+    let (machine, running) = busy_machine(nodes);
+    println!(
+        "schedule: one pass; {nodes} nodes x 32 processors, {} running jobs holding ~97%",
+        running.len()
+    );
+    let mut rows: Vec<(String, Policy, usize, bool, u32)> = Vec::new();
+    for whole in [false, true] {
+        for &n in waiting {
+            let what = if whole { "whole nodes" } else { "processors" };
+            rows.push((
+                format!("default, {what}"),
+                Policy::default(),
+                n,
+                whole,
+                nodes,
+            ));
+            rows.push((
+                format!("EASY FCFS order, {what}"),
+                Policy::easy(),
+                n,
+                whole,
+                nodes,
+            ));
+        }
+    }
+    let conservative = Policy {
+        backfill: Backfill::Conservative,
+        ..Policy::default()
+    };
+    let most = waiting.iter().copied().max().unwrap_or(0);
+    rows.push((
+        "conservative (64), processors".into(),
+        conservative.clone(),
+        most,
+        false,
+        nodes,
+    ));
+    rows.push((
+        "conservative (64), whole nodes".into(),
+        conservative,
+        most,
+        true,
+        nodes,
+    ));
+    let mut baseline: Option<f64> = None;
+    for (name, policy, n, whole, nodes_here) in rows {
+        let (machine_here, running_here) = if nodes_here == nodes {
+            (machine.clone(), running.clone())
+        } else {
+            busy_machine(nodes_here)
+        };
+        let jobs = idle_jobs(n, whole);
+        let cycle = one_cycle(&machine_here, &running_here, &jobs, &policy).unwrap();
+        let ms = cycle.elapsed.as_secs_f64() * 1e3;
+        let first = *baseline.get_or_insert(ms);
+        println!(
+            "  {name:<28} {:>6} nodes {:>7} waiting: {ms:>8.1} ms (x{:>5.2} of the first row), {} started",
+            nodes_here,
+            cycle.waiting,
+            ms / first,
+            cycle.started,
+        );
+        if n == 100_000 && name.starts_with("default") {
+            println!(
+                "    target: under 500 ms for 100,000 idle jobs on 10,000 nodes: {}",
+                if ms < 500.0 { "met" } else { "NOT met" }
+            );
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -352,9 +480,17 @@ fn main() {
         }
         Some("store") => store(&args),
         Some("auth") => auth(arg(&args, "--rounds").map_or(1_000_000, |d| d.parse().unwrap())),
+        Some("schedule") => schedule(
+            arg(&args, "--nodes").map_or(10_000, |d| d.parse().unwrap()),
+            &arg(&args, "--jobs")
+                .unwrap_or_else(|| "10000,50000,100000".into())
+                .split(',')
+                .map(|n| n.parse().unwrap())
+                .collect::<Vec<_>>(),
+        ),
         _ => {
             eprintln!(
-                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N]"
+                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N] | schedule [--nodes N] [--jobs N,N,..]"
             );
             std::process::exit(2);
         }

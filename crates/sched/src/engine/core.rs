@@ -629,7 +629,8 @@ impl Engine {
         let held = self.held_resources(now);
         // The planner reads the nodes while jobs change; starts are applied after it.
         let nodes = std::mem::take(&mut self.nodes);
-        let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held);
+        let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
+            .with_reservation_depth(self.config.policy.reservation_depth);
         let mut starts = Vec::new();
         while let Some(position) = order.next(&self.queue) {
             if planner.exhausted() {

@@ -111,6 +111,9 @@ pub struct Policy {
     /// under EASY it is the one that gets the reservation, so however the priorities
     /// move, the oldest job is never passed by work that would delay it.
     pub reserve_oldest: bool,
+    /// Conservative backfill: how many waiting jobs (best first) get a reservation in
+    /// each pass; each one makes the next search longer.
+    pub reservation_depth: usize,
     /// Half-life of recorded usage for fair share, in seconds.
     pub fairshare_half_life: i64,
     pub preemption: Preemption,
@@ -122,6 +125,7 @@ impl Default for Policy {
             backfill: Backfill::Easy,
             weights: Weights::default(),
             reserve_oldest: true,
+            reservation_depth: 64,
             fairshare_half_life: 7 * 24 * 3600,
             preemption: Preemption::Requeue,
         }

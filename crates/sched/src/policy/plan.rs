@@ -10,10 +10,11 @@
 //! (conservative).
 //!
 //! Resources only shrink during a pass, so a request that could not start now cannot
-//! later in the same pass: requests of the same shape are refused at once. With total free
+//! later in the same pass: requests of the same shape, as long or longer, are refused
+//! at once. With total free
 //! processors checked first, a pass over 100,000 jobs costs little more than sorting them.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// foldhash rather than SipHash: the memo below is probed once per job considered, and
 /// its keys come from the engine, not from an attacker.
@@ -106,9 +107,12 @@ pub struct Planner<'a> {
     open: BTreeSet<usize>,
     accepting: Vec<usize>,
     reservations: usize,
+    /// Conservative backfill: at most this many reservations per pass.
+    depth: usize,
     /// FCFS: a job waits, so nothing behind it starts.
     blocked: bool,
-    cannot_start: HashSet<(Shape, Option<i64>), Fast>,
+    /// Per shape, the shortest requested time refused a start in this pass.
+    shortest_refused: HashMap<Shape, i64, Fast>,
     never: HashMap<Shape, Option<String>, Fast>,
 }
 
@@ -156,8 +160,9 @@ impl<'a> Planner<'a> {
             open,
             accepting,
             reservations: 0,
+            depth: usize::MAX,
             blocked: false,
-            cannot_start: HashSet::default(),
+            shortest_refused: HashMap::default(),
             never: HashMap::default(),
         };
         for h in held {
@@ -171,6 +176,13 @@ impl<'a> Planner<'a> {
             }
         }
         planner
+    }
+
+    /// Conservative backfill: reserve for at most `depth` jobs (each reservation makes
+    /// the following searches longer); the jobs after them are backfilled like EASY's.
+    pub fn with_reservation_depth(mut self, depth: usize) -> Self {
+        self.depth = depth.max(1);
+        self
     }
 
     /// Whether no job can start any more in this pass.
@@ -195,27 +207,30 @@ impl<'a> Planner<'a> {
         }
         let requested = requested.filter(|&d| d > 0);
         let end = requested.map(|d| self.now.saturating_add(d));
-        // Cheapest first: enough processors free at all, then not refused before.
-        if request.total_processors() <= self.total_free {
-            let memo = shape.map(|s| (s, requested));
-            if !memo.is_some_and(|m| self.cannot_start.contains(&m)) {
-                let now = self.now;
-                let open: Vec<usize> = self.open.iter().copied().collect();
-                if let Some(placed) =
-                    place::first_fit(request, self.nodes, open, |i| self.room(i, now, end))
-                {
-                    self.hold(request, &placed, now, end);
-                    return Decision::Start(placed);
-                }
-                if let Some(memo) = memo {
-                    self.cannot_start.insert(memo);
-                }
+        // Cheapest first: enough processors free at all, then not refused before (a
+        // shape refused for some time is refused for any longer time: the room over a
+        // longer stretch is never larger).
+        let length = requested.unwrap_or(i64::MAX);
+        if request.total_processors() <= self.total_free
+            && shape.is_none_or(|s| self.shortest_refused.get(&s).is_none_or(|&r| length < r))
+        {
+            let now = self.now;
+            let open: Vec<usize> = self.open.iter().copied().collect();
+            if let Some(placed) =
+                place::first_fit(request, self.nodes, open, |i| self.room(i, now, end))
+            {
+                self.hold(request, &placed, now, end);
+                return Decision::Start(placed);
+            }
+            if let Some(shape) = shape {
+                let refused = self.shortest_refused.entry(shape).or_insert(length);
+                *refused = (*refused).min(length);
             }
         }
         let may_reserve = match self.backfill {
             Backfill::Fcfs => false,
             Backfill::Easy => self.reservations == 0,
-            Backfill::Conservative => true,
+            Backfill::Conservative => self.reservations < self.depth,
         };
         if may_reserve && let Some(start) = self.reserve(request, requested) {
             return Decision::Reserved(start);

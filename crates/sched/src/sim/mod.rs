@@ -195,6 +195,101 @@ pub fn replay(
     Ok(outcome)
 }
 
+/// A job for [`one_cycle`]: `tasks` one-processor tasks (`per_node` on each node, if
+/// given) for `seconds`.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    pub tasks: u32,
+    pub per_node: Option<u32>,
+    pub seconds: i64,
+}
+
+/// What [`one_cycle`] measured.
+#[derive(Debug, Clone)]
+pub struct Cycle {
+    pub waiting: usize,
+    pub running: usize,
+    /// Jobs the measured pass started.
+    pub started: usize,
+    /// The measured pass: queue order, running jobs' profile, planning, starts.
+    pub elapsed: Duration,
+}
+
+/// Times one scheduling pass of the engine: `running` jobs are started first (by
+/// earlier passes, not measured), then `waiting` jobs are submitted and one pass
+/// considers them all.
+pub fn one_cycle(
+    nodes: &[NodeConfig],
+    running: &[Shape],
+    waiting: &[Shape],
+    policy: &Policy,
+) -> Result<Cycle, String> {
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let rm = Arc::new(SimulatedRm::default());
+    let config = SchedConfig {
+        name: "Sim".into(),
+        nodes: nodes.to_vec(),
+        allow_root_jobs: true,
+        policy: policy.clone(),
+        ..SchedConfig::default()
+    };
+    let maker = rm.clone();
+    let parts = EngineParts {
+        store: Arc::new(NoStore),
+        resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
+        clock: clock.clone(),
+        events: Arc::new(DiscardEvents),
+    };
+    let (mut engine, messages) = Engine::simulated(config, parts)?;
+    let requester = Requester {
+        user: SystemUser::current().map_or("root".into(), |u| u.name),
+        proxy_user: None,
+        admin: true,
+    };
+    let spec = |shape: &Shape| JobSpec {
+        command_file: "/bin/true".into(),
+        working_directory: Some("/".into()),
+        request: ResourceRequest {
+            task_count: shape.tasks,
+            tasks_per_node: shape.per_node,
+            ..Default::default()
+        },
+        duration: Some(shape.seconds),
+        ..Default::default()
+    };
+    let step = |engine: &mut Engine| {
+        engine.schedule();
+        engine.flush_journal();
+        while let Ok(message) = messages.try_recv() {
+            engine.handle(message);
+        }
+        engine.flush_journal();
+    };
+    for shape in running {
+        engine
+            .submit(spec(shape), &requester)
+            .map_err(|e| e.to_string())?;
+    }
+    step(&mut engine);
+    let running = engine.running.len();
+    clock.advance(60);
+    for shape in waiting {
+        engine
+            .submit(spec(shape), &requester)
+            .map_err(|e| e.to_string())?;
+    }
+    let waiting = engine.queue.len();
+    let began = Instant::now();
+    engine.schedule();
+    let elapsed = began.elapsed();
+    Ok(Cycle {
+        waiting,
+        running,
+        started: waiting - engine.queue.len(),
+        elapsed,
+    })
+}
+
 /// Starts nothing: records which jobs the engine started, for the driver.
 #[derive(Default)]
 struct SimulatedRm {
