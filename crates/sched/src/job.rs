@@ -317,6 +317,8 @@ pub struct JobDates {
     pub hold: Option<Seconds>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_canceled: Option<Seconds>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_preempted: Option<Seconds>,
     pub last_updated: Seconds,
     pub state_updated: Seconds,
 }
@@ -330,6 +332,8 @@ pub struct JobCounts {
     pub cancel: u32,
     #[serde(skip_serializing_if = "is_zero_u32")]
     pub requeue: u32,
+    #[serde(skip_serializing_if = "is_zero_u32")]
+    pub preempt: u32,
 }
 
 /// Tasks placed on one node.

@@ -512,3 +512,92 @@ async fn the_default_policy_backfills_and_fcfs_does_not() {
         assert_eq!(state(&h, id), JobState::Idle, "nothing passes the top job");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_preemptor_stops_preemptees_newest_first_requeueing_the_restartable() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        3,
+    );
+    let flagged = |flags: &[&str]| {
+        let mut job = timed(1, 1000);
+        job.flags = flags.iter().map(|f| f.to_string()).collect();
+        job
+    };
+    let older = h
+        .scheduler
+        .submit(flagged(&["PREEMPTEE", "RESTARTABLE"]), admin())
+        .await
+        .unwrap();
+    wait_until("the older preemptee runs", || {
+        state(&h, &older) == JobState::Running
+    });
+    h.clock.advance(10);
+    let newer = h
+        .scheduler
+        .submit(flagged(&["PREEMPTEE"]), admin())
+        .await
+        .unwrap();
+    let plain = h.scheduler.submit(flagged(&[]), admin()).await.unwrap();
+    wait_until("all three run", || {
+        state(&h, &newer) == JobState::Running && state(&h, &plain) == JobState::Running
+    });
+    // Not a preemptor: waits.
+    let waiting = h.scheduler.submit(flagged(&[]), admin()).await.unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(h.rm.signals.lock().unwrap().is_empty());
+
+    let mut urgent = timed(2, 100);
+    urgent.flags = vec!["PREEMPTOR".into()];
+    let urgent = h.scheduler.submit(urgent, admin()).await.unwrap();
+    wait_until("both preemptees are told to stop", || {
+        h.rm.signals.lock().unwrap().len() == 2
+    });
+    let signalled: Vec<i32> = h.rm.signals.lock().unwrap().iter().map(|s| s.0).collect();
+    assert_eq!(signalled, [h.rm.pid_of(&newer), h.rm.pid_of(&older)]);
+    assert_eq!(state(&h, &plain), JobState::Running, "not a preemptee");
+    assert_eq!(
+        state(&h, &urgent),
+        JobState::Idle,
+        "waits for the processes to end"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        h.rm.signals.lock().unwrap().len(),
+        2,
+        "no more preemption while they stop"
+    );
+
+    h.rm.exit(&newer, 143);
+    h.rm.exit(&older, 143);
+    wait_until("the preemptor runs", || {
+        state(&h, &urgent) == JobState::Running
+    });
+    let newer = h.scheduler.job(&newer).unwrap();
+    assert_eq!(
+        newer.status.state,
+        JobState::Vacated,
+        "not restartable: cancelled"
+    );
+    assert_eq!(newer.status.counts.preempt, 1);
+    assert!(
+        newer.status.messages[0]
+            .text
+            .contains(&format!("Preempted for job {urgent}"))
+    );
+    let older_job = h.scheduler.job(&older).unwrap();
+    assert_eq!(older_job.status.state, JobState::Idle, "requeued");
+    assert_eq!(older_job.status.counts.requeue, 1);
+    assert!(older_job.status.dates.last_preempted.is_some());
+    assert_eq!(state(&h, &waiting), JobState::Idle);
+    assert!(h.events.0.lock().unwrap().iter().any(|e| {
+        e.object_id == older
+            && e.event_type == "jobrequeue"
+            && e.details
+                .iter()
+                .any(|(k, v)| k == "preemptedBy" && *v == urgent)
+    }));
+}

@@ -83,7 +83,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("cancelCount", json!(status.counts.cancel));
     put("deferCount", json!(0));
     put("migrateCount", json!(0));
-    put("preemptCount", json!(0));
+    put("preemptCount", json!(status.counts.preempt));
     put("startCount", json!(status.counts.start));
     put("commandFile", json!(spec.command_file));
     put("commandLineArgs", json!(spec.arguments));
@@ -124,7 +124,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
             "eligibleDate": date(Some(spec.earliest_start.unwrap_or(status.dates.submit))),
             "lastCanceledDate": date(status.dates.last_canceled),
             "lastChargedDate": null,
-            "lastPreemptedDate": null,
+            "lastPreemptedDate": date(status.dates.last_preempted),
             "lastUpdatedDate": date(Some(status.dates.last_updated)),
             "startDate": date(status.dates.start),
             "submitDate": date(Some(status.dates.submit)),

@@ -106,10 +106,7 @@ impl Engine {
         let position = self.add_job(job);
         if state == JobState::Idle {
             let job = self.job_at(position);
-            let key = super::core::QueueKey::of(&job);
-            self.queue.insert(key, position);
-            self.queue_keys.insert(position, key);
-            self.needs_schedule = true;
+            self.requeue_index(position, &job);
         }
         self.emit("jobsubmit", "job", &id, Some(by), Vec::new());
         Ok(id)

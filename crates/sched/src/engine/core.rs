@@ -137,9 +137,11 @@ pub(crate) struct Engine {
     pub(crate) queue_keys: HashMap<usize, QueueKey>,
     /// Book positions of jobs holding resources (Starting, Running, Suspended).
     pub(crate) running: BTreeSet<usize>,
+    /// Waiting jobs flagged PREEMPTOR.
+    pub(crate) preemptors: BTreeSet<usize>,
     pub(crate) nodes: Vec<Node>,
     /// Node ids to their index in `nodes`.
-    node_index: HashMap<String, usize, foldhash::fast::FixedState>,
+    pub(crate) node_index: HashMap<String, usize, foldhash::fast::FixedState>,
     nodes_changed: bool,
     /// Recent usage per user: the fair-share factor.
     pub(crate) usage: Usage,
@@ -248,6 +250,7 @@ impl Engine {
             queue: BTreeMap::new(),
             queue_keys: HashMap::new(),
             running: BTreeSet::new(),
+            preemptors: BTreeSet::new(),
             nodes,
             node_index,
             nodes_changed: false,
@@ -528,7 +531,7 @@ impl Engine {
     }
 
     /// Keeps the queue and the running set in step with a job's state.
-    fn requeue_index(&mut self, position: usize, job: &Job) {
+    pub(crate) fn requeue_index(&mut self, position: usize, job: &Job) {
         let waiting = job.status.state == JobState::Idle
             || (job.status.state == JobState::Blocked
                 && job
@@ -558,6 +561,11 @@ impl Engine {
             self.running.insert(position);
         } else {
             self.running.remove(&position);
+        }
+        if waiting && job.has_flag("PREEMPTOR") {
+            self.preemptors.insert(position);
+        } else {
+            self.preemptors.remove(&position);
         }
     }
 
@@ -632,7 +640,19 @@ impl Engine {
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
             .with_reservation_depth(self.config.policy.reservation_depth);
         let mut starts = Vec::new();
-        while let Some(position) = order.next(&self.queue) {
+        // PREEMPTOR jobs go first: they may stop running work, so they surely pass
+        // waiting work (and the resources freed for them are not taken by others).
+        let preemptors: Vec<usize> = self.preemptors.iter().copied().collect();
+        let mut walk = preemptors.iter().copied();
+        loop {
+            let position = match walk.next() {
+                Some(position) => position,
+                None => match order.next(&self.queue) {
+                    Some(position) if self.preemptors.contains(&position) => continue,
+                    Some(position) => position,
+                    None => break,
+                },
+            };
             if planner.exhausted() {
                 break;
             }
@@ -663,6 +683,14 @@ impl Engine {
         self.nodes = nodes;
         for (position, allocation) in starts {
             self.begin_start(position, allocation);
+        }
+        for position in preemptors {
+            let job = self.job_at(position);
+            let eligible = job.status.state == JobState::Idle
+                && job.spec.earliest_start.is_none_or(|t| t <= now);
+            if eligible {
+                self.preempt_for(position);
+            }
         }
     }
 

@@ -5,6 +5,7 @@
 
 mod commands;
 mod core;
+mod preempt;
 mod recovery;
 
 use std::collections::{BTreeMap, BTreeSet};

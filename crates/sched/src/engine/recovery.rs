@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap};
 use drover_query::ListQuery;
 
 use super::CredentialKind;
-use super::core::{Engine, JOBS, NODES, QueueKey};
-use crate::job::{Job, JobMessage, JobState};
+use super::core::{Engine, JOBS, NODES};
+use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::node::NodeOverrides;
 use crate::policy::priority::Usage;
 
@@ -40,6 +40,7 @@ impl Engine {
         self.queue.clear();
         self.queue_keys.clear();
         self.running.clear();
+        self.preemptors.clear();
         for node in &mut self.nodes {
             node.used_processors = 0;
             node.used_memory = 0;
@@ -96,11 +97,7 @@ impl Engine {
                 self.remember_credential(kind, name);
             }
             match job.status.state {
-                JobState::Idle => {
-                    let key = QueueKey::of(job);
-                    self.queue.insert(key, position);
-                    self.queue_keys.insert(position, key);
-                }
+                JobState::Idle => self.requeue_index(position, job),
                 // Node configuration may have changed: judge blocked jobs again.
                 JobState::Blocked => self.update(position, |job| {
                     job.status.state = JobState::Idle;
@@ -146,18 +143,24 @@ impl Engine {
             }
             return;
         }
-        let restartable = job.has_flag("RESTARTABLE") && job.status.ending.is_none();
-        let cancelled = job.status.ending.is_some();
+        // A job being requeued goes back to the queue as asked; one being cancelled is
+        // already final; one over its wall time ends; others requeue if they may.
+        let ending = job.status.ending;
+        let requeue = match ending {
+            Some(EndIntent::Requeue) => true,
+            Some(EndIntent::Cancel) | Some(EndIntent::WallTime) => false,
+            None => job.has_flag("RESTARTABLE"),
+        };
         self.update(position, |job| {
             let status = &mut job.status;
             status.process = None;
             status.allocation.clear();
             status.ending = None;
             status.suspended_since = None;
-            if cancelled {
+            if ending == Some(EndIntent::Cancel) {
                 return; // already final; the process is gone
             }
-            if restartable {
+            if requeue {
                 status.state = if status.holds.is_empty() {
                     JobState::Idle
                 } else {
