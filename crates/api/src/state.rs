@@ -46,6 +46,8 @@ pub struct Settings {
     pub directory: Option<DirectoryConfig>,
     /// The job templates submissions may name.
     pub job_templates: Arc<JobTemplates>,
+    /// `ENABLEJOBARRAYS`: whether job arrays may be submitted.
+    pub job_arrays: bool,
 }
 
 /// `ENABLEPROXY` and the users allowed to act for others (spec part 1, rule 7).

@@ -27,6 +27,7 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("DROVER_ADMIN_USER", "admin_user"),
     ("DROVER_ENABLEPROXY", "scheduler.ENABLEPROXY"),
     ("DROVER_PROXY_USERS", "scheduler.proxy_users"),
+    ("DROVER_ENABLEJOBARRAYS", "scheduler.ENABLEJOBARRAYS"),
     ("DROVER_SCHEDULER_NAME", "scheduler.name"),
     ("DROVER_EXECUTION_USER", "scheduler.execution_user"),
     ("DROVER_KILL_GRACE_SECONDS", "scheduler.kill_grace_seconds"),
@@ -146,6 +147,9 @@ pub struct SchedulerConfig {
     pub enable_proxy: bool,
     /// The users allowed to act for others when proxying is enabled.
     pub proxy_users: Vec<String>,
+    /// `ENABLEJOBARRAYS`: whether `POST /rest/job-arrays` is served (`true` or `"TRUE"`).
+    #[serde(rename = "ENABLEJOBARRAYS", deserialize_with = "flag")]
+    pub enable_job_arrays: bool,
     /// The scheduler's name: job ids are `<name>.<n>`.
     pub name: String,
     /// The system user that runs jobs of API users without a system account
@@ -170,6 +174,7 @@ impl Default for SchedulerConfig {
         SchedulerConfig {
             enable_proxy: false,
             proxy_users: Vec::new(),
+            enable_job_arrays: false,
             name: engine.name,
             execution_user: None,
             allow_root_jobs: false,

@@ -123,6 +123,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         build: build_info(),
         directory: config.ldap.clone(),
         job_templates: Arc::new(config.templates()?),
+        job_arrays: config.scheduler.enable_job_arrays,
     };
     let monitoring = Monitoring {
         events,

@@ -52,6 +52,9 @@ pub struct JobBook {
     jobs: Vec<Arc<Job>>,
     /// Position by the number at the end of the id (`<name>.<seq>`).
     by_seq: HashMap<u64, u32>,
+    /// Array sub-jobs (`<name>.<seq>[<index>]`, right after their master, by index):
+    /// the first position and how many, by the master's number.
+    members: HashMap<u64, (u32, u32)>,
     index: HashMap<(Attribute, Box<str>), RoaringBitmap>,
     /// Whether submission dates never decrease with position (the wall clock never went
     /// back): then position order is submission-date order.
@@ -97,8 +100,39 @@ impl JobBook {
     }
 
     pub fn position(&self, id: &str) -> Option<usize> {
+        if let Some(member) = id.strip_suffix(']') {
+            return self.member_position(id, member);
+        }
         let seq = id.rsplit_once('.')?.1.parse::<u64>().ok()?;
         let position = *self.by_seq.get(&seq)? as usize;
+        (self.jobs[position].id == id).then_some(position)
+    }
+
+    /// A sub-job's position: a binary search by index among its array's sub-jobs.
+    fn member_position(&self, id: &str, member: &str) -> Option<usize> {
+        let (master, index) = member.rsplit_once('[')?;
+        let index = index.parse::<i64>().ok()?;
+        let seq = master.rsplit_once('.')?.1.parse::<u64>().ok()?;
+        let &(first, count) = self.members.get(&seq)?;
+        let (mut low, mut high) = (first as usize, (first + count) as usize);
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let at = self.jobs[middle]
+                .array_member()
+                .map_or(i64::MIN, |(_, i)| i);
+            match at.cmp(&index) {
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+                std::cmp::Ordering::Equal => {
+                    low = middle;
+                    break;
+                }
+            }
+        }
+        let position = low;
+        if position >= (first + count) as usize {
+            return None;
+        }
         (self.jobs[position].id == id).then_some(position)
     }
 
@@ -109,7 +143,14 @@ impl JobBook {
         {
             self.submit_order = false;
         }
-        self.by_seq.insert(job.seq, position as u32);
+        if job.array_member().is_some() {
+            self.members
+                .entry(job.seq)
+                .or_insert((position as u32, 0))
+                .1 += 1;
+        } else {
+            self.by_seq.insert(job.seq, position as u32);
+        }
         self.add_to_index(position, &job);
         self.jobs.push(Arc::new(job));
         position

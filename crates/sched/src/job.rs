@@ -18,6 +18,105 @@ pub struct Job {
     pub seq: u64,
     pub spec: JobSpec,
     pub status: JobStatus,
+    /// Its part in a job array, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<Box<ArrayPart>>,
+}
+
+/// A job's part in a job array (spec 2.5).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ArrayPart {
+    /// The master: it never runs itself; its state sums up its sub-jobs, which are
+    /// made from it (and stored only once they change).
+    Master(ArraySpec),
+    /// A sub-job, named `<master>[<index>]`.
+    Member { master: String, index: i64 },
+}
+
+/// The indices and rules of a job array.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ArraySpec {
+    /// The array's name (`customName` of the master and its sub-jobs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    pub ranges: Vec<IndexRange>,
+    pub values: Vec<i64>,
+    /// At most this many sub-jobs run at once.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub slot_limit: Option<u32>,
+    /// When the first sub-job to end ends this way, the others are cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_on_first: Option<ArrayOutcome>,
+    /// When any sub-job ends this way, the others are cancelled.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cancel_on_any: Option<ArrayOutcome>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexRange {
+    pub start: i64,
+    pub end: i64,
+    pub increment: i64,
+}
+
+/// How a sub-job ended, for cancellation policies: success is completion code 0.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ArrayOutcome {
+    Failure,
+    Success,
+}
+
+impl ArraySpec {
+    /// The most sub-jobs one array may have.
+    pub const MAX_SIZE: usize = 1_000_000;
+
+    /// Every index, ascending, each once (ranges and values together).
+    pub fn indices(&self) -> Vec<i64> {
+        let mut indices = self.values.clone();
+        for range in &self.ranges {
+            let mut i = range.start;
+            while i <= range.end && indices.len() <= Self::MAX_SIZE {
+                indices.push(i);
+                i = match i.checked_add(range.increment.max(1)) {
+                    Some(next) => next,
+                    None => break,
+                };
+            }
+        }
+        indices.sort_unstable();
+        indices.dedup();
+        indices
+    }
+
+    /// What is wrong with it, by field, if anything.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
+        if self.ranges.is_empty() && self.values.is_empty() {
+            problems.push("indexRanges or indexValues: one of them is required".into());
+        }
+        for (i, r) in self.ranges.iter().enumerate() {
+            if r.start < 0 || r.end < r.start || r.increment < 1 {
+                problems.push(format!(
+                    "indexRanges[{i}]: needs 0 <= startIndex <= endIndex and increment >= 1 (got {}..{} by {})",
+                    r.start, r.end, r.increment
+                ));
+            }
+        }
+        if let Some(i) = self.values.iter().position(|&v| v < 0) {
+            problems.push(format!("indexValues[{i}]: indices are not negative"));
+        }
+        if self.slot_limit == Some(0) {
+            problems.push("slotLimit: must be at least 1".into());
+        }
+        if problems.is_empty() && self.indices().len() > Self::MAX_SIZE {
+            problems.push(format!(
+                "the array would have more than {} sub-jobs",
+                Self::MAX_SIZE
+            ));
+        }
+        problems
+    }
 }
 
 /// What the submitter asked for.
@@ -535,8 +634,66 @@ impl Job {
                         && n.chars()
                             .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
                 });
-                directory.join(format!("{}.{letter}{}", base.unwrap_or("job"), self.seq))
+                // Sub-jobs of an array share the number: the index keeps their files apart.
+                let number = match self.array_member() {
+                    Some((_, index)) => format!("{}-{index}", self.seq),
+                    None => self.seq.to_string(),
+                };
+                directory.join(format!("{}.{letter}{number}", base.unwrap_or("job")))
             }
+        }
+    }
+
+    /// The array this job is the master of.
+    pub fn array_spec(&self) -> Option<&ArraySpec> {
+        match self.array.as_deref() {
+            Some(ArrayPart::Master(spec)) => Some(spec),
+            _ => None,
+        }
+    }
+
+    /// The master's id and this sub-job's index, for a sub-job.
+    pub fn array_member(&self) -> Option<(&str, i64)> {
+        match self.array.as_deref() {
+            Some(ArrayPart::Member { master, index }) => Some((master, *index)),
+            _ => None,
+        }
+    }
+
+    /// Sub-job `index` of this master, as submitted (nothing has happened to it yet).
+    pub fn array_member_at(&self, index: i64) -> Job {
+        let mut spec = self.spec.clone();
+        spec.flags
+            .retain(|f| f != "ARRAYMASTER" && !f.starts_with("CANCELON"));
+        spec.flags.push("ARRAYJOB".into());
+        let submit = self.status.dates.submit;
+        Job {
+            id: format!("{}[{index}]", self.id),
+            seq: self.seq,
+            status: JobStatus {
+                state: if spec.holds.is_empty() {
+                    JobState::Idle
+                } else {
+                    JobState::Hold
+                },
+                holds: spec.holds.clone(),
+                hold_reason: (!spec.holds.is_empty()).then(|| "requested at submission".into()),
+                submitter: self.status.submitter.clone(),
+                exec_user: self.status.exec_user.clone(),
+                dates: JobDates {
+                    submit,
+                    hold: (!spec.holds.is_empty()).then_some(submit),
+                    last_updated: submit,
+                    state_updated: submit,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            spec,
+            array: Some(Box::new(ArrayPart::Member {
+                master: self.id.clone(),
+                index,
+            })),
         }
     }
 

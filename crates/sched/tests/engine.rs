@@ -601,3 +601,185 @@ async fn a_preemptor_stops_preemptees_newest_first_requeueing_the_restartable() 
                 .any(|(k, v)| k == "preemptedBy" && *v == urgent)
     }));
 }
+
+fn array(values: &[i64], slot_limit: Option<u32>) -> drover_sched::job::ArraySpec {
+    drover_sched::job::ArraySpec {
+        name: Some("sweep".into()),
+        values: values.to_vec(),
+        slot_limit,
+        ..Default::default()
+    }
+}
+
+fn running_count(h: &Harness, ids: &[String]) -> usize {
+    ids.iter()
+        .filter(|id| state(h, id) == JobState::Running)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_array_respects_its_slot_limit_sums_up_in_its_master_and_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let rm = Arc::new(FakeRm::default());
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let h = start(dir.path(), rm.clone(), clock.clone(), 8);
+    let master = h
+        .scheduler
+        .submit_array(timed(1, 100), array(&[3, 1, 2, 5, 4], Some(2)), admin())
+        .await
+        .unwrap();
+    let members: Vec<String> = [1, 2, 3, 4, 5]
+        .iter()
+        .map(|i| format!("{master}[{i}]"))
+        .collect();
+    wait_until("two sub-jobs run", || running_count(&h, &members) == 2);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(running_count(&h, &members), 2, "the slot limit holds");
+    assert_eq!(h.rm.started_ids(), members[..2], "in index order");
+    let m = h.scheduler.job(&master).unwrap();
+    assert_eq!(m.status.state, JobState::Running);
+    assert!(m.has_flag("ARRAYMASTER"));
+    let first = h.scheduler.job(&members[0]).unwrap();
+    assert!(first.has_flag("ARRAYJOB"));
+    assert_eq!(first.array_member(), Some((master.as_str(), 1)));
+    assert_eq!(first.spec.custom_name.as_deref(), Some("sweep"));
+    h.rm.exit(&members[0], 0);
+    wait_until("a third starts", || {
+        state(&h, &members[2]) == JobState::Running
+    });
+    assert_eq!(running_count(&h, &members), 2);
+
+    // Restart: sub-jobs never stored come back from the master, the rest as stored.
+    h.scheduler.shutdown().await;
+    let h = start(dir.path(), rm.clone(), clock, 8);
+    assert_eq!(state(&h, &members[0]), JobState::Completed);
+    assert_eq!(state(&h, &members[1]), JobState::Running);
+    assert_eq!(state(&h, &members[2]), JobState::Running);
+    assert_eq!(state(&h, &members[3]), JobState::Idle);
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(
+        running_count(&h, &members),
+        2,
+        "the limit holds after the restart"
+    );
+    for id in &members[1..3] {
+        rm.exit(id, 0);
+    }
+    wait_until("the last two run", || running_count(&h, &members[3..]) == 2);
+    for id in &members[3..] {
+        rm.exit(id, 0);
+    }
+    wait_until("the master completes", || {
+        state(&h, &master) == JobState::Completed
+    });
+    assert_eq!(
+        h.scheduler.submit(timed(1, 1), admin()).await.unwrap(),
+        "Drover.2",
+        "sub-jobs take no job numbers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancellation_policies_and_cancelling_the_master_end_the_rest() {
+    use drover_sched::job::ArrayOutcome;
+    let dir = tempfile::tempdir().unwrap();
+    let h = start(
+        dir.path(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        2,
+    );
+    let ids = |master: &str| -> Vec<String> { (0..4).map(|i| format!("{master}[{i}]")).collect() };
+
+    // anyJob FAILURE: one failure cancels the others, running and queued.
+    let mut any = array(&[0, 1, 2, 3], None);
+    any.cancel_on_any = Some(ArrayOutcome::Failure);
+    let master = h
+        .scheduler
+        .submit_array(timed(1, 100), any, admin())
+        .await
+        .unwrap();
+    let members = ids(&master);
+    wait_until("two run", || running_count(&h, &members) == 2);
+    h.rm.exit(&members[0], 1);
+    wait_until("the others are cancelled", || {
+        state(&h, &members[1]) == JobState::Vacated
+            && state(&h, &members[2]) == JobState::Removed
+            && state(&h, &members[3]) == JobState::Removed
+    });
+    assert!(
+        h.scheduler.job(&members[2]).unwrap().status.messages[0]
+            .text
+            .contains("any sub-job")
+    );
+    h.rm.exit(&members[1], 143);
+    wait_until("the master ends", || {
+        state(&h, &master) == JobState::Completed
+    });
+
+    // firstJob SUCCESS: the first to end succeeded, so the rest is cancelled; a later
+    // success would not matter.
+    let mut first = array(&[0, 1, 2, 3], None);
+    first.cancel_on_first = Some(ArrayOutcome::Success);
+    let master = h
+        .scheduler
+        .submit_array(timed(1, 100), first, admin())
+        .await
+        .unwrap();
+    let members = ids(&master);
+    wait_until("two run", || running_count(&h, &members) == 2);
+    h.rm.exit(&members[1], 0);
+    wait_until("the rest is cancelled", || {
+        state(&h, &members[0]) == JobState::Vacated && state(&h, &members[3]) == JobState::Removed
+    });
+    h.rm.exit(&members[0], 143);
+
+    // firstJob FAILURE with a success first: nothing is cancelled.
+    let mut lenient = array(&[0, 1], None);
+    lenient.cancel_on_first = Some(ArrayOutcome::Failure);
+    let master = h
+        .scheduler
+        .submit_array(timed(1, 100), lenient, admin())
+        .await
+        .unwrap();
+    let members: Vec<String> = (0..2).map(|i| format!("{master}[{i}]")).collect();
+    wait_until("both run", || running_count(&h, &members) == 2);
+    h.rm.exit(&members[0], 0);
+    h.rm.exit(&members[1], 1);
+    wait_until("both end", || state(&h, &members[1]) == JobState::Completed);
+    assert_eq!(state(&h, &master), JobState::Completed);
+
+    // Cancelling the master cancels every sub-job; other actions on it are refused.
+    let master = h
+        .scheduler
+        .submit_array(timed(1, 100), array(&[0, 1, 2, 3], None), admin())
+        .await
+        .unwrap();
+    let members = ids(&master);
+    wait_until("two run", || running_count(&h, &members) == 2);
+    let refused = h
+        .scheduler
+        .act(&master, JobAction::Hold(vec![]), admin())
+        .await;
+    assert!(
+        matches!(refused, Err(drover_sched::SchedError::Refused(_))),
+        "{refused:?}"
+    );
+    h.scheduler
+        .act(&master, JobAction::Cancel, admin())
+        .await
+        .unwrap();
+    for (i, id) in members.iter().enumerate() {
+        let expected = if i < 2 {
+            JobState::Vacated
+        } else {
+            JobState::Removed
+        };
+        assert_eq!(state(&h, id), expected, "{id}");
+    }
+    h.rm.exit(&members[0], 143);
+    h.rm.exit(&members[1], 143);
+    wait_until("the master shows the end", || {
+        state(&h, &master) == JobState::Vacated
+    });
+}

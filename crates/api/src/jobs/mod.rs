@@ -1,6 +1,7 @@
 //! Jobs, versions 1 and 2 (spec 2.3, 2.4, 4.4, 4.5). The scheduler has one model of a
 //! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
 
+mod arrays;
 mod listing;
 pub mod templates;
 pub mod v1;
@@ -32,6 +33,7 @@ const DELETE: Access = Access::Needs(Permission::delete("jobs"));
 
 pub(crate) fn register(routes: &mut Routes) {
     templates::register(routes);
+    arrays::register(routes);
     let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
     let list_doc = |route: crate::routes::RouteBuilder<'_>, which: &'static str| {
         route.summary(which).list().response(

@@ -66,8 +66,9 @@ pub fn render(job: &Job, r: &Render) -> Value {
     };
     put("name", json!(job.id));
     put("customName", json!(spec.custom_name));
-    put("arrayIndex", Value::Null);
-    put("arrayMasterName", Value::Null);
+    let member = job.array_member();
+    put("arrayIndex", json!(member.map(|(_, index)| index)));
+    put("arrayMasterName", json!(member.map(|(master, _)| master)));
     put(
         "attributes",
         json!(

@@ -1340,3 +1340,169 @@ fn dependencies_hold_a_job_back_release_it_and_block_it_for_good() {
         assert!(reply.messages().contains(problem), "{}", reply.body);
     }
 }
+
+#[test]
+fn job_arrays_need_enabling_run_their_sub_jobs_and_refuse_bad_input() {
+    let off = TestServer::start();
+    let body = json!({"name": "sweep", "jobPrototype": {"commandFile": "/bin/true"},
+                      "indexValues": [1]});
+    let refused = off.send_json("POST", "/rest/job-arrays?api-version=2", &body);
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.messages().contains("ENABLEJOBARRAYS"),
+        "{}",
+        refused.body
+    );
+
+    let server = TestServer::builder()
+        .config(|c| {
+            c.scheduler.enable_job_arrays = true;
+            c.nodes = nodes(&[("n1", 2)]);
+        })
+        .start();
+    let dir = scratch_dir();
+    // Each sub-job records its index; the slot limit keeps at most 2 at once.
+    let work = script(
+        dir.path(),
+        "work.sh",
+        "echo \"$DROVER_JOB_ID\" >> \"$(dirname \"$0\")/ran\"; sleep 0.2",
+    );
+    let body = json!({
+        "name": "sweep",
+        "jobPrototype": {"commandFile": work, "initialWorkingDirectory": dir.path()},
+        "indexRanges": [{"startIndex": 1, "endIndex": 5, "increment": 2}],
+        "indexValues": [10, 3],
+        "slotLimit": 2,
+    });
+    let reply = server.send_json("POST", "/rest/job-arrays?api-version=2", &body);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let master = reply.json()["name"].as_str().unwrap().to_string();
+    // Sub-job names carry brackets: percent-encoded in a path.
+    let members: Vec<String> = [1, 3, 5, 10]
+        .iter()
+        .map(|i| format!("{master}%5B{i}%5D"))
+        .collect();
+    let first = server
+        .get(&format!("/rest/jobs/{}?api-version=2", members[0]))
+        .json();
+    assert_eq!(first["arrayIndex"], 1, "{first}");
+    assert_eq!(first["arrayMasterName"], master.as_str());
+    assert_eq!(first["customName"], "sweep");
+    assert!(
+        first["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("ARRAYJOB"))
+    );
+    let done = server.wait_for(
+        &format!("/rest/jobs/{master}?api-version=2"),
+        "the array completes",
+        |job| job["states"]["state"] == "Completed",
+    );
+    assert!(
+        done["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("ARRAYMASTER")),
+        "{done}"
+    );
+    assert_eq!(done["arrayIndex"], Value::Null);
+    let ran = std::fs::read_to_string(dir.path().join("ran")).unwrap();
+    let mut ran: Vec<&str> = ran.lines().collect();
+    ran.sort();
+    let decoded: Vec<String> = members
+        .iter()
+        .map(|m| m.replace("%5B", "[").replace("%5D", "]"))
+        .collect();
+    let mut expected: Vec<&str> = decoded.iter().map(String::as_str).collect();
+    expected.sort();
+    assert_eq!(ran, expected, "each sub-job ran once");
+    for id in &members {
+        assert_eq!(state_v1(&server, id), "COMPLETED");
+    }
+    // The listing shows the master and its sub-jobs.
+    let listed = server
+        .get("/rest/jobs?api-version=2&query=%7B%22customName%22%3A%22sweep%22%7D")
+        .json();
+    assert_eq!(listed["totalCount"], 5, "{listed}");
+
+    let count = || server.get("/rest/jobs").json()["totalCount"].clone();
+    let before = count();
+    for (body, expected) in [
+        (json!({"indexValues": [1]}), "jobPrototype"),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"}}),
+            "indexRanges or indexValues",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"},
+                   "indexRanges": [{"startIndex": 5, "endIndex": 1}]}),
+            "indexRanges[0]",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"},
+                   "indexRanges": [{"endIndex": 1}]}),
+            "indexRanges[0].startIndex",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"}, "indexValues": [1, "x"]}),
+            "indexValues[1]",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"}, "indexValues": [1],
+                   "slotLimit": 0}),
+            "slotLimit",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"}, "indexValues": [1],
+                   "cancellationPolicy": {"anyJob": "SOMETIMES"}}),
+            "cancellationPolicy.anyJob",
+        ),
+        (
+            json!({"jobPrototype": {}, "indexValues": [1]}),
+            "commandFile",
+        ),
+        (
+            json!({"jobPrototype": {"commandFile": "/bin/true"},
+                   "indexRanges": [{"startIndex": 0, "endIndex": 2000000}]}),
+            "more than 1000000",
+        ),
+    ] {
+        let reply = server.send_json("POST", "/rest/job-arrays?api-version=2", &body);
+        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
+        assert!(
+            reply.messages().contains(expected),
+            "{body}: {}",
+            reply.body
+        );
+    }
+    assert_eq!(count(), before, "nothing was created");
+
+    // Cancelling the master cancels its sub-jobs; other actions on it are refused.
+    let held = json!({
+        "jobPrototype": {"commandFile": "/bin/true", "holds": ["User"]},
+        "indexValues": [7, 8],
+    });
+    let master = server
+        .send_json("POST", "/rest/job-arrays?api-version=2", &held)
+        .json()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let refused = server.send_json("PUT", &format!("/rest/jobs/{master}/suspend"), &json!({}));
+    assert_eq!(refused.status, 400);
+    assert!(
+        refused.messages().contains("array master"),
+        "{}",
+        refused.body
+    );
+    let cancelled = server.call("DELETE", &format!("/rest/jobs/{master}"), Auth::Admin, None);
+    assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+    for index in [7, 8] {
+        assert_eq!(
+            state_v1(&server, &format!("{master}%5B{index}%5D")),
+            "REMOVED"
+        );
+    }
+    assert_eq!(state_v1(&server, &master), "REMOVED");
+}

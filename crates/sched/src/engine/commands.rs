@@ -6,7 +6,8 @@ use super::CredentialKind;
 use super::core::Engine;
 use crate::dependency::DependencyKind;
 use crate::job::{
-    Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, Output,
+    ArrayOutcome, ArrayPart, ArraySpec, Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec,
+    JobState, JobStatus, Output,
 };
 use crate::node::{GenericEvent, NodeMessage};
 use crate::place::{self, Fit};
@@ -16,11 +17,84 @@ use crate::sysuser::{self, SystemUser};
 use crate::validate;
 
 impl Engine {
-    pub(crate) fn submit(
+    pub(crate) fn submit(&mut self, spec: JobSpec, by: &Requester) -> Result<String, SchedError> {
+        let (spec, user) = self.prepare_submission(spec, by)?;
+        let job = self.new_job(spec, &user, by);
+        let id = job.id.clone();
+        let position = self.add_job(job);
+        let job = self.job_at(position);
+        self.requeue_index(position, &job);
+        self.emit("jobsubmit", "job", &id, Some(by), Vec::new());
+        Ok(id)
+    }
+
+    /// A job array: the master (stored) and its sub-jobs (in memory only: they are made
+    /// from the master again after a restart, and stored once something happens to them).
+    pub(crate) fn submit_array(
+        &mut self,
+        spec: JobSpec,
+        array: ArraySpec,
+        by: &Requester,
+    ) -> Result<String, SchedError> {
+        let problems = array.problems();
+        if !problems.is_empty() {
+            let mut messages = vec!["The job array was not submitted".to_string()];
+            messages.extend(problems);
+            return Err(SchedError::Invalid(messages));
+        }
+        let (mut spec, user) = self.prepare_submission(spec, by)?;
+        if array.name.is_some() {
+            spec.custom_name = array.name.clone();
+        }
+        spec.flags.retain(|f| f != "ARRAYJOB" && f != "ARRAYMASTER");
+        spec.flags.push("ARRAYMASTER".into());
+        for (rule, flag) in [
+            (array.cancel_on_first, "FIRST"),
+            (array.cancel_on_any, "ANY"),
+        ] {
+            if let Some(outcome) = rule {
+                let outcome = match outcome {
+                    ArrayOutcome::Failure => "FAILURE",
+                    ArrayOutcome::Success => "SUCCESS",
+                };
+                spec.flags.push(format!("CANCELON{flag}{outcome}"));
+            }
+        }
+        let indices = array.indices();
+        let mut master = self.new_job(spec, &user, by);
+        master.array = Some(Box::new(ArrayPart::Master(array)));
+        let id = master.id.clone();
+        let members: Vec<Job> = indices.iter().map(|&i| master.array_member_at(i)).collect();
+        let master_position = self.add_job(master);
+        let first = master_position + 1;
+        {
+            let mut book = self.shared.jobs.write().unwrap();
+            for member in members {
+                book.push(member);
+            }
+        }
+        for position in first..first + indices.len() {
+            let job = self.job_at(position);
+            self.requeue_index(position, &job);
+        }
+        self.track_array(master_position);
+        self.emit(
+            "jobsubmit",
+            "job",
+            &id,
+            Some(by),
+            vec![("arraySize".into(), indices.len().to_string())],
+        );
+        Ok(id)
+    }
+
+    /// Checks a submission and completes it (working directory, class); the system user
+    /// that will run it.
+    fn prepare_submission(
         &mut self,
         mut spec: JobSpec,
         by: &Requester,
-    ) -> Result<String, SchedError> {
+    ) -> Result<(JobSpec, SystemUser), SchedError> {
         validate::submission(&spec, |_| false)?;
         spec.extra.shrink();
         let user = self.job_user(&spec, by)?;
@@ -61,6 +135,11 @@ impl Engine {
         if spec.job_class.is_none() {
             spec.job_class = self.config.credentials.classes.first().cloned();
         }
+        Ok((spec, user))
+    }
+
+    /// A new job of `spec` with the next id, as submitted now.
+    fn new_job(&mut self, spec: JobSpec, user: &SystemUser, by: &Requester) -> Job {
         let now = self.now();
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -83,8 +162,8 @@ impl Engine {
         ] {
             self.remember_credential(kind, name.as_deref());
         }
-        let job = Job {
-            id: id.clone(),
+        Job {
+            id,
             seq,
             status: JobStatus {
                 state,
@@ -102,14 +181,8 @@ impl Engine {
                 ..Default::default()
             },
             spec,
-        };
-        let position = self.add_job(job);
-        if state == JobState::Idle {
-            let job = self.job_at(position);
-            self.requeue_index(position, &job);
+            array: None,
         }
-        self.emit("jobsubmit", "job", &id, Some(by), Vec::new());
-        Ok(id)
     }
 
     /// Refuses dependencies of an unknown type, or on a job that does not exist.
@@ -458,6 +531,11 @@ impl Engine {
         let state = job.status.state;
         let refuse =
             |reason: String| SchedError::refused(format!("Cannot {name} job {id}"), reason);
+        if job.array_spec().is_some() && !matches!(action, JobAction::Cancel) {
+            return Err(refuse(
+                "it is a job array master, which does not run itself: act on its sub-jobs, or cancel the array".into(),
+            ));
+        }
         if state.is_final() {
             return Err(refuse(format!(
                 "the job has already ended ({})",
@@ -674,8 +752,30 @@ impl Engine {
     }
 
     fn cancel(&mut self, position: usize, job: &Job, by: &Requester) -> Result<String, SchedError> {
+        if job.array_spec().is_some() {
+            return self.cancel_array(position, by);
+        }
+        self.end_by_cancel(position, job, None)?;
+        self.emit("jobcancel", "job", &job.id, Some(by), Vec::new());
+        Ok(format!("Job {} was cancelled", job.id))
+    }
+
+    /// Ends a job by cancellation: a running one is signalled and Vacated (its resources
+    /// stay taken until the process is gone), a queued one Removed. `why` is kept as a
+    /// message on the job.
+    pub(crate) fn end_by_cancel(
+        &mut self,
+        position: usize,
+        job: &Job,
+        why: Option<&str>,
+    ) -> Result<(), SchedError> {
         let id = &job.id;
         let now = self.now();
+        let note = why.map(|why| JobMessage {
+            text: format!("Cancelled: {why}"),
+            author: None,
+            created: now,
+        });
         match job.status.state {
             JobState::Running | JobState::Suspended => {
                 if let Some(process) = &job.status.process {
@@ -695,6 +795,7 @@ impl Engine {
                     job.status.dates.completion = Some(now);
                     job.status.dates.last_canceled = Some(now);
                     job.status.counts.cancel += 1;
+                    job.status.messages.extend(note);
                 });
                 // Resources stay taken until the process is gone; it stays in the running set.
                 self.running.insert(position);
@@ -709,11 +810,11 @@ impl Engine {
                     job.status.dates.completion = Some(now);
                     job.status.dates.last_canceled = Some(now);
                     job.status.counts.cancel += 1;
+                    job.status.messages.extend(note);
                 });
             }
         }
-        self.emit("jobcancel", "job", id, Some(by), Vec::new());
-        Ok(format!("Job {id} was cancelled"))
+        Ok(())
     }
 
     fn signal(&self, job: &Job, signal: JobSignal) -> Result<(), String> {

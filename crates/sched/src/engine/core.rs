@@ -38,6 +38,8 @@ pub(crate) struct QueueKey {
     system: std::cmp::Reverse<i64>,
     user: std::cmp::Reverse<i64>,
     seq: u64,
+    /// Sub-jobs of an array share their master's `seq`: then the index orders them.
+    index: i64,
 }
 
 impl QueueKey {
@@ -46,6 +48,7 @@ impl QueueKey {
             system: std::cmp::Reverse(job.status.system_priority),
             user: std::cmp::Reverse(job.spec.user_priority),
             seq: job.seq,
+            index: job.array_member().map_or(-1, |(_, index)| index),
         }
     }
 }
@@ -139,6 +142,8 @@ pub(crate) struct Engine {
     pub(crate) running: BTreeSet<usize>,
     /// Waiting jobs flagged PREEMPTOR.
     pub(crate) preemptors: BTreeSet<usize>,
+    /// Job arrays, by the book position of their master.
+    pub(crate) arrays: HashMap<usize, super::arrays::Tally>,
     pub(crate) nodes: Vec<Node>,
     /// Node ids to their index in `nodes`.
     pub(crate) node_index: HashMap<String, usize, foldhash::fast::FixedState>,
@@ -251,6 +256,7 @@ impl Engine {
             queue_keys: HashMap::new(),
             running: BTreeSet::new(),
             preemptors: BTreeSet::new(),
+            arrays: HashMap::new(),
             nodes,
             node_index,
             nodes_changed: false,
@@ -344,6 +350,12 @@ impl Engine {
     pub(crate) fn handle(&mut self, message: Inbox) {
         match message {
             Inbox::Submit { spec, by, reply } => self.command(reply, |e| e.submit(*spec, &by)),
+            Inbox::SubmitArray {
+                spec,
+                array,
+                by,
+                reply,
+            } => self.command(reply, |e| e.submit_array(*spec, *array, &by)),
             Inbox::Modify {
                 id,
                 changes,
@@ -504,8 +516,9 @@ impl Engine {
     /// Changes a job in place (readers holding the old version keep it) and journals it.
     pub(crate) fn update<R>(&mut self, position: usize, change: impl FnOnce(&mut Job) -> R) -> R {
         let now = self.now();
-        let (result, job) = {
+        let (result, job, before) = {
             let mut book = self.shared.jobs.write().unwrap();
+            let before = book.at(position).status.state;
             let result = book.change(position, |job| {
                 let before = job.status.state;
                 let result = change(job);
@@ -515,9 +528,12 @@ impl Engine {
                 }
                 result
             });
-            (result, book.at(position).clone())
+            (result, book.at(position).clone(), before)
         };
         self.requeue_index(position, &job);
+        if job.status.state != before && job.array_member().is_some() {
+            self.member_moved(&job, before);
+        }
         if !self.journaled {
             return result;
         }
@@ -532,6 +548,9 @@ impl Engine {
 
     /// Keeps the queue and the running set in step with a job's state.
     pub(crate) fn requeue_index(&mut self, position: usize, job: &Job) {
+        if job.array_spec().is_some() {
+            return; // a master never runs: its sub-jobs do
+        }
         let waiting = job.status.state == JobState::Idle
             || (job.status.state == JobState::Blocked
                 && job
@@ -640,6 +659,7 @@ impl Engine {
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
             .with_reservation_depth(self.config.policy.reservation_depth);
         let mut starts = Vec::new();
+        let mut array_starts = HashMap::new();
         // PREEMPTOR jobs go first: they may stop running work, so they surely pass
         // waiting work (and the resources freed for them are not taken by others).
         let preemptors: Vec<usize> = self.preemptors.iter().copied().collect();
@@ -663,8 +683,12 @@ impl Engine {
             if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, &job) {
                 continue;
             }
+            if job.array_member().is_some() && !self.slot_free(&job, &mut array_starts, false) {
+                continue;
+            }
             match planner.consider(&job.spec.request, job.spec.duration) {
                 Decision::Start(placed) => {
+                    self.slot_free(&job, &mut array_starts, true);
                     starts.push((position, place::allocation(&nodes, &placed)))
                 }
                 Decision::Reserved(_) | Decision::Wait => {}
@@ -910,6 +934,10 @@ impl Engine {
             true
         });
         self.needs_schedule = true;
+        // A sub-job that ended by itself (not cancelled) may end its array.
+        if ended && job.array_member().is_some() && job.status.ending != Some(EndIntent::Cancel) {
+            self.member_ended(&job, code);
+        }
         if ended {
             self.emit(
                 "jobend",

@@ -3,6 +3,7 @@
 //! its inbox, answered once the journal has made them durable; reads look at the shared
 //! state directly (a read lock held for a copy), never waiting for a scheduling pass.
 
+mod arrays;
 mod commands;
 mod core;
 mod preempt;
@@ -125,6 +126,12 @@ pub(crate) enum Inbox {
         by: Requester,
         reply: oneshot::Sender<Result<String, SchedError>>,
     },
+    SubmitArray {
+        spec: Box<crate::job::JobSpec>,
+        array: Box<crate::job::ArraySpec>,
+        by: Requester,
+        reply: oneshot::Sender<Result<String, SchedError>>,
+    },
     Modify {
         id: String,
         changes: Box<JobChanges>,
@@ -227,6 +234,26 @@ impl Scheduler {
         self.ask(
             Inbox::Submit {
                 spec: Box::new(spec),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    /// Submits a job array: `spec` is every sub-job's prototype. Answers the master's id.
+    pub async fn submit_array(
+        &self,
+        spec: crate::job::JobSpec,
+        array: crate::job::ArraySpec,
+        by: Requester,
+    ) -> Result<String, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::SubmitArray {
+                spec: Box::new(spec),
+                array: Box::new(array),
                 by,
                 reply,
             },

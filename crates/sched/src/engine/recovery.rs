@@ -27,6 +27,7 @@ impl Engine {
             }
         }
         jobs.sort_by_key(|j| j.seq);
+        let jobs = with_array_members(jobs);
         let overrides: HashMap<String, NodeOverrides> = self
             .store
             .list(NODES, &ListQuery::default())
@@ -41,6 +42,7 @@ impl Engine {
         self.queue_keys.clear();
         self.running.clear();
         self.preemptors.clear();
+        self.arrays.clear();
         for node in &mut self.nodes {
             node.used_processors = 0;
             node.used_memory = 0;
@@ -119,6 +121,12 @@ impl Engine {
                 _ => {}
             }
         }
+        let masters: Vec<usize> = (0..jobs.len())
+            .filter(|&p| jobs[p].array_spec().is_some())
+            .collect();
+        for master in masters {
+            self.track_array(master);
+        }
         self.needs_schedule = true;
         Ok(())
     }
@@ -187,4 +195,46 @@ impl Engine {
             }
         });
     }
+}
+
+/// Puts every array's sub-jobs right after their master, in index order: those stored
+/// (something happened to them) as stored, the others made again from the master.
+fn with_array_members(jobs: Vec<Job>) -> Vec<Job> {
+    let mut stored: HashMap<String, Job> = HashMap::new();
+    let mut others = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if job.array_member().is_some() {
+            stored.insert(job.id.clone(), job);
+        } else {
+            others.push(job);
+        }
+    }
+    let mut all = Vec::with_capacity(others.len() + stored.len());
+    for job in others {
+        let Some(spec) = job.array_spec() else {
+            all.push(job);
+            continue;
+        };
+        let indices = spec.indices();
+        let master = job.clone();
+        all.push(job);
+        for index in indices {
+            let id = format!("{}[{index}]", master.id);
+            let member = stored.remove(&id).unwrap_or_else(|| {
+                let mut member = master.array_member_at(index);
+                if master.status.state.is_final() {
+                    // A sub-job that never ran under a master that has ended was
+                    // cancelled with it.
+                    member.status.state = JobState::Removed;
+                    member.status.dates.completion = master.status.dates.completion;
+                }
+                member
+            });
+            all.push(member);
+        }
+    }
+    for id in stored.keys() {
+        eprintln!("drover: skipping sub-job {id}: its array master is not stored");
+    }
+    all
 }

@@ -80,6 +80,8 @@ pub struct QueueRank {
     pub system: i64,
     pub score: f64,
     pub seq: u64,
+    /// An array sub-job's index (they share their master's `seq`); -1 otherwise.
+    pub index: i64,
 }
 
 impl QueueRank {
@@ -89,6 +91,7 @@ impl QueueRank {
             .cmp(&self.system)
             .then(other.score.total_cmp(&self.score))
             .then(self.seq.cmp(&other.seq))
+            .then(self.index.cmp(&other.index))
     }
 }
 
@@ -125,6 +128,7 @@ impl Priority<'_> {
             system: job.status.system_priority,
             score: self.score(job),
             seq: job.seq,
+            index: job.array_member().map_or(-1, |(_, index)| index),
         }
     }
 }
@@ -148,6 +152,7 @@ mod tests {
                 ..Default::default()
             },
             status,
+            array: None,
         }
     }
 
