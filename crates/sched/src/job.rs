@@ -756,3 +756,80 @@ fn is_zero_f64(n: &f64) -> bool {
 fn is_false(b: &bool) -> bool {
     !*b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(ranges: &[(i64, i64, i64)], values: &[i64]) -> ArraySpec {
+        ArraySpec {
+            ranges: ranges
+                .iter()
+                .map(|&(start, end, increment)| IndexRange {
+                    start,
+                    end,
+                    increment,
+                })
+                .collect(),
+            values: values.to_vec(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn array_indices_are_the_sorted_union_of_ranges_and_values() {
+        assert_eq!(spec(&[(1, 9, 4)], &[20, 5, 1]).indices(), [1, 5, 9, 20]);
+        assert_eq!(spec(&[(3, 3, 1), (0, 2, 1)], &[]).indices(), [0, 1, 2, 3]);
+        assert!(spec(&[(0, 99_999, 1)], &[]).problems().is_empty());
+        assert_eq!(spec(&[(0, 99_999, 1)], &[]).indices().len(), 100_000);
+    }
+
+    #[test]
+    fn array_problems_name_the_field() {
+        let problems = |s: ArraySpec| s.problems().join("; ");
+        assert!(problems(spec(&[], &[])).contains("indexRanges or indexValues"));
+        assert!(problems(spec(&[(5, 1, 1)], &[])).contains("indexRanges[0]"));
+        assert!(problems(spec(&[(0, 5, 0)], &[])).contains("increment"));
+        assert!(problems(spec(&[], &[1, -2])).contains("indexValues[1]"));
+        assert!(problems(spec(&[(0, i64::MAX, 1)], &[])).contains("more than 1000000"));
+        let mut limited = spec(&[], &[1]);
+        limited.slot_limit = Some(0);
+        assert!(problems(limited).contains("slotLimit"));
+    }
+
+    #[test]
+    fn a_sub_job_is_its_master_as_submitted() {
+        let mut master = Job {
+            id: "D.4".into(),
+            seq: 4,
+            spec: JobSpec {
+                custom_name: Some("sweep".into()),
+                flags: vec![
+                    "ARRAYMASTER".into(),
+                    "CANCELONANYFAILURE".into(),
+                    "RESTARTABLE".into(),
+                ],
+                holds: vec![Hold::User],
+                ..Default::default()
+            },
+            status: JobStatus {
+                state: JobState::Running,
+                submitter: "ann".into(),
+                ..Default::default()
+            },
+            array: Some(Box::new(ArrayPart::Master(spec(&[], &[7])))),
+        };
+        master.status.dates.submit = 100;
+        let member = master.array_member_at(7);
+        assert_eq!(member.id, "D.4[7]");
+        assert_eq!(member.array_member(), Some(("D.4", 7)));
+        assert_eq!(member.spec.flags, ["RESTARTABLE", "ARRAYJOB"]);
+        assert_eq!(
+            member.status.state,
+            JobState::Hold,
+            "not the master's summary"
+        );
+        assert_eq!(member.status.dates.submit, 100);
+        assert!(member.output_path(Output::Stdout).ends_with("sweep.o4-7"));
+    }
+}
