@@ -23,6 +23,7 @@ pub mod node;
 pub mod place;
 pub mod policy;
 pub mod request;
+pub mod reservation;
 pub mod rm;
 pub mod sim;
 pub mod sysuser;

@@ -54,6 +54,40 @@ struct Change {
     time: Seconds,
     processors: i64,
     memory: i64,
+    /// 0, or 1 + the index of the set-aside (reservation) it belongs to: jobs that
+    /// reservation admits do not see it.
+    set_aside: usize,
+}
+
+/// Resources an advance reservation sets aside: processors per node index, from `start`
+/// until `end`.
+#[derive(Debug, Clone)]
+pub struct SetAside {
+    pub nodes: Vec<(usize, u32)>,
+    pub start: Seconds,
+    pub end: Seconds,
+}
+
+/// What one job may use of the set-asides (by index in the planner's list).
+#[derive(Debug, Clone, Default)]
+pub struct Access {
+    /// Set-asides whose ACL admits the job: their resources are open to it.
+    pub admitted: Vec<usize>,
+    /// The job asked to run in this one: only on its nodes, only while it is active.
+    pub within: Option<usize>,
+    /// Nodes of these are tried first (POSITIVE affinity) or last (NEGATIVE).
+    pub prefer: Vec<usize>,
+    pub avoid: Vec<usize>,
+}
+
+impl Access {
+    fn is_plain(&self) -> bool {
+        self.admitted.is_empty() && self.within.is_none()
+    }
+
+    fn sees(&self, change: &Change) -> bool {
+        change.set_aside == 0 || !self.admitted.contains(&(change.set_aside - 1))
+    }
 }
 
 /// Free memory of a node whose memory is not known.
@@ -114,6 +148,7 @@ pub struct Planner<'a> {
     /// Per shape, the shortest requested time refused a start in this pass.
     shortest_refused: HashMap<Shape, i64, Fast>,
     never: HashMap<Shape, Option<String>, Fast>,
+    set_asides: Vec<SetAside>,
 }
 
 impl<'a> Planner<'a> {
@@ -164,6 +199,7 @@ impl<'a> Planner<'a> {
             blocked: false,
             shortest_refused: HashMap::default(),
             never: HashMap::default(),
+            set_asides: Vec::new(),
         };
         for h in held {
             if let Some(end) = h.end
@@ -172,7 +208,7 @@ impl<'a> Planner<'a> {
                 // A job past its expected end is being stopped: it frees its resources
                 // soon, not already.
                 let end = end.max(now + 1);
-                planner.add_change(h.node, end, i64::from(h.processors), h.memory as i64);
+                planner.add_change(h.node, end, i64::from(h.processors), h.memory as i64, 0);
             }
         }
         planner
@@ -182,6 +218,26 @@ impl<'a> Planner<'a> {
     /// the following searches longer); the jobs after them are backfilled like EASY's.
     pub fn with_reservation_depth(mut self, depth: usize) -> Self {
         self.depth = depth.max(1);
+        self
+    }
+
+    /// Advance reservations: their resources are held for every job their ACL does not
+    /// admit ([`Access`]), from their start (or now) until their end.
+    pub fn with_set_asides(mut self, set_asides: Vec<SetAside>) -> Self {
+        for (index, set_aside) in set_asides.iter().enumerate() {
+            if set_aside.end <= self.now {
+                continue;
+            }
+            let start = set_aside.start.max(self.now);
+            for &(node, processors) in &set_aside.nodes {
+                if node < self.nodes.len() {
+                    let p = i64::from(processors);
+                    self.add_change(node, start, -p, 0, index + 1);
+                    self.add_change(node, set_aside.end, p, 0, index + 1);
+                }
+            }
+        }
+        self.set_asides = set_asides;
         self
     }
 
@@ -198,6 +254,16 @@ impl<'a> Planner<'a> {
     /// Decides for the next job in priority order, asking `request` for `requested`
     /// seconds (`None`: unknown, it may run for ever).
     pub fn consider(&mut self, request: &ResourceRequest, requested: Option<i64>) -> Decision {
+        self.consider_with(request, requested, &Access::default())
+    }
+
+    /// [`consider`](Self::consider) for a job with `access` to advance reservations.
+    pub fn consider_with(
+        &mut self,
+        request: &ResourceRequest,
+        requested: Option<i64>,
+        access: &Access,
+    ) -> Decision {
         if self.blocked {
             return Decision::Wait;
         }
@@ -207,18 +273,28 @@ impl<'a> Planner<'a> {
         }
         let requested = requested.filter(|&d| d > 0);
         let end = requested.map(|d| self.now.saturating_add(d));
+        // Refusals are remembered per shape only for jobs no reservation admits (the
+        // room differs for the others).
+        let shape = shape.filter(|_| access.is_plain());
         // Cheapest first: enough processors free at all, then not refused before (a
         // shape refused for some time is refused for any longer time: the room over a
         // longer stretch is never larger).
         let length = requested.unwrap_or(i64::MAX);
-        if request.total_processors() <= self.total_free
+        let within_now = access.within.is_none_or(|k| {
+            self.set_asides
+                .get(k)
+                .is_some_and(|r| r.start <= self.now && self.now < r.end)
+        });
+        if within_now
+            && request.total_processors() <= self.total_free
             && shape.is_none_or(|s| self.shortest_refused.get(&s).is_none_or(|&r| length < r))
         {
             let now = self.now;
             let open: Vec<usize> = self.open.iter().copied().collect();
-            if let Some(placed) =
-                place::first_fit(request, self.nodes, open, |i| self.room(i, now, end))
-            {
+            let candidates = self.candidates(open, access);
+            if let Some(placed) = place::first_fit(request, self.nodes, candidates, |i| {
+                self.room(i, now, end, access)
+            }) {
                 self.hold(request, &placed, now, end);
                 return Decision::Start(placed);
             }
@@ -227,18 +303,49 @@ impl<'a> Planner<'a> {
                 *refused = (*refused).min(length);
             }
         }
-        let may_reserve = match self.backfill {
-            Backfill::Fcfs => false,
-            Backfill::Easy => self.reservations == 0,
-            Backfill::Conservative => self.reservations < self.depth,
-        };
-        if may_reserve && let Some(start) = self.reserve(request, requested) {
+        let may_reserve = access.within.is_none()
+            && match self.backfill {
+                Backfill::Fcfs => false,
+                Backfill::Easy => self.reservations == 0,
+                Backfill::Conservative => self.reservations < self.depth,
+            };
+        if may_reserve && let Some(start) = self.reserve(request, requested, access) {
             return Decision::Reserved(start);
         }
         if self.backfill == Backfill::Fcfs {
             self.blocked = true;
         }
         Decision::Wait
+    }
+
+    /// The nodes to try, in order: only those of the reservation the job asked for;
+    /// else those it prefers first and those it avoids last.
+    fn candidates(&self, nodes: Vec<usize>, access: &Access) -> Vec<usize> {
+        let in_any = |k: &[usize], node: usize| {
+            k.iter().any(|&k| {
+                self.set_asides
+                    .get(k)
+                    .is_some_and(|r| r.nodes.iter().any(|&(n, _)| n == node))
+            })
+        };
+        if let Some(k) = access.within {
+            return nodes.into_iter().filter(|&n| in_any(&[k], n)).collect();
+        }
+        if access.prefer.is_empty() && access.avoid.is_empty() {
+            return nodes;
+        }
+        let rank = |node: usize| {
+            if in_any(&access.prefer, node) {
+                0
+            } else if in_any(&access.avoid, node) {
+                2
+            } else {
+                1
+            }
+        };
+        let mut ordered = nodes;
+        ordered.sort_by_key(|&n| rank(n)); // stable: configured order within a rank
+        ordered
     }
 
     fn never_reason(&mut self, request: &ResourceRequest, shape: Option<Shape>) -> Option<String> {
@@ -253,18 +360,24 @@ impl<'a> Planner<'a> {
     }
 
     /// The least room node `index` has from `from` until `to` (`None`: for ever).
-    fn room(&self, index: usize, from: Seconds, to: Option<Seconds>) -> Room {
+    fn room(&self, index: usize, from: Seconds, to: Option<Seconds>, access: &Access) -> Room {
         let mut processors = self.free_processors[index];
         let mut memory = self.free_memory[index];
         let changes = &self.changes[index];
         let mut k = 0;
         while k < changes.len() && changes[k].time <= from {
-            processors += changes[k].processors;
-            memory += changes[k].memory;
+            if access.sees(&changes[k]) {
+                processors += changes[k].processors;
+                memory += changes[k].memory;
+            }
             k += 1;
         }
         let (mut least_processors, mut least_memory) = (processors, memory);
         while k < changes.len() && to.is_none_or(|to| changes[k].time < to) {
+            if !access.sees(&changes[k]) {
+                k += 1;
+                continue;
+            }
             processors += changes[k].processors;
             memory += changes[k].memory;
             least_processors = least_processors.min(processors);
@@ -280,7 +393,14 @@ impl<'a> Planner<'a> {
         }
     }
 
-    fn add_change(&mut self, node: usize, time: Seconds, processors: i64, memory: i64) {
+    fn add_change(
+        &mut self,
+        node: usize,
+        time: Seconds,
+        processors: i64,
+        memory: i64,
+        set_aside: usize,
+    ) {
         let changes = &mut self.changes[node];
         // At one instant releases come before holds: the net change is what counts.
         let at = if processors > 0 {
@@ -294,6 +414,7 @@ impl<'a> Planner<'a> {
                 time,
                 processors,
                 memory,
+                set_aside,
             },
         );
         let entry = self.timeline.entry(time).or_default();
@@ -324,17 +445,22 @@ impl<'a> Planner<'a> {
                     self.open.remove(&node);
                 }
             } else {
-                self.add_change(node, start, -processors, -memory);
+                self.add_change(node, start, -processors, -memory, 0);
             }
             if let Some(end) = end {
-                self.add_change(node, end, processors, memory);
+                self.add_change(node, end, processors, memory, 0);
             }
         }
     }
 
     /// Reserves the earliest time the job fits for its whole requested time, trying
     /// each time something is released.
-    fn reserve(&mut self, request: &ResourceRequest, requested: Option<i64>) -> Option<Seconds> {
+    fn reserve(
+        &mut self,
+        request: &ResourceRequest,
+        requested: Option<i64>,
+        access: &Access,
+    ) -> Option<Seconds> {
         let need = request.total_processors() as i64;
         let mut free = self.total_free as i64;
         let mut found = None;
@@ -344,10 +470,10 @@ impl<'a> Planner<'a> {
                 continue;
             }
             let end = requested.map(|d| time.saturating_add(d));
-            let accepting = self.accepting.iter().copied();
-            if let Some(placed) =
-                place::first_fit(request, self.nodes, accepting, |i| self.room(i, time, end))
-            {
+            let accepting = self.candidates(self.accepting.clone(), access);
+            if let Some(placed) = place::first_fit(request, self.nodes, accepting, |i| {
+                self.room(i, time, end, access)
+            }) {
                 found = Some((time, end, placed));
                 break;
             }
@@ -487,5 +613,121 @@ mod tests {
         // Nothing will ever be released on n0: no reservation is possible.
         assert_eq!(p.consider(&tasks(8), Some(5)), Decision::Wait);
         assert_eq!(p.reservations(), 0);
+    }
+
+    #[test]
+    fn set_asides_keep_other_jobs_off_and_let_admitted_ones_in() {
+        let nodes = nodes(&[4, 4]);
+        let reserved = |start| SetAside {
+            nodes: vec![(0, 4)],
+            start,
+            end: 100,
+        };
+        let admitted = Access {
+            admitted: vec![0],
+            ..Access::default()
+        };
+        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![reserved(0)]);
+        assert_eq!(
+            p.consider(&tasks(4), Some(50)),
+            Decision::Start(vec![(1, 4)])
+        );
+        // n0 is set aside: it waits for n1.
+        assert_eq!(p.consider(&tasks(2), Some(50)), Decision::Reserved(50));
+        assert_eq!(
+            p.consider_with(&tasks(4), Some(500), &admitted),
+            Decision::Start(vec![(0, 4)])
+        );
+
+        // A reservation starting at 100: a job ending by then may use n0 now; one that
+        // would still run, or runs for ever, may not.
+        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
+            nodes: vec![(0, 4)],
+            start: 100,
+            end: 200,
+        }]);
+        assert_eq!(
+            p.consider(&tasks(8), Some(100)),
+            Decision::Start(vec![(0, 4), (1, 4)])
+        );
+        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
+            nodes: vec![(0, 4)],
+            start: 100,
+            end: 200,
+        }]);
+        assert_eq!(p.consider(&tasks(8), Some(101)), Decision::Reserved(200));
+        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
+            nodes: vec![(0, 4)],
+            start: 100,
+            end: 200,
+        }]);
+        assert_eq!(
+            p.consider(&tasks(6), None),
+            Decision::Reserved(200),
+            "for ever"
+        );
+
+        // Asking to run in it: only on its nodes, only while it is active.
+        let within = Access {
+            admitted: vec![0],
+            within: Some(0),
+            ..Access::default()
+        };
+        let mut early =
+            Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
+                nodes: vec![(0, 4)],
+                start: 100,
+                end: 200,
+            }]);
+        assert_eq!(
+            early.consider_with(&tasks(1), Some(10), &within),
+            Decision::Wait
+        );
+        let mut now =
+            Planner::new(Backfill::Easy, 150, &nodes, []).with_set_asides(vec![SetAside {
+                nodes: vec![(0, 4)],
+                start: 100,
+                end: 200,
+            }]);
+        assert_eq!(
+            now.consider_with(&tasks(1), Some(10), &within),
+            Decision::Start(vec![(0, 1)])
+        );
+        assert_eq!(
+            now.consider_with(&tasks(4), Some(10), &within),
+            Decision::Wait,
+            "3 left in it"
+        );
+
+        // Affinity: a preferred reservation's nodes are tried first, an avoided one's last.
+        let prefer = Access {
+            admitted: vec![0],
+            prefer: vec![0],
+            ..Access::default()
+        };
+        let avoid = Access {
+            admitted: vec![0],
+            avoid: vec![0],
+            ..Access::default()
+        };
+        let nodes3 = self::nodes(&[4, 4, 4]);
+        let aside = || SetAside {
+            nodes: vec![(1, 4)],
+            start: 0,
+            end: 100,
+        };
+        let mut p = Planner::new(Backfill::Easy, 0, &nodes3, []).with_set_asides(vec![aside()]);
+        assert_eq!(
+            p.consider_with(&tasks(1), Some(10), &prefer),
+            Decision::Start(vec![(1, 1)])
+        );
+        assert_eq!(
+            p.consider_with(&tasks(1), Some(10), &avoid),
+            Decision::Start(vec![(0, 1)])
+        );
+        assert_eq!(
+            p.consider_with(&tasks(7), Some(10), &avoid),
+            Decision::Start(vec![(0, 3), (2, 4)])
+        );
     }
 }
