@@ -10,7 +10,7 @@
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
-//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types).
+//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] (with ACL rules).
 
 pub mod credentials;
 pub mod diag;
@@ -25,6 +25,7 @@ pub mod params;
 pub mod permissions;
 pub mod reply;
 pub mod reports;
+pub mod reservations;
 pub mod routes;
 mod state;
 
@@ -44,6 +45,7 @@ pub fn interface() -> Routes {
     credentials::register(&mut routes);
     events::register(&mut routes);
     reports::register(&mut routes);
+    reservations::register(&mut routes);
     routes
 }
 

@@ -100,6 +100,9 @@ pub enum SchedError {
     /// The journal cannot be written; nothing was changed (503).
     #[error("{0}")]
     Unavailable(String),
+    /// The request conflicts with what exists (409), e.g. a dedicated reservation.
+    #[error("{}", .0.join("; "))]
+    Conflict(Vec<String>),
 }
 
 impl SchedError {
@@ -110,4 +113,49 @@ impl SchedError {
     pub fn refused(summary: impl Into<String>, reason: impl Into<String>) -> SchedError {
         SchedError::Refused(vec![summary.into(), reason.into()])
     }
+}
+
+/// A reservation to create (spec 2.7, create).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReservationRequest {
+    pub start: Option<Seconds>,
+    pub end: Option<Seconds>,
+    pub duration: Option<i64>,
+    /// Node names (`hostListExpression`, comma- or space-separated): whole nodes.
+    pub hosts: Vec<String>,
+    /// Processors (one per task) to find on suitable nodes, without `hosts`.
+    pub task_count: Option<u32>,
+    pub features: Vec<String>,
+    pub architecture: Option<String>,
+    pub os: Option<String>,
+    /// Megabytes per task.
+    pub memory: Option<u64>,
+    pub partition: Option<String>,
+    pub flags: Vec<String>,
+    pub acl: Vec<crate::reservation::AclRule>,
+    pub owner: Option<crate::reservation::Owner>,
+    pub id_prefix: Option<String>,
+    pub variables: BTreeMap<String, String>,
+    /// Fields kept and shown as given.
+    pub given: serde_json::Map<String, serde_json::Value>,
+}
+
+/// How `PUT /rest/reservations/<id>` changes variables (`change-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChangeMode {
+    Add,
+    Remove,
+    Set,
+}
+
+/// Changes to a reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ReservationChange {
+    Variables(ChangeMode, BTreeMap<String, String>),
+    /// Adds rules, replacing those with the same type and value.
+    PutRules(Vec<crate::reservation::AclRule>),
+    /// Removes the rule `<type>:<value>`.
+    DeleteRule(String),
+    /// Releases the reservation.
+    Delete,
 }

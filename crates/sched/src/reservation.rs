@@ -240,13 +240,11 @@ impl Reservation {
         self.held.iter().map(|h| h.processors).sum()
     }
 
-    /// Whether `job` may use the reserved resources: a matching rule, or the job's user
-    /// owns the reservation. A job that asked for this reservation needs that too.
+    /// Whether `job` may use the reserved resources: one of the ACL rules matches it
+    /// (the owner administers the reservation; the ACL alone decides who uses it). A job
+    /// that asked for this reservation needs that too.
     pub fn admits(&self, job: &Job) -> bool {
-        self.owner
-            .as_ref()
-            .is_some_and(|o| o.kind == "USER" && o.name == job.user())
-            || self.acl.iter().any(|rule| rule.admits(job))
+        self.acl.iter().any(|rule| rule.admits(job))
     }
 
     /// The strongest affinity of the rules admitting `job` (POSITIVE over NEUTRAL over
@@ -365,7 +363,7 @@ mod tests {
     }
 
     #[test]
-    fn rules_are_replaced_by_type_and_value_and_owners_are_admitted() {
+    fn rules_are_replaced_by_type_and_value_and_only_the_acl_admits() {
         let mut r = Reservation {
             id: "r.1".into(),
             created: 0,
@@ -393,8 +391,8 @@ mod tests {
         r.put_rules(vec![positive, rule("GROUP", "staff", None)]);
         assert_eq!(r.acl.len(), 2);
         assert_eq!(r.affinity_for(&job("bob", None)), Some("POSITIVE"));
-        assert!(r.admits(&job("ann", None)), "the owner");
-        assert!(!r.admits(&job("cy", None)));
+        assert!(!r.admits(&job("ann", None)), "owning it is not using it");
+        assert!(r.admits(&job("bob", None)));
         assert!(
             r.overlaps("n1", 150, 300) && !r.overlaps("n1", 200, 300) && !r.overlaps("n2", 0, 999)
         );

@@ -220,6 +220,7 @@ pub(crate) fn sched_error(error: SchedError) -> ApiError {
         SchedError::NotFound(what) => ApiError::not_found(what),
         SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
         SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
+        SchedError::Conflict(messages) => ApiError::new(Kind::Conflict, messages),
     }
 }
 

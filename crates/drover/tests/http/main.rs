@@ -7,4 +7,5 @@ mod diag;
 mod jobs;
 mod monitoring;
 mod openapi;
+mod reservations;
 mod support;

@@ -132,6 +132,14 @@ impl Engine {
         }
         spec.working_directory = Some(directory.to_string_lossy().into_owned());
         self.check_dependencies(&spec)?;
+        if let Some(wanted) = &spec.extra.reservation_requested
+            && !self.reservations.iter().any(|r| &r.id == wanted)
+        {
+            return Err(SchedError::invalid(
+                "The job was not submitted",
+                format!("reservationRequested: no reservation '{wanted}'"),
+            ));
+        }
         if spec.job_class.is_none() {
             spec.job_class = self.config.credentials.classes.first().cloned();
         }

@@ -144,6 +144,11 @@ pub(crate) struct Engine {
     pub(crate) preemptors: BTreeSet<usize>,
     /// Job arrays, by the book position of their master.
     pub(crate) arrays: HashMap<usize, super::arrays::Tally>,
+    /// Advance reservations, oldest first.
+    pub(crate) reservations: Vec<crate::reservation::Reservation>,
+    pub(crate) next_reservation: u64,
+    /// Reservations changed since readers last saw them.
+    pub(crate) reservations_dirty: bool,
     pub(crate) nodes: Vec<Node>,
     /// Node ids to their index in `nodes`.
     pub(crate) node_index: HashMap<String, usize, foldhash::fast::FixedState>,
@@ -162,7 +167,7 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn start(config: SchedConfig, parts: EngineParts) -> Result<Scheduler, String> {
-        for collection in [JOBS, NODES] {
+        for collection in [JOBS, NODES, super::reservations::RESERVATIONS] {
             parts
                 .store
                 .ensure_collection(&CollectionSpec::new(collection))
@@ -222,6 +227,7 @@ impl Engine {
         let shared = Arc::new(Shared {
             jobs: RwLock::new(JobBook::new()),
             nodes: RwLock::new(Arc::new(nodes.clone())),
+            reservations: RwLock::new(Arc::new(Vec::new())),
             credentials: RwLock::new(BTreeMap::new()),
             name: config.name.clone(),
             clock: parts.clock.clone(),
@@ -257,6 +263,9 @@ impl Engine {
             running: BTreeSet::new(),
             preemptors: BTreeSet::new(),
             arrays: HashMap::new(),
+            reservations: Vec::new(),
+            next_reservation: 0,
+            reservations_dirty: true,
             nodes,
             node_index,
             nodes_changed: false,
@@ -350,6 +359,15 @@ impl Engine {
     pub(crate) fn handle(&mut self, message: Inbox) {
         match message {
             Inbox::Submit { spec, by, reply } => self.command(reply, |e| e.submit(*spec, &by)),
+            Inbox::Reserve { request, by, reply } => {
+                self.command(reply, |e| e.reserve(*request, &by))
+            }
+            Inbox::ChangeReservation {
+                id,
+                change,
+                by,
+                reply,
+            } => self.command(reply, |e| e.change_reservation(&id, change, &by)),
             Inbox::SubmitArray {
                 spec,
                 array,
@@ -472,6 +490,10 @@ impl Engine {
         if self.nodes_changed {
             *self.shared.nodes.write().unwrap() = Arc::new(self.nodes.clone());
             self.nodes_changed = false;
+        }
+        if self.reservations_dirty {
+            *self.shared.reservations.write().unwrap() = Arc::new(self.reservations.clone());
+            self.reservations_dirty = false;
         }
         if self.credentials_changed {
             *self.shared.credentials.write().unwrap() = self.credentials.clone();
@@ -656,8 +678,10 @@ impl Engine {
         let held = self.held_resources(now);
         // The planner reads the nodes while jobs change; starts are applied after it.
         let nodes = std::mem::take(&mut self.nodes);
+        let set_asides = self.set_asides();
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
-            .with_reservation_depth(self.config.policy.reservation_depth);
+            .with_reservation_depth(self.config.policy.reservation_depth)
+            .with_set_asides(set_asides);
         let mut starts = Vec::new();
         let mut array_starts = HashMap::new();
         // PREEMPTOR jobs go first: they may stop running work, so they surely pass
@@ -686,7 +710,8 @@ impl Engine {
             if job.array_member().is_some() && !self.slot_free(&job, &mut array_starts, false) {
                 continue;
             }
-            match planner.consider(&job.spec.request, job.spec.duration) {
+            let access = self.access_of(&job);
+            match planner.consider_with(&job.spec.request, job.spec.duration, &access) {
                 Decision::Start(placed) => {
                     self.slot_free(&job, &mut array_starts, true);
                     starts.push((position, place::allocation(&nodes, &placed)))
@@ -888,6 +913,7 @@ impl Engine {
         self.charge_nodes(&job, false);
         let now = self.now();
         let run = job.active_seconds(now) - job.status.earlier_active_seconds;
+        self.charge_reservation(&job, (job.processors() as f64) * run as f64);
         self.usage.record(
             &job.status.exec_user,
             (job.processors() as f64) * run as f64,
@@ -1007,6 +1033,7 @@ impl Engine {
                 vec![("reason".into(), "wall time".into())],
             );
         }
+        self.expire_reservations(now);
         if !self.queue.is_empty() {
             self.needs_schedule = true;
         }

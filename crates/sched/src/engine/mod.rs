@@ -8,6 +8,7 @@ mod commands;
 mod core;
 mod preempt;
 mod recovery;
+mod reservations;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
@@ -113,6 +114,7 @@ impl CredentialKind {
 pub(crate) struct Shared {
     jobs: RwLock<JobBook>,
     nodes: RwLock<Arc<Vec<Node>>>,
+    reservations: RwLock<Arc<Vec<crate::reservation::Reservation>>>,
     credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
     name: String,
     clock: Arc<dyn Clock>,
@@ -125,6 +127,17 @@ pub(crate) enum Inbox {
         spec: Box<crate::job::JobSpec>,
         by: Requester,
         reply: oneshot::Sender<Result<String, SchedError>>,
+    },
+    Reserve {
+        request: Box<crate::request::ReservationRequest>,
+        by: Requester,
+        reply: oneshot::Sender<Result<String, SchedError>>,
+    },
+    ChangeReservation {
+        id: String,
+        change: crate::request::ReservationChange,
+        by: Requester,
+        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
     },
     SubmitArray {
         spec: Box<crate::job::JobSpec>,
@@ -208,6 +221,48 @@ impl Scheduler {
 
     pub fn nodes(&self) -> Arc<Vec<Node>> {
         self.shared.nodes.read().unwrap().clone()
+    }
+
+    /// Every reservation, oldest first.
+    pub fn reservations(&self) -> Arc<Vec<crate::reservation::Reservation>> {
+        self.shared.reservations.read().unwrap().clone()
+    }
+
+    /// Creates a reservation; answers its id.
+    pub async fn reserve(
+        &self,
+        request: crate::request::ReservationRequest,
+        by: Requester,
+    ) -> Result<String, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::Reserve {
+                request: Box::new(request),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    pub async fn change_reservation(
+        &self,
+        id: &str,
+        change: crate::request::ReservationChange,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::ChangeReservation {
+                id: id.to_string(),
+                change,
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
     }
 
     pub fn credentials(&self, kind: CredentialKind) -> Vec<String> {

@@ -121,6 +121,7 @@ impl Engine {
                 _ => {}
             }
         }
+        self.load_reservations()?;
         let masters: Vec<usize> = (0..jobs.len())
             .filter(|&p| jobs[p].array_spec().is_some())
             .collect();

@@ -1,0 +1,546 @@
+//! Reservations (spec 2.7, 4.8) and their ACL rules (2.1, 4.1). The engine owns them;
+//! this module reads and writes the wire shape. A caller sees and changes only the
+//! reservations they created or own, an administrator all of them.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use drover_auth::Permission;
+use drover_domain::dates::{Timestamp, WireDates};
+use drover_sched::Scheduler;
+use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
+use drover_sched::reservation::{AclRule, Owner, Reservation, parse_duration};
+use serde_json::{Map, Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::input::{Fields, read_object};
+use crate::jobs::{requester, sched_error};
+use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Caller, Routes};
+
+const READ: Access = Access::Needs(Permission::read("reservations"));
+const CREATE: Access = Access::Needs(Permission::create("reservations"));
+const UPDATE: Access = Access::Needs(Permission::update("reservations"));
+const DELETE: Access = Access::Needs(Permission::delete("reservations"));
+
+const CREATE_FAILED: &str = "The reservation was not created";
+
+/// Creation fields kept and shown as given.
+const GIVEN: [&str; 14] = [
+    "accountingAccount",
+    "accountingGroup",
+    "accountingQOS",
+    "accountingUser",
+    "comments",
+    "excludeJobs",
+    "hostListExpression",
+    "idPrefix",
+    "label",
+    "partitionId",
+    "profile",
+    "reservationGroup",
+    "subType",
+    "trigger",
+];
+
+pub(crate) fn register(routes: &mut Routes) {
+    let reservation = || {
+        object(&[
+            ("id", string()),
+            ("startDate", string()),
+            ("endDate", string()),
+            ("allocatedProcessorCount", integer()),
+        ])
+    };
+    routes
+        .get("/rest/reservations", READ, list)
+        .summary("Reservations: the caller's own, or all for an administrator")
+        .list()
+        .response(200, "Reservations", Some(envelope(reservation())));
+    routes
+        .get("/rest/reservations/{id}", READ, one)
+        .summary("One reservation")
+        .path_param("id", "The reservation's id")
+        .response(200, "The reservation", Some(reservation()))
+        .response(404, "No such reservation (or not the caller's)", None);
+    routes
+        .post("/rest/reservations", CREATE, create)
+        .summary("Creates a reservation: resources set aside for a time window")
+        .body(
+            "application/json",
+            object(&[
+                ("duration", integer()),
+                ("hostListExpression", string()),
+                ("flags", strings()),
+            ]),
+        )
+        .response(201, "Created", Some(object(&[("id", string())])))
+        .response(400, "Refused; the messages say why", None)
+        .response(
+            409,
+            "Conflicts with a reservation (DEDICATEDRESOURCE), or no room",
+            None,
+        );
+    routes
+        .put("/rest/reservations/{id}", UPDATE, modify)
+        .summary("Changes variables; change-mode add, remove or set is required")
+        .path_param("id", "The reservation's id")
+        .body("application/json", object(&[("variables", object(&[]))]))
+        .response(200, "Changed", Some(object(&[("messages", strings())])));
+    routes
+        .delete("/rest/reservations/{id}", DELETE, release)
+        .summary("Releases a reservation")
+        .path_param("id", "The reservation's id")
+        .response(200, "Released", Some(object(&[])));
+    routes
+        .put("/rest/reservations/{id}/acl-rules", UPDATE, put_rules)
+        .summary("Adds ACL rules; a rule with an existing type and value replaces it")
+        .path_param("id", "The reservation's id")
+        .body("application/json", object(&[("aclRules", strings())]))
+        .response(200, "Written", Some(object(&[("messages", strings())])));
+    routes
+        .delete(
+            "/rest/reservations/{id}/acl-rules/{rule}",
+            UPDATE,
+            delete_rule,
+        )
+        .summary("Removes the ACL rule <type>:<value>")
+        .path_param("id", "The reservation's id")
+        .path_param("rule", "<type>:<value>")
+        .response(200, "Removed", Some(object(&[("messages", strings())])));
+}
+
+/// Whether `caller` may see `reservation`.
+fn visible(reservation: &Reservation, caller: &Caller) -> bool {
+    let by = requester(caller);
+    by.admin
+        || reservation.creator == by.user
+        || reservation
+            .owner
+            .as_ref()
+            .is_some_and(|o| o.kind == "USER" && o.name == by.user)
+}
+
+async fn list(
+    State(state): State<AppState>,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    let scheduler = state.scheduler();
+    let reservations = scheduler.reservations();
+    let mine: Vec<&Reservation> = reservations
+        .iter()
+        .filter(|r| visible(r, &caller))
+        .collect();
+    let utc = WireDates::utc();
+    let version = params.api_version.number();
+    let documents: Vec<Value> = mine
+        .iter()
+        .map(|r| render(r, scheduler, &utc, version))
+        .collect();
+    let page = params.query.run_positions(&documents);
+    let dates = &state.settings().dates;
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| render(mine[i], scheduler, dates, version))
+        .collect();
+    Ok(reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+async fn one(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let scheduler = state.scheduler();
+    let reservations = scheduler.reservations();
+    let reservation = reservations
+        .iter()
+        .find(|r| r.id == id && visible(r, &caller))
+        .ok_or_else(|| ApiError::not_found(format!("No reservation '{id}'")))?;
+    Ok(Json(render(
+        reservation,
+        scheduler,
+        &state.settings().dates,
+        params.api_version.number(),
+    )))
+}
+
+async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
+    let body: Value = parse_json(&body)?;
+    let request = read_object(&body, CREATE_FAILED, |f| {
+        creation(f, &state.settings().dates)
+    })?;
+    let id = state
+        .scheduler()
+        .reserve(request, requester(&caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::created(
+        state.settings(),
+        &format!("/rest/reservations/{id}"),
+        json!({ "id": id }),
+    ))
+}
+
+fn creation(f: &mut Fields<'_>, dates: &WireDates) -> ReservationRequest {
+    let mut given = Map::new();
+    for key in GIVEN {
+        if let Some(value) = f.raw(key).filter(|v| !v.is_null()) {
+            given.insert(key.to_string(), value.clone());
+        }
+    }
+    let hosts = f
+        .string("hostListExpression")
+        .map(|list| {
+            list.split(|c: char| c == ',' || c.is_whitespace())
+                .filter(|h| !h.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default();
+    let duration = match f.raw("duration") {
+        Some(Value::String(text)) => match parse_duration(text) {
+            Some(seconds) => Some(seconds),
+            None => {
+                f.problem(
+                    "duration",
+                    format!("'{text}' is not a number of seconds or [[DD:]HH:]MM:SS"),
+                );
+                None
+            }
+        },
+        _ => f.integer_in("duration", 1, i64::MAX / 4),
+    };
+    let mut request = ReservationRequest {
+        start: date_or_now(f, "startDate", dates),
+        end: date_or_now(f, "endDate", dates),
+        duration,
+        hosts,
+        flags: f
+            .strings("flags")
+            .unwrap_or_default()
+            .into_iter()
+            .map(|flag| flag.to_ascii_uppercase())
+            .collect(),
+        acl: rules(f),
+        owner: f.object("owner", |o| {
+            let name = o.string("name");
+            if name.is_none() {
+                o.problem("name", "required");
+            }
+            Owner {
+                name: name.unwrap_or_default(),
+                kind: o
+                    .string("type")
+                    .unwrap_or_else(|| "USER".into())
+                    .to_ascii_uppercase(),
+            }
+        }),
+        id_prefix: f.string("idPrefix"),
+        partition: f.string("partitionId"),
+        variables: f.string_map("variables").unwrap_or_default(),
+        ..ReservationRequest::default()
+    };
+    if let Some(resources) = f.raw("resources") {
+        if resources.is_object() {
+            given.insert("resources".into(), resources.clone());
+        } else if !resources.is_null() {
+            f.problem("resources", "expected an object of {name: number}");
+        }
+    }
+    let requirements = f.object("requirements", |r| {
+        let features = match r.raw("featureList") {
+            Some(Value::String(list)) => list
+                .split([',', ':', ' '])
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect(),
+            _ => r.strings("featureList").unwrap_or_default(),
+        };
+        (
+            r.string("architecture"),
+            features,
+            r.integer_in("memory", 0, i64::MAX / 4).map(|m| m as u64),
+            r.string("os"),
+            r.integer_in("taskCount", 1, i64::from(u32::MAX))
+                .map(|n| n as u32),
+        )
+    });
+    if let Some((architecture, features, memory, os, task_count)) = requirements {
+        request.architecture = architecture;
+        request.features = features;
+        request.memory = memory;
+        request.os = os;
+        request.task_count = task_count;
+        if let Some(value) = f.raw("requirements") {
+            given.insert("requirements".into(), value.clone());
+        }
+    }
+    request.given = given;
+    request
+}
+
+/// A date, or `Now`.
+fn date_or_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<i64> {
+    match f.raw(key) {
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("now") => {
+            Some(Timestamp::now().as_second())
+        }
+        _ => f.date(key, dates),
+    }
+}
+
+/// `aclRules`: type, value, affinity and comparator (upper case).
+fn rules(f: &mut Fields<'_>) -> Vec<AclRule> {
+    f.each("aclRules", |r| {
+        let kind = r.string("type");
+        let value = r.string("value");
+        if kind.is_none() {
+            r.problem("type", "required");
+        }
+        if value.is_none() {
+            r.problem("value", "required");
+        }
+        let rule = AclRule {
+            kind: kind.unwrap_or_default().to_ascii_uppercase(),
+            value: value.unwrap_or_default(),
+            affinity: r.string("affinity").map(|a| a.to_ascii_uppercase()),
+            comparator: r.string("comparator").map(|c| c.to_ascii_uppercase()),
+        };
+        if let Some(problem) = rule
+            .problem()
+            .filter(|_| !rule.kind.is_empty() && !rule.value.is_empty())
+        {
+            // The rule names its field first: "comparator: ...".
+            let (key, text) = problem
+                .split_once(": ")
+                .unwrap_or(("type", problem.as_str()));
+            r.problem(key, text);
+        }
+        rule
+    })
+    .unwrap_or_default()
+}
+
+async fn modify(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let mode = match ChangeMode::parse(params.raw.get("change-mode")?, None)? {
+        ChangeMode::Add => SchedChangeMode::Add,
+        ChangeMode::Remove => SchedChangeMode::Remove,
+        ChangeMode::Set => SchedChangeMode::Set,
+    };
+    let body: Value = parse_json(&body)?;
+    let summary = format!("The reservation {id} was not changed");
+    let variables = read_object(&body, &summary, |f| {
+        let variables = f.string_map("variables");
+        if variables.is_none() && !f.has("variables") {
+            f.problem("variables", "required (only variables can be changed here)");
+        }
+        let others: Vec<String> = f.keys().filter(|k| *k != "variables").cloned().collect();
+        for key in others {
+            f.problem(
+                &key,
+                "cannot be changed here (only variables; ACL rules through acl-rules)",
+            );
+        }
+        variables.unwrap_or_default()
+    })?;
+    change(
+        &state,
+        &caller,
+        &id,
+        ReservationChange::Variables(mode, variables),
+    )
+    .await
+}
+
+async fn release(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let _released = change(&state, &caller, &id, ReservationChange::Delete).await?;
+    Ok(reply::deleted())
+}
+
+async fn put_rules(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let body: Value = parse_json(&body)?;
+    let summary = format!("The ACL rules of reservation {id} were not changed");
+    let rules = read_object(&body, &summary, |f| {
+        let rules = rules(f);
+        if rules.is_empty() {
+            f.problem("aclRules", "one or more rules are required");
+        }
+        rules
+    })?;
+    change(&state, &caller, &id, ReservationChange::PutRules(rules)).await
+}
+
+async fn delete_rule(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, rule)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let Some((kind, value)) = rule.split_once(':') else {
+        return Err(ApiError::bad_request(
+            format!("The ACL rules of reservation {id} were not changed"),
+            format!("'{rule}' is not <type>:<value>"),
+        ));
+    };
+    let key = format!("{}:{value}", kind.to_ascii_uppercase());
+    change(&state, &caller, &id, ReservationChange::DeleteRule(key)).await
+}
+
+async fn change(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    change: ReservationChange,
+) -> ApiResult<Json<Value>> {
+    let messages = state
+        .scheduler()
+        .change_reservation(id, change, requester(caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::messages(messages))
+}
+
+fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
+    match Timestamp::from_second(seconds) {
+        Ok(t) => json!(dates.format(t, version)),
+        Err(_) => Value::Null,
+    }
+}
+
+/// The wire shape of a reservation (spec 2.7).
+fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u32) -> Value {
+    let now = scheduler.now();
+    let active = r.is_active(now);
+    let processors = r.processors();
+    let given = |key: &str| r.given.get(key).cloned().unwrap_or(Value::Null);
+    let mut flags = r.flags.clone();
+    if active && !flags.iter().any(|f| f == "ISACTIVE") {
+        flags.push("ISACTIVE".into());
+    }
+    // Processors used now by jobs that asked for it, on its nodes.
+    let nodes = scheduler.nodes();
+    let mut busy = 0u64;
+    for held in &r.held {
+        if let Some(node) = nodes.iter().find(|n| n.id() == held.node) {
+            for job_id in &node.jobs {
+                if let Some(job) = scheduler.job(job_id)
+                    && job.spec.extra.reservation_requested.as_deref() == Some(r.id.as_str())
+                {
+                    busy += job
+                        .status
+                        .allocation
+                        .iter()
+                        .filter(|a| a.node == held.node)
+                        .map(|a| u64::from(a.tasks * job.spec.request.processors_per_task))
+                        .sum::<u64>();
+                }
+            }
+        }
+    }
+    let elapsed = (now.min(r.end) - r.start).max(0) as f64;
+    let taps = r.used_processor_seconds;
+    let tips = (f64::from(processors) * elapsed - taps).max(0.0);
+    let mut resources = Map::new();
+    resources.insert("PROCS".into(), json!(processors));
+    if let Some(Value::Object(extra)) = r.given.get("resources") {
+        for (k, v) in extra {
+            resources.entry(k.clone()).or_insert(v.clone());
+        }
+    }
+    let requirements = r.given.get("requirements").and_then(Value::as_object);
+    let requirement = |key: &str| {
+        requirements
+            .and_then(|m| m.get(key))
+            .cloned()
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "id": r.id,
+        "accountingAccount": given("accountingAccount"),
+        "accountingGroup": given("accountingGroup"),
+        "accountingQOS": given("accountingQOS"),
+        "accountingUser": given("accountingUser"),
+        "aclRules": r.acl.iter().map(|rule| json!({
+            "type": rule.kind,
+            "value": rule.value,
+            "affinity": rule.affinity(),
+            "comparator": rule.comparator,
+        })).collect::<Vec<_>>(),
+        "allocatedNodeCount": r.held.len(),
+        "allocatedProcessorCount": processors,
+        "allocatedTaskCount": r.task_count,
+        "allocatedNodes": r.held.iter().map(|h| json!({"id": h.node})).collect::<Vec<_>>(),
+        "comments": given("comments"),
+        "creationDate": date(dates, version, r.created),
+        "duration": r.end - r.start,
+        "endDate": date(dates, version, r.end),
+        "excludeJobs": r.given.get("excludeJobs").cloned().unwrap_or(json!([])),
+        "expireDate": date(dates, version, r.end),
+        "flags": flags,
+        "globalId": r.id,
+        "hostListExpression": given("hostListExpression"),
+        "idPrefix": given("idPrefix"),
+        "isActive": active,
+        "isTracked": false,
+        "label": given("label"),
+        "maxTasks": r.task_count,
+        "messages": [],
+        "owner": r.owner.as_ref().map(|o| json!({"name": o.name, "type": o.kind})),
+        "partitionId": given("partitionId"),
+        "profile": given("profile"),
+        "requirements": {
+            "architecture": requirement("architecture"),
+            "featureList": requirement("featureList"),
+            "featureMode": requirement("featureMode"),
+            "memory": requirement("memory"),
+            "nodeCount": r.held.len(),
+            "nodeIds": r.held.iter().map(|h| h.node.clone()).collect::<Vec<_>>(),
+            "os": requirement("os"),
+            "taskCount": r.task_count,
+        },
+        "reservationGroup": given("reservationGroup"),
+        "resources": resources,
+        "startDate": date(dates, version, r.start),
+        "statistics": {
+            "caps": busy,
+            "cips": if active { u64::from(processors).saturating_sub(busy) } else { 0 },
+            "taps": taps,
+            "tips": tips,
+        },
+        "subType": given("subType"),
+        "taskCount": r.task_count,
+        "trigger": given("trigger"),
+        "triggerIds": [],
+        "uniqueIndex": r.id.rsplit_once('.').and_then(|(_, n)| n.parse::<u64>().ok()),
+        "variables": r.variables,
+        "standing": r.standing,
+    })
+}
