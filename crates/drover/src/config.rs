@@ -11,6 +11,7 @@ use drover_domain::dates::WireDates;
 use drover_monitor::log::{LogSettings, Rolling};
 use drover_sched::node::NodeConfig;
 use drover_sched::policy::Policy;
+use drover_sched::reservation::StandingReservation;
 use drover_sched::template::{JobTemplate, JobTemplates};
 use drover_sched::{ConfiguredCredentials, SchedConfig};
 use serde::Deserialize;
@@ -65,6 +66,8 @@ pub struct Config {
     pub events: EventsConfig,
     /// Job templates: change the built-in ones (same id) or add others.
     pub job_templates: Vec<JobTemplate>,
+    /// Reservations recurring every day (or on named days), read-only through the API.
+    pub standing_reservations: Vec<StandingReservation>,
 }
 
 /// The event log (`events.log`, spec 6.3).
@@ -237,6 +240,7 @@ impl Default for Config {
             nodes: Vec::new(),
             events: EventsConfig::default(),
             job_templates: Vec::new(),
+            standing_reservations: Vec::new(),
         }
     }
 }
@@ -324,6 +328,29 @@ impl Config {
     }
 
     fn validate_scheduler(&self) -> Result<(), String> {
+        let mut seen_ids = std::collections::HashSet::new();
+        for standing in &self.standing_reservations {
+            if let Some(problem) = standing.problem() {
+                return Err(problem);
+            }
+            if !seen_ids.insert(&standing.id) {
+                return Err(format!(
+                    "standing reservation '{}' is named twice",
+                    standing.id
+                ));
+            }
+            if !self.nodes.is_empty()
+                && let Some(host) = standing
+                    .hosts
+                    .iter()
+                    .find(|h| !self.nodes.iter().any(|n| &n.id == *h))
+            {
+                return Err(format!(
+                    "standing reservation '{}': no node '{host}' in [[nodes]]",
+                    standing.id
+                ));
+            }
+        }
         let policy = &self.scheduler.policy;
         if policy.fairshare_half_life <= 0 {
             return Err(

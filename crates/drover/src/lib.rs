@@ -154,8 +154,9 @@ fn start_scheduler(
         clock: Arc::new(SystemClock),
         events,
     };
-    Scheduler::start(config.scheduler.engine(&config.nodes), parts)
-        .map_err(|e| format!("cannot start the scheduler: {e}"))
+    let mut engine = config.scheduler.engine(&config.nodes);
+    engine.standing_reservations = config.standing_reservations.clone();
+    Scheduler::start(engine, parts).map_err(|e| format!("cannot start the scheduler: {e}"))
 }
 
 /// Serves the interface on `listener` until `shutdown` completes, then finishes the

@@ -182,6 +182,111 @@ pub fn parse_duration(text: &str) -> Option<i64> {
     })
 }
 
+/// A standing reservation (`[[standing_reservations]]`): the same window every day (or
+/// on the days named), on named nodes, with a fixed ACL. Read-only through the API.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandingReservation {
+    pub id: String,
+    pub hosts: Vec<String>,
+    /// `HH:MM`, UTC.
+    pub start: String,
+    /// Seconds.
+    pub duration: i64,
+    /// `Mon`..`Sun`; empty means every day.
+    #[serde(default)]
+    pub days: Vec<String>,
+    #[serde(default)]
+    pub acl: Vec<StandingRule>,
+    #[serde(default)]
+    pub flags: Vec<String>,
+}
+
+/// An ACL rule in the configuration.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StandingRule {
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub value: String,
+    #[serde(default)]
+    pub affinity: Option<String>,
+    #[serde(default)]
+    pub comparator: Option<String>,
+}
+
+const DAYS: [&str; 7] = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"];
+
+impl StandingReservation {
+    /// What is wrong with it, if anything.
+    pub fn problem(&self) -> Option<String> {
+        let at = format!("standing reservation '{}'", self.id);
+        if self.id.is_empty()
+            || !self
+                .id
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        {
+            return Some(format!("{at}: id must be letters, digits, - _ ."));
+        }
+        if self.hosts.is_empty() {
+            return Some(format!("{at}: hosts is empty"));
+        }
+        if self.minute_of_day().is_none() {
+            return Some(format!("{at}: start '{}' is not HH:MM", self.start));
+        }
+        if self.duration <= 0 || self.duration > 7 * 86_400 {
+            return Some(format!("{at}: duration must be 1 second to 7 days"));
+        }
+        if let Some(day) = self.days.iter().find(|d| !DAYS.contains(&d.as_str())) {
+            return Some(format!(
+                "{at}: day '{day}' is not one of {}",
+                DAYS.join(", ")
+            ));
+        }
+        self.rules()
+            .iter()
+            .find_map(|r| r.problem())
+            .map(|p| format!("{at}: acl: {p}"))
+    }
+
+    fn minute_of_day(&self) -> Option<i64> {
+        let (h, m) = self.start.split_once(':')?;
+        let (h, m) = (h.parse::<i64>().ok()?, m.parse::<i64>().ok()?);
+        ((0..24).contains(&h) && (0..60).contains(&m)).then_some(h * 60 + m)
+    }
+
+    pub fn rules(&self) -> Vec<AclRule> {
+        self.acl
+            .iter()
+            .map(|r| AclRule {
+                kind: r.kind.to_ascii_uppercase(),
+                value: r.value.clone(),
+                affinity: r.affinity.as_ref().map(|a| a.to_ascii_uppercase()),
+                comparator: r.comparator.as_ref().map(|c| c.to_ascii_uppercase()),
+            })
+            .collect()
+    }
+
+    /// The window in force at `now`, or the next one: `(start, end)`.
+    pub fn window(&self, now: Seconds) -> Option<(Seconds, Seconds)> {
+        let minute = self.minute_of_day()?;
+        let today = now.div_euclid(86_400);
+        // From yesterday (a window may run past midnight) to a week ahead.
+        for day in today - 1..=today + 7 {
+            let weekday = DAYS[(day + 4).rem_euclid(7) as usize]; // 1970-01-01 was a Thursday
+            if !self.days.is_empty() && !self.days.iter().any(|d| d == weekday) {
+                continue;
+            }
+            let start = day * 86_400 + minute * 60;
+            if start + self.duration > now {
+                return Some((start, start + self.duration));
+            }
+        }
+        None
+    }
+}
+
 /// `{name, type}` of an owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Owner {
@@ -331,6 +436,49 @@ mod tests {
             !rule("NODE", "n1", None).admits(&ann),
             "not judged: no match"
         );
+    }
+
+    #[test]
+    fn standing_windows_repeat_on_their_days() {
+        let standing = StandingReservation {
+            id: "maint".into(),
+            hosts: vec!["n1".into()],
+            start: "02:00".into(),
+            duration: 7200,
+            days: vec!["Sun".into()],
+            acl: vec![],
+            flags: vec![],
+        };
+        assert!(standing.problem().is_none());
+        // 2026-11-22 was a Sunday: 00:00 UTC is 1795305600.
+        let sunday = 1_795_305_600;
+        assert_eq!(
+            standing.window(sunday),
+            Some((sunday + 7200, sunday + 14_400))
+        );
+        assert_eq!(
+            standing.window(sunday + 3 * 3600),
+            Some((sunday + 7200, sunday + 14_400))
+        );
+        let next = sunday + 7 * 86_400;
+        assert_eq!(
+            standing.window(sunday + 5 * 3600),
+            Some((next + 7200, next + 14_400))
+        );
+        let daily = StandingReservation {
+            days: vec![],
+            ..standing.clone()
+        };
+        let monday = sunday + 86_400;
+        assert_eq!(
+            daily.window(sunday + 5 * 3600),
+            Some((monday + 7200, monday + 14_400))
+        );
+        let bad = StandingReservation {
+            start: "25:00".into(),
+            ..standing
+        };
+        assert!(bad.problem().unwrap().contains("HH:MM"));
     }
 
     #[test]

@@ -394,3 +394,68 @@ fn reservations_survive_a_restart() {
     let next = create(&server, json!({"duration": 60}));
     assert_ne!(next, id, "ids are not reused");
 }
+
+#[test]
+fn standing_reservations_are_configured_recur_and_are_read_only() {
+    use drover_sched::reservation::{StandingReservation, StandingRule};
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // Began a minute ago (today, or yesterday just after midnight), lasts two hours.
+    let minute = (now.div_euclid(60) - 1).rem_euclid(24 * 60);
+    let server = TestServer::builder()
+        .config(|c| {
+            c.nodes = vec![NodeConfig::new("n1", 1), NodeConfig::new("n2", 1)];
+            c.standing_reservations = vec![StandingReservation {
+                id: "nightly".into(),
+                hosts: vec!["n1".into()],
+                start: format!("{:02}:{:02}", minute / 60, minute % 60),
+                duration: 7200,
+                days: vec![],
+                acl: vec![StandingRule {
+                    kind: "ACCOUNT".into(),
+                    value: "ops".into(),
+                    affinity: None,
+                    comparator: None,
+                }],
+                flags: vec![],
+            }];
+        })
+        .start();
+    let r = server.get("/rest/reservations/nightly").json();
+    assert_eq!(r["isActive"], true, "{r}");
+    assert_eq!(r["standing"], true);
+    assert_eq!(r["duration"], 7200);
+    assert_eq!(r["aclRules"][0]["type"], "ACCOUNT");
+    for (method, path, body) in [
+        (
+            "PUT",
+            "/rest/reservations/nightly/acl-rules",
+            json!({"aclRules": [{"type": "USER", "value": "x"}]}),
+        ),
+        (
+            "PUT",
+            "/rest/reservations/nightly?change-mode=set",
+            json!({"variables": {}}),
+        ),
+    ] {
+        let reply = server.send_json(method, path, &body);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        assert!(reply.messages().contains("standing"), "{}", reply.body);
+    }
+    for path in [
+        "/rest/reservations/nightly/acl-rules/ACCOUNT:ops",
+        "/rest/reservations/nightly",
+    ] {
+        let reply = server.call("DELETE", path, Auth::Admin, None);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+    }
+    // It holds n1 like any reservation.
+    let dir = scratch_dir();
+    let sleep = script(dir.path(), "sleep.sh", "sleep 30");
+    let job = submit(&server, &sleep, "chem", None);
+    wait_running(&server, &job);
+    assert_eq!(node_of(&server, &job), "n2");
+    server.call("DELETE", &format!("/rest/jobs/{job}"), Auth::Admin, None);
+}

@@ -52,6 +52,8 @@ pub struct SchedConfig {
     pub tick: Duration,
     /// Queue order, backfill and preemption.
     pub policy: crate::policy::Policy,
+    /// Reservations recurring by configuration (read-only through the API).
+    pub standing_reservations: Vec<crate::reservation::StandingReservation>,
 }
 
 impl Default for SchedConfig {
@@ -66,6 +68,7 @@ impl Default for SchedConfig {
             credentials: ConfiguredCredentials::default(),
             tick: Duration::from_millis(500),
             policy: crate::policy::Policy::default(),
+            standing_reservations: Vec::new(),
         }
     }
 }

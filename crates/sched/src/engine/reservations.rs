@@ -358,6 +358,9 @@ impl Engine {
 impl Engine {
     /// Reservations whose window has ended are released.
     pub(crate) fn expire_reservations(&mut self, now: Seconds) {
+        if let Err(e) = self.refresh_standing(now) {
+            eprintln!("drover: {e}");
+        }
         let ended: Vec<String> = self
             .reservations
             .iter()
@@ -374,6 +377,55 @@ impl Engine {
             self.emit("reservationend", "reservation", &id, None, Vec::new());
             self.reservations_changed();
         }
+    }
+
+    /// Puts each standing reservation's window in force now (or its next one) in the
+    /// list, replacing the one that ended.
+    pub(crate) fn refresh_standing(&mut self, now: Seconds) -> Result<(), String> {
+        for standing in self.config.standing_reservations.clone() {
+            let Some((start, end)) = standing.window(now) else {
+                continue;
+            };
+            if self
+                .reservations
+                .iter()
+                .any(|r| r.id == standing.id && r.start == start && r.end == end)
+            {
+                continue;
+            }
+            let mut held = Vec::new();
+            for host in &standing.hosts {
+                let index = *self.node_index.get(host).ok_or_else(|| {
+                    format!("standing reservation '{}': no node '{host}'", standing.id)
+                })?;
+                held.push(Held {
+                    node: host.clone(),
+                    processors: self.nodes[index].config.processors,
+                });
+            }
+            let reservation = Reservation {
+                id: standing.id.clone(),
+                created: start,
+                start,
+                end,
+                creator: String::new(),
+                owner: None,
+                flags: standing.flags.clone(),
+                acl: standing.rules(),
+                task_count: held.iter().map(|h| h.processors).sum(),
+                held,
+                standing: true,
+                variables: Default::default(),
+                given: Default::default(),
+                used_processor_seconds: 0.0,
+            };
+            match self.reservations.iter().position(|r| r.id == standing.id) {
+                Some(at) => self.reservations[at] = reservation,
+                None => self.reservations.push(reservation),
+            }
+            self.reservations_changed();
+        }
+        Ok(())
     }
 
     /// Loads the stored reservations (at start and after a failed journal write).
@@ -401,7 +453,8 @@ impl Engine {
         self.next_reservation = reservations.iter().map(number).max().unwrap_or(0);
         self.reservations = reservations;
         self.reservations_changed();
-        Ok(())
+        let now = self.now();
+        self.refresh_standing(now)
     }
 }
 
