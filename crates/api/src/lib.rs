@@ -10,7 +10,7 @@
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
-//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] (with ACL rules).
+//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
 
 pub mod credentials;
 pub mod diag;
@@ -28,6 +28,7 @@ pub mod reports;
 pub mod reservations;
 pub mod routes;
 mod state;
+pub mod vcs;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
@@ -46,6 +47,7 @@ pub fn interface() -> Routes {
     events::register(&mut routes);
     reports::register(&mut routes);
     reservations::register(&mut routes);
+    vcs::register(&mut routes);
     routes
 }
 

@@ -304,7 +304,7 @@ fn date_or_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<i64> 
 }
 
 /// `aclRules`: type, value, affinity and comparator (upper case).
-fn rules(f: &mut Fields<'_>) -> Vec<AclRule> {
+pub(crate) fn rules(f: &mut Fields<'_>) -> Vec<AclRule> {
     f.each("aclRules", |r| {
         let kind = r.string("type");
         let value = r.string("value");

@@ -15,6 +15,7 @@
 
 pub mod book;
 pub mod clock;
+pub mod container;
 pub mod dependency;
 pub mod engine;
 pub mod events;

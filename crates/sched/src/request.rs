@@ -159,3 +159,29 @@ pub enum ReservationChange {
     /// Releases the reservation.
     Delete,
 }
+
+/// A virtual container to create.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ContainerRequest {
+    pub description: Option<String>,
+    pub owner: Option<crate::reservation::Owner>,
+    /// Who it records as its creator (decided by the caller's proxy rules).
+    pub creator: String,
+}
+
+/// Changes to a virtual container.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ContainerChange {
+    Add(crate::container::Members),
+    Remove(crate::container::Members),
+    /// The container's own attributes; `None` leaves one alone.
+    Set {
+        description: Option<String>,
+        flags: Option<Vec<String>>,
+        owner: Option<crate::reservation::Owner>,
+        variables: Option<BTreeMap<String, String>>,
+    },
+    PutRules(Vec<crate::reservation::AclRule>),
+    DeleteRule(String),
+    Delete,
+}

@@ -287,6 +287,17 @@ impl StandingReservation {
     }
 }
 
+/// Adds `rules` to `acl`, a rule with the same type and value replacing the old one
+/// (reservations and virtual containers alike).
+pub fn put_rules(acl: &mut Vec<AclRule>, rules: Vec<AclRule>) {
+    for rule in rules {
+        match acl.iter_mut().find(|r| r.key() == rule.key()) {
+            Some(old) => *old = rule,
+            None => acl.push(rule),
+        }
+    }
+}
+
 /// `{name, type}` of an owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Owner {
@@ -367,12 +378,7 @@ impl Reservation {
 
     /// Adds `rules`, a rule with the same type and value replacing the old one.
     pub fn put_rules(&mut self, rules: Vec<AclRule>) {
-        for rule in rules {
-            match self.acl.iter_mut().find(|r| r.key() == rule.key()) {
-                Some(old) => *old = rule,
-                None => self.acl.push(rule),
-            }
-        }
+        put_rules(&mut self.acl, rules);
     }
 
     /// Whether it holds resources on `node` during any of `start..end`.

@@ -9,3 +9,4 @@ mod monitoring;
 mod openapi;
 mod reservations;
 mod support;
+mod vcs;

@@ -19,9 +19,13 @@ use crate::validate;
 impl Engine {
     pub(crate) fn submit(&mut self, spec: JobSpec, by: &Requester) -> Result<String, SchedError> {
         let (spec, user) = self.prepare_submission(spec, by)?;
+        let container = spec.extra.virtual_containers.first().cloned();
         let job = self.new_job(spec, &user, by);
         let id = job.id.clone();
         let position = self.add_job(job);
+        if let Some(container) = container {
+            self.join_container(&id, &container);
+        }
         let job = self.job_at(position);
         self.requeue_index(position, &job);
         self.emit("jobsubmit", "job", &id, Some(by), Vec::new());
@@ -95,7 +99,8 @@ impl Engine {
         mut spec: JobSpec,
         by: &Requester,
     ) -> Result<(JobSpec, SystemUser), SchedError> {
-        validate::submission(&spec, |_| false)?;
+        let containers = &self.containers;
+        validate::submission(&spec, |id| containers.iter().any(|c| c.id == id))?;
         spec.extra.shrink();
         let user = self.job_user(&spec, by)?;
         if let Some(group) = &spec.group

@@ -149,6 +149,10 @@ pub(crate) struct Engine {
     pub(crate) next_reservation: u64,
     /// Reservations changed since readers last saw them.
     pub(crate) reservations_dirty: bool,
+    /// Virtual containers, by number.
+    pub(crate) containers: Vec<crate::container::VirtualContainer>,
+    pub(crate) next_container: u64,
+    pub(crate) containers_dirty: bool,
     pub(crate) nodes: Vec<Node>,
     /// Node ids to their index in `nodes`.
     pub(crate) node_index: HashMap<String, usize, foldhash::fast::FixedState>,
@@ -167,7 +171,12 @@ pub(crate) struct Engine {
 
 impl Engine {
     pub(crate) fn start(config: SchedConfig, parts: EngineParts) -> Result<Scheduler, String> {
-        for collection in [JOBS, NODES, super::reservations::RESERVATIONS] {
+        for collection in [
+            JOBS,
+            NODES,
+            super::reservations::RESERVATIONS,
+            super::containers::CONTAINERS,
+        ] {
             parts
                 .store
                 .ensure_collection(&CollectionSpec::new(collection))
@@ -228,6 +237,7 @@ impl Engine {
             jobs: RwLock::new(JobBook::new()),
             nodes: RwLock::new(Arc::new(nodes.clone())),
             reservations: RwLock::new(Arc::new(Vec::new())),
+            containers: RwLock::new(Arc::new(Vec::new())),
             credentials: RwLock::new(BTreeMap::new()),
             name: config.name.clone(),
             clock: parts.clock.clone(),
@@ -266,6 +276,9 @@ impl Engine {
             reservations: Vec::new(),
             next_reservation: 0,
             reservations_dirty: true,
+            containers: Vec::new(),
+            next_container: 0,
+            containers_dirty: true,
             nodes,
             node_index,
             nodes_changed: false,
@@ -368,6 +381,15 @@ impl Engine {
                 by,
                 reply,
             } => self.command(reply, |e| e.change_reservation(&id, change, &by)),
+            Inbox::CreateContainer { request, by, reply } => {
+                self.command(reply, |e| e.create_container(*request, &by))
+            }
+            Inbox::ChangeContainer {
+                id,
+                change,
+                by,
+                reply,
+            } => self.command(reply, |e| e.change_container(&id, *change, &by)),
             Inbox::SubmitArray {
                 spec,
                 array,
@@ -495,6 +517,10 @@ impl Engine {
             *self.shared.reservations.write().unwrap() = Arc::new(self.reservations.clone());
             self.reservations_dirty = false;
         }
+        if self.containers_dirty {
+            *self.shared.containers.write().unwrap() = Arc::new(self.containers.clone());
+            self.containers_dirty = false;
+        }
         if self.credentials_changed {
             *self.shared.credentials.write().unwrap() = self.credentials.clone();
             self.credentials_changed = false;
@@ -555,6 +581,10 @@ impl Engine {
         self.requeue_index(position, &job);
         if job.status.state != before && job.array_member().is_some() {
             self.member_moved(&job, before);
+        }
+        if job.status.state != before && job.status.state.is_final() && !self.containers.is_empty()
+        {
+            self.job_ended_in_container(&job.id);
         }
         if !self.journaled {
             return result;
@@ -684,6 +714,7 @@ impl Engine {
             .with_set_asides(set_asides);
         let mut starts = Vec::new();
         let mut array_starts = HashMap::new();
+        let held_by_containers = self.held_by_containers();
         // PREEMPTOR jobs go first: they may stop running work, so they surely pass
         // waiting work (and the resources freed for them are not taken by others).
         let preemptors: Vec<usize> = self.preemptors.iter().copied().collect();
@@ -706,6 +737,9 @@ impl Engine {
             }
             if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, &job) {
                 continue;
+            }
+            if !held_by_containers.is_empty() && held_by_containers.contains(&job.id) {
+                continue; // its container holds its jobs (HOLDJOBS)
             }
             if job.array_member().is_some() && !self.slot_free(&job, &mut array_starts, false) {
                 continue;

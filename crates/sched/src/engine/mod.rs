@@ -5,6 +5,7 @@
 
 mod arrays;
 mod commands;
+mod containers;
 mod core;
 mod preempt;
 mod recovery;
@@ -118,6 +119,7 @@ pub(crate) struct Shared {
     jobs: RwLock<JobBook>,
     nodes: RwLock<Arc<Vec<Node>>>,
     reservations: RwLock<Arc<Vec<crate::reservation::Reservation>>>,
+    containers: RwLock<Arc<Vec<crate::container::VirtualContainer>>>,
     credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
     name: String,
     clock: Arc<dyn Clock>,
@@ -139,6 +141,17 @@ pub(crate) enum Inbox {
     ChangeReservation {
         id: String,
         change: crate::request::ReservationChange,
+        by: Requester,
+        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
+    },
+    CreateContainer {
+        request: Box<crate::request::ContainerRequest>,
+        by: Requester,
+        reply: oneshot::Sender<Result<String, SchedError>>,
+    },
+    ChangeContainer {
+        id: String,
+        change: Box<crate::request::ContainerChange>,
         by: Requester,
         reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
     },
@@ -260,6 +273,48 @@ impl Scheduler {
             Inbox::ChangeReservation {
                 id: id.to_string(),
                 change,
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    /// Every virtual container, by number.
+    pub fn containers(&self) -> Arc<Vec<crate::container::VirtualContainer>> {
+        self.shared.containers.read().unwrap().clone()
+    }
+
+    /// Creates a virtual container; answers its id.
+    pub async fn create_container(
+        &self,
+        request: crate::request::ContainerRequest,
+        by: Requester,
+    ) -> Result<String, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::CreateContainer {
+                request: Box::new(request),
+                by,
+                reply,
+            },
+            answer,
+        )
+        .await
+    }
+
+    pub async fn change_container(
+        &self,
+        id: &str,
+        change: crate::request::ContainerChange,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let (reply, answer) = oneshot::channel();
+        self.ask(
+            Inbox::ChangeContainer {
+                id: id.to_string(),
+                change: Box::new(change),
                 by,
                 reply,
             },

@@ -122,6 +122,7 @@ impl Engine {
             }
         }
         self.load_reservations()?;
+        self.load_containers()?;
         let masters: Vec<usize> = (0..jobs.len())
             .filter(|&p| jobs[p].array_spec().is_some())
             .collect();

@@ -1,0 +1,339 @@
+//! Virtual containers (spec 2.10, 4.9) and their ACL rules (4.1; affinity and comparator
+//! are ignored). The spec shows only the record; the read interface here is the usual
+//! one: `GET /rest/vcs` (a list, the caller's own or all for an administrator) and
+//! `GET /rest/vcs/<id>`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use drover_auth::Permission;
+use drover_domain::dates::{Timestamp, WireDates};
+use drover_sched::container::{Members, VirtualContainer};
+use drover_sched::request::{ContainerChange, ContainerRequest};
+use drover_sched::reservation::Owner;
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::input::{Fields, read_object};
+use crate::jobs::{requester, sched_error};
+use crate::openapi::schema::{envelope, object, string, strings};
+use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::reservations::rules;
+use crate::routes::{Access, Caller, Routes};
+
+const READ: Access = Access::Needs(Permission::read("vcs"));
+const CREATE: Access = Access::Needs(Permission::create("vcs"));
+const UPDATE: Access = Access::Needs(Permission::update("vcs"));
+const DELETE: Access = Access::Needs(Permission::delete("vcs"));
+
+pub(crate) fn register(routes: &mut Routes) {
+    let container = || {
+        object(&[
+            ("id", string()),
+            ("description", string()),
+            ("creator", string()),
+        ])
+    };
+    routes
+        .get("/rest/vcs", READ, list)
+        .summary("Virtual containers: the caller's own, or all for an administrator")
+        .list()
+        .response(200, "Virtual containers", Some(envelope(container())));
+    routes
+        .get("/rest/vcs/{id}", READ, one)
+        .summary("One virtual container")
+        .path_param("id", "The container's id")
+        .response(200, "The container", Some(container()))
+        .response(404, "No such container (or not the caller's)", None);
+    routes
+        .post("/rest/vcs", CREATE, create)
+        .summary("Creates a virtual container")
+        .body(
+            "application/json",
+            object(&[("description", string()), ("owner", object(&[]))]),
+        )
+        .response(201, "Created", Some(object(&[("id", string())])));
+    routes
+        .put("/rest/vcs/{id}", UPDATE, modify)
+        .summary("add/remove members (jobs, nodes, reservations, virtualContainers, virtualMachines) or set description, flags, owner, variables; change-mode required")
+        .path_param("id", "The container's id")
+        .body("application/json", object(&[("jobs", strings())]))
+        .response(200, "Changed", Some(object(&[("messages", strings())])));
+    routes
+        .delete("/rest/vcs/{id}", DELETE, remove)
+        .summary("Deletes a virtual container")
+        .path_param("id", "The container's id")
+        .response(200, "Deleted", Some(object(&[])));
+    routes
+        .put("/rest/vcs/{id}/acl-rules", UPDATE, put_rules)
+        .summary("Adds ACL rules (affinity and comparator are ignored)")
+        .path_param("id", "The container's id")
+        .body("application/json", object(&[("aclRules", strings())]))
+        .response(200, "Written", Some(object(&[("messages", strings())])));
+    routes
+        .delete("/rest/vcs/{id}/acl-rules/{rule}", UPDATE, delete_rule)
+        .summary("Removes the ACL rule <type>:<value>")
+        .path_param("id", "The container's id")
+        .path_param("rule", "<type>:<value>")
+        .response(200, "Removed", Some(object(&[("messages", strings())])));
+}
+
+fn visible(container: &VirtualContainer, caller: &Caller) -> bool {
+    let by = requester(caller);
+    by.admin
+        || container.creator == by.user
+        || container.owner.as_ref().is_some_and(|o| o.name == by.user)
+}
+
+async fn list(
+    State(state): State<AppState>,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    let containers = state.scheduler().containers();
+    let mine: Vec<&VirtualContainer> = containers.iter().filter(|c| visible(c, &caller)).collect();
+    let version = params.api_version.number();
+    let utc = WireDates::utc();
+    let documents: Vec<Value> = mine.iter().map(|c| render(c, &utc, version)).collect();
+    let page = params.query.run_positions(&documents);
+    let dates = &state.settings().dates;
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| render(mine[i], dates, version))
+        .collect();
+    Ok(reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+async fn one(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let containers = state.scheduler().containers();
+    let container = containers
+        .iter()
+        .find(|c| c.id == id && visible(c, &caller))
+        .ok_or_else(|| ApiError::not_found(format!("No virtual container '{id}'")))?;
+    Ok(Json(render(
+        container,
+        &state.settings().dates,
+        params.api_version.number(),
+    )))
+}
+
+fn owner(f: &mut Fields<'_>) -> Option<Owner> {
+    f.object("owner", |o| {
+        let name = o.string("name");
+        if name.is_none() {
+            o.problem("name", "required");
+        }
+        Owner {
+            name: name.unwrap_or_default(),
+            kind: o
+                .string("type")
+                .unwrap_or_else(|| "USER".into())
+                .to_ascii_uppercase(),
+        }
+    })
+}
+
+async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
+    let body: Value = parse_json(&body)?;
+    let (description, owner) = read_object(&body, "The virtual container was not created", |f| {
+        (f.string("description"), owner(f))
+    })?;
+    let by = requester(&caller);
+    let authenticated = caller
+        .identity
+        .as_ref()
+        .map(|i| i.name.clone())
+        .unwrap_or_default();
+    // The creator: with proxying enabled, the proxy user, else the owner's name; without,
+    // whoever asked.
+    let creator = if state.settings().proxy.enabled {
+        if by.user != authenticated {
+            by.user.clone()
+        } else {
+            owner.as_ref().map_or(authenticated, |o| o.name.clone())
+        }
+    } else {
+        authenticated
+    };
+    let id = state
+        .scheduler()
+        .create_container(
+            ContainerRequest {
+                description,
+                owner,
+                creator,
+            },
+            by,
+        )
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::created(
+        state.settings(),
+        &format!("/rest/vcs/{id}"),
+        json!({ "id": id }),
+    ))
+}
+
+const MEMBER_KINDS: [&str; 5] = [
+    "jobs",
+    "nodes",
+    "reservations",
+    "virtualContainers",
+    "virtualMachines",
+];
+
+async fn modify(
+    State(state): State<AppState>,
+    params: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let mode = ChangeMode::parse(params.raw.get("change-mode")?, None)?;
+    let body: Value = parse_json(&body)?;
+    let summary = format!("The virtual container {id} was not changed");
+    let change = read_object(&body, &summary, |f| {
+        let allowed: &[&str] = match mode {
+            ChangeMode::Set => &["description", "flags", "owner", "variables"],
+            _ => &MEMBER_KINDS,
+        };
+        let others: Vec<String> = f
+            .keys()
+            .filter(|k| !allowed.contains(&k.as_str()))
+            .cloned()
+            .collect();
+        for key in others {
+            f.problem(
+                &key,
+                format!(
+                    "cannot be changed with change-mode={} (use {})",
+                    match mode {
+                        ChangeMode::Add => "add",
+                        ChangeMode::Remove => "remove",
+                        ChangeMode::Set => "set",
+                    },
+                    allowed.join(", ")
+                ),
+            );
+        }
+        match mode {
+            ChangeMode::Set => ContainerChange::Set {
+                description: f.string("description"),
+                flags: f
+                    .strings("flags")
+                    .map(|flags| flags.into_iter().map(|x| x.to_ascii_uppercase()).collect()),
+                owner: owner(f),
+                variables: f.string_map("variables"),
+            },
+            ChangeMode::Add | ChangeMode::Remove => {
+                let mut list = |key: &str| f.references(key, "id").unwrap_or_default();
+                let members = Members {
+                    jobs: list("jobs"),
+                    nodes: list("nodes"),
+                    reservations: list("reservations"),
+                    virtual_containers: list("virtualContainers"),
+                    virtual_machines: list("virtualMachines"),
+                };
+                if mode == ChangeMode::Add {
+                    ContainerChange::Add(members)
+                } else {
+                    ContainerChange::Remove(members)
+                }
+            }
+        }
+    })?;
+    change_one(&state, &caller, &id, change).await
+}
+
+async fn remove(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let _deleted = change_one(&state, &caller, &id, ContainerChange::Delete).await?;
+    Ok(reply::deleted())
+}
+
+async fn put_rules(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let body: Value = parse_json(&body)?;
+    let summary = format!("The ACL rules of virtual container {id} were not changed");
+    let rules = read_object(&body, &summary, |f| {
+        let rules = rules(f);
+        if rules.is_empty() {
+            f.problem("aclRules", "one or more rules are required");
+        }
+        rules
+    })?;
+    change_one(&state, &caller, &id, ContainerChange::PutRules(rules)).await
+}
+
+async fn delete_rule(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, rule)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let Some((kind, value)) = rule.split_once(':') else {
+        return Err(ApiError::bad_request(
+            format!("The ACL rules of virtual container {id} were not changed"),
+            format!("'{rule}' is not <type>:<value>"),
+        ));
+    };
+    let key = format!("{}:{value}", kind.to_ascii_uppercase());
+    change_one(&state, &caller, &id, ContainerChange::DeleteRule(key)).await
+}
+
+async fn change_one(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    change: ContainerChange,
+) -> ApiResult<Json<Value>> {
+    let messages = state
+        .scheduler()
+        .change_container(id, change, requester(caller))
+        .await
+        .map_err(sched_error)?;
+    Ok(reply::messages(messages))
+}
+
+/// The record of spec 2.10.
+fn render(c: &VirtualContainer, dates: &WireDates, version: u32) -> Value {
+    let ids = |list: &[String]| list.iter().map(|id| json!({"id": id})).collect::<Vec<_>>();
+    json!({
+        "id": c.id,
+        "aclRules": c.acl.iter().map(|r| json!({
+            "type": r.kind, "value": r.value, "affinity": null, "comparator": null,
+        })).collect::<Vec<_>>(),
+        "createDate": Timestamp::from_second(c.created).ok().map(|t| dates.format(t, version)),
+        "creator": c.creator,
+        "description": c.description,
+        "flags": c.flags,
+        "jobs": ids(&c.members.jobs),
+        "nodes": ids(&c.members.nodes),
+        "owner": c.owner.as_ref().map(|o| json!({"name": o.name, "type": o.kind})),
+        "reservations": ids(&c.members.reservations),
+        "variables": c.variables,
+        "virtualContainers": ids(&c.members.virtual_containers),
+        "virtualMachines": ids(&c.members.virtual_machines),
+    })
+}

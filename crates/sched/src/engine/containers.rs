@@ -1,0 +1,307 @@
+//! Virtual containers in the engine: creating, changing and deleting them, jobs joining
+//! the container named at submission, HOLDJOBS (its queued jobs do not start) and
+//! DESTROYWHENEMPTY (it goes once nothing in it remains: no members, or only jobs that
+//! have ended).
+
+use std::collections::HashSet;
+
+use drover_store::Write;
+
+use super::core::Engine;
+use crate::container::{Members, VirtualContainer};
+use crate::request::{ContainerChange, ContainerRequest, Requester, SchedError};
+use crate::reservation::{AclRule, Owner};
+
+/// The store collection of virtual containers.
+pub(crate) const CONTAINERS: &str = "vcs";
+
+impl Engine {
+    pub(crate) fn create_container(
+        &mut self,
+        request: ContainerRequest,
+        by: &Requester,
+    ) -> Result<String, SchedError> {
+        self.next_container += 1;
+        let id = format!("vc.{}", self.next_container);
+        let container = VirtualContainer {
+            id: id.clone(),
+            created: self.now(),
+            creator: request.creator,
+            description: request.description,
+            owner: Some(request.owner.unwrap_or(Owner {
+                name: by.user.clone(),
+                kind: "USER".into(),
+            })),
+            flags: Vec::new(),
+            acl: Vec::new(),
+            members: Members::default(),
+            variables: Default::default(),
+        };
+        self.store_container(&container);
+        self.containers.push(container);
+        self.containers_changed();
+        Ok(id)
+    }
+
+    pub(crate) fn change_container(
+        &mut self,
+        id: &str,
+        change: ContainerChange,
+        by: &Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let Some(position) = self.containers.iter().position(|c| {
+            c.id == id
+                && (by.admin
+                    || c.creator == by.user
+                    || c.owner.as_ref().is_some_and(|o| o.name == by.user))
+        }) else {
+            return Err(SchedError::NotFound(format!("No virtual container '{id}'")));
+        };
+        let refused = |reasons: Vec<String>| {
+            let mut messages = vec![format!("The virtual container {id} was not changed")];
+            messages.extend(reasons);
+            SchedError::Invalid(messages)
+        };
+        let message = match change {
+            ContainerChange::Delete => {
+                self.delete_container(position);
+                return Ok(vec![format!("Virtual container {id} was deleted")]);
+            }
+            ContainerChange::Add(members) => {
+                let problems = self.member_problems(id, &members);
+                if !problems.is_empty() {
+                    return Err(refused(problems));
+                }
+                self.containers[position].members.add(members);
+                format!("Members were added to virtual container {id}")
+            }
+            ContainerChange::Remove(members) => {
+                let mut container = self.containers[position].clone();
+                let missing = container.members.remove(&members);
+                if !missing.is_empty() {
+                    return Err(refused(missing));
+                }
+                self.containers[position] = container;
+                format!("Members were removed from virtual container {id}")
+            }
+            ContainerChange::Set {
+                description,
+                flags,
+                owner,
+                variables,
+            } => {
+                let container = &mut self.containers[position];
+                if let Some(description) = description {
+                    container.description = Some(description);
+                }
+                if let Some(flags) = flags {
+                    container.flags = flags;
+                }
+                if let Some(owner) = owner {
+                    container.owner = Some(owner);
+                }
+                if let Some(variables) = variables {
+                    container.variables = variables;
+                }
+                format!("Virtual container {id} was changed")
+            }
+            ContainerChange::PutRules(rules) => {
+                if let Some(problem) = rules.iter().find_map(AclRule::problem) {
+                    return Err(refused(vec![format!("aclRules: {problem}")]));
+                }
+                let count = rules.len();
+                // Affinity and comparator mean nothing for a container: not kept.
+                let rules = rules
+                    .into_iter()
+                    .map(|r| AclRule {
+                        affinity: None,
+                        comparator: None,
+                        ..r
+                    })
+                    .collect();
+                crate::reservation::put_rules(&mut self.containers[position].acl, rules);
+                format!("{count} ACL rule(s) of virtual container {id} were written")
+            }
+            ContainerChange::DeleteRule(key) => {
+                let acl = &mut self.containers[position].acl;
+                let Some(at) = acl.iter().position(|r| r.key() == key) else {
+                    return Err(SchedError::NotFound(format!(
+                        "Virtual container {id} has no ACL rule '{key}'"
+                    )));
+                };
+                acl.remove(at);
+                format!("The ACL rule {key} of virtual container {id} was removed")
+            }
+        };
+        let container = self.containers[position].clone();
+        self.store_container(&container);
+        self.containers_changed();
+        let mut messages = vec![message];
+        if self.destroy_if_empty(position) {
+            messages.push(format!(
+                "Virtual container {id} was empty and was deleted (DESTROYWHENEMPTY)"
+            ));
+        }
+        Ok(messages)
+    }
+
+    /// Why `members` cannot join container `id`, if they cannot.
+    fn member_problems(&self, id: &str, members: &Members) -> Vec<String> {
+        let mut problems = Vec::new();
+        for job in &members.jobs {
+            if self.position(job).is_none() {
+                problems.push(format!("jobs: no job '{job}'"));
+            } else if let Some(other) = self
+                .containers
+                .iter()
+                .find(|c| c.id != id && c.members.jobs.contains(job))
+            {
+                problems.push(format!(
+                    "jobs: '{job}' is already in virtual container {} (a job is in at most one)",
+                    other.id
+                ));
+            }
+        }
+        for node in &members.nodes {
+            if !self.node_index.contains_key(node) {
+                problems.push(format!("nodes: no node '{node}'"));
+            }
+        }
+        for reservation in &members.reservations {
+            if !self.reservations.iter().any(|r| &r.id == reservation) {
+                problems.push(format!("reservations: no reservation '{reservation}'"));
+            }
+        }
+        for container in &members.virtual_containers {
+            if container == id {
+                problems.push("virtualContainers: a container cannot contain itself".into());
+            } else if !self.containers.iter().any(|c| &c.id == container) {
+                problems.push(format!(
+                    "virtualContainers: no virtual container '{container}'"
+                ));
+            }
+        }
+        for vm in &members.virtual_machines {
+            problems.push(format!("virtualMachines: no virtual machine '{vm}'"));
+        }
+        problems
+    }
+
+    fn delete_container(&mut self, position: usize) {
+        let container = self.containers.remove(position);
+        self.batch.writes.push(Write::Delete {
+            collection: CONTAINERS.into(),
+            id: container.id.clone(),
+            expected_version: None,
+        });
+        // It is no longer a member of other containers.
+        for other in 0..self.containers.len() {
+            if self.containers[other]
+                .members
+                .virtual_containers
+                .contains(&container.id)
+            {
+                self.containers[other]
+                    .members
+                    .virtual_containers
+                    .retain(|c| *c != container.id);
+                let changed = self.containers[other].clone();
+                self.store_container(&changed);
+            }
+        }
+        self.containers_changed();
+    }
+
+    /// Deletes the container at `position` if it is DESTROYWHENEMPTY and nothing in it
+    /// remains (no members, or only jobs that have ended); says whether it did.
+    fn destroy_if_empty(&mut self, position: usize) -> bool {
+        let container = &self.containers[position];
+        if !container.has_flag("DESTROYWHENEMPTY") {
+            return false;
+        }
+        let members = &container.members;
+        let only_ended_jobs = members.nodes.is_empty()
+            && members.reservations.is_empty()
+            && members.virtual_containers.is_empty()
+            && members.virtual_machines.is_empty()
+            && members.jobs.iter().all(|job| {
+                self.position(job)
+                    .is_none_or(|p| self.job_at(p).status.state.is_final())
+            });
+        if only_ended_jobs {
+            self.delete_container(position);
+        }
+        only_ended_jobs
+    }
+
+    /// A job has ended: a DESTROYWHENEMPTY container it was the last of goes.
+    pub(crate) fn job_ended_in_container(&mut self, job_id: &str) {
+        if let Some(position) = self
+            .containers
+            .iter()
+            .position(|c| c.members.jobs.iter().any(|j| j == job_id))
+        {
+            self.destroy_if_empty(position);
+        }
+    }
+
+    /// Puts a newly submitted job in the container it named (checked to exist before).
+    pub(crate) fn join_container(&mut self, job_id: &str, container: &str) {
+        if let Some(position) = self.containers.iter().position(|c| c.id == container) {
+            self.containers[position]
+                .members
+                .jobs
+                .push(job_id.to_string());
+            let changed = self.containers[position].clone();
+            self.store_container(&changed);
+            self.containers_changed();
+        }
+    }
+
+    /// Jobs of HOLDJOBS containers: they do not start.
+    pub(crate) fn held_by_containers(&self) -> HashSet<String> {
+        self.containers
+            .iter()
+            .filter(|c| c.has_flag("HOLDJOBS"))
+            .flat_map(|c| c.members.jobs.iter().cloned())
+            .collect()
+    }
+
+    fn store_container(&mut self, container: &VirtualContainer) {
+        self.batch.writes.push(Write::Put {
+            collection: CONTAINERS.into(),
+            id: container.id.clone(),
+            name: None,
+            body: serde_json::to_value(container).expect("a container serializes"),
+        });
+    }
+
+    fn containers_changed(&mut self) {
+        self.containers_dirty = true;
+        self.needs_schedule = true;
+    }
+
+    pub(crate) fn load_containers(&mut self) -> Result<(), String> {
+        let stored = self
+            .store
+            .list(CONTAINERS, &drover_query::ListQuery::default())
+            .map_err(|e| format!("cannot read the virtual containers: {e}"))?;
+        let mut containers: Vec<VirtualContainer> = Vec::new();
+        for document in stored.items {
+            match serde_json::from_value::<VirtualContainer>(document.body) {
+                Ok(c) => containers.push(c),
+                Err(e) => eprintln!("drover: skipping unreadable container {}: {e}", document.id),
+            }
+        }
+        let number = |c: &VirtualContainer| {
+            c.id.rsplit_once('.')
+                .and_then(|(_, n)| n.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        containers.sort_by_key(number);
+        self.next_container = containers.iter().map(number).max().unwrap_or(0);
+        self.containers = containers;
+        self.containers_changed();
+        Ok(())
+    }
+}
