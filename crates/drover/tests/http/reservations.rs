@@ -459,3 +459,43 @@ fn standing_reservations_are_configured_recur_and_are_read_only() {
     assert_eq!(node_of(&server, &job), "n2");
     server.call("DELETE", &format!("/rest/jobs/{job}"), Auth::Admin, None);
 }
+
+#[test]
+fn affinity_steers_admitted_jobs_toward_or_away_from_reserved_nodes() {
+    let server = TestServer::builder()
+        .config(|c| {
+            c.nodes = vec![
+                NodeConfig::new("n1", 1),
+                NodeConfig::new("n2", 1),
+                NodeConfig::new("n3", 1),
+            ];
+            c.scheduler.kill_grace_seconds = 1;
+        })
+        .start();
+    let dir = scratch_dir();
+    let sleep = script(dir.path(), "sleep.sh", "sleep 30");
+    // n2 for physics (preferred), n1 for chem (admitted but avoided).
+    create(
+        &server,
+        json!({"hostListExpression": "n2", "duration": 3600,
+               "aclRules": [{"type": "ACCOUNT", "value": "physics", "affinity": "POSITIVE"}]}),
+    );
+    create(
+        &server,
+        json!({"hostListExpression": "n1", "duration": 3600,
+               "aclRules": [{"type": "ACCOUNT", "value": "chem", "affinity": "NEGATIVE"}]}),
+    );
+    let physics = submit(&server, &sleep, "physics", None);
+    wait_running(&server, &physics);
+    assert_eq!(
+        node_of(&server, &physics),
+        "n2",
+        "its reservation's node first"
+    );
+    let chem = submit(&server, &sleep, "chem", None);
+    wait_running(&server, &chem);
+    assert_eq!(node_of(&server, &chem), "n3", "its reservation's node last");
+    for id in [&physics, &chem] {
+        server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    }
+}
