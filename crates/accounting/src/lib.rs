@@ -1,0 +1,11 @@
+//! The embedded accounting manager (issue #8), without HTTP.
+//!
+//! - [`money`]: exact decimal amounts.
+//! - [`model`]: accounts, allocations, rates, quotes, usage records.
+//! - [`pricing`]: what work costs at given rates, component by component.
+
+pub mod model;
+pub mod money;
+pub mod pricing;
+
+pub use money::Money;
