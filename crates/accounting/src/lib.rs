@@ -3,9 +3,12 @@
 //! - [`money`]: exact decimal amounts.
 //! - [`model`]: accounts, allocations, rates, quotes, usage records.
 //! - [`pricing`]: what work costs at given rates, component by component.
+//! - [`ledger`]: balances, quotes, liens and charges, recorded in the store.
 
+pub mod ledger;
 pub mod model;
 pub mod money;
 pub mod pricing;
 
+pub use ledger::{AccountingConfig, AccountingError, Ledger, QuoteRequest};
 pub use money::Money;

@@ -154,8 +154,16 @@ async fn probe_store(state: &AppState) -> Result<StoreInfo, String> {
     }
 }
 
-/// Until the accounting engine (issue #8) exists, its connection is not configured.
-const ACCOUNTING: Health = Health::NotConfigured;
+/// The embedded accounting manager is up when enabled (it shares the datastore).
+fn accounting_health(state: &AppState) -> (Health, &'static str) {
+    match state.accounting() {
+        Some(ledger) if ledger.enabled() => (Health::Up, "the embedded accounting manager"),
+        _ => (
+            Health::NotConfigured,
+            "accounting is not enabled ([accounting] enabled = true)",
+        ),
+    }
+}
 
 /// The scheduler is embedded, so always connected; its link to the datastore is its
 /// journal, down while the engine cannot write it.
@@ -172,8 +180,9 @@ async fn health_summary(State(state): State<AppState>) -> Json<Value> {
         Err(_) => Health::Down,
     };
     let (sched, journal, _) = scheduler_health(&state);
+    let (acct, _) = accounting_health(&state);
     Json(json!({
-        "acct": {"connected": ACCOUNTING.as_str()},
+        "acct": {"connected": acct.as_str()},
         "datastore": {"connected": datastore.as_str()},
         "sched": {"connected": sched.as_str(), "datastoreConnected": journal.as_str()},
     }))
@@ -205,12 +214,13 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
         }),
     };
     let (sched, journal, reason) = scheduler_health(&state);
+    let (acct, about) = accounting_health(&state);
     Json(json!({
         "acct": {
-            "connected": ACCOUNTING.as_str(),
+            "connected": acct.as_str(),
             "host": null,
             "port": null,
-            "message": "the accounting engine is not part of this build yet",
+            "message": about,
             "version": null,
         },
         "datastore": datastore,

@@ -12,6 +12,7 @@
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
 //!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
 
+pub mod accounting;
 pub mod credentials;
 pub mod diag;
 pub mod error;
@@ -44,6 +45,7 @@ pub fn interface() -> Routes {
     jobs::register(&mut routes);
     nodes::register(&mut routes);
     credentials::register(&mut routes);
+    accounting::register(&mut routes);
     events::register(&mut routes);
     reports::register(&mut routes);
     reservations::register(&mut routes);

@@ -39,6 +39,10 @@ pub mod schema {
         json!({"type": "boolean"})
     }
 
+    pub fn number() -> Value {
+        json!({"type": "number"})
+    }
+
     pub fn strings() -> Value {
         json!({"type": "array", "items": {"type": "string"}})
     }

@@ -23,6 +23,7 @@ struct Inner {
     /// OpenAPI document.
     permissions: OnceLock<Vec<Permission>>,
     openapi: OnceLock<String>,
+    accounting: Option<Arc<drover_accounting::Ledger>>,
 }
 
 /// Events and reports.
@@ -110,7 +111,21 @@ impl AppState {
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
+            accounting: None,
         }))
+    }
+
+    /// With the embedded accounting manager (call before the state is shared).
+    pub fn with_accounting(mut self, ledger: Arc<drover_accounting::Ledger>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.0) {
+            inner.accounting = Some(ledger);
+        }
+        self
+    }
+
+    /// The accounting manager, when there is one.
+    pub fn accounting(&self) -> Option<&Arc<drover_accounting::Ledger>> {
+        self.0.accounting.as_ref()
     }
 
     pub fn store(&self) -> &Arc<dyn DocumentStore> {

@@ -6,6 +6,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use drover_accounting::AccountingConfig;
 use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
 use drover_monitor::log::{LogSettings, Rolling};
@@ -68,6 +69,8 @@ pub struct Config {
     pub job_templates: Vec<JobTemplate>,
     /// Reservations recurring every day (or on named days), read-only through the API.
     pub standing_reservations: Vec<StandingReservation>,
+    /// The embedded accounting manager.
+    pub accounting: AccountingConfig,
 }
 
 /// The event log (`events.log`, spec 6.3).
@@ -241,6 +244,7 @@ impl Default for Config {
             events: EventsConfig::default(),
             job_templates: Vec::new(),
             standing_reservations: Vec::new(),
+            accounting: AccountingConfig::default(),
         }
     }
 }
@@ -328,6 +332,9 @@ impl Config {
     }
 
     fn validate_scheduler(&self) -> Result<(), String> {
+        if let Some(problem) = self.accounting.problems().into_iter().next() {
+            return Err(problem);
+        }
         let mut seen_ids = std::collections::HashSet::new();
         for standing in &self.standing_reservations {
             if let Some(problem) = standing.problem() {

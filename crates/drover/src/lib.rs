@@ -1,6 +1,7 @@
 //! The Drover service: configuration and wiring. `main.rs` is the command line around it;
 //! tests call [`launch`] directly on a listener bound to port 0.
 
+pub mod accounting;
 pub mod config;
 
 use std::future::Future;
@@ -111,7 +112,11 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
     } else {
         Arc::new(DiscardEvents)
     };
-    let scheduler = start_scheduler(config, store.clone(), sink)?;
+    let ledger = Arc::new(
+        drover_accounting::Ledger::open(config.accounting.clone(), store.clone())
+            .map_err(|e| format!("cannot open the accounting ledger: {e}"))?,
+    );
+    let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone())?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
@@ -130,7 +135,8 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         reports: Arc::new(reports),
     };
     Ok(Prepared {
-        state: AppState::new(store, Arc::new(auth), scheduler, monitoring, settings),
+        state: AppState::new(store, Arc::new(auth), scheduler, monitoring, settings)
+            .with_accounting(ledger),
         generated,
         recorder,
     })
@@ -142,6 +148,7 @@ fn start_scheduler(
     config: &Config,
     store: Arc<dyn DocumentStore>,
     events: Arc<dyn EventSink>,
+    ledger: Arc<drover_accounting::Ledger>,
 ) -> Result<Scheduler, String> {
     let spool = config.data_dir.join("spool");
     let parts = EngineParts {
@@ -153,6 +160,7 @@ fn start_scheduler(
         }),
         clock: Arc::new(SystemClock),
         events,
+        accountant: Arc::new(accounting::LedgerAccountant(ledger)),
     };
     let mut engine = config.scheduler.engine(&config.nodes);
     engine.standing_reservations = config.standing_reservations.clone();

@@ -13,6 +13,7 @@
 //! - [`template`]: job templates (spec 2.6), built in and configured; [`dependency`]:
 //!   when a job's dependencies let it start.
 
+pub mod accountant;
 pub mod book;
 pub mod clock;
 pub mod container;

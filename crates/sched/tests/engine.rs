@@ -200,6 +200,7 @@ fn start_with(
         }),
         clock: clock.clone(),
         events: events.clone(),
+        accountant: Arc::new(drover_sched::accountant::NoAccounting),
     };
     Harness {
         scheduler: Scheduler::start(config, parts).unwrap(),

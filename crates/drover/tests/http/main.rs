@@ -2,6 +2,7 @@
 //! One test binary for all of it (quicker to build than one per file).
 
 mod access;
+mod accounting;
 mod conventions;
 mod diag;
 mod jobs;

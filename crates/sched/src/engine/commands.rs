@@ -699,11 +699,11 @@ impl Engine {
                 }
                 match place::place(&job.spec.request, &self.nodes) {
                     Fit::Now(allocation) => {
+                        self.begin_start(position, allocation).map_err(&refuse)?;
                         self.update(position, |job| {
                             job.status.holds.clear();
                             job.status.hold_reason = None;
                         });
-                        self.begin_start(position, allocation);
                         self.emit(
                             "jobstart",
                             "job",

@@ -126,6 +126,7 @@ pub(crate) struct Engine {
     pub(crate) rm: Arc<dyn ResourceManager>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) events: Arc<dyn EventSink>,
+    pub(crate) accountant: Arc<dyn crate::accountant::Accountant>,
     /// Events of the current step, journaled with its changes.
     pub(crate) pending_events: Vec<SchedEvent>,
     pub(crate) inbox: Sender<Inbox>,
@@ -262,6 +263,7 @@ impl Engine {
             rm,
             clock: parts.clock,
             events: parts.events,
+            accountant: parts.accountant,
             pending_events: Vec::new(),
             inbox,
             journaled,
@@ -693,6 +695,13 @@ impl Engine {
                 node.jobs.retain(|j| *j != job.id);
             }
         }
+        if !take {
+            // The run is over (or never began): charge it, release what was held.
+            let now = self.now();
+            let seconds = (job.active_seconds(now) - job.status.earlier_active_seconds).max(0);
+            let charged = self.accountant.end(job, seconds, now);
+            self.batch.writes.extend(charged);
+        }
         self.nodes_changed = true;
     }
 
@@ -765,7 +774,9 @@ impl Engine {
         drop(planner);
         self.nodes = nodes;
         for (position, allocation) in starts {
-            self.begin_start(position, allocation);
+            if let Err(reason) = self.begin_start(position, allocation) {
+                self.block_for_funds(position, reason);
+            }
         }
         for position in preemptors {
             let job = self.job_at(position);
@@ -867,7 +878,16 @@ impl Engine {
 
     /// Places a job: it holds its resources from now, and its process is launched once
     /// the start is durable.
-    pub(crate) fn begin_start(&mut self, position: usize, allocation: Vec<crate::job::Allocation>) {
+    /// Refused (nothing changed) when the accountant will not hold the job's funds.
+    pub(crate) fn begin_start(
+        &mut self,
+        position: usize,
+        allocation: Vec<crate::job::Allocation>,
+    ) -> Result<(), String> {
+        let mut priced = (*self.job_at(position)).clone();
+        priced.status.allocation = allocation.clone();
+        let held = self.accountant.start(&priced, self.now())?;
+        self.batch.writes.extend(held);
         let job = self.update(position, |job| {
             job.status.state = JobState::Starting;
             job.status.allocation = allocation;
@@ -881,6 +901,18 @@ impl Engine {
                 let _ = inbox.send(Inbox::Launch(vec![position]));
             }
         }));
+        Ok(())
+    }
+
+    /// The job may not start for lack of funds: it stays queued, and shows why.
+    fn block_for_funds(&mut self, position: usize, reason: String) {
+        let block = crate::job::Block {
+            kind: "InsufficientFunds".into(),
+            message: reason,
+        };
+        if self.job_at(position).status.block.as_ref() != Some(&block) {
+            self.update(position, |job| job.status.block = Some(block));
+        }
     }
 
     /// Starts the process of a job whose start is durable.

@@ -203,6 +203,8 @@ pub struct EngineParts {
     pub resource_manager: MakeResourceManager,
     pub clock: Arc<dyn Clock>,
     pub events: Arc<dyn EventSink>,
+    /// Holds funds before a start and charges runs (`NoAccounting` when disabled).
+    pub accountant: Arc<dyn crate::accountant::Accountant>,
 }
 
 impl Scheduler {

@@ -153,6 +153,10 @@ impl Engine {
             }
             return;
         }
+        // Its run is over: charge it (up to now, the end being unknown).
+        let seconds = (job.active_seconds(now) - job.status.earlier_active_seconds).max(0);
+        let charged = self.accountant.end(job, seconds, now);
+        self.batch.writes.extend(charged);
         // A job being requeued goes back to the queue as asked; one being cancelled is
         // already final; one over its wall time ends; others requeue if they may.
         let ending = job.status.ending;

@@ -77,6 +77,7 @@ pub fn replay(
         resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
         clock: clock.clone(),
         events: Arc::new(DiscardEvents),
+        accountant: Arc::new(crate::accountant::NoAccounting),
     };
     let (mut engine, messages) = Engine::simulated(config, parts)?;
     let requester = Requester {
@@ -239,6 +240,7 @@ pub fn one_cycle(
         resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
         clock: clock.clone(),
         events: Arc::new(DiscardEvents),
+        accountant: Arc::new(crate::accountant::NoAccounting),
     };
     let (mut engine, messages) = Engine::simulated(config, parts)?;
     let requester = Requester {

@@ -1,0 +1,690 @@
+//! The accounting manager over HTTP: accounts (spec 2.16, 4.14) and quotes (2.18, 4.14),
+//! read for an accounting user named by `proxy-user`; and the administration surface of
+//! the embedded ledger (`/rest/accounting/...`: balances, allocations, usage records).
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::response::Response;
+use drover_accounting::ledger::{Balance, QuoteAnswer, StoredAllocation};
+use drover_accounting::model::{Account, Allocation, Component, RateOverride, Usage};
+use drover_accounting::{AccountingError, Ledger, Money, QuoteRequest};
+use drover_auth::Permission;
+use drover_domain::dates::Timestamp;
+use serde_json::{Map, Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, Kind};
+use crate::input::{Fields, read_object};
+use crate::openapi::schema::{envelope, integer, number, object, string, strings};
+use crate::params::{CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Caller, Routes};
+
+const READ: Access = Access::Needs(Permission::read("accounts"));
+const QUOTE: Access = Access::Needs(Permission::create("quotes"));
+const ADMIN_READ: Access = Access::Needs(Permission::read("accounting"));
+const ADMIN_CREATE: Access = Access::Needs(Permission::create("accounting"));
+
+const QUOTE_FAILED: &str = "No quote was made";
+
+pub(crate) fn register(routes: &mut Routes) {
+    let account = || object(&[("id", string()), ("active", string()), ("users", strings())]);
+    routes
+        .get("/rest/accounts", READ, list_accounts)
+        .summary(
+            "Accounts of the accounting user named by proxy-user (all for an accounting admin)",
+        )
+        .list()
+        .response(200, "Accounts", Some(envelope(account())))
+        .response(
+            400,
+            "No proxy-user, or a query that is not a simple object",
+            None,
+        );
+    routes
+        .get("/rest/accounts/{id}", READ, one_account)
+        .summary("One account")
+        .path_param("id", "The account's id")
+        .response(200, "The account", Some(account()))
+        .response(404, "No such account (or not the user's)", None);
+    routes
+        .post("/rest/quotes/standard/quote", QUOTE, quote)
+        .summary("Prices a job or services (object-type, proxy-user, charge-duration required)")
+        .body(
+            "application/json",
+            object(&[("account", string()), ("user", string())]),
+        )
+        .response(
+            200,
+            "The quote",
+            Some(object(&[("instance", string()), ("amount", number())])),
+        )
+        .response(
+            400,
+            "Refused (bad parameters, insufficient funds); the messages say why",
+            None,
+        );
+    routes
+        .get(
+            "/rest/accounting/accounts/{id}/balance",
+            ADMIN_READ,
+            balance,
+        )
+        .summary("An account's money now: allocated, charged, held, available")
+        .path_param("id", "The account's id")
+        .response(200, "The balance", Some(object(&[("available", number())])));
+    routes
+        .get("/rest/accounting/allocations", ADMIN_READ, list_allocations)
+        .summary("Allocations: configured (id 0) and added")
+        .list()
+        .response(
+            200,
+            "Allocations",
+            Some(envelope(object(&[("account", string())]))),
+        );
+    routes
+        .post("/rest/accounting/allocations", ADMIN_CREATE, allocate)
+        .summary("Adds funds to an account: {account, amount, startTime?, endTime?}")
+        .body(
+            "application/json",
+            object(&[("account", string()), ("amount", number())]),
+        )
+        .response(201, "Added", Some(object(&[("id", integer())])));
+    routes
+        .get("/rest/accounting/usage-records", ADMIN_READ, list_usage)
+        .summary("Usage records: guaranteed quotes and the charges of jobs")
+        .list()
+        .response(
+            200,
+            "Usage records",
+            Some(envelope(object(&[("charge", number())]))),
+        );
+}
+
+fn ledger(state: &AppState) -> ApiResult<&Arc<Ledger>> {
+    state.accounting().filter(|l| l.enabled()).ok_or_else(|| {
+        ApiError::unavailable(
+            "No accounting manager is configured",
+            "Enable it with [accounting] enabled = true",
+        )
+    })
+}
+
+/// The accounting user: `proxy-user`, required here whatever the proxy settings.
+fn accounting_user(caller: &Caller) -> ApiResult<String> {
+    caller
+        .proxy_user
+        .clone()
+        .filter(|u| !u.is_empty())
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "The proxy-user parameter is required",
+                "It names the accounting user whose accounts are read",
+            )
+        })
+}
+
+fn accounting_error(summary: &str, error: AccountingError) -> ApiError {
+    match error {
+        AccountingError::Invalid(reasons) => {
+            let mut messages = vec![summary.to_string()];
+            messages.extend(reasons);
+            ApiError::new(Kind::BadRequest, messages)
+        }
+        AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
+        AccountingError::NotFound(what) => ApiError::not_found(what),
+        AccountingError::Store(why) => ApiError::unavailable(summary, why),
+    }
+}
+
+/// The record of spec 2.16, with the custom attributes asked for.
+fn render_account(account: &Account, custom: &[String]) -> Value {
+    let mut out = json!({
+        "id": account.id,
+        "active": account.active,
+        "organization": account.organization,
+        "description": account.description,
+        "creationTime": null,
+        "modificationTime": null,
+        "deleted": false,
+        "requestId": 0,
+        "transactionId": 0,
+        "users": account.users.iter().map(|u| json!({
+            "id": u.id, "active": u.active, "admin": u.admin,
+        })).collect::<Vec<_>>(),
+    });
+    for name in custom {
+        out[name.as_str()] = account.custom.get(name).cloned().unwrap_or(Value::Null);
+    }
+    out
+}
+
+fn custom_fields(params: &CommonParams) -> ApiResult<Vec<String>> {
+    Ok(params
+        .raw
+        .get("custom-fields")?
+        .map(|list| {
+            list.split(',')
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+async fn list_accounts(
+    State(state): State<AppState>,
+    common: CommonParams,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    let ledger = ledger(&state)?;
+    let user = accounting_user(&caller)?;
+    if let Some(text) = common.raw.get("query")? {
+        simple_query(text)?;
+    }
+    let custom = custom_fields(&common)?;
+    let documents: Vec<Value> = ledger
+        .accounts_for(&user)
+        .into_iter()
+        .map(|a| render_account(a, &custom))
+        .collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| documents[i].clone())
+        .collect();
+    Ok(reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+/// Accounts take only a simple query: an object of field = scalar value.
+fn simple_query(text: &str) -> ApiResult<()> {
+    let refuse = |why: String| {
+        ApiError::bad_request(
+            "The query of accounts must be a simple object",
+            format!("{why} (give {{\"field\": value}} pairs, no operators or nesting)"),
+        )
+    };
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| refuse(format!("query is not JSON: {e}")))?;
+    let Value::Object(fields) = value else {
+        return Err(refuse("query is not an object".into()));
+    };
+    for (key, value) in fields {
+        if key.starts_with('$') || key.contains('.') {
+            return Err(refuse(format!("'{key}' is an operator or a nested path")));
+        }
+        if value.is_object() || value.is_array() {
+            return Err(refuse(format!("the value of '{key}' is nested")));
+        }
+    }
+    Ok(())
+}
+
+async fn one_account(
+    State(state): State<AppState>,
+    common: CommonParams,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let ledger = ledger(&state)?;
+    let user = accounting_user(&caller)?;
+    let custom = custom_fields(&common)?;
+    let account = ledger
+        .accounts_for(&user)
+        .into_iter()
+        .find(|a| a.id == id)
+        .ok_or_else(|| ApiError::not_found(format!("No account '{id}' for '{user}'")))?;
+    Ok(Json(render_account(account, &custom)))
+}
+
+/// `start-time` / `end-time`: a date, `Now`, or `-Infinity` / `Infinity` (unbounded).
+fn time_param(
+    common: &CommonParams,
+    name: &str,
+    state: &AppState,
+    now: i64,
+) -> ApiResult<Option<i64>> {
+    match common.raw.get(name)? {
+        None => Ok(None),
+        Some(v) if v.eq_ignore_ascii_case("now") => Ok(Some(now)),
+        Some(v) if v.eq_ignore_ascii_case("infinity") || v.eq_ignore_ascii_case("-infinity") => {
+            Ok(None)
+        }
+        Some(v) => state
+            .settings()
+            .dates
+            .parse(v)
+            .map(|t| Some(t.as_second()))
+            .map_err(|e| {
+                ApiError::bad_request(
+                    QUOTE_FAILED,
+                    format!("{name}: '{v}' is not yyyy-MM-dd HH:mm:ss z, Now, -Infinity or Infinity ({e})"),
+                )
+            }),
+    }
+}
+
+fn integer_param(common: &CommonParams, name: &str) -> ApiResult<Option<i64>> {
+    match common.raw.get(name)? {
+        None => Ok(None),
+        Some(v) => v
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::bad_request(
+                    QUOTE_FAILED,
+                    format!("{name}: '{v}' is not a whole number of seconds"),
+                )
+            }),
+    }
+}
+
+fn flag_param(common: &CommonParams, name: &str) -> ApiResult<bool> {
+    match common.raw.get(name)? {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" || v.is_empty() => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(false),
+        Some(v) => Err(ApiError::bad_request(
+            QUOTE_FAILED,
+            format!("{name}: '{v}' is not true or false"),
+        )),
+    }
+}
+
+async fn quote(
+    State(state): State<AppState>,
+    common: CommonParams,
+    caller: Caller,
+    body: Bytes,
+) -> ApiResult<Response> {
+    let ledger = ledger(&state)?;
+    let missing = |name: &str| ApiError::bad_request(QUOTE_FAILED, format!("{name}: required"));
+    let object_type = common
+        .raw
+        .get("object-type")?
+        .ok_or_else(|| missing("object-type"))?;
+    let service = match object_type.to_ascii_lowercase().as_str() {
+        "job" => false,
+        "service" => true,
+        other => {
+            return Err(ApiError::bad_request(
+                QUOTE_FAILED,
+                format!("object-type: '{other}' is neither job nor service"),
+            ));
+        }
+    };
+    let user = accounting_user(&caller)?;
+    let duration =
+        integer_param(&common, "charge-duration")?.ok_or_else(|| missing("charge-duration"))?;
+    let itemize = flag_param(&common, "itemize")?;
+    let guarantee = flag_param(&common, "guarantee")?;
+    let cost_only = flag_param(&common, "cost-only")?;
+    if guarantee && cost_only {
+        return Err(ApiError::bad_request(
+            QUOTE_FAILED,
+            "guarantee and cost-only cannot be given together",
+        ));
+    }
+    let grace = integer_param(&common, "grace-duration")?.unwrap_or(0);
+    let description = common.raw.get("description")?.map(String::from);
+    let now = Timestamp::now().as_second();
+    let start = time_param(&common, "start-time", &state, now)?;
+    let mut end = time_param(&common, "end-time", &state, now)?;
+    if end.is_none() && common.raw.get("end-time")?.is_none() {
+        end = Some(start.unwrap_or(now) + duration + grace);
+    }
+    let overrides: Vec<RateOverride> = match common.raw.get("rate")? {
+        None => Vec::new(),
+        Some(text) => {
+            let value: Value = serde_json::from_str(text).map_err(|e| {
+                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
+            })?;
+            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
+                f.each("rate", |r| {
+                    let kind = r.string("type").unwrap_or_default();
+                    let rate = match r.raw("rate").map(Money::from_json) {
+                        Some(Ok(rate)) => rate,
+                        Some(Err(e)) => {
+                            r.problem("rate", e);
+                            Money::ZERO
+                        }
+                        None => {
+                            r.problem("rate", "required");
+                            Money::ZERO
+                        }
+                    };
+                    if kind.is_empty() {
+                        r.problem("type", "required");
+                    }
+                    RateOverride {
+                        kind,
+                        name: r.string("name"),
+                        rate,
+                    }
+                })
+                .unwrap_or_default()
+            })?
+        }
+    };
+    let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        json!({})
+    } else {
+        parse_json(&body)?
+    };
+    let request = |usage: Usage, object: Option<String>| QuoteRequest {
+        usage,
+        object,
+        duration,
+        overrides: overrides.clone(),
+        guarantee,
+        cost_only,
+        start,
+        end,
+        description: description.clone(),
+    };
+    let answer_of = |answer: QuoteAnswer, instance: &str| -> Value {
+        let mut out = Map::new();
+        out.insert("instance".into(), json!(instance));
+        out.insert("amount".into(), answer.price.amount.to_json());
+        if let Some(id) = answer.id {
+            out.insert("id".into(), json!(id));
+            out.insert("usageRecord".into(), json!(answer.usage_record));
+        }
+        if itemize {
+            out.insert(
+                "details".into(),
+                Value::Array(answer.price.components.iter().map(detail).collect()),
+            );
+        }
+        Value::Object(out)
+    };
+    if !service {
+        let (usage, object) = read_object(&body, QUOTE_FAILED, |f| job_usage(f, &user))?;
+        let instance = object.clone().unwrap_or_else(|| "job".into());
+        let answer = ledger
+            .quote(request(usage, object), now)
+            .map_err(|e| accounting_error(QUOTE_FAILED, e))?;
+        return Ok(axum::response::IntoResponse::into_response(Json(
+            answer_of(answer, &instance),
+        )));
+    }
+    let services: Vec<Value> = match body {
+        Value::Array(items) => items,
+        Value::Object(_) => vec![body],
+        _ => {
+            return Err(ApiError::bad_request(
+                QUOTE_FAILED,
+                "the body must be a service or a list of services",
+            ));
+        }
+    };
+    if services.is_empty() {
+        return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
+    }
+    let mut priced = Vec::new();
+    let mut total = Money::ZERO;
+    for service in &services {
+        let (usage, name) = read_object(service, QUOTE_FAILED, |f| service_usage(f, &user))?;
+        let answer = ledger
+            .quote(request(usage, name.clone()), now)
+            .map_err(|e| accounting_error(QUOTE_FAILED, e))?;
+        total += answer.price.amount;
+        let mut one = answer_of(answer, name.as_deref().unwrap_or("service"));
+        one["details"] = one.get("details").cloned().unwrap_or(json!([]));
+        priced.push(one);
+    }
+    Ok(axum::response::IntoResponse::into_response(Json(json!({
+        "services": priced,
+        "amount": total.to_json(),
+    }))))
+}
+
+fn detail(c: &Component) -> Value {
+    json!({
+        "name": c.name,
+        "value": c.value,
+        "duration": c.duration,
+        "rate": c.rate.to_json(),
+        "scalingFactor": c.scaling_factor.to_json(),
+        "amount": c.amount.to_json(),
+        "details": [],
+    })
+}
+
+/// A job body: `tasks` = requiredNodeCountMinimum (one task per node, default 1), each
+/// of requiredProcessorsPerTask processors and requiredMemoryPerTask MB.
+fn job_usage(f: &mut Fields<'_>, proxy_user: &str) -> (Usage, Option<String>) {
+    let object = f.string("id");
+    let user = f.string("user").unwrap_or_else(|| proxy_user.to_string());
+    let _ = (
+        f.string("group"),
+        f.string("rmName"),
+        f.strings("templateList"),
+        f.string_map("variables"),
+    );
+    let account = f.string("account");
+    let qos = f.string("qosRequested");
+    let mut usage = Usage {
+        user,
+        account,
+        qos,
+        nodes: 1,
+        processors: 1,
+        ..Usage::default()
+    };
+    f.object("requirements", |r| {
+        let nodes = r
+            .integer_in("requiredNodeCountMinimum", 1, 1_000_000)
+            .unwrap_or(1) as u64;
+        let per_task = r
+            .integer_in("requiredProcessorsPerTask", 1, 1_000_000)
+            .unwrap_or(1) as u64;
+        let memory = r
+            .integer_in("requiredMemoryPerTask", 0, i64::MAX / 4)
+            .unwrap_or(0) as u64;
+        usage.nodes = nodes;
+        usage.processors = nodes * per_task;
+        usage.memory = nodes * memory;
+        usage.class = r.string("requiredClass");
+        if let Some(gres) = r.number_map("genericResources") {
+            usage.generic_resources = gres
+                .into_iter()
+                .map(|(name, amount)| (name, (amount * nodes as f64).ceil().max(0.0) as u64))
+                .collect();
+        }
+    });
+    (usage, object)
+}
+
+/// A service body: `attributes.sched.job.resources` ({processors|PROCS, memory|MEM, other
+/// generic resources}), priced at the rate of its `template` (or of "service").
+fn service_usage(f: &mut Fields<'_>, proxy_user: &str) -> (Usage, Option<String>) {
+    let name = f.string("name");
+    let mut usage = Usage {
+        user: f.string("user").unwrap_or_else(|| proxy_user.to_string()),
+        account: f.string("account"),
+        nodes: 1,
+        ..Usage::default()
+    };
+    let mut template = None;
+    f.object("attributes", |a| {
+        a.object("sched", |s| {
+            s.object("job", |j| {
+                template = j.string("template");
+                let _ = (j.string("image"), j.string_map("variables"));
+                if let Some(resources) = j.number_map("resources") {
+                    for (key, amount) in resources {
+                        let amount = amount.ceil().max(0.0) as u64;
+                        match key.to_ascii_lowercase().as_str() {
+                            "processors" | "procs" => usage.processors = amount,
+                            "memory" | "mem" => usage.memory = amount,
+                            "nodes" | "node" => usage.nodes = amount.max(1),
+                            _ => {
+                                usage.generic_resources.insert(key, amount);
+                            }
+                        }
+                    }
+                }
+            });
+        });
+    });
+    usage.service = Some(template.unwrap_or_else(|| "service".into()));
+    (usage, name)
+}
+
+async fn balance(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult<Json<Value>> {
+    let ledger = ledger(&state)?;
+    if ledger.account(&id).is_none() {
+        return Err(ApiError::not_found(format!("No account '{id}'")));
+    }
+    let Balance {
+        allocated,
+        charged,
+        held,
+        available,
+    } = ledger.balance(&id, Timestamp::now().as_second());
+    Ok(Json(json!({
+        "account": id,
+        "allocated": allocated.to_json(),
+        "charged": charged.to_json(),
+        "held": held.to_json(),
+        "available": available.to_json(),
+    })))
+}
+
+fn render_allocation(a: &StoredAllocation, state: &AppState) -> Value {
+    let date = |s: Option<i64>| {
+        s.and_then(|s| Timestamp::from_second(s).ok())
+            .map(|t| state.settings().dates.format(t, 2))
+    };
+    json!({
+        "id": a.id,
+        "account": a.allocation.account,
+        "amount": a.allocation.amount.to_json(),
+        "startTime": date(a.allocation.start),
+        "endTime": date(a.allocation.end),
+    })
+}
+
+async fn list_allocations(
+    State(state): State<AppState>,
+    params: ListParams,
+) -> ApiResult<Json<Value>> {
+    let ledger = ledger(&state)?;
+    let documents: Vec<Value> = ledger
+        .allocations()
+        .iter()
+        .map(|a| render_allocation(a, &state))
+        .collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| documents[i].clone())
+        .collect();
+    Ok(reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
+
+async fn allocate(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
+    let ledger = ledger(&state)?.clone();
+    let body: Value = parse_json(&body)?;
+    let summary = "No funds were added";
+    let dates = state.settings().dates.clone();
+    let allocation = read_object(&body, summary, |f| {
+        let account = f.string("account");
+        if account.is_none() {
+            f.problem("account", "required");
+        }
+        let amount = match f.raw("amount").map(Money::from_json) {
+            Some(Ok(amount)) => amount,
+            Some(Err(e)) => {
+                f.problem("amount", e);
+                Money::ZERO
+            }
+            None => {
+                f.problem("amount", "required");
+                Money::ZERO
+            }
+        };
+        Allocation {
+            account: account.unwrap_or_default(),
+            amount,
+            start: f.date("startTime", &dates),
+            end: f.date("endTime", &dates),
+        }
+    })?;
+    let now = Timestamp::now().as_second();
+    let id = tokio::task::spawn_blocking(move || ledger.allocate(allocation, now))
+        .await
+        .map_err(|e| ApiError::unavailable(summary, e.to_string()))?
+        .map_err(|e| accounting_error(summary, e))?;
+    Ok(reply::created(
+        state.settings(),
+        "/rest/accounting/allocations",
+        json!({ "id": id }),
+    ))
+}
+
+async fn list_usage(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+    let ledger = ledger(&state)?.clone();
+    let records = tokio::task::spawn_blocking(move || ledger.usage_records())
+        .await
+        .map_err(|e| ApiError::unavailable("The usage records cannot be read", e.to_string()))?
+        .map_err(|e| accounting_error("The usage records cannot be read", e))?;
+    let date = |s: i64| {
+        Timestamp::from_second(s)
+            .ok()
+            .map(|t| state.settings().dates.format(t, 2))
+    };
+    let documents: Vec<Value> = records
+        .iter()
+        .map(|r| {
+            json!({
+                "id": r.id,
+                "kind": r.kind,
+                "object": r.object,
+                "account": r.account,
+                "user": r.user,
+                "quote": r.quote,
+                "duration": r.duration,
+                "charge": r.charge.to_json(),
+                "processors": r.usage.processors,
+                "createdTime": date(r.created),
+            })
+        })
+        .collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| documents[i].clone())
+        .collect();
+    Ok(reply::envelope(
+        drover_query::Page {
+            total: page.total,
+            items,
+        },
+        &params,
+    ))
+}
