@@ -36,6 +36,9 @@ pub struct AccountingConfig {
     pub rates: Rates,
     /// A job without a wall time is held funds for this many seconds.
     pub default_lien_seconds: Option<Seconds>,
+    /// Let jobs start without enough funds (the balance may go negative); by default a
+    /// job waits until its account can pay for its requested time.
+    pub allow_overdraft: bool,
 }
 
 impl AccountingConfig {
@@ -382,7 +385,7 @@ impl Ledger {
         let amount = pricing::price(&rates, usage, seconds).amount;
         let id = self.check_account(&usage.user, Some(&account))?;
         let available = self.balance_locked(&state, &id, now).available;
-        if available < amount {
+        if available < amount && !self.config.allow_overdraft {
             return Err(AccountingError::InsufficientFunds(format!(
                 "insufficient funds: {amount} needed to start, account '{id}' has {available} available"
             )));
@@ -534,6 +537,7 @@ mod tests {
                 ..Rates::default()
             },
             default_lien_seconds: None,
+            allow_overdraft: false,
         }
     }
 
@@ -638,6 +642,22 @@ mod tests {
             ledger.hold("D.2", &outsider, Some(10), 0),
             Err(AccountingError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn with_overdraft_allowed_a_job_starts_and_the_balance_goes_negative() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(drover_store::SqliteStore::open(&dir.path().join("a.db")).unwrap());
+        let ledger = Ledger::open(
+            AccountingConfig {
+                allow_overdraft: true,
+                ..config("1")
+            },
+            store,
+        )
+        .unwrap();
+        assert!(ledger.hold("D.1", &usage(1), Some(3600), 0).is_ok());
+        assert_eq!(ledger.balance("physics", 0).available, m("-35"));
     }
 
     #[test]

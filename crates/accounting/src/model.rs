@@ -108,6 +108,12 @@ pub struct Usage {
     pub processors: u64,
     /// Megabytes.
     pub memory: u64,
+    /// Megabytes.
+    #[serde(default)]
+    pub disk: u64,
+    /// Megabytes.
+    #[serde(default)]
+    pub swap: u64,
     pub generic_resources: BTreeMap<String, u64>,
     /// A service's type, for service pricing.
     pub service: Option<String>,

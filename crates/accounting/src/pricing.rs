@@ -97,6 +97,8 @@ pub fn price(rates: &Rates, usage: &Usage, duration: Seconds) -> Price {
     };
     add("processors".into(), usage.processors, rates.processors);
     add("memory".into(), usage.memory, rates.memory);
+    add("disk".into(), usage.disk, rates.disk);
+    add("swap".into(), usage.swap, rates.swap);
     add("node".into(), usage.nodes, rates.node);
     for (name, count) in &usage.generic_resources {
         add(

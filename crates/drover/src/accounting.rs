@@ -26,6 +26,8 @@ pub fn usage_of(job: &Job) -> Usage {
             .max(1),
         processors: job.processors(),
         memory: request.memory_per_task.unwrap_or(0) * tasks,
+        disk: request.disk_per_task.unwrap_or(0) * tasks,
+        swap: request.swap_per_task.unwrap_or(0) * tasks,
         generic_resources: request
             .generic_resources
             .iter()

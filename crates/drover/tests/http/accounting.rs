@@ -63,6 +63,7 @@ fn server() -> TestServer {
                     ..Rates::default()
                 },
                 default_lien_seconds: None,
+                allow_overdraft: false,
             };
         })
         .start()
