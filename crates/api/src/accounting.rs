@@ -416,9 +416,9 @@ async fn quote(
     if !service {
         let (usage, object) = read_object(&body, QUOTE_FAILED, |f| job_usage(f, &user))?;
         let instance = object.clone().unwrap_or_else(|| "job".into());
-        let answer = ledger
-            .quote(request(usage, object), now)
-            .map_err(|e| accounting_error(QUOTE_FAILED, e))?;
+        let answer = quote_all(ledger, vec![request(usage, object)], now)
+            .await?
+            .remove(0);
         return Ok(axum::response::IntoResponse::into_response(Json(
             answer_of(answer, &instance),
         )));
@@ -436,13 +436,20 @@ async fn quote(
     if services.is_empty() {
         return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
     }
-    let mut priced = Vec::new();
-    let mut total = Money::ZERO;
+    let mut names = Vec::new();
+    let mut requests = Vec::new();
     for service in &services {
         let (usage, name) = read_object(service, QUOTE_FAILED, |f| service_usage(f, &user))?;
-        let answer = ledger
-            .quote(request(usage, name.clone()), now)
-            .map_err(|e| accounting_error(QUOTE_FAILED, e))?;
+        names.push(name.clone());
+        requests.push(request(usage, name));
+    }
+    let mut priced = Vec::new();
+    let mut total = Money::ZERO;
+    for (answer, name) in quote_all(ledger, requests, now)
+        .await?
+        .into_iter()
+        .zip(names)
+    {
         total += answer.price.amount;
         let mut one = answer_of(answer, name.as_deref().unwrap_or("service"));
         one["details"] = one.get("details").cloned().unwrap_or(json!([]));
@@ -452,6 +459,24 @@ async fn quote(
         "services": priced,
         "amount": total.to_json(),
     }))))
+}
+
+/// Makes the quotes off the async runtime (a guaranteed one writes to the store).
+async fn quote_all(
+    ledger: &Arc<Ledger>,
+    requests: Vec<QuoteRequest>,
+    now: i64,
+) -> ApiResult<Vec<QuoteAnswer>> {
+    let ledger = ledger.clone();
+    tokio::task::spawn_blocking(move || {
+        requests
+            .into_iter()
+            .map(|request| ledger.quote(request, now))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
+    .map_err(|e| accounting_error(QUOTE_FAILED, e))
 }
 
 fn detail(c: &Component) -> Value {
