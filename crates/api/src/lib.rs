@@ -24,6 +24,7 @@ pub mod nodes;
 pub mod openapi;
 pub mod params;
 pub mod permissions;
+pub mod principals;
 pub mod reply;
 pub mod reports;
 pub mod reservations;
@@ -42,6 +43,7 @@ pub fn interface() -> Routes {
     openapi::register(&mut routes);
     diag::register(&mut routes);
     permissions::register(&mut routes);
+    principals::register(&mut routes);
     jobs::register(&mut routes);
     nodes::register(&mut routes);
     credentials::register(&mut routes);

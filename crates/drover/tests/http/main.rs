@@ -8,6 +8,7 @@ mod diag;
 mod jobs;
 mod monitoring;
 mod openapi;
+mod principals;
 mod reservations;
 mod support;
 mod vcs;
