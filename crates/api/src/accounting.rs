@@ -193,19 +193,7 @@ async fn list_accounts(
         .into_iter()
         .map(|a| render_account(a, &custom))
         .collect();
-    let page = params.query.run_positions(&documents);
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| documents[i].clone())
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::list_in_memory(&documents, &params))
 }
 
 /// Accounts take only a simple query: an object of field = scalar value.
@@ -294,18 +282,6 @@ fn integer_param(common: &CommonParams, name: &str) -> ApiResult<Option<i64>> {
     }
 }
 
-fn flag_param(common: &CommonParams, name: &str) -> ApiResult<bool> {
-    match common.raw.get(name)? {
-        None => Ok(false),
-        Some(v) if v.eq_ignore_ascii_case("true") || v == "1" || v.is_empty() => Ok(true),
-        Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(false),
-        Some(v) => Err(ApiError::bad_request(
-            QUOTE_FAILED,
-            format!("{name}: '{v}' is not true or false"),
-        )),
-    }
-}
-
 async fn quote(
     State(state): State<AppState>,
     common: CommonParams,
@@ -331,9 +307,9 @@ async fn quote(
     let user = accounting_user(&caller)?;
     let duration =
         integer_param(&common, "charge-duration")?.ok_or_else(|| missing("charge-duration"))?;
-    let itemize = flag_param(&common, "itemize")?;
-    let guarantee = flag_param(&common, "guarantee")?;
-    let cost_only = flag_param(&common, "cost-only")?;
+    let itemize = common.raw.flag("itemize")?;
+    let guarantee = common.raw.flag("guarantee")?;
+    let cost_only = common.raw.flag("cost-only")?;
     if guarantee && cost_only {
         return Err(ApiError::bad_request(
             QUOTE_FAILED,
@@ -357,17 +333,7 @@ async fn quote(
             read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
                 f.each("rate", |r| {
                     let kind = r.string("type").unwrap_or_default();
-                    let rate = match r.raw("rate").map(Money::from_json) {
-                        Some(Ok(rate)) => rate,
-                        Some(Err(e)) => {
-                            r.problem("rate", e);
-                            Money::ZERO
-                        }
-                        None => {
-                            r.problem("rate", "required");
-                            Money::ZERO
-                        }
-                    };
+                    let rate = required_money(r, "rate");
                     if kind.is_empty() {
                         r.problem("type", "required");
                     }
@@ -477,6 +443,22 @@ async fn quote_all(
     .await
     .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
     .map_err(|e| accounting_error(QUOTE_FAILED, e))
+}
+
+/// A decimal amount at `key` (a number or a numeric string, at most six places); a
+/// problem is recorded when it is missing or not one.
+fn required_money(f: &mut Fields<'_>, key: &str) -> Money {
+    match f.raw(key).map(Money::from_json) {
+        Some(Ok(amount)) => amount,
+        Some(Err(e)) => {
+            f.problem(key, e);
+            Money::ZERO
+        }
+        None => {
+            f.problem(key, "required");
+            Money::ZERO
+        }
+    }
 }
 
 fn detail(c: &Component) -> Value {
@@ -616,19 +598,7 @@ async fn list_allocations(
         .iter()
         .map(|a| render_allocation(a, &state))
         .collect();
-    let page = params.query.run_positions(&documents);
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| documents[i].clone())
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::list_in_memory(&documents, &params))
 }
 
 async fn allocate(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
@@ -641,17 +611,7 @@ async fn allocate(State(state): State<AppState>, body: Bytes) -> ApiResult<Respo
         if account.is_none() {
             f.problem("account", "required");
         }
-        let amount = match f.raw("amount").map(Money::from_json) {
-            Some(Ok(amount)) => amount,
-            Some(Err(e)) => {
-                f.problem("amount", e);
-                Money::ZERO
-            }
-            None => {
-                f.problem("amount", "required");
-                Money::ZERO
-            }
-        };
+        let amount = required_money(f, "amount");
         Allocation {
             account: account.unwrap_or_default(),
             amount,
@@ -699,17 +659,5 @@ async fn list_usage(State(state): State<AppState>, params: ListParams) -> ApiRes
             })
         })
         .collect();
-    let page = params.query.run_positions(&documents);
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| documents[i].clone())
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::list_in_memory(&documents, &params))
 }

@@ -13,6 +13,7 @@
 //!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
 
 pub mod accounting;
+mod acl;
 pub mod credentials;
 pub mod diag;
 pub mod error;

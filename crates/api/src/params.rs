@@ -99,12 +99,13 @@ impl RawParams {
         Ok(first)
     }
 
-    /// `true`/`false` (any case); absent is `false`.
+    /// `true`/`false` (any case) or `1`/`0` (the quote's `cost-only` is documented as an
+    /// integer); absent is `false`.
     pub fn flag(&self, name: &str) -> Result<bool, ApiError> {
         match self.get(name)? {
             None => Ok(false),
-            Some(v) if v.eq_ignore_ascii_case("true") || v.is_empty() => Ok(true),
-            Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+            Some(v) if v.eq_ignore_ascii_case("true") || v == "1" || v.is_empty() => Ok(true),
+            Some(v) if v.eq_ignore_ascii_case("false") || v == "0" => Ok(false),
             Some(v) => Err(ApiError::bad_parameter(format!(
                 "{name} must be true or false, not '{v}'"
             ))),

@@ -181,19 +181,7 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
             .collect::<Vec<_>>())
     })
     .await?;
-    let page = params.query.run_positions(&documents);
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| documents[i].clone())
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::list_in_memory(&documents, &params))
 }
 
 async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {

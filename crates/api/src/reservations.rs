@@ -10,10 +10,11 @@ use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_sched::Scheduler;
 use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
-use drover_sched::reservation::{AclRule, Owner, Reservation, parse_duration};
+use drover_sched::reservation::{Reservation, parse_duration};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
+use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::jobs::{requester, sched_error};
@@ -225,8 +226,10 @@ fn creation(f: &mut Fields<'_>, dates: &WireDates) -> ReservationRequest {
         _ => f.integer_in("duration", 1, i64::MAX / 4),
     };
     let mut request = ReservationRequest {
-        start: date_or_now(f, "startDate", dates),
-        end: date_or_now(f, "endDate", dates),
+        // `Now` (or no startDate) is the scheduler's now, on its own clock.
+        start: date_unless_now(f, "startDate", dates).flatten(),
+        end: date_unless_now(f, "endDate", dates)
+            .map(|end| end.unwrap_or_else(|| Timestamp::now().as_second())),
         duration,
         hosts,
         flags: f
@@ -235,20 +238,8 @@ fn creation(f: &mut Fields<'_>, dates: &WireDates) -> ReservationRequest {
             .into_iter()
             .map(|flag| flag.to_ascii_uppercase())
             .collect(),
-        acl: rules(f),
-        owner: f.object("owner", |o| {
-            let name = o.string("name");
-            if name.is_none() {
-                o.problem("name", "required");
-            }
-            Owner {
-                name: name.unwrap_or_default(),
-                kind: o
-                    .string("type")
-                    .unwrap_or_else(|| "USER".into())
-                    .to_ascii_uppercase(),
-            }
-        }),
+        acl: acl::rules(f),
+        owner: acl::owner(f),
         id_prefix: f.string("idPrefix"),
         partition: f.string("partitionId"),
         variables: f.string_map("variables").unwrap_or_default(),
@@ -293,46 +284,12 @@ fn creation(f: &mut Fields<'_>, dates: &WireDates) -> ReservationRequest {
     request
 }
 
-/// A date, or `Now`.
-fn date_or_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<i64> {
+/// A date (`Some(Some(..))`), `Now` (`Some(None)`), or nothing given (`None`).
+fn date_unless_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<Option<i64>> {
     match f.raw(key) {
-        Some(Value::String(text)) if text.eq_ignore_ascii_case("now") => {
-            Some(Timestamp::now().as_second())
-        }
-        _ => f.date(key, dates),
+        Some(Value::String(text)) if text.eq_ignore_ascii_case("now") => Some(None),
+        _ => f.date(key, dates).map(Some),
     }
-}
-
-/// `aclRules`: type, value, affinity and comparator (upper case).
-pub(crate) fn rules(f: &mut Fields<'_>) -> Vec<AclRule> {
-    f.each("aclRules", |r| {
-        let kind = r.string("type");
-        let value = r.string("value");
-        if kind.is_none() {
-            r.problem("type", "required");
-        }
-        if value.is_none() {
-            r.problem("value", "required");
-        }
-        let rule = AclRule {
-            kind: kind.unwrap_or_default().to_ascii_uppercase(),
-            value: value.unwrap_or_default(),
-            affinity: r.string("affinity").map(|a| a.to_ascii_uppercase()),
-            comparator: r.string("comparator").map(|c| c.to_ascii_uppercase()),
-        };
-        if let Some(problem) = rule
-            .problem()
-            .filter(|_| !rule.kind.is_empty() && !rule.value.is_empty())
-        {
-            // The rule names its field first: "comparator: ...".
-            let (key, text) = problem
-                .split_once(": ")
-                .unwrap_or(("type", problem.as_str()));
-            r.problem(key, text);
-        }
-        rule
-    })
-    .unwrap_or_default()
 }
 
 async fn modify(
@@ -387,15 +344,8 @@ async fn put_rules(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let body: Value = parse_json(&body)?;
     let summary = format!("The ACL rules of reservation {id} were not changed");
-    let rules = read_object(&body, &summary, |f| {
-        let rules = rules(f);
-        if rules.is_empty() {
-            f.problem("aclRules", "one or more rules are required");
-        }
-        rules
-    })?;
+    let rules = acl::rules_body(&body, &summary)?;
     change(&state, &caller, &id, ReservationChange::PutRules(rules)).await
 }
 
@@ -404,13 +354,8 @@ async fn delete_rule(
     caller: Caller,
     Path((id, rule)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let Some((kind, value)) = rule.split_once(':') else {
-        return Err(ApiError::bad_request(
-            format!("The ACL rules of reservation {id} were not changed"),
-            format!("'{rule}' is not <type>:<value>"),
-        ));
-    };
-    let key = format!("{}:{value}", kind.to_ascii_uppercase());
+    let summary = format!("The ACL rules of reservation {id} were not changed");
+    let key = acl::rule_key(&rule, &summary)?;
     change(&state, &caller, &id, ReservationChange::DeleteRule(key)).await
 }
 
@@ -447,9 +392,11 @@ fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u3
     }
     // Processors used now by jobs that asked for it, on its nodes.
     let nodes = scheduler.nodes();
+    let by_id: std::collections::HashMap<&str, &drover_sched::node::Node> =
+        nodes.iter().map(|n| (n.id(), n)).collect();
     let mut busy = 0u64;
     for held in &r.held {
-        if let Some(node) = nodes.iter().find(|n| n.id() == held.node) {
+        if let Some(node) = by_id.get(held.node.as_str()) {
             for job_id in &node.jobs {
                 if let Some(job) = scheduler.job(job_id)
                     && job.spec.extra.reservation_requested.as_deref() == Some(r.id.as_str())

@@ -11,17 +11,16 @@ use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
-use drover_sched::reservation::Owner;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::acl;
 use crate::error::{ApiError, ApiResult};
-use crate::input::{Fields, read_object};
+use crate::input::read_object;
 use crate::jobs::{requester, sched_error};
 use crate::openapi::schema::{envelope, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::reservations::rules;
 use crate::routes::{Access, Caller, Routes};
 
 const READ: Access = Access::Needs(Permission::read("vcs"));
@@ -132,26 +131,10 @@ async fn one(
     )))
 }
 
-fn owner(f: &mut Fields<'_>) -> Option<Owner> {
-    f.object("owner", |o| {
-        let name = o.string("name");
-        if name.is_none() {
-            o.problem("name", "required");
-        }
-        Owner {
-            name: name.unwrap_or_default(),
-            kind: o
-                .string("type")
-                .unwrap_or_else(|| "USER".into())
-                .to_ascii_uppercase(),
-        }
-    })
-}
-
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
     let body: Value = parse_json(&body)?;
     let (description, owner) = read_object(&body, "The virtual container was not created", |f| {
-        (f.string("description"), owner(f))
+        (f.string("description"), acl::owner(f))
     })?;
     let by = requester(&caller);
     let authenticated = caller
@@ -237,7 +220,7 @@ async fn modify(
                 flags: f
                     .strings("flags")
                     .map(|flags| flags.into_iter().map(|x| x.to_ascii_uppercase()).collect()),
-                owner: owner(f),
+                owner: acl::owner(f),
                 variables: f.string_map("variables"),
             },
             ChangeMode::Add | ChangeMode::Remove => {
@@ -275,15 +258,8 @@ async fn put_rules(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let body: Value = parse_json(&body)?;
     let summary = format!("The ACL rules of virtual container {id} were not changed");
-    let rules = read_object(&body, &summary, |f| {
-        let rules = rules(f);
-        if rules.is_empty() {
-            f.problem("aclRules", "one or more rules are required");
-        }
-        rules
-    })?;
+    let rules = acl::rules_body(&body, &summary)?;
     change_one(&state, &caller, &id, ContainerChange::PutRules(rules)).await
 }
 
@@ -292,13 +268,8 @@ async fn delete_rule(
     caller: Caller,
     Path((id, rule)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
-    let Some((kind, value)) = rule.split_once(':') else {
-        return Err(ApiError::bad_request(
-            format!("The ACL rules of virtual container {id} were not changed"),
-            format!("'{rule}' is not <type>:<value>"),
-        ));
-    };
-    let key = format!("{}:{value}", kind.to_ascii_uppercase());
+    let summary = format!("The ACL rules of virtual container {id} were not changed");
+    let key = acl::rule_key(&rule, &summary)?;
     change_one(&state, &caller, &id, ContainerChange::DeleteRule(key)).await
 }
 

@@ -282,22 +282,9 @@ impl Engine {
     }
 
     pub(crate) fn load_containers(&mut self) -> Result<(), String> {
-        let stored = self
-            .store
-            .list(CONTAINERS, &drover_query::ListQuery::default())
-            .map_err(|e| format!("cannot read the virtual containers: {e}"))?;
-        let mut containers: Vec<VirtualContainer> = Vec::new();
-        for document in stored.items {
-            match serde_json::from_value::<VirtualContainer>(document.body) {
-                Ok(c) => containers.push(c),
-                Err(e) => eprintln!("drover: skipping unreadable container {}: {e}", document.id),
-            }
-        }
-        let number = |c: &VirtualContainer| {
-            c.id.rsplit_once('.')
-                .and_then(|(_, n)| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let mut containers: Vec<VirtualContainer> =
+            self.load_all(CONTAINERS, "virtual container")?;
+        let number = |c: &VirtualContainer| super::recovery::id_number(&c.id);
         containers.sort_by_key(number);
         self.next_container = containers.iter().map(number).max().unwrap_or(0);
         self.containers = containers;

@@ -15,17 +15,7 @@ impl Engine {
     /// Loads every job and node override; running jobs are adopted again if their
     /// process lives, else requeued (RESTARTABLE) or ended as Vacated.
     pub(crate) fn load(&mut self) -> Result<(), String> {
-        let stored = self
-            .store
-            .list(JOBS, &ListQuery::default())
-            .map_err(|e| format!("cannot read the jobs: {e}"))?;
-        let mut jobs: Vec<Job> = Vec::with_capacity(stored.items.len());
-        for document in stored.items {
-            match serde_json::from_value::<Job>(document.body) {
-                Ok(job) => jobs.push(job),
-                Err(e) => eprintln!("drover: skipping unreadable job {}: {e}", document.id),
-            }
-        }
+        let mut jobs: Vec<Job> = self.load_all(JOBS, "job")?;
         jobs.sort_by_key(|j| j.seq);
         let jobs = with_array_members(jobs);
         let overrides: HashMap<String, NodeOverrides> = self
@@ -201,6 +191,36 @@ impl Engine {
             }
         });
     }
+}
+
+impl Engine {
+    /// Every document of `collection` read as `T`; one that cannot be read (written by a
+    /// newer or broken version) is reported and skipped rather than stopping the start.
+    pub(crate) fn load_all<T: serde::de::DeserializeOwned>(
+        &self,
+        collection: &str,
+        what: &str,
+    ) -> Result<Vec<T>, String> {
+        let stored = self
+            .store
+            .list(collection, &ListQuery::default())
+            .map_err(|e| format!("cannot read the {what}s: {e}"))?;
+        let mut loaded = Vec::with_capacity(stored.items.len());
+        for document in stored.items {
+            match serde_json::from_value::<T>(document.body) {
+                Ok(item) => loaded.push(item),
+                Err(e) => eprintln!("drover: skipping unreadable {what} {}: {e}", document.id),
+            }
+        }
+        Ok(loaded)
+    }
+}
+
+/// The number `n` of an id `<prefix>.<n>` (0 when there is none).
+pub(crate) fn id_number(id: &str) -> u64 {
+    id.rsplit_once('.')
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// Puts every array's sub-jobs right after their master, in index order: those stored

@@ -430,25 +430,8 @@ impl Engine {
 
     /// Loads the stored reservations (at start and after a failed journal write).
     pub(crate) fn load_reservations(&mut self) -> Result<(), String> {
-        let stored = self
-            .store
-            .list(RESERVATIONS, &drover_query::ListQuery::default())
-            .map_err(|e| format!("cannot read the reservations: {e}"))?;
-        let mut reservations: Vec<Reservation> = Vec::new();
-        for document in stored.items {
-            match serde_json::from_value::<Reservation>(document.body) {
-                Ok(r) => reservations.push(r),
-                Err(e) => eprintln!(
-                    "drover: skipping unreadable reservation {}: {e}",
-                    document.id
-                ),
-            }
-        }
-        let number = |r: &Reservation| {
-            r.id.rsplit_once('.')
-                .and_then(|(_, n)| n.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
+        let mut reservations: Vec<Reservation> = self.load_all(RESERVATIONS, "reservation")?;
+        let number = |r: &Reservation| super::recovery::id_number(&r.id);
         reservations.sort_by_key(|r| (r.created, number(r)));
         self.next_reservation = reservations.iter().map(number).max().unwrap_or(0);
         self.reservations = reservations;

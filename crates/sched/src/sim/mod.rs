@@ -62,29 +62,7 @@ pub fn replay(
 ) -> Result<Outcome, String> {
     let began = Instant::now();
     let first_submit = trace.jobs.first().map_or(0, |j| j.submit);
-    let clock = Arc::new(ManualClock::new(first_submit));
-    let rm = Arc::new(SimulatedRm::default());
-    let config = SchedConfig {
-        name: "Sim".into(),
-        nodes: nodes.to_vec(),
-        allow_root_jobs: true,
-        policy: policy.clone(),
-        ..SchedConfig::default()
-    };
-    let maker = rm.clone();
-    let parts = EngineParts {
-        store: Arc::new(NoStore),
-        resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
-        clock: clock.clone(),
-        events: Arc::new(DiscardEvents),
-        accountant: Arc::new(crate::accountant::NoAccounting),
-    };
-    let (mut engine, messages) = Engine::simulated(config, parts)?;
-    let requester = Requester {
-        user: SystemUser::current().map_or("root".into(), |u| u.name),
-        proxy_user: None,
-        admin: true,
-    };
+    let mut sim = Simulation::new(nodes, policy, first_submit)?;
     let total_processors: u64 = nodes.iter().map(|n| u64::from(n.processors)).sum();
 
     let jobs = &trace.jobs;
@@ -102,13 +80,13 @@ pub fn replay(
             (Some(t), None) | (None, Some(t)) => t,
             (None, None) => break,
         };
-        clock.set(now);
+        sim.clock.set(now);
         while let Some(&Reverse((t, index))) = ends.peek()
             && t == now
         {
             ends.pop();
             let id = format!("Sim.{}", index + 1);
-            engine.exited(
+            sim.engine.exited(
                 &id,
                 index as i32 + 1,
                 Exit {
@@ -122,32 +100,18 @@ pub fn replay(
         }
         while next < jobs.len() && jobs[next].submit == now {
             let job = &jobs[next];
-            let spec = JobSpec {
-                command_file: "/bin/true".into(),
-                working_directory: Some("/".into()),
-                request: ResourceRequest {
-                    task_count: job.processors,
-                    ..Default::default()
-                },
-                duration: Some(job.requested.max(1)),
-                ..Default::default()
-            };
-            let id = engine
-                .submit(spec, &requester)
+            let id = sim
+                .submit(job.processors, None, job.requested.max(1))
                 .map_err(|e| format!("job {}: {e}", job.number))?;
             by_id.insert(id, next);
             next += 1;
         }
-        if engine.needs_schedule {
-            engine.needs_schedule = false;
-            engine.schedule();
+        if sim.engine.needs_schedule {
+            sim.engine.needs_schedule = false;
+            sim.engine.schedule();
         }
-        engine.flush_journal();
-        while let Ok(message) = messages.try_recv() {
-            engine.handle(message);
-        }
-        engine.flush_journal();
-        for id in rm.started.lock().unwrap().drain(..) {
+        sim.commit();
+        for id in sim.rm.started.lock().unwrap().drain(..) {
             let index = by_id[&id];
             let job = &jobs[index];
             started[index] = Some(now);
@@ -225,71 +189,104 @@ pub fn one_cycle(
     waiting: &[Shape],
     policy: &Policy,
 ) -> Result<Cycle, String> {
-    let clock = Arc::new(ManualClock::new(1_000_000));
-    let rm = Arc::new(SimulatedRm::default());
-    let config = SchedConfig {
-        name: "Sim".into(),
-        nodes: nodes.to_vec(),
-        allow_root_jobs: true,
-        policy: policy.clone(),
-        ..SchedConfig::default()
-    };
-    let maker = rm.clone();
-    let parts = EngineParts {
-        store: Arc::new(NoStore),
-        resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
-        clock: clock.clone(),
-        events: Arc::new(DiscardEvents),
-        accountant: Arc::new(crate::accountant::NoAccounting),
-    };
-    let (mut engine, messages) = Engine::simulated(config, parts)?;
-    let requester = Requester {
-        user: SystemUser::current().map_or("root".into(), |u| u.name),
-        proxy_user: None,
-        admin: true,
-    };
-    let spec = |shape: &Shape| JobSpec {
-        command_file: "/bin/true".into(),
-        working_directory: Some("/".into()),
-        request: ResourceRequest {
-            task_count: shape.tasks,
-            tasks_per_node: shape.per_node,
-            ..Default::default()
-        },
-        duration: Some(shape.seconds),
-        ..Default::default()
-    };
-    let step = |engine: &mut Engine| {
-        engine.schedule();
-        engine.flush_journal();
-        while let Ok(message) = messages.try_recv() {
-            engine.handle(message);
-        }
-        engine.flush_journal();
-    };
+    let mut sim = Simulation::new(nodes, policy, 1_000_000)?;
     for shape in running {
-        engine
-            .submit(spec(shape), &requester)
-            .map_err(|e| e.to_string())?;
+        sim.submit(shape.tasks, shape.per_node, shape.seconds)?;
     }
-    step(&mut engine);
-    let running = engine.running.len();
-    clock.advance(60);
+    sim.engine.schedule();
+    sim.commit();
+    let running = sim.engine.running.len();
+    sim.clock.advance(60);
     for shape in waiting {
-        engine
-            .submit(spec(shape), &requester)
-            .map_err(|e| e.to_string())?;
+        sim.submit(shape.tasks, shape.per_node, shape.seconds)?;
     }
-    let waiting = engine.queue.len();
+    let waiting = sim.engine.queue.len();
     let began = Instant::now();
-    engine.schedule();
+    sim.engine.schedule();
     let elapsed = began.elapsed();
     Ok(Cycle {
         waiting,
         running,
-        started: waiting - engine.queue.len(),
+        started: waiting - sim.engine.queue.len(),
         elapsed,
     })
+}
+
+/// A simulated engine and what drives it.
+struct Simulation {
+    engine: Engine,
+    /// What the engine sends itself (launches once a start is "durable").
+    messages: std::sync::mpsc::Receiver<crate::engine::Inbox>,
+    rm: Arc<SimulatedRm>,
+    clock: Arc<ManualClock>,
+    requester: Requester,
+}
+
+impl Simulation {
+    fn new(nodes: &[NodeConfig], policy: &Policy, start: Seconds) -> Result<Simulation, String> {
+        let clock = Arc::new(ManualClock::new(start));
+        let rm = Arc::new(SimulatedRm::default());
+        let config = SchedConfig {
+            name: "Sim".into(),
+            nodes: nodes.to_vec(),
+            allow_root_jobs: true,
+            policy: policy.clone(),
+            ..SchedConfig::default()
+        };
+        let maker = rm.clone();
+        let parts = EngineParts {
+            store: Arc::new(NoStore),
+            resource_manager: Box::new(move |_| Ok(maker as Arc<dyn ResourceManager>)),
+            clock: clock.clone(),
+            events: Arc::new(DiscardEvents),
+            accountant: Arc::new(crate::accountant::NoAccounting),
+        };
+        let (engine, messages) = Engine::simulated(config, parts)?;
+        Ok(Simulation {
+            engine,
+            messages,
+            rm,
+            clock,
+            requester: Requester {
+                user: SystemUser::current().map_or("root".into(), |u| u.name),
+                proxy_user: None,
+                admin: true,
+            },
+        })
+    }
+
+    /// Submits a job of `tasks` one-processor tasks asking for `seconds`.
+    fn submit(
+        &mut self,
+        tasks: u32,
+        per_node: Option<u32>,
+        seconds: i64,
+    ) -> Result<String, String> {
+        let spec = JobSpec {
+            command_file: "/bin/true".into(),
+            working_directory: Some("/".into()),
+            request: ResourceRequest {
+                task_count: tasks,
+                tasks_per_node: per_node,
+                ..Default::default()
+            },
+            duration: Some(seconds),
+            ..Default::default()
+        };
+        self.engine
+            .submit(spec, &self.requester)
+            .map_err(|e| e.to_string())
+    }
+
+    /// Ends an engine step: its writes "commit" at once, and the launches that follow are
+    /// delivered.
+    fn commit(&mut self) {
+        self.engine.flush_journal();
+        while let Ok(message) = self.messages.try_recv() {
+            self.engine.handle(message);
+        }
+        self.engine.flush_journal();
+    }
 }
 
 /// Starts nothing: records which jobs the engine started, for the driver.
