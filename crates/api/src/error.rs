@@ -29,6 +29,8 @@ pub enum Kind {
     PayloadTooLarge,
     /// A body in a content type the operation does not read.
     UnsupportedMediaType,
+    /// Too many failed logins from this source or for this name lately.
+    TooManyRequests,
     /// A dependency (the datastore, the directory) does not answer.
     Unavailable,
     /// A bug: never the client's fault.
@@ -46,6 +48,7 @@ impl Kind {
             Kind::Conflict => StatusCode::CONFLICT,
             Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
             Kind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Kind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -62,6 +65,7 @@ impl Kind {
             409 => Kind::Conflict,
             413 => Kind::PayloadTooLarge,
             415 => Kind::UnsupportedMediaType,
+            429 => Kind::TooManyRequests,
             503 => Kind::Unavailable,
             400..=499 => Kind::BadRequest,
             _ => Kind::Internal,
@@ -114,6 +118,17 @@ impl ApiError {
             [
                 "You are not allowed to do this".to_string(),
                 format!("User '{user}' lacks the permission {what}"),
+            ],
+        )
+    }
+
+    /// Logins refused unchecked for `seconds` more (the same answer for every name).
+    pub fn throttled(seconds: u64) -> Self {
+        Self::new(
+            Kind::TooManyRequests,
+            [
+                "Too many failed logins".to_string(),
+                format!("Try again in {seconds} seconds"),
             ],
         )
     }
@@ -247,6 +262,7 @@ mod tests {
             Kind::Conflict,
             Kind::PayloadTooLarge,
             Kind::UnsupportedMediaType,
+            Kind::TooManyRequests,
             Kind::Unavailable,
             Kind::Internal,
         ] {

@@ -12,8 +12,10 @@
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
 //!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
 
+pub mod access;
 pub mod accounting;
 mod acl;
+mod audit;
 pub mod credentials;
 pub mod diag;
 pub mod error;
@@ -29,6 +31,7 @@ pub mod principals;
 pub mod reply;
 pub mod reports;
 pub mod reservations;
+pub mod roles;
 pub mod routes;
 mod state;
 pub mod vcs;
@@ -45,6 +48,7 @@ pub fn interface() -> Routes {
     diag::register(&mut routes);
     permissions::register(&mut routes);
     principals::register(&mut routes);
+    roles::register(&mut routes);
     jobs::register(&mut routes);
     nodes::register(&mut routes);
     credentials::register(&mut routes);

@@ -1,7 +1,8 @@
 //! Principals (spec 2.19, 4.16): named mappings of directory users and groups to roles.
-//! Stored as documents (unique name, `version` for concurrent changes). The roles they
-//! attach are the built-in ones until roles can be managed (issue #9, next step); roles
-//! do not yet decide what a principal's users may do.
+//! Stored as documents (unique name, `version` for concurrent changes); every change
+//! rebuilds the decisions of the gate ([`crate::access`]). A principal's `LDAP` users and
+//! `LDAPGROUP`/`LDAPOU` groups name directory logins; its `PAM` users name local users
+//! and `PAMGROUP` groups their system groups.
 
 use std::sync::{Mutex, OnceLock};
 
@@ -10,17 +11,22 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
+use drover_auth::roles::Authority;
 use drover_domain::dates::Timestamp;
 use drover_monitor::event::IdSequence;
-use drover_store::{CollectionSpec, Document, StoreError, Write};
+use drover_store::{StoreError, Write};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::access::{
+    PRINCIPALS, change_list, check_version, find, render, with_store, write_error,
+};
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::openapi::schema::{envelope, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
+use crate::roles::check_name;
 use crate::routes::{Access, Routes};
 
 const READ: Access = Access::Needs(Permission::read("principals"));
@@ -28,9 +34,7 @@ const CREATE: Access = Access::Needs(Permission::create("principals"));
 const UPDATE: Access = Access::Needs(Permission::update("principals"));
 const DELETE: Access = Access::Needs(Permission::delete("principals"));
 
-const COLLECTION: &str = "principals";
-/// The built-in roles a principal may attach (by id or name; the id is the name).
-pub const ROLES: [&str; 3] = ["administrator", "operator", "user"];
+const COLLECTION: &str = PRINCIPALS;
 const USER_TYPES: [&str; 2] = ["LDAP", "PAM"];
 const GROUP_TYPES: [&str; 3] = ["LDAPGROUP", "LDAPOU", "PAMGROUP"];
 
@@ -80,38 +84,27 @@ pub(crate) fn register(routes: &mut Routes) {
 struct Given {
     name: Option<String>,
     description: Option<String>,
-    roles: Option<Vec<String>>,
+    roles: Option<Vec<Value>>,
     groups: Option<Vec<Value>>,
     users: Option<Vec<Value>>,
     version: Option<i64>,
 }
 
-fn read_given(f: &mut Fields<'_>) -> Given {
+fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
     let name = f.string("name");
-    if let Some(name) = &name
-        && (name.is_empty()
-            || name.len() > 128
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
-    {
-        f.problem(
-            "name",
-            format!("'{name}' must be letters, digits, period, dash and underscore"),
-        );
-    }
+    check_name(f, &name);
     let roles = f.references("attachedRoles", "id").map(|roles| {
         roles
             .into_iter()
-            .filter_map(|role| {
-                let found = ROLES.iter().find(|r| r.eq_ignore_ascii_case(&role));
+            .filter_map(|key| {
+                let found = authority.find_role(&key);
                 if found.is_none() {
                     f.problem(
                         "attachedRoles",
-                        format!("no role '{role}' (roles: {})", ROLES.join(", ")),
+                        format!("no role '{key}' (see /rest/roles)"),
                     );
                 }
-                found.map(|r| r.to_string())
+                found.map(|r| json!({"id": r.id, "name": r.name}))
             })
             .collect()
     });
@@ -142,37 +135,8 @@ fn read_given(f: &mut Fields<'_>) -> Given {
     }
 }
 
-fn render(document: &Document) -> Value {
-    let mut out = document.body.clone();
-    out["id"] = json!(document.id);
-    out["version"] = json!(document.version);
-    out
-}
-
-async fn blocking<T: Send + 'static>(
-    state: &AppState,
-    work: impl FnOnce(&dyn drover_store::DocumentStore) -> Result<T, ApiError> + Send + 'static,
-) -> ApiResult<T> {
-    let store = state.store().clone();
-    tokio::task::spawn_blocking(move || {
-        store.ensure_collection(&CollectionSpec::new(COLLECTION))?;
-        work(store.as_ref())
-    })
-    .await
-    .map_err(|e| ApiError::unavailable("The principals cannot be read", e.to_string()))?
-}
-
-fn find(store: &dyn drover_store::DocumentStore, key: &str) -> Result<Document, ApiError> {
-    match store.get(COLLECTION, key)? {
-        Some(doc) => Ok(doc),
-        None => store
-            .get_by_name(COLLECTION, key)?
-            .ok_or_else(|| ApiError::not_found(format!("No principal '{key}'"))),
-    }
-}
-
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let documents = blocking(&state, |store| {
+    let documents = with_store(&state, false, |store| {
         Ok(store
             .list(COLLECTION, &drover_query::ListQuery::default())?
             .items
@@ -185,7 +149,10 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
 }
 
 async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    let document = blocking(&state, move |store| find(store, &key)).await?;
+    let document = with_store(&state, false, move |store| {
+        find(store, COLLECTION, &key, "principal")
+    })
+    .await?;
     Ok(Json(render(&document)))
 }
 
@@ -197,8 +164,9 @@ fn ids() -> &'static Mutex<IdSequence> {
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let body: Value = parse_json(&body)?;
     let summary = "The principal was not created";
+    let authority = state.access().authority();
     let given = read_object(&body, summary, |f| {
-        let given = read_given(f);
+        let given = read_given(f, &authority);
         if given.name.is_none() {
             f.problem("name", "required");
         }
@@ -208,12 +176,12 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     let record = json!({
         "name": name,
         "description": given.description,
-        "attachedRoles": roles_json(given.roles.as_deref().unwrap_or_default()),
+        "attachedRoles": given.roles.unwrap_or_default(),
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
     let id = ids().lock().unwrap().next_id();
-    let document = blocking(&state, move |store| {
+    let document = with_store(&state, true, move |store| {
         store
             .write(&[Write::Insert {
                 collection: COLLECTION.into(),
@@ -227,7 +195,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
                 }
                 other => other.into(),
             })?;
-        find(store, &id)
+        find(store, COLLECTION, &id, "principal")
     })
     .await?;
     Ok(reply::created(
@@ -235,42 +203,6 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         &format!("/rest/principals/{}", document.id),
         render(&document),
     ))
-}
-
-fn roles_json(roles: &[String]) -> Value {
-    json!(
-        roles
-            .iter()
-            .map(|r| json!({"id": r, "name": r}))
-            .collect::<Vec<_>>()
-    )
-}
-
-/// Applies `given` to the list at `key` of `record` by `mode` (identity: `field`).
-fn change_list(
-    record: &mut Value,
-    key: &str,
-    given: Option<Vec<Value>>,
-    mode: ChangeMode,
-    field: &[&str],
-) {
-    let Some(given) = given else {
-        return;
-    };
-    let same = |a: &Value, b: &Value| field.iter().all(|f| a.get(*f) == b.get(*f));
-    let mut list: Vec<Value> = record[key].as_array().cloned().unwrap_or_default();
-    match mode {
-        ChangeMode::Set => list = given,
-        ChangeMode::Add => {
-            for item in given {
-                if !list.iter().any(|x| same(x, &item)) {
-                    list.push(item);
-                }
-            }
-        }
-        ChangeMode::Remove => list.retain(|x| !given.iter().any(|g| same(x, g))),
-    }
-    record[key] = Value::Array(list);
 }
 
 async fn modify(
@@ -282,20 +214,11 @@ async fn modify(
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
     let body: Value = parse_json(&body)?;
     let summary = format!("The principal {key} was not changed");
-    let given = read_object(&body, &summary, read_given)?;
-    let document = blocking(&state, move |store| {
-        let current = find(store, &key)?;
-        if let Some(version) = given.version
-            && version != current.version
-        {
-            return Err(ApiError::conflict(
-                summary,
-                format!(
-                    "version {version} is stale: the principal is at version {}",
-                    current.version
-                ),
-            ));
-        }
+    let authority = state.access().authority();
+    let given = read_object(&body, &summary, |f| read_given(f, &authority))?;
+    let document = with_store(&state, true, move |store| {
+        let current = find(store, COLLECTION, &key, "principal")?;
+        check_version(given.version, &current, &summary, "principal")?;
         let mut record = current.body.clone();
         if let Some(name) = &given.name {
             record["name"] = json!(name);
@@ -303,16 +226,7 @@ async fn modify(
         if let Some(description) = &given.description {
             record["description"] = json!(description);
         }
-        change_list(
-            &mut record,
-            "attachedRoles",
-            given
-                .roles
-                .as_deref()
-                .map(|r| roles_json(r).as_array().cloned().unwrap_or_default()),
-            mode,
-            &["id"],
-        );
+        change_list(&mut record, "attachedRoles", given.roles, mode, &["id"]);
         change_list(&mut record, "groups", given.groups, mode, &["name", "type"]);
         change_list(&mut record, "users", given.users, mode, &["name", "type"]);
         let name = record["name"].as_str().map(String::from);
@@ -324,19 +238,16 @@ async fn modify(
                 body: record,
                 expected_version: Some(current.version),
             }])
-            .map_err(|e| match e {
-                StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
-                other => other.into(),
-            })?;
-        find(store, &current.id)
+            .map_err(write_error(&summary))?;
+        find(store, COLLECTION, &current.id, "principal")
     })
     .await?;
     Ok(Json(render(&document)))
 }
 
 async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |store| {
-        let current = find(store, &key)?;
+    with_store(&state, true, move |store| {
+        let current = find(store, COLLECTION, &key, "principal")?;
         store.write(&[Write::Delete {
             collection: COLLECTION.into(),
             id: current.id,

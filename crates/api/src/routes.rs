@@ -15,9 +15,14 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
-use drover_auth::{Identity, Permission, basic_credentials};
+use std::net::SocketAddr;
+
+use axum::extract::ConnectInfo;
+use drover_auth::roles::{Authority, Scope};
+use drover_auth::{DirectoryError, Identity, Origin, Permission, basic_credentials};
 use serde_json::Value;
 
+use crate::audit::{self, Audit};
 use crate::error::ApiError;
 use crate::params::CommonParams;
 use crate::{AppState, layers, openapi};
@@ -219,6 +224,7 @@ impl Routes {
                 Access::Public => None,
             })
             .collect();
+        permissions.push(drover_auth::roles::PROXY);
         permissions.sort();
         permissions.dedup();
         state.set_permissions(permissions);
@@ -276,6 +282,16 @@ pub struct Caller {
     /// The `proxy-user` parameter as sent, honoured or not (accounts and quotes use it
     /// to name the accounting user whatever the proxy settings).
     pub proxy_user: Option<String>,
+    /// How widely the effective user holds the route's permission: [`Scope::Own`]
+    /// limits them to their own jobs, reservations and containers. `None` on public routes.
+    pub scope: Option<Scope>,
+}
+
+impl Caller {
+    /// Whether the effective user holds the route's permission over everybody's objects.
+    pub fn over_all(&self) -> bool {
+        self.scope == Some(Scope::All)
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {
@@ -296,21 +312,21 @@ struct Gate {
     access: Access,
 }
 
-/// Authenticates (HTTP Basic), authorizes against the route's declared permission,
-/// parses the common parameters, resolves `proxy-user`, and pretty-prints on request.
+/// Authenticates (HTTP Basic, local users then the directory), parses the common
+/// parameters, resolves `proxy-user`, authorizes the effective user against the route's
+/// declared permission through their roles, and pretty-prints on request.
 async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let state = &gate.state;
+    let source = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|c| c.0.ip().to_string());
     let identity = match gate.access {
         Access::Public => None,
-        Access::Needs(permission) => {
-            let identity = match authenticate(&gate.state, request.headers()).await {
-                Ok(identity) => identity,
-                Err(e) => return e.into_response(),
-            };
-            if !identity.may(permission) {
-                return ApiError::forbidden(&identity.name, permission).into_response();
-            }
-            Some(identity)
-        }
+        Access::Needs(_) => match authenticate(state, request.headers(), source.as_deref()).await {
+            Ok(identity) => Some(identity),
+            Err(e) => return e.into_response(),
+        },
     };
     let params = match CommonParams::parse(request.uri().query()) {
         Ok(params) => params,
@@ -320,21 +336,45 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         Ok(value) => value.filter(|v| !v.is_empty()).map(str::to_string),
         Err(e) => return e.into_response(),
     };
-    let effective_user = match (&identity, &proxy_user) {
-        (Some(identity), Some(proxied))
-            if gate.state.settings().proxy.may_proxy(&identity.name) =>
-        {
-            Some(proxied.clone())
-        }
-        (Some(identity), _) => Some(identity.name.clone()),
-        (None, _) => None,
-    };
-    let pretty = params.pretty;
-    request.extensions_mut().insert(Caller {
+    let mut caller = Caller {
+        effective_user: identity.as_ref().map(|i| i.name.clone()),
         identity,
-        effective_user,
         proxy_user,
-    });
+        scope: None,
+    };
+    if let (Access::Needs(permission), Some(identity)) = (gate.access, &caller.identity) {
+        let authority = state.access().authority();
+        let subject = match &caller.proxy_user {
+            Some(proxied) if may_proxy(state, &authority, identity) => {
+                match proxied_identity(state, proxied).await {
+                    Ok(subject) => subject,
+                    Err(e) => return e.into_response(),
+                }
+            }
+            _ => identity.clone(),
+        };
+        match authority.scope_of(&subject, permission) {
+            Some(scope) => caller.scope = Some(scope),
+            None => {
+                let denied = ApiError::forbidden(&subject.name, permission);
+                audit::record(
+                    state,
+                    Audit::Denied,
+                    &subject.name,
+                    source.as_deref(),
+                    format!(
+                        "{} {} needs {permission}",
+                        request.method(),
+                        request.uri().path()
+                    ),
+                );
+                return denied.into_response();
+            }
+        }
+        caller.effective_user = Some(subject.name);
+    }
+    let pretty = params.pretty;
+    request.extensions_mut().insert(caller);
     request.extensions_mut().insert(params);
     let response = next.run(request).await;
     if pretty {
@@ -344,9 +384,49 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     }
 }
 
+/// `proxy-user` is honoured with `ENABLEPROXY` for the configured proxy users and for
+/// holders of a role that names `proxy-user:use`.
+fn may_proxy(state: &AppState, authority: &Authority, identity: &Identity) -> bool {
+    let proxy = &state.settings().proxy;
+    proxy.may_proxy(&identity.name) || (proxy.enabled && authority.may_proxy(identity))
+}
+
+/// Who a proxied name stands for: a local user, else a directory user (with the groups
+/// the directory gives) when there is a directory, else a user known by name only.
+async fn proxied_identity(state: &AppState, name: &str) -> Result<Identity, ApiError> {
+    if let Some(user) = state.auth().user(name) {
+        return Ok(Identity::local(&user.name, user.admin));
+    }
+    match &state.settings().directory {
+        Some(directory) => match directory.lookup(name).await {
+            Ok(identity) => Ok(identity),
+            // Not in the directory: a name only, which default roles and principals
+            // naming it still describe.
+            Err(DirectoryError::Refused) => Ok(Identity {
+                origin: Origin::Directory,
+                ..Identity::local(name, false)
+            }),
+            Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
+        },
+        None => Ok(Identity::local(name, false)),
+    }
+}
+
+fn directory_down(why: String) -> ApiError {
+    ApiError::unavailable(
+        "The directory cannot be reached to check this login",
+        format!("{why}; try again later"),
+    )
+}
+
 /// The identity of the request's Basic credentials: remembered logins on the async
-/// runtime, full argon2 verification on a blocking thread.
-async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity, ApiError> {
+/// runtime, then a local user's argon2 verification on a blocking thread, or the
+/// directory. Refused unchecked while the source or the name is throttled.
+async fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    source: Option<&str>,
+) -> Result<Identity, ApiError> {
     let (user, password) = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -356,9 +436,50 @@ async fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Identity,
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
     }
-    let auth = auth.clone();
-    tokio::task::spawn_blocking(move || auth.verify(&user, &password))
-        .await
-        .map_err(ApiError::internal)?
-        .ok_or_else(ApiError::unauthorized)
+    let throttle = state.access().throttle();
+    if let Some(wait) = throttle.wait(source, &user) {
+        audit::record(
+            state,
+            Audit::LoginThrottled,
+            &user,
+            source,
+            "login refused unchecked: too many failures".into(),
+        );
+        return Err(ApiError::throttled(wait.as_secs().max(1)));
+    }
+    let verified = match (&state.settings().directory, auth.is_local(&user)) {
+        (Some(directory), false) => match directory.login(&user, &password).await {
+            Ok(identity) => {
+                auth.remember(&user, &password, identity.clone());
+                Some(identity)
+            }
+            Err(DirectoryError::Refused) => None,
+            Err(DirectoryError::Unavailable(why)) => return Err(directory_down(why)),
+        },
+        _ => {
+            let auth = auth.clone();
+            let name = user.clone();
+            tokio::task::spawn_blocking(move || auth.verify(&name, &password))
+                .await
+                .map_err(ApiError::internal)?
+        }
+    };
+    match verified {
+        Some(identity) => {
+            throttle.succeeded(&user);
+            audit::record(state, Audit::Login, &user, source, "login checked".into());
+            Ok(identity)
+        }
+        None => {
+            throttle.failed(source, &user);
+            audit::record(
+                state,
+                Audit::LoginFailed,
+                &user,
+                source,
+                "login refused".into(),
+            );
+            Err(ApiError::unauthorized())
+        }
+    }
 }

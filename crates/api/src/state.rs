@@ -3,6 +3,8 @@
 use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
+
+use crate::access::AccessControl;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::{EventRecorder, Reports};
 use drover_sched::Scheduler;
@@ -16,6 +18,7 @@ pub struct AppState(Arc<Inner>);
 struct Inner {
     store: Arc<dyn DocumentStore>,
     auth: Arc<Authenticator>,
+    access: AccessControl,
     scheduler: Scheduler,
     monitoring: Monitoring,
     settings: Settings,
@@ -99,6 +102,7 @@ impl AppState {
     pub fn new(
         store: Arc<dyn DocumentStore>,
         auth: Arc<Authenticator>,
+        access: AccessControl,
         scheduler: Scheduler,
         monitoring: Monitoring,
         settings: Settings,
@@ -106,6 +110,7 @@ impl AppState {
         Self(Arc::new(Inner {
             store,
             auth,
+            access,
             scheduler,
             monitoring,
             settings,
@@ -134,6 +139,11 @@ impl AppState {
 
     pub fn auth(&self) -> &Arc<Authenticator> {
         &self.0.auth
+    }
+
+    /// The roles and principals in force.
+    pub fn access(&self) -> &AccessControl {
+        &self.0.access
     }
 
     pub fn scheduler(&self) -> &Scheduler {

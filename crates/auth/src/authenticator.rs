@@ -8,29 +8,62 @@ use std::time::{Duration, Instant};
 use base64::Engine;
 
 use crate::password::{self, Cost};
-use crate::{Action, AuthError, Permission, User};
+use crate::roles::Member;
+use crate::{AuthError, User};
 
 /// At most this many remembered logins; beyond it the cache starts over.
 const MAX_REMEMBERED: usize = 10_000;
+
+/// Where a user's login was checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    /// A local user (configuration or `users.toml`); principals name them as `PAM` users.
+    Local,
+    /// The directory (LDAP); principals name them as `LDAP` users.
+    Directory,
+}
+
+impl Origin {
+    /// The principal user type that names a user of this origin.
+    pub fn user_type(self) -> &'static str {
+        match self {
+            Origin::Local => "PAM",
+            Origin::Directory => "LDAP",
+        }
+    }
+}
 
 /// Who a request comes from, once their login checked out.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Identity {
     pub name: String,
+    /// A local administrator: every permission, whatever the roles say.
     pub admin: bool,
+    pub origin: Origin,
+    /// The groups principals may name them by (`LDAPGROUP`, `LDAPOU`, `PAMGROUP`).
+    pub groups: Vec<Member>,
 }
 
 impl Identity {
-    /// Until roles exist (issue #9): administrators may do everything, other users may read.
-    pub fn may(&self, permission: Permission) -> bool {
-        self.admin || permission.action == Action::Read
+    /// A local user without groups.
+    pub fn local(name: &str, admin: bool) -> Self {
+        Self {
+            name: name.to_string(),
+            admin,
+            origin: Origin::Local,
+            groups: Vec::new(),
+        }
     }
 }
 
 struct Remembered {
     digest: [u8; 64],
     until: Instant,
+    identity: Identity,
 }
+
+/// What the digest of a directory login mixes in where a local one has the stored hash.
+const DIRECTORY: &[u8] = b"directory login";
 
 /// The local users and the logins verified lately.
 ///
@@ -86,27 +119,48 @@ impl Authenticator {
         self.users.get(name)
     }
 
-    fn digest(&self, user: &User, password: &str) -> [u8; 64] {
-        password::keyed_digest(
-            &self.key,
-            &[
-                user.name.as_bytes(),
-                password.as_bytes(),
-                user.password_hash.as_bytes(),
-            ],
-        )
+    /// Whether `name` is a local user (else only the directory can check it).
+    pub fn is_local(&self, name: &str) -> bool {
+        self.users.contains_key(name)
     }
 
-    /// The identity of a login verified within the last `ttl`; cheap (no argon2).
+    fn digest(&self, name: &str, password: &str) -> [u8; 64] {
+        let salt = match self.users.get(name) {
+            Some(user) => user.password_hash.as_bytes(),
+            None => DIRECTORY,
+        };
+        password::keyed_digest(&self.key, &[name.as_bytes(), password.as_bytes(), salt])
+    }
+
+    /// The identity of a login verified within the last `ttl` (locally or by the
+    /// directory); cheap (no argon2, no directory).
     pub fn remembered(&self, name: &str, password: &str) -> Option<Identity> {
-        let user = self.users.get(name)?;
-        let digest = self.digest(user, password);
+        let digest = self.digest(name, password);
         let remembered = self.remembered.lock().unwrap();
         let entry = remembered.get(name)?;
-        (entry.until > Instant::now() && password::same(&entry.digest, &digest)).then(|| Identity {
-            name: user.name.clone(),
-            admin: user.admin,
-        })
+        (entry.until > Instant::now() && password::same(&entry.digest, &digest))
+            .then(|| entry.identity.clone())
+    }
+
+    /// Remembers a login verified elsewhere (by the directory) for `ttl`.
+    pub fn remember(&self, name: &str, password: &str, identity: Identity) {
+        let digest = self.digest(name, password);
+        let now = Instant::now();
+        let mut remembered = self.remembered.lock().unwrap();
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.retain(|_, entry| entry.until > now);
+            if remembered.len() >= MAX_REMEMBERED {
+                remembered.clear();
+            }
+        }
+        remembered.insert(
+            name.to_string(),
+            Remembered {
+                digest,
+                until: now + self.ttl,
+                identity,
+            },
+        );
     }
 
     /// Verifies a login with argon2 (milliseconds: call it off the async runtime) and
@@ -133,26 +187,9 @@ impl Authenticator {
         if !password::verify(&user.password_hash, password) {
             return None;
         }
-        let digest = self.digest(user, password);
-        let now = Instant::now();
-        let mut remembered = self.remembered.lock().unwrap();
-        if remembered.len() >= MAX_REMEMBERED {
-            remembered.retain(|_, entry| entry.until > now);
-            if remembered.len() >= MAX_REMEMBERED {
-                remembered.clear();
-            }
-        }
-        remembered.insert(
-            name.to_string(),
-            Remembered {
-                digest,
-                until: now + self.ttl,
-            },
-        );
-        Some(Identity {
-            name: user.name.clone(),
-            admin: user.admin,
-        })
+        let identity = Identity::local(&user.name, user.admin);
+        self.remember(name, password, identity.clone());
+        Some(identity)
     }
 
     /// How many argon2 verifications have run.
@@ -273,20 +310,5 @@ mod tests {
         for bad in ["Bearer abc", "Basic", "Basic !!!", "Basic YWRtaW4="] {
             assert_eq!(basic_credentials(bad), None, "{bad}");
         }
-    }
-
-    #[test]
-    fn only_administrators_change_things_for_now() {
-        let user = Identity {
-            name: "u".into(),
-            admin: false,
-        };
-        assert!(user.may(Permission::read("jobs")));
-        assert!(!user.may(Permission::create("jobs")));
-        let admin = Identity {
-            name: "a".into(),
-            admin: true,
-        };
-        assert!(admin.may(Permission::delete("jobs")));
     }
 }

@@ -1,7 +1,25 @@
-//! The directory (LDAP) configuration, as `/rest/diag/ldap` shows it. Logins against the
-//! directory come with issue #9; the bind password is never shown or logged.
+//! The directory (LDAP): its configuration, as `/rest/diag/ldap` shows it (the bind
+//! password is never shown or logged), and logins checked against it.
+//!
+//! A login is checked in four steps on one connection: bind as the configured service
+//! user (or anonymously), find the one entry of the user's object class whose name
+//! attribute is the login name under the base DNs, bind as that entry with the given
+//! password, and read the groups that list the entry (`member`, `uniqueMember`) or the
+//! name (`memberUid`). The groups and the entry's organizational units are what
+//! principals name as `LDAPGROUP` and `LDAPOU`.
 
+use std::time::Duration;
+
+use ldap3::{LdapConnAsync, LdapConnSettings, LdapError, SearchEntry, ldap_escape};
 use serde::Deserialize;
+
+use crate::roles::Member;
+use crate::{Identity, Origin};
+
+/// How long a connection and each operation may take before the directory counts as down.
+const TIMEOUT: Duration = Duration::from_secs(5);
+/// LDAP result code of a wrong password.
+const INVALID_CREDENTIALS: u32 = 49;
 
 /// How the connection to the directory is secured.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
@@ -60,6 +78,147 @@ impl DirectoryConfig {
     }
 }
 
+/// Why a directory login did not give an identity.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectoryError {
+    /// Unknown user, ambiguous user, or wrong password: the caller learns no more.
+    #[error("the directory did not accept the login")]
+    Refused,
+    /// The directory could not be asked (down, unreachable, the service bind refused).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+fn unavailable(step: &str) -> impl Fn(LdapError) -> DirectoryError + '_ {
+    move |e| DirectoryError::Unavailable(format!("{step}: {e}"))
+}
+
+impl DirectoryConfig {
+    pub fn url(&self) -> String {
+        let scheme = match self.security_type {
+            SecurityType::Ldaps => "ldaps",
+            _ => "ldap",
+        };
+        format!("{scheme}://{}:{}", self.server, self.port())
+    }
+
+    /// Checks `name` and `password` against the directory.
+    pub async fn login(&self, name: &str, password: &str) -> Result<Identity, DirectoryError> {
+        tokio::time::timeout(TIMEOUT * 4, self.login_steps(name, Some(password)))
+            .await
+            .unwrap_or_else(|_| Err(DirectoryError::Unavailable("no answer in time".into())))
+    }
+
+    /// The identity of `name` without a password (for a proxied user): found and its
+    /// groups read with the service user's bind.
+    pub async fn lookup(&self, name: &str) -> Result<Identity, DirectoryError> {
+        tokio::time::timeout(TIMEOUT * 4, self.login_steps(name, None))
+            .await
+            .unwrap_or_else(|_| Err(DirectoryError::Unavailable("no answer in time".into())))
+    }
+
+    async fn login_steps(
+        &self,
+        name: &str,
+        password: Option<&str>,
+    ) -> Result<Identity, DirectoryError> {
+        // An empty password would make an unauthenticated bind, which succeeds.
+        if password.is_some_and(str::is_empty) || name.is_empty() {
+            return Err(DirectoryError::Refused);
+        }
+        let settings = LdapConnSettings::new()
+            .set_conn_timeout(TIMEOUT)
+            .set_starttls(self.security_type == SecurityType::StartTls);
+        let (connection, mut ldap) = LdapConnAsync::with_settings(settings, &self.url())
+            .await
+            .map_err(unavailable("cannot connect"))?;
+        ldap3::drive!(connection);
+        ldap.with_timeout(TIMEOUT);
+        let (bind_dn, bind_password) = match &self.bind_user {
+            Some(user) => (user.as_str(), self.bind_password.as_deref().unwrap_or("")),
+            None => ("", ""),
+        };
+        ldap.simple_bind(bind_dn, bind_password)
+            .await
+            .and_then(|r| r.success())
+            .map_err(unavailable("the service bind failed"))?;
+        let filter = format!(
+            "(&(objectClass={})({}={}))",
+            ldap_escape(&self.user_object_class),
+            self.user_name_attribute,
+            ldap_escape(name)
+        );
+        let mut found = Vec::new();
+        for base in &self.base_dns {
+            let (entries, _) = ldap
+                .search(base, ldap3::Scope::Subtree, &filter, vec!["1.1"])
+                .await
+                .and_then(|r| r.success())
+                .map_err(unavailable("the user search failed"))?;
+            found.extend(entries.into_iter().map(|e| SearchEntry::construct(e).dn));
+        }
+        let [dn] = found.as_slice() else {
+            return Err(DirectoryError::Refused);
+        };
+        if let Some(password) = password {
+            match ldap
+                .simple_bind(dn, password)
+                .await
+                .and_then(|r| r.success())
+            {
+                Ok(_) => {}
+                Err(LdapError::LdapResult { result }) if result.rc == INVALID_CREDENTIALS => {
+                    return Err(DirectoryError::Refused);
+                }
+                Err(e) => return Err(unavailable("the user bind failed")(e)),
+            }
+        }
+        let groups_filter = format!(
+            "(|(member={0})(uniqueMember={0})(memberUid={1}))",
+            ldap_escape(dn),
+            ldap_escape(name)
+        );
+        let mut groups: Vec<Member> = organizational_units(dn)
+            .into_iter()
+            .map(|ou| Member::new("LDAPOU", &ou))
+            .collect();
+        for base in &self.base_dns {
+            let (entries, _) = ldap
+                .search(base, ldap3::Scope::Subtree, &groups_filter, vec!["cn"])
+                .await
+                .and_then(|r| r.success())
+                .map_err(unavailable("the group search failed"))?;
+            for entry in entries {
+                let entry = SearchEntry::construct(entry);
+                for cn in entry.attrs.get("cn").into_iter().flatten() {
+                    groups.push(Member::new("LDAPGROUP", cn));
+                }
+            }
+        }
+        groups.sort();
+        groups.dedup();
+        let _ = ldap.unbind().await;
+        Ok(Identity {
+            name: name.to_string(),
+            admin: false,
+            origin: Origin::Directory,
+            groups,
+        })
+    }
+}
+
+/// The `ou=` values of a DN, nearest first (`uid=a,ou=x,ou=y,dc=o` gives `x`, `y`).
+fn organizational_units(dn: &str) -> Vec<String> {
+    dn.split(',')
+        .filter_map(|rdn| {
+            let (attribute, value) = rdn.trim().split_once('=')?;
+            attribute
+                .eq_ignore_ascii_case("ou")
+                .then(|| value.trim().to_string())
+        })
+        .collect()
+}
+
 impl std::fmt::Debug for DirectoryConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DirectoryConfig")
@@ -81,6 +240,15 @@ impl std::fmt::Debug for DirectoryConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn organizational_units_come_from_the_dn() {
+        assert_eq!(
+            organizational_units("uid=a,ou=people,OU=east,dc=example,dc=org"),
+            ["people", "east"]
+        );
+        assert!(organizational_units("cn=admin,dc=example,dc=org").is_empty());
+    }
 
     #[test]
     fn debug_output_hides_the_bind_password() {

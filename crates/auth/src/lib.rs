@@ -7,17 +7,19 @@
 //! - [`Authenticator`]: checks a Basic login, remembering verified logins briefly so a
 //!   busy client does not pay argon2 on every request.
 //! - [`Permission`]: a resource + action that every route declares.
-//!
-//! Roles, principals and directory (LDAP) logins build on these (issue #9).
+//! - [`roles`]: roles (sets of grants), principals (users and groups → roles) and the
+//!   [`Authority`](roles::Authority) that decides what an identity may do.
 
 mod authenticator;
 pub mod directory;
 pub mod password;
 mod permission;
+pub mod roles;
+pub mod throttle;
 pub mod users;
 
-pub use authenticator::{Authenticator, Identity, basic_credentials};
-pub use directory::{DirectoryConfig, SecurityType};
+pub use authenticator::{Authenticator, Identity, Origin, basic_credentials};
+pub use directory::{DirectoryConfig, DirectoryError, SecurityType};
 pub use permission::{Action, Permission};
 pub use users::User;
 

@@ -9,6 +9,8 @@ pub enum Action {
     Create,
     Update,
     Delete,
+    /// Using a capability that is not a route (acting for another user).
+    Use,
 }
 
 impl Action {
@@ -18,6 +20,7 @@ impl Action {
             Action::Create => "create",
             Action::Update => "update",
             Action::Delete => "delete",
+            Action::Use => "use",
         }
     }
 }

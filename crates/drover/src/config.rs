@@ -61,6 +61,8 @@ pub struct Config {
     pub users: Vec<User>,
     /// The directory (LDAP) server.
     pub ldap: Option<DirectoryConfig>,
+    /// Roles everyone holds, and login throttling.
+    pub access: AccessConfig,
     /// Logical nodes jobs are placed on; none means one node describing this machine.
     pub nodes: Vec<NodeConfig>,
     /// The event log file.
@@ -71,6 +73,29 @@ pub struct Config {
     pub standing_reservations: Vec<StandingReservation>,
     /// The embedded accounting manager.
     pub accounting: AccountingConfig,
+}
+
+/// `[access]`: what every authenticated user holds, and how failed logins are slowed.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AccessConfig {
+    /// Roles (by id) every authenticated user holds besides those principals give.
+    pub default_roles: Vec<String>,
+    /// Failed logins from one source, or for one user name, allowed within
+    /// `failed_login_window_seconds`; beyond that, logins are refused (429) until the
+    /// window has passed.
+    pub max_failed_logins: u32,
+    pub failed_login_window_seconds: u64,
+}
+
+impl Default for AccessConfig {
+    fn default() -> Self {
+        Self {
+            default_roles: vec![drover_auth::roles::USER.into()],
+            max_failed_logins: 10,
+            failed_login_window_seconds: 300,
+        }
+    }
 }
 
 /// The event log (`events.log`, spec 6.3).
@@ -240,6 +265,7 @@ impl Default for Config {
             scheduler: SchedulerConfig::default(),
             users: Vec::new(),
             ldap: None,
+            access: AccessConfig::default(),
             nodes: Vec::new(),
             events: EventsConfig::default(),
             job_templates: Vec::new(),

@@ -8,7 +8,9 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use drover_api::access::AccessControl;
 use drover_api::{AppState, BuildInfo, Monitoring, ProxySettings, Routes, Settings};
+use drover_auth::throttle::LoginThrottle;
 use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
 use drover_monitor::{EventRecorder, Reports};
@@ -116,6 +118,16 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         drover_accounting::Ledger::open(config.accounting.clone(), store.clone())
             .map_err(|e| format!("cannot open the accounting ledger: {e}"))?,
     );
+    let throttle = LoginThrottle::new(
+        config.access.max_failed_logins,
+        Duration::from_secs(config.access.failed_login_window_seconds),
+    );
+    let access = AccessControl::load(
+        store.as_ref(),
+        config.access.default_roles.clone(),
+        throttle,
+    )
+    .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone())?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
@@ -135,8 +147,15 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         reports: Arc::new(reports),
     };
     Ok(Prepared {
-        state: AppState::new(store, Arc::new(auth), scheduler, monitoring, settings)
-            .with_accounting(ledger),
+        state: AppState::new(
+            store,
+            Arc::new(auth),
+            access,
+            scheduler,
+            monitoring,
+            settings,
+        )
+        .with_accounting(ledger),
         generated,
         recorder,
     })
@@ -208,10 +227,13 @@ pub async fn launch_with(
         address,
         generated_admin,
     });
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(|e| e.to_string())?;
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(|e| e.to_string())?;
     // Running jobs keep running; the next start adopts them again.
     state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client

@@ -6,8 +6,9 @@
 //! With `DROVER_TEST_STORE=postgres`, every server uses PostgreSQL.
 //!
 //! Every server has two users: the administrator [`ADMIN`] and the ordinary user
-//! [`USER`], both with the password [`PASSWORD`] (hashed at minimal argon2 cost so that
-//! tests stay quick).
+//! [`USER`] (who holds the built-in `user` role), both with the password [`PASSWORD`]
+//! (hashed at minimal argon2 cost so that tests stay quick). Failed-login throttling is
+//! off unless a test turns it on.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -132,13 +133,15 @@ impl Builder {
             password_hash: password::hash(PASSWORD, password::Cost::Minimal),
             admin,
         };
-        let config = Config {
+        let mut config = Config {
             listen: "127.0.0.1:0".into(),
             data_dir: dir.path().to_path_buf(),
             time_zone: Some("UTC".into()),
             users: vec![user(ADMIN, true), user(USER, false)],
             ..Config::default()
         };
+        // Tests try many wrong logins on purpose; the throttling test turns this on.
+        config.access.max_failed_logins = 0;
         Self {
             config,
             routes: drover_api::interface(),

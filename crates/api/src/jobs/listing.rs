@@ -157,15 +157,20 @@ pub(super) enum Outcome {
     Evaluate(Vec<Arc<Job>>),
 }
 
-/// Runs `query` over the jobs of `listing` as far as the book's indexes and order go.
+/// Runs `query` over the jobs of `listing` (only `owner`'s, when given) as far as the
+/// book's indexes and order go.
 pub(super) fn plan(
     book: &JobBook,
     listing: Listing,
+    owner: Option<&str>,
     query: &ListQuery,
     version: u32,
     shown: &Render,
 ) -> Outcome {
-    let (lookups, covered) = split(&query.filter, version);
+    let (mut lookups, covered) = split(&query.filter, version);
+    if let Some(owner) = owner {
+        lookups.push((Attribute::User, vec![owner.to_string()]));
+    }
     let candidates = candidates(book, &lookups, listing);
     let by_position = match query.sort.keys.as_slice() {
         [] => Some(false),

@@ -201,13 +201,15 @@ impl Listing {
     }
 }
 
+/// The engine's view of the caller: the effective user, and whether they hold the
+/// route's permission over everybody's objects (else only over their own).
 pub(crate) fn requester(caller: &Caller) -> Requester {
     let identity = caller.identity.as_ref();
     let user = caller.effective_user.clone().unwrap_or_default();
     let proxied = identity.is_some_and(|i| i.name != user);
     Requester {
         proxy_user: proxied.then(|| user.clone()),
-        admin: identity.is_some_and(|i| i.admin) && !proxied,
+        admin: caller.over_all(),
         user,
     }
 }
@@ -224,22 +226,41 @@ pub(crate) fn sched_error(error: SchedError) -> ApiError {
     }
 }
 
-async fn list_all(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::All)
+/// The user whose jobs alone the caller may see; `None`: every job.
+fn owner_filter(caller: &Caller) -> Option<String> {
+    (!caller.over_all()).then(|| caller.effective_user.clone().unwrap_or_default())
 }
 
-async fn list_active(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::Active)
+async fn list_all(
+    State(state): State<AppState>,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    list(&state, &params, Listing::All, owner_filter(&caller))
+}
+
+async fn list_active(
+    State(state): State<AppState>,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    list(&state, &params, Listing::Active, owner_filter(&caller))
 }
 
 async fn list_complete(
     State(state): State<AppState>,
     params: ListParams,
+    caller: Caller,
 ) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::Complete)
+    list(&state, &params, Listing::Complete, owner_filter(&caller))
 }
 
-fn list(state: &AppState, params: &ListParams, listing: Listing) -> ApiResult<Json<Value>> {
+fn list(
+    state: &AppState,
+    params: &ListParams,
+    listing: Listing,
+    owner: Option<String>,
+) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
     let utc = WireDates::utc();
     // Filter and sort over UTC dates (what the query language compares); render the
@@ -247,8 +268,16 @@ fn list(state: &AppState, params: &ListParams, listing: Listing) -> ApiResult<Js
     let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
     let version = filter_render.version;
-    let outcome =
-        scheduler.with_jobs(|book| listing::plan(book, listing, &params.query, version, &shown));
+    let outcome = scheduler.with_jobs(|book| {
+        listing::plan(
+            book,
+            listing,
+            owner.as_deref(),
+            &params.query,
+            version,
+            &shown,
+        )
+    });
     let page = match outcome {
         listing::Outcome::Page(page) => page,
         // The whole filter again: the index lookups are cheap to re-check and keep the
@@ -263,37 +292,43 @@ fn list(state: &AppState, params: &ListParams, listing: Listing) -> ApiResult<Js
 async fn one_of_all(
     State(state): State<AppState>,
     params: CommonParams,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    one(&state, &params, &id, Listing::All)
+    one(&state, &params, &caller, &id, Listing::All)
 }
 
 async fn one_active(
     State(state): State<AppState>,
     params: CommonParams,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    one(&state, &params, &id, Listing::Active)
+    one(&state, &params, &caller, &id, Listing::Active)
 }
 
 async fn one_complete(
     State(state): State<AppState>,
     params: CommonParams,
+    caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    one(&state, &params, &id, Listing::Complete)
+    one(&state, &params, &caller, &id, Listing::Complete)
 }
 
+/// One job; another user's job is "not found" to a caller who may see only their own.
 fn one(
     state: &AppState,
     params: &CommonParams,
+    caller: &Caller,
     id: &str,
     listing: Listing,
 ) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
+    let owner = owner_filter(caller);
     let job = scheduler
         .job(id)
-        .filter(|j| listing.shows(j))
+        .filter(|j| listing.shows(j) && owner.as_deref().is_none_or(|o| j.user() == o))
         .ok_or_else(|| ApiError::not_found(format!("No job '{id}'")))?;
     let render = render_with(scheduler, params.api_version, &state.settings().dates);
     Ok(Json(render.job(&job)))

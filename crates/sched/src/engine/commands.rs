@@ -230,6 +230,15 @@ impl Engine {
     /// user, whatever it names.
     fn job_user(&mut self, spec: &JobSpec, by: &Requester) -> Result<SystemUser, SchedError> {
         let refuse = |reason: String| SchedError::invalid("The job was not submitted", reason);
+        if let Some(name) = &spec.user
+            && *name != by.user
+            && !by.admin
+        {
+            return Err(SchedError::Forbidden(format!(
+                "{} may not submit jobs as another user ('{name}')",
+                by.user
+            )));
+        }
         let named = match &spec.user {
             Some(name) => Some(self.account(name).ok_or_else(|| {
                 refuse(format!("user: '{name}' has no system account on this host"))
@@ -342,13 +351,14 @@ impl Engine {
             .ok_or_else(|| SchedError::NotFound(format!("No job '{id}'")))
     }
 
-    /// Non-administrators may act only on jobs they submitted.
+    /// Without permission over every job, a caller acts only on their own: those whose
+    /// user they are (which they also are of every job they submitted).
     fn may_change(&self, job: &Job, by: &Requester) -> Result<(), SchedError> {
-        if by.admin || job.status.submitter == by.user {
+        if by.admin || job.user() == by.user {
             Ok(())
         } else {
             Err(SchedError::Forbidden(format!(
-                "{} may not change job {}, submitted by another user",
+                "{} may not change job {}, which belongs to another user",
                 by.user, job.id
             )))
         }

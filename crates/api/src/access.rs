@@ -1,0 +1,252 @@
+//! The roles and principals in force, kept in memory for the gate.
+//!
+//! Roles (collection `roles`) and principals (collection `principals`) are stored
+//! documents; the gate decides every request from an in-memory [`Authority`] built from
+//! them, which is rebuilt from the store after each change made through the interface
+//! (roles and principals are few, and change rarely). The built-in roles are written to
+//! the store on first start, so they can be read, changed and reset like the others.
+
+use std::sync::{Arc, RwLock};
+
+use drover_auth::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
+use drover_auth::throttle::LoginThrottle;
+use drover_query::ListQuery;
+use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
+use serde_json::{Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult};
+use crate::params::ChangeMode;
+
+pub const ROLES: &str = "roles";
+pub const PRINCIPALS: &str = "principals";
+
+/// The decisions of the moment, and how to remake them.
+pub struct AccessControl {
+    authority: RwLock<Arc<Authority>>,
+    default_roles: Vec<String>,
+    throttle: LoginThrottle,
+}
+
+impl AccessControl {
+    /// Loads roles and principals (writing the built-in roles the store lacks). Blocking.
+    pub fn load(
+        store: &dyn DocumentStore,
+        default_roles: Vec<String>,
+        throttle: LoginThrottle,
+    ) -> Result<Self, StoreError> {
+        store.ensure_collection(&CollectionSpec::new(ROLES))?;
+        store.ensure_collection(&CollectionSpec::new(PRINCIPALS))?;
+        let missing: Vec<Write> = built_in_roles()
+            .iter()
+            .filter(|role| matches!(store.get(ROLES, &role.id), Ok(None)))
+            .map(|role| Write::Insert {
+                collection: ROLES.into(),
+                id: role.id.clone(),
+                name: Some(role.name.clone()),
+                body: role_body(role, true),
+            })
+            .collect();
+        if !missing.is_empty() {
+            store.write(&missing)?;
+        }
+        let control = Self {
+            authority: RwLock::new(Arc::new(Authority::default())),
+            default_roles,
+            throttle,
+        };
+        control.reload(store)?;
+        Ok(control)
+    }
+
+    /// Rebuilds the decisions from the store. Blocking.
+    pub fn reload(&self, store: &dyn DocumentStore) -> Result<(), StoreError> {
+        let roles = store.list(ROLES, &ListQuery::default())?.items;
+        let principals = store.list(PRINCIPALS, &ListQuery::default())?.items;
+        let authority = Authority::new(
+            roles.iter().filter_map(role_of),
+            principals.iter().map(principal_of).collect(),
+            self.default_roles.clone(),
+        );
+        *self.authority.write().unwrap() = Arc::new(authority);
+        Ok(())
+    }
+
+    pub fn authority(&self) -> Arc<Authority> {
+        self.authority.read().unwrap().clone()
+    }
+
+    pub fn throttle(&self) -> &LoginThrottle {
+        &self.throttle
+    }
+
+    pub fn default_roles(&self) -> &[String] {
+        &self.default_roles
+    }
+}
+
+/// The stored body of a role.
+pub fn role_body(role: &Role, built_in: bool) -> Value {
+    json!({
+        "name": role.name,
+        "description": role.description,
+        "builtIn": built_in,
+        "permissions": role.grants.iter().map(grant_json).collect::<Vec<_>>(),
+    })
+}
+
+pub fn grant_json(grant: &Grant) -> Value {
+    json!({
+        "id": grant.to_string(),
+        "resource": grant.resource,
+        "action": grant.action,
+        "scope": grant.scope.as_str(),
+    })
+}
+
+/// A stored role; `None` for a body that is not one (never written by this service).
+pub fn role_of(document: &Document) -> Option<Role> {
+    let body = &document.body;
+    let grants = body["permissions"]
+        .as_array()?
+        .iter()
+        .filter_map(|g| {
+            let scope = Scope::parse(g["scope"].as_str()?)?;
+            Some(Grant::new(
+                g["resource"].as_str()?,
+                g["action"].as_str()?,
+                scope,
+            ))
+        })
+        .collect();
+    Some(Role {
+        id: document.id.clone(),
+        name: body["name"].as_str()?.to_string(),
+        description: body["description"].as_str().unwrap_or_default().to_string(),
+        grants,
+    })
+}
+
+/// What a stored principal means for authorization.
+pub fn principal_of(document: &Document) -> PrincipalMap {
+    let body = &document.body;
+    let members = |key: &str| {
+        body[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| Some(Member::new(m["type"].as_str()?, m["name"].as_str()?)))
+            .collect::<Vec<_>>()
+    };
+    let mut all = members("users");
+    all.extend(members("groups"));
+    PrincipalMap {
+        name: body["name"].as_str().unwrap_or_default().to_string(),
+        members: all,
+        roles: body["attachedRoles"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["id"].as_str().map(String::from))
+            .collect(),
+    }
+}
+
+/// Runs `work` on the store off the async runtime, then rebuilds the decisions when it
+/// changed something (`changes`).
+pub(crate) async fn with_store<T: Send + 'static>(
+    state: &AppState,
+    changes: bool,
+    work: impl FnOnce(&dyn DocumentStore) -> Result<T, ApiError> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let store = state.store().clone();
+        let result = work(store.as_ref());
+        if changes {
+            state.access().reload(store.as_ref())?;
+        }
+        result
+    })
+    .await
+    .map_err(|e| ApiError::unavailable("The change was not made", e.to_string()))?
+}
+
+/// The document of `collection` whose id, else name, is `key` (`what`: for the 404).
+pub(crate) fn find(
+    store: &dyn DocumentStore,
+    collection: &str,
+    key: &str,
+    what: &str,
+) -> Result<Document, ApiError> {
+    match store.get(collection, key)? {
+        Some(doc) => Ok(doc),
+        None => store
+            .get_by_name(collection, key)?
+            .ok_or_else(|| ApiError::not_found(format!("No {what} '{key}'"))),
+    }
+}
+
+/// A stored document in its wire shape: the body with `id` and `version`.
+pub(crate) fn render(document: &Document) -> Value {
+    let mut out = document.body.clone();
+    out["id"] = json!(document.id);
+    out["version"] = json!(document.version);
+    out
+}
+
+/// The version check of a modify: `given` (if any) must be the stored one.
+pub(crate) fn check_version(
+    given: Option<i64>,
+    current: &Document,
+    summary: &str,
+    what: &str,
+) -> Result<(), ApiError> {
+    match given {
+        Some(version) if version != current.version => Err(ApiError::conflict(
+            summary,
+            format!(
+                "version {version} is stale: the {what} is at version {}",
+                current.version
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Applies `given` to the list at `key` of `record` by `mode`; items are the same when
+/// their `identity` fields are.
+pub(crate) fn change_list(
+    record: &mut Value,
+    key: &str,
+    given: Option<Vec<Value>>,
+    mode: ChangeMode,
+    identity: &[&str],
+) {
+    let Some(given) = given else {
+        return;
+    };
+    let same = |a: &Value, b: &Value| identity.iter().all(|f| a.get(*f) == b.get(*f));
+    let mut list: Vec<Value> = record[key].as_array().cloned().unwrap_or_default();
+    match mode {
+        ChangeMode::Set => list = given,
+        ChangeMode::Add => {
+            for item in given {
+                match list.iter_mut().find(|x| same(x, &item)) {
+                    Some(existing) => *existing = item,
+                    None => list.push(item),
+                }
+            }
+        }
+        ChangeMode::Remove => list.retain(|x| !given.iter().any(|g| same(x, g))),
+    }
+    record[key] = Value::Array(list);
+}
+
+/// Store errors of a write, with a taken name or a stale version as 409.
+pub(crate) fn write_error(summary: &str) -> impl Fn(StoreError) -> ApiError + '_ {
+    move |e| match e {
+        StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
+        other => other.into(),
+    }
+}
