@@ -18,8 +18,9 @@ use axum::routing::{MethodFilter, MethodRouter, on};
 use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
-use drover_auth::roles::{Authority, Scope};
+use drover_auth::roles::{Authority, Member, Scope};
 use drover_auth::{DirectoryError, Identity, Origin, Permission, basic_credentials};
+use drover_sched::sysuser::SystemUser;
 use serde_json::Value;
 
 use crate::audit::{self, Audit};
@@ -391,25 +392,44 @@ fn may_proxy(state: &AppState, authority: &Authority, identity: &Identity) -> bo
     proxy.may_proxy(&identity.name) || (proxy.enabled && authority.may_proxy(identity))
 }
 
+/// A local user's identity with the groups of the system account of the same name (what
+/// `PAMGROUP` principals name). Blocking (the system's user database).
+fn with_system_groups(mut identity: Identity) -> Identity {
+    if let Some(account) = SystemUser::lookup(&identity.name) {
+        identity.groups = account
+            .group_names()
+            .iter()
+            .map(|g| Member::new("PAMGROUP", g))
+            .collect();
+    }
+    identity
+}
+
 /// Who a proxied name stands for: a local user, else a directory user (with the groups
-/// the directory gives) when there is a directory, else a user known by name only.
+/// the directory gives) when there is a directory, else a system account's user by name
+/// (with its system groups).
 async fn proxied_identity(state: &AppState, name: &str) -> Result<Identity, ApiError> {
-    if let Some(user) = state.auth().user(name) {
-        return Ok(Identity::local(&user.name, user.admin));
-    }
-    match &state.settings().directory {
-        Some(directory) => match directory.lookup(name).await {
-            Ok(identity) => Ok(identity),
-            // Not in the directory: a name only, which default roles and principals
-            // naming it still describe.
-            Err(DirectoryError::Refused) => Ok(Identity {
-                origin: Origin::Directory,
-                ..Identity::local(name, false)
-            }),
-            Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
+    let local = match state.auth().user(name) {
+        Some(user) => Identity::local(&user.name, user.admin),
+        None => match &state.settings().directory {
+            Some(directory) => {
+                return match directory.lookup(name).await {
+                    Ok(identity) => Ok(identity),
+                    // Not in the directory: a name only, which default roles and
+                    // principals naming it still describe.
+                    Err(DirectoryError::Refused) => Ok(Identity {
+                        origin: Origin::Directory,
+                        ..Identity::local(name, false)
+                    }),
+                    Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
+                };
+            }
+            None => Identity::local(name, false),
         },
-        None => Ok(Identity::local(name, false)),
-    }
+    };
+    tokio::task::spawn_blocking(move || with_system_groups(local))
+        .await
+        .map_err(ApiError::internal)
 }
 
 fn directory_down(why: String) -> ApiError {
@@ -459,9 +479,14 @@ async fn authenticate(
         _ => {
             let auth = auth.clone();
             let name = user.clone();
-            tokio::task::spawn_blocking(move || auth.verify(&name, &password))
-                .await
-                .map_err(ApiError::internal)?
+            tokio::task::spawn_blocking(move || {
+                let identity = with_system_groups(auth.verify(&name, &password)?);
+                // Remembered again, with its groups.
+                auth.remember(&name, &password, identity.clone());
+                Some(identity)
+            })
+            .await
+            .map_err(ApiError::internal)?
         }
     };
     match verified {

@@ -51,6 +51,14 @@ impl SystemUser {
         }
     }
 
+    /// The names of this user's groups (those that have one).
+    pub fn group_names(&self) -> Vec<String> {
+        self.groups
+            .iter()
+            .filter_map(|&gid| group_name(gid))
+            .collect()
+    }
+
     /// Whether this user may read `path`, judged by its owner, group and mode bits.
     pub fn may_read(&self, path: &Path) -> bool {
         let Ok(meta) = std::fs::metadata(path) else {
@@ -73,27 +81,38 @@ impl SystemUser {
 /// The id of the group called `name`, if there is one.
 pub fn group_id(name: &str) -> Option<u32> {
     let name = CString::new(name).ok()?;
+    group_with(|group, buf, len, result| unsafe {
+        libc::getgrnam_r(name.as_ptr(), group, buf, len, result)
+    })
+    .map(|(gid, _)| gid)
+}
+
+/// The name of the group whose id is `gid`, if there is one.
+pub fn group_name(gid: u32) -> Option<String> {
+    group_with(|group, buf, len, result| unsafe { libc::getgrgid_r(gid, group, buf, len, result) })
+        .map(|(_, name)| name)
+}
+
+/// The id and name of the group a `getgr*_r` call finds.
+fn group_with(
+    call: impl Fn(*mut libc::group, *mut libc::c_char, usize, *mut *mut libc::group) -> libc::c_int,
+) -> Option<(u32, String)> {
     let mut buf = vec![0 as libc::c_char; 4096];
-    let mut group: libc::group = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::group = std::ptr::null_mut();
     loop {
-        let rc = unsafe {
-            libc::getgrnam_r(
-                name.as_ptr(),
-                &mut group,
-                buf.as_mut_ptr(),
-                buf.len(),
-                &mut result,
-            )
-        };
+        let mut group: libc::group = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::group = std::ptr::null_mut();
+        let rc = call(&mut group, buf.as_mut_ptr(), buf.len(), &mut result);
         if rc == libc::ERANGE && buf.len() < 1 << 20 {
             buf.resize(buf.len() * 2, 0);
             continue;
         }
-        if rc != 0 || result.is_null() {
+        if rc != 0 || result.is_null() || group.gr_name.is_null() {
             return None;
         }
-        return Some(group.gr_gid);
+        let name = unsafe { CStr::from_ptr(group.gr_name) }
+            .to_string_lossy()
+            .into_owned();
+        return Some((group.gr_gid, name));
     }
 }
 

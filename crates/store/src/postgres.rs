@@ -47,6 +47,21 @@ struct Conn {
     statements: HashMap<String, Statement>,
 }
 
+/// The synchronous client panics when it is dropped inside an async runtime (it runs a
+/// runtime of its own), and the last holder of a store may be a task of the server's
+/// runtime (a connection's service outliving shutdown by a moment): the idle connections
+/// are closed on a thread of their own, where that cannot happen.
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|e| e.into_inner()));
+        if idle.is_empty() {
+            return;
+        }
+        let closing = std::thread::spawn(move || drop(idle));
+        let _ = closing.join();
+    }
+}
+
 type Param<'a> = &'a (dyn ToSql + Sync);
 
 fn backend(e: postgres::Error) -> StoreError {

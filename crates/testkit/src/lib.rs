@@ -157,6 +157,16 @@ impl Builder {
         self
     }
 
+    /// Adds a local user with the password [`PASSWORD`].
+    pub fn user(mut self, name: &str, admin: bool) -> Self {
+        self.config.users.push(User {
+            name: name.into(),
+            password_hash: password::hash(PASSWORD, password::Cost::Minimal),
+            admin,
+        });
+        self
+    }
+
     pub fn config(mut self, change: impl FnOnce(&mut Config)) -> Self {
         change(&mut self.config);
         self

@@ -1,0 +1,192 @@
+//! Directory (LDAP) logins against a real slapd (`scripts/services/ldap.sh`, whose
+//! address `DROVER_TEST_LDAP` gives), failed-login throttling and the audit trail.
+
+use std::time::{Duration, Instant};
+
+use drover_auth::{DirectoryConfig, SecurityType};
+use drover_testkit::{Auth, TestServer};
+use serde_json::{Value, json};
+
+/// The test directory's address, if there is one; with `DROVER_REQUIRE_LDAP=1`, there
+/// must be.
+fn test_directory() -> Option<(String, u16)> {
+    match std::env::var("DROVER_TEST_LDAP") {
+        Ok(address) if !address.is_empty() => {
+            let (host, port) = address.rsplit_once(':').expect("host:port");
+            Some((host.to_string(), port.parse().expect("a port")))
+        }
+        _ => {
+            assert!(
+                std::env::var("DROVER_REQUIRE_LDAP").as_deref() != Ok("1"),
+                "DROVER_REQUIRE_LDAP=1 but DROVER_TEST_LDAP is not set"
+            );
+            None
+        }
+    }
+}
+
+fn directory(server: &str, port: u16) -> DirectoryConfig {
+    DirectoryConfig {
+        server: server.into(),
+        port: Some(port),
+        security_type: SecurityType::None,
+        base_dns: vec!["dc=example,dc=org".into()],
+        bind_user: Some("cn=admin,dc=example,dc=org".into()),
+        bind_password: Some("adminpw".into()),
+        user_object_class: "inetOrgPerson".into(),
+        user_name_attribute: "uid".into(),
+    }
+}
+
+fn login(name: &str, password: &str) -> Auth {
+    Auth::Basic(name.into(), password.into())
+}
+
+#[test]
+fn directory_users_log_in_and_get_the_roles_of_their_groups() {
+    let Some((host, port)) = test_directory() else {
+        eprintln!("no test directory (DROVER_TEST_LDAP): skipped");
+        return;
+    };
+    let server = TestServer::builder()
+        .config(|c| c.ldap = Some(directory(&host, port)))
+        .start();
+    // lena is in cn=schedulers; otto in no group; both in ou=staff.
+    let mapped = server.send_json(
+        "POST",
+        "/rest/principals",
+        &json!({"name": "schedulers", "attachedRoles": ["operator"],
+                "groups": [{"name": "schedulers", "type": "LDAPGROUP"}]}),
+    );
+    assert_eq!(mapped.status, 201, "{}", mapped.body);
+    let node_change = |auth: Auth| {
+        server
+            .call(
+                "PUT",
+                "/rest/nodes/no-such-node",
+                auth,
+                Some(("application/json", b"{}".to_vec())),
+            )
+            .status
+    };
+    assert_eq!(
+        node_change(login("lena", "lenapw")),
+        404,
+        "an operator: past the gate"
+    );
+    assert_eq!(
+        node_change(login("otto", "ottopw")),
+        403,
+        "the default user role"
+    );
+    assert_eq!(
+        server.get_as(login("otto", "ottopw"), "/rest/jobs").status,
+        200
+    );
+    // Wrong passwords, unknown users, empty passwords: the same 401.
+    let wrong = server.get_as(login("otto", "nope"), "/rest/diag/auth");
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    for auth in [login("nobody", "nope"), login("otto", ""), login("*", "x")] {
+        let reply = server.get_as(auth, "/rest/diag/auth");
+        assert_eq!((reply.status, &reply.body), (401, &wrong.body));
+    }
+    // An organizational unit maps too.
+    server.send_json(
+        "POST",
+        "/rest/principals",
+        &json!({"name": "staff", "attachedRoles": ["administrator"],
+                "groups": [{"name": "staff", "type": "LDAPOU"}]}),
+    );
+    assert_eq!(
+        server
+            .get_as(login("otto", "ottopw"), "/rest/principals")
+            .status,
+        200
+    );
+    // The configuration shows, the bind password never.
+    let shown = server.get("/rest/diag/ldap");
+    assert_eq!(shown.json()["bindUser"], "cn=admin,dc=example,dc=org");
+    assert!(!shown.body.contains("adminpw"), "{}", shown.body);
+}
+
+#[test]
+fn a_directory_that_does_not_answer_gives_503_never_a_login() {
+    // Nothing listens on port 1.
+    let server = TestServer::builder()
+        .config(|c| c.ldap = Some(directory("127.0.0.1", 1)))
+        .start();
+    let reply = server.get_as(login("someone", "pw"), "/rest/diag/auth");
+    assert_eq!(reply.status, 503, "{}", reply.body);
+    assert!(reply.messages().contains("directory"), "{}", reply.body);
+    // Local users do not need the directory.
+    assert_eq!(server.get("/rest/diag/auth").status, 200);
+}
+
+fn events_of(server: &TestServer, event_type: &str) -> Vec<Value> {
+    let query = json!({"eventType": event_type}).to_string();
+    let encoded: String = form_urlencoded::byte_serialize(query.as_bytes()).collect();
+    server
+        .get(&format!("/rest/events?api-version=3&query={encoded}"))
+        .json()["results"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Polls until `done` holds for the events of `event_type` (they are recorded without
+/// holding up the request).
+fn wait_for_events(server: &TestServer, event_type: &str, done: impl Fn(&[Value]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let events = events_of(server, event_type);
+        if done(&events) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{event_type}: {events:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn failed_logins_are_throttled_and_audited() {
+    let server = TestServer::builder()
+        .config(|c| c.access.max_failed_logins = 3)
+        .start();
+    // The administrator's login is verified (and remembered) before the attack.
+    assert_eq!(server.get("/rest/diag/auth").status, 200);
+    for _ in 0..3 {
+        assert_eq!(
+            server
+                .get_as(login("alice", "guess"), "/rest/diag/auth")
+                .status,
+            401
+        );
+    }
+    // Now even the right password is refused unchecked, for this name and this source.
+    let throttled = server.get_as(Auth::User, "/rest/diag/auth");
+    assert_eq!(throttled.status, 429, "{}", throttled.body);
+    assert!(throttled.messages().contains("Too many failed logins"));
+    let unknown = server.get_as(login("ghost", "x"), "/rest/diag/auth");
+    assert_eq!((unknown.status, unknown.body), (429, throttled.body));
+    // A login already verified still passes.
+    assert_eq!(server.get("/rest/diag/auth").status, 200);
+
+    wait_for_events(&server, "userloginfailure", |events| {
+        events.len() == 3 && events.iter().all(|e| e["arguments"][0] == "alice")
+    });
+    wait_for_events(&server, "userloginthrottled", |events| events.len() == 2);
+    wait_for_events(&server, "userlogin", |events| {
+        events.iter().any(|e| e["arguments"][0] == "admin")
+    });
+    // A permission denial is audited with what was asked.
+    let server = TestServer::start();
+    let denied = server.call("DELETE", "/rest/principals/x", Auth::User, None);
+    assert_eq!(denied.status, 403);
+    wait_for_events(&server, "permissiondenied", |events| {
+        events.len() == 1
+            && events[0]["arguments"][0] == "alice"
+            && events[0]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("principals:delete"))
+    });
+}
