@@ -113,9 +113,10 @@ fn ledger(state: &AppState) -> ApiResult<&Arc<Ledger>> {
     })
 }
 
-/// The accounting user: `proxy-user`, required here whatever the proxy settings.
+/// The accounting user: `proxy-user`, required here whatever the proxy settings. A
+/// caller whose permission is limited to their own (scope OWN) may name only themselves.
 fn accounting_user(caller: &Caller) -> ApiResult<String> {
-    caller
+    let user = caller
         .proxy_user
         .clone()
         .filter(|u| !u.is_empty())
@@ -124,7 +125,18 @@ fn accounting_user(caller: &Caller) -> ApiResult<String> {
                 "The proxy-user parameter is required",
                 "It names the accounting user whose accounts are read",
             )
-        })
+        })?;
+    let me = caller.effective_user.as_deref().unwrap_or_default();
+    if !caller.over_all() && user != me {
+        return Err(ApiError::new(
+            Kind::Forbidden,
+            [
+                "You are not allowed to do this".to_string(),
+                format!("User '{me}' may name only themselves as proxy-user here, not '{user}'"),
+            ],
+        ));
+    }
+    Ok(user)
 }
 
 fn accounting_error(summary: &str, error: AccountingError) -> ApiError {

@@ -153,7 +153,13 @@ pub fn built_in_roles() -> Vec<Role> {
     ] {
         operator.extend(all(resource, &["create", "update", "delete"]));
     }
-    let mut user = vec![own("jobs"), own("reservations"), own("vcs")];
+    let mut user = vec![
+        own("jobs"),
+        own("reservations"),
+        own("vcs"),
+        Grant::new("accounts", "read", Scope::Own),
+        Grant::new("quotes", "create", Scope::Own),
+    ];
     for resource in [
         "nodes",
         "job-templates",
@@ -161,12 +167,10 @@ pub fn built_in_roles() -> Vec<Role> {
         "diag",
         "metric-types",
         "reports",
-        "accounts",
         "permissions",
     ] {
         user.push(Grant::new(resource, "read", Scope::All));
     }
-    user.push(Grant::new("quotes", "create", Scope::All));
     debug_assert!(
         operator
             .iter()

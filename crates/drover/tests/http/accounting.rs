@@ -132,6 +132,14 @@ fn accounts_are_read_for_the_accounting_user() {
     }
     assert_eq!(server.get("/rest/accounts/chem?proxy-user=ann").status, 404);
     assert_eq!(server.get("/rest/accounts/chem?proxy-user=bob").status, 200);
+    // An ordinary user reads only their own accounts.
+    let theirs = server.get_as(drover_testkit::Auth::User, "/rest/accounts?proxy-user=ann");
+    assert_eq!(theirs.status, 403, "{}", theirs.body);
+    let own = server.get_as(
+        drover_testkit::Auth::User,
+        "/rest/accounts?proxy-user=alice",
+    );
+    assert_eq!(own.status, 200, "{}", own.body);
 }
 
 #[test]
