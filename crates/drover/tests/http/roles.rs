@@ -371,6 +371,19 @@ fn ordinary_users_see_and_change_only_their_own_jobs() {
     );
     assert_eq!(as_other.status, 403, "{}", as_other.body);
     assert_eq!(mine(Auth::Admin, "/rest/jobs?api-version=2").len(), 2);
+    // Their own job they hold and release, but may not force it to start past the queue.
+    let own = |action: &str| {
+        server
+            .call(
+                "PUT",
+                &format!("/rest/jobs/{alices}/{action}"),
+                Auth::User,
+                None,
+            )
+            .status
+    };
+    assert_eq!(own("hold"), 200);
+    assert_eq!(own("execute"), 403);
     // An operator acts on every job.
     let cancelled = server.call(
         "DELETE",

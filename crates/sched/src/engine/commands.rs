@@ -701,6 +701,14 @@ impl Engine {
                 Ok(format!("Job {id} is requeued"))
             }
             JobAction::Execute => {
+                // Starting now jumps the queue and drops every hold (System ones too).
+                if !by.admin {
+                    return Err(SchedError::Forbidden(format!(
+                        "{} may not force jobs to start: that needs the jobs:update \
+                         permission over every job",
+                        by.user
+                    )));
+                }
                 if !state.is_queued() {
                     return Err(refuse(format!(
                         "the job is already {}",
