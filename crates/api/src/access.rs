@@ -3,10 +3,14 @@
 //! Roles (collection `roles`) and principals (collection `principals`) are stored
 //! documents; the gate decides every request from an in-memory [`Authority`] built from
 //! them, which is rebuilt from the store after each change made through the interface
-//! (roles and principals are few, and change rarely). The built-in roles are written to
-//! the store on first start, so they can be read, changed and reset like the others.
+//! (roles and principals are few, and change rarely), and at most every
+//! [`REFRESH_AFTER`] while requests come, so that servers sharing one PostgreSQL store see
+//! each other's changes. The built-in roles are written to the store on first start, so
+//! they can be read, changed and reset like the others.
 
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use drover_auth::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
 use drover_auth::throttle::LoginThrottle;
@@ -18,12 +22,17 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::params::ChangeMode;
 
+/// How old the decisions may grow before a request has them reloaded (in the background).
+pub const REFRESH_AFTER: Duration = Duration::from_secs(10);
+
 pub const ROLES: &str = "roles";
 pub const PRINCIPALS: &str = "principals";
 
 /// The decisions of the moment, and how to remake them.
 pub struct AccessControl {
     authority: RwLock<Arc<Authority>>,
+    loaded: Mutex<Instant>,
+    refreshing: AtomicBool,
     default_roles: Vec<String>,
     throttle: LoginThrottle,
 }
@@ -52,6 +61,8 @@ impl AccessControl {
         }
         let control = Self {
             authority: RwLock::new(Arc::new(Authority::default())),
+            loaded: Mutex::new(Instant::now()),
+            refreshing: AtomicBool::new(false),
             default_roles,
             throttle,
         };
@@ -69,11 +80,38 @@ impl AccessControl {
             self.default_roles.clone(),
         );
         *self.authority.write().unwrap() = Arc::new(authority);
+        *self.loaded.lock().unwrap() = Instant::now();
         Ok(())
+    }
+
+    /// Whether the decisions are older than [`REFRESH_AFTER`] and no reload is under way;
+    /// `true` claims the reload (call [`AccessControl::refreshed`] when it is done).
+    pub fn claim_refresh(&self) -> bool {
+        self.loaded.lock().unwrap().elapsed() > REFRESH_AFTER
+            && !self.refreshing.swap(true, Ordering::AcqRel)
+    }
+
+    pub fn refreshed(&self) {
+        self.refreshing.store(false, Ordering::Release);
     }
 
     pub fn authority(&self) -> Arc<Authority> {
         self.authority.read().unwrap().clone()
+    }
+
+    /// [`AccessControl::authority`], starting a background reload when it is old (the
+    /// request goes on with what is loaded; a failed reload keeps it).
+    pub fn current(state: &AppState) -> Arc<Authority> {
+        let control = state.access();
+        if control.claim_refresh() {
+            let state = state.clone();
+            tokio::task::spawn_blocking(move || {
+                let store = state.store().clone();
+                let _ = state.access().reload(store.as_ref());
+                state.access().refreshed();
+            });
+        }
+        control.authority()
     }
 
     pub fn throttle(&self) -> &LoginThrottle {
@@ -248,5 +286,46 @@ pub(crate) fn write_error(summary: &str) -> impl Fn(StoreError) -> ApiError + '_
     move |e| match e {
         StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
         other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use drover_auth::Identity;
+    use drover_auth::roles::USER;
+
+    use super::*;
+
+    #[test]
+    fn decisions_follow_the_store_after_a_reload_and_reloads_are_claimed_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = drover_store::open(dir.path().join("s.db").to_str().unwrap()).unwrap();
+        let control = AccessControl::load(
+            store.as_ref(),
+            vec![USER.into()],
+            LoginThrottle::new(0, Duration::ZERO),
+        )
+        .unwrap();
+        let nodes = drover_auth::Permission::update("nodes");
+        let olga = Identity::local("olga", false);
+        assert_eq!(control.authority().scope_of(&olga, nodes), None);
+        // Another server writes a principal to the shared store.
+        store
+            .insert(
+                PRINCIPALS,
+                "p1",
+                Some("ops"),
+                json!({"name": "ops", "attachedRoles": [{"id": "operator"}],
+                       "users": [{"name": "olga", "type": "PAM"}]}),
+            )
+            .unwrap();
+        assert!(!control.claim_refresh(), "fresh decisions are not reloaded");
+        *control.loaded.lock().unwrap() = Instant::now() - REFRESH_AFTER * 2;
+        assert!(control.claim_refresh());
+        assert!(!control.claim_refresh(), "one reload at a time");
+        control.reload(store.as_ref()).unwrap();
+        control.refreshed();
+        assert_eq!(control.authority().scope_of(&olga, nodes), Some(Scope::All));
+        assert!(!control.claim_refresh());
     }
 }

@@ -23,6 +23,7 @@ use drover_auth::{DirectoryError, Identity, Origin, Permission, basic_credential
 use drover_sched::sysuser::SystemUser;
 use serde_json::Value;
 
+use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
 use crate::params::CommonParams;
@@ -344,7 +345,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         scope: None,
     };
     if let (Access::Needs(permission), Some(identity)) = (gate.access, &caller.identity) {
-        let authority = state.access().authority();
+        let authority = AccessControl::current(state);
         let subject = match &caller.proxy_user {
             Some(proxied) if may_proxy(state, &authority, identity) => {
                 match proxied_identity(state, proxied).await {
