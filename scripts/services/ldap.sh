@@ -2,12 +2,15 @@
 # A private OpenLDAP slapd for tests, started by hand (no systemd, not the package's own
 # directory): a throw-away slapd.conf and mdb database in $DIR, loaded offline.
 #
-# Usage (as root):  scripts/services/ldap.sh [install|start|stop|address]...   (default: install start)
+# Usage (as root):  scripts/services/ldap.sh [install|start|stop|address|ldaps-address|ca]...
+#                   (default: install start)
 #   install  apt-get install slapd and ldap-utils if slapd is missing
-#   start    write the directory below into $DIR and start slapd on 127.0.0.1:$LDAP_PORT
+#   start    write the directory below into $DIR, make a self-signed certificate for
+#            127.0.0.1, and start slapd: ldap:// (StartTLS offered) on 127.0.0.1:$LDAP_PORT,
+#            ldaps:// on 127.0.0.1:$LDAPS_PORT
 #   stop     stop that slapd (by its PID)
-#   address  print host:port
-# Env: DIR (/tmp/drover-ldap), LDAP_PORT (38989)
+#   address, ldaps-address   print host:port;  ca   print the certificate's path (PEM)
+# Env: DIR (/tmp/drover-ldap), LDAP_PORT (38989), LDAPS_PORT (38990)
 #
 # Directory (base dc=example,dc=org):
 #   cn=admin,dc=example,dc=org              the service bind, password adminpw
@@ -18,6 +21,7 @@ set -euo pipefail
 
 DIR=${DIR:-/tmp/drover-ldap}
 LDAP_PORT=${LDAP_PORT:-38989}
+LDAPS_PORT=${LDAPS_PORT:-38990}
 BASE=dc=example,dc=org
 export DEBIAN_FRONTEND=noninteractive
 
@@ -53,12 +57,17 @@ do_stop() {
 
 do_start() {
   do_stop
-  rm -rf "$DIR"; mkdir -p "$DIR/data"
+  rm -rf "$DIR"; mkdir -p "$DIR/data" "$DIR/tls"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=127.0.0.1" \
+    -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+    -keyout "$DIR/tls/key.pem" -out "$DIR/tls/cert.pem" 2>/dev/null
   cat > "$DIR/slapd.conf" <<CONF
 include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
 include /etc/ldap/schema/inetorgperson.schema
 include /etc/ldap/schema/nis.schema
+TLSCertificateFile $DIR/tls/cert.pem
+TLSCertificateKeyFile $DIR/tls/key.pem
 pidfile  $DIR/slapd.pid
 argsfile $DIR/slapd.args
 modulepath /usr/lib/ldap
@@ -97,7 +106,7 @@ CONF
   local run_as=()
   id openldap >/dev/null 2>&1 && run_as=(-u openldap -g openldap)
   # Daemonizes; its PID goes to $DIR/slapd.pid.
-  slapd -h "ldap://127.0.0.1:$LDAP_PORT/" -f "$DIR/slapd.conf" "${run_as[@]}"
+  slapd -h "ldap://127.0.0.1:$LDAP_PORT/ ldaps://127.0.0.1:$LDAPS_PORT/" -f "$DIR/slapd.conf" "${run_as[@]}"
   local i
   for i in $(seq 1 100); do
     ldapwhoami -x -H "ldap://127.0.0.1:$LDAP_PORT" -D "cn=admin,$BASE" -w adminpw >/dev/null 2>&1 && break
@@ -109,6 +118,8 @@ CONF
 }
 
 do_address() { echo "127.0.0.1:$LDAP_PORT"; }
+do_ldaps_address() { echo "127.0.0.1:$LDAPS_PORT"; }
+do_ca() { echo "$DIR/tls/cert.pem"; }
 
 [ $# -gt 0 ] || set -- install start
 for step in "$@"; do
@@ -117,6 +128,8 @@ for step in "$@"; do
     start) do_start ;;
     stop) do_stop ;;
     address) do_address ;;
-    *) echo "usage: $0 [install|start|stop|address]..." >&2; exit 2 ;;
+    ldaps-address) do_ldaps_address ;;
+    ca) do_ca ;;
+    *) echo "usage: $0 [install|start|stop|address|ldaps-address|ca]..." >&2; exit 2 ;;
   esac
 done

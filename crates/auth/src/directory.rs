@@ -11,6 +11,7 @@
 use std::time::Duration;
 
 use ldap3::{LdapConnAsync, LdapConnSettings, LdapError, SearchEntry, ldap_escape};
+use native_tls::{Certificate, TlsConnector};
 use serde::Deserialize;
 
 use crate::roles::Member;
@@ -59,6 +60,9 @@ pub struct DirectoryConfig {
     pub user_object_class: String,
     #[serde(default = "default_name_attribute")]
     pub user_name_attribute: String,
+    /// A CA certificate (PEM) trusted for StartTLS and LDAPS besides the system's (a
+    /// directory with a certificate of the site's own CA).
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 fn default_object_class() -> String {
@@ -126,9 +130,12 @@ impl DirectoryConfig {
         if password.is_some_and(str::is_empty) || name.is_empty() {
             return Err(DirectoryError::Refused);
         }
-        let settings = LdapConnSettings::new()
+        let mut settings = LdapConnSettings::new()
             .set_conn_timeout(TIMEOUT)
             .set_starttls(self.security_type == SecurityType::StartTls);
+        if let Some(path) = &self.ca_file {
+            settings = settings.set_connector(self.tls_connector(path)?);
+        }
         let (connection, mut ldap) = LdapConnAsync::with_settings(settings, &self.url())
             .await
             .map_err(unavailable("cannot connect"))?;
@@ -207,6 +214,20 @@ impl DirectoryConfig {
     }
 }
 
+impl DirectoryConfig {
+    /// A TLS connector that also trusts the CA certificate in `path`.
+    fn tls_connector(&self, path: &std::path::Path) -> Result<TlsConnector, DirectoryError> {
+        let failed =
+            |why: String| DirectoryError::Unavailable(format!("ca_file {}: {why}", path.display()));
+        let pem = std::fs::read(path).map_err(|e| failed(e.to_string()))?;
+        let certificate = Certificate::from_pem(&pem).map_err(|e| failed(e.to_string()))?;
+        TlsConnector::builder()
+            .add_root_certificate(certificate)
+            .build()
+            .map_err(|e| failed(e.to_string()))
+    }
+}
+
 /// The `ou=` values of a DN, nearest first (`uid=a,ou=x,ou=y,dc=o` gives `x`, `y`).
 fn organizational_units(dn: &str) -> Vec<String> {
     dn.split(',')
@@ -233,6 +254,7 @@ impl std::fmt::Debug for DirectoryConfig {
             )
             .field("user_object_class", &self.user_object_class)
             .field("user_name_attribute", &self.user_name_attribute)
+            .field("ca_file", &self.ca_file)
             .finish()
     }
 }

@@ -123,15 +123,6 @@ pub const USER: &str = "user";
 /// Acting for another user through `proxy-user` (never a route's own permission).
 pub const PROXY: Permission = Permission::new("proxy-user", Action::Use);
 
-/// Resources whose changes belong to security and money: operators read them only.
-const ADMINISTRATIVE: [&str; 5] = [
-    "principals",
-    "roles",
-    "accounting",
-    "proxy-user",
-    "permissions",
-];
-
 /// The built-in roles, as they are until changed (and after a reset).
 pub fn built_in_roles() -> Vec<Role> {
     let all = |resource: &str, actions: &[&str]| {

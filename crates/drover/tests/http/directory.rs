@@ -1,5 +1,7 @@
-//! Directory (LDAP) logins against a real slapd (`scripts/services/ldap.sh`, whose
-//! address `DROVER_TEST_LDAP` gives), failed-login throttling and the audit trail.
+//! Directory (LDAP) logins against a real slapd (`scripts/services/ldap.sh`: its plain
+//! and StartTLS address in `DROVER_TEST_LDAP`, its LDAPS address in `DROVER_TEST_LDAPS`,
+//! its self-signed certificate in `DROVER_TEST_LDAP_CA`), failed-login throttling and the
+//! audit trail.
 
 use std::time::{Duration, Instant};
 
@@ -25,6 +27,40 @@ fn test_directory() -> Option<(String, u16)> {
     }
 }
 
+#[test]
+fn starttls_and_ldaps_logins_check_the_directory_certificate() {
+    let Some((host, port)) = test_directory() else {
+        eprintln!("no test directory (DROVER_TEST_LDAP): skipped");
+        return;
+    };
+    let ldaps =
+        std::env::var("DROVER_TEST_LDAPS").expect("DROVER_TEST_LDAPS with DROVER_TEST_LDAP");
+    let ca =
+        std::env::var("DROVER_TEST_LDAP_CA").expect("DROVER_TEST_LDAP_CA with DROVER_TEST_LDAP");
+    let ldaps_port: u16 = ldaps.rsplit_once(':').unwrap().1.parse().unwrap();
+    for (security, port) in [
+        (SecurityType::StartTls, port),
+        (SecurityType::Ldaps, ldaps_port),
+    ] {
+        for trusted in [true, false] {
+            let mut config = directory(&host, port);
+            config.security_type = security;
+            config.ca_file = trusted.then(|| ca.clone().into());
+            let server = TestServer::builder()
+                .config(|c| c.ldap = Some(config))
+                .start();
+            let reply = server.get_as(login("lena", "lenapw"), "/rest/diag/auth");
+            // An untrusted certificate is a directory that cannot be asked: never a login.
+            let expected = if trusted { 200 } else { 503 };
+            assert_eq!(
+                reply.status, expected,
+                "{security:?} trusted={trusted}: {}",
+                reply.body
+            );
+        }
+    }
+}
+
 fn directory(server: &str, port: u16) -> DirectoryConfig {
     DirectoryConfig {
         server: server.into(),
@@ -35,6 +71,7 @@ fn directory(server: &str, port: u16) -> DirectoryConfig {
         bind_password: Some("adminpw".into()),
         user_object_class: "inetOrgPerson".into(),
         user_name_attribute: "uid".into(),
+        ca_file: None,
     }
 }
 
