@@ -15,7 +15,7 @@ use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::ConnectInfo;
 use drover_auth::roles::{Authority, Member, Scope};
@@ -322,10 +322,10 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     let source = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
-        .map(|c| c.0.ip().to_string());
+        .map(|c| c.0.ip());
     let identity = match gate.access {
         Access::Public => None,
-        Access::Needs(_) => match authenticate(state, request.headers(), source.as_deref()).await {
+        Access::Needs(_) => match authenticate(state, request.headers(), source).await {
             Ok(identity) => Some(identity),
             Err(e) => return e.into_response(),
         },
@@ -363,7 +363,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
                     state,
                     Audit::Denied,
                     &subject.name,
-                    source.as_deref(),
+                    source.map(|ip| ip.to_string()).as_deref(),
                     format!(
                         "{} {} needs {permission}",
                         request.method(),
@@ -446,7 +446,7 @@ fn directory_down(why: String) -> ApiError {
 async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
-    source: Option<&str>,
+    source: Option<IpAddr>,
 ) -> Result<Identity, ApiError> {
     let (user, password) = headers
         .get(header::AUTHORIZATION)
@@ -457,6 +457,9 @@ async fn authenticate(
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
     }
+    // Formatted only past the remembered logins: most requests never need it.
+    let source = source.map(|ip| ip.to_string());
+    let source = source.as_deref();
     let throttle = state.access().throttle();
     if let Some(wait) = throttle.wait(source, &user) {
         audit::record(
