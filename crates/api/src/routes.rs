@@ -462,13 +462,7 @@ async fn authenticate(
     let source = source.as_deref();
     let throttle = state.access().throttle();
     if let Some(wait) = throttle.wait(source, &user) {
-        audit::record(
-            state,
-            Audit::LoginThrottled,
-            &user,
-            source,
-            "login refused unchecked: too many failures".into(),
-        );
+        // Not audited one by one (a flood would fill the store): the block's start was.
         return Err(ApiError::throttled(wait.as_secs().max(1)));
     }
     let verified = match (&state.settings().directory, auth.is_local(&user)) {
@@ -500,7 +494,7 @@ async fn authenticate(
             Ok(identity)
         }
         None => {
-            throttle.failed(source, &user);
+            let blocked = throttle.failed(source, &user);
             audit::record(
                 state,
                 Audit::LoginFailed,
@@ -508,6 +502,15 @@ async fn authenticate(
                 source,
                 "login refused".into(),
             );
+            if blocked {
+                audit::record(
+                    state,
+                    Audit::LoginThrottled,
+                    &user,
+                    source,
+                    "too many failed logins: further logins refused unchecked for a while".into(),
+                );
+            }
             Err(ApiError::unauthorized())
         }
     }

@@ -56,10 +56,11 @@ impl LoginThrottle {
             .max()
     }
 
-    /// Counts a failed login of `user` from `source`.
-    pub fn failed(&self, source: Option<&str>, user: &str) {
+    /// Counts a failed login of `user` from `source`; `true` when this failure starts a
+    /// block (of the name, the source or both).
+    pub fn failed(&self, source: Option<&str>, user: &str) -> bool {
         if self.max_failures == 0 {
-            return;
+            return false;
         }
         let now = Instant::now();
         let mut failures = self.failures.lock().unwrap();
@@ -69,6 +70,7 @@ impl LoginThrottle {
                 failures.clear();
             }
         }
+        let mut blocked = false;
         for key in Self::keys(source, user) {
             let entry = failures.entry(key).or_insert(Failures {
                 count: 0,
@@ -81,7 +83,9 @@ impl LoginThrottle {
                 };
             }
             entry.count += 1;
+            blocked |= entry.count == self.max_failures;
         }
+        blocked
     }
 
     /// A good login of `user` forgives that name's failures (not the source's).
@@ -101,10 +105,13 @@ mod tests {
     fn too_many_failures_block_the_source_and_the_name() {
         let throttle = LoginThrottle::new(3, Duration::from_secs(60));
         for _ in 0..2 {
-            throttle.failed(Some("10.0.0.1"), "alice");
+            assert!(!throttle.failed(Some("10.0.0.1"), "alice"));
         }
         assert_eq!(throttle.wait(Some("10.0.0.1"), "alice"), None);
-        throttle.failed(Some("10.0.0.1"), "alice");
+        assert!(
+            throttle.failed(Some("10.0.0.1"), "alice"),
+            "the block starts"
+        );
         assert!(throttle.wait(Some("10.0.0.1"), "alice").is_some());
         // The same name from elsewhere, and the same source for another name.
         assert!(throttle.wait(Some("10.0.0.2"), "alice").is_some());
