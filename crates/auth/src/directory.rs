@@ -165,6 +165,16 @@ impl DirectoryConfig {
             found.extend(entries.into_iter().map(|e| SearchEntry::construct(e).dn));
         }
         let [dn] = found.as_slice() else {
+            // A bind that must fail, so an unknown name costs what a wrong password does
+            // (timing does not tell which names exist).
+            if let (Some(password), Some(base)) = (password, self.base_dns.first()) {
+                let decoy = format!(
+                    "{}=drover-no-such-user-{},{base}",
+                    self.user_name_attribute,
+                    crate::password::generate()
+                );
+                let _ = ldap.simple_bind(&decoy, password).await;
+            }
             return Err(DirectoryError::Refused);
         };
         if let Some(password) = password {
