@@ -20,6 +20,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
+use crate::identity::ProxiedIdentities;
 use crate::params::ChangeMode;
 
 /// How old the decisions may grow before a request has them reloaded (in the background).
@@ -35,6 +36,7 @@ pub struct AccessControl {
     refreshing: AtomicBool,
     default_roles: Vec<String>,
     throttle: LoginThrottle,
+    proxied: ProxiedIdentities,
 }
 
 impl AccessControl {
@@ -65,6 +67,7 @@ impl AccessControl {
             refreshing: AtomicBool::new(false),
             default_roles,
             throttle,
+            proxied: ProxiedIdentities::default(),
         };
         control.reload(store)?;
         Ok(control)
@@ -112,6 +115,10 @@ impl AccessControl {
             });
         }
         control.authority()
+    }
+
+    pub(crate) fn proxied(&self) -> &ProxiedIdentities {
+        &self.proxied
     }
 
     pub fn throttle(&self) -> &LoginThrottle {

@@ -20,6 +20,7 @@ pub mod credentials;
 pub mod diag;
 pub mod error;
 pub mod events;
+mod identity;
 pub mod input;
 pub mod jobs;
 pub mod layers;

@@ -10,22 +10,22 @@ use std::collections::BTreeMap;
 use axum::Router;
 use axum::extract::{FromRequestParts, Request, State};
 use axum::handler::Handler;
+use axum::http::Method;
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, Method, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodFilter, MethodRouter, on};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use axum::extract::ConnectInfo;
-use drover_auth::roles::{Authority, Member, Scope};
-use drover_auth::{DirectoryError, Identity, Origin, Permission, basic_credentials};
-use drover_sched::sysuser::SystemUser;
+use drover_auth::roles::Scope;
+use drover_auth::{Identity, Permission};
 use serde_json::Value;
 
 use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
+use crate::identity::{authenticate, may_proxy, proxied_identity};
 use crate::params::CommonParams;
 use crate::{AppState, layers, openapi};
 
@@ -383,135 +383,5 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         layers::pretty_print(response).await
     } else {
         response
-    }
-}
-
-/// `proxy-user` is honoured with `ENABLEPROXY` for the configured proxy users and for
-/// holders of a role that names `proxy-user:use`.
-fn may_proxy(state: &AppState, authority: &Authority, identity: &Identity) -> bool {
-    let proxy = &state.settings().proxy;
-    proxy.may_proxy(&identity.name) || (proxy.enabled && authority.may_proxy(identity))
-}
-
-/// A local user's identity with the groups of the system account of the same name (what
-/// `PAMGROUP` principals name). Blocking (the system's user database).
-fn with_system_groups(mut identity: Identity) -> Identity {
-    if let Some(account) = SystemUser::lookup(&identity.name) {
-        identity.groups = account
-            .group_names()
-            .iter()
-            .map(|g| Member::new("PAMGROUP", g))
-            .collect();
-    }
-    identity
-}
-
-/// Who a proxied name stands for: a local user, else a directory user (with the groups
-/// the directory gives) when there is a directory, else a system account's user by name
-/// (with its system groups).
-async fn proxied_identity(state: &AppState, name: &str) -> Result<Identity, ApiError> {
-    let local = match state.auth().user(name) {
-        Some(user) => Identity::local(&user.name, user.admin),
-        None => match &state.settings().directory {
-            Some(directory) => {
-                return match directory.lookup(name).await {
-                    Ok(identity) => Ok(identity),
-                    // Not in the directory: a name only, which default roles and
-                    // principals naming it still describe.
-                    Err(DirectoryError::Refused) => Ok(Identity {
-                        origin: Origin::Directory,
-                        ..Identity::local(name, false)
-                    }),
-                    Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
-                };
-            }
-            None => Identity::local(name, false),
-        },
-    };
-    tokio::task::spawn_blocking(move || with_system_groups(local))
-        .await
-        .map_err(ApiError::internal)
-}
-
-fn directory_down(why: String) -> ApiError {
-    ApiError::unavailable(
-        "The directory cannot be reached to check this login",
-        format!("{why}; try again later"),
-    )
-}
-
-/// The identity of the request's Basic credentials: remembered logins on the async
-/// runtime, then a local user's argon2 verification on a blocking thread, or the
-/// directory. Refused unchecked while the source or the name is throttled.
-async fn authenticate(
-    state: &AppState,
-    headers: &HeaderMap,
-    source: Option<IpAddr>,
-) -> Result<Identity, ApiError> {
-    let (user, password) = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(basic_credentials)
-        .ok_or_else(ApiError::unauthorized)?;
-    let auth = state.auth();
-    if let Some(identity) = auth.remembered(&user, &password) {
-        return Ok(identity);
-    }
-    // Formatted only past the remembered logins: most requests never need it.
-    let source = source.map(|ip| ip.to_string());
-    let source = source.as_deref();
-    let throttle = state.access().throttle();
-    if let Some(wait) = throttle.wait(source, &user) {
-        // Not audited one by one (a flood would fill the store): the block's start was.
-        return Err(ApiError::throttled(wait.as_secs().max(1)));
-    }
-    let verified = match (&state.settings().directory, auth.is_local(&user)) {
-        (Some(directory), false) => match directory.login(&user, &password).await {
-            Ok(identity) => {
-                auth.remember(&user, &password, identity.clone());
-                Some(identity)
-            }
-            Err(DirectoryError::Refused) => None,
-            Err(DirectoryError::Unavailable(why)) => return Err(directory_down(why)),
-        },
-        _ => {
-            let auth = auth.clone();
-            let name = user.clone();
-            tokio::task::spawn_blocking(move || {
-                let identity = with_system_groups(auth.verify(&name, &password)?);
-                // Remembered again, with its groups.
-                auth.remember(&name, &password, identity.clone());
-                Some(identity)
-            })
-            .await
-            .map_err(ApiError::internal)?
-        }
-    };
-    match verified {
-        Some(identity) => {
-            throttle.succeeded(&user);
-            audit::record(state, Audit::Login, &user, source, "login checked".into());
-            Ok(identity)
-        }
-        None => {
-            let blocked = throttle.failed(source, &user);
-            audit::record(
-                state,
-                Audit::LoginFailed,
-                &user,
-                source,
-                "login refused".into(),
-            );
-            if blocked {
-                audit::record(
-                    state,
-                    Audit::LoginThrottled,
-                    &user,
-                    source,
-                    "too many failed logins: further logins refused unchecked for a while".into(),
-                );
-            }
-            Err(ApiError::unauthorized())
-        }
     }
 }
