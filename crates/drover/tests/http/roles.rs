@@ -448,3 +448,64 @@ fn proxying_is_granted_by_role_and_acts_with_the_proxied_users_rights() {
     // users and an explicit proxy-user:use do).
     assert_eq!(whoami(Auth::Admin, "ghost").json()["totalCount"], 1);
 }
+
+#[test]
+fn ordinary_users_see_and_release_only_their_own_reservations() {
+    let server = TestServer::builder()
+        .user("olga", false)
+        .config(|c| {
+            c.nodes = vec![
+                drover_sched::node::NodeConfig::new("n1", 1),
+                drover_sched::node::NodeConfig::new("n2", 1),
+            ]
+        })
+        .start();
+    let reserve = |auth: Auth, node: &str| {
+        let body = json!({"hostListExpression": node, "duration": 3600});
+        let reply = server.call(
+            "POST",
+            "/rest/reservations",
+            auth,
+            Some(("application/json", body.to_string().into_bytes())),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.json()["id"].as_str().unwrap().to_string()
+    };
+    let alices = reserve(Auth::User, "n1");
+    let admins = reserve(Auth::Admin, "n2");
+    let ids = |auth: Auth| -> Vec<String> {
+        server.get_as(auth, "/rest/reservations").json()["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(ids(Auth::User), [alices.as_str()]);
+    assert_eq!(ids(Auth::Admin).len(), 2);
+    assert!(
+        ids(as_user("olga")).is_empty(),
+        "olga holds only the user role"
+    );
+    let path = |id: &str| format!("/rest/reservations/{id}");
+    assert_eq!(server.get_as(Auth::User, &path(&admins)).status, 404);
+    assert_eq!(
+        server
+            .call("DELETE", &path(&admins), as_user("olga"), None)
+            .status,
+        404
+    );
+    assert_eq!(
+        server
+            .call("DELETE", &path(&alices), as_user("olga"), None)
+            .status,
+        404
+    );
+    assert_eq!(
+        server
+            .call("DELETE", &path(&alices), Auth::User, None)
+            .status,
+        200
+    );
+    assert_eq!(ids(Auth::Admin), [admins.as_str()]);
+}
