@@ -175,3 +175,30 @@ fn proxy_user_is_honoured_only_when_enabled_for_the_caller() {
         twice.body
     );
 }
+
+#[test]
+fn refused_requests_with_bodies_get_their_answer_not_a_reset() {
+    let server = TestServer::builder().routes(test_routes).start();
+    // The gate refuses before any handler reads the body; the client must still read
+    // the refusal rather than a connection reset by unread data.
+    let padded = format!("{{\"pad\":\"{}\"}}", "x".repeat(32 * 1024));
+    for (round, body) in ["{}".to_string(), padded]
+        .iter()
+        .cycle()
+        .take(80)
+        .enumerate()
+    {
+        for (auth, status) in [
+            (Auth::User, 403),
+            (Auth::Basic("admin".into(), "wrong".into()), 401),
+        ] {
+            let reply = server.call(
+                "POST",
+                ECHO,
+                auth,
+                Some(("application/json", body.clone().into_bytes())),
+            );
+            assert_eq!(reply.status, status, "round {round}: {}", reply.body);
+        }
+    }
+}
