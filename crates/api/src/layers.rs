@@ -1,5 +1,6 @@
 //! What wraps every request, matched or not: panic containment, the body-size limit,
-//! and JSON bodies for the errors that axum produces itself (405, rejections).
+//! reading the whole body before routing, and JSON bodies for the errors that axum
+//! produces itself (405, rejections).
 
 use std::panic::AssertUnwindSafe;
 
@@ -22,6 +23,7 @@ pub(crate) fn wrap(router: Router, state: &AppState) -> Router {
     let limit = state.settings().max_body_bytes;
     router
         .layer(DefaultBodyLimit::max(limit))
+        .layer(from_fn_with_state(limit, read_whole_body))
         .layer(from_fn_with_state(limit, refuse_declared_oversize))
         .layer(from_fn(json_errors))
         .layer(from_fn(contain_panics))
@@ -66,6 +68,21 @@ async fn refuse_declared_oversize(
     match declared {
         Some(length) if length > limit as u64 => ApiError::payload_too_large(limit).into_response(),
         _ => next.run(request).await,
+    }
+}
+
+/// Reads the request body whole before anything answers. A request refused before its
+/// body is read (by the gate, a 404, a handler that needs no body) would otherwise leave
+/// data unread, and the server then closes the connection after answering without
+/// saying so: a client that pools connections finds it dead on its next request.
+async fn read_whole_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match to_bytes(body, limit).await {
+        Ok(bytes) => {
+            next.run(Request::from_parts(parts, Body::from(bytes)))
+                .await
+        }
+        Err(_) => ApiError::payload_too_large(limit).into_response(),
     }
 }
 

@@ -327,16 +327,16 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         Access::Public => None,
         Access::Needs(_) => match authenticate(state, request.headers(), source).await {
             Ok(identity) => Some(identity),
-            Err(e) => return refuse(request, e).await,
+            Err(e) => return e.into_response(),
         },
     };
     let params = match CommonParams::parse(request.uri().query()) {
         Ok(params) => params,
-        Err(e) => return refuse(request, e).await,
+        Err(e) => return e.into_response(),
     };
     let proxy_user = match params.raw.get("proxy-user") {
         Ok(value) => value.filter(|v| !v.is_empty()).map(str::to_string),
-        Err(e) => return refuse(request, e).await,
+        Err(e) => return e.into_response(),
     };
     let mut caller = Caller {
         effective_user: identity.as_ref().map(|i| i.name.clone()),
@@ -350,7 +350,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             Some(proxied) if may_proxy(state, &authority, identity) => {
                 match proxied_identity(state, proxied).await {
                     Ok(subject) => subject,
-                    Err(e) => return refuse(request, e).await,
+                    Err(e) => return e.into_response(),
                 }
             }
             _ => identity.clone(),
@@ -370,7 +370,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
                         request.uri().path()
                     ),
                 );
-                return refuse(request, denied).await;
+                return denied.into_response();
             }
         }
         caller.effective_user = Some(subject.name);
@@ -384,15 +384,4 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     } else {
         response
     }
-}
-
-/// Bodies up to this size are read and dropped before a refusal is answered.
-const DRAINED_BODY: usize = 64 * 1024;
-
-/// Answers `error` to a request the gate refuses, after reading (and dropping) a small
-/// body the handler will never read: closing a connection with unread data makes the
-/// kernel reset it, and the client then sees a broken connection instead of the 401/403.
-async fn refuse(request: Request, error: ApiError) -> Response {
-    let _ = axum::body::to_bytes(request.into_body(), DRAINED_BODY).await;
-    error.into_response()
 }
