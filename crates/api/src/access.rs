@@ -9,11 +9,13 @@
 //! they can be read, changed and reset like the others.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use drover_auth::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
 use drover_auth::throttle::LoginThrottle;
+use drover_domain::dates::Timestamp;
+use drover_monitor::event::IdSequence;
 use drover_query::ListQuery;
 use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde_json::{Value, json};
@@ -124,10 +126,6 @@ impl AccessControl {
     pub fn throttle(&self) -> &LoginThrottle {
         &self.throttle
     }
-
-    pub fn default_roles(&self) -> &[String] {
-        &self.default_roles
-    }
 }
 
 /// The stored body of a role.
@@ -207,11 +205,11 @@ pub(crate) async fn with_store<T: Send + 'static>(
     let state = state.clone();
     tokio::task::spawn_blocking(move || {
         let store = state.store().clone();
-        let result = work(store.as_ref());
+        let result = work(store.as_ref())?;
         if changes {
             state.access().reload(store.as_ref())?;
         }
-        result
+        Ok(result)
     })
     .await
     .map_err(|e| ApiError::unavailable("The change was not made", e.to_string()))?
@@ -288,12 +286,62 @@ pub(crate) fn change_list(
     record[key] = Value::Array(list);
 }
 
-/// Store errors of a write, with a taken name or a stale version as 409.
-pub(crate) fn write_error(summary: &str) -> impl Fn(StoreError) -> ApiError + '_ {
-    move |e| match e {
-        StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
-        other => other.into(),
-    }
+/// A new id for a role or principal (time-ordered, unique in this process).
+pub(crate) fn next_id() -> String {
+    static IDS: OnceLock<Mutex<IdSequence>> = OnceLock::new();
+    IDS.get_or_init(|| Mutex::new(IdSequence::starting_after(None, Timestamp::now())))
+        .lock()
+        .unwrap()
+        .next_id()
+}
+
+/// Inserts a document named by `body["name"]` and reads it back; a taken name is a 409.
+pub(crate) fn insert_named(
+    store: &dyn DocumentStore,
+    collection: &str,
+    id: &str,
+    body: Value,
+    summary: &str,
+) -> Result<Document, ApiError> {
+    let name = body["name"].as_str().unwrap_or_default().to_string();
+    store
+        .write(&[Write::Insert {
+            collection: collection.into(),
+            id: id.to_string(),
+            name: Some(name.clone()),
+            body,
+        }])
+        .map_err(|e| match e {
+            StoreError::Conflict(_) => {
+                ApiError::conflict(summary, format!("the name '{name}' is taken"))
+            }
+            other => other.into(),
+        })?;
+    find(store, collection, id, collection)
+}
+
+/// Writes `body` over `current` if it is still at the version read, and reads it back; a
+/// stale version or a taken name is a 409.
+pub(crate) fn update_named(
+    store: &dyn DocumentStore,
+    collection: &str,
+    current: &Document,
+    body: Value,
+    summary: &str,
+) -> Result<Document, ApiError> {
+    store
+        .write(&[Write::Update {
+            collection: collection.into(),
+            id: current.id.clone(),
+            name: body["name"].as_str().map(String::from),
+            body,
+            expected_version: Some(current.version),
+        }])
+        .map_err(|e| match e {
+            StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
+            other => other.into(),
+        })?;
+    find(store, collection, &current.id, collection)
 }
 
 #[cfg(test)]

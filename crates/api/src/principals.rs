@@ -4,24 +4,21 @@
 //! `LDAPGROUP`/`LDAPOU` groups name directory logins; its `PAM` users name local users
 //! and `PAMGROUP` groups their system groups.
 
-use std::sync::{Mutex, OnceLock};
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::roles::Authority;
-use drover_domain::dates::Timestamp;
-use drover_monitor::event::IdSequence;
-use drover_store::{StoreError, Write};
+use drover_store::Write;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::access::{
-    PRINCIPALS, change_list, check_version, find, render, with_store, write_error,
+    PRINCIPALS, change_list, check_version, find, insert_named, next_id, render, update_named,
+    with_store,
 };
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::openapi::schema::{envelope, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
@@ -156,11 +153,6 @@ async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResul
     Ok(Json(render(&document)))
 }
 
-fn ids() -> &'static Mutex<IdSequence> {
-    static IDS: OnceLock<Mutex<IdSequence>> = OnceLock::new();
-    IDS.get_or_init(|| Mutex::new(IdSequence::starting_after(None, Timestamp::now())))
-}
-
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let body: Value = parse_json(&body)?;
     let summary = "The principal was not created";
@@ -180,22 +172,8 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
-    let id = ids().lock().unwrap().next_id();
     let document = with_store(&state, true, move |store| {
-        store
-            .write(&[Write::Insert {
-                collection: COLLECTION.into(),
-                id: id.clone(),
-                name: Some(name.clone()),
-                body: record,
-            }])
-            .map_err(|e| match e {
-                StoreError::Conflict(_) => {
-                    ApiError::conflict(summary, format!("the name '{name}' is taken"))
-                }
-                other => other.into(),
-            })?;
-        find(store, COLLECTION, &id, "principal")
+        insert_named(store, COLLECTION, &next_id(), record, summary)
     })
     .await?;
     Ok(reply::created(
@@ -229,17 +207,7 @@ async fn modify(
         change_list(&mut record, "attachedRoles", given.roles, mode, &["id"]);
         change_list(&mut record, "groups", given.groups, mode, &["name", "type"]);
         change_list(&mut record, "users", given.users, mode, &["name", "type"]);
-        let name = record["name"].as_str().map(String::from);
-        store
-            .write(&[Write::Update {
-                collection: COLLECTION.into(),
-                id: current.id.clone(),
-                name: name.clone(),
-                body: record,
-                expected_version: Some(current.version),
-            }])
-            .map_err(write_error(&summary))?;
-        find(store, COLLECTION, &current.id, "principal")
+        update_named(store, COLLECTION, &current, record, &summary)
     })
     .await?;
     Ok(Json(render(&document)))

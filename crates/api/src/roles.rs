@@ -7,24 +7,20 @@
 //! `POST /rest/roles/<id>/reset` gives one back its defaults. A role attached to a
 //! principal cannot be deleted (409).
 
-use std::sync::{Mutex, OnceLock};
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::roles::{Grant, Role, Scope, built_in_roles};
-use drover_domain::dates::Timestamp;
-use drover_monitor::event::IdSequence;
 use drover_query::ListQuery;
-use drover_store::{StoreError, Write};
+use drover_store::Write;
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::access::{
-    PRINCIPALS, ROLES, change_list, check_version, find, grant_json, render, role_body, with_store,
-    write_error,
+    PRINCIPALS, ROLES, change_list, check_version, find, grant_json, insert_named, next_id, render,
+    role_body, update_named, with_store,
 };
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
@@ -180,11 +176,6 @@ fn read_given(f: &mut Fields<'_>, known: &[Permission]) -> Given {
     }
 }
 
-/// The permissions grants may name (the routes' own and acting for others).
-fn known(state: &AppState) -> Vec<Permission> {
-    state.permissions().to_vec()
-}
-
 fn grants_json(grants: &[Grant]) -> Vec<Value> {
     grants.iter().map(grant_json).collect()
 }
@@ -207,17 +198,11 @@ async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResul
     Ok(Json(render(&document)))
 }
 
-fn ids() -> &'static Mutex<IdSequence> {
-    static IDS: OnceLock<Mutex<IdSequence>> = OnceLock::new();
-    IDS.get_or_init(|| Mutex::new(IdSequence::starting_after(None, Timestamp::now())))
-}
-
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let body: Value = parse_json(&body)?;
     let summary = "The role was not created";
-    let known = known(&state);
     let given = read_object(&body, summary, |f| {
-        let given = read_given(f, &known);
+        let given = read_given(f, state.permissions());
         if given.name.is_none() {
             f.problem("name", "required");
         }
@@ -225,7 +210,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     })?;
     let name = given.name.clone().unwrap_or_default();
     let role = Role {
-        id: ids().lock().unwrap().next_id(),
+        id: next_id(),
         name: name.clone(),
         description: given.description.unwrap_or_default(),
         grants: given.grants.unwrap_or_default(),
@@ -237,20 +222,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
                 format!("the name '{name}' is taken"),
             ));
         }
-        store
-            .write(&[Write::Insert {
-                collection: ROLES.into(),
-                id: role.id.clone(),
-                name: Some(name.clone()),
-                body: role_body(&role, false),
-            }])
-            .map_err(|e| match e {
-                StoreError::Conflict(_) => {
-                    ApiError::conflict(summary, format!("the name '{name}' is taken"))
-                }
-                other => other.into(),
-            })?;
-        find(store, ROLES, &role.id, "role")
+        insert_named(store, ROLES, &role.id, role_body(&role, false), summary)
     })
     .await?;
     Ok(reply::created(
@@ -269,8 +241,7 @@ async fn modify(
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
     let body: Value = parse_json(&body)?;
     let summary = format!("The role {key} was not changed");
-    let known = known(&state);
-    let given = read_object(&body, &summary, |f| read_given(f, &known))?;
+    let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
     let document = with_store(&state, true, move |store| {
         let current = find(store, ROLES, &key, "role")?;
         check_version(given.version, &current, &summary, "role")?;
@@ -283,17 +254,7 @@ async fn modify(
         }
         let grants = given.grants.as_deref().map(grants_json);
         change_list(&mut record, "permissions", grants, mode, &["id"]);
-        let name = record["name"].as_str().map(String::from);
-        store
-            .write(&[Write::Update {
-                collection: ROLES.into(),
-                id: current.id.clone(),
-                name,
-                body: record,
-                expected_version: Some(current.version),
-            }])
-            .map_err(write_error(&summary))?;
-        find(store, ROLES, &current.id, "role")
+        update_named(store, ROLES, &current, record, &summary)
     })
     .await?;
     Ok(Json(render(&document)))
@@ -308,16 +269,13 @@ async fn reset(State(state): State<AppState>, Path(key): Path<String>) -> ApiRes
                 "only built-in roles have defaults",
             ));
         };
-        store
-            .write(&[Write::Update {
-                collection: ROLES.into(),
-                id: current.id.clone(),
-                name: Some(default.name.clone()),
-                body: role_body(&default, true),
-                expected_version: Some(current.version),
-            }])
-            .map_err(write_error("The role was not reset"))?;
-        find(store, ROLES, &current.id, "role")
+        update_named(
+            store,
+            ROLES,
+            &current,
+            role_body(&default, true),
+            "The role was not reset",
+        )
     })
     .await?;
     Ok(Json(render(&document)))

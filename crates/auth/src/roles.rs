@@ -237,10 +237,6 @@ impl Authority {
         }
     }
 
-    pub fn role(&self, id: &str) -> Option<&Role> {
-        self.roles.get(id)
-    }
-
     /// The role whose id is `key`, else whose name is `key` (in any case).
     pub fn find_role(&self, key: &str) -> Option<&Role> {
         self.roles.get(key).or_else(|| {
@@ -250,34 +246,43 @@ impl Authority {
         })
     }
 
-    /// The ids of the roles `who` holds: administrator for a local administrator, the
-    /// default roles, and those of every principal naming them or one of their groups.
+    /// The ids of the roles `who` holds (with repeats): administrator for a local
+    /// administrator, the default roles, and those of every principal naming them or one
+    /// of their groups. Allocates nothing: the gate asks on every request.
+    fn held_ids<'a>(&'a self, who: &'a Identity) -> impl Iterator<Item = &'a str> + 'a {
+        let admin = who.admin.then_some(ADMINISTRATOR);
+        let named = self
+            .principals
+            .iter()
+            .filter(move |p| {
+                p.members.iter().any(|m| {
+                    (m.kind == who.origin.user_type() && m.name == who.name)
+                        || who.groups.contains(m)
+                })
+            })
+            .flat_map(|p| p.roles.iter().map(String::as_str));
+        admin
+            .into_iter()
+            .chain(self.default_roles.iter().map(String::as_str))
+            .chain(named)
+    }
+
+    /// The roles `who` holds, by id, sorted, each once.
     pub fn roles_of(&self, who: &Identity) -> Vec<String> {
-        let mut ids: Vec<String> = self.default_roles.clone();
-        if who.admin {
-            ids.push(ADMINISTRATOR.into());
-        }
-        let user = Member::new(who.origin.user_type(), &who.name);
-        for principal in &self.principals {
-            let named = principal
-                .members
-                .iter()
-                .any(|m| *m == user || who.groups.contains(m));
-            if named {
-                ids.extend(principal.roles.iter().cloned());
-            }
-        }
+        let mut ids: Vec<String> = self.held_ids(who).map(String::from).collect();
         ids.sort();
         ids.dedup();
         ids
     }
 
+    fn held<'a>(&'a self, who: &'a Identity) -> impl Iterator<Item = &'a Role> + 'a {
+        self.held_ids(who).filter_map(|id| self.roles.get(id))
+    }
+
     /// Whether a role of `who` names [`PROXY`] itself: wildcards never grant acting for
     /// others (the configured proxy users are the other way to it).
     pub fn may_proxy(&self, who: &Identity) -> bool {
-        self.roles_of(who)
-            .iter()
-            .filter_map(|id| self.roles.get(id))
+        self.held(who)
             .flat_map(|role| &role.grants)
             .any(|g| g.resource == PROXY.resource && g.action == PROXY.action.as_str())
     }
@@ -287,9 +292,7 @@ impl Authority {
         if who.admin {
             return Some(Scope::All);
         }
-        self.roles_of(who)
-            .iter()
-            .filter_map(|id| self.roles.get(id))
+        self.held(who)
             .filter_map(|role| role.scope_of(permission))
             .max()
     }

@@ -103,6 +103,15 @@ pub struct Builder {
     sqlite_only: bool,
 }
 
+/// A local user with the password [`PASSWORD`] (minimal argon2 cost: tests stay quick).
+fn test_user(name: &str, admin: bool) -> User {
+    User {
+        name: name.into(),
+        password_hash: password::hash(PASSWORD, password::Cost::Minimal),
+        admin,
+    }
+}
+
 /// A PostgreSQL schema that is dropped with the server.
 struct Schema {
     url: String,
@@ -128,16 +137,11 @@ pub use drover_store::test_postgres_url as postgres_url;
 impl Builder {
     pub fn new() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let user = |name: &str, admin: bool| User {
-            name: name.into(),
-            password_hash: password::hash(PASSWORD, password::Cost::Minimal),
-            admin,
-        };
         let mut config = Config {
             listen: "127.0.0.1:0".into(),
             data_dir: dir.path().to_path_buf(),
             time_zone: Some("UTC".into()),
-            users: vec![user(ADMIN, true), user(USER, false)],
+            users: vec![test_user(ADMIN, true), test_user(USER, false)],
             ..Config::default()
         };
         // Tests try many wrong logins on purpose; the throttling test turns this on.
@@ -159,11 +163,7 @@ impl Builder {
 
     /// Adds a local user with the password [`PASSWORD`].
     pub fn user(mut self, name: &str, admin: bool) -> Self {
-        self.config.users.push(User {
-            name: name.into(),
-            password_hash: password::hash(PASSWORD, password::Cost::Minimal),
-            admin,
-        });
+        self.config.users.push(test_user(name, admin));
         self
     }
 
