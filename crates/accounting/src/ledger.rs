@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use drover_query::ListQuery;
-use drover_store::{CollectionSpec, DocumentStore, Write};
+use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 use serde::{Deserialize, Serialize};
 
 use crate::model::{
@@ -497,7 +497,7 @@ fn put<T: Serialize>(collection: &str, id: &str, value: &T) -> Write {
         collection: collection.into(),
         id: id.into(),
         name: None,
-        body: serde_json::to_value(value).expect("accounting records serialize"),
+        body: Body::serialize(value).expect("accounting records serialize"),
     }
 }
 

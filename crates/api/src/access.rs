@@ -57,7 +57,7 @@ impl AccessControl {
                 collection: ROLES.into(),
                 id: role.id.clone(),
                 name: Some(role.name.clone()),
-                body: role_body(role, true),
+                body: role_body(role, true).into(),
             })
             .collect();
         if !missing.is_empty() {
@@ -309,7 +309,7 @@ pub(crate) fn insert_named(
             collection: collection.into(),
             id: id.to_string(),
             name: Some(name.clone()),
-            body,
+            body: body.into(),
         }])
         .map_err(|e| match e {
             StoreError::Conflict(_) => {
@@ -334,7 +334,7 @@ pub(crate) fn update_named(
             collection: collection.into(),
             id: current.id.clone(),
             name: body["name"].as_str().map(String::from),
-            body,
+            body: body.into(),
             expected_version: Some(current.version),
         }])
         .map_err(|e| match e {

@@ -190,7 +190,7 @@ fn insert(
                 collection: "jobs".into(),
                 id: format!("Drover.{n}"),
                 name: None,
-                body: job(n, rng),
+                body: job(n, rng).into(),
             })
             .collect();
         next += batch.len() as u64;

@@ -140,10 +140,6 @@ impl Event {
         }
     }
 
-    pub fn to_document(&self) -> Value {
-        serde_json::to_value(self).expect("an event serializes")
-    }
-
     /// Reads a stored document back (`None` for a body this version cannot read).
     pub fn from_document(body: Value) -> Option<Self> {
         serde_json::from_value(body).ok()

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use drover_domain::dates::Timestamp;
 use drover_query::{Direction, ListQuery, Paging, Path, Sort};
 use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
-use drover_store::{CollectionSpec, DocumentStore, StoreError, Write};
+use drover_store::{Body, CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
@@ -124,7 +124,7 @@ fn insert(event: &mut Event) -> Write {
         collection: COLLECTION.into(),
         id: event.id.clone(),
         name: None,
-        body: event.to_document(),
+        body: Body::serialize(event).expect("an event serializes"),
     }
 }
 

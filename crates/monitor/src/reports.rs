@@ -166,7 +166,8 @@ impl Reports {
                         "timestamp": dates::format_utc(at),
                         "periodEnd": period_end,
                         "data": sample.data,
-                    }),
+                    })
+                    .into(),
                 });
             }
         }
@@ -179,7 +180,7 @@ impl Reports {
                 collection: REPORTS.into(),
                 id: report.id.clone(),
                 name: Some(report.name.clone()),
-                body: to_body(&report),
+                body: to_body(&report).into(),
                 expected_version: Some(version),
             },
         );

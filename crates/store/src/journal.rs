@@ -106,7 +106,7 @@ mod tests {
             collection: "jobs".into(),
             id: id.into(),
             name: None,
-            body: json!({ "n": n }),
+            body: json!({ "n": n }).into(),
         }
     }
 

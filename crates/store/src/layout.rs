@@ -15,8 +15,9 @@ use std::sync::{Arc, RwLock};
 use drover_query::order;
 use serde_json::Value;
 
+use crate::body::PathTree;
 use crate::plan::Dialect;
-use crate::{CollectionSpec, Result, StoreError};
+use crate::{Body, CollectionSpec, Result, StoreError};
 
 /// The collections a store has been told about (by `ensure_collection`), by name.
 #[derive(Default)]
@@ -128,6 +129,8 @@ pub(crate) struct Layout {
     pub indexes: Vec<Vec<usize>>,
     /// Indexes whose last column descends: `(k<a>, ..., k<z> DESC, seq)`.
     pub newest_first: Vec<Vec<usize>>,
+    /// `paths` as a tree, to read them out of a body's text.
+    tree: PathTree,
 }
 
 impl Layout {
@@ -159,7 +162,7 @@ impl Layout {
             }
             indexes.push(columns);
         }
-        let paths = names
+        let paths: Vec<Path> = names
             .iter()
             .map(|p| Path::parse(p, "index").map_err(|e| StoreError::Invalid(e.message)))
             .collect::<Result<_>>()?;
@@ -168,6 +171,7 @@ impl Layout {
         Ok((
             Layout {
                 table: format!("doc_{}", spec.name),
+                tree: PathTree::new(&paths),
                 paths,
                 indexes,
                 newest_first,
@@ -189,6 +193,17 @@ impl Layout {
                 (order::key(first.value), i16::from(first.crossed_array))
             })
             .collect()
+    }
+
+    /// The (`k<n>`, `u<n>`) values of a body being written.
+    pub fn body_keys(&self, body: &Body) -> Result<Vec<(Vec<u8>, i16)>> {
+        if self.paths.is_empty() {
+            return Ok(Vec::new());
+        }
+        let part = body
+            .indexed_part(&self.tree)
+            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+        Ok(self.row_keys(&part))
     }
 
     /// `, k0, u0, k1, u1...` for column lists.
@@ -383,16 +398,16 @@ pub(crate) fn validate_collection_name(name: &str) -> Result<()> {
 }
 
 /// The JSON text of a body, refusing what one of the backends could not store.
-pub(crate) fn body_text(collection: &str, id: &str, body: &Value) -> Result<String> {
+pub(crate) fn body_text(collection: &str, id: &str, body: &Body) -> Result<String> {
     if id.is_empty() {
         return Err(StoreError::Invalid(format!(
             "a document of {collection} needs a non-empty id"
         )));
     }
-    // Job-like documents take about a kilobyte: start there rather than grow from 128 bytes.
-    let mut bytes = Vec::with_capacity(1024);
-    serde_json::to_writer(&mut bytes, body).map_err(|e| StoreError::Invalid(e.to_string()))?;
-    let text = String::from_utf8(bytes).map_err(|e| StoreError::Invalid(e.to_string()))?;
+    let text = body
+        .text()
+        .map_err(|e| StoreError::Invalid(e.to_string()))?
+        .into_owned();
     // PostgreSQL's jsonb cannot hold U+0000; refuse it everywhere so both backends agree.
     if text.contains("\\u0000") {
         return Err(StoreError::Invalid(format!(

@@ -15,6 +15,7 @@
 //! The trait is synchronous: SQLite is an in-process library, and the engine's journal
 //! writer is one dedicated thread. Async callers use `spawn_blocking`.
 
+mod body;
 pub mod journal;
 mod layout;
 mod plan;
@@ -24,6 +25,7 @@ mod sqlite;
 use drover_query::{ListQuery, Page};
 use serde_json::Value;
 
+pub use crate::body::Body;
 pub use crate::postgres::PostgresStore;
 pub use crate::sqlite::{SqliteStore, WAL_LIMITS, WalLimits};
 
@@ -82,7 +84,7 @@ pub enum Write {
         collection: String,
         id: String,
         name: Option<String>,
-        body: Value,
+        body: Body,
     },
     /// Replaces an existing document's name and body; with `expected_version`, only if
     /// the stored version is that one.
@@ -90,7 +92,7 @@ pub enum Write {
         collection: String,
         id: String,
         name: Option<String>,
-        body: Value,
+        body: Body,
         expected_version: Option<i64>,
     },
     /// Creates or replaces, whatever the stored version (the engine's journal).
@@ -98,7 +100,7 @@ pub enum Write {
         collection: String,
         id: String,
         name: Option<String>,
-        body: Value,
+        body: Body,
     },
     /// Removes a document; with `expected_version`, only if it is still that version.
     Delete {
@@ -194,7 +196,7 @@ pub trait DocumentStore: Send + Sync {
             collection: collection.into(),
             id: id.into(),
             name: name.map(Into::into),
-            body,
+            body: body.into(),
         }])
         .map(|v| v[0])
     }
@@ -211,7 +213,7 @@ pub trait DocumentStore: Send + Sync {
             collection: collection.into(),
             id: id.into(),
             name: name.map(Into::into),
-            body,
+            body: body.into(),
             expected_version,
         }])
         .map(|v| v[0])
@@ -222,7 +224,7 @@ pub trait DocumentStore: Send + Sync {
             collection: collection.into(),
             id: id.into(),
             name: name.map(Into::into),
-            body,
+            body: body.into(),
         }])
         .map(|v| v[0])
     }

@@ -15,7 +15,7 @@ use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
-use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
+use crate::{Body, CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
 
 /// Schema migrations of the store's own tables, applied in order and recorded in
 /// `drover_schema`. Collection tables are made by `ensure_collection`.
@@ -251,13 +251,13 @@ impl RowParams {
         collection: &str,
         id: &str,
         name: Option<&str>,
-        body: &serde_json::Value,
+        body: &Body,
     ) -> Result<Self> {
         Ok(Self {
             id: id.to_string(),
             name: name.map(Into::into),
             body: layout::body_text(collection, id, body)?,
-            keys: layout.row_keys(body),
+            keys: layout.body_keys(body)?,
         })
     }
 

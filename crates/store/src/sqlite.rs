@@ -22,7 +22,7 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, pa
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
-use crate::{CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
+use crate::{Body, CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
 
 /// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
 /// records how many have run. Collection tables are made by `ensure_collection`.
@@ -277,7 +277,7 @@ fn row_values(
     collection: &str,
     id: &str,
     name: Option<&str>,
-    body: &serde_json::Value,
+    body: &Body,
 ) -> Result<Vec<Sql>> {
     let text = layout::body_text(collection, id, body)?;
     let mut values = vec![
@@ -285,7 +285,7 @@ fn row_values(
         name.map_or(Sql::Null, |n| Sql::Text(n.to_string())),
         Sql::Text(text),
     ];
-    for (key, crossed) in layout.row_keys(body) {
+    for (key, crossed) in layout.body_keys(body)? {
         values.push(Sql::Blob(key));
         values.push(Sql::Integer(i64::from(crossed)));
     }

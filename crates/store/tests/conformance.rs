@@ -165,7 +165,7 @@ fn ids_and_names_are_unique() {
                     collection: "jobs".into(),
                     id: id.to_string(),
                     name: name.map(Into::into),
-                    body: json!({}),
+                    body: json!({}).into(),
                 })
                 .collect()
         };
@@ -206,7 +206,7 @@ fn a_batch_is_all_or_nothing() {
                 collection: "jobs".into(),
                 id: format!("j{i}"),
                 name: None,
-                body: json!({"state": "Idle", "i": i}),
+                body: json!({"state": "Idle", "i": i}).into(),
             })
             .collect();
         assert_eq!(s.write(&inserts).unwrap(), vec![1; 200]);
@@ -217,13 +217,13 @@ fn a_batch_is_all_or_nothing() {
                 collection: "jobs".into(),
                 id: "j0".into(),
                 name: None,
-                body: json!({"state": "Done"}),
+                body: json!({"state": "Done"}).into(),
             },
             Write::Insert {
                 collection: "jobs".into(),
                 id: "new".into(),
                 name: None,
-                body: json!({}),
+                body: json!({}).into(),
             },
             Write::Delete {
                 collection: "jobs".into(),
@@ -234,7 +234,7 @@ fn a_batch_is_all_or_nothing() {
                 collection: "jobs".into(),
                 id: "j5".into(),
                 name: None,
-                body: json!({}),
+                body: json!({}).into(),
             },
         ];
         assert!(
@@ -312,7 +312,7 @@ fn load_jobs(s: &dyn DocumentStore) {
             collection: "jobs".into(),
             id: format!("j{}", i + 1),
             name: None,
-            body,
+            body: body.into(),
         })
         .collect();
     s.write(&batch).unwrap();
@@ -592,13 +592,13 @@ fn unfiltered_counts_follow_every_kind_of_write_and_newest_first_sorts_keep_ties
                 collection: "jobs".into(),
                 id: "c".into(),
                 name: None,
-                body: body("2026-01-02 00:00:00 UTC"),
+                body: body("2026-01-02 00:00:00 UTC").into(),
             },
             Write::Insert {
                 collection: "jobs".into(),
                 id: "d".into(),
                 name: None,
-                body: body("2026-01-01 00:00:00 UTC"),
+                body: body("2026-01-01 00:00:00 UTC").into(),
             },
             Write::Delete {
                 collection: "jobs".into(),

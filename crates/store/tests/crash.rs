@@ -32,7 +32,7 @@ fn crash_writer() {
                 collection: "jobs".into(),
                 id: format!("b{batch}-{i}"),
                 name: None,
-                body: json!({"batch": batch, "i": i, "pad": "x".repeat(200)}),
+                body: json!({"batch": batch, "i": i, "pad": "x".repeat(200)}).into(),
             })
             .collect();
         store.write(&writes).unwrap();

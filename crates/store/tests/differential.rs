@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use drover_domain::dates::WireDates;
 use drover_query::testing::{document, filter, sort};
 use drover_query::{Filter, ListQuery, Paging, Sort};
-use drover_store::{CollectionSpec, Write};
+use drover_store::{Body, CollectionSpec, Write};
 use proptest::prelude::*;
 
 fn spec(name: &str) -> CollectionSpec {
@@ -49,8 +49,11 @@ proptest! {
             .collect();
 
         let collection = format!("c{}", CASE.fetch_add(1, Ordering::SeqCst));
+        // Every other document arrives as text (as the engine writes them): the store
+        // indexes the paths it reads out of the text, which must answer the same.
         let writes: Vec<Write> = docs.iter().enumerate().map(|(i, d)| Write::Insert {
-            collection: collection.clone(), id: format!("d{i}"), name: None, body: d.clone(),
+            collection: collection.clone(), id: format!("d{i}"), name: None,
+            body: if i % 2 == 0 { d.clone().into() } else { Body::serialize(d).unwrap() },
         }).collect();
         for backend in backends() {
             let store = &*backend.store;

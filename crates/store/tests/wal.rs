@@ -9,7 +9,7 @@ fn batch(from: usize, n: usize) -> Vec<Write> {
             collection: "jobs".into(),
             id: format!("j{i}"),
             name: None,
-            body: json!({"user": format!("user{}", i % 50), "pad": "x".repeat(2000)}),
+            body: json!({"user": format!("user{}", i % 50), "pad": "x".repeat(2000)}).into(),
         })
         .collect()
 }

@@ -940,7 +940,7 @@ impl Engine {
         }
         overrides.version += 1;
         overrides.last_update = now;
-        let body = serde_json::to_value(&*overrides).expect("node overrides serialize");
+        let body = drover_store::Body::serialize(&*overrides).expect("node overrides serialize");
         self.batch.writes.push(drover_store::Write::Put {
             collection: super::core::NODES.into(),
             id: id.to_string(),

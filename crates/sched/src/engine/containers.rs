@@ -5,7 +5,7 @@
 
 use std::collections::HashSet;
 
-use drover_store::Write;
+use drover_store::{Body, Write};
 
 use super::core::Engine;
 use crate::container::{Members, VirtualContainer};
@@ -272,7 +272,7 @@ impl Engine {
             collection: CONTAINERS.into(),
             id: container.id.clone(),
             name: None,
-            body: serde_json::to_value(container).expect("a container serializes"),
+            body: Body::serialize(container).expect("a container serializes"),
         });
     }
 

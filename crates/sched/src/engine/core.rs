@@ -6,7 +6,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use drover_store::{CollectionSpec, DocumentStore, Write};
+use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 
 use super::{CredentialKind, EngineParts, Inbox, SchedConfig, Scheduler, Shared};
 use crate::book::JobBook;
@@ -550,7 +550,7 @@ impl Engine {
         if !self.journaled {
             return self.shared.jobs.write().unwrap().push(job);
         }
-        let body = serde_json::to_value(&job).expect("a job serializes");
+        let body = Body::serialize(&job).expect("a job serializes");
         let id = job.id.clone();
         let position = self.shared.jobs.write().unwrap().push(job);
         // A plain insert (a new id never exists): cheaper than the upsert of a change.
@@ -595,7 +595,7 @@ impl Engine {
             collection: JOBS.into(),
             id: job.id.clone(),
             name: None,
-            body: serde_json::to_value(&*job).expect("a job serializes"),
+            body: Body::serialize(&*job).expect("a job serializes"),
         });
         result
     }

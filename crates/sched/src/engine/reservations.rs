@@ -1,7 +1,7 @@
 //! Reservations in the engine: creating one (choosing what it sets aside), changing its
 //! variables and ACL rules, releasing it, and what the scheduling pass needs from them.
 
-use drover_store::Write;
+use drover_store::{Body, Write};
 
 use super::core::Engine;
 use crate::clock::Seconds;
@@ -288,7 +288,7 @@ impl Engine {
             collection: RESERVATIONS.into(),
             id: reservation.id.clone(),
             name: None,
-            body: serde_json::to_value(reservation).expect("a reservation serializes"),
+            body: Body::serialize(reservation).expect("a reservation serializes"),
         });
     }
 
