@@ -8,7 +8,7 @@ use axum::Router;
 use axum::body::{Body, to_bytes};
 use axum::extract::{DefaultBodyLimit, OriginalUri, Request, State};
 use axum::http::{HeaderValue, header};
-use axum::middleware::{Next, from_fn, from_fn_with_state};
+use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 
@@ -21,12 +21,11 @@ const MAX_REWRITTEN_BODY: usize = 4096;
 
 pub(crate) fn wrap(router: Router, state: &AppState) -> Router {
     let limit = state.settings().max_body_bytes;
+    // One middleware rather than one per concern: each axum middleware layer costs every
+    // request a boxed service clone and a boxed future.
     router
         .layer(DefaultBodyLimit::max(limit))
-        .layer(from_fn_with_state(limit, read_whole_body))
-        .layer(from_fn_with_state(limit, refuse_declared_oversize))
-        .layer(from_fn(json_errors))
-        .layer(from_fn(contain_panics))
+        .layer(from_fn_with_state(limit, every_request))
 }
 
 /// The fallback handler of a deployment under `prefix`: `404` naming the path.
@@ -37,11 +36,30 @@ pub(crate) fn unknown_path(
     move |OriginalUri(uri)| std::future::ready(ApiError::unknown_path(uri.path(), &prefix))
 }
 
-/// A handler that panics answers a JSON `500`; the server goes on serving.
-async fn contain_panics(request: Request, next: Next) -> Response {
-    let method = request.method().clone();
-    let path = request.uri().path().to_string();
-    match AssertUnwindSafe(next.run(request)).catch_unwind().await {
+/// What every request goes through, matched or not:
+/// - a body whose declared length is over the limit is refused before anything reads it;
+/// - the body is read whole before anything answers. A request refused before its body
+///   is read (by the gate, a 404, a handler that needs no body) would otherwise leave
+///   data unread, and the server then closes the connection after answering without
+///   saying so: a client that pools connections finds it dead on its next request;
+/// - a handler that panics answers a JSON `500`; the server goes on serving;
+/// - error responses without a JSON body (extractor rejections, hyper's own) get one.
+async fn every_request(State(limit): State<usize>, request: Request, next: Next) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        return ApiError::payload_too_large(limit).into_response();
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = to_bytes(body, limit).await else {
+        return ApiError::payload_too_large(limit).into_response();
+    };
+    let (method, uri) = (parts.method.clone(), parts.uri.clone());
+    let request = Request::from_parts(parts, Body::from(bytes));
+    let response = match AssertUnwindSafe(next.run(request)).catch_unwind().await {
         Ok(response) => response,
         Err(panic) => {
             let what = panic
@@ -49,41 +67,11 @@ async fn contain_panics(request: Request, next: Next) -> Response {
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
-            ApiError::internal(format!("panic in {method} {path}: {what}")).into_response()
+            let path = uri.path();
+            return ApiError::internal(format!("panic in {method} {path}: {what}")).into_response();
         }
-    }
-}
-
-/// A body whose declared length is over the limit is refused before anything reads it.
-async fn refuse_declared_oversize(
-    State(limit): State<usize>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(length) if length > limit as u64 => ApiError::payload_too_large(limit).into_response(),
-        _ => next.run(request).await,
-    }
-}
-
-/// Reads the request body whole before anything answers. A request refused before its
-/// body is read (by the gate, a 404, a handler that needs no body) would otherwise leave
-/// data unread, and the server then closes the connection after answering without
-/// saying so: a client that pools connections finds it dead on its next request.
-async fn read_whole_body(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let (parts, body) = request.into_parts();
-    match to_bytes(body, limit).await {
-        Ok(bytes) => {
-            next.run(Request::from_parts(parts, Body::from(bytes)))
-                .await
-        }
-        Err(_) => ApiError::payload_too_large(limit).into_response(),
-    }
+    };
+    with_json_error_body(response).await
 }
 
 fn is_json(response: &Response) -> bool {
@@ -94,9 +82,8 @@ fn is_json(response: &Response) -> bool {
         .is_some_and(|v| v.starts_with("application/json"))
 }
 
-/// Error responses without a JSON body (extractor rejections, hyper's own) get one.
-async fn json_errors(request: Request, next: Next) -> Response {
-    let response = next.run(request).await;
+/// An error response without a JSON body (an extractor's rejection, hyper's own) with one.
+async fn with_json_error_body(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error()) || is_json(&response) {
         return response;
