@@ -51,6 +51,20 @@ impl Body {
         }
     }
 
+    /// A text body of any text, to test how the store reads text it did not expect.
+    #[cfg(test)]
+    pub(crate) fn unchecked_text(text: &str) -> Body {
+        Body(Repr::Text(text.to_string()))
+    }
+
+    /// The JSON text, for a body that came as text.
+    pub(crate) fn as_text(&self) -> Option<&str> {
+        match &self.0 {
+            Repr::Text(text) => Some(text),
+            Repr::Value(_) => None,
+        }
+    }
+
     /// What indexing `paths` needs of the document: the document itself, or for text, a
     /// value holding only what lies along those paths (see [`select`]).
     pub(crate) fn indexed_part(&self, paths: &PathTree) -> serde_json::Result<Cow<'_, Value>> {
@@ -118,10 +132,234 @@ impl PathTree {
 /// unparsed; inside arrays, path resolution only looks into objects, so other elements
 /// are dropped (unless a path indexes the array, which then stays whole).
 pub(crate) fn select(text: &str, tree: &PathTree) -> serde_json::Result<Value> {
+    // The scanner is quick on what serde_json writes; anything it does not expect (bad
+    // text among it) goes to the deserializer, which says what is wrong.
+    let mut scanner = Scanner { text, at: 0 };
+    if let Some(value) = scanner.value(tree)
+        && scanner.rest_is_blank()
+    {
+        return Ok(value);
+    }
+    select_by_deserializer(text, tree)
+}
+
+/// The values of the members `names` of the JSON object `text` (`None` for a missing
+/// one), as [`select`] would keep them: for paths of one member each, all that indexing
+/// needs, without building an object. `None` when `text` is not an object this scanner
+/// reads (the caller then uses [`select`]).
+pub(crate) fn members(text: &str, names: &[String]) -> Option<Vec<Option<Value>>> {
+    let mut scanner = Scanner { text, at: 0 };
+    let mut found = vec![None; names.len()];
+    scanner.eat(b'{')?;
+    if scanner.peek()? != b'}' {
+        loop {
+            let (raw, escaped) = scanner.string()?;
+            scanner.eat(b':')?;
+            if escaped {
+                return None;
+            }
+            match names.iter().position(|n| *n == raw) {
+                // A repeated member: the last one counts, as in a parsed value.
+                Some(slot) => found[slot] = Some(scanner.whole()?),
+                None => scanner.skip()?,
+            }
+            match scanner.peek()? {
+                b',' => scanner.at += 1,
+                b'}' => break,
+                _ => return None,
+            }
+        }
+    }
+    scanner.at += 1;
+    scanner.rest_is_blank().then_some(found)
+}
+
+/// [`select`] by serde: slower (every skipped string is still scanned char by char and
+/// every key read into a `String`), but it reports bad text.
+fn select_by_deserializer(text: &str, tree: &PathTree) -> serde_json::Result<Value> {
     let mut reader = serde_json::Deserializer::from_str(text);
     let value = Select(tree).deserialize(&mut reader)?;
     reader.end()?;
     Ok(value)
+}
+
+/// A cursor over JSON text that skips what no path reaches by looking only for the bytes
+/// that end it (quotes, brackets, commas), and hands what a path wants whole to serde.
+/// Every method answers `None` on anything unexpected.
+struct Scanner<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn peek(&mut self) -> Option<u8> {
+        let bytes = self.text.as_bytes();
+        while let Some(&b) = bytes.get(self.at) {
+            if !matches!(b, b' ' | b'\n' | b'\r' | b'\t') {
+                return Some(b);
+            }
+            self.at += 1;
+        }
+        None
+    }
+
+    fn eat(&mut self, expected: u8) -> Option<()> {
+        (self.peek()? == expected).then(|| self.at += 1)
+    }
+
+    fn rest_is_blank(&mut self) -> bool {
+        self.peek().is_none()
+    }
+
+    /// The part of the value here that `tree` reaches (see [`select`]).
+    fn value(&mut self, tree: &PathTree) -> Option<Value> {
+        if tree.whole || tree.by_index {
+            return self.whole();
+        }
+        match self.peek()? {
+            b'{' => self.object(tree),
+            b'[' => {
+                self.at += 1;
+                let mut kept = Vec::new();
+                if self.peek()? == b']' {
+                    self.at += 1;
+                    return Some(Value::Array(kept));
+                }
+                loop {
+                    if self.peek()? == b'{' {
+                        kept.push(self.object(tree)?);
+                    } else {
+                        self.skip()?;
+                    }
+                    match self.peek()? {
+                        b',' => self.at += 1,
+                        b']' => {
+                            self.at += 1;
+                            return Some(Value::Array(kept));
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+            _ => {
+                self.skip()?;
+                Some(Value::Null)
+            }
+        }
+    }
+
+    fn object(&mut self, tree: &PathTree) -> Option<Value> {
+        self.eat(b'{')?;
+        let mut kept = Map::with_capacity(tree.children.len());
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(Value::Object(kept));
+        }
+        loop {
+            let (raw, escaped) = self.string()?;
+            self.eat(b':')?;
+            let key: Cow<'a, str> = if escaped {
+                Cow::Owned(serde_json::from_str(&format!("\"{raw}\"")).ok()?)
+            } else {
+                Cow::Borrowed(raw)
+            };
+            match tree.child(&key) {
+                Some(child) => {
+                    let value = self.value(child)?;
+                    kept.insert(key.into_owned(), value);
+                }
+                None => self.skip()?,
+            }
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(Value::Object(kept));
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// The string here, without its quotes and unescaped, and whether it has escapes.
+    fn string(&mut self) -> Option<(&'a str, bool)> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let bytes = self.text.as_bytes();
+        let mut escaped = false;
+        loop {
+            match *bytes.get(self.at)? {
+                b'"' => {
+                    self.at += 1;
+                    let text: &'a str = self.text;
+                    return Some((&text[start..self.at - 1], escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    self.at += 2;
+                }
+                _ => self.at += 1,
+            }
+        }
+    }
+
+    /// Moves past the value here.
+    fn skip(&mut self) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(|_| ()),
+            b'{' | b'[' => {
+                let bytes = self.text.as_bytes();
+                let mut depth = 0usize;
+                loop {
+                    match *bytes.get(self.at)? {
+                        b'"' => {
+                            self.string()?;
+                            continue;
+                        }
+                        b'{' | b'[' => depth += 1,
+                        b'}' | b']' => {
+                            depth -= 1;
+                            if depth == 0 {
+                                self.at += 1;
+                                return Some(());
+                            }
+                        }
+                        _ => {}
+                    }
+                    self.at += 1;
+                }
+            }
+            _ => {
+                // A number, true, false or null: up to what ends it.
+                let bytes = self.text.as_bytes();
+                let start = self.at;
+                while let Some(&b) = bytes.get(self.at) {
+                    if matches!(b, b',' | b'}' | b']' | b' ' | b'\n' | b'\r' | b'\t') {
+                        break;
+                    }
+                    self.at += 1;
+                }
+                (self.at > start).then_some(())
+            }
+        }
+    }
+
+    /// The whole value here, parsed by serde_json (plain strings, the most common, here).
+    fn whole(&mut self) -> Option<Value> {
+        if self.peek()? == b'"' {
+            let from = self.at;
+            let (raw, escaped) = self.string()?;
+            if !escaped {
+                return Some(Value::String(raw.to_string()));
+            }
+            self.at = from;
+        }
+        let mut values =
+            serde_json::Deserializer::from_str(&self.text[self.at..]).into_iter::<Value>();
+        let value = values.next()?.ok()?;
+        self.at += values.byte_offset();
+        Some(value)
+    }
 }
 
 /// Deserializes the part of a value that `0` reaches.
@@ -285,6 +523,19 @@ mod tests {
         assert!(select("{} trailing", &tree).is_err());
     }
 
+    #[test]
+    fn escaped_keys_and_blank_text_are_read_bad_text_is_an_error() {
+        let (_, tree) = tree(&["a\"b", "c"]);
+        let text = "{ \"x\" : [1, {\"y\": \"}\"}] ,\n \"a\\\"b\" : 1, \"c\": {\"d\": [\"]\"]} }";
+        assert_eq!(
+            select(text, &tree).unwrap(),
+            json!({"a\"b": 1, "c": {"d": ["]"]}})
+        );
+        for bad in ["{\"c\": }", "{\"c\": 1", "{\"c\": 1} 2", "[1, }", "\"open"] {
+            assert!(select(bad, &tree).is_err(), "{bad}");
+        }
+    }
+
     proptest! {
         /// The order keys of every testing path agree between the whole document and
         /// what `select` keeps of its text: indexing text is exact.
@@ -292,6 +543,10 @@ mod tests {
         fn indexing_the_selection_is_indexing_the_document(doc in drover_query::testing::document()) {
             let (paths, tree) = tree(&["a", "b", "b.c", "b.x", "n", "r", "r.x", "r.0", "r.1.x", "z"]);
             let kept = select(&doc.to_string(), &tree).unwrap();
+            // The scanner and the deserializer agree, on compact and on indented text.
+            prop_assert_eq!(&kept, &select_by_deserializer(&doc.to_string(), &tree).unwrap());
+            let pretty = serde_json::to_string_pretty(&doc).unwrap();
+            prop_assert_eq!(&kept, &select(&pretty, &tree).unwrap());
             for path in &paths {
                 let whole = path.first_value(&doc);
                 let part = path.first_value(&kept);

@@ -15,7 +15,7 @@ use std::sync::{Arc, RwLock};
 use drover_query::order;
 use serde_json::Value;
 
-use crate::body::PathTree;
+use crate::body::{self, PathTree};
 use crate::plan::Dialect;
 use crate::{Body, CollectionSpec, Result, StoreError};
 
@@ -131,6 +131,9 @@ pub(crate) struct Layout {
     pub newest_first: Vec<Vec<usize>>,
     /// `paths` as a tree, to read them out of a body's text.
     tree: PathTree,
+    /// When every path is one member name (the common case): those names, read out of a
+    /// body's text without building even a pruned value.
+    members: Option<Vec<String>>,
 }
 
 impl Layout {
@@ -172,6 +175,13 @@ impl Layout {
             Layout {
                 table: format!("doc_{}", spec.name),
                 tree: PathTree::new(&paths),
+                members: paths
+                    .iter()
+                    .map(|p| match p.segments() {
+                        [one] => Some(one.name.to_string()),
+                        _ => None,
+                    })
+                    .collect(),
                 paths,
                 indexes,
                 newest_first,
@@ -199,6 +209,19 @@ impl Layout {
     pub fn body_keys(&self, body: &Body) -> Result<Vec<(Vec<u8>, i16)>> {
         if self.paths.is_empty() {
             return Ok(Vec::new());
+        }
+        if let (Some(names), Some(text)) = (&self.members, body.as_text())
+            && let Some(values) = body::members(text, names)
+        {
+            // A path of one member resolves to the member's value; it crosses an array
+            // only when that value is one.
+            return Ok(values
+                .iter()
+                .map(|v| {
+                    let crossed = v.as_ref().is_some_and(Value::is_array);
+                    (order::key(v.as_ref()), i16::from(crossed))
+                })
+                .collect());
         }
         let part = body
             .indexed_part(&self.tree)
@@ -447,5 +470,50 @@ pub(crate) fn missed(
             collection: collection.into(),
             id: id.into(),
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn layout(paths: &[&str]) -> Layout {
+        let mut spec = CollectionSpec::new("c");
+        for path in paths {
+            spec = spec.index(&[path]);
+        }
+        Layout::new(&spec, &[]).unwrap().0
+    }
+
+    proptest! {
+        /// A body written as text gets the keys it would get as a value, whether its
+        /// paths are all single members (read by `body::members`) or not (`body::select`).
+        #[test]
+        fn text_bodies_are_indexed_like_values(doc in drover_query::testing::document()) {
+            let text = Body::serialize(&doc).unwrap();
+            let value = Body::from(doc.clone());
+            for paths in [&["a", "b", "n", "r", "z"][..], &["a", "b.c", "r.x", "r.0", "n"][..]] {
+                let layout = layout(paths);
+                prop_assert_eq!(layout.body_keys(&text).unwrap(), layout.body_keys(&value).unwrap());
+            }
+        }
+    }
+
+    #[test]
+    fn repeated_and_escaped_members_read_like_a_parsed_value() {
+        let layout = layout(&["a", "b"]);
+        for text in [
+            r#"{"a": 1, "b": [2], "a": "x"}"#,
+            r#"{"\u0061": 1, "b": 2}"#,
+            "[1]",
+        ] {
+            let parsed: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(
+                layout.body_keys(&Body::unchecked_text(text)).ok(),
+                Some(layout.row_keys(&parsed)),
+                "{text}"
+            );
+        }
     }
 }
