@@ -12,7 +12,6 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use drover_domain::dates::Timestamp;
-use drover_query::{Direction, ListQuery, Paging, Path, Sort};
 use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
 use drover_store::{Body, CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
@@ -24,11 +23,12 @@ use crate::log::{EventLog, LogSettings};
 /// Most events written in one transaction.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;
 
-/// The events collection and the queries it answers without scanning: by id, and the
-/// newest events, of one severity, type or origin or of all.
+/// The events collection and the queries it answers without scanning: the newest
+/// events, of one severity, type or origin or of all. (An event is read by id through the
+/// document's id; no index on the `id` path: ids grow with time, so the largest is the
+/// last created, and every index costs each scheduler event about 9k instructions.)
 pub fn collection_spec() -> CollectionSpec {
     CollectionSpec::new(COLLECTION)
-        .index(&["id"])
         .index_newest_first(&["eventDate"])
         .index_newest_first(&["severity", "eventDate"])
         .index_newest_first(&["eventType", "eventDate"])
@@ -161,27 +161,9 @@ pub fn from_scheduler(event: &SchedEvent) -> Event {
     stored
 }
 
-/// The largest id stored (ids sort in creation order).
+/// The largest id stored: the last event created's (ids sort in creation order).
 fn newest_id(store: &dyn DocumentStore) -> Result<Option<String>, StoreError> {
-    let query = ListQuery {
-        sort: Sort {
-            keys: vec![(
-                Path::parse("id", "sort").expect("a valid path"),
-                Direction::Descending,
-            )],
-        },
-        paging: Paging {
-            offset: 0,
-            max: Some(1),
-        },
-        ..ListQuery::default()
-    };
-    Ok(store
-        .list(COLLECTION, &query)?
-        .items
-        .into_iter()
-        .next()
-        .map(|d| d.id))
+    Ok(store.last_created(COLLECTION)?.map(|d| d.id))
 }
 
 fn run(
@@ -323,5 +305,41 @@ mod tests {
         thread.join().unwrap();
         let lines = std::fs::read_to_string(dir.path().join("events.log")).unwrap();
         assert_eq!(lines.lines().count(), 2);
+    }
+
+    #[tokio::test]
+    async fn ids_continue_after_the_last_stored_one_whatever_the_clock() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn DocumentStore> =
+            Arc::new(SqliteStore::open(&dir.path().join("db")).unwrap());
+        let log = LogSettings {
+            path: dir.path().join("events.log"),
+            rolling: Rolling::Never,
+            keep: 0,
+            additive: false,
+        };
+        let (recorder, thread) = EventRecorder::start(store.clone(), log.clone()).unwrap();
+        // As if written before the clock was set back by centuries.
+        let mut future = Event::new(Timestamp::now(), "from the future", "INFO");
+        future.id = "7fffffffffffffffffffff00".into();
+        let future = Body::serialize(&future).unwrap();
+        store
+            .write(&[Write::Insert {
+                collection: COLLECTION.into(),
+                id: "7fffffffffffffffffffff00".into(),
+                name: None,
+                body: future,
+            }])
+            .unwrap();
+        drop(recorder);
+        thread.join().unwrap();
+        let (recorder, thread) = EventRecorder::start(store.clone(), log).unwrap();
+        let recorded = recorder
+            .record(vec![Event::new(Timestamp::now(), "next", "INFO")])
+            .await
+            .unwrap();
+        assert_eq!(recorded[0].id, "7fffffffffffffffffffff01");
+        drop(recorder);
+        thread.join().unwrap();
     }
 }

@@ -135,6 +135,9 @@ impl drover_store::DocumentStore for FlakyStore {
     ) -> drover_store::Result<Option<drover_store::Document>> {
         self.inner.get_by_name(c, name)
     }
+    fn last_created(&self, c: &str) -> drover_store::Result<Option<drover_store::Document>> {
+        self.inner.last_created(c)
+    }
     fn list(
         &self,
         c: &str,

@@ -173,6 +173,11 @@ pub trait DocumentStore: Send + Sync {
 
     fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>>;
 
+    /// The most recently created document of the collection (the last in creation
+    /// order), if any: where a collection's ids grow with time, the largest id, with no
+    /// index on it.
+    fn last_created(&self, collection: &str) -> Result<Option<Document>>;
+
     /// The documents matching `query`, sorted and paged, with the number of matches.
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>>;
 

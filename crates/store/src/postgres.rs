@@ -564,6 +564,19 @@ impl DocumentStore for PostgresStore {
         self.get_by("name", collection, name)
     }
 
+    fn last_created(&self, collection: &str) -> Result<Option<Document>> {
+        let layout = &self.collections.get(collection)?.layout;
+        let sql = format!(
+            "SELECT id, name, version, body::text FROM {} ORDER BY seq DESC LIMIT 1",
+            layout.table
+        );
+        self.with_conn(|conn| {
+            let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
+            let found = conn.client.query_opt(&stmt, &[]).map_err(backend)?;
+            found.map(|r| to_row(&r).into_document()).transpose()
+        })
+    }
+
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
         let layout = &self.collections.get(collection)?.layout;
         self.with_conn(|conn| {

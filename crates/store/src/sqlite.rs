@@ -467,6 +467,21 @@ impl DocumentStore for SqliteStore {
         self.get_by("name", collection, name)
     }
 
+    fn last_created(&self, collection: &str) -> Result<Option<Document>> {
+        let layout = &self.collections.get(collection)?.layout;
+        self.read(|conn| {
+            let sql = format!(
+                "SELECT id, name, version, body FROM {} ORDER BY seq DESC LIMIT 1",
+                layout.table
+            );
+            let found = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| s.query_row([], row).optional())
+                .map_err(backend)?;
+            found.map(Row::into_document).transpose()
+        })
+    }
+
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
         let layout = &self.collections.get(collection)?.layout;
         self.read(|conn| {

@@ -197,6 +197,33 @@ fn ids_and_names_are_unique() {
 }
 
 #[test]
+fn the_last_created_document_is_found_after_changes_and_deletes() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        assert_eq!(s.last_created("jobs").unwrap(), None, "{}", b.name());
+        for id in ["b", "a", "c"] {
+            s.insert("jobs", id, None, json!({"id": id})).unwrap();
+        }
+        // A change keeps a document's place in creation order.
+        s.put("jobs", "a", None, json!({"changed": true})).unwrap();
+        assert_eq!(
+            s.last_created("jobs").unwrap().unwrap().id,
+            "c",
+            "{}",
+            b.name()
+        );
+        s.delete("jobs", "c", None).unwrap();
+        let last = s.last_created("jobs").unwrap().unwrap();
+        assert_eq!((last.id.as_str(), last.version), ("a", 2), "{}", b.name());
+        assert!(matches!(
+            s.last_created("nowhere"),
+            Err(StoreError::UnknownCollection(_))
+        ));
+    }
+}
+
+#[test]
 fn a_batch_is_all_or_nothing() {
     for b in backends() {
         let s = &*b.store;

@@ -346,6 +346,9 @@ impl DocumentStore for NoStore {
     fn get_by_name(&self, _c: &str, _name: &str) -> drover_store::Result<Option<Document>> {
         Ok(None)
     }
+    fn last_created(&self, _c: &str) -> drover_store::Result<Option<Document>> {
+        Ok(None)
+    }
     fn list(&self, _c: &str, _q: &ListQuery) -> drover_store::Result<Page<Document>> {
         Ok(Page {
             total: 0,
