@@ -304,12 +304,36 @@ fn conflict_in_rows(e: postgres::Error, collection: &str) -> StoreError {
 
 /// Inserts consecutive documents of one collection with one statement per
 /// `INSERT_ROWS` of them: a round trip per row would cap throughput at the network's pace.
+/// The positions of `batch` with each collection's writes together (collections in the
+/// order they first appear, each one's writes in their order). Writes to different
+/// collections do not depend on each other (no foreign keys), and a batch of the engine's
+/// interleaves them (a job insert, its event's insert, the next job's...): grouped, runs
+/// of inserts fill multi-row statements instead of costing a round trip each.
+fn by_collection(batch: &[Write]) -> Vec<usize> {
+    let mut collections: Vec<&str> = Vec::new();
+    let rank: Vec<usize> = batch
+        .iter()
+        .map(
+            |w| match collections.iter().position(|c| *c == w.collection()) {
+                Some(rank) => rank,
+                None => {
+                    collections.push(w.collection());
+                    collections.len() - 1
+                }
+            },
+        )
+        .collect();
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by_key(|&i| rank[i]); // stable: each collection keeps its order
+    order
+}
+
 fn insert_rows(
     tx: &mut Transaction<'_>,
     cache: &mut HashMap<String, Statement>,
     collection: &Collection,
     name: &str,
-    writes: &[Write],
+    writes: &[&Write],
 ) -> Result<()> {
     for chunk in writes.chunks(INSERT_ROWS) {
         let rows = chunk
@@ -512,36 +536,38 @@ impl DocumentStore for PostgresStore {
 
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
         let collections = self.collections.for_batch(batch)?;
+        let order = by_collection(batch);
         self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
-            let mut versions = Vec::with_capacity(batch.len());
-            let mut i = 0;
-            while i < batch.len() {
+            let mut versions = vec![0; batch.len()];
+            let mut k = 0;
+            while k < order.len() {
+                let i = order[k];
                 // A run of inserts into one collection goes in multi-row statements.
-                let run = batch[i..]
+                let run = order[k..]
                     .iter()
-                    .take_while(|w| {
-                        matches!(w, Write::Insert { .. }) && w.collection() == batch[i].collection()
+                    .take_while(|&&j| {
+                        matches!(batch[j], Write::Insert { .. })
+                            && batch[j].collection() == batch[i].collection()
                     })
                     .count();
                 if run > 1 {
+                    let writes: Vec<&Write> =
+                        order[k..k + run].iter().map(|&j| &batch[j]).collect();
                     insert_rows(
                         &mut tx,
                         &mut conn.statements,
                         &collections[i],
                         batch[i].collection(),
-                        &batch[i..i + run],
+                        &writes,
                     )?;
-                    versions.extend(std::iter::repeat_n(1, run));
-                    i += run;
+                    for &j in &order[k..k + run] {
+                        versions[j] = 1;
+                    }
+                    k += run;
                 } else {
-                    versions.push(apply(
-                        &mut tx,
-                        &mut conn.statements,
-                        &collections[i],
-                        &batch[i],
-                    )?);
-                    i += 1;
+                    versions[i] = apply(&mut tx, &mut conn.statements, &collections[i], &batch[i])?;
+                    k += 1;
                 }
             }
             for (table, delta) in layout::count_changes(batch, &versions, &collections) {

@@ -197,6 +197,57 @@ fn ids_and_names_are_unique() {
 }
 
 #[test]
+fn a_batch_interleaving_collections_applies_each_in_its_order() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        s.ensure_collection(&CollectionSpec::new("notes").index(&["n"]))
+            .unwrap();
+        let insert = |collection: &str, id: &str, n: i64| Write::Insert {
+            collection: collection.into(),
+            id: id.into(),
+            name: None,
+            body: json!({"n": n, "state": "Idle"}).into(),
+        };
+        // As the engine writes them: a job, its event, the next job, its event...
+        let mut batch = Vec::new();
+        for i in 0..5 {
+            batch.push(insert("jobs", &format!("j{i}"), i));
+            batch.push(insert("notes", &format!("e{i}"), i));
+        }
+        batch.push(Write::Put {
+            collection: "jobs".into(),
+            id: "j0".into(),
+            name: None,
+            body: json!({"n": 100}).into(),
+        });
+        batch.push(Write::Delete {
+            collection: "notes".into(),
+            id: "e4".into(),
+            expected_version: None,
+        });
+        batch.push(insert("notes", "e4", 44));
+        let mut expected = vec![1; 10];
+        expected.extend([2, 0, 1]);
+        assert_eq!(s.write(&batch).unwrap(), expected, "{}", b.name());
+        assert_eq!(s.get("jobs", "j0").unwrap().unwrap().body["n"], 100);
+        assert_eq!(s.get("notes", "e4").unwrap().unwrap().body["n"], 44);
+        let q = query(r#"{"n": {"$gte": 3}}"#, "{}", None, None);
+        assert_eq!(ids(s, &q), (3, vec!["j0".into(), "j3".into(), "j4".into()]));
+        assert_eq!(s.list("notes", &ListQuery::default()).unwrap().total, 5);
+        // Creation order follows the batch within each collection.
+        let notes: Vec<String> = s
+            .list("notes", &ListQuery::default())
+            .unwrap()
+            .items
+            .into_iter()
+            .map(|d| d.id)
+            .collect();
+        assert_eq!(notes, ["e0", "e1", "e2", "e3", "e4"], "{}", b.name());
+    }
+}
+
+#[test]
 fn the_last_created_document_is_found_after_changes_and_deletes() {
     for b in backends() {
         let s = &*b.store;
