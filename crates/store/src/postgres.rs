@@ -302,8 +302,6 @@ fn conflict_in_rows(e: postgres::Error, collection: &str) -> StoreError {
     }
 }
 
-/// Inserts consecutive documents of one collection with one statement per
-/// `INSERT_ROWS` of them: a round trip per row would cap throughput at the network's pace.
 /// The positions of `batch` with each collection's writes together (collections in the
 /// order they first appear, each one's writes in their order). Writes to different
 /// collections do not depend on each other (no foreign keys), and a batch of the engine's
@@ -328,6 +326,8 @@ fn by_collection(batch: &[Write]) -> Vec<usize> {
     order
 }
 
+/// Inserts consecutive documents of one collection with one statement per
+/// `INSERT_ROWS` of them: a round trip per row would cap throughput at the network's pace.
 fn insert_rows(
     tx: &mut Transaction<'_>,
     cache: &mut HashMap<String, Statement>,
