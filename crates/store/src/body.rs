@@ -5,7 +5,8 @@
 //! `Value` (an allocated map and key per member) only to serialize it again cost them
 //! more than the rest of their work. They serialize the struct straight to text
 //! ([`Body::serialize`]); the store then reads only the indexed paths back out of that
-//! text ([`select`]), skipping everything else without allocating.
+//! text ([`members`] when each path is one member name, else [`select`]), skipping
+//! everything else by its delimiters.
 
 use std::borrow::Cow;
 use std::fmt;
