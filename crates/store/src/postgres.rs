@@ -163,14 +163,25 @@ impl PostgresStore {
     }
 
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
+        self.first(collection, &format!("WHERE {column} = $1"), &[&value])
+    }
+
+    /// The first document of `collection` that `selection` (the SQL after `FROM table`)
+    /// picks.
+    fn first(
+        &self,
+        collection: &str,
+        selection: &str,
+        params: &[Param<'_>],
+    ) -> Result<Option<Document>> {
         let layout = &self.collections.get(collection)?.layout;
         let sql = format!(
-            "SELECT id, name, version, body::text FROM {} WHERE {column} = $1",
+            "SELECT id, name, version, body::text FROM {} {selection}",
             layout.table
         );
         self.with_conn(|conn| {
             let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
-            let found = conn.client.query_opt(&stmt, &[&value]).map_err(backend)?;
+            let found = conn.client.query_opt(&stmt, params).map_err(backend)?;
             found.map(|r| to_row(&r).into_document()).transpose()
         })
     }
@@ -591,16 +602,7 @@ impl DocumentStore for PostgresStore {
     }
 
     fn last_created(&self, collection: &str) -> Result<Option<Document>> {
-        let layout = &self.collections.get(collection)?.layout;
-        let sql = format!(
-            "SELECT id, name, version, body::text FROM {} ORDER BY seq DESC LIMIT 1",
-            layout.table
-        );
-        self.with_conn(|conn| {
-            let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
-            let found = conn.client.query_opt(&stmt, &[]).map_err(backend)?;
-            found.map(|r| to_row(&r).into_document()).transpose()
-        })
+        self.first(collection, "ORDER BY seq DESC LIMIT 1", &[])
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {

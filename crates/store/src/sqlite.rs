@@ -468,18 +468,7 @@ impl DocumentStore for SqliteStore {
     }
 
     fn last_created(&self, collection: &str) -> Result<Option<Document>> {
-        let layout = &self.collections.get(collection)?.layout;
-        self.read(|conn| {
-            let sql = format!(
-                "SELECT id, name, version, body FROM {} ORDER BY seq DESC LIMIT 1",
-                layout.table
-            );
-            let found = conn
-                .prepare_cached(&sql)
-                .and_then(|mut s| s.query_row([], row).optional())
-                .map_err(backend)?;
-            found.map(Row::into_document).transpose()
-        })
+        self.first(collection, "ORDER BY seq DESC LIMIT 1", &[])
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
@@ -526,15 +515,26 @@ impl DocumentStore for SqliteStore {
 
 impl SqliteStore {
     fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
+        self.first(collection, &format!("WHERE {column} = ?1"), &[&value])
+    }
+
+    /// The first document of `collection` that `selection` (the SQL after `FROM table`)
+    /// picks.
+    fn first(
+        &self,
+        collection: &str,
+        selection: &str,
+        params: &[&dyn rusqlite::ToSql],
+    ) -> Result<Option<Document>> {
         let layout = &self.collections.get(collection)?.layout;
         self.read(|conn| {
             let sql = format!(
-                "SELECT id, name, version, body FROM {} WHERE {column} = ?1",
+                "SELECT id, name, version, body FROM {} {selection}",
                 layout.table
             );
             let found = conn
                 .prepare_cached(&sql)
-                .and_then(|mut s| s.query_row([value], row).optional())
+                .and_then(|mut s| s.query_row(params, row).optional())
                 .map_err(backend)?;
             found.map(Row::into_document).transpose()
         })
