@@ -225,7 +225,7 @@ impl Layout {
         }
         let part = body
             .indexed_part(&self.tree)
-            .map_err(|e| StoreError::Invalid(e.to_string()))?;
+            .ok_or_else(|| StoreError::Invalid("a text body that is not JSON".into()))?;
         Ok(self.row_keys(&part))
     }
 
