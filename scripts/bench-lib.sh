@@ -1,6 +1,7 @@
 # Shared by the HTTP benchmarks (bench-jobs, bench-events); sourced, not run.
 # Builds the release binary, makes a work directory cleaned up on exit, and defines:
 #   start_server [store location] [TOML]  starts drover on a free port, sets $url, $server
+#                                  (under $launcher when set, e.g. valgrind)
 #   stop_server, rss_kib           stop it; its resident memory in KiB
 #   report <wrk output> <label> <target req/s, 0 for none>
 #   fsync_probe                    prints the disk's fsync latency
@@ -32,9 +33,10 @@ start_server() { # $1: store location ("" for SQLite); $2: more TOML (optional)
     echo 'admin = true'
     [ -n "${2:-}" ] && echo "$2"
   } >"$work/drover.toml"
-  "$bin" serve --config "$work/drover.toml" >"$work/out" 2>&1 &
+  # shellcheck disable=SC2086 # $launcher is a command line (e.g. valgrind's) or empty
+  ${launcher:-} "$bin" serve --config "$work/drover.toml" >"$work/out" 2>&1 &
   server=$!
-  for _ in $(seq 300); do grep -q listening "$work/out" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -q listening "$work/out" && break; sleep 0.1; done
   url=$(grep -o 'http://[^ ]*' "$work/out" | head -1)
   curl -sf -H "$auth" "$url/rest/diag/about" >/dev/null
 }
