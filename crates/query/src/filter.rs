@@ -65,6 +65,8 @@ pub struct Literal {
     /// The kind of the literal in the value order (dates in a local zone are `String`
     /// here; `date` is what decides how they compare).
     pub kind: Kind,
+    /// The number as a double, for numbers (worked out once: every comparison reads it).
+    number: Option<f64>,
 }
 
 impl Literal {
@@ -74,18 +76,33 @@ impl Literal {
             _ => None,
         };
         let kind = (&value).kind();
-        Self { value, date, kind }
+        let number = match &value {
+            Value::Number(n) => Some(number_f64(n)),
+            _ => None,
+        };
+        Self {
+            value,
+            date,
+            kind,
+            number,
+        }
     }
 
-    /// Whether `x` (one resolved value, not unwrapped) equals this literal.
-    fn equals<'a, V: DocView<'a>>(&self, x: V) -> bool {
+    /// The literal as a double, for numbers.
+    pub fn number(&self) -> Option<f64> {
+        self.number
+    }
+
+    /// Whether `x` (one resolved value, not unwrapped, whose text is `text`) equals
+    /// this literal.
+    fn equals<'a, V: DocView<'a>>(&self, x: V, text: Option<&[u8]>) -> bool {
         if let Some(seconds) = self.date {
             return x.date() == Some(seconds);
         }
         match &self.value {
             // Equal text means the same kind too: a UTC date literal has `date` set.
-            Value::String(s) => x.text_bytes().is_some_and(|t| same_bytes(t, s.as_bytes())),
-            Value::Number(n) => x.number() == Some(number_f64(n)),
+            Value::String(s) => text.is_some_and(|t| same_bytes(t, s.as_bytes())),
+            Value::Number(_) => x.number() == self.number,
             Value::Null => x.kind() == Kind::Null,
             Value::Bool(b) => x.kind() == Kind::Bool && x.truth() == *b,
             other => compare_values(x, other).is_eq(),
@@ -96,7 +113,7 @@ impl Literal {
     fn compare<'a, V: DocView<'a>>(&self, x: V) -> Option<std::cmp::Ordering> {
         match (self.date, &self.value) {
             (Some(seconds), _) => Some(x.date()?.cmp(&seconds)),
-            (None, Value::Number(n)) => Some(x.number()?.total_cmp(&number_f64(n))),
+            (None, Value::Number(_)) => Some(x.number()?.total_cmp(&self.number?)),
             (None, _) => (x.kind() == self.kind).then(|| compare_values(x, &self.value)),
         }
     }
@@ -171,7 +188,11 @@ fn equals_any<'a, V: DocView<'a>>(path: &Path, doc: V, lits: &[Literal]) -> bool
     let mut resolved_any = false;
     let found = path.any_value(doc, &mut |x| {
         resolved_any = true;
-        any_unwrapped(x, |v| lits.iter().any(|lit| lit.equals(v)))
+        any_unwrapped(x, |v| {
+            // Read once for all the literals (an `$in` has several).
+            let text = v.text_bytes();
+            lits.iter().any(|lit| lit.equals(v, text))
+        })
     });
     found || (!resolved_any && lits.iter().any(|lit| lit.value.is_null()))
 }

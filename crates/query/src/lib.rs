@@ -16,6 +16,7 @@ pub mod order;
 pub mod paging;
 pub mod path;
 pub mod projection;
+pub mod scan;
 pub mod shape;
 pub mod sort;
 #[cfg(feature = "testing")]

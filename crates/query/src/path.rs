@@ -46,7 +46,7 @@ impl Segment {
     }
 
     /// The slot of this segment's key in the shape `id`, `None` when it has none.
-    #[inline]
+    #[inline(always)]
     pub fn slot_in(&self, id: u32) -> Option<usize> {
         let cached = self.shape_slot.load(Ordering::Relaxed);
         let slot = if (cached >> 32) == u64::from(id) + 1 {
@@ -138,6 +138,7 @@ impl Path {
 
     /// Calls `visit` on every value the path resolves to in `doc` (arrays reached at the
     /// end are passed whole), stopping at the first `true`. Answers whether one did.
+    #[inline(always)]
     pub fn any_value<'a, V: DocView<'a>>(&self, doc: V, visit: &mut impl FnMut(V) -> bool) -> bool {
         // Fast path through objects; the general walk takes over at the first array.
         let mut value = doc;

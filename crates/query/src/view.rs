@@ -2,8 +2,8 @@
 //!
 //! The evaluator, path resolution and the value order are written once against
 //! [`DocView`]; `&serde_json::Value` implements it, and so does the compact form of
-//! [`crate::compact::CompactDoc`], which scans much faster (one contiguous buffer per
-//! document instead of a tree of hash maps).
+//! [`crate::compact::Compact`], which scans much faster (contiguous bytes instead of a
+//! tree of hash maps).
 
 use serde_json::Value;
 
