@@ -59,11 +59,15 @@ impl SystemUser {
             .collect()
     }
 
-    /// Whether this user may read `path`, judged by its owner, group and mode bits.
-    pub fn may_read(&self, path: &Path) -> bool {
+    /// Whether `path` is a file this user may read, judged by its owner, group and mode
+    /// bits (one `stat`: the engine checks every submission's command this way).
+    pub fn may_read_file(&self, path: &Path) -> bool {
         let Ok(meta) = std::fs::metadata(path) else {
             return false;
         };
+        if !meta.is_file() {
+            return false;
+        }
         if self.uid == 0 {
             return true;
         }
@@ -116,9 +120,12 @@ fn group_with(
     }
 }
 
-/// Whether this process may switch to other users.
+/// Whether this process may switch to other users. Asked once: the service never
+/// changes its own user (jobs switch in their child processes), and the engine asks on
+/// every submission.
 pub fn running_as_root() -> bool {
-    unsafe { libc::geteuid() == 0 }
+    static ROOT: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ROOT.get_or_init(|| unsafe { libc::geteuid() == 0 })
 }
 
 fn lookup_with(

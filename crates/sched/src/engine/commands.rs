@@ -111,11 +111,11 @@ impl Engine {
                 format!("group: '{group}' is not a group on this host"),
             ));
         }
-        let directory = match &spec.working_directory {
-            Some(dir) => PathBuf::from(dir),
+        let (directory, checked) = match &spec.working_directory {
+            Some(dir) => (PathBuf::from(dir), false),
             None => default_directory(&user),
         };
-        if !directory.is_absolute() || !directory.is_dir() {
+        if !checked && (!directory.is_absolute() || !directory.is_dir()) {
             return Err(SchedError::invalid(
                 "The job was not submitted",
                 format!(
@@ -125,7 +125,7 @@ impl Engine {
             ));
         }
         let command = directory.join(&spec.command_file);
-        if !command.is_file() || !user.may_read(&command) {
+        if !user.may_read_file(&command) {
             return Err(SchedError::invalid(
                 "The job was not submitted",
                 format!(
@@ -992,13 +992,14 @@ fn sorted(mut holds: Vec<Hold>) -> Vec<Hold> {
     holds
 }
 
-/// The user's home when it is a directory, else `/tmp`.
-fn default_directory(user: &SystemUser) -> PathBuf {
+/// The user's home when it is a directory (and `true`: it has just been checked), else
+/// `/tmp` (and `false`).
+fn default_directory(user: &SystemUser) -> (PathBuf, bool) {
     let home = Path::new(&user.home);
     if home.is_absolute() && home.is_dir() {
-        home.to_path_buf()
+        (home.to_path_buf(), true)
     } else {
-        PathBuf::from("/tmp")
+        (PathBuf::from("/tmp"), false)
     }
 }
 
