@@ -4,6 +4,9 @@
 #                                  (under $launcher when set, e.g. valgrind)
 #   stop_server, rss_kib           stop it; its resident memory in KiB
 #   report <wrk output> <label> <target req/s, 0 for none>
+#   cpu_ticks, cpu_report <ticks before> <ticks after> <wrk output>
+#                                  the server's CPU time (user, system) per request: a figure
+#                                  that moves far less than req/s on a shared machine
 #   fsync_probe                    prints the disk's fsync latency
 # $auth is the Authorization header of the admin user "bench".
 command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
@@ -60,6 +63,26 @@ PY
 }
 
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$server/status"; }
+
+# The server's CPU time so far (user and system clock ticks: fields 14 and 15 of its
+# stat), and the ticks the hypervisor has taken from this machine (steal, in /proc/stat).
+cpu_ticks() { echo "$(awk '{print $14, $15}' "/proc/$server/stat") $(awk '/^cpu /{print $9}' /proc/stat)"; }
+
+cpu_report() { # $1, $2: cpu_ticks before and after a wrk run; $3: its output
+  python3 - "$1" "$2" "$3" "$(getconf CLK_TCK)" "$(nproc)" <<'PY'
+import re, sys
+(u0, s0, t0), (u1, s1, t1) = (map(int, t.split()) for t in sys.argv[1:3])
+wrk = open(sys.argv[3]).read()
+requests, seconds = re.search(r"(\d+) requests in ([\d.]+)s", wrk).groups()
+requests, seconds = int(requests), float(seconds)
+tick, cores = 1e6 / int(sys.argv[4]), int(sys.argv[5])
+user, system = (u1 - u0) * tick / requests, (s1 - s0) * tick / requests
+steal = (t1 - t0) * tick / 1e6 / (cores * seconds)
+print(f"  server CPU per request: {user:.1f} us user + {system:.1f} us system; "
+      f"{cores} cores would serve at most {cores * 1e6 / (user + system):,.0f}/s with nothing else running; "
+      f"the hypervisor took {steal:.0%} of the machine meanwhile")
+PY
+}
 
 # How fast this disk makes data durable now: durable writes can only be as fast as
 # the group commits' fsyncs allow, and shared machines vary a lot.

@@ -85,6 +85,38 @@ fn job(i: u64, rng: &mut Rng) -> Value {
     })
 }
 
+/// The share of the machine that the hypervisor took (steal time in `/proc/stat`) since
+/// `start`: on a shared virtual machine it explains most differences between runs.
+struct Steal {
+    ticks: Option<u64>,
+    at: Instant,
+}
+
+impl Steal {
+    fn start() -> Self {
+        Self {
+            ticks: steal_ticks(),
+            at: Instant::now(),
+        }
+    }
+
+    /// " (hypervisor steal N%)", or nothing where `/proc/stat` says nothing.
+    fn note(&self) -> String {
+        let (Some(before), Some(now)) = (self.ticks, steal_ticks()) else {
+            return String::new();
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+        // /proc/stat counts in USER_HZ, 100 per second on Linux.
+        let share = (now - before) as f64 / 100.0 / (cores * self.at.elapsed().as_secs_f64());
+        format!(" (hypervisor steal {:.0}%)", share * 100.0)
+    }
+}
+
+fn steal_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    stat.lines().next()?.split_whitespace().nth(8)?.parse().ok()
+}
+
 fn jiff_second(s: i64) -> Timestamp {
     Timestamp::from_second(s).expect("valid second")
 }
@@ -126,6 +158,7 @@ fn evaluator(docs: u64) {
         }
         let mut times = Vec::new();
         let mut matched = 0;
+        let steal = Steal::start();
         let scans: usize = std::env::var("DROVER_BENCH_SCANS")
             .ok()
             .and_then(|s| s.parse().ok())
@@ -139,11 +172,12 @@ fn evaluator(docs: u64) {
         let median = times[times.len() / 2];
         println!(
             "evaluator on {label}: {docs} docs, 3-clause filter ($in, $gte through an array, $ne), {matched} matches: \
-             median {:.1} ms per full scan, best {:.1} ms ({:.1} M docs/s, one core); target < 150 ms: ratio {:.2}",
+             median {:.1} ms per full scan, best {:.1} ms ({:.1} M docs/s, one core); target < 150 ms: ratio {:.2}{}",
             ms(median),
             ms(times[0]),
             docs as f64 / median.as_secs_f64() / 1e6,
-            ms(median) / 150.0
+            ms(median) / 150.0,
+            steal.note()
         );
     };
     let t = Instant::now();
@@ -199,6 +233,7 @@ fn insert(
     let mut elapsed = Duration::ZERO;
     let mut batch_times = Vec::new();
     let mut next = ids.start;
+    let steal = Steal::start();
     while next < ids.end {
         let batch: Vec<Write> = (next..(next + batch_size).min(ids.end))
             .map(|n| Write::Insert {
@@ -219,7 +254,7 @@ fn insert(
     let rate = count as f64 / elapsed.as_secs_f64();
     println!(
         "{label} insert: {count} docs (after {}) in batches of {batch_size}, one transaction each: \
-         {rate:.0} docs/s (batch commit p50 {:.1} ms, p99 {:.1} ms)",
+         {rate:.0} docs/s (batch commit p50 {:.1} ms, p99 {:.1} ms){}",
         if ids.start == 0 {
             "0".to_string()
         } else {
@@ -227,6 +262,7 @@ fn insert(
         },
         ms(percentile(&batch_times, 0.5)),
         ms(percentile(&batch_times, 0.99)),
+        steal.note()
     );
     rate
 }
