@@ -55,6 +55,32 @@ proptest! {
     }
 }
 
+/// Deeper than the generators go: a path goes on through an array's objects only, not
+/// into arrays nested in it, and a resolved array matches by its elements.
+#[test]
+fn prepared_filters_walk_arrays_like_the_evaluator() {
+    let doc = serde_json::json!({"b": [[{"x": 1}], {"x": 2}, {"x": [3, [4]]}], "n": [[5]]});
+    let compact = CompactDoc::new(&doc);
+    for (filter, expected) in [
+        (r#"{"b.x": 1}"#, false),
+        (r#"{"b.x": 2}"#, true),
+        (r#"{"b.x": 3}"#, true),
+        (r#"{"b.x": 4}"#, false),
+        (r#"{"b.x": {"$gte": 3}}"#, true),
+        (r#"{"b.x": {"$gt": 3}}"#, false),
+        (r#"{"n": 5}"#, false),
+        (r#"{"b.x": {"$nin": [2, 3]}}"#, false),
+    ] {
+        let filter = Filter::parse_str(filter, &WireDates::utc()).unwrap();
+        assert_eq!(filter.matches(&doc), expected, "{filter:?}");
+        assert_eq!(
+            Prepared::new(&filter).matches(compact.root()),
+            expected,
+            "{filter:?}"
+        );
+    }
+}
+
 #[test]
 fn numbers_of_every_width_keep_their_value() {
     for n in [
