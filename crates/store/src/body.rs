@@ -147,27 +147,25 @@ pub(crate) fn members(text: &str, names: &[String]) -> Option<Vec<Option<Value>>
     let mut scanner = Scanner { text, at: 0 };
     let mut found = vec![None; names.len()];
     scanner.eat(b'{')?;
-    if scanner.peek()? != b'}' {
-        loop {
-            let (raw, escaped) = scanner.string()?;
-            scanner.eat(b':')?;
-            if escaped {
-                return None;
-            }
-            match names.iter().position(|n| *n == raw) {
-                // A repeated member: the last one counts, as in a parsed value.
-                Some(slot) => found[slot] = Some(scanner.whole()?),
-                None => scanner.skip()?,
-            }
-            match scanner.peek()? {
-                b',' => scanner.at += 1,
-                b'}' => break,
-                _ => return None,
-            }
+    if scanner.peek()? == b'}' {
+        scanner.at += 1;
+        return scanner.rest_is_blank().then_some(found);
+    }
+    loop {
+        let (raw, escaped) = scanner.string()?;
+        scanner.eat(b':')?;
+        if escaped {
+            return None;
+        }
+        match names.iter().position(|n| *n == raw) {
+            // A repeated member: the last one counts, as in a parsed value.
+            Some(slot) => found[slot] = Some(scanner.whole()?),
+            None => scanner.skip()?,
+        }
+        if !scanner.another(b'}')? {
+            return scanner.rest_is_blank().then_some(found);
         }
     }
-    scanner.at += 1;
-    scanner.rest_is_blank().then_some(found)
 }
 
 /// A cursor over JSON text that skips what no path reaches by looking only for the bytes
@@ -194,6 +192,17 @@ impl<'a> Scanner<'a> {
         (self.peek()? == expected).then(|| self.at += 1)
     }
 
+    /// After a member or an element: `true` past a comma (another follows), `false`
+    /// past the `close`ing bracket, `None` at anything else.
+    fn another(&mut self, close: u8) -> Option<bool> {
+        let next = self.peek()?;
+        if next != b',' && next != close {
+            return None;
+        }
+        self.at += 1;
+        Some(next == b',')
+    }
+
     fn rest_is_blank(&mut self) -> bool {
         self.peek().is_none()
     }
@@ -218,13 +227,8 @@ impl<'a> Scanner<'a> {
                     } else {
                         self.skip()?;
                     }
-                    match self.peek()? {
-                        b',' => self.at += 1,
-                        b']' => {
-                            self.at += 1;
-                            return Some(Value::Array(kept));
-                        }
-                        _ => return None,
+                    if !self.another(b']')? {
+                        return Some(Value::Array(kept));
                     }
                 }
             }
@@ -257,13 +261,8 @@ impl<'a> Scanner<'a> {
                 }
                 None => self.skip()?,
             }
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(Value::Object(kept));
-                }
-                _ => return None,
+            if !self.another(b'}')? {
+                return Some(Value::Object(kept));
             }
         }
     }
