@@ -1,6 +1,7 @@
 //! The commands handlers send: submit, modify, the job actions, node changes.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::CredentialKind;
 use super::core::Engine;
@@ -98,7 +99,7 @@ impl Engine {
         &mut self,
         mut spec: JobSpec,
         by: &Requester,
-    ) -> Result<(JobSpec, SystemUser), SchedError> {
+    ) -> Result<(JobSpec, Arc<SystemUser>), SchedError> {
         let containers = &self.containers;
         validate::submission(&spec, |id| containers.iter().any(|c| c.id == id))?;
         spec.extra.shrink();
@@ -166,14 +167,14 @@ impl Engine {
         for (kind, name) in [
             (
                 CredentialKind::Users,
-                Some(spec.user.clone().unwrap_or_else(|| by.user.clone())),
+                Some(spec.user.as_deref().unwrap_or(&by.user)),
             ),
-            (CredentialKind::Groups, spec.group.clone()),
-            (CredentialKind::Accounts, spec.account.clone()),
-            (CredentialKind::Classes, spec.job_class.clone()),
-            (CredentialKind::Qoses, spec.qos_requested.clone()),
+            (CredentialKind::Groups, spec.group.as_deref()),
+            (CredentialKind::Accounts, spec.account.as_deref()),
+            (CredentialKind::Classes, spec.job_class.as_deref()),
+            (CredentialKind::Qoses, spec.qos_requested.as_deref()),
         ] {
-            self.remember_credential(kind, name.as_deref());
+            self.remember_credential(kind, name);
         }
         Job {
             id,
@@ -228,7 +229,7 @@ impl Engine {
     /// The system user a job runs as: the one it names, else the caller's own account,
     /// else the configured execution user. Without root, every job runs as the service
     /// user, whatever it names.
-    fn job_user(&mut self, spec: &JobSpec, by: &Requester) -> Result<SystemUser, SchedError> {
+    fn job_user(&mut self, spec: &JobSpec, by: &Requester) -> Result<Arc<SystemUser>, SchedError> {
         let refuse = |reason: String| SchedError::invalid("The job was not submitted", reason);
         if let Some(name) = &spec.user
             && *name != by.user
@@ -341,7 +342,7 @@ impl Engine {
             stdout: job.output_path(Output::Stdout),
             stderr: job.output_path(Output::Stderr),
             stdin: job.spec.stdin_path.as_ref().map(|p| directory.join(p)),
-            user,
+            user: SystemUser::clone(&user),
             gid,
         })
     }

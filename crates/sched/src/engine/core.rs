@@ -164,8 +164,9 @@ pub(crate) struct Engine {
     credentials_changed: bool,
     pub(crate) next_seq: u64,
     /// System accounts looked up so far (`None`: no such account).
-    accounts: HashMap<String, Option<SystemUser>>,
-    pub(crate) service_user: SystemUser,
+    /// System accounts by name, looked up once (shared: a submission only reads one).
+    accounts: HashMap<String, Option<Arc<SystemUser>>>,
+    pub(crate) service_user: Arc<SystemUser>,
     pub(crate) degraded: Option<String>,
     pub(crate) needs_schedule: bool,
 }
@@ -289,7 +290,7 @@ impl Engine {
             credentials_changed: true,
             next_seq: 1,
             accounts: HashMap::new(),
-            service_user,
+            service_user: Arc::new(service_user),
             degraded: None,
             needs_schedule: true,
         };
@@ -319,11 +320,11 @@ impl Engine {
     }
 
     /// The system account `name`, looked up once.
-    pub(crate) fn account(&mut self, name: &str) -> Option<SystemUser> {
+    pub(crate) fn account(&mut self, name: &str) -> Option<Arc<SystemUser>> {
         if let Some(found) = self.accounts.get(name) {
             return found.clone();
         }
-        let found = SystemUser::lookup(name);
+        let found = SystemUser::lookup(name).map(Arc::new);
         self.accounts.insert(name.to_string(), found.clone());
         found
     }
