@@ -146,8 +146,55 @@ fn universal_abbreviations() -> Vec<(String, Offset)> {
 }
 
 /// Formats `ts` as a version-2 wire date, e.g. `2026-01-05 14:00:00 UTC`.
+///
+/// By arithmetic on the seconds rather than through `strftime` (which parses its format
+/// every call): every event and every listed job's dates go through here.
 pub fn format_utc(ts: Timestamp) -> String {
-    ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string()
+    let seconds = ts.as_second();
+    let (year, month, day) = civil_from_days(seconds.div_euclid(86_400));
+    if !(0..=9999).contains(&year) {
+        return ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string();
+    }
+    let of_day = seconds.rem_euclid(86_400);
+    let mut out = [0u8; 23];
+    let mut put = |at: usize, value: i64, width: usize| {
+        let mut value = value;
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (value % 10) as u8;
+            value /= 10;
+        }
+    };
+    put(0, year, 4);
+    put(5, month, 2);
+    put(8, day, 2);
+    put(11, of_day / 3600, 2);
+    put(14, of_day / 60 % 60, 2);
+    put(17, of_day % 60, 2);
+    for (at, byte) in [(4, b'-'), (7, b'-'), (10, b' '), (13, b':'), (16, b':')] {
+        out[at] = byte;
+    }
+    out[19..].copy_from_slice(b" UTC");
+    String::from_utf8(out.to_vec()).expect("digits and separators are ASCII")
+}
+
+/// The proleptic Gregorian (year, month, day) of a count of days since 1970-01-01
+/// (Howard Hinnant's `civil_from_days`).
+fn civil_from_days(days: i64) -> (i64, i64, i64) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    };
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 /// Parses a wire date whose zone is `UTC` or `GMT`; `None` for anything else.
@@ -231,6 +278,24 @@ fn digits(b: &[u8]) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn utc_dates_are_formatted_like_strftime_across_the_whole_range() {
+        let (min, max) = (Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
+        // Every day boundary, a second before it and an afternoon from 1870 to 2170 (leap
+        // years, 1900 and 2100 that are not, 2000 that is), then a spread over the range.
+        let around_epoch = (-36_525..73_051)
+            .flat_map(|day: i64| [day * 86_400, day * 86_400 - 1, day * 86_400 + 45_296]);
+        let spread = (0..200_000i64).map(|i| min + (max - min) / 200_000 * i);
+        for second in around_epoch.chain(spread).chain([min, max, 0]) {
+            let ts = Timestamp::from_second(second).unwrap();
+            assert_eq!(
+                format_utc(ts),
+                ts.strftime("%Y-%m-%d %H:%M:%S UTC").to_string(),
+                "{second}"
+            );
+        }
+    }
 
     fn ts(s: &str) -> Timestamp {
         s.parse().unwrap()
