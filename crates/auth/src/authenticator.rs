@@ -75,9 +75,9 @@ const DIRECTORY: &[u8] = b"directory login";
 /// instead of all of them running argon2 together and stalling the machine.
 pub struct Authenticator {
     users: HashMap<String, User>,
-    /// Each local user's stored hash, digested: what a remembered login's digest mixes in
-    /// (a new password invalidates it), short enough that the digest of a login takes one
-    /// BLAKE2b block, not two, on every request.
+    /// Each local user's stored hash, digested: what a remembered local login's digest
+    /// mixes in where a directory login has [`DIRECTORY`], short enough that the digest
+    /// of a login takes one BLAKE2b block, not two, on every request.
     hash_digests: HashMap<String, [u8; 32]>,
     ttl: Duration,
     key: [u8; 32],

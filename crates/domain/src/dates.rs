@@ -284,10 +284,10 @@ mod tests {
         let (min, max) = (Timestamp::MIN.as_second(), Timestamp::MAX.as_second());
         // Every day boundary, a second before it and an afternoon from 1870 to 2170 (leap
         // years, 1900 and 2100 that are not, 2000 that is), then a spread over the range.
-        let around_epoch = (-36_525..73_051)
+        let day_by_day = (-36_525..73_051)
             .flat_map(|day: i64| [day * 86_400, day * 86_400 - 1, day * 86_400 + 45_296]);
         let spread = (0..200_000i64).map(|i| min + (max - min) / 200_000 * i);
-        for second in around_epoch.chain(spread).chain([min, max, 0]) {
+        for second in day_by_day.chain(spread).chain([min, max, 0]) {
             let ts = Timestamp::from_second(second).unwrap();
             assert_eq!(
                 format_utc(ts),

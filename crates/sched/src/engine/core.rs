@@ -163,8 +163,8 @@ pub(crate) struct Engine {
     pub(crate) credentials: BTreeMap<CredentialKind, BTreeSet<String>>,
     credentials_changed: bool,
     pub(crate) next_seq: u64,
-    /// System accounts looked up so far (`None`: no such account).
-    /// System accounts by name, looked up once (shared: a submission only reads one).
+    /// System accounts looked up so far (`None`: no such account), shared: a submission
+    /// only reads one.
     accounts: HashMap<String, Option<Arc<SystemUser>>>,
     pub(crate) service_user: Arc<SystemUser>,
     pub(crate) degraded: Option<String>,
