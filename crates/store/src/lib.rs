@@ -21,6 +21,7 @@ mod layout;
 mod plan;
 mod postgres;
 mod sqlite;
+mod wal_buffer;
 
 use drover_query::{ListQuery, Page};
 use serde_json::Value;

@@ -2,7 +2,8 @@
 //! committed batch survives a crash of the process or of the machine.
 //!
 //! One writer connection (SQLite has one writer anyway) and a small pool of reader
-//! connections, which WAL lets read while the writer writes.
+//! connections, which WAL lets read while the writer writes. All of them open the file
+//! through [`wal_buffer`]'s VFS, which writes a commit's WAL frames in few large writes.
 //!
 //! Checkpoints (copying the WAL into the database file) run on a thread of their own,
 //! not in the commit that happens to cross SQLite's threshold: a commit only appends to
@@ -18,10 +19,13 @@ use std::thread::JoinHandle;
 use drover_query::{ListQuery, Page};
 use rusqlite::types::Value as Sql;
 use rusqlite::wal::CheckpointMode;
-use rusqlite::{Connection, ErrorCode, OptionalExtension, TransactionBehavior, params_from_iter};
+use rusqlite::{
+    Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params_from_iter,
+};
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
+use crate::wal_buffer;
 use crate::{Body, CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
 
 /// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
@@ -196,12 +200,14 @@ const READER_CACHE_KIB: u32 = 32 * 1024;
 const CHECKPOINTER_CACHE_KIB: u32 = 1024;
 
 fn connect(path: &Path, cache_kib: u32) -> Result<Connection> {
-    let conn = Connection::open(path).map_err(|e| {
-        StoreError::Backend(format!(
-            "cannot open SQLite database {}: {e}",
-            path.display()
-        ))
-    })?;
+    let vfs = wal_buffer::register().map_err(StoreError::Backend)?;
+    let conn =
+        Connection::open_with_flags_and_vfs(path, OpenFlags::default(), vfs).map_err(|e| {
+            StoreError::Backend(format!(
+                "cannot open SQLite database {}: {e}",
+                path.display()
+            ))
+        })?;
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
