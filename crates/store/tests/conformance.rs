@@ -327,6 +327,90 @@ fn a_batch_is_all_or_nothing() {
     }
 }
 
+/// Large batches, as group commit makes under load: every kind of write in one, then a
+/// conflict and a refused document far into a batch.
+#[test]
+fn a_large_batch_is_all_or_nothing_too() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        let insert = |i: usize| Write::Insert {
+            collection: "jobs".into(),
+            id: format!("j{i}"),
+            name: Some(format!("n{i}")),
+            body: json!({"state": "Idle", "i": i}).into(),
+        };
+        assert_eq!(
+            s.write(&(0..1000).map(insert).collect::<Vec<_>>()).unwrap(),
+            vec![1; 1000]
+        );
+        let mixed: Vec<Write> = (0..1000)
+            .map(|i| match i % 3 {
+                0 => Write::Update {
+                    collection: "jobs".into(),
+                    id: format!("j{i}"),
+                    name: None,
+                    body: json!({"state": "Done", "i": i}).into(),
+                    expected_version: Some(1),
+                },
+                1 => Write::Put {
+                    collection: "jobs".into(),
+                    id: format!("p{i}"),
+                    name: None,
+                    body: json!({"state": "Put", "i": i}).into(),
+                },
+                _ => Write::Delete {
+                    collection: "jobs".into(),
+                    id: format!("j{i}"),
+                    expected_version: None,
+                },
+            })
+            .collect();
+        let versions = s.write(&mixed).unwrap();
+        let expected: Vec<i64> = (0..1000).map(|i| [2, 1, 0][i % 3]).collect();
+        assert_eq!(versions, expected, "{}", b.name());
+        assert_eq!(
+            s.get("jobs", "j999").unwrap().unwrap().body["state"],
+            "Done"
+        );
+        assert_eq!(s.get("jobs", "p997").unwrap().unwrap().body["state"], "Put");
+        assert_eq!(s.get("jobs", "j998").unwrap(), None);
+        let before = s.list("jobs", &ListQuery::default()).unwrap().total;
+
+        // A taken id at write 700, then a document no backend stores at write 500.
+        let mut taken: Vec<Write> = (2000..3000).map(insert).collect();
+        taken[700] = insert(0);
+        let mut refused: Vec<Write> = (2000..3000).map(insert).collect();
+        refused[500] = Write::Insert {
+            collection: "jobs".into(),
+            id: "nul".into(),
+            name: None,
+            body: json!({"text": "a\u{0}b"}).into(),
+        };
+        let conflict = |e: &StoreError| matches!(e, StoreError::Conflict(_));
+        let invalid = |e: &StoreError| matches!(e, StoreError::Invalid(_));
+        let cases: [(Vec<Write>, &str, &dyn Fn(&StoreError) -> bool); 2] = [
+            (taken, "a taken id", &conflict),
+            (refused, "a NUL", &invalid),
+        ];
+        for (batch, what, expected) in cases {
+            let outcome = s.write(&batch);
+            assert!(
+                outcome.as_ref().is_err_and(expected),
+                "{}, {what}: {outcome:?}",
+                b.name()
+            );
+            assert_eq!(
+                s.get("jobs", "j2000").unwrap(),
+                None,
+                "{}, {what}",
+                b.name()
+            );
+            assert_eq!(s.list("jobs", &ListQuery::default()).unwrap().total, before);
+        }
+    }
+}
+
 #[test]
 fn data_survives_reopening_and_new_indexes_cover_old_documents() {
     for mut b in backends() {
