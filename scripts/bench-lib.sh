@@ -8,11 +8,10 @@
 #                                  the server's CPU time (user, system) per request: a figure
 #                                  that moves far less than req/s on a shared machine
 #   fsync_probe                    prints the disk's fsync latency
-# DROVER_BIN=path measures that binary instead of building this tree's.
+# DROVER_BIN=path measures that binary instead of building this tree's (to compare two
+# builds in alternating runs, the only fair comparison on a machine whose speed drifts).
 # $auth is the Authorization header of the admin user "bench".
 command -v wrk >/dev/null || apt-get install -y wrk >/dev/null
-# DROVER_BIN: a binary to measure instead of building this tree's (to compare two builds
-# in alternating runs, the only fair comparison on a machine whose speed drifts).
 if [ -n "${DROVER_BIN:-}" ]; then
   bin=$DROVER_BIN
 else

@@ -121,16 +121,8 @@ impl Pending {
         if self.buffer.is_empty() {
             return ffi::SQLITE_OK;
         }
-        // SAFETY: per the contract, `base` is an open file of the default VFS.
-        let rc = unsafe {
-            let write = (*(*base).pMethods).xWrite.expect("files can be written");
-            write(
-                base,
-                self.buffer.as_ptr().cast(),
-                self.buffer.len() as c_int,
-                self.start,
-            )
-        };
+        // SAFETY: per the contract.
+        let rc = unsafe { write_through(base, &self.buffer, self.start) };
         self.buffer.clear();
         rc
     }
@@ -162,14 +154,7 @@ impl Pending {
                 // More than the default VFS takes at once: not SQLite's way (a frame is at
                 // most a 64 KiB page and its header); passed on as it came all the same.
                 // SAFETY: per the contract.
-                let rc = unsafe {
-                    ((*(*base).pMethods).xWrite.expect("files can be written"))(
-                        base,
-                        bytes.as_ptr().cast(),
-                        bytes.len() as c_int,
-                        offset,
-                    )
-                };
+                let rc = unsafe { write_through(base, bytes, offset) };
                 if rc != ffi::SQLITE_OK {
                     return rc;
                 }
@@ -202,6 +187,18 @@ impl Pending {
             return unsafe { self.flush(base) };
         }
         ffi::SQLITE_OK
+    }
+}
+
+/// Gives `bytes` to the default VFS's file `base` at `offset`.
+///
+/// # Safety
+/// `base` is an open file of the default VFS.
+unsafe fn write_through(base: *mut ffi::sqlite3_file, bytes: &[u8], offset: i64) -> c_int {
+    // SAFETY: per the contract; the default VFS reads `bytes.len()` bytes.
+    unsafe {
+        let write = (*(*base).pMethods).xWrite.expect("files can be written");
+        write(base, bytes.as_ptr().cast(), bytes.len() as c_int, offset)
     }
 }
 
@@ -626,12 +623,6 @@ mod tests {
                 assert!(writes.iter().all(|&w| w <= CAPACITY));
             });
         }
-        unsafe { close_pending(&mut wal) };
-    }
-
-    /// Drops the buffer of a test's file (the fake has no close).
-    unsafe fn close_pending(wal: &mut WalFile) {
-        wal.pending.buffer = Vec::new();
     }
 
     fn connect(path: &std::path::Path, cache_pages: i64) -> Connection {
