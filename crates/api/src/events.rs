@@ -134,7 +134,7 @@ async fn create(
 ) -> ApiResult<Response> {
     let v3 = is_v3(params.api_version);
     let events = if v3 {
-        vec![v3_event(&state, &parse_json::<Value>(&body)?)?]
+        vec![v3_event(&state, &parse_json(&body)?)?]
     } else {
         v1_events(&headers, &body)?
     };

@@ -7,7 +7,7 @@ use axum::Json;
 use drover_api::reply::{JsonBody, created};
 use drover_api::{Access, AppState, Caller, Routes};
 use drover_auth::Permission;
-use serde_json::{Value, json};
+use serde_json::json;
 
 pub const ECHO: &str = "/rest/test/echo";
 pub const WHOAMI: &str = "/rest/test/whoami";
@@ -18,9 +18,11 @@ pub const CREATE: &str = "/rest/test/things";
 pub fn test_routes(routes: &mut Routes) {
     let write = Access::Needs(Permission::create("tests"));
     let read = Access::Needs(Permission::read("tests"));
-    routes.post(ECHO, write, |JsonBody(body): JsonBody<Value>| async move {
-        Json(body)
-    });
+    routes.post(
+        ECHO,
+        write,
+        |JsonBody(body): JsonBody| async move { Json(body) },
+    );
     // Every built-in role may ask who it is (proxied users included).
     let anyone = Access::Needs(Permission::read("diag"));
     routes.post(WHOAMI, anyone, |caller: Caller| async move {
