@@ -20,6 +20,7 @@ pub mod container;
 pub mod dependency;
 pub mod engine;
 pub mod events;
+pub mod fsfacts;
 pub mod job;
 pub mod node;
 pub mod place;

@@ -2,8 +2,8 @@
 //! such as LDAP count), never by reading files named in a request.
 
 use std::ffi::{CStr, CString};
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+
+use crate::fsfacts::Facts;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SystemUser {
@@ -59,25 +59,21 @@ impl SystemUser {
             .collect()
     }
 
-    /// Whether `path` is a file this user may read, judged by its owner, group and mode
-    /// bits (one `stat`: the engine checks every submission's command this way).
-    pub fn may_read_file(&self, path: &Path) -> bool {
-        let Ok(meta) = std::fs::metadata(path) else {
-            return false;
-        };
-        if !meta.is_file() {
+    /// Whether this user may read a file of these `facts`, judged by its owner, group
+    /// and mode bits (the engine checks every submission's command this way).
+    pub fn may_read(&self, facts: &Facts) -> bool {
+        if !facts.is_file {
             return false;
         }
         if self.uid == 0 {
             return true;
         }
-        let mode = meta.mode();
-        if meta.uid() == self.uid {
-            mode & 0o400 != 0
-        } else if self.groups.contains(&meta.gid()) {
-            mode & 0o040 != 0
+        if facts.uid == self.uid {
+            facts.mode & 0o400 != 0
+        } else if self.groups.contains(&facts.gid) {
+            facts.mode & 0o040 != 0
         } else {
-            mode & 0o004 != 0
+            facts.mode & 0o004 != 0
         }
     }
 }

@@ -600,6 +600,35 @@ fn every_refusal_of_part_8_names_the_field() {
     assert_eq!(server.get("/rest/jobs").json()["totalCount"], 0);
 }
 
+/// The engine remembers what it found of paths for a moment; a refusal is never based on
+/// that: a file or directory made right after a refusal is there for the next submission.
+#[test]
+fn what_was_missing_a_moment_ago_is_found_at_once() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let command = work.path().join("later.sh").to_string_lossy().into_owned();
+    let directory = work.path().join("later");
+    let body =
+        json!({"commandFile": command, "initialWorkingDirectory": directory, "holds": ["User"]});
+    let refused = server.send_json("POST", "/rest/jobs?api-version=2", &body);
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.messages().contains("initialWorkingDirectory"),
+        "{}",
+        refused.body
+    );
+    std::fs::create_dir(&directory).unwrap();
+    let refused = server.send_json("POST", "/rest/jobs?api-version=2", &body);
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    assert!(
+        refused.messages().contains("commandFile"),
+        "{}",
+        refused.body
+    );
+    script(work.path(), "later.sh", "exit 0");
+    submit_v2(&server, body);
+}
+
 #[test]
 fn modify_in_both_versions_keeps_old_messages() {
     let server = TestServer::start();

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use super::CredentialKind;
 use super::core::Engine;
 use crate::dependency::DependencyKind;
+use crate::fsfacts::Facts;
 use crate::job::{
     ArrayOutcome, ArrayPart, ArraySpec, Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec,
     JobState, JobStatus, Output,
@@ -112,11 +113,21 @@ impl Engine {
                 format!("group: '{group}' is not a group on this host"),
             ));
         }
+        let is_dir = |facts: Option<Facts>| facts.is_some_and(|f| f.is_dir);
         let (directory, checked) = match &spec.working_directory {
             Some(dir) => (PathBuf::from(dir), false),
-            None => default_directory(&user),
+            None => {
+                let home = Path::new(&user.home);
+                if home.is_absolute() && is_dir(self.file_facts.get(home)) {
+                    (home.to_path_buf(), true)
+                } else {
+                    (PathBuf::from("/tmp"), false)
+                }
+            }
         };
-        if !checked && (!directory.is_absolute() || !directory.is_dir()) {
+        let usable =
+            checked || (directory.is_absolute() && self.file_facts.check(&directory, is_dir));
+        if !usable {
             return Err(SchedError::invalid(
                 "The job was not submitted",
                 format!(
@@ -126,7 +137,10 @@ impl Engine {
             ));
         }
         let command = directory.join(&spec.command_file);
-        if !user.may_read_file(&command) {
+        if !self
+            .file_facts
+            .check(&command, |facts| facts.is_some_and(|f| user.may_read(&f)))
+        {
             return Err(SchedError::invalid(
                 "The job was not submitted",
                 format!(
@@ -991,17 +1005,6 @@ fn sorted(mut holds: Vec<Hold>) -> Vec<Hold> {
     holds.sort();
     holds.dedup();
     holds
-}
-
-/// The user's home when it is a directory (and `true`: it has just been checked), else
-/// `/tmp` (and `false`).
-fn default_directory(user: &SystemUser) -> (PathBuf, bool) {
-    let home = Path::new(&user.home);
-    if home.is_absolute() && home.is_dir() {
-        (home.to_path_buf(), true)
-    } else {
-        (PathBuf::from("/tmp"), false)
-    }
 }
 
 /// Splits a command line into arguments: white space separates, single and double

@@ -167,6 +167,8 @@ pub(crate) struct Engine {
     /// only reads one.
     accounts: HashMap<String, Option<Arc<SystemUser>>>,
     pub(crate) service_user: Arc<SystemUser>,
+    /// What submissions found of working directories and command files, for a moment.
+    pub(crate) file_facts: crate::fsfacts::FileFacts,
     pub(crate) degraded: Option<String>,
     pub(crate) needs_schedule: bool,
 }
@@ -291,6 +293,7 @@ impl Engine {
             next_seq: 1,
             accounts: HashMap::new(),
             service_user: Arc::new(service_user),
+            file_facts: Default::default(),
             degraded: None,
             needs_schedule: true,
         };
