@@ -32,7 +32,7 @@ pub struct Facts {
 /// Facts by path, each with when it was looked up (`None`: nothing there, or no access).
 #[derive(Debug, Default)]
 pub struct FileFacts {
-    remembered: HashMap<PathBuf, (Instant, Option<Facts>)>,
+    remembered: HashMap<PathBuf, (Instant, Option<Facts>), foldhash::fast::FixedState>,
 }
 
 impl FileFacts {
