@@ -11,6 +11,7 @@
 use std::borrow::Cow;
 
 use drover_query::Path;
+use memchr::memmem;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -139,13 +140,42 @@ pub(crate) fn select(text: &str, tree: &PathTree) -> Option<Value> {
     scanner.rest_is_blank().then_some(value)
 }
 
+/// Indexed paths that are each one member name, and what finds each name quoted.
+#[derive(Debug, Clone)]
+pub(crate) struct MemberNames {
+    names: Vec<String>,
+    quoted: Vec<memmem::Finder<'static>>,
+}
+
+impl MemberNames {
+    pub fn new(names: Vec<String>) -> Self {
+        let quoted = names
+            .iter()
+            .map(|name| memmem::Finder::new(format!("\"{name}\"").as_bytes()).into_owned())
+            .collect();
+        Self { names, quoted }
+    }
+
+    /// Whether no member of these names can be in `rest`: none is there as a quoted
+    /// string and nothing is escaped (an escaped key could spell one).
+    fn cannot_be_in(&self, rest: &str) -> bool {
+        let rest = rest.as_bytes();
+        memchr::memchr(b'\\', rest).is_none() && self.quoted.iter().all(|q| q.find(rest).is_none())
+    }
+}
+
 /// The values of the members `names` of the JSON object `text` (`None` for a missing
 /// one), as [`select`] would keep them: for paths of one member each, all that indexing
 /// needs, without building an object. `None` when `text` is not an object this scanner
 /// reads (the caller then uses [`select`]).
-pub(crate) fn members(text: &str, names: &[String]) -> Option<Vec<Option<Value>>> {
+///
+/// Reading stops once every name is found and the rest of the text cannot repeat one
+/// (typed documents put their indexed members first: an event's are in its first 150 of
+/// 450 bytes). The rest is then not checked: text bodies come from serde_json.
+pub(crate) fn members(text: &str, names: &MemberNames) -> Option<Vec<Option<Value>>> {
     let mut scanner = Scanner { text, at: 0 };
-    let mut found = vec![None; names.len()];
+    let mut found = vec![None; names.names.len()];
+    let mut missing = found.len();
     scanner.eat(b'{')?;
     if scanner.peek()? == b'}' {
         scanner.at += 1;
@@ -157,9 +187,15 @@ pub(crate) fn members(text: &str, names: &[String]) -> Option<Vec<Option<Value>>
         if escaped {
             return None;
         }
-        match names.iter().position(|n| *n == raw) {
-            // A repeated member: the last one counts, as in a parsed value.
-            Some(slot) => found[slot] = Some(scanner.whole()?),
+        match names.names.iter().position(|n| *n == raw) {
+            Some(slot) => {
+                missing -= usize::from(found[slot].is_none());
+                // A repeated member: the last one counts, as in a parsed value.
+                found[slot] = Some(scanner.whole()?);
+                if missing == 0 && names.cannot_be_in(&text[scanner.at..]) {
+                    return Some(found);
+                }
+            }
             None => scanner.skip()?,
         }
         if !scanner.another(b'}')? {
@@ -403,6 +439,28 @@ mod tests {
         for bad in ["{\"c\": }", "{\"c\": 1", "{\"c\": 1} 2", "[1, }", "\"open"] {
             assert!(select(bad, &tree).is_none(), "{bad}");
         }
+    }
+
+    #[test]
+    fn members_stop_reading_once_the_rest_cannot_repeat_one() {
+        let names = MemberNames::new(vec!["a".into(), "b".into()]);
+        let read = |text| {
+            members(text, &names).map(|found| found.into_iter().flatten().collect::<Vec<_>>())
+        };
+        // The rest is not read: garbage there goes unseen.
+        assert_eq!(
+            read(r#"{"a": 1, "b": 2, "c": [garbage"#),
+            Some(vec![json!(1), json!(2)])
+        );
+        // Unless it could hold a repeated member: then all of it is read.
+        assert_eq!(read(r#"{"a": 1, "b": 2, "c": ["a", garbage"#), None);
+        assert_eq!(read(r#"{"a": 1, "b": 2, "c": "\n", garbage"#), None);
+        assert_eq!(
+            read(r#"{"a": 1, "b": 2, "ab": 3, "a": 4}"#),
+            Some(vec![json!(4), json!(2)])
+        );
+        // A missing member: all of it is read.
+        assert_eq!(read(r#"{"a": 1, "c": [garbage"#), None);
     }
 
     proptest! {

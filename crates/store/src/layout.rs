@@ -133,7 +133,7 @@ pub(crate) struct Layout {
     tree: PathTree,
     /// When every path is one member name (the common case): those names, read out of a
     /// body's text without building even a pruned value.
-    members: Option<Vec<String>>,
+    members: Option<body::MemberNames>,
 }
 
 impl Layout {
@@ -181,7 +181,8 @@ impl Layout {
                         [one] => Some(one.name.to_string()),
                         _ => None,
                     })
-                    .collect(),
+                    .collect::<Option<Vec<_>>>()
+                    .map(body::MemberNames::new),
                 paths,
                 indexes,
                 newest_first,
@@ -506,6 +507,9 @@ mod tests {
         for text in [
             r#"{"a": 1, "b": [2], "a": "x"}"#,
             r#"{"\u0061": 1, "b": 2}"#,
+            // Both found, then repeated: past a nested member of that name, or escaped.
+            r#"{"a": 1, "b": 2, "c": {"a": 3}, "a": 4}"#,
+            r#"{"b": 1, "a": 2, "c": "x", "\u0061": 5}"#,
             "[1]",
         ] {
             let parsed: Value = serde_json::from_str(text).unwrap();
