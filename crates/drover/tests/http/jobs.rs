@@ -610,21 +610,14 @@ fn what_was_missing_a_moment_ago_is_found_at_once() {
     let directory = work.path().join("later");
     let body =
         json!({"commandFile": command, "initialWorkingDirectory": directory, "holds": ["User"]});
-    let refused = server.send_json("POST", "/rest/jobs?api-version=2", &body);
-    assert_eq!(refused.status, 400, "{}", refused.body);
-    assert!(
-        refused.messages().contains("initialWorkingDirectory"),
-        "{}",
-        refused.body
-    );
+    let refused_for = |field: &str| {
+        let refused = server.send_json("POST", "/rest/jobs?api-version=2", &body);
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.messages().contains(field), "{}", refused.body);
+    };
+    refused_for("initialWorkingDirectory");
     std::fs::create_dir(&directory).unwrap();
-    let refused = server.send_json("POST", "/rest/jobs?api-version=2", &body);
-    assert_eq!(refused.status, 400, "{}", refused.body);
-    assert!(
-        refused.messages().contains("commandFile"),
-        "{}",
-        refused.body
-    );
+    refused_for("commandFile");
     script(work.path(), "later.sh", "exit 0");
     submit_v2(&server, body);
 }

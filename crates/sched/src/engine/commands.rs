@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::CredentialKind;
 use super::core::Engine;
 use crate::dependency::DependencyKind;
-use crate::fsfacts::Facts;
+use crate::fsfacts::{Facts, FileFacts};
 use crate::job::{
     ArrayOutcome, ArrayPart, ArraySpec, Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec,
     JobState, JobStatus, Output,
@@ -113,17 +113,9 @@ impl Engine {
                 format!("group: '{group}' is not a group on this host"),
             ));
         }
-        let is_dir = |facts: Option<Facts>| facts.is_some_and(|f| f.is_dir);
         let (directory, checked) = match &spec.working_directory {
             Some(dir) => (PathBuf::from(dir), false),
-            None => {
-                let home = Path::new(&user.home);
-                if home.is_absolute() && is_dir(self.file_facts.get(home)) {
-                    (home.to_path_buf(), true)
-                } else {
-                    (PathBuf::from("/tmp"), false)
-                }
-            }
+            None => default_directory(&user, &mut self.file_facts),
         };
         let usable =
             checked || (directory.is_absolute() && self.file_facts.check(&directory, is_dir));
@@ -1005,6 +997,21 @@ fn sorted(mut holds: Vec<Hold>) -> Vec<Hold> {
     holds.sort();
     holds.dedup();
     holds
+}
+
+fn is_dir(facts: Option<Facts>) -> bool {
+    facts.is_some_and(|f| f.is_dir)
+}
+
+/// The user's home when it is a directory (and `true`: it has just been checked), else
+/// `/tmp` (and `false`).
+fn default_directory(user: &SystemUser, facts: &mut FileFacts) -> (PathBuf, bool) {
+    let home = Path::new(&user.home);
+    if home.is_absolute() && is_dir(facts.get(home)) {
+        (home.to_path_buf(), true)
+    } else {
+        (PathBuf::from("/tmp"), false)
+    }
 }
 
 /// Splits a command line into arguments: white space separates, single and double
