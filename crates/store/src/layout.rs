@@ -120,6 +120,29 @@ impl WriteSql {
     }
 }
 
+/// A newest-first index as column numbers.
+#[derive(Debug, Clone)]
+pub(crate) struct NewestFirst {
+    pub columns: Vec<usize>,
+    /// The order key of the value on the first column whose rows the index leaves out.
+    pub leaves_out: Option<Vec<u8>>,
+}
+
+impl NewestFirst {
+    /// The condition rows of a partial index meet (`k<n> != <key>`, as a literal, so
+    /// that a query's condition can repeat it word for word: both databases then know
+    /// the index applies).
+    pub fn predicate(&self, dialect: Dialect) -> Option<String> {
+        let key = self.leaves_out.as_ref()?;
+        let hex: String = key.iter().map(|b| format!("{b:02X}")).collect();
+        let col = self.columns[0];
+        Some(match dialect {
+            Dialect::Sqlite => format!("k{col} != X'{hex}'"),
+            Dialect::Postgres => format!("k{col} <> '\\x{hex}'::bytea"),
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
     pub table: String,
@@ -128,7 +151,7 @@ pub(crate) struct Layout {
     /// Each index as the column numbers it covers, in order.
     pub indexes: Vec<Vec<usize>>,
     /// Indexes whose last column descends: `(k<a>, ..., k<z> DESC, seq)`.
-    pub newest_first: Vec<Vec<usize>>,
+    pub newest_first: Vec<NewestFirst>,
     /// `paths` as a tree, to read them out of a body's text.
     tree: PathTree,
     /// When every path is one member name (the common case): those names, read out of a
@@ -144,7 +167,8 @@ impl Layout {
         let mut names: Vec<String> = existing.to_vec();
         let mut added = Vec::new();
         let mut indexes = Vec::new();
-        for index in spec.indexes.iter().chain(&spec.newest_first) {
+        let newest_first_paths = spec.newest_first.iter().map(|i| &i.paths);
+        for index in spec.indexes.iter().chain(newest_first_paths) {
             if index.is_empty() {
                 return Err(StoreError::Invalid(format!(
                     "collection {}: an index needs at least one path",
@@ -170,7 +194,15 @@ impl Layout {
             .map(|p| Path::parse(p, "index").map_err(|e| StoreError::Invalid(e.message)))
             .collect::<Result<_>>()?;
         // The newest-first indexes were registered last, in the same loop.
-        let newest_first = indexes.split_off(spec.indexes.len());
+        let newest_first = indexes
+            .split_off(spec.indexes.len())
+            .into_iter()
+            .zip(&spec.newest_first)
+            .map(|(columns, index)| NewestFirst {
+                columns,
+                leaves_out: index.leaves_out.as_ref().map(|v| order::key(Some(v))),
+            })
+            .collect();
         Ok((
             Layout {
                 table: format!("doc_{}", spec.name),
@@ -290,13 +322,26 @@ impl Layout {
             ));
         }
         for index in &self.newest_first {
-            let mut columns: Vec<String> = index.iter().map(|n| format!("k{n}")).collect();
+            let mut columns: Vec<String> = index.columns.iter().map(|n| format!("k{n}")).collect();
             if let Some(last) = columns.last_mut() {
                 last.push_str(" DESC");
             }
+            let full = format!("{}_desc", self.index_name(&index.columns));
+            let (name, condition) = match index.predicate(dialect) {
+                // Named after what it leaves out, so that a changed value makes a new index.
+                Some(predicate) => (
+                    format!("{full}_{:016x}", fnv1a(predicate.as_bytes())),
+                    format!(" WHERE {predicate}"),
+                ),
+                None => (full.clone(), String::new()),
+            };
+            if name != full {
+                // A database from before the index left the value out has the full one.
+                // (A partial index a spec stops declaring stays; none has yet.)
+                sql.push(format!("DROP INDEX IF EXISTS {full}"));
+            }
             sql.push(format!(
-                "CREATE INDEX IF NOT EXISTS {}_desc ON {table} ({}, seq)",
-                self.index_name(index),
+                "CREATE INDEX IF NOT EXISTS {name} ON {table} ({}, seq){condition}",
                 columns.join(", ")
             ));
         }
@@ -363,6 +408,13 @@ impl Layout {
         let cols: Vec<String> = columns.iter().map(|n| format!("k{n}")).collect();
         format!("{}_by_{}", self.table, cols.join("_"))
     }
+}
+
+/// FNV-1a: a short name for an index's condition, the same in every build.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// The table of document counts (a migration of each backend creates it).

@@ -31,7 +31,7 @@ pub use crate::postgres::PostgresStore;
 pub use crate::sqlite::{SqliteStore, WAL_LIMITS, WalLimits};
 
 /// What a collection is called and which paths it indexes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CollectionSpec {
     pub name: String,
     /// Each index is a list of paths (a composite index when there are several).
@@ -39,7 +39,16 @@ pub struct CollectionSpec {
     /// Indexes for descending sorts ("newest first") on their last path, after equality
     /// on the others: ties keep creation order in both directions, which a plain index
     /// only gives ascending sorts.
-    pub newest_first: Vec<Vec<String>>,
+    pub newest_first: Vec<NewestFirstIndex>,
+}
+
+/// A newest-first index (see [`CollectionSpec::newest_first`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewestFirstIndex {
+    pub paths: Vec<String>,
+    /// Documents whose first path holds this value are left out of the index (see
+    /// [`CollectionSpec::index_newest_first_except`]).
+    pub leaves_out: Option<Value>,
 }
 
 impl CollectionSpec {
@@ -55,8 +64,23 @@ impl CollectionSpec {
     /// An index for descending sorts on the last of `paths` after equality on the others
     /// (see [`CollectionSpec::newest_first`]); it serves what `index(paths)` would too.
     pub fn index_newest_first(mut self, paths: &[&str]) -> Self {
-        self.newest_first
-            .push(paths.iter().map(|p| p.to_string()).collect());
+        self.newest_first.push(NewestFirstIndex {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            leaves_out: None,
+        });
+        self
+    }
+
+    /// Like [`CollectionSpec::index_newest_first`], but documents whose first path holds
+    /// `common` get no entry: for a value most documents hold, this spares most writes an
+    /// index update. Queries for other values use the index; queries for `common` are
+    /// answered through the collection's other indexes (which should include one on the
+    /// sort path alone), and their count as all documents minus the indexed ones.
+    pub fn index_newest_first_except(mut self, paths: &[&str], common: Value) -> Self {
+        self.newest_first.push(NewestFirstIndex {
+            paths: paths.iter().map(|p| p.to_string()).collect(),
+            leaves_out: Some(common),
+        });
         self
     }
 

@@ -381,6 +381,98 @@ fn render(c: &SqlCond, dialect: Dialect, params: &mut Vec<Vec<u8>>) -> String {
     }
 }
 
+/// `cond` rendered for a WHERE clause, followed by the condition of every partial index
+/// it implies (which both databases need to see written out to use that index).
+fn where_clause(
+    cond: &SqlCond,
+    layout: &Layout,
+    dialect: Dialect,
+    params: &mut Vec<Vec<u8>>,
+) -> String {
+    let mut sql = render(cond, dialect, params);
+    for index in &layout.newest_first {
+        if let Some(key) = &index.leaves_out
+            && rules_out(cond, index.columns[0], key)
+            && let Some(predicate) = index.predicate(dialect)
+        {
+            sql.push_str(" AND ");
+            sql.push_str(&predicate);
+        }
+    }
+    sql
+}
+
+/// Whether no row that meets `cond` holds `key` in `k<col>`.
+fn rules_out(cond: &SqlCond, col: usize, key: &[u8]) -> bool {
+    let outside = |bound: &Option<(Vec<u8>, bool)>, below: bool| match bound {
+        None => false,
+        Some((edge, inclusive)) => match key.cmp(edge.as_slice()) {
+            std::cmp::Ordering::Equal => !inclusive,
+            std::cmp::Ordering::Less => below,
+            std::cmp::Ordering::Greater => !below,
+        },
+    };
+    match cond {
+        SqlCond::False => true,
+        SqlCond::In(c, keys) => *c == col && !keys.iter().any(|k| k == key),
+        SqlCond::Range(c, lo, hi) => *c == col && (outside(lo, true) || outside(hi, false)),
+        SqlCond::Not(inner) => {
+            matches!(&**inner, SqlCond::In(c, keys) if *c == col && keys.iter().any(|k| k == key))
+        }
+        SqlCond::And(parts) => parts.iter().any(|p| rules_out(p, col, key)),
+        SqlCond::Or(parts) => parts.iter().all(|p| rules_out(p, col, key)),
+        _ => false,
+    }
+}
+
+/// `cond` as `k<col> = key AND rest`: the rest, when `cond` has that form.
+fn without_equality(cond: &SqlCond, col: usize, key: &[u8]) -> Option<SqlCond> {
+    let is_it = |c: &SqlCond| matches!(c, SqlCond::In(c, keys) if *c == col && keys == &[key]);
+    match cond {
+        c if is_it(c) => Some(SqlCond::True),
+        SqlCond::And(parts) => {
+            let at = parts.iter().position(is_it)?;
+            let mut rest = parts.clone();
+            rest.remove(at);
+            Some(and(rest))
+        }
+        _ => None,
+    }
+}
+
+/// How many rows meet `cond`. A partial index leaves out rows of one value, so rows of
+/// that value are counted as all the rows minus the rows the index holds.
+fn count(
+    conn: &mut dyn ReadConn,
+    layout: &Layout,
+    dialect: Dialect,
+    cond: &SqlCond,
+) -> Result<usize> {
+    let count_where = |conn: &mut dyn ReadConn, cond: &SqlCond, extra: &str| {
+        if *cond == SqlCond::True && extra.is_empty() {
+            return conn.count(&layout.count_sql(), &[]);
+        }
+        let mut params = Vec::new();
+        let condition = where_clause(cond, layout, dialect, &mut params);
+        let sql = format!(
+            "SELECT COUNT(*) FROM {} WHERE {condition}{extra}",
+            layout.table
+        );
+        conn.count(&sql, &params)
+    };
+    for index in &layout.newest_first {
+        if let Some(key) = &index.leaves_out
+            && let Some(rest) = without_equality(cond, index.columns[0], key)
+            && let Some(predicate) = index.predicate(dialect)
+        {
+            let all = count_where(conn, &rest, "")?;
+            let others = count_where(conn, &rest, &format!(" AND {predicate}"))?;
+            return Ok(all.saturating_sub(others));
+        }
+    }
+    count_where(conn, cond, "")
+}
+
 /// Answers `query` over the collection laid out as `layout`.
 pub(crate) fn list(
     conn: &mut dyn ReadConn,
@@ -431,24 +523,18 @@ pub(crate) fn list(
     // Way 1 when SQL decides the filter on its own; otherwise it narrows down (way 2).
     let decided_by_sql = translation.complete && crossed.is_empty();
     let mut params = Vec::new();
-    let condition = render(
+    let condition = where_clause(
         if decided_by_sql {
             &translation.exact
         } else {
             &translation.superset
         },
+        layout,
         dialect,
         &mut params,
     );
     if decided_by_sql && sort_columns.is_some() {
-        let total = if translation.exact == SqlCond::True {
-            conn.count(&layout.count_sql(), &[])?
-        } else {
-            conn.count(
-                &format!("SELECT COUNT(*) FROM {table} WHERE {condition}"),
-                &params,
-            )?
-        };
+        let total = count(conn, layout, dialect, &translation.exact)?;
         let paging = query.paging;
         if paging.max == Some(0) || paging.offset >= total {
             return Ok(Page {

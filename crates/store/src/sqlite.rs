@@ -572,3 +572,99 @@ fn backfill(tx: &Connection, layout: &Layout, added: &[usize]) -> Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_domain::dates::WireDates;
+    use drover_query::{Filter, Paging, Sort};
+    use serde_json::json;
+
+    /// Runs the planner's statements and keeps SQLite's plan for each.
+    struct Explaining<'a> {
+        conn: &'a Connection,
+        plans: Vec<String>,
+    }
+
+    impl Explaining<'_> {
+        fn explain(&mut self, sql: &str, params: &[Vec<u8>]) {
+            let mut stmt = self
+                .conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .unwrap();
+            let steps: Vec<String> = stmt
+                .query_map(params_from_iter(params), |r| r.get::<_, String>(3))
+                .unwrap()
+                .map(|s| s.unwrap())
+                .collect();
+            self.plans.push(steps.join("; "));
+        }
+    }
+
+    impl ReadConn for Explaining<'_> {
+        fn count(&mut self, sql: &str, params: &[Vec<u8>]) -> Result<usize> {
+            self.explain(sql, params);
+            Reader(self.conn).count(sql, params)
+        }
+
+        fn for_each_row(
+            &mut self,
+            sql: &str,
+            params: &[Vec<u8>],
+            each: &mut dyn FnMut(Row) -> Result<()>,
+        ) -> Result<()> {
+            self.explain(sql, params);
+            Reader(self.conn).for_each_row(sql, params, each)
+        }
+    }
+
+    /// The plans of the statements that answer `filter`, newest first, 50 at most.
+    fn plans(store: &SqliteStore, filter: &str) -> Vec<String> {
+        let query = ListQuery {
+            filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
+            sort: Sort::parse_str(r#"{"date": -1}"#).unwrap(),
+            paging: Paging::parse(Some("50"), None).unwrap(),
+        };
+        let layout = &store.collections.get("ev").unwrap().layout;
+        store
+            .read(|conn| {
+                let mut explaining = Explaining {
+                    conn,
+                    plans: Vec::new(),
+                };
+                plan::list(&mut explaining, layout, Dialect::Sqlite, &query)?;
+                Ok(explaining.plans)
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn queries_use_the_index_that_leaves_out_a_common_value_except_for_that_value() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("d.db")).unwrap();
+        let spec = CollectionSpec::new("ev")
+            .index_newest_first(&["date"])
+            .index_newest_first_except(&["level", "date"], json!("INFO"));
+        store.ensure_collection(&spec).unwrap();
+        for (i, level) in ["INFO", "INFO", "ERROR", "INFO"].iter().enumerate() {
+            let body = json!({"level": level, "date": format!("2026-01-01 00:00:0{i} UTC")});
+            store.insert("ev", &format!("e{i}"), None, body).unwrap();
+        }
+        let partial = "USING INDEX doc_ev_by_k1_k0_desc_";
+        let covering_partial = "USING COVERING INDEX doc_ev_by_k1_k0_desc_";
+        let rare = plans(&store, r#"{"level": "ERROR"}"#);
+        assert!(rare[1].contains(covering_partial), "count: {rare:?}");
+        assert!(rare[2].contains(partial), "page: {rare:?}");
+        let others = plans(&store, r#"{"level": {"$ne": "INFO"}}"#);
+        assert!(others[1].contains(covering_partial), "count: {others:?}");
+        // The common value: counted as all minus the others, its page read newest first.
+        let common = plans(&store, r#"{"level": "INFO"}"#);
+        assert!(common[1].contains("drover_counts"), "{common:?}");
+        assert!(common[2].contains(covering_partial), "{common:?}");
+        assert!(common[3].contains("USING INDEX doc_ev_by_k0_desc"), "{common:?}");
+        // No statement reads the whole table.
+        for plan in rare.iter().chain(&others).chain(&common) {
+            assert!(!plan.split("; ").any(|step| step == "SCAN doc_ev"), "{plan}");
+        }
+    }
+}

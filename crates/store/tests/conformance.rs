@@ -791,3 +791,78 @@ fn unfiltered_counts_follow_every_kind_of_write_and_newest_first_sorts_keep_ties
         );
     }
 }
+
+#[test]
+fn an_index_that_leaves_out_a_common_value_answers_like_a_full_one() {
+    for mut b in backends() {
+        let full = CollectionSpec::new("jobs").index_newest_first(&["state", "submitDate"]);
+        let partial = CollectionSpec::new("jobs")
+            .index_newest_first(&["submitDate"])
+            .index_newest_first_except(&["state", "submitDate"], json!("Idle"));
+        b.store.ensure_collection(&full).unwrap();
+        let states = [
+            "Idle", "Running", "Idle", "Blocked", "Idle", "Idle", "Running",
+        ];
+        let docs: Vec<Value> = (0..28)
+            .map(|i| {
+                let mut doc = json!({
+                    "state": states[i % states.len()],
+                    "submitDate": format!("2026-01-0{} 00:00:00 UTC", 1 + i % 3),
+                });
+                if i % 9 == 4 {
+                    doc.as_object_mut().unwrap().remove("state");
+                }
+                doc
+            })
+            .collect();
+        for (i, doc) in docs.iter().enumerate().take(14) {
+            b.store
+                .insert("jobs", &format!("j{i}"), None, doc.clone())
+                .unwrap();
+        }
+        // A database from before: its full index is replaced, and the documents it
+        // already holds are found through the partial one.
+        b.reopen();
+        b.store.ensure_collection(&partial).unwrap();
+        for (i, doc) in docs.iter().enumerate().skip(14) {
+            b.store
+                .insert("jobs", &format!("j{i}"), None, doc.clone())
+                .unwrap();
+        }
+        let s = &*b.store;
+        for filter in [
+            r#"{"state": "Idle"}"#,
+            r#"{"state": "Running"}"#,
+            r#"{"state": {"$ne": "Idle"}}"#,
+            r#"{"state": {"$in": ["Running", "Blocked"]}}"#,
+            r#"{"state": {"$in": ["Running", "Idle"]}}"#,
+            r#"{"state": {"$gt": "Idle"}}"#,
+            r#"{"state": {"$lt": "Idle"}}"#,
+            r#"{"state": {"$exists": false}}"#,
+            r#"{"state": "Idle", "submitDate": "2026-01-02 00:00:00 UTC"}"#,
+            r#"{"state": "Running", "submitDate": {"$gte": "2026-01-02 00:00:00 UTC"}}"#,
+            r#"{"$or": [{"state": "Blocked"}, {"state": "Running"}]}"#,
+        ] {
+            for (max, offset) in [(Some("3"), Some("2")), (None, None), (Some("0"), None)] {
+                let q = query(filter, r#"{"submitDate": -1}"#, max, offset);
+                let reference = q.run(&docs);
+                let expected: Vec<String> = reference
+                    .items
+                    .iter()
+                    .map(|v| {
+                        format!(
+                            "j{}",
+                            docs.iter().position(|d| std::ptr::eq(d, *v)).unwrap()
+                        )
+                    })
+                    .collect();
+                assert_eq!(
+                    ids(s, &q),
+                    (reference.total, expected),
+                    "{}: {filter} {max:?} {offset:?}",
+                    b.name()
+                );
+            }
+        }
+    }
+}

@@ -21,6 +21,8 @@ fn spec(name: &str) -> CollectionSpec {
         .index(&["b.c", "n"])
         .index(&["r.x"])
         .index(&["b"])
+        // Rows whose `a` is "a" are left out of this one; their queries go elsewhere.
+        .index_newest_first_except(&["a", "n"], serde_json::json!("a"))
 }
 
 static CASE: AtomicUsize = AtomicUsize::new(0);
