@@ -661,10 +661,16 @@ mod tests {
         let common = plans(&store, r#"{"level": "INFO"}"#);
         assert!(common[1].contains("drover_counts"), "{common:?}");
         assert!(common[2].contains(covering_partial), "{common:?}");
-        assert!(common[3].contains("USING INDEX doc_ev_by_k0_desc"), "{common:?}");
+        assert!(
+            common[3].contains("USING INDEX doc_ev_by_k0_desc"),
+            "{common:?}"
+        );
         // No statement reads the whole table.
         for plan in rare.iter().chain(&others).chain(&common) {
-            assert!(!plan.split("; ").any(|step| step == "SCAN doc_ev"), "{plan}");
+            assert!(
+                !plan.split("; ").any(|step| step == "SCAN doc_ev"),
+                "{plan}"
+            );
         }
     }
 }
