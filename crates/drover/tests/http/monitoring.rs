@@ -693,3 +693,89 @@ fn scheduler_events_can_be_switched_off() {
     assert_eq!(created.status, 201);
     assert_eq!(count(&server, "/rest/events"), 1);
 }
+
+#[test]
+fn events_of_the_common_severity_and_origin_are_listed_like_the_rest() {
+    // The scheduler's events (INFO, origin "scheduler") are left out of the store's
+    // severity and origin indexes: listing by those fields must still find them.
+    let server = TestServer::start();
+    for _ in 0..3 {
+        let reply = server.send_json(
+            "POST",
+            "/rest/jobs?api-version=2",
+            &json!({"commandFile": "/bin/true", "holds": ["User"]}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+    }
+    for (severity, origin) in [
+        ("ERROR", "tester"),
+        ("INFO", "tester"),
+        ("WARN", "scheduler"),
+    ] {
+        let reply = server.send_json(
+            "POST",
+            "/rest/events?api-version=3",
+            &json!({"eventType": "probe", "severity": severity, "origin": origin}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+    }
+    let newest = "/rest/events?api-version=3&sort=%7B%22eventDate%22%3A-1%7D";
+    let submitted = query(newest, json!({"eventType": "jobsubmit"}));
+    server.wait_for(&submitted, "three jobsubmit events", |page| {
+        page["totalCount"] == 3
+    });
+    let everything = server.get(newest).json();
+    let all = everything["results"].as_array().unwrap();
+    let ids_where = |keep: &dyn Fn(&Value) -> bool| -> Vec<Value> {
+        all.iter()
+            .filter(|e| keep(e))
+            .map(|e| e["id"].clone())
+            .collect()
+    };
+    let cases: [(Value, Vec<Value>); 6] = [
+        (
+            json!({"severity": "INFO"}),
+            ids_where(&|e| e["severity"] == "INFO"),
+        ),
+        (
+            json!({"severity": "ERROR"}),
+            ids_where(&|e| e["severity"] == "ERROR"),
+        ),
+        (
+            json!({"severity": {"$ne": "INFO"}}),
+            ids_where(&|e| e["severity"] != "INFO"),
+        ),
+        (
+            json!({"origin": "scheduler"}),
+            ids_where(&|e| e["origin"] == "scheduler"),
+        ),
+        (
+            json!({"origin": {"$in": ["tester", "scheduler"]}, "severity": "INFO"}),
+            ids_where(&|e| {
+                (e["origin"] == "tester" || e["origin"] == "scheduler") && e["severity"] == "INFO"
+            }),
+        ),
+        (
+            json!({"origin": "scheduler", "severity": {"$ne": "INFO"}}),
+            ids_where(&|e| e["origin"] == "scheduler" && e["severity"] != "INFO"),
+        ),
+    ];
+    for (filter, expected) in cases {
+        assert!(!expected.is_empty(), "{filter}");
+        let page = server.get(&query(newest, filter.clone())).json();
+        assert_eq!(page["totalCount"], expected.len(), "{filter}: {page}");
+        let got: Vec<Value> = page["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["id"].clone())
+            .collect();
+        assert_eq!(got, expected, "{filter}");
+        // The count holds when the page is cut short too.
+        let first = server
+            .get(&format!("{}&max=1", query(newest, filter.clone())))
+            .json();
+        assert_eq!(first["totalCount"], expected.len(), "{filter}: {first}");
+        assert_eq!(first["results"][0]["id"], expected[0], "{filter}");
+    }
+}
