@@ -8,11 +8,9 @@ mod replay;
 use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
 
-/// mimalloc instead of the C library's allocator: the service allocates and frees many
-/// small objects from several threads, where glibc's malloc spent a fifth of the request
-/// time and fragments a large job book (scripts/bench-jobs).
+/// mimalloc (see `drover_alloc` for why, and how it is asked).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: drover_alloc::Mimalloc = drover_alloc::Mimalloc;
 
 const USAGE: &str = "\
 usage:
