@@ -328,18 +328,16 @@ impl Layout {
             }
             let full = format!("{}_desc", self.index_name(&index.columns));
             let (name, condition) = match index.predicate(dialect) {
-                // Named after what it leaves out, so that a changed value makes a new index.
-                Some(predicate) => (
-                    format!("{full}_{:016x}", fnv1a(predicate.as_bytes())),
-                    format!(" WHERE {predicate}"),
-                ),
-                None => (full.clone(), String::new()),
+                Some(predicate) => {
+                    // A database from before the index left the value out has the full
+                    // one. (A partial index a spec stops declaring stays; none has yet.)
+                    sql.push(format!("DROP INDEX IF EXISTS {full}"));
+                    // Named after what it leaves out: a changed value makes a new index.
+                    let name = format!("{full}_{:016x}", fnv1a(predicate.as_bytes()));
+                    (name, format!(" WHERE {predicate}"))
+                }
+                None => (full, String::new()),
             };
-            if name != full {
-                // A database from before the index left the value out has the full one.
-                // (A partial index a spec stops declaring stays; none has yet.)
-                sql.push(format!("DROP INDEX IF EXISTS {full}"));
-            }
             sql.push(format!(
                 "CREATE INDEX IF NOT EXISTS {name} ON {table} ({}, seq){condition}",
                 columns.join(", ")
