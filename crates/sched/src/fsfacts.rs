@@ -5,8 +5,8 @@
 //! same few; on this project's 2-core virtual machine the three `stat`s took 1.5-4 µs of
 //! the engine thread's 13-17 µs per submission. A fact is remembered for [`REMEMBERED_FOR`]:
 //! accepting a submission on it is accepting it as a check that long ago would have.
-//! Refusals are never based on a remembered fact: the caller looks again
-//! ([`FileFacts::fresh`]) before it refuses.
+//! Nothing is refused, or passed over, on a remembered fact: [`FileFacts::check`] looks
+//! again before it answers no.
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
@@ -37,7 +37,8 @@ pub struct FileFacts {
 
 impl FileFacts {
     /// The facts of `path`, as remembered if they were looked up less than
-    /// [`REMEMBERED_FOR`] ago.
+    /// [`REMEMBERED_FOR`] ago (tests: the engine only asks through `check`).
+    #[cfg(test)]
     pub fn get(&mut self, path: &Path) -> Option<Facts> {
         match self.remembered(path) {
             Some(facts) => facts,
@@ -54,7 +55,7 @@ impl FileFacts {
     }
 
     /// The facts of `path` as they are now (and remembered).
-    pub fn fresh(&mut self, path: &Path) -> Option<Facts> {
+    fn fresh(&mut self, path: &Path) -> Option<Facts> {
         let facts = std::fs::metadata(path).ok().map(|meta| Facts {
             is_dir: meta.is_dir(),
             is_file: meta.is_file(),

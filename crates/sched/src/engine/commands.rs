@@ -1007,7 +1007,7 @@ fn is_dir(facts: Option<Facts>) -> bool {
 /// `/tmp` (and `false`).
 fn default_directory(user: &SystemUser, facts: &mut FileFacts) -> (PathBuf, bool) {
     let home = Path::new(&user.home);
-    if home.is_absolute() && is_dir(facts.get(home)) {
+    if home.is_absolute() && facts.check(home, is_dir) {
         (home.to_path_buf(), true)
     } else {
         (PathBuf::from("/tmp"), false)
