@@ -8,9 +8,18 @@
 //! Checkpoints (copying the WAL into the database file) run on a thread of their own,
 //! not in the commit that happens to cross SQLite's threshold: a commit only appends to
 //! the WAL. The WAL may grow to [`WAL_LIMITS`]`.checkpoint_frames` before it is copied,
-//! so that index pages that every batch touches are copied once for many commits; if
-//! the checkpointer cannot keep up, the writer checkpoints itself at `restart_frames`,
-//! which bounds the WAL.
+//! so that index pages that every batch touches are copied once for many commits.
+//!
+//! SQLite starts the WAL over (writes it again from its start) only when every frame
+//! has been copied, and a checkpointer that runs beside a busy writer never gets there:
+//! each pass copies what was there when it began, and the writer has appended more.
+//! So the checkpointer makes passes until at most `tail_frames` are left, and the writer
+//! copies that tail itself, between two of its transactions; its next one starts the
+//! WAL over. The WAL file is then rewritten in place, in pages the kernel already holds,
+//! instead of growing: appending to a growing file cost the kernel a block allocation
+//! and a new page-cache page per frame, and truncating it back freed them all again.
+//! If the checkpointer cannot keep up, the writer checkpoints everything itself at
+//! `restart_frames`, which bounds the WAL.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
@@ -54,21 +63,25 @@ pub struct SqliteStore {
 pub struct WalLimits {
     /// The background checkpointer copies the WAL at this many frames.
     pub checkpoint_frames: i32,
+    /// The writer copies the frames the checkpointer left behind once they are at most
+    /// this many, so that the WAL can start over.
+    pub tail_frames: i32,
     /// The writer checkpoints itself (RESTART: it waits for readers and starts the WAL
     /// over) at this many, should the checkpointer fall behind.
     pub restart_frames: i32,
 }
 
-/// 64 MiB and 1 GiB of 4 KiB pages. (256 MiB copied more index pages at once but made
-/// each checkpoint's writeback long enough to stall commits: measured slower.)
+/// 64 MiB, 4 MiB and 1 GiB of 4 KiB pages. (256 MiB copied more index pages at once but
+/// made each checkpoint's writeback long enough to stall commits: measured slower.)
 pub const WAL_LIMITS: WalLimits = WalLimits {
-    checkpoint_frames: CHECKPOINT_FRAMES,
-    restart_frames: RESTART_FRAMES,
+    checkpoint_frames: 16_384,
+    tail_frames: 1_024,
+    restart_frames: 262_144,
 };
-const CHECKPOINT_FRAMES: i32 = 16_384;
-const RESTART_FRAMES: i32 = 262_144;
-/// After a checkpoint that starts the WAL over, its file is cut back to this size.
-const WAL_SIZE_LIMIT: i64 = 64 * 1024 * 1024;
+/// After a checkpoint that starts the WAL over, its file is cut back to this size:
+/// above what a normal cycle reaches (checkpoint frames plus what commits add while the
+/// checkpointer catches up), so that only a WAL the writer had to restart is cut.
+const WAL_SIZE_LIMIT: i64 = 256 * 1024 * 1024;
 
 /// The background checkpointer: a thread with its own connection that runs a PASSIVE
 /// checkpoint (never blocking the writer or readers) when the writer's WAL hook asks.
@@ -79,25 +92,123 @@ struct Checkpointer {
 
 #[derive(Default)]
 struct CheckpointSignal {
-    /// (a checkpoint is wanted, the store is closing)
-    state: Mutex<(bool, bool)>,
+    state: Mutex<CheckpointState>,
     wake: Condvar,
 }
 
+/// The WAL is known by its generation: the number of times it started over, as the writer
+/// counts them. A count of copied frames is only good for the generation it was made in.
+/// (The counts only decide who copies what when: any checkpoint is safe at any time.)
+#[derive(Default)]
+struct CheckpointState {
+    /// A pass is wanted, over the WAL of this generation.
+    wanted: Option<u64>,
+    /// The last checkpoint's (generation, frames from the start of the WAL copied).
+    last_pass: Option<(u64, i32)>,
+    closing: bool,
+}
+
 impl CheckpointSignal {
-    fn request(&self) {
-        self.state.lock().unwrap().0 = true;
+    fn request(&self, generation: u64) {
+        self.state.lock().unwrap().wanted = Some(generation);
         self.wake.notify_one();
     }
 
-    /// Waits for a request; `false` when the store is closing.
-    fn wait(&self) -> bool {
+    /// Waits for a request and answers its generation; `None` when the store is closing.
+    fn wait(&self) -> Option<u64> {
         let mut state = self.state.lock().unwrap();
-        while !state.0 && !state.1 {
+        loop {
+            if state.closing {
+                return None;
+            }
+            if let Some(generation) = state.wanted.take() {
+                return Some(generation);
+            }
             state = self.wake.wait(state).unwrap();
         }
-        state.0 = false;
-        !state.1
+    }
+
+    fn record(&self, generation: u64, copied: i32) {
+        self.state.lock().unwrap().last_pass = Some((generation, copied));
+    }
+
+    fn last_pass(&self) -> Option<(u64, i32)> {
+        self.state.lock().unwrap().last_pass
+    }
+}
+
+/// What the writer does about the WAL after a commit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WalStep {
+    Nothing,
+    /// Ask the checkpointer for a pass.
+    RequestPass,
+    /// Copy the frames the checkpointer left, so that the next transaction starts the
+    /// WAL over.
+    CopyTail,
+    /// Copy everything, waiting for readers, and start the WAL over now.
+    Restart,
+}
+
+/// The writer's side of the checkpoint policy (see the module's documentation).
+struct WalPolicy {
+    limits: WalLimits,
+    generation: u64,
+    /// Frames in the WAL after the previous commit: fewer now means it started over.
+    frames: i32,
+}
+
+impl WalPolicy {
+    fn new(limits: WalLimits) -> Self {
+        Self {
+            limits,
+            generation: 0,
+            frames: 0,
+        }
+    }
+
+    /// The step after a commit that left `frames` in the WAL; `last_pass` is the last
+    /// checkpoint's (generation, frames copied).
+    fn after_commit(&mut self, frames: i32, last_pass: Option<(u64, i32)>) -> WalStep {
+        // What this commit appended, if the WAL did not start over for it.
+        let appended = if frames < self.frames {
+            self.generation += 1;
+            frames
+        } else {
+            frames - self.frames
+        };
+        self.frames = frames;
+        if frames >= self.limits.restart_frames {
+            return WalStep::Restart;
+        }
+        if frames < self.limits.checkpoint_frames {
+            return WalStep::Nothing;
+        }
+        match last_pass {
+            // A pass copies what the WAL held when it began, so the checkpointer gets no
+            // closer than the last commit or two: once there, or within the tail, the
+            // writer copies the rest.
+            Some((generation, copied))
+                if generation == self.generation
+                    && frames - copied <= self.limits.tail_frames.max(2 * appended) =>
+            {
+                WalStep::CopyTail
+            }
+            _ => WalStep::RequestPass,
+        }
+    }
+}
+
+/// A checkpoint's (frames in the WAL, frames copied), or `None` after saying why it
+/// failed. Busy is not a failure: a checkpoint was running, or a reader was in the way.
+fn report(result: rusqlite::Result<(i32, i32)>) -> Option<(i32, i32)> {
+    match result {
+        Ok(counts) => Some(counts),
+        Err(e) if e.sqlite_error_code() == Some(ErrorCode::DatabaseBusy) => None,
+        Err(e) => {
+            eprintln!("drover: sqlite checkpoint failed: {e}");
+            None
+        }
     }
 }
 
@@ -109,11 +220,12 @@ impl Checkpointer {
         let thread = std::thread::Builder::new()
             .name("sqlite-checkpoint".into())
             .spawn(move || {
-                while waiting.wait() {
+                while let Some(generation) = waiting.wait() {
                     // A failure (disk full, I/O) leaves the data in the WAL, where it is
                     // durable; the next request tries again.
-                    if let Err(e) = conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE) {
-                        eprintln!("drover: sqlite checkpoint failed: {e}");
+                    let pass = conn.wal_checkpoint_v2(None::<&str>, CheckpointMode::PASSIVE);
+                    if let Some((_, copied)) = report(pass) {
+                        waiting.record(generation, copied);
                     }
                 }
             })
@@ -127,7 +239,7 @@ impl Checkpointer {
 
 impl Drop for Checkpointer {
     fn drop(&mut self) {
-        self.signal.state.lock().unwrap().1 = true;
+        self.signal.state.lock().unwrap().closing = true;
         self.signal.wake.notify_one();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
@@ -150,18 +262,29 @@ impl SqliteStore {
         let mut writer = connect(path, WRITER_CACHE_KIB)?;
         migrate(&writer)?;
         let checkpointer = Checkpointer::start(path)?;
+        let mut policy = WalPolicy::new(limits);
         let signal = checkpointer.signal.clone();
-        // Replaces SQLite's automatic checkpoint in the committing connection.
+        // Replaces SQLite's automatic checkpoint in the committing connection. It never
+        // fails: the transaction is committed, and an error from here would tell its
+        // caller otherwise. A checkpoint that cannot run now (another one is running, a
+        // reader holds frames back) leaves the WAL as it is, durable, for a later one.
         writer
             .wal_hook(Some(move |wal: &mut rusqlite::hooks::Wal, frames| {
-                if frames >= limits.restart_frames {
-                    wal.checkpoint_v2(CheckpointMode::RESTART).map(|_| ())
-                } else {
-                    if frames >= limits.checkpoint_frames {
-                        signal.request();
+                match policy.after_commit(frames, signal.last_pass()) {
+                    WalStep::Nothing => {}
+                    WalStep::RequestPass => signal.request(policy.generation),
+                    WalStep::CopyTail => {
+                        if let Some((_, copied)) =
+                            report(wal.checkpoint_v2(CheckpointMode::PASSIVE))
+                        {
+                            signal.record(policy.generation, copied);
+                        }
                     }
-                    Ok(())
+                    WalStep::Restart => {
+                        report(wal.checkpoint_v2(CheckpointMode::RESTART));
+                    }
                 }
+                Ok(())
             }))
             .map_err(backend)?;
         Ok(Self {
@@ -672,5 +795,92 @@ mod tests {
                 "{plan}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod wal_policy_tests {
+    use super::*;
+
+    const LIMITS: WalLimits = WalLimits {
+        checkpoint_frames: 1000,
+        tail_frames: 50,
+        restart_frames: 10_000,
+    };
+
+    /// A policy that has seen commits leave these frame counts, in order.
+    fn after(commits: &[i32]) -> WalPolicy {
+        let mut policy = WalPolicy::new(LIMITS);
+        for &frames in commits {
+            policy.after_commit(frames, None);
+        }
+        policy
+    }
+
+    #[test]
+    fn below_the_checkpoint_size_nothing_is_done() {
+        assert_eq!(after(&[]).after_commit(999, None), WalStep::Nothing);
+    }
+
+    #[test]
+    fn past_the_checkpoint_size_a_pass_is_requested_until_one_has_run() {
+        assert_eq!(after(&[900]).after_commit(1000, None), WalStep::RequestPass);
+        // A pass that left more than the tail and more than the last two commits.
+        assert_eq!(
+            after(&[900, 1000]).after_commit(1100, Some((0, 850))),
+            WalStep::RequestPass
+        );
+    }
+
+    #[test]
+    fn the_writer_copies_what_a_pass_left_within_the_tail() {
+        assert_eq!(
+            after(&[1000]).after_commit(1010, Some((0, 960))),
+            WalStep::CopyTail
+        );
+    }
+
+    #[test]
+    fn the_writer_copies_what_a_pass_left_behind_its_last_two_commits() {
+        // Commits of 300 frames: a pass that began before the last one is as close as
+        // passes get, though 300 frames are far more than the tail.
+        assert_eq!(
+            after(&[900, 1200]).after_commit(1500, Some((0, 1200))),
+            WalStep::CopyTail
+        );
+        assert_eq!(
+            after(&[900, 1200]).after_commit(1500, Some((0, 900))),
+            WalStep::CopyTail
+        );
+        assert_eq!(
+            after(&[900, 1200]).after_commit(1500, Some((0, 899))),
+            WalStep::RequestPass
+        );
+    }
+
+    #[test]
+    fn a_pass_over_the_wal_before_it_started_over_counts_for_nothing() {
+        let mut policy = after(&[1200, 1300]);
+        // The WAL started over: 1,290 frames now are not the 1,290 copied before.
+        assert_eq!(policy.after_commit(40, Some((0, 1290))), WalStep::Nothing);
+        assert_eq!(policy.generation, 1);
+        let mut at = 40;
+        while at < 1300 {
+            at += 10;
+            let step = policy.after_commit(at, Some((0, 1290)));
+            assert_ne!(step, WalStep::CopyTail, "at {at} frames");
+        }
+        assert_eq!(
+            policy.after_commit(at + 10, Some((1, 1290))),
+            WalStep::CopyTail
+        );
+    }
+
+    #[test]
+    fn at_the_restart_size_the_writer_copies_everything_itself() {
+        assert_eq!(
+            after(&[9_000]).after_commit(10_000, Some((0, 9_000))),
+            WalStep::Restart
+        );
     }
 }
