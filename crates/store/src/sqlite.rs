@@ -13,13 +13,13 @@
 //! SQLite starts the WAL over (writes it again from its start) only when every frame
 //! has been copied, and a checkpointer that runs beside a busy writer never gets there:
 //! each pass copies what was there when it began, and the writer has appended more.
-//! So the checkpointer makes passes until at most `tail_frames` are left, and the writer
-//! copies that tail itself, between two of its transactions; its next one starts the
-//! WAL over. The WAL file is then rewritten in place, in pages the kernel already holds,
-//! instead of growing: appending to a growing file cost the kernel a block allocation
-//! and a new page-cache page per frame, and truncating it back freed them all again.
-//! If the checkpointer cannot keep up, the writer checkpoints everything itself at
-//! `restart_frames`, which bounds the WAL.
+//! So the checkpointer makes passes until what is left is the last commit or two (or
+//! at most `tail_frames`), and the writer copies that tail itself, between two of its
+//! transactions; its next one starts the WAL over. The WAL file is then rewritten in
+//! place, in pages the kernel already holds, instead of growing: appending to a growing
+//! file cost the kernel a block allocation and a new page-cache page per frame, and
+//! truncating it back freed them all again. If the checkpointer cannot keep up, the
+//! writer checkpoints everything itself at `restart_frames`, which bounds the WAL.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex};
