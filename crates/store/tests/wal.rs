@@ -1,7 +1,7 @@
 //! SQLite's WAL is copied into the database file in the background, starts over while
 //! writes go on, and stays bounded.
 
-use drover_store::{CollectionSpec, DocumentStore, SqliteStore, WalLimits, Write};
+use drover_store::{CollectionSpec, DocumentStore, SqliteStore, WAL_LIMITS, WalLimits, Write};
 use serde_json::json;
 
 fn batch(from: usize, n: usize) -> Vec<Write> {
@@ -13,6 +13,15 @@ fn batch(from: usize, n: usize) -> Vec<Write> {
             body: json!({"user": format!("user{}", i % 50), "pad": "x".repeat(2000)}).into(),
         })
         .collect()
+}
+
+/// The store at `path` with these WAL limits and its "jobs" collection.
+fn open(path: &std::path::Path, limits: WalLimits) -> SqliteStore {
+    let store = SqliteStore::open_with(path, limits).unwrap();
+    store
+        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
+        .unwrap();
+    store
 }
 
 fn size(path: &std::path::Path) -> u64 {
@@ -28,10 +37,7 @@ fn the_background_checkpointer_copies_the_wal_while_writes_go_on() {
         tail_frames: 16,
         restart_frames: 1_000_000,
     };
-    let store = SqliteStore::open_with(&path, limits).unwrap();
-    store
-        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
-        .unwrap();
+    let store = open(&path, limits);
     let before = size(&path);
     for round in 0..20 {
         store.write(&batch(round * 50, 50)).unwrap();
@@ -57,10 +63,7 @@ fn the_writer_bounds_the_wal_when_the_checkpointer_is_behind() {
         tail_frames: 16,
         restart_frames: 200,
     };
-    let store = SqliteStore::open_with(&path, limits).unwrap();
-    store
-        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
-        .unwrap();
+    let store = open(&path, limits);
     let wal = dir.path().join("drover.db-wal");
     let mut largest = 0;
     for round in 0..40 {
@@ -71,10 +74,7 @@ fn the_writer_bounds_the_wal_when_the_checkpointer_is_behind() {
     // starts over at 200 frames (plus the batch that crossed the limit).
     assert!(largest < 400 * 4200, "the WAL grew to {largest} bytes");
     drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    store
-        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
-        .unwrap();
+    let store = open(&path, WAL_LIMITS);
     assert!(store.get("jobs", "j1999").unwrap().is_some());
 }
 
@@ -87,10 +87,7 @@ fn the_wal_starts_over_while_writes_go_on() {
         tail_frames: 20,
         restart_frames: 1_000_000,
     };
-    let store = SqliteStore::open_with(&path, limits).unwrap();
-    store
-        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
-        .unwrap();
+    let store = open(&path, limits);
     let wal = dir.path().join("drover.db-wal");
     let (mut largest, rounds) = (0, 400);
     // One commit after another, as fast as they go: a background pass never finds the
@@ -106,10 +103,7 @@ fn the_wal_starts_over_while_writes_go_on() {
         "the WAL grew to {largest} bytes over {rounds} commits"
     );
     drop(store);
-    let store = SqliteStore::open(&path).unwrap();
-    store
-        .ensure_collection(&CollectionSpec::new("jobs").index(&["user"]))
-        .unwrap();
+    let store = open(&path, WAL_LIMITS);
     for i in [0, 9_999, 19_999] {
         assert!(
             store.get("jobs", &format!("j{i}")).unwrap().is_some(),
