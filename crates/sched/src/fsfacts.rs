@@ -7,8 +7,8 @@
 //! accepting a submission on it is accepting it as a check that long ago would have.
 //! Nothing is refused on a remembered fact: [`FileFacts::check`] looks again before it
 //! answers no. Where no is no refusal, only the other of two good choices (a job's
-//! default directory is the user's home, else `/tmp`), [`FileFacts::remembered_or_fresh`]
-//! lets a remembered no stand: users with no home (`nobody`'s is `/nonexistent`) are
+//! default directory is the user's home, else `/tmp`), [`FileFacts::get`] lets a
+//! remembered no stand: users with no home (`nobody`'s is `/nonexistent`) are
 //! the common case, and looking again cost a failed `stat` per submission.
 
 use std::collections::HashMap;
@@ -40,8 +40,8 @@ pub struct FileFacts {
 
 impl FileFacts {
     /// The facts of `path`, as remembered if they were looked up less than
-    /// [`REMEMBERED_FOR`] ago (tests: the engine only asks through `check`).
-    #[cfg(test)]
+    /// [`REMEMBERED_FOR`] ago, else as they are now: a "no" may be that old. Only for
+    /// choosing between two good answers, never for a refusal (that is [`FileFacts::check`]).
     pub fn get(&mut self, path: &Path) -> Option<Facts> {
         match self.remembered(path) {
             Some(facts) => facts,
@@ -79,20 +79,6 @@ impl FileFacts {
     pub fn check(&mut self, path: &Path, accept: impl Fn(Option<Facts>) -> bool) -> bool {
         self.remembered(path).is_some_and(&accept) || accept(self.fresh(path))
     }
-
-    /// Whether `accept` holds for the facts of `path`, as remembered if they are, else
-    /// as they are now: a no may be up to [`REMEMBERED_FOR`] old. Only for choosing
-    /// between two good answers, never for a refusal.
-    pub fn remembered_or_fresh(
-        &mut self,
-        path: &Path,
-        accept: impl Fn(Option<Facts>) -> bool,
-    ) -> bool {
-        match self.remembered(path) {
-            Some(facts) => accept(facts),
-            None => accept(self.fresh(path)),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -120,24 +106,6 @@ mod tests {
 
         let there = facts.get(dir.path()).unwrap();
         assert!(there.is_dir && !there.is_file);
-    }
-
-    #[test]
-    fn a_remembered_no_stands_only_where_asked_for() {
-        let dir = tempfile::tempdir().unwrap();
-        let home = dir.path().join("home");
-        let mut facts = FileFacts::default();
-        let is_dir = |f: Option<Facts>| f.is_some_and(|f| f.is_dir);
-
-        assert!(!facts.remembered_or_fresh(&home, is_dir));
-        std::fs::create_dir(&home).unwrap();
-        assert!(
-            !facts.remembered_or_fresh(&home, is_dir),
-            "remembered as missing"
-        );
-        // `check` looks again, and what it finds is remembered for both.
-        assert!(facts.check(&home, is_dir));
-        assert!(facts.remembered_or_fresh(&home, is_dir));
     }
 
     #[test]

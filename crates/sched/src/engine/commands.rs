@@ -1005,11 +1005,11 @@ fn is_dir(facts: Option<Facts>) -> bool {
 
 /// The user's home when it is a directory (and `true`: it has just been checked), else
 /// `/tmp` (and `false`). A home found missing is taken as missing for a moment
-/// ([`FileFacts::remembered_or_fresh`]): the job then starts in `/tmp`, as it would have
+/// ([`FileFacts::get`]): the job then starts in `/tmp`, as it would have
 /// a moment earlier.
 fn default_directory(user: &SystemUser, facts: &mut FileFacts) -> (PathBuf, bool) {
     let home = Path::new(&user.home);
-    if home.is_absolute() && facts.remembered_or_fresh(home, is_dir) {
+    if home.is_absolute() && is_dir(facts.get(home)) {
         (home.to_path_buf(), true)
     } else {
         (PathBuf::from("/tmp"), false)
