@@ -140,6 +140,14 @@ struct State {
     quotes: HashMap<String, Quote>,
 }
 
+impl State {
+    /// The guaranteed quote that prices `job` of `user`: one made for that job and for
+    /// that user. A quote someone made naming another user's job binds nothing.
+    fn guaranteed_for(&self, job: &str, user: &str) -> Option<&Quote> {
+        self.quotes.get(job).filter(|q| q.user == user)
+    }
+}
+
 pub struct Ledger {
     config: AccountingConfig,
     store: Arc<dyn DocumentStore>,
@@ -309,6 +317,14 @@ impl Ledger {
                 )));
             }
         }
+        if let Some(object) = &request.object
+            && request.guarantee
+            && state.quotes.get(object).is_some_and(|q| q.user != user)
+        {
+            return Err(AccountingError::Invalid(vec![format!(
+                "id: '{object}' already has a guaranteed quote of another user"
+            )]));
+        }
         if !request.guarantee {
             return Ok(QuoteAnswer {
                 price,
@@ -378,8 +394,7 @@ impl Ledger {
             .unwrap_or(3600);
         let mut state = self.state.lock().unwrap();
         let rates = state
-            .quotes
-            .get(job)
+            .guaranteed_for(job, &usage.user)
             .map(|q| q.rates.clone())
             .unwrap_or_else(|| self.config.rates.clone());
         let amount = pricing::price(&rates, usage, seconds).amount;
@@ -408,7 +423,7 @@ impl Ledger {
         let Some(lien) = state.liens.remove(job) else {
             return Vec::new(); // never held: not accounted
         };
-        let quote = state.quotes.get(job).cloned();
+        let quote = state.guaranteed_for(job, &usage.user).cloned();
         let rates = quote
             .as_ref()
             .map(|q| q.rates.clone())

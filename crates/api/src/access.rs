@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::identity::ProxiedIdentities;
+use crate::identity::{PasswordChecks, ProxiedIdentities};
 use crate::params::ChangeMode;
 
 /// How old the decisions may grow before a request has them reloaded (in the background).
@@ -38,6 +38,7 @@ pub struct AccessControl {
     refreshing: AtomicBool,
     default_roles: Vec<String>,
     throttle: LoginThrottle,
+    password_checks: PasswordChecks,
     proxied: ProxiedIdentities,
 }
 
@@ -69,6 +70,7 @@ impl AccessControl {
             refreshing: AtomicBool::new(false),
             default_roles,
             throttle,
+            password_checks: PasswordChecks::new(),
             proxied: ProxiedIdentities::default(),
         };
         control.reload(store)?;
@@ -125,6 +127,10 @@ impl AccessControl {
 
     pub fn throttle(&self) -> &LoginThrottle {
         &self.throttle
+    }
+
+    pub(crate) fn password_checks(&self) -> &PasswordChecks {
+        &self.password_checks
     }
 }
 

@@ -139,6 +139,23 @@ fn accounting_user(caller: &Caller) -> ApiResult<String> {
     Ok(user)
 }
 
+/// Accounting administrators (`[accounting] admins`) and callers whose permission covers
+/// everyone may price at other rates and for other users.
+fn administers_accounting(caller: &Caller, ledger: &Ledger) -> bool {
+    caller.over_all()
+        || caller
+            .effective_user
+            .as_deref()
+            .is_some_and(|me| ledger.is_admin(me))
+}
+
+fn forbidden(reason: &str) -> ApiError {
+    ApiError::new(
+        Kind::Forbidden,
+        [QUOTE_FAILED.to_string(), reason.to_string()],
+    )
+}
+
 fn accounting_error(summary: &str, error: AccountingError) -> ApiError {
     match error {
         AccountingError::Invalid(reasons) => {
@@ -317,6 +334,7 @@ async fn quote(
         }
     };
     let user = accounting_user(&caller)?;
+    let administers = administers_accounting(&caller, ledger);
     let duration =
         integer_param(&common, "charge-duration")?.ok_or_else(|| missing("charge-duration"))?;
     let itemize = common.raw.flag("itemize")?;
@@ -338,6 +356,11 @@ async fn quote(
     }
     let overrides: Vec<RateOverride> = match common.raw.get("rate")? {
         None => Vec::new(),
+        Some(_) if !administers => {
+            return Err(forbidden(
+                "rate: only accounting administrators may override charge rates",
+            ));
+        }
         Some(text) => {
             let value: Value = serde_json::from_str(text).map_err(|e| {
                 ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
@@ -391,8 +414,20 @@ async fn quote(
         }
         Value::Object(out)
     };
+    // What is priced (and, guaranteed, later charged) is the accounting user's own work.
+    let check_user = |usage: &Usage| {
+        if usage.user != user && !administers {
+            return Err(forbidden(&format!(
+                "user: '{}' is not the accounting user '{user}'; only accounting administrators \
+                 may quote for others",
+                usage.user
+            )));
+        }
+        Ok(())
+    };
     if !service {
         let (usage, object) = read_object(&body, QUOTE_FAILED, |f| job_usage(f, &user))?;
+        check_user(&usage)?;
         let instance = object.clone().unwrap_or_else(|| "job".into());
         let answer = quote_all(ledger, vec![request(usage, object)], now)
             .await?
@@ -418,6 +453,7 @@ async fn quote(
     let mut requests = Vec::new();
     for service in &services {
         let (usage, name) = read_object(service, QUOTE_FAILED, |f| service_usage(f, &user))?;
+        check_user(&usage)?;
         names.push(name.clone());
         requests.push(request(usage, name));
     }

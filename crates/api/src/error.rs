@@ -25,8 +25,14 @@ pub enum Kind {
     MethodNotAllowed,
     /// A stale `version`, a taken name, a conflicting reservation.
     Conflict,
+    /// The body did not arrive in time.
+    RequestTimeout,
     /// A body over the configured limit.
     PayloadTooLarge,
+    /// A request target longer than the service reads.
+    UriTooLong,
+    /// More or larger headers than the service reads.
+    HeadersTooLarge,
     /// A body in a content type the operation does not read.
     UnsupportedMediaType,
     /// Too many failed logins from this source or for this name lately.
@@ -46,7 +52,10 @@ impl Kind {
             Kind::NotFound => StatusCode::NOT_FOUND,
             Kind::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Kind::Conflict => StatusCode::CONFLICT,
+            Kind::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             Kind::PayloadTooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            Kind::UriTooLong => StatusCode::URI_TOO_LONG,
+            Kind::HeadersTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Kind::UnsupportedMediaType => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Kind::TooManyRequests => StatusCode::TOO_MANY_REQUESTS,
             Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
@@ -63,7 +72,10 @@ impl Kind {
             404 => Kind::NotFound,
             405 => Kind::MethodNotAllowed,
             409 => Kind::Conflict,
+            408 => Kind::RequestTimeout,
             413 => Kind::PayloadTooLarge,
+            414 => Kind::UriTooLong,
+            431 => Kind::HeadersTooLarge,
             415 => Kind::UnsupportedMediaType,
             429 => Kind::TooManyRequests,
             503 => Kind::Unavailable,

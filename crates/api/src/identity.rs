@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
@@ -20,6 +20,88 @@ use crate::error::ApiError;
 /// same users; finding one may ask the directory), and how many are kept.
 const PROXIED_TTL: Duration = Duration::from_secs(60);
 const MAX_PROXIED: usize = 10_000;
+
+/// Password checks (argon2 for local users, a bind for directory users) pending from one
+/// source address at most; more are answered 429 unchecked.
+const PENDING_CHECKS_PER_SOURCE: usize = 128;
+
+/// Bounds the password checks that run at once: each argon2 verification takes about
+/// 19 MiB and a core for milliseconds, so a flood of logins that are not remembered
+/// must queue, not run all at once. At most one per core runs; the rest wait in turn,
+/// and one source may have only so many waiting.
+pub(crate) struct PasswordChecks {
+    running: Arc<tokio::sync::Semaphore>,
+    pending: Mutex<HashMap<String, usize>>,
+}
+
+/// A password check's turn: while held, it may run.
+pub(crate) struct CheckTurn<'a> {
+    _running: tokio::sync::OwnedSemaphorePermit,
+    _pending: Pending<'a>,
+}
+
+/// One check counted as pending from a source, until dropped.
+struct Pending<'a> {
+    checks: &'a PasswordChecks,
+    source: Option<String>,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if let Some(source) = &self.source {
+            let mut pending = self.checks.pending.lock().unwrap();
+            if let Some(count) = pending.get_mut(source) {
+                *count -= 1;
+                if *count == 0 {
+                    pending.remove(source);
+                }
+            }
+        }
+    }
+}
+
+impl PasswordChecks {
+    pub(crate) fn new() -> Self {
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        PasswordChecks {
+            running: Arc::new(tokio::sync::Semaphore::new(cores.max(2))),
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for a turn to check a password from `source`; refused when that source has
+    /// too many checks waiting already.
+    async fn turn(&self, source: Option<&str>) -> Result<CheckTurn<'_>, ApiError> {
+        if let Some(source) = source {
+            let mut pending = self.pending.lock().unwrap();
+            let count = pending.entry(source.to_string()).or_default();
+            if *count >= PENDING_CHECKS_PER_SOURCE {
+                return Err(ApiError::new(
+                    crate::error::Kind::TooManyRequests,
+                    [
+                        "Too many logins are being checked for this address".to_string(),
+                        "Reuse a connection's login, or try again in a moment".to_string(),
+                    ],
+                ));
+            }
+            *count += 1;
+        }
+        let pending = Pending {
+            checks: self,
+            source: source.map(String::from),
+        };
+        let running = self
+            .running
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(ApiError::internal)?;
+        Ok(CheckTurn {
+            _running: running,
+            _pending: pending,
+        })
+    }
+}
 
 /// Proxied identities found lately.
 #[derive(Default)]
@@ -130,10 +212,19 @@ pub(crate) async fn authenticate(
     // Formatted only past the remembered logins: most requests never need it.
     let source = source.map(|ip| ip.to_string());
     let source = source.as_deref();
-    let throttle = state.access().throttle();
-    if let Some(wait) = throttle.wait(source, &user) {
+    let access = state.access();
+    // Counted before the check, so that attempts sent at once cannot outrun the count.
+    let throttle = access.throttle();
+    let starts_block = match throttle.attempt(source, &user) {
+        Ok(starts_block) => starts_block,
         // Not audited one by one (a flood would fill the store): the block's start was.
-        return Err(ApiError::throttled(wait.as_secs().max(1)));
+        Err(wait) => return Err(ApiError::throttled(wait.as_secs().max(1))),
+    };
+    let turn = access.password_checks().turn(source).await?;
+    // Another request's check may have verified this very login meanwhile.
+    if let Some(identity) = auth.remembered(&user, &password) {
+        throttle.succeeded(source, &user);
+        return Ok(identity);
     }
     let verified = match (&state.settings().directory, auth.is_local(&user)) {
         (Some(directory), false) => match directory.login(&user, &password).await {
@@ -157,14 +248,14 @@ pub(crate) async fn authenticate(
             .map_err(ApiError::internal)?
         }
     };
+    drop(turn);
     match verified {
         Some(identity) => {
-            throttle.succeeded(&user);
+            throttle.succeeded(source, &user);
             audit::record(state, Audit::Login, &user, source, "login checked".into());
             Ok(identity)
         }
         None => {
-            let blocked = throttle.failed(source, &user);
             audit::record(
                 state,
                 Audit::LoginFailed,
@@ -172,7 +263,7 @@ pub(crate) async fn authenticate(
                 source,
                 "login refused".into(),
             );
-            if blocked {
+            if starts_block {
                 audit::record(
                     state,
                     Audit::LoginThrottled,

@@ -6,7 +6,9 @@ use std::panic::AssertUnwindSafe;
 
 use axum::Router;
 use axum::body::{Body, to_bytes};
-use axum::extract::{DefaultBodyLimit, OriginalUri, Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, OriginalUri, Request, State};
 use axum::http::{HeaderValue, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
@@ -14,10 +16,26 @@ use futures_util::FutureExt;
 
 use crate::AppState;
 use crate::error::{ApiError, Kind};
+use crate::identity::authenticate;
+use drover_auth::Identity;
 
 /// Error bodies axum produced that are longer than this are cut (they are plain text
 /// from a rejection, never user data of any size).
 const MAX_REWRITTEN_BODY: usize = 4096;
+
+/// A body larger than this (or of unknown length) is read only once its login is good:
+/// before that, a caller costs the server at most this much memory per request.
+const UNAUTHENTICATED_BODY_BYTES: u64 = 64 * 1024;
+
+/// The longest request target read (path and query); longer ones get a JSON 414.
+const MAX_URI_BYTES: usize = 16 * 1024;
+/// The most headers, and header bytes, read; more get a JSON 431 (hyper itself parses up
+/// to 1,000 headers in a head of at most ~400 KiB and answers beyond that without a body).
+const MAX_HEADERS: usize = 100;
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// A login verified before the body was read, for the gate to take up.
+#[derive(Clone)]
+pub(crate) struct Authenticated(pub(crate) Identity);
 
 pub(crate) fn wrap(router: Router, state: &AppState) -> Router {
     let limit = state.settings().max_body_bytes;
@@ -25,7 +43,7 @@ pub(crate) fn wrap(router: Router, state: &AppState) -> Router {
     // request a boxed service clone and a boxed future.
     router
         .layer(DefaultBodyLimit::max(limit))
-        .layer(from_fn_with_state(limit, every_request))
+        .layer(from_fn_with_state((limit, state.clone()), every_request))
 }
 
 /// The fallback handler of a deployment under `prefix`: `404` naming the path.
@@ -38,24 +56,62 @@ pub(crate) fn unknown_path(
 
 /// What every request goes through, matched or not:
 /// - a body whose declared length is over the limit is refused before anything reads it;
+///   one over [`UNAUTHENTICATED_BODY_BYTES`] (or of unknown length) is read only after
+///   its login is verified, and a bad login is answered at once, closing the connection;
 /// - the body is read whole before anything answers. A request refused before its body
 ///   is read (by the gate, a 404, a handler that needs no body) would otherwise leave
 ///   data unread, and the server then closes the connection after answering without
 ///   saying so: a client that pools connections finds it dead on its next request;
 /// - a handler that panics answers a JSON `500`; the server goes on serving;
 /// - error responses without a JSON body (extractor rejections, hyper's own) get one.
-async fn every_request(State(limit): State<usize>, request: Request, next: Next) -> Response {
-    let declared = request
-        .headers()
+async fn every_request(
+    State((limit, state)): State<(usize, AppState)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(refused) = head_too_large(&request) {
+        return closing(refused);
+    }
+    let headers = request.headers();
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
         return ApiError::payload_too_large(limit).into_response();
     }
+    let large = match declared {
+        Some(length) => length > UNAUTHENTICATED_BODY_BYTES,
+        None => headers.contains_key(header::TRANSFER_ENCODING),
+    };
+    if large {
+        let source = request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|c| c.0.ip());
+        match authenticate(&state, request.headers(), source).await {
+            Ok(identity) => {
+                request.extensions_mut().insert(Authenticated(identity));
+            }
+            Err(refused) => return closing(refused),
+        }
+    }
     let (parts, body) = request.into_parts();
-    let Ok(bytes) = to_bytes(body, limit).await else {
-        return ApiError::payload_too_large(limit).into_response();
+    // The head has its own deadline in the server loop; a body sent a byte a second is
+    // cut off here.
+    let deadline = state.settings().body_timeout;
+    let bytes = match tokio::time::timeout(deadline, to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return ApiError::payload_too_large(limit).into_response(),
+        Err(_) => {
+            return closing(ApiError::new(
+                Kind::RequestTimeout,
+                [
+                    "The request body did not arrive in time".to_string(),
+                    format!("Send the whole body within {} seconds", deadline.as_secs()),
+                ],
+            ));
+        }
     };
     let (method, uri) = (parts.method.clone(), parts.uri.clone());
     let request = Request::from_parts(parts, Body::from(bytes));
@@ -72,6 +128,52 @@ async fn every_request(State(limit): State<usize>, request: Request, next: Next)
         }
     };
     with_json_error_body(response).await
+}
+
+/// A JSON 414 or 431 for a head larger than the service reads.
+fn head_too_large(request: &Request) -> Option<ApiError> {
+    let target = request
+        .uri()
+        .path_and_query()
+        .map_or(0, |p| p.as_str().len());
+    if target > MAX_URI_BYTES {
+        return Some(ApiError::new(
+            Kind::UriTooLong,
+            [
+                "The request target is too long".to_string(),
+                format!("Path and query may have at most {MAX_URI_BYTES} bytes; this has {target}"),
+            ],
+        ));
+    }
+    let headers = request.headers();
+    let bytes: usize = headers
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len() + 4)
+        .sum();
+    if headers.len() > MAX_HEADERS || bytes > MAX_HEADER_BYTES {
+        return Some(ApiError::new(
+            Kind::HeadersTooLarge,
+            [
+                "The request headers are too large".to_string(),
+                format!(
+                    "At most {MAX_HEADERS} headers of {MAX_HEADER_BYTES} bytes in all are read; \
+                     this request has {} of {bytes}",
+                    headers.len()
+                ),
+            ],
+        ));
+    }
+    None
+}
+
+/// An error answered before the request was read to its end: the connection cannot be
+/// reused, and says so.
+fn closing(error: ApiError) -> Response {
+    let mut response = error.into_response();
+    response
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    response
 }
 
 fn is_json(response: &Response) -> bool {

@@ -118,12 +118,7 @@ pub(crate) fn register(routes: &mut Routes) {
 /// Whether `caller` may see `reservation`.
 fn visible(reservation: &Reservation, caller: &Caller) -> bool {
     let by = requester(caller);
-    by.admin
-        || reservation.creator == by.user
-        || reservation
-            .owner
-            .as_ref()
-            .is_some_and(|o| o.kind == "USER" && o.name == by.user)
+    by.admin || reservation.belongs_to(&by.user)
 }
 
 async fn list(

@@ -26,6 +26,7 @@ use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
 use crate::identity::{authenticate, may_proxy, proxied_identity};
+use crate::layers::Authenticated;
 use crate::params::CommonParams;
 use crate::{AppState, layers, openapi};
 
@@ -325,9 +326,13 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         .map(|c| c.0.ip());
     let identity = match gate.access {
         Access::Public => None,
-        Access::Needs(_) => match authenticate(state, request.headers(), source).await {
-            Ok(identity) => Some(identity),
-            Err(e) => return e.into_response(),
+        Access::Needs(_) => match request.extensions_mut().remove::<Authenticated>() {
+            // Verified before a large body was read.
+            Some(Authenticated(identity)) => Some(identity),
+            None => match authenticate(state, request.headers(), source).await {
+                Ok(identity) => Some(identity),
+                Err(e) => return e.into_response(),
+            },
         },
     };
     let params = match CommonParams::parse(request.uri().query()) {

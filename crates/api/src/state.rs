@@ -44,6 +44,8 @@ pub struct Settings {
     pub dates: WireDates,
     /// Largest request body accepted, in bytes.
     pub max_body_bytes: usize,
+    /// How long a client has to send a body once its head has arrived.
+    pub body_timeout: std::time::Duration,
     pub proxy: ProxySettings,
     pub build: BuildInfo,
     /// The directory (LDAP) configuration, when there is one.

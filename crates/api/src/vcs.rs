@@ -82,9 +82,7 @@ pub(crate) fn register(routes: &mut Routes) {
 
 fn visible(container: &VirtualContainer, caller: &Caller) -> bool {
     let by = requester(caller);
-    by.admin
-        || container.creator == by.user
-        || container.owner.as_ref().is_some_and(|o| o.name == by.user)
+    by.admin || container.belongs_to(&by.user)
 }
 
 async fn list(
@@ -137,22 +135,9 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
         (f.string("description"), acl::owner(f))
     })?;
     let by = requester(&caller);
-    let authenticated = caller
-        .identity
-        .as_ref()
-        .map(|i| i.name.clone())
-        .unwrap_or_default();
-    // The creator: with proxying enabled, the proxy user, else the owner's name; without,
-    // whoever asked.
-    let creator = if state.settings().proxy.enabled {
-        if by.user != authenticated {
-            by.user.clone()
-        } else {
-            owner.as_ref().map_or(authenticated, |o| o.name.clone())
-        }
-    } else {
-        authenticated
-    };
+    // The creator is whoever the request acts for: the proxied user when proxying is
+    // enabled and honoured for this caller, else the caller. Never a name from the body.
+    let creator = by.user.clone();
     let id = state
         .scheduler()
         .create_container(

@@ -10,6 +10,7 @@ use drover_accounting::AccountingConfig;
 use drover_auth::{DirectoryConfig, User};
 use drover_domain::dates::WireDates;
 use drover_monitor::log::{LogSettings, Rolling};
+use drover_sched::limits::Limits;
 use drover_sched::node::NodeConfig;
 use drover_sched::policy::Policy;
 use drover_sched::reservation::StandingReservation;
@@ -54,6 +55,10 @@ pub struct Config {
     pub max_body_bytes: usize,
     /// How long a verified login is remembered.
     pub login_cache_seconds: u64,
+    /// How long a client has to send a request's head (line and headers).
+    pub header_timeout_seconds: u64,
+    /// How long a client has to send a request's body once the head has arrived.
+    pub body_timeout_seconds: u64,
     /// The administrator generated on first start when none is configured.
     pub admin_user: String,
     pub scheduler: SchedulerConfig,
@@ -197,6 +202,8 @@ pub struct SchedulerConfig {
     pub credentials: ConfiguredCredentials,
     /// Queue order, backfill and preemption (`[scheduler.policy]`).
     pub policy: Policy,
+    /// What one ordinary user may ask (`[scheduler.limits]`).
+    pub limits: Limits,
 }
 
 impl Default for SchedulerConfig {
@@ -213,6 +220,7 @@ impl Default for SchedulerConfig {
             checkpoint_command: None,
             credentials: ConfiguredCredentials::default(),
             policy: Policy::default(),
+            limits: Limits::default(),
         }
     }
 }
@@ -229,6 +237,7 @@ impl SchedulerConfig {
             checkpoint_command: self.checkpoint_command.clone(),
             credentials: self.credentials.clone(),
             policy: self.policy.clone(),
+            limits: self.limits.clone(),
             ..SchedConfig::default()
         }
     }
@@ -261,6 +270,8 @@ impl Default for Config {
             time_zone: None,
             max_body_bytes: 10 * 1024 * 1024,
             login_cache_seconds: 60,
+            header_timeout_seconds: 30,
+            body_timeout_seconds: 60,
             admin_user: "admin".into(),
             scheduler: SchedulerConfig::default(),
             users: Vec::new(),
@@ -348,6 +359,9 @@ impl Config {
         if self.max_body_bytes == 0 {
             return Err("max_body_bytes must be positive".into());
         }
+        if self.header_timeout_seconds == 0 || self.body_timeout_seconds == 0 {
+            return Err("header_timeout_seconds and body_timeout_seconds must be positive".into());
+        }
         drover_auth::users::validate_name(&self.admin_user).map_err(|e| e.to_string())?;
         for user in &self.users {
             user.validate().map_err(|e| e.to_string())?;
@@ -383,6 +397,9 @@ impl Config {
                     standing.id
                 ));
             }
+        }
+        if let Some(problem) = self.scheduler.limits.problems().into_iter().next() {
+            return Err(format!("scheduler.limits.{problem}"));
         }
         let policy = &self.scheduler.policy;
         if policy.fairshare_half_life <= 0 {

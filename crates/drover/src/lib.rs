@@ -3,6 +3,8 @@
 
 pub mod accounting;
 pub mod config;
+pub mod private;
+pub mod serve;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -96,9 +98,14 @@ struct Prepared {
 /// run it off the async runtime. The PostgreSQL client must also be dropped off it,
 /// which running here ensures when a later step fails.
 fn prepare(config: &Config) -> Result<Prepared, String> {
-    // Also with PostgreSQL: users.toml lives in the data directory.
-    std::fs::create_dir_all(&config.data_dir)
-        .map_err(|e| format!("cannot create {}: {e}", config.data_dir.display()))?;
+    // Also with PostgreSQL: users.toml, the event log and the job spools live there.
+    let sqlite = config
+        .store
+        .is_none()
+        .then(|| config.data_dir.join("drover.db"));
+    for warning in private::prepare_data_dir(&config.data_dir, sqlite.as_deref())? {
+        eprintln!("drover: warning: {warning}");
+    }
     let store: Arc<dyn DocumentStore> = drover_store::open(&config.store_location())
         .map_err(|e| format!("cannot open the store: {e}"))?
         .into();
@@ -133,6 +140,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
         max_body_bytes: config.max_body_bytes,
+        body_timeout: Duration::from_secs(config.body_timeout_seconds),
         proxy: ProxySettings {
             enabled: config.scheduler.enable_proxy,
             allowed_users: config.scheduler.proxy_users.clone(),
@@ -214,6 +222,7 @@ pub async fn launch_with(
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
     config.validate()?;
+    let config_header_timeout = config.header_timeout_seconds;
     let Prepared {
         state,
         generated: generated_admin,
@@ -227,13 +236,10 @@ pub async fn launch_with(
         address,
         generated_admin,
     });
-    axum::serve(
-        listener,
-        app.into_make_service_with_connect_info::<std::net::SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
-    .map_err(|e| e.to_string())?;
+    let header_timeout = Duration::from_secs(config_header_timeout);
+    serve::serve(listener, app, header_timeout, shutdown)
+        .await
+        .map_err(|e| e.to_string())?;
     // Running jobs keep running; the next start adopts them again.
     state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client

@@ -16,6 +16,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write as _};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use drover_domain::dates::Timestamp;
@@ -35,6 +36,9 @@ pub enum Rolling {
     Hourly,
     Daily,
 }
+
+/// Event logs may carry what jobs and users said: readable by the service alone.
+const PRIVATE: u32 = 0o600;
 
 #[derive(Debug, Clone)]
 pub struct LogSettings {
@@ -63,6 +67,7 @@ impl EventLog {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(PRIVATE)
             .open(&settings.path)?;
         let metadata = file.metadata()?;
         let period = period_of(
@@ -178,6 +183,7 @@ impl EventLog {
         let file = OpenOptions::new()
             .create(true)
             .append(true)
+            .mode(PRIVATE)
             .open(&self.settings.path)?;
         self.file = BufWriter::new(file);
         self.size = 0;

@@ -31,6 +31,14 @@ pub struct VirtualContainer {
     pub variables: BTreeMap<String, String>,
 }
 
+impl VirtualContainer {
+    /// Whether `user` created it or is its USER owner: what an ordinary user may see,
+    /// change, and submit jobs into.
+    pub fn belongs_to(&self, user: &str) -> bool {
+        self.creator == user || self.owner.as_ref().is_some_and(|o| o.is_user(user))
+    }
+}
+
 /// What a container holds, by kind, in the order added.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]

@@ -16,6 +16,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::sysuser::SystemUser;
+
 /// How long a looked-up fact stands.
 pub const REMEMBERED_FOR: Duration = Duration::from_secs(1);
 
@@ -72,6 +74,15 @@ impl FileFacts {
         self.remembered
             .insert(path.to_path_buf(), (Instant::now(), facts));
         facts
+    }
+
+    /// Whether `user` may reach `path`: every directory above it exists and lets them
+    /// in. The service looks as root; without this, its answers about a path would tell
+    /// a user what lies in directories they cannot enter.
+    pub fn reachable(&mut self, path: &Path, user: &SystemUser) -> bool {
+        path.ancestors()
+            .skip(1)
+            .all(|dir| self.check(dir, |facts| facts.is_some_and(|f| user.may_enter(&f))))
     }
 
     /// Whether `accept` holds for the facts of `path`: first as remembered, and when

@@ -73,10 +73,16 @@ impl ArraySpec {
 
     /// Every index, ascending, each once (ranges and values together).
     pub fn indices(&self) -> Vec<i64> {
+        self.indices_up_to(Self::MAX_SIZE)
+    }
+
+    /// The indices, ascending, each once; ranges stop adding once there are more than
+    /// `bound`, so that what a request asks costs no more than the bound to find out.
+    fn indices_up_to(&self, bound: usize) -> Vec<i64> {
         let mut indices = self.values.clone();
         for range in &self.ranges {
             let mut i = range.start;
-            while i <= range.end && indices.len() <= Self::MAX_SIZE {
+            while i <= range.end && indices.len() <= bound {
                 indices.push(i);
                 i = match i.checked_add(range.increment.max(1)) {
                     Some(next) => next,
@@ -89,8 +95,9 @@ impl ArraySpec {
         indices
     }
 
-    /// What is wrong with it, by field, if anything.
-    pub fn problems(&self) -> Vec<String> {
+    /// What is wrong with it, by field, if anything, for arrays of at most `max_size`
+    /// sub-jobs.
+    pub fn problems(&self, max_size: usize) -> Vec<String> {
         let mut problems = Vec::new();
         if self.ranges.is_empty() && self.values.is_empty() {
             problems.push("indexRanges or indexValues: one of them is required".into());
@@ -109,10 +116,11 @@ impl ArraySpec {
         if self.slot_limit == Some(0) {
             problems.push("slotLimit: must be at least 1".into());
         }
-        if problems.is_empty() && self.indices().len() > Self::MAX_SIZE {
+        let max_size = max_size.min(Self::MAX_SIZE);
+        if problems.is_empty() && self.indices_up_to(max_size).len() > max_size {
             problems.push(format!(
-                "the array would have more than {} sub-jobs",
-                Self::MAX_SIZE
+                "the array would have more than {max_size} sub-jobs (the limit: \
+                 [scheduler.limits] max_array_size)"
             ));
         }
         problems
@@ -780,18 +788,30 @@ mod tests {
     fn array_indices_are_the_sorted_union_of_ranges_and_values() {
         assert_eq!(spec(&[(1, 9, 4)], &[20, 5, 1]).indices(), [1, 5, 9, 20]);
         assert_eq!(spec(&[(3, 3, 1), (0, 2, 1)], &[]).indices(), [0, 1, 2, 3]);
-        assert!(spec(&[(0, 99_999, 1)], &[]).problems().is_empty());
+        assert!(
+            spec(&[(0, 99_999, 1)], &[])
+                .problems(ArraySpec::MAX_SIZE)
+                .is_empty()
+        );
         assert_eq!(spec(&[(0, 99_999, 1)], &[]).indices().len(), 100_000);
     }
 
     #[test]
     fn array_problems_name_the_field() {
-        let problems = |s: ArraySpec| s.problems().join("; ");
+        let problems = |s: ArraySpec| s.problems(ArraySpec::MAX_SIZE).join("; ");
         assert!(problems(spec(&[], &[])).contains("indexRanges or indexValues"));
         assert!(problems(spec(&[(5, 1, 1)], &[])).contains("indexRanges[0]"));
         assert!(problems(spec(&[(0, 5, 0)], &[])).contains("increment"));
         assert!(problems(spec(&[], &[1, -2])).contains("indexValues[1]"));
         assert!(problems(spec(&[(0, i64::MAX, 1)], &[])).contains("more than 1000000"));
+        // A lower limit; many huge ranges cost no more than the limit to refuse.
+        let huge = spec(&[(0, i64::MAX, 1); 64], &[]);
+        assert!(
+            huge.problems(1001)
+                .join("; ")
+                .contains("more than 1001 sub-jobs")
+        );
+        assert!(spec(&[(0, 1000, 1)], &[]).problems(1001).is_empty());
         let mut limited = spec(&[], &[1]);
         limited.slot_limit = Some(0);
         assert!(problems(limited).contains("slotLimit"));

@@ -10,6 +10,7 @@
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`sim`]: trace replay in virtual time through the engine (`drover replay`).
 //! - [`clock`], [`events`], [`sysuser`]: time, the event sink, system accounts.
+//! - [`limits`]: what one ordinary user may ask (array size, queued jobs, reservations).
 //! - [`template`]: job templates (spec 2.6), built in and configured; [`dependency`]:
 //!   when a job's dependencies let it start.
 
@@ -22,6 +23,7 @@ pub mod engine;
 pub mod events;
 pub mod fsfacts;
 pub mod job;
+pub mod limits;
 pub mod node;
 pub mod place;
 pub mod policy;

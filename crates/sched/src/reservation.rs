@@ -306,6 +306,13 @@ pub struct Owner {
     pub kind: String,
 }
 
+impl Owner {
+    /// Whether this owner is the user `user` (not a group or account of that name).
+    pub fn is_user(&self, user: &str) -> bool {
+        self.kind == "USER" && self.name == user
+    }
+}
+
 /// Processors of one node set aside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Held {
@@ -348,6 +355,12 @@ pub struct Reservation {
 }
 
 impl Reservation {
+    /// Whether `user` created it or is its USER owner: what an ordinary user may see
+    /// and act on.
+    pub fn belongs_to(&self, user: &str) -> bool {
+        self.creator == user || self.owner.as_ref().is_some_and(|o| o.is_user(user))
+    }
+
     pub fn is_active(&self, now: Seconds) -> bool {
         self.start <= now && now < self.end
     }

@@ -62,19 +62,25 @@ impl SystemUser {
     /// Whether this user may read a file of these `facts`, judged by its owner, group
     /// and mode bits (the engine checks every submission's command this way).
     pub fn may_read(&self, facts: &Facts) -> bool {
-        if !facts.is_file {
-            return false;
-        }
-        if self.uid == 0 {
-            return true;
-        }
-        if facts.uid == self.uid {
-            facts.mode & 0o400 != 0
+        facts.is_file && (self.uid == 0 || self.has_permission(facts, 0o4))
+    }
+
+    /// Whether this user may enter (search) a directory of these `facts`.
+    pub fn may_enter(&self, facts: &Facts) -> bool {
+        facts.is_dir && (self.uid == 0 || self.has_permission(facts, 0o1))
+    }
+
+    /// Whether the mode bits of `facts` grant `bit` (4 read, 2 write, 1 execute) to this
+    /// user's class: owner, else group, else others.
+    fn has_permission(&self, facts: &Facts, bit: u32) -> bool {
+        let shift = if facts.uid == self.uid {
+            6
         } else if self.groups.contains(&facts.gid) {
-            facts.mode & 0o040 != 0
+            3
         } else {
-            facts.mode & 0o004 != 0
-        }
+            0
+        };
+        facts.mode & (bit << shift) != 0
     }
 }
 

@@ -722,7 +722,7 @@ fn credentials_list_what_submissions_named() {
     submit_v2(
         &server,
         json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["User"],
-               "credentials": {"account": "physics", "qosRequested": "high", "group": "daemon"}}),
+               "credentials": {"account": "physics", "qosRequested": "high", "group": "nogroup"}}),
     );
     let names = |kind: &str| -> Vec<String> {
         let reply = server.get(&format!("/rest/credentials/{kind}?api-version=2"));
@@ -737,7 +737,7 @@ fn credentials_list_what_submissions_named() {
     assert_eq!(names("accounts"), ["physics"]);
     assert_eq!(names("qoses"), ["high"]);
     assert_eq!(names("classes"), ["batch"]);
-    assert_eq!(names("groups"), ["daemon"]);
+    assert_eq!(names("groups"), ["nogroup"]);
     assert_eq!(names("users"), ["admin"]);
     let job = server.get("/rest/jobs/Drover.1").json();
     assert_eq!(job["queue"], "batch");
@@ -1114,11 +1114,12 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
     assert_eq!(out.lines().nth(1), Some(expected.as_str()));
 
     if unsafe_is_root() {
-        // A job naming a user and group runs as them; its output belongs to them.
+        // A job naming a user and a group of theirs runs as them; its output belongs
+        // to them.
         let who = script(work.path(), "who.sh", "echo $(id -un):$(id -gn)");
         let name = submit_v1(
             &server,
-            json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon", "group": "nogroup",
+            json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon", "group": "daemon",
                    "standardOutputFilePath": "who.txt"}),
         );
         wait_state(&server, &name, "COMPLETED");
@@ -1126,11 +1127,11 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
             std::fs::read_to_string(work.path().join("who.txt"))
                 .unwrap()
                 .trim(),
-            "daemon:nogroup"
+            "daemon:daemon"
         );
         let job = server.get(&format!("/rest/jobs/{name}")).json();
         assert_eq!(job["user"], "daemon");
-        assert_eq!(job["group"], "nogroup");
+        assert_eq!(job["group"], "daemon");
         // A job may not write where its user may not: the output file is not created.
         let private = tempfile::tempdir().unwrap();
         let name = submit_v1(

@@ -12,5 +12,6 @@ mod openapi;
 mod principals;
 mod reservations;
 mod roles;
+mod security;
 mod support;
 mod vcs;

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use super::CredentialKind;
 use super::core::Engine;
+use crate::book::Attribute;
 use crate::dependency::DependencyKind;
 use crate::fsfacts::{Facts, FileFacts};
 use crate::job::{
@@ -21,6 +22,7 @@ use crate::validate;
 impl Engine {
     pub(crate) fn submit(&mut self, spec: JobSpec, by: &Requester) -> Result<String, SchedError> {
         let (spec, user) = self.prepare_submission(spec, by)?;
+        self.check_queued_limit(by, &spec, 1)?;
         let container = spec.extra.virtual_containers.first().cloned();
         let job = self.new_job(spec, &user, by);
         let id = job.id.clone();
@@ -42,7 +44,12 @@ impl Engine {
         array: ArraySpec,
         by: &Requester,
     ) -> Result<String, SchedError> {
-        let problems = array.problems();
+        let max_size = if by.admin {
+            ArraySpec::MAX_SIZE
+        } else {
+            self.config.limits.max_array_size
+        };
+        let problems = array.problems(max_size);
         if !problems.is_empty() {
             let mut messages = vec!["The job array was not submitted".to_string()];
             messages.extend(problems);
@@ -67,6 +74,7 @@ impl Engine {
             }
         }
         let indices = array.indices();
+        self.check_queued_limit(by, &spec, indices.len())?;
         let mut master = self.new_job(spec, &user, by);
         master.array = Some(Box::new(ArrayPart::Master(array)));
         let id = master.id.clone();
@@ -101,37 +109,46 @@ impl Engine {
         mut spec: JobSpec,
         by: &Requester,
     ) -> Result<(JobSpec, Arc<SystemUser>), SchedError> {
+        // A job joins only a container its submitter may act on (HOLDJOBS holds it).
         let containers = &self.containers;
-        validate::submission(&spec, |id| containers.iter().any(|c| c.id == id))?;
+        validate::submission(&spec, |id| {
+            containers
+                .iter()
+                .any(|c| c.id == id && (by.admin || c.belongs_to(&by.user)))
+        })?;
         spec.extra.shrink();
         let user = self.job_user(&spec, by)?;
-        if let Some(group) = &spec.group
-            && sysuser::group_id(group).is_none()
-        {
-            return Err(SchedError::invalid(
-                "The job was not submitted",
-                format!("group: '{group}' is not a group on this host"),
-            ));
+        if let Some(group) = &spec.group {
+            self.check_group(group, &spec, by, &user)?;
         }
         let (directory, checked) = match &spec.working_directory {
             Some(dir) => (PathBuf::from(dir), false),
             None => default_directory(&user, &mut self.file_facts),
         };
-        let usable =
-            checked || (directory.is_absolute() && self.file_facts.check(&directory, is_dir));
+        // Judged as the job's user sees the file system: a directory they cannot reach
+        // is answered like one that does not exist.
+        let usable = checked
+            || (directory.is_absolute()
+                && self.file_facts.reachable(&directory, &user)
+                && self.file_facts.check(&directory, |facts| {
+                    facts.is_some_and(|f| user.may_enter(&f))
+                }));
         if !usable {
             return Err(SchedError::invalid(
                 "The job was not submitted",
                 format!(
-                    "initialWorkingDirectory: '{}' is not an existing directory (give an absolute path)",
-                    directory.display()
+                    "initialWorkingDirectory: '{}' is not an existing directory that user '{}' \
+                     can enter (give an absolute path)",
+                    directory.display(),
+                    user.name
                 ),
             ));
         }
         let command = directory.join(&spec.command_file);
-        if !self
-            .file_facts
-            .check(&command, |facts| facts.is_some_and(|f| user.may_read(&f)))
+        if !(self.file_facts.reachable(&command, &user)
+            && self
+                .file_facts
+                .check(&command, |facts| facts.is_some_and(|f| user.may_read(&f))))
         {
             return Err(SchedError::invalid(
                 "The job was not submitted",
@@ -278,6 +295,72 @@ impl Engine {
         Ok(user)
     }
 
+    /// An ordinary user may have at most `max_queued_jobs_per_user` jobs waiting to
+    /// start; `adding` more would go over it. Counted from the book's indexes.
+    fn check_queued_limit(
+        &self,
+        by: &Requester,
+        spec: &JobSpec,
+        adding: usize,
+    ) -> Result<(), SchedError> {
+        if by.admin {
+            return Ok(());
+        }
+        let limit = self.config.limits.max_queued_jobs_per_user;
+        let user = spec.user.as_deref().unwrap_or(&by.user);
+        let queued: u64 = {
+            let book = self.shared.jobs.read().unwrap();
+            match book.with(Attribute::User, user) {
+                None => 0,
+                Some(theirs) => JobState::ALL
+                    .iter()
+                    .filter(|s| s.is_queued())
+                    .filter_map(|s| book.with(Attribute::State, s.as_str()))
+                    .map(|in_state| theirs.intersection_len(in_state))
+                    .sum(),
+            }
+        };
+        if queued as usize + adding <= limit {
+            return Ok(());
+        }
+        Err(SchedError::Refused(vec![
+            "The job was not submitted".into(),
+            format!(
+                "user '{user}' has {queued} jobs waiting to start and may have at most {limit} \
+                 ([scheduler.limits] max_queued_jobs_per_user)"
+            ),
+        ]))
+    }
+
+    /// A job's group must be one its user belongs to (primary or supplementary, as the
+    /// system's name service says), whoever submits it: the job runs with that group id,
+    /// and ACL rules of type GROUP judge it.
+    fn check_group(
+        &mut self,
+        group: &str,
+        spec: &JobSpec,
+        by: &Requester,
+        runs_as: &Arc<SystemUser>,
+    ) -> Result<(), SchedError> {
+        let Some(gid) = sysuser::group_id(group) else {
+            return Err(SchedError::invalid(
+                "The job was not submitted",
+                format!("group: '{group}' is not a group on this host"),
+            ));
+        };
+        // Without root every job runs as the service's user; the group is then judged
+        // against the job user's own account where there is one.
+        let name = spec.user.as_deref().unwrap_or(&by.user);
+        let member = self.account(name).unwrap_or_else(|| runs_as.clone());
+        if member.groups.contains(&gid) {
+            return Ok(());
+        }
+        Err(SchedError::Forbidden(format!(
+            "The job was not submitted: user '{}' is not a member of group '{group}'",
+            member.name
+        )))
+    }
+
     /// The launch description of a job about to start.
     pub(crate) fn launch_of(&mut self, job: &Job) -> Result<Launch, String> {
         let user = if sysuser::running_as_root() {
@@ -287,10 +370,18 @@ impl Engine {
             self.service_user.clone()
         };
         let gid = match &job.spec.group {
-            Some(group) if sysuser::running_as_root() => Some(
-                sysuser::group_id(group)
-                    .ok_or_else(|| format!("the group '{group}' no longer exists"))?,
-            ),
+            Some(group) if sysuser::running_as_root() => {
+                let gid = sysuser::group_id(group)
+                    .ok_or_else(|| format!("the group '{group}' no longer exists"))?;
+                // Memberships change while a job waits: judge again what it will run with.
+                if !user.groups.contains(&gid) {
+                    return Err(format!(
+                        "the user '{}' is no longer a member of the group '{group}'",
+                        user.name
+                    ));
+                }
+                Some(gid)
+            }
             _ => None,
         };
         let directory = PathBuf::from(job.spec.working_directory.as_deref().unwrap_or("/"));
@@ -359,15 +450,13 @@ impl Engine {
     }
 
     /// Without permission over every job, a caller acts only on their own: those whose
-    /// user they are (which they also are of every job they submitted).
+    /// user they are (which they also are of every job they submitted). Another user's
+    /// job is answered as missing, as a read of it is: a 403 would tell that it exists.
     fn may_change(&self, job: &Job, by: &Requester) -> Result<(), SchedError> {
         if by.admin || job.user() == by.user {
             Ok(())
         } else {
-            Err(SchedError::Forbidden(format!(
-                "{} may not change job {}, which belongs to another user",
-                by.user, job.id
-            )))
+            Err(SchedError::NotFound(format!("No job '{}'", job.id)))
         }
     }
 

@@ -49,12 +49,11 @@ impl Engine {
         change: ContainerChange,
         by: &Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let Some(position) = self.containers.iter().position(|c| {
-            c.id == id
-                && (by.admin
-                    || c.creator == by.user
-                    || c.owner.as_ref().is_some_and(|o| o.name == by.user))
-        }) else {
+        let Some(position) = self
+            .containers
+            .iter()
+            .position(|c| c.id == id && (by.admin || c.belongs_to(&by.user)))
+        else {
             return Err(SchedError::NotFound(format!("No virtual container '{id}'")));
         };
         let refused = |reasons: Vec<String>| {
@@ -68,7 +67,7 @@ impl Engine {
                 return Ok(vec![format!("Virtual container {id} was deleted")]);
             }
             ContainerChange::Add(members) => {
-                let problems = self.member_problems(id, &members);
+                let problems = self.member_problems(id, &members, by);
                 if !problems.is_empty() {
                     return Err(refused(problems));
                 }
@@ -145,11 +144,17 @@ impl Engine {
         Ok(messages)
     }
 
-    /// Why `members` cannot join container `id`, if they cannot.
-    fn member_problems(&self, id: &str, members: &Members) -> Vec<String> {
+    /// Why `members` cannot join container `id`, if they cannot. An ordinary user adds
+    /// only what is theirs (a container's HOLDJOBS holds its jobs): another user's job,
+    /// reservation or container is answered as not found, and nodes are the
+    /// administrators'.
+    fn member_problems(&self, id: &str, members: &Members, by: &Requester) -> Vec<String> {
         let mut problems = Vec::new();
         for job in &members.jobs {
-            if self.position(job).is_none() {
+            let theirs = self
+                .position(job)
+                .is_some_and(|p| by.admin || self.job_at(p).user() == by.user);
+            if !theirs {
                 problems.push(format!("jobs: no job '{job}'"));
             } else if let Some(other) = self
                 .containers
@@ -162,20 +167,31 @@ impl Engine {
                 ));
             }
         }
+        if !by.admin && !members.nodes.is_empty() {
+            problems.push("nodes: only administrators may add nodes to a container".into());
+        }
         for node in &members.nodes {
             if !self.node_index.contains_key(node) {
                 problems.push(format!("nodes: no node '{node}'"));
             }
         }
         for reservation in &members.reservations {
-            if !self.reservations.iter().any(|r| &r.id == reservation) {
+            if !self
+                .reservations
+                .iter()
+                .any(|r| &r.id == reservation && (by.admin || r.belongs_to(&by.user)))
+            {
                 problems.push(format!("reservations: no reservation '{reservation}'"));
             }
         }
         for container in &members.virtual_containers {
             if container == id {
                 problems.push("virtualContainers: a container cannot contain itself".into());
-            } else if !self.containers.iter().any(|c| &c.id == container) {
+            } else if !self
+                .containers
+                .iter()
+                .any(|c| &c.id == container && (by.admin || c.belongs_to(&by.user)))
+            {
                 problems.push(format!(
                     "virtualContainers: no virtual container '{container}'"
                 ));

@@ -30,6 +30,8 @@ pub(crate) const NODES: &str = "nodes";
 
 /// Inbox messages handled before the journal gets the step's writes.
 const MAX_MESSAGES_PER_STEP: usize = 4096;
+/// How long a system account looked up stays good (see `Engine::accounts`).
+const ACCOUNT_FRESHNESS: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The order of the queue: system priority, then user priority (both highest first),
 /// then submission order.
@@ -163,9 +165,10 @@ pub(crate) struct Engine {
     pub(crate) credentials: BTreeMap<CredentialKind, BTreeSet<String>>,
     credentials_changed: bool,
     pub(crate) next_seq: u64,
-    /// System accounts looked up so far (`None`: no such account), shared: a submission
-    /// only reads one.
-    accounts: HashMap<String, Option<Arc<SystemUser>>>,
+    /// System accounts looked up lately (`None`: no such account), with when, shared: a
+    /// submission only reads one. Looked up again after `ACCOUNT_FRESHNESS`, so that a
+    /// group membership taken away stops counting.
+    accounts: HashMap<String, (Instant, Option<Arc<SystemUser>>)>,
     pub(crate) service_user: Arc<SystemUser>,
     /// What submissions found of working directories and command files, for a moment.
     pub(crate) file_facts: crate::fsfacts::FileFacts,
@@ -324,11 +327,14 @@ impl Engine {
 
     /// The system account `name`, looked up once.
     pub(crate) fn account(&mut self, name: &str) -> Option<Arc<SystemUser>> {
-        if let Some(found) = self.accounts.get(name) {
+        if let Some((when, found)) = self.accounts.get(name)
+            && when.elapsed() < ACCOUNT_FRESHNESS
+        {
             return found.clone();
         }
         let found = SystemUser::lookup(name).map(Arc::new);
-        self.accounts.insert(name.to_string(), found.clone());
+        self.accounts
+            .insert(name.to_string(), (Instant::now(), found.clone()));
         found
     }
 

@@ -55,6 +55,8 @@ pub struct SchedConfig {
     pub policy: crate::policy::Policy,
     /// Reservations recurring by configuration (read-only through the API).
     pub standing_reservations: Vec<crate::reservation::StandingReservation>,
+    /// What one ordinary user may ask.
+    pub limits: crate::limits::Limits,
 }
 
 impl Default for SchedConfig {
@@ -70,6 +72,7 @@ impl Default for SchedConfig {
             tick: Duration::from_millis(500),
             policy: crate::policy::Policy::default(),
             standing_reservations: Vec::new(),
+            limits: crate::limits::Limits::default(),
         }
     }
 }

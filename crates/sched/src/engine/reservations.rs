@@ -41,6 +41,23 @@ impl Engine {
         if end <= now {
             return Err(invalid("endDate: the window has already ended".into()));
         }
+        let limits = &self.config.limits;
+        if !by.admin {
+            if limits.user_reservation_max_seconds == 0 {
+                return Err(SchedError::Forbidden(format!(
+                    "{REFUSED}: only administrators may create reservations here \
+                     ([scheduler.limits] user_reservation_max_seconds)"
+                )));
+            }
+            if end - start > limits.user_reservation_max_seconds {
+                return Err(invalid(format!(
+                    "duration: {} seconds is longer than the {} an ordinary user may reserve \
+                     ([scheduler.limits] user_reservation_max_seconds)",
+                    end - start,
+                    limits.user_reservation_max_seconds
+                )));
+            }
+        }
         if let Some(rule) = request.acl.iter().find_map(|r| r.problem()) {
             return Err(invalid(format!("aclRules: {rule}")));
         }
@@ -87,13 +104,22 @@ impl Engine {
             }
             held
         };
+        let processors: u32 = held.iter().map(|h| h.processors).sum();
+        if let Some(cap) = limits.user_reservation_max_processors
+            && !by.admin
+            && processors > cap
+        {
+            return Err(invalid(format!(
+                "the reservation would hold {processors} processors, more than the {cap} an \
+                 ordinary user may reserve ([scheduler.limits] user_reservation_max_processors)"
+            )));
+        }
         self.next_reservation += 1;
         let id = format!(
             "{}.{}",
             request.id_prefix.as_deref().unwrap_or("res"),
             self.next_reservation
         );
-        let processors: u32 = held.iter().map(|h| h.processors).sum();
         let reservation = Reservation {
             id: id.clone(),
             created: now,
@@ -192,7 +218,7 @@ impl Engine {
         let Some(position) = self
             .reservations
             .iter()
-            .position(|r| r.id == id && (by.admin || r.creator == by.user || is_owner(r, by)))
+            .position(|r| r.id == id && (by.admin || r.belongs_to(&by.user)))
         else {
             return Err(SchedError::NotFound(format!("No reservation '{id}'")));
         };
@@ -439,11 +465,4 @@ impl Engine {
         let now = self.now();
         self.refresh_standing(now)
     }
-}
-
-fn is_owner(reservation: &Reservation, by: &Requester) -> bool {
-    reservation
-        .owner
-        .as_ref()
-        .is_some_and(|o| o.kind == "USER" && o.name == by.user)
 }

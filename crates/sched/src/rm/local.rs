@@ -3,9 +3,13 @@
 //!
 //! A small `/bin/sh` wrapper opens the output files *after* the switch to the job's
 //! user (so a job can only write where its user may), runs the command, and leaves the
-//! exit status in the job's spool directory for a service that restarts meanwhile.
+//! exit status for a service that restarts meanwhile. It writes the status through a
+//! descriptor the service opened (fd 3) on a file of the job's spool directory, which
+//! belongs to the service (mode 0700): nothing the service reads there as root is in
+//! a place the job's user can change.
 
-use std::os::unix::fs::PermissionsExt;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -25,11 +29,14 @@ else
   exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>>"$DROVER_JOB_STDERR" || exit 126
 fi
 unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR
-if [ -x "$1" ]; then "$@"; else /bin/sh "$@"; fi
+if [ -x "$1" ]; then "$@" 3>&-; else /bin/sh "$@" 3>&-; fi
 status=$?
-echo "$status" >"$DROVER_JOB_SPOOL/exit_status" 2>/dev/null
+echo "$status" >&3 2>/dev/null
 exit $status
 "#;
+
+/// The file of a job's spool directory that receives its exit status.
+const EXIT_STATUS: &str = "exit_status";
 
 pub struct LocalResourceManager {
     spool: PathBuf,
@@ -37,10 +44,11 @@ pub struct LocalResourceManager {
 }
 
 impl LocalResourceManager {
-    /// Jobs get spool directories under `spool`; ends are reported on `events`.
+    /// Jobs get spool directories under `spool`; ends are reported on `events`. Only
+    /// the service enters it (jobs write their status through a descriptor).
     pub fn new(spool: PathBuf, events: RmNotify) -> std::io::Result<Self> {
         std::fs::create_dir_all(&spool)?;
-        std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o711))?;
+        std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
         Ok(LocalResourceManager { spool, events })
     }
 
@@ -101,9 +109,7 @@ impl LocalResourceManager {
                 while is_alive(&process) {
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                let code = std::fs::read_to_string(Path::new(&process.spool).join("exit_status"))
-                    .ok()
-                    .and_then(|s| s.trim().parse().ok());
+                let code = read_exit_status(Path::new(&process.spool));
                 let exit = Exit {
                     code,
                     cpu_seconds: 0.0,
@@ -126,18 +132,19 @@ impl ResourceManager for LocalResourceManager {
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
         let spool = self.spool_of(&launch.job_id);
         let _ = std::fs::remove_dir_all(&spool);
-        std::fs::create_dir_all(&spool)
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&spool)
             .map_err(|e| format!("cannot create the spool directory: {e}"))?;
+        let status_file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(spool.join(EXIT_STATUS))
+            .map_err(|e| format!("cannot create the exit status file: {e}"))?;
+        let status_fd = status_file.as_raw_fd();
         let root = sysuser::running_as_root();
-        if root {
-            std::os::unix::fs::chown(&spool, Some(launch.user.uid), Some(launch.user.gid))
-                .map_err(|e| {
-                    format!(
-                        "cannot hand the spool directory to {}: {e}",
-                        launch.user.name
-                    )
-                })?;
-        }
         let mut command = Command::new("/bin/sh");
         command
             .arg("-c")
@@ -147,7 +154,6 @@ impl ResourceManager for LocalResourceManager {
             .args(&launch.arguments)
             .env_clear()
             .envs(launch.environment.iter().map(|(k, v)| (k, v)))
-            .env("DROVER_JOB_SPOOL", &spool)
             .env("DROVER_JOB_STDOUT", &launch.stdout)
             .env("DROVER_JOB_STDERR", &launch.stderr)
             .env("DROVER_JOB_DIR", &launch.working_directory)
@@ -162,8 +168,25 @@ impl ResourceManager for LocalResourceManager {
         if let Some(stdin) = &launch.stdin {
             command.env("DROVER_JOB_STDIN", stdin);
         }
+        // The status file becomes the wrapper's fd 3 (dup2 clears close-on-exec; a file
+        // that already is fd 3 has it cleared by hand).
+        // SAFETY: only async-signal-safe system calls between fork and exec.
+        unsafe {
+            command.pre_exec(move || {
+                let moved = if status_fd == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0)
+                } else {
+                    libc::dup2(status_fd, 3)
+                };
+                if moved == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
         if root {
-            // Groups, group, then user; std's `uid`/`gid` cannot set supplementary groups.
+            // Groups (the user's own, from the name service), group, then user; std's
+            // `uid`/`gid` cannot set supplementary groups.
             let groups: Vec<libc::gid_t> = launch.user.groups.clone();
             let gid = launch.gid.unwrap_or(launch.user.gid);
             let uid = launch.user.uid;
@@ -184,6 +207,8 @@ impl ResourceManager for LocalResourceManager {
         let child = command
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", launch.command_file.display()))?;
+        // The child has its own copy.
+        drop(status_file);
         let pid = child.id() as i32;
         // The watcher thread reaps it; the Child handle is not needed.
         drop(child);
@@ -262,6 +287,30 @@ impl ResourceManager for LocalResourceManager {
     }
 }
 
+/// The status the wrapper left in a job's spool directory. The directory and the file
+/// are the service's, but the job's user could still write through the wrapper's
+/// descriptor (or a spool made by an older version, which belonged to the job's user):
+/// the file is opened without following a symlink or waiting on a FIFO, and read only
+/// when it is a small regular file owned by the directory's owner.
+fn read_exit_status(spool: &Path) -> Option<i32> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    const MAX_LEN: u64 = 32;
+    let owner = std::fs::symlink_metadata(spool).ok()?.uid();
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(spool.join(EXIT_STATUS))
+        .ok()?;
+    let facts = file.metadata().ok()?;
+    if !facts.is_file() || facts.uid() != owner || facts.len() > MAX_LEN {
+        return None;
+    }
+    let mut text = String::new();
+    file.take(MAX_LEN).read_to_string(&mut text).ok()?;
+    text.trim().parse().ok()
+}
+
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
 pub fn start_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -287,4 +336,36 @@ pub fn is_alive(process: &ProcessRecord) -> bool {
 /// Whether any process of the group led by `pgid` is left.
 fn group_alive(pgid: i32) -> bool {
     unsafe { libc::kill(-pgid, 0) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_exit_status_is_read_only_from_a_small_regular_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("exit_status");
+        std::fs::write(&status, "3\n").unwrap();
+        assert_eq!(read_exit_status(dir.path()), Some(3));
+
+        // A symlink to a file the job's user may not read is not followed.
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "42").unwrap();
+        std::fs::remove_file(&status).unwrap();
+        std::os::unix::fs::symlink(&secret, &status).unwrap();
+        assert_eq!(read_exit_status(dir.path()), None);
+
+        // A FIFO does not block the watcher.
+        std::fs::remove_file(&status).unwrap();
+        let path = std::ffi::CString::new(status.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        assert_eq!(read_exit_status(dir.path()), None);
+
+        // A huge (sparse) file is not read.
+        std::fs::remove_file(&status).unwrap();
+        let file = std::fs::File::create(&status).unwrap();
+        file.set_len(1 << 40).unwrap();
+        assert_eq!(read_exit_status(dir.path()), None);
+    }
 }

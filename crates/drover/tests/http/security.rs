@@ -1,0 +1,781 @@
+//! The attacks of the outside review (issue #25), each tried as an ordinary user would,
+//! over HTTP against a real server, and refused. `drover-bob` and `drover-carol` are
+//! ordinary system accounts (made by `scripts/test`, which also puts bob alone in the
+//! group `drover-lab`), logged in as local API users of the same names: their jobs run
+//! as them.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use drover_accounting::model::{Account, AccountUser, Allocation, Rates};
+use drover_accounting::{AccountingConfig, Money};
+use drover_sched::node::NodeConfig;
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer, scratch_dir, script};
+use serde_json::{Value, json};
+
+const BOB: &str = "drover-bob";
+const CAROL: &str = "drover-carol";
+/// A group bob belongs to and carol does not.
+const LAB: &str = "drover-lab";
+
+fn as_(name: &str) -> Auth {
+    Auth::Basic(name.into(), PASSWORD.into())
+}
+
+/// Whether the test accounts exist and jobs can run as them (the service runs as root).
+/// Without them the attacks that need a second system account cannot be tried: that
+/// fails the run where `DROVER_REQUIRE_SYSTEM_USERS=1` (as in `scripts/test`).
+fn system_accounts() -> bool {
+    let exists = |name: &str| {
+        std::process::Command::new("id")
+            .arg(name)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if root && exists(BOB) && exists(CAROL) {
+        return true;
+    }
+    if std::env::var("DROVER_REQUIRE_SYSTEM_USERS").as_deref() == Ok("1") {
+        panic!("the test accounts {BOB} and {CAROL} are missing, or the tests do not run as root");
+    }
+    eprintln!("skipped: needs root and the system accounts {BOB} and {CAROL} (scripts/test)");
+    false
+}
+
+fn with_accounts() -> drover_testkit::Builder {
+    TestServer::builder()
+        .user(BOB, false)
+        .user(CAROL, false)
+        .config(|c| c.nodes = vec![NodeConfig::new("n1", 2), NodeConfig::new("n2", 2)])
+}
+
+fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
+    server.call(
+        method,
+        path,
+        auth,
+        Some(("application/json", body.to_string().into_bytes())),
+    )
+}
+
+fn submit_as(server: &TestServer, who: &str, body: Value) -> Reply {
+    send(server, "POST", "/rest/jobs?api-version=2", as_(who), &body)
+}
+
+fn submitted(reply: &Reply) -> String {
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["name"].as_str().unwrap().to_string()
+}
+
+fn job_count(server: &TestServer) -> u64 {
+    server.get("/rest/jobs?api-version=2").json()["totalCount"]
+        .as_u64()
+        .unwrap()
+}
+
+fn wait_state(server: &TestServer, id: &str, state: &str) -> Value {
+    server.wait_for(
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &format!("state {state}"),
+        |job| job["states"]["state"] == state,
+    )
+}
+
+fn wait_for_file(path: &std::path::Path) -> String {
+    for _ in 0..600 {
+        if let Ok(text) = std::fs::read_to_string(path)
+            && text.ends_with('\n')
+        {
+            return text;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("{} was never written", path.display());
+}
+
+fn mode(path: &std::path::Path) -> u32 {
+    std::fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+// 1. A job's group is one its user belongs to; the job gets the user's own groups.
+#[test]
+fn a_job_runs_only_in_a_group_its_user_belongs_to() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().start();
+    let work = scratch_dir();
+    let before = job_count(&server);
+    for group in ["shadow", "root"] {
+        let reply = submit_as(
+            &server,
+            BOB,
+            json!({"commandFile": "/usr/bin/wc", "commandLineArguments": "-l /etc/shadow",
+                   "initialWorkingDirectory": work.path(), "credentials": {"group": group}}),
+        );
+        assert_eq!(reply.status, 403, "{group}: {}", reply.body);
+        assert!(
+            reply
+                .messages()
+                .contains(&format!("not a member of group '{group}'")),
+            "{}",
+            reply.body
+        );
+        // Version 1 too.
+        let v1 = send(
+            &server,
+            "POST",
+            "/rest/jobs",
+            as_(BOB),
+            &json!({"commandFile": "/usr/bin/wc", "commandLineArguments": "-l /etc/shadow",
+                    "initialWorkingDirectory": work.path(), "group": group}),
+        );
+        assert_eq!(v1.status, 403, "{}", v1.body);
+    }
+    // Not even an administrator puts a user's job in a group that user is not in.
+    let as_carol = send(
+        &server,
+        "POST",
+        "/rest/jobs?api-version=2",
+        Auth::Admin,
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+                "credentials": {"user": CAROL, "group": LAB}}),
+    );
+    assert_eq!(as_carol.status, 403, "{}", as_carol.body);
+    assert_eq!(job_count(&server), before, "nothing was submitted");
+
+    // A group of bob's own: the job runs with it, and with bob's groups only.
+    let ids = script(work.path(), "ids.sh", "id -gn; id -G");
+    let out = work.path().join("ids.txt");
+    let id = submitted(&submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": ids, "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": out, "credentials": {"group": LAB}}),
+    ));
+    wait_state(&server, &id, "Completed");
+    let text = std::fs::read_to_string(&out).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(lines.next(), Some(LAB), "{text}");
+    let groups: Vec<u32> = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    assert!(!groups.contains(&0), "no root group: {groups:?}");
+    let lab = nix_group_id(LAB);
+    let shadow = nix_group_id("shadow");
+    assert!(
+        groups.contains(&lab) && !groups.contains(&shadow),
+        "{groups:?}"
+    );
+}
+
+fn nix_group_id(name: &str) -> u32 {
+    let out = std::process::Command::new("getent")
+        .args(["group", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+// 2. Charge rates are the accounting administrators'; a guaranteed quote binds only a
+//    job of its own user.
+#[test]
+fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
+    if !system_accounts() {
+        return;
+    }
+    let member = |id: &str| AccountUser {
+        id: id.into(),
+        active: true,
+        admin: false,
+    };
+    let server = with_accounts()
+        .config(|c| {
+            c.accounting = AccountingConfig {
+                enabled: true,
+                admins: vec!["auditor".into()],
+                accounts: vec![Account {
+                    id: "lab".into(),
+                    organization: None,
+                    description: None,
+                    active: true,
+                    users: vec![member(BOB), member(CAROL)],
+                    custom: Default::default(),
+                }],
+                allocations: vec![Allocation {
+                    account: "lab".into(),
+                    amount: Money::parse("1000").unwrap(),
+                    start: None,
+                    end: None,
+                }],
+                rates: Rates {
+                    processors: Some(Money::parse("0.01").unwrap()),
+                    ..Rates::default()
+                },
+                default_lien_seconds: None,
+                allow_overdraft: false,
+            };
+        })
+        .start();
+    let quote = |who: &str, params: &str, body: Value| {
+        send(
+            &server,
+            "POST",
+            &format!(
+                "/rest/quotes/standard/quote?object-type=job&proxy-user={who}&charge-duration=60&{params}"
+            ),
+            as_(who),
+            &body,
+        )
+    };
+    let free = "%5B%7B%22type%22%3A%22processors%22%2C%22rate%22%3A0%7D%5D";
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleeper.sh", "sleep 1");
+    let carols = submitted(&submit_as(
+        &server,
+        CAROL,
+        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "holds": ["User"],
+               "duration": 60, "credentials": {"account": "lab"}}),
+    ));
+
+    // The review's attack: a free rate guaranteed for carol's job, in carol's name.
+    let attack = quote(
+        BOB,
+        &format!("guarantee=true&rate={free}"),
+        json!({"id": carols, "user": CAROL, "account": "lab"}),
+    );
+    assert_eq!(attack.status, 403, "{}", attack.body);
+    assert!(attack.messages().contains("accounting administrators"));
+    // Without the rate, still not in carol's name.
+    let in_her_name = quote(
+        BOB,
+        "guarantee=true",
+        json!({"id": carols, "user": CAROL, "account": "lab"}),
+    );
+    assert_eq!(in_her_name.status, 403, "{}", in_her_name.body);
+    assert!(in_her_name.messages().contains("accounting user"));
+    // In his own name bob may guarantee a price "for" her job: it binds nothing of hers.
+    let own = quote(
+        BOB,
+        "guarantee=true",
+        json!({"id": carols, "account": "lab"}),
+    );
+    assert_eq!(own.status, 200, "{}", own.body);
+    // And a quote of hers for her own job is then refused rather than replaced.
+    let hers = quote(
+        CAROL,
+        "guarantee=true",
+        json!({"id": carols, "account": "lab"}),
+    );
+    assert_eq!(hers.status, 400, "{}", hers.body);
+
+    let release = send(
+        &server,
+        "PUT",
+        &format!("/rest/jobs/{carols}?api-version=2"),
+        as_(CAROL),
+        &json!({"holds": []}),
+    );
+    assert_eq!(release.status, 200, "{}", release.body);
+    wait_state(&server, &carols, "Completed");
+    let charge = server.wait_for(
+        "/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D",
+        "carol's job is charged",
+        |list| list["totalCount"] == 1,
+    )["results"][0]
+        .clone();
+    assert_eq!(charge["object"], carols.as_str());
+    assert_eq!(
+        charge["quote"],
+        Value::Null,
+        "bob's quote does not price her job"
+    );
+    let seconds = charge["duration"].as_i64().unwrap();
+    assert_eq!(
+        Money::from_json(&charge["charge"]).unwrap(),
+        Money::parse("0.01").unwrap().times_count(seconds),
+        "the standard rate"
+    );
+}
+
+// 3. What the service reads as root after a restart lies where the job's user cannot
+//    write: the attack of the review (a symlink in place of the exit status) fails.
+#[test]
+fn a_job_cannot_replace_the_status_the_service_reads_after_a_restart() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().sqlite().start();
+    let spool = server.data_dir().join("spool");
+    let work = scratch_dir();
+    let go = work.path().join("go");
+    let attack = work.path().join("attack.txt");
+    let job = script(
+        work.path(),
+        "job.sh",
+        &format!(
+            "target=\"$SPOOL/$DROVER_JOB_ID/exit_status\"
+if ln -sf /etc/shadow \"$target\" 2>/dev/null || echo 0 2>/dev/null >\"$target\"; then
+  echo reached >{attack}
+else
+  echo denied >{attack}
+fi
+while [ ! -e {go} ]; do sleep 0.1; done
+exit 7",
+            attack = attack.display(),
+            go = go.display()
+        ),
+    );
+    let id = submitted(&submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": job, "initialWorkingDirectory": work.path(),
+               "environmentVariables": {"SPOOL": spool}}),
+    ));
+    assert_eq!(wait_for_file(&attack), "denied\n");
+    assert_eq!(mode(&spool), 0o700);
+    assert_eq!(mode(&spool.join(&id)), 0o700);
+    // Adopted by the next start, which learns its status from the spool.
+    let server = server.restart();
+    std::fs::write(&go, "").unwrap();
+    let done = wait_state(&server, &id, "Completed");
+    assert_eq!(done["completionCode"], 7, "{done}");
+}
+
+// 4. One request cannot fill the queue: arrays and queued jobs are limited per user.
+#[test]
+fn arrays_and_queued_jobs_are_limited_per_user() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts()
+        .config(|c| {
+            c.scheduler.enable_job_arrays = true;
+            c.scheduler.limits.max_queued_jobs_per_user = 5;
+        })
+        .start();
+    let work = scratch_dir();
+    let array = |who: Auth, ranges: Value| {
+        send(
+            &server,
+            "POST",
+            "/rest/job-arrays?api-version=2",
+            who,
+            &json!({"jobPrototype": {"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+                                     "holds": ["User"]},
+                    "indexRanges": ranges}),
+        )
+    };
+    // The review's request: a million sub-jobs in 300 bytes.
+    let before = job_count(&server);
+    let started = Instant::now();
+    let million = array(
+        as_(BOB),
+        json!([{"startIndex": 0, "endIndex": 999_999, "increment": 1}]),
+    );
+    assert_eq!(million.status, 400, "{}", million.body);
+    assert!(
+        million.messages().contains("max_array_size"),
+        "{}",
+        million.body
+    );
+    // Many huge ranges cost no more to refuse.
+    let ranges: Vec<Value> = (0..64)
+        .map(|_| json!({"startIndex": 0, "endIndex": i64::MAX, "increment": 1}))
+        .collect();
+    let huge = array(as_(BOB), Value::Array(ranges));
+    assert_eq!(huge.status, 400, "{}", huge.body);
+    eprintln!("two oversized arrays refused in {:?}", started.elapsed());
+    // Within the array limit but over the queued-jobs limit.
+    let wide = array(
+        as_(BOB),
+        json!([{"startIndex": 0, "endIndex": 5, "increment": 1}]),
+    );
+    assert_eq!(wide.status, 400, "{}", wide.body);
+    assert!(wide.messages().contains("max_queued_jobs_per_user"));
+    assert_eq!(job_count(&server), before, "nothing was created");
+
+    let held = || {
+        submit_as(
+            &server,
+            BOB,
+            json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+        )
+    };
+    for _ in 0..5 {
+        submitted(&held());
+    }
+    let sixth = held();
+    assert_eq!(sixth.status, 400, "{}", sixth.body);
+    assert!(
+        sixth.messages().contains("has 5 jobs waiting to start"),
+        "{}",
+        sixth.body
+    );
+    // Others are not held back by bob's queue, nor administrators by the limits.
+    submitted(&submit_as(
+        &server,
+        CAROL,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    ));
+    let admins = array(
+        Auth::Admin,
+        json!([{"startIndex": 0, "endIndex": 1001, "increment": 1}]),
+    );
+    assert_eq!(admins.status, 201, "{}", admins.body);
+    // Cancelling the master cancels its sub-jobs (quicker than one by one at the end).
+    let master = admins.json()["name"].as_str().unwrap().to_string();
+    let cancel = server.call("DELETE", &format!("/rest/jobs/{master}"), Auth::Admin, None);
+    assert_eq!(cancel.status, 200, "{}", cancel.body);
+}
+
+// 5. Failed logins sent at once are counted before their passwords are checked.
+#[test]
+fn parallel_bad_logins_cannot_outrun_the_throttle() {
+    let server = TestServer::builder()
+        .config(|c| c.access.max_failed_logins = 5)
+        .start();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..60)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    server
+                        .get_as(
+                            Auth::Basic("alice".into(), format!("guess-{i}")),
+                            "/rest/diag/about",
+                        )
+                        .status
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    let refused = statuses.iter().filter(|&&s| s == 429).count();
+    assert_eq!(checked + refused, 60, "{statuses:?}");
+    assert!(
+        checked <= 5,
+        "at most 5 passwords were checked: {statuses:?}"
+    );
+}
+
+// 6. Virtual containers hold only what is the caller's own; the creator is never a name
+//    from the body.
+#[test]
+fn containers_take_only_the_callers_own_members() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().start();
+    let work = scratch_dir();
+    let create = |who: &str, body: Value| {
+        let reply = send(&server, "POST", "/rest/vcs", as_(who), &body);
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.json()["id"].as_str().unwrap().to_string()
+    };
+    let carols_job = submitted(&submit_as(
+        &server,
+        CAROL,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    ));
+    let carols = create(CAROL, json!({}));
+    let bobs = create(BOB, json!({"owner": {"name": CAROL}}));
+    let record = server.get(&format!("/rest/vcs/{bobs}")).json();
+    assert_eq!(record["creator"], BOB, "the creator is who asked: {record}");
+
+    let add = |body: Value| {
+        send(
+            &server,
+            "PUT",
+            &format!("/rest/vcs/{bobs}?change-mode=add"),
+            as_(BOB),
+            &body,
+        )
+    };
+    let her_job = add(json!({"jobs": [{"id": carols_job}]}));
+    assert_eq!(her_job.status, 400, "{}", her_job.body);
+    assert!(
+        her_job
+            .messages()
+            .contains(&format!("no job '{carols_job}'"))
+    );
+    let her_container = add(json!({"virtualContainers": [{"id": carols}]}));
+    assert_eq!(her_container.status, 400, "{}", her_container.body);
+    let a_node = add(json!({"nodes": [{"id": "n1"}]}));
+    assert_eq!(a_node.status, 400, "{}", a_node.body);
+    assert!(a_node.messages().contains("only administrators"));
+    // So HOLDJOBS on his container cannot hold her job.
+    let flags = send(
+        &server,
+        "PUT",
+        &format!("/rest/vcs/{bobs}?change-mode=set"),
+        as_(BOB),
+        &json!({"flags": ["HOLDJOBS"]}),
+    );
+    assert_eq!(flags.status, 200, "{}", flags.body);
+    assert_eq!(
+        server.get(&format!("/rest/vcs/{bobs}")).json()["jobs"],
+        json!([])
+    );
+    // Nor does he submit into her container.
+    let into_hers = submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+               "virtualContainers": [{"name": carols}]}),
+    );
+    assert_eq!(into_hers.status, 400, "{}", into_hers.body);
+    assert!(into_hers.messages().contains("does not exist"));
+    assert_eq!(
+        server.get(&format!("/rest/vcs/{carols}")).json()["jobs"],
+        json!([])
+    );
+}
+
+// 7. The data directory and its files are the service's alone.
+#[test]
+fn the_data_directory_is_private_and_tightened_at_start() {
+    if !system_accounts() {
+        return;
+    }
+    let top = tempfile::tempdir().unwrap();
+    let data = top.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::set_permissions(&data, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let log = data.join("events.log");
+    std::fs::write(&log, "").unwrap();
+    std::fs::set_permissions(&log, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let server = with_accounts()
+        .sqlite()
+        .config(|c| c.data_dir = data.clone())
+        .start();
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&log), 0o600);
+    let work = scratch_dir();
+    // A job's secret goes to the store; another user's job cannot read it there.
+    let secret = submitted(&submit_as(
+        &server,
+        CAROL,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"],
+               "environmentVariables": {"TOKEN": "s3cret"}}),
+    ));
+    assert!(!secret.is_empty());
+    for file in ["drover.db", "drover.db-wal"] {
+        assert_eq!(mode(&data.join(file)), 0o600, "{file}");
+    }
+    let out = work.path().join("peek.txt");
+    let peek = script(
+        work.path(),
+        "peek.sh",
+        &format!(
+            "cat {dir}/drover.db-wal {dir}/drover.db {dir}/events.log >/dev/null 2>&1 && echo read || echo denied",
+            dir = data.display()
+        ),
+    );
+    let id = submitted(&submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": peek, "initialWorkingDirectory": work.path(), "standardOutputFilePath": out}),
+    ));
+    wait_state(&server, &id, "Completed");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "denied\n");
+}
+
+// 8. Reservations by ordinary users: administrators only by default, else bounded.
+#[test]
+fn ordinary_users_reserve_only_within_the_limits() {
+    if !system_accounts() {
+        return;
+    }
+    let reserve = |server: &TestServer, who: Auth, body: Value| {
+        send(server, "POST", "/rest/reservations", who, &body)
+    };
+    let year = json!({"hostListExpression": "n1,n2", "duration": 365 * 86_400,
+                      "flags": ["DEDICATEDRESOURCE"]});
+    let server = with_accounts().start();
+    let refused = reserve(&server, as_(BOB), year.clone());
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(refused.messages().contains("only administrators"));
+    assert_eq!(server.get("/rest/reservations").json()["totalCount"], 0);
+    drop(server);
+
+    let server = with_accounts()
+        .config(|c| {
+            c.scheduler.limits.user_reservation_max_seconds = 3600;
+            c.scheduler.limits.user_reservation_max_processors = Some(2);
+        })
+        .start();
+    let long = reserve(&server, as_(BOB), year.clone());
+    assert_eq!(long.status, 400, "{}", long.body);
+    assert!(long.messages().contains("user_reservation_max_seconds"));
+    let wide = reserve(
+        &server,
+        as_(BOB),
+        json!({"hostListExpression": "n1,n2", "duration": 600}),
+    );
+    assert_eq!(wide.status, 400, "{}", wide.body);
+    assert!(wide.messages().contains("user_reservation_max_processors"));
+    let fits = reserve(
+        &server,
+        as_(BOB),
+        json!({"hostListExpression": "n1", "duration": 600}),
+    );
+    assert_eq!(fits.status, 201, "{}", fits.body);
+    // Administrators are not limited.
+    let admins = reserve(
+        &server,
+        Auth::Admin,
+        json!({"hostListExpression": "n2", "duration": 365 * 86_400}),
+    );
+    assert_eq!(admins.status, 201, "{}", admins.body);
+}
+
+/// The whole answer on a new connection to `server` after writing `head`, and how long
+/// it took to come (the server closes the connection after it).
+fn raw_answer(server: &TestServer, head: &[u8]) -> (String, Duration) {
+    let mut stream = TcpStream::connect(&server.address).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    let started = Instant::now();
+    stream.write_all(head).unwrap();
+    let mut answer = Vec::new();
+    let _ = stream.read_to_end(&mut answer);
+    (
+        String::from_utf8_lossy(&answer).into_owned(),
+        started.elapsed(),
+    )
+}
+
+fn basic(user: &str, password: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+}
+
+// 9. Requests cost little before their login is good, and slow or oversized ones end.
+#[test]
+fn large_bodies_wait_for_a_good_login_and_slow_requests_are_cut_off() {
+    let server = TestServer::builder()
+        .config(|c| {
+            c.header_timeout_seconds = 1;
+            c.body_timeout_seconds = 1;
+        })
+        .start();
+    // A large body announced with a wrong password: answered before any of it is sent.
+    let head = format!(
+        "POST /rest/jobs HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 5000000\r\n\r\n",
+        basic("alice", "wrong")
+    );
+    let (answer, took) = raw_answer(&server, head.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("\"messages\""), "{answer}");
+    assert!(took < Duration::from_secs(5), "{took:?}");
+    // A head sent too slowly: the connection is closed.
+    let (answer, took) = raw_answer(&server, b"GET /rest/diag/about HTTP/1.1\r\nHo");
+    assert!(!answer.contains("200 OK"), "{answer}");
+    assert!(took < Duration::from_secs(10), "closed after {took:?}");
+    // A body sent too slowly: 408 in JSON.
+    let head = format!(
+        "POST /rest/test/none HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {}\r\n\
+         Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"a\":",
+        basic("admin", PASSWORD)
+    );
+    let (answer, took) = raw_answer(&server, head.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("did not arrive in time"), "{answer}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    // Too long a target, too many headers: JSON answers.
+    let long = server.get(&format!("/rest/jobs?query={}", "x".repeat(20_000)));
+    assert_eq!(long.status, 414, "{}", long.body);
+    assert!(long.messages().contains("too long"), "{}", long.body);
+    let mut head = "GET /rest/diag/about HTTP/1.1\r\nHost: x\r\n".to_string();
+    for i in 0..150 {
+        head.push_str(&format!("X-Filler-{i}: {i}\r\n"));
+    }
+    head.push_str("\r\n");
+    let (answer, _) = raw_answer(&server, head.as_bytes());
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert!(answer.contains("\"messages\""), "{answer}");
+}
+
+// 9. Another user's job is answered as missing; a path a user cannot reach is answered
+//    like one that does not exist.
+#[test]
+fn answers_tell_nothing_of_what_a_user_may_not_see() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().start();
+    let work = scratch_dir();
+    let carols = submitted(&submit_as(
+        &server,
+        CAROL,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    ));
+    for (method, path, body) in [
+        ("PUT", format!("/rest/jobs/{carols}/hold"), json!({})),
+        (
+            "PUT",
+            format!("/rest/jobs/{carols}?api-version=2"),
+            json!({"customName": "x"}),
+        ),
+        ("DELETE", format!("/rest/jobs/{carols}"), json!({})),
+        ("GET", format!("/rest/jobs/{carols}"), json!({})),
+    ] {
+        let theirs = send(&server, method, &path, as_(BOB), &body);
+        let missing = send(
+            &server,
+            method,
+            &path.replace(&carols, "Drover.999"),
+            as_(BOB),
+            &body,
+        );
+        assert_eq!(theirs.status, 404, "{method} {path}: {}", theirs.body);
+        assert_eq!(missing.status, 404, "{method} {path}: {}", missing.body);
+    }
+
+    // A root-only directory with a world-readable script in it.
+    let hidden = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(hidden.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let inside = hidden.path().join("inside");
+    std::fs::create_dir(&inside).unwrap();
+    std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let there = script(hidden.path(), "there.sh", "true");
+    let answer = |body: Value| {
+        let reply = submit_as(&server, BOB, body);
+        assert_eq!(reply.status, 400, "{}", reply.body);
+        reply.messages()
+    };
+    let existing = answer(json!({"commandFile": "/bin/true", "initialWorkingDirectory": inside}));
+    let absent = answer(
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": hidden.path().join("absent")}),
+    );
+    assert_eq!(
+        existing.replace("inside", "?"),
+        absent.replace("absent", "?"),
+        "the same answer for a directory there and one not there"
+    );
+    let existing = answer(json!({"commandFile": there, "initialWorkingDirectory": work.path()}));
+    let absent = answer(json!({"commandFile": hidden.path().join("gone.sh"),
+                               "initialWorkingDirectory": work.path()}));
+    assert_eq!(
+        existing.replace("there.sh", "?"),
+        absent.replace("gone.sh", "?")
+    );
+}
