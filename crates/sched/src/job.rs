@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 
 use crate::clock::Seconds;
@@ -16,7 +18,9 @@ pub struct Job {
     pub id: String,
     /// Submission order; also the number in the id.
     pub seq: u64,
-    pub spec: JobSpec,
+    /// What was asked, shared: the sub-jobs of an array hold one copy between them, and
+    /// a change makes the job a copy of its own (`Arc::make_mut`).
+    pub spec: Arc<JobSpec>,
     pub status: JobStatus,
     /// Its part in a job array, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -670,10 +674,23 @@ impl Job {
 
     /// Sub-job `index` of this master, as submitted (nothing has happened to it yet).
     pub fn array_member_at(&self, index: i64) -> Job {
-        let mut spec = self.spec.clone();
+        self.array_member_with(index, &self.array_member_spec())
+    }
+
+    /// What every sub-job of this master asks: the master's submission, flagged as a
+    /// sub-job's. Made once per array and shared by its sub-jobs, so that a sub-job
+    /// costs a small record whatever the submission carries.
+    pub fn array_member_spec(&self) -> Arc<JobSpec> {
+        let mut spec = JobSpec::clone(&self.spec);
         spec.flags
             .retain(|f| f != "ARRAYMASTER" && !f.starts_with("CANCELON"));
         spec.flags.push("ARRAYJOB".into());
+        Arc::new(spec)
+    }
+
+    /// Sub-job `index` of this master, asking `spec` ([`Job::array_member_spec`]).
+    pub fn array_member_with(&self, index: i64, spec: &Arc<JobSpec>) -> Job {
+        let spec = spec.clone();
         let submit = self.status.dates.submit;
         Job {
             id: format!("{}[{index}]", self.id),
@@ -831,7 +848,8 @@ mod tests {
                 ],
                 holds: vec![Hold::User],
                 ..Default::default()
-            },
+            }
+            .into(),
             status: JobStatus {
                 state: JobState::Running,
                 submitter: "ann".into(),
@@ -851,5 +869,18 @@ mod tests {
         );
         assert_eq!(member.status.dates.submit, 100);
         assert!(member.output_path(Output::Stdout).ends_with("sweep.o4-7"));
+        // The sub-jobs of one array hold one copy of what was asked.
+        let shared = master.array_member_spec();
+        let (a, b) = (
+            master.array_member_with(1, &shared),
+            master.array_member_with(2, &shared),
+        );
+        assert!(Arc::ptr_eq(&a.spec, &b.spec));
+        assert_eq!(a.spec, member.spec);
+        eprintln!(
+            "a job record is {} bytes, what it asks {} more, shared by an array's sub-jobs",
+            std::mem::size_of::<Job>(),
+            std::mem::size_of::<JobSpec>()
+        );
     }
 }

@@ -413,7 +413,8 @@ mod tests {
                 duration,
                 account: Some("physics".into()),
                 ..Default::default()
-            },
+            }
+            .into(),
             status: JobStatus {
                 submitter: user.into(),
                 ..Default::default()

@@ -78,7 +78,11 @@ impl Engine {
         let mut master = self.new_job(spec, &user, by);
         master.array = Some(Box::new(ArrayPart::Master(array)));
         let id = master.id.clone();
-        let members: Vec<Job> = indices.iter().map(|&i| master.array_member_at(i)).collect();
+        let shared = master.array_member_spec();
+        let members: Vec<Job> = indices
+            .iter()
+            .map(|&i| master.array_member_with(i, &shared))
+            .collect();
         let master_position = self.add_job(master);
         let first = master_position + 1;
         {
@@ -217,7 +221,7 @@ impl Engine {
                 },
                 ..Default::default()
             },
-            spec,
+            spec: Arc::new(spec),
             array: None,
         }
     }
@@ -518,7 +522,8 @@ impl Engine {
         let now = self.now();
         let mut changed = Vec::new();
         self.update(position, |job| {
-            let spec = &mut job.spec;
+            // A sub-job gets a copy of its array's submission to change.
+            let spec = Arc::make_mut(&mut job.spec);
             macro_rules! set {
                 ($field:expr, $value:expr, $name:literal) => {
                     if let Some(value) = $value {
@@ -568,8 +573,8 @@ impl Engine {
             if !changes.variables.is_empty() {
                 for (name, value) in changes.variables {
                     match value {
-                        Some(value) => job.spec.variables.insert(name, value),
-                        None => job.spec.variables.remove(&name),
+                        Some(value) => spec.variables.insert(name, value),
+                        None => spec.variables.remove(&name),
                     };
                 }
                 changed.push("variables");

@@ -244,10 +244,19 @@ fn with_array_members(jobs: Vec<Job>) -> Vec<Job> {
         let indices = spec.indices();
         let master = job.clone();
         all.push(job);
+        let shared = master.array_member_spec();
         for index in indices {
             let id = format!("{}[{index}]", master.id);
-            let member = stored.remove(&id).unwrap_or_else(|| {
-                let mut member = master.array_member_at(index);
+            let member = match stored.remove(&id) {
+                // A stored sub-job asks what its master's others do: one copy of it.
+                Some(mut member) if member.spec == shared => {
+                    member.spec = shared.clone();
+                    Some(member)
+                }
+                other => other,
+            };
+            let member = member.unwrap_or_else(|| {
+                let mut member = master.array_member_with(index, &shared);
                 if master.status.state.is_final() {
                     // A sub-job that never ran under a master that has ended was
                     // cancelled with it.

@@ -150,7 +150,8 @@ mod tests {
             spec: JobSpec {
                 duration,
                 ..Default::default()
-            },
+            }
+            .into(),
             status,
             array: None,
         }
