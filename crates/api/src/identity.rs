@@ -25,22 +25,32 @@ const MAX_PROXIED: usize = 10_000;
 /// source address at most; more are answered 429 unchecked.
 const PENDING_CHECKS_PER_SOURCE: usize = 128;
 
-/// Bounds the password checks that run at once: each argon2 verification takes about
-/// 19 MiB and a core for milliseconds, so a flood of logins that are not remembered
-/// must queue, not run all at once. At most one per core runs; the rest wait in turn,
-/// and one source may have only so many waiting.
+/// Bounds the password checks that run at once. Checks from one source address take
+/// turns: the throttle's "is it blocked?" and "count the failure" then happen without
+/// another check of that source between them, so parallel guesses cannot outrun the
+/// count (and a flood from one address uses one core). A source may have only so many
+/// checks waiting. Argon2 verifications (about 19 MiB and a core for milliseconds each)
+/// run at most one per core whatever their source; directory binds wait on the network,
+/// not on a core, and take no part in that bound.
 pub(crate) struct PasswordChecks {
-    running: Arc<tokio::sync::Semaphore>,
-    pending: Mutex<HashMap<String, usize>>,
+    cores: Arc<tokio::sync::Semaphore>,
+    sources: Mutex<HashMap<String, SourceTurns>>,
 }
 
-/// A password check's turn: while held, it may run.
-pub(crate) struct CheckTurn<'a> {
-    _running: tokio::sync::OwnedSemaphorePermit,
+/// The checks of one source: how many are pending, and the turn they take.
+struct SourceTurns {
+    pending: usize,
+    turn: Arc<tokio::sync::Mutex<()>>,
+}
+
+/// A source's turn to check a password: while held, no other check of that source runs.
+pub(crate) struct SourceTurn<'a> {
+    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
     _pending: Pending<'a>,
 }
 
-/// One check counted as pending from a source, until dropped.
+/// One check counted as pending from a source, until dropped (also when the request is
+/// given up while it waits).
 struct Pending<'a> {
     checks: &'a PasswordChecks,
     source: Option<String>,
@@ -49,11 +59,11 @@ struct Pending<'a> {
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
         if let Some(source) = &self.source {
-            let mut pending = self.checks.pending.lock().unwrap();
-            if let Some(count) = pending.get_mut(source) {
-                *count -= 1;
-                if *count == 0 {
-                    pending.remove(source);
+            let mut sources = self.checks.sources.lock().unwrap();
+            if let Some(turns) = sources.get_mut(source) {
+                turns.pending -= 1;
+                if turns.pending == 0 {
+                    sources.remove(source);
                 }
             }
         }
@@ -64,18 +74,32 @@ impl PasswordChecks {
     pub(crate) fn new() -> Self {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         PasswordChecks {
-            running: Arc::new(tokio::sync::Semaphore::new(cores.max(2))),
-            pending: Mutex::new(HashMap::new()),
+            cores: Arc::new(tokio::sync::Semaphore::new(cores.max(2))),
+            sources: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Waits for a turn to check a password from `source`; refused when that source has
-    /// too many checks waiting already.
-    async fn turn(&self, source: Option<&str>) -> Result<CheckTurn<'_>, ApiError> {
-        if let Some(source) = source {
-            let mut pending = self.pending.lock().unwrap();
-            let count = pending.entry(source.to_string()).or_default();
-            if *count >= PENDING_CHECKS_PER_SOURCE {
+    /// Waits for `source`'s turn to check a password; refused when that source has too
+    /// many checks waiting already.
+    async fn source_turn(&self, source: Option<&str>) -> Result<SourceTurn<'_>, ApiError> {
+        let Some(source) = source else {
+            return Ok(SourceTurn {
+                _turn: None,
+                _pending: Pending {
+                    checks: self,
+                    source: None,
+                },
+            });
+        };
+        let turn = {
+            let mut sources = self.sources.lock().unwrap();
+            let turns = sources
+                .entry(source.to_string())
+                .or_insert_with(|| SourceTurns {
+                    pending: 0,
+                    turn: Arc::new(tokio::sync::Mutex::new(())),
+                });
+            if turns.pending >= PENDING_CHECKS_PER_SOURCE {
                 return Err(ApiError::new(
                     crate::error::Kind::TooManyRequests,
                     [
@@ -84,22 +108,27 @@ impl PasswordChecks {
                     ],
                 ));
             }
-            *count += 1;
-        }
+            turns.pending += 1;
+            turns.turn.clone()
+        };
         let pending = Pending {
             checks: self,
-            source: source.map(String::from),
+            source: Some(source.to_string()),
         };
-        let running = self
-            .running
+        Ok(SourceTurn {
+            _turn: Some(turn.lock_owned().await),
+            _pending: pending,
+        })
+    }
+
+    /// Waits for a core to verify an argon2 hash on; held until the verification ends
+    /// (move it into the blocking task: a request given up does not stop that task).
+    async fn core(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        self.cores
             .clone()
             .acquire_owned()
             .await
-            .map_err(ApiError::internal)?;
-        Ok(CheckTurn {
-            _running: running,
-            _pending: pending,
-        })
+            .map_err(ApiError::internal)
     }
 }
 
@@ -213,18 +242,18 @@ pub(crate) async fn authenticate(
     let source = source.map(|ip| ip.to_string());
     let source = source.as_deref();
     let access = state.access();
-    // Counted before the check, so that attempts sent at once cannot outrun the count.
-    let throttle = access.throttle();
-    let starts_block = match throttle.attempt(source, &user) {
-        Ok(starts_block) => starts_block,
-        // Not audited one by one (a flood would fill the store): the block's start was.
-        Err(wait) => return Err(ApiError::throttled(wait.as_secs().max(1))),
-    };
-    let turn = access.password_checks().turn(source).await?;
+    // One check of this source at a time: between the throttle's look below and its
+    // count of a failure, no other check of the source runs.
+    let checks = access.password_checks();
+    let _turn = checks.source_turn(source).await?;
     // Another request's check may have verified this very login meanwhile.
     if let Some(identity) = auth.remembered(&user, &password) {
-        throttle.succeeded(source, &user);
         return Ok(identity);
+    }
+    let throttle = access.throttle();
+    if let Some(wait) = throttle.wait(source, &user) {
+        // Not audited one by one (a flood would fill the store): the block's start was.
+        return Err(ApiError::throttled(wait.as_secs().max(1)));
     }
     let verified = match (&state.settings().directory, auth.is_local(&user)) {
         (Some(directory), false) => match directory.login(&user, &password).await {
@@ -236,9 +265,11 @@ pub(crate) async fn authenticate(
             Err(DirectoryError::Unavailable(why)) => return Err(directory_down(why)),
         },
         _ => {
+            let core = checks.core().await?;
             let auth = auth.clone();
             let name = user.clone();
             tokio::task::spawn_blocking(move || {
+                let _core = core;
                 let identity = with_system_groups(auth.verify(&name, &password)?);
                 // Remembered again, with its groups.
                 auth.remember(&name, &password, identity.clone());
@@ -248,14 +279,14 @@ pub(crate) async fn authenticate(
             .map_err(ApiError::internal)?
         }
     };
-    drop(turn);
     match verified {
         Some(identity) => {
-            throttle.succeeded(source, &user);
+            throttle.succeeded(&user);
             audit::record(state, Audit::Login, &user, source, "login checked".into());
             Ok(identity)
         }
         None => {
+            let blocked = throttle.failed(source, &user);
             audit::record(
                 state,
                 Audit::LoginFailed,
@@ -263,7 +294,7 @@ pub(crate) async fn authenticate(
                 source,
                 "login refused".into(),
             );
-            if starts_block {
+            if blocked {
                 audit::record(
                     state,
                     Audit::LoginThrottled,
@@ -274,5 +305,60 @@ pub(crate) async fn authenticate(
             }
             Err(ApiError::unauthorized())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn checks_of_one_source_take_turns_and_only_so_many_wait() {
+        let checks = PasswordChecks::new();
+        let first = checks.source_turn(Some("10.0.0.1")).await.unwrap();
+        // The source's next check waits; one given up (its client went away) no longer
+        // counts. Another source does not wait.
+        let next = tokio::time::timeout(
+            Duration::from_millis(20),
+            checks.source_turn(Some("10.0.0.1")),
+        )
+        .await;
+        assert!(next.is_err(), "a second check of one source waits");
+        assert_eq!(checks.sources.lock().unwrap()["10.0.0.1"].pending, 1);
+        let other = checks.source_turn(Some("10.0.0.2")).await.unwrap();
+        drop(other);
+
+        let mut waiting: Vec<_> = (1..PENDING_CHECKS_PER_SOURCE)
+            .map(|_| Box::pin(checks.source_turn(Some("10.0.0.1"))))
+            .collect();
+        for check in &mut waiting {
+            let started = tokio::time::timeout(Duration::from_millis(1), check.as_mut()).await;
+            assert!(started.is_err(), "the first still holds the turn");
+        }
+        assert!(
+            checks.source_turn(Some("10.0.0.1")).await.is_err(),
+            "the 129th pending check of one source is refused"
+        );
+        drop(waiting);
+        drop(first);
+        assert!(
+            checks.sources.lock().unwrap().is_empty(),
+            "every count returned"
+        );
+    }
+
+    #[tokio::test]
+    async fn argon2_checks_run_one_per_core() {
+        let checks = PasswordChecks::new();
+        let cores = checks.cores.available_permits();
+        let held: Vec<_> = futures_util::future::join_all((0..cores).map(|_| checks.core()))
+            .await
+            .into_iter()
+            .map(Result::unwrap)
+            .collect();
+        let more = tokio::time::timeout(Duration::from_millis(20), checks.core()).await;
+        assert!(more.is_err(), "a check beyond one per core waits");
+        drop(held);
+        assert!(checks.core().await.is_ok());
     }
 }

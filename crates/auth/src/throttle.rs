@@ -40,36 +40,38 @@ impl LoginThrottle {
         keys
     }
 
-    /// Counts an attempt of `user` from `source` *before* its password is checked, so
-    /// that logins sent at once cannot outrun the count: `Err(wait)` when the source or
-    /// the name is blocked (the attempt is refused unchecked), else `Ok(starts_block)`:
-    /// whether this attempt, if it fails, starts a block. A good login then calls
-    /// [`LoginThrottle::succeeded`], which takes the attempt back.
-    pub fn attempt(&self, source: Option<&str>, user: &str) -> Result<bool, Duration> {
+    /// How long until `source` and `user` may try again; `None`: now.
+    pub fn wait(&self, source: Option<&str>, user: &str) -> Option<Duration> {
         if self.max_failures == 0 {
-            return Ok(false);
+            return None;
         }
         let now = Instant::now();
-        let mut failures = self.failures.lock().unwrap();
-        let keys = Self::keys(source, user);
-        let wait = keys
+        let failures = self.failures.lock().unwrap();
+        Self::keys(source, user)
             .iter()
             .filter_map(|key| failures.get(key))
             .filter(|f| f.count >= self.max_failures)
             .filter_map(|f| (f.since + self.window).checked_duration_since(now))
             .filter(|left| !left.is_zero())
-            .max();
-        if let Some(wait) = wait {
-            return Err(wait);
+            .max()
+    }
+
+    /// Counts a failed login of `user` from `source`; `true` when this failure starts a
+    /// block (of the name, the source or both).
+    pub fn failed(&self, source: Option<&str>, user: &str) -> bool {
+        if self.max_failures == 0 {
+            return false;
         }
+        let now = Instant::now();
+        let mut failures = self.failures.lock().unwrap();
         if failures.len() >= MAX_TRACKED {
             failures.retain(|_, f| f.since + self.window > now);
             if failures.len() >= MAX_TRACKED {
                 failures.clear();
             }
         }
-        let mut starts_block = false;
-        for key in keys {
+        let mut blocked = false;
+        for key in Self::keys(source, user) {
             let entry = failures.entry(key).or_insert(Failures {
                 count: 0,
                 since: now,
@@ -81,21 +83,17 @@ impl LoginThrottle {
                 };
             }
             entry.count += 1;
-            starts_block |= entry.count == self.max_failures;
+            blocked |= entry.count == self.max_failures;
         }
-        Ok(starts_block)
+        blocked
     }
 
-    /// A good login of `user` from `source`: forgives that name's failures, and takes
-    /// back the source's count of this attempt (not its earlier failures).
-    pub fn succeeded(&self, source: Option<&str>, user: &str) {
-        let mut failures = self.failures.lock().unwrap();
-        failures.remove(&format!("user:{user}"));
-        if let Some(source) = source
-            && let Some(entry) = failures.get_mut(&format!("source:{source}"))
-        {
-            entry.count = entry.count.saturating_sub(1);
-        }
+    /// A good login of `user` forgives that name's failures (not the source's).
+    pub fn succeeded(&self, user: &str) {
+        self.failures
+            .lock()
+            .unwrap()
+            .remove(&format!("user:{user}"));
     }
 }
 
@@ -104,54 +102,32 @@ mod tests {
     use super::*;
 
     #[test]
-    fn too_many_attempts_block_the_source_and_the_name() {
+    fn too_many_failures_block_the_source_and_the_name() {
         let throttle = LoginThrottle::new(3, Duration::from_secs(60));
         for _ in 0..2 {
-            assert_eq!(throttle.attempt(Some("10.0.0.1"), "alice"), Ok(false));
+            assert!(!throttle.failed(Some("10.0.0.1"), "alice"));
         }
-        assert_eq!(
-            throttle.attempt(Some("10.0.0.1"), "alice"),
-            Ok(true),
-            "this attempt starts the block if it fails"
+        assert_eq!(throttle.wait(Some("10.0.0.1"), "alice"), None);
+        assert!(
+            throttle.failed(Some("10.0.0.1"), "alice"),
+            "the block starts"
         );
-        assert!(throttle.attempt(Some("10.0.0.1"), "alice").is_err());
+        assert!(throttle.wait(Some("10.0.0.1"), "alice").is_some());
         // The same name from elsewhere, and the same source for another name.
-        assert!(throttle.attempt(Some("10.0.0.2"), "alice").is_err());
-        assert!(throttle.attempt(Some("10.0.0.1"), "bob").is_err());
-        assert_eq!(throttle.attempt(Some("10.0.0.2"), "bob"), Ok(false));
-        throttle.succeeded(Some("10.0.0.2"), "bob");
-        throttle.succeeded(Some("10.0.0.2"), "alice");
-        assert_eq!(throttle.attempt(Some("10.0.0.3"), "alice"), Ok(false));
+        assert!(throttle.wait(Some("10.0.0.2"), "alice").is_some());
+        assert!(throttle.wait(Some("10.0.0.1"), "bob").is_some());
+        assert_eq!(throttle.wait(Some("10.0.0.2"), "bob"), None);
+        throttle.succeeded("alice");
+        assert_eq!(throttle.wait(Some("10.0.0.2"), "alice"), None);
     }
 
     #[test]
-    fn attempts_are_counted_before_they_are_checked() {
-        // Many attempts at once: only max_failures of them get to be checked.
-        let throttle = LoginThrottle::new(10, Duration::from_secs(60));
-        let admitted = (0..300)
-            .filter(|_| throttle.attempt(Some("10.0.0.9"), "carol").is_ok())
-            .count();
-        assert_eq!(admitted, 10);
-    }
-
-    #[test]
-    fn a_good_login_takes_its_attempt_back() {
-        let throttle = LoginThrottle::new(2, Duration::from_secs(60));
-        for _ in 0..5 {
-            assert!(throttle.attempt(Some("10.0.0.1"), "alice").is_ok());
-            throttle.succeeded(Some("10.0.0.1"), "alice");
-        }
-        assert!(throttle.attempt(Some("10.0.0.1"), "alice").is_ok());
-    }
-
-    #[test]
-    fn attempts_expire_with_the_window_and_zero_turns_it_off() {
+    fn failures_expire_with_the_window_and_zero_turns_it_off() {
         let throttle = LoginThrottle::new(1, Duration::ZERO);
-        let _ = throttle.attempt(None, "a");
-        assert_eq!(throttle.attempt(None, "a"), Ok(true));
+        throttle.failed(None, "a");
+        assert_eq!(throttle.wait(None, "a"), None);
         let off = LoginThrottle::new(0, Duration::from_secs(60));
-        for _ in 0..3 {
-            assert_eq!(off.attempt(None, "a"), Ok(false));
-        }
+        off.failed(None, "a");
+        assert_eq!(off.wait(None, "a"), None);
     }
 }

@@ -472,6 +472,20 @@ fn parallel_bad_logins_cannot_outrun_the_throttle() {
         checked <= 5,
         "at most 5 passwords were checked: {statuses:?}"
     );
+
+    // Good logins sent at once from one address (a pooled client starting) all pass:
+    // they take turns, and all but the first find the login verified.
+    let server = TestServer::builder()
+        .config(|c| c.access.max_failed_logins = 2)
+        .start();
+    std::thread::scope(|s| {
+        let threads: Vec<_> = (0..30)
+            .map(|_| s.spawn(|| server.get_as(Auth::User, "/rest/diag/about").status))
+            .collect();
+        for thread in threads {
+            assert_eq!(thread.join().unwrap(), 200);
+        }
+    });
 }
 
 // 6. Virtual containers hold only what is the caller's own; the creator is never a name
