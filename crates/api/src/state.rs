@@ -46,6 +46,9 @@ pub struct Settings {
     pub max_body_bytes: usize,
     /// How long a client has to send a body once its head has arrived.
     pub body_timeout: std::time::Duration,
+    /// The largest job submission or change of an ordinary user (`[scheduler.limits]
+    /// max_submission_bytes`).
+    pub max_submission_bytes: usize,
     pub proxy: ProxySettings,
     pub build: BuildInfo,
     /// The directory (LDAP) configuration, when there is one.

@@ -141,6 +141,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         dates: config.dates()?,
         max_body_bytes: config.max_body_bytes,
         body_timeout: Duration::from_secs(config.body_timeout_seconds),
+        max_submission_bytes: config.scheduler.limits.max_submission_bytes,
         proxy: ProxySettings {
             enabled: config.scheduler.enable_proxy,
             allowed_users: config.scheduler.proxy_users.clone(),

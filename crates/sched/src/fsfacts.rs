@@ -38,6 +38,8 @@ pub struct Facts {
 #[derive(Debug, Default)]
 pub struct FileFacts {
     remembered: HashMap<PathBuf, (Instant, Option<Facts>), foldhash::fast::FixedState>,
+    /// Where paths resolve to (symbolic links followed), when they do.
+    resolved: HashMap<PathBuf, (Instant, Option<PathBuf>), foldhash::fast::FixedState>,
 }
 
 impl FileFacts {
@@ -77,12 +79,37 @@ impl FileFacts {
     }
 
     /// Whether `user` may reach `path`: every directory above it exists and lets them
-    /// in. The service looks as root; without this, its answers about a path would tell
-    /// a user what lies in directories they cannot enter.
+    /// in, as written and, where symbolic links lead elsewhere, where they lead. The
+    /// service looks as root; without this, its answers about a path would tell a user
+    /// what lies in directories they cannot enter. A path that does not resolve is left
+    /// to the caller's own check of it, which refuses it the same way.
     pub fn reachable(&mut self, path: &Path, user: &SystemUser) -> bool {
-        path.ancestors()
-            .skip(1)
-            .all(|dir| self.check(dir, |facts| facts.is_some_and(|f| user.may_enter(&f))))
+        let remembered = match self.resolved.get(path) {
+            Some((when, real)) if when.elapsed() < REMEMBERED_FOR => Some(real.clone()),
+            _ => None,
+        };
+        if let Some(real) = remembered
+            && self.ancestors_let_in(path, real.as_deref(), user)
+        {
+            return true;
+        }
+        // Nothing refused on a remembered fact: resolved again.
+        let real = std::fs::canonicalize(path).ok();
+        if self.resolved.len() >= MOST_PATHS {
+            self.resolved.clear();
+        }
+        self.resolved
+            .insert(path.to_path_buf(), (Instant::now(), real.clone()));
+        self.ancestors_let_in(path, real.as_deref(), user)
+    }
+
+    /// Whether every directory above `path`, and above `real` (where it resolves to), lets
+    /// `user` in.
+    fn ancestors_let_in(&mut self, path: &Path, real: Option<&Path>, user: &SystemUser) -> bool {
+        let mut enters =
+            |dir: &Path| self.check(dir, |facts| facts.is_some_and(|f| user.may_enter(&f)));
+        path.ancestors().skip(1).all(&mut enters)
+            && real.is_none_or(|real| real == path || real.ancestors().skip(1).all(&mut enters))
     }
 
     /// Whether `accept` holds for the facts of `path`: first as remembered, and when

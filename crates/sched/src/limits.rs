@@ -6,6 +6,11 @@ use serde::Deserialize;
 
 use crate::job::ArraySpec;
 
+/// The longest message an ordinary user may add to a job, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// The most messages a job keeps; the oldest go first.
+pub const MAX_JOB_MESSAGES: usize = 100;
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -13,6 +18,10 @@ pub struct Limits {
     pub max_array_size: usize,
     /// The most jobs (array sub-jobs included) one user may have waiting to start.
     pub max_queued_jobs_per_user: usize,
+    /// The largest job submission (or change) of an ordinary user, in bytes of its
+    /// body, and the most its variables may add up to: with the queued-jobs limit, this
+    /// bounds the memory one user's queue takes.
+    pub max_submission_bytes: usize,
     /// The longest reservation an ordinary user may make, in seconds; 0 (the default):
     /// only administrators create reservations.
     pub user_reservation_max_seconds: i64,
@@ -26,6 +35,7 @@ impl Default for Limits {
         Limits {
             max_array_size: 1001,
             max_queued_jobs_per_user: 10_000,
+            max_submission_bytes: 64 * 1024,
             user_reservation_max_seconds: 0,
             user_reservation_max_processors: None,
         }
@@ -44,6 +54,9 @@ impl Limits {
         }
         if self.max_queued_jobs_per_user == 0 {
             problems.push("max_queued_jobs_per_user: must be at least 1".into());
+        }
+        if self.max_submission_bytes < 1024 {
+            problems.push("max_submission_bytes: must be at least 1024".into());
         }
         if self.user_reservation_max_seconds < 0 {
             problems.push("user_reservation_max_seconds: must not be negative".into());

@@ -41,6 +41,46 @@ pub struct JobChanges {
     pub variables: BTreeMap<String, Option<String>>,
 }
 
+impl JobChanges {
+    /// Whether these change what the job asks (its spec), not only its messages, holds
+    /// or system priority.
+    pub fn changes_request(&self) -> bool {
+        let JobChanges {
+            custom_name,
+            account,
+            qos_requested,
+            job_class,
+            earliest_start,
+            deadline,
+            flags,
+            holds: _,
+            messages: _,
+            duration,
+            partition,
+            partition_access_list,
+            reservation,
+            trigger,
+            user_priority,
+            system_priority: _,
+            variables,
+        } = self;
+        custom_name.is_some()
+            || account.is_some()
+            || qos_requested.is_some()
+            || job_class.is_some()
+            || earliest_start.is_some()
+            || deadline.is_some()
+            || flags.is_some()
+            || duration.is_some()
+            || partition.is_some()
+            || partition_access_list.is_some()
+            || reservation.is_some()
+            || trigger.is_some()
+            || user_priority.is_some()
+            || !variables.is_empty()
+    }
+}
+
 /// The job actions of `PUT /rest/jobs/<id>/<action>` and `DELETE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobAction {

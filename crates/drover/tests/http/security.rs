@@ -443,6 +443,57 @@ fn arrays_and_queued_jobs_are_limited_per_user() {
     assert_eq!(cancel.status, 200, "{}", cancel.body);
 }
 
+// 4. What one job of an ordinary user carries is bounded too, and grows only so far.
+#[test]
+fn a_job_carries_and_gathers_a_bounded_amount() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().start();
+    let work = scratch_dir();
+    let big = "x".repeat(100 * 1024);
+    let heavy = submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+               "environmentVariables": {"BIG": big}}),
+    );
+    assert_eq!(heavy.status, 413, "{}", heavy.body);
+    assert!(heavy.messages().contains("max_submission_bytes"));
+    let id = submitted(&submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    ));
+    let modify = |body: Value| {
+        send(
+            &server,
+            "PUT",
+            &format!("/rest/jobs/{id}?api-version=2"),
+            as_(BOB),
+            &body,
+        )
+    };
+    // Variables gathered over many changes stay within the bound.
+    let chunk = "v".repeat(30 * 1024);
+    assert_eq!(modify(json!({"variables": {"A": chunk}})).status, 200);
+    assert_eq!(modify(json!({"variables": {"B": chunk}})).status, 200);
+    let third = modify(json!({"variables": {"C": chunk}}));
+    assert_eq!(third.status, 400, "{}", third.body);
+    assert!(third.messages().contains("max_submission_bytes"));
+    // Messages: each of at most 4 KiB, and a job keeps its latest 100.
+    let long = modify(json!({"messages": [{"message": "m".repeat(5000)}]}));
+    assert_eq!(long.status, 400, "{}", long.body);
+    for i in 0..110 {
+        let reply = modify(json!({"messages": [{"message": format!("note {i}")}]}));
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let job = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    let messages = job["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 100, "{job}");
+    assert!(messages.last().unwrap().to_string().contains("note 109"));
+}
+
 // 5. Failed logins sent at once are counted before their passwords are checked.
 #[test]
 fn parallel_bad_logins_cannot_outrun_the_throttle() {
@@ -791,5 +842,28 @@ fn answers_tell_nothing_of_what_a_user_may_not_see() {
     assert_eq!(
         existing.replace("there.sh", "?"),
         absent.replace("gone.sh", "?")
+    );
+    // Nor through a symbolic link a user may make anywhere.
+    let link_there = work.path().join("link-there");
+    let link_gone = work.path().join("link-gone");
+    std::os::unix::fs::symlink(hidden.path().join("there.sh"), &link_there).unwrap();
+    std::os::unix::fs::symlink(hidden.path().join("gone.sh"), &link_gone).unwrap();
+    let existing =
+        answer(json!({"commandFile": link_there, "initialWorkingDirectory": work.path()}));
+    let absent = answer(json!({"commandFile": link_gone, "initialWorkingDirectory": work.path()}));
+    assert_eq!(
+        existing.replace("link-there", "?"),
+        absent.replace("link-gone", "?")
+    );
+    let dir_there = work.path().join("dir-there");
+    let dir_gone = work.path().join("dir-gone");
+    std::os::unix::fs::symlink(&inside, &dir_there).unwrap();
+    std::os::unix::fs::symlink(hidden.path().join("absent"), &dir_gone).unwrap();
+    let existing =
+        answer(json!({"commandFile": "/bin/true", "initialWorkingDirectory": dir_there}));
+    let absent = answer(json!({"commandFile": "/bin/true", "initialWorkingDirectory": dir_gone}));
+    assert_eq!(
+        existing.replace("dir-there", "?"),
+        absent.replace("dir-gone", "?")
     );
 }

@@ -12,6 +12,7 @@ use crate::job::{
     ArrayOutcome, ArrayPart, ArraySpec, Block, EndIntent, Hold, Job, JobDates, JobMessage, JobSpec,
     JobState, JobStatus, Output,
 };
+use crate::limits::{MAX_JOB_MESSAGES, MAX_MESSAGE_BYTES};
 use crate::node::{GenericEvent, NodeMessage};
 use crate::place::{self, Fit};
 use crate::request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};
@@ -299,6 +300,45 @@ impl Engine {
         Ok(user)
     }
 
+    /// What an ordinary user's change may add: messages of at most `MAX_MESSAGE_BYTES`,
+    /// and variables adding up to at most `max_submission_bytes`.
+    fn check_change_size(&self, job: &Job, changes: &JobChanges) -> Result<(), String> {
+        if let Some(long) = changes
+            .messages
+            .iter()
+            .find(|m| m.len() > MAX_MESSAGE_BYTES)
+        {
+            return Err(format!(
+                "messages: a message may have at most {MAX_MESSAGE_BYTES} bytes, not {}",
+                long.len()
+            ));
+        }
+        if changes.variables.is_empty() {
+            return Ok(());
+        }
+        let limit = self.config.limits.max_submission_bytes;
+        let kept: usize = job
+            .spec
+            .variables
+            .iter()
+            .filter(|(name, _)| !changes.variables.contains_key(*name))
+            .map(|(name, value)| name.len() + value.len())
+            .sum();
+        let added: usize = changes
+            .variables
+            .iter()
+            .filter_map(|(name, value)| value.as_ref().map(|v| name.len() + v.len()))
+            .sum();
+        if kept + added > limit {
+            return Err(format!(
+                "variables: they would add up to {} bytes, more than {limit} \
+                 ([scheduler.limits] max_submission_bytes)",
+                kept + added
+            ));
+        }
+        Ok(())
+    }
+
     /// An ordinary user may have at most `max_queued_jobs_per_user` jobs waiting to
     /// start; `adding` more would go over it. Counted from the book's indexes.
     fn check_queued_limit(
@@ -507,6 +547,9 @@ impl Engine {
         if changes.duration.is_some_and(|d| d < 0) {
             return Err(invalid("duration: must not be negative".into()));
         }
+        if !by.admin {
+            self.check_change_size(&job, &changes).map_err(invalid)?;
+        }
         if changes.system_priority.is_some() && !by.admin {
             return Err(SchedError::Forbidden(
                 "only administrators may set the system priority".into(),
@@ -521,72 +564,79 @@ impl Engine {
         self.remember_credential(CredentialKind::Qoses, changes.qos_requested.as_deref());
         let now = self.now();
         let mut changed = Vec::new();
+        // What is asked changes only when a field of it does: a sub-job then gets a copy
+        // of its array's submission of its own.
+        let changes_request = changes.changes_request();
+        let system_priority = changes.system_priority;
         self.update(position, |job| {
-            // A sub-job gets a copy of its array's submission to change.
-            let spec = Arc::make_mut(&mut job.spec);
-            macro_rules! set {
-                ($field:expr, $value:expr, $name:literal) => {
-                    if let Some(value) = $value {
-                        $field = value;
-                        changed.push($name);
-                    }
-                };
-            }
-            set!(spec.custom_name, changes.custom_name.map(Some), "name");
-            set!(spec.account, changes.account.map(Some), "account");
-            set!(
-                spec.qos_requested,
-                changes.qos_requested.map(Some),
-                "qosRequested"
-            );
-            set!(spec.job_class, changes.job_class.map(Some), "class");
-            set!(
-                spec.earliest_start,
-                changes.earliest_start.map(Some),
-                "earliestStartDate"
-            );
-            set!(spec.deadline, changes.deadline.map(Some), "deadlineDate");
-            set!(spec.flags, changes.flags, "flags");
-            set!(spec.duration, changes.duration.map(Some), "duration");
-            set!(
-                spec.request.partition,
-                changes.partition.map(Some),
-                "partition"
-            );
-            set!(
-                spec.extra.partition_access_list,
-                changes.partition_access_list,
-                "partitionAccessList"
-            );
-            set!(
-                spec.extra.reservation_requested,
-                changes.reservation.map(Some),
-                "reservationRequested"
-            );
-            set!(spec.extra.trigger, changes.trigger.map(Some), "trigger");
-            set!(spec.user_priority, changes.user_priority, "userPriority");
-            set!(
-                job.status.system_priority,
-                changes.system_priority,
-                "systemPriority"
-            );
-            if !changes.variables.is_empty() {
-                for (name, value) in changes.variables {
-                    match value {
-                        Some(value) => spec.variables.insert(name, value),
-                        None => spec.variables.remove(&name),
+            if changes_request {
+                let spec = Arc::make_mut(&mut job.spec);
+                macro_rules! set {
+                    ($field:expr, $value:expr, $name:literal) => {
+                        if let Some(value) = $value {
+                            $field = value;
+                            changed.push($name);
+                        }
                     };
                 }
-                changed.push("variables");
+                set!(spec.custom_name, changes.custom_name.map(Some), "name");
+                set!(spec.account, changes.account.map(Some), "account");
+                set!(
+                    spec.qos_requested,
+                    changes.qos_requested.map(Some),
+                    "qosRequested"
+                );
+                set!(spec.job_class, changes.job_class.map(Some), "class");
+                set!(
+                    spec.earliest_start,
+                    changes.earliest_start.map(Some),
+                    "earliestStartDate"
+                );
+                set!(spec.deadline, changes.deadline.map(Some), "deadlineDate");
+                set!(spec.flags, changes.flags, "flags");
+                set!(spec.duration, changes.duration.map(Some), "duration");
+                set!(
+                    spec.request.partition,
+                    changes.partition.map(Some),
+                    "partition"
+                );
+                set!(
+                    spec.extra.partition_access_list,
+                    changes.partition_access_list,
+                    "partitionAccessList"
+                );
+                set!(
+                    spec.extra.reservation_requested,
+                    changes.reservation.map(Some),
+                    "reservationRequested"
+                );
+                set!(spec.extra.trigger, changes.trigger.map(Some), "trigger");
+                set!(spec.user_priority, changes.user_priority, "userPriority");
+                if !changes.variables.is_empty() {
+                    for (name, value) in changes.variables {
+                        match value {
+                            Some(value) => spec.variables.insert(name, value),
+                            None => spec.variables.remove(&name),
+                        };
+                    }
+                    changed.push("variables");
+                }
+            }
+            if let Some(priority) = system_priority {
+                job.status.system_priority = priority;
+                changed.push("systemPriority");
             }
             if !changes.messages.is_empty() {
+                let messages = &mut job.status.messages;
                 for text in changes.messages {
-                    job.status.messages.push(JobMessage {
+                    messages.push(JobMessage {
                         text,
                         author: Some(by.user.clone()),
                         created: now,
                     });
                 }
+                let over = messages.len().saturating_sub(MAX_JOB_MESSAGES);
+                messages.drain(..over);
                 changed.push("messages");
             }
             if let Some(holds) = new_holds {
