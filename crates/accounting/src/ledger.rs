@@ -136,15 +136,16 @@ struct State {
     /// Sum of charges per account.
     charged: HashMap<String, Money>,
     liens: HashMap<String, Lien>,
-    /// Guaranteed quotes by the job they were made for.
-    quotes: HashMap<String, Quote>,
+    /// Guaranteed quotes by the job they were made for and the user they were made for:
+    /// one user's quote naming a job neither prices nor blocks another user's.
+    quotes: HashMap<(String, String), Quote>,
 }
 
 impl State {
     /// The guaranteed quote that prices `job` of `user`: one made for that job and for
     /// that user. A quote someone made naming another user's job binds nothing.
     fn guaranteed_for(&self, job: &str, user: &str) -> Option<&Quote> {
-        self.quotes.get(job).filter(|q| q.user == user)
+        self.quotes.get(&(job.to_string(), user.to_string()))
     }
 }
 
@@ -183,7 +184,9 @@ impl Ledger {
             if let Ok(quote) = serde_json::from_value::<Quote>(doc.body) {
                 state.next_id = state.next_id.max(quote.id);
                 if let Some(object) = &quote.object {
-                    state.quotes.insert(object.clone(), quote);
+                    state
+                        .quotes
+                        .insert((object.clone(), quote.user.clone()), quote);
                 }
             }
         }
@@ -317,14 +320,6 @@ impl Ledger {
                 )));
             }
         }
-        if let Some(object) = &request.object
-            && request.guarantee
-            && state.quotes.get(object).is_some_and(|q| q.user != user)
-        {
-            return Err(AccountingError::Invalid(vec![format!(
-                "id: '{object}' already has a guaranteed quote of another user"
-            )]));
-        }
         if !request.guarantee {
             return Ok(QuoteAnswer {
                 price,
@@ -366,7 +361,9 @@ impl Ledger {
             .map_err(|e| AccountingError::Store(e.to_string()))?;
         state.next_id = record_id;
         if let Some(object) = &request.object {
-            state.quotes.insert(object.clone(), quote);
+            state
+                .quotes
+                .insert((object.clone(), quote.user.clone()), quote);
         }
         Ok(QuoteAnswer {
             price,

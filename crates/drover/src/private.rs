@@ -1,7 +1,8 @@
 //! The data directory holds the store (jobs' environments among it), users' password
-//! hashes, the event log and the job spools: the service's alone. At start it is made
-//! (or tightened to) mode 0700, the files in it to 0600, and a directory that belongs to
-//! another user is refused: whoever owns it could swap what the service reads as root.
+//! hashes, the event log and the job spools: the service's alone. At start group and
+//! other permissions are taken away from it and from what it holds (a new one is made
+//! 0700), and a directory, or an entry in it, that belongs to another user is refused:
+//! whoever owns it could swap what the service reads as root.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
@@ -25,7 +26,7 @@ pub fn prepare_data_dir(dir: &Path, sqlite: Option<&Path>) -> Result<Vec<String>
             facts.uid()
         ));
     }
-    tighten(dir, facts.mode(), 0o700, &mut warnings)?;
+    tighten(dir, facts.mode(), &mut warnings)?;
     if let Some(database) = sqlite
         && !database.exists()
     {
@@ -39,22 +40,32 @@ pub fn prepare_data_dir(dir: &Path, sqlite: Option<&Path>) -> Result<Vec<String>
     }
     let entries = std::fs::read_dir(dir).map_err(|e| format!("cannot list {shown}: {e}"))?;
     for entry in entries.flatten() {
-        let Ok(facts) = entry.path().symlink_metadata() else {
+        let path = entry.path();
+        let Ok(facts) = path.symlink_metadata() else {
             continue;
         };
-        let private = if facts.is_dir() { 0o700 } else { 0o600 };
+        if facts.uid() != me {
+            return Err(format!(
+                "{} belongs to uid {}, not to the service's user (uid {me}): remove it or \
+                 give it to the service",
+                path.display(),
+                facts.uid()
+            ));
+        }
         if facts.is_dir() || facts.is_file() {
-            tighten(&entry.path(), facts.mode(), private, &mut warnings)?;
+            tighten(&path, facts.mode(), &mut warnings)?;
         }
     }
     Ok(warnings)
 }
 
-/// Takes group and other permissions away from `path` when it has any.
-fn tighten(path: &Path, mode: u32, private: u32, warnings: &mut Vec<String>) -> Result<(), String> {
+/// Takes group and other permissions away from `path` when it has any (the owner's
+/// stay as they are).
+fn tighten(path: &Path, mode: u32, warnings: &mut Vec<String>) -> Result<(), String> {
     if mode & 0o077 == 0 {
         return Ok(());
     }
+    let private = mode & 0o700;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(private))
         .map_err(|e| format!("cannot make {} private: {e}", path.display()))?;
     warnings.push(format!(
@@ -93,5 +104,14 @@ mod tests {
         assert_eq!(warnings.len(), 2, "{warnings:?}");
         assert_eq!(mode(&loose), 0o700);
         assert_eq!(mode(&log), 0o600);
+
+        // Another user's entry in it is refused (root only can make one to try).
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = loose.join("drover.db");
+            std::fs::write(&theirs, "").unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let refused = prepare_data_dir(&loose, None).unwrap_err();
+            assert!(refused.contains("belongs to uid 65534"), "{refused}");
+        }
     }
 }

@@ -28,6 +28,8 @@ pub struct Limits {
     /// The most processors one reservation of an ordinary user may hold; none: no bound
     /// beyond the duration.
     pub user_reservation_max_processors: Option<u32>,
+    /// The most reservations (current or to come) one ordinary user may have created.
+    pub user_reservation_max_count: usize,
 }
 
 impl Default for Limits {
@@ -38,6 +40,7 @@ impl Default for Limits {
             max_submission_bytes: 64 * 1024,
             user_reservation_max_seconds: 0,
             user_reservation_max_processors: None,
+            user_reservation_max_count: 4,
         }
     }
 }

@@ -77,10 +77,14 @@ pub fn submission(
             problems.push(p);
         }
     }
+    // The job's environment reaches the `/bin/sh` wrapper that starts it, and bash (the
+    // `/bin/sh` of some systems) imports functions from `BASH_FUNC_<name>%%`: code of
+    // the user's would run inside the wrapper.
     for name in spec.environment.keys() {
-        if name.is_empty() || name.contains(['=', '\0']) {
+        if name.is_empty() || name.contains(['=', '\0']) || name.starts_with("BASH_FUNC_") {
             problems.push(format!(
-                "environmentVariables: '{name}' is not a valid environment variable name"
+                "environmentVariables: '{name}' is not a valid environment variable name \
+                 (nor may one define a shell function)"
             ));
         }
     }

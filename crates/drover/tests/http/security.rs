@@ -275,13 +275,14 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
         json!({"id": carols, "account": "lab"}),
     );
     assert_eq!(own.status, 200, "{}", own.body);
-    // And a quote of hers for her own job is then refused rather than replaced.
+    // Nor does it keep her from guaranteeing a price for her own job.
     let hers = quote(
         CAROL,
         "guarantee=true",
         json!({"id": carols, "account": "lab"}),
     );
-    assert_eq!(hers.status, 400, "{}", hers.body);
+    assert_eq!(hers.status, 200, "{}", hers.body);
+    let her_quote = hers.json()["id"].as_i64().unwrap();
 
     let release = send(
         &server,
@@ -300,9 +301,8 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
         .clone();
     assert_eq!(charge["object"], carols.as_str());
     assert_eq!(
-        charge["quote"],
-        Value::Null,
-        "bob's quote does not price her job"
+        charge["quote"], her_quote,
+        "her own quote prices her job, bob's does not"
     );
     let seconds = charge["duration"].as_i64().unwrap();
     assert_eq!(
@@ -460,6 +460,15 @@ fn a_job_carries_and_gathers_a_bounded_amount() {
     );
     assert_eq!(heavy.status, 413, "{}", heavy.body);
     assert!(heavy.messages().contains("max_submission_bytes"));
+    // No shell function rides in on the environment into the wrapper that starts a job.
+    let function = submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+               "environmentVariables": {"BASH_FUNC_cd%%": "() { cat /etc/shadow; }"}}),
+    );
+    assert_eq!(function.status, 400, "{}", function.body);
+    assert!(function.messages().contains("shell function"));
     let id = submitted(&submit_as(
         &server,
         BOB,
@@ -559,9 +568,26 @@ fn containers_take_only_the_callers_own_members() {
         json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     ));
     let carols = create(CAROL, json!({}));
-    let bobs = create(BOB, json!({"owner": {"name": CAROL}}));
+    // Nor may he name her its owner, when he creates it or later.
+    let hers = send(
+        &server,
+        "POST",
+        "/rest/vcs",
+        as_(BOB),
+        &json!({"owner": {"name": CAROL}}),
+    );
+    assert_eq!(hers.status, 403, "{}", hers.body);
+    let bobs = create(BOB, json!({"description": "bob's"}));
     let record = server.get(&format!("/rest/vcs/{bobs}")).json();
     assert_eq!(record["creator"], BOB, "the creator is who asked: {record}");
+    let give = send(
+        &server,
+        "PUT",
+        &format!("/rest/vcs/{bobs}?change-mode=set"),
+        as_(BOB),
+        &json!({"owner": {"name": CAROL}}),
+    );
+    assert_eq!(give.status, 403, "{}", give.body);
 
     let add = |body: Value| {
         send(
@@ -695,12 +721,19 @@ fn ordinary_users_reserve_only_within_the_limits() {
     );
     assert_eq!(wide.status, 400, "{}", wide.body);
     assert!(wide.messages().contains("user_reservation_max_processors"));
-    let fits = reserve(
+    let theirs = reserve(
         &server,
         as_(BOB),
-        json!({"hostListExpression": "n1", "duration": 600}),
+        json!({"hostListExpression": "n1", "duration": 600, "owner": {"name": CAROL}}),
     );
-    assert_eq!(fits.status, 201, "{}", fits.body);
+    assert_eq!(theirs.status, 403, "{}", theirs.body);
+    for _ in 0..4 {
+        let fits = reserve(&server, as_(BOB), json!({"taskCount": 1, "duration": 600}));
+        assert_eq!(fits.status, 201, "{}", fits.body);
+    }
+    let fifth = reserve(&server, as_(BOB), json!({"taskCount": 1, "duration": 600}));
+    assert_eq!(fifth.status, 400, "{}", fifth.body);
+    assert!(fifth.messages().contains("user_reservation_max_count"));
     // Administrators are not limited.
     let admins = reserve(
         &server,

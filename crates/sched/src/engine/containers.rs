@@ -21,6 +21,7 @@ impl Engine {
         request: ContainerRequest,
         by: &Requester,
     ) -> Result<String, SchedError> {
+        may_name_owner(request.owner.as_ref(), by)?;
         self.next_container += 1;
         let id = format!("vc.{}", self.next_container);
         let container = VirtualContainer {
@@ -89,6 +90,7 @@ impl Engine {
                 owner,
                 variables,
             } => {
+                may_name_owner(owner.as_ref(), by)?;
                 let container = &mut self.containers[position];
                 if let Some(description) = description {
                     container.description = Some(description);
@@ -306,5 +308,19 @@ impl Engine {
         self.containers = containers;
         self.containers_changed();
         Ok(())
+    }
+}
+
+/// An ordinary user may name only themselves as a container's owner (an owner sees and
+/// changes it).
+fn may_name_owner(owner: Option<&Owner>, by: &Requester) -> Result<(), SchedError> {
+    match owner {
+        Some(owner) if !by.admin && !owner.is_user(&by.user) => {
+            Err(SchedError::Forbidden(format!(
+                "only administrators may name another owner than themselves, not '{}'",
+                owner.name
+            )))
+        }
+        _ => Ok(()),
     }
 }

@@ -49,6 +49,25 @@ impl Engine {
                      ([scheduler.limits] user_reservation_max_seconds)"
                 )));
             }
+            if let Some(owner) = &request.owner
+                && !owner.is_user(&by.user)
+            {
+                return Err(SchedError::Forbidden(format!(
+                    "{REFUSED}: only administrators may name another owner than themselves"
+                )));
+            }
+            let theirs = self
+                .reservations
+                .iter()
+                .filter(|r| !r.standing && r.creator == by.user)
+                .count();
+            if theirs >= limits.user_reservation_max_count {
+                return Err(invalid(format!(
+                    "{} already has {theirs} reservations, the most an ordinary user may have \
+                     ([scheduler.limits] user_reservation_max_count)",
+                    by.user
+                )));
+            }
             if end - start > limits.user_reservation_max_seconds {
                 return Err(invalid(format!(
                     "duration: {} seconds is longer than the {} an ordinary user may reserve \

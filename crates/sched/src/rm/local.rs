@@ -145,6 +145,17 @@ impl ResourceManager for LocalResourceManager {
             .map_err(|e| format!("cannot create the exit status file: {e}"))?;
         let status_fd = status_file.as_raw_fd();
         let root = sysuser::running_as_root();
+        if root {
+            // The job's user can write through the descriptor (its wrapper runs as them):
+            // whatever they write is theirs, on their quota.
+            std::os::unix::fs::fchown(&status_file, Some(launch.user.uid), Some(launch.user.gid))
+                .map_err(|e| {
+                format!(
+                    "cannot hand the exit status file to {}: {e}",
+                    launch.user.name
+                )
+            })?;
+        }
         let mut command = Command::new("/bin/sh");
         command
             .arg("-c")
@@ -287,11 +298,12 @@ impl ResourceManager for LocalResourceManager {
     }
 }
 
-/// The status the wrapper left in a job's spool directory. The directory and the file
-/// are the service's, but the job's user could still write through the wrapper's
-/// descriptor (or a spool made by an older version, which belonged to the job's user):
-/// the file is opened without following a symlink or waiting on a FIFO, and read only
-/// when it is a small regular file owned by the directory's owner.
+/// The status the wrapper left in a job's spool directory. The directory is the
+/// service's (no one else can put a file there), but the job's user could still write
+/// through the wrapper's descriptor, and a spool made by an older version belonged to
+/// the job's user: the file is opened without following a symlink or waiting on a FIFO,
+/// and read only when it is a small regular file, owned by the directory's owner unless
+/// that is the service.
 fn read_exit_status(spool: &Path) -> Option<i32> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
@@ -303,7 +315,8 @@ fn read_exit_status(spool: &Path) -> Option<i32> {
         .open(spool.join(EXIT_STATUS))
         .ok()?;
     let facts = file.metadata().ok()?;
-    if !facts.is_file() || facts.uid() != owner || facts.len() > MAX_LEN {
+    let service = unsafe { libc::geteuid() };
+    if !facts.is_file() || (owner != service && facts.uid() != owner) || facts.len() > MAX_LEN {
         return None;
     }
     let mut text = String::new();
