@@ -267,11 +267,14 @@ fn the_creator_follows_the_proxy_rules_and_containers_survive_a_restart() {
             c.scheduler.proxy_users = vec!["admin".into()];
         })
         .start();
-    let proxied = create(
-        &server,
+    // Acting as bob, an ordinary user, the administrator may not name ann its owner.
+    let for_ann = server.send_json(
+        "POST",
         "/rest/vcs?proxy-user=bob",
-        json!({"owner": {"name": "ann"}}),
+        &json!({"owner": {"name": "ann"}}),
     );
+    assert_eq!(for_ann.status, 403, "{}", for_ann.body);
+    let proxied = create(&server, "/rest/vcs?proxy-user=bob", json!({}));
     assert_eq!(vc(&server, &proxied)["creator"], "bob");
     let owned = create(&server, "/rest/vcs", json!({"owner": {"name": "ann"}}));
     assert_eq!(
