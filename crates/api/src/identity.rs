@@ -21,52 +21,86 @@ use crate::error::ApiError;
 const PROXIED_TTL: Duration = Duration::from_secs(60);
 const MAX_PROXIED: usize = 10_000;
 
-/// Password checks (argon2 for local users, a bind for directory users) pending from one
-/// source address at most; more are answered 429 unchecked.
-const PENDING_CHECKS_PER_SOURCE: usize = 128;
+/// Password checks (argon2 for local users, a bind for directory users) waiting for one
+/// source address, or for one user name, at most; more are answered 429 unchecked.
+const PENDING_CHECKS: usize = 128;
 
 /// Bounds the password checks that run at once. Checks from one source address take
-/// turns: the throttle's "is it blocked?" and "count the failure" then happen without
-/// another check of that source between them, so parallel guesses cannot outrun the
-/// count (and a flood from one address uses one core). A source may have only so many
-/// checks waiting. Argon2 verifications (about 19 MiB and a core for milliseconds each)
-/// run at most one per core whatever their source; directory binds wait on the network,
-/// not on a core, and take no part in that bound.
+/// turns, and so do checks of one user name: the throttle's "is it blocked?" and its
+/// count of a failure then have no other check of that source or that name between
+/// them, so guesses sent at once, from one address or from many, cannot outrun the count
+/// (and a flood from one address uses one core). Argon2 verifications (about 19 MiB and
+/// a core for milliseconds each) run at most one per core (at least two) whatever their
+/// source; directory binds wait on the network, not on a core, and take no part in that.
 pub(crate) struct PasswordChecks {
     cores: Arc<tokio::sync::Semaphore>,
-    sources: Mutex<HashMap<String, SourceTurns>>,
+    sources: Turns,
+    names: Turns,
 }
 
-/// The checks of one source: how many are pending, and the turn they take.
-struct SourceTurns {
+/// Turns by key (a source address or a user name): how many checks wait, and the turn
+/// they take one at a time.
+#[derive(Default)]
+struct Turns(Mutex<HashMap<String, Waiting>>);
+
+struct Waiting {
     pending: usize,
     turn: Arc<tokio::sync::Mutex<()>>,
 }
 
-/// A source's turn to check a password: while held, no other check of that source runs.
-pub(crate) struct SourceTurn<'a> {
-    _turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+/// A key's turn to check a password: while held, no other check of that key runs.
+pub(crate) struct Turn<'a> {
+    _turn: tokio::sync::OwnedMutexGuard<()>,
     _pending: Pending<'a>,
 }
 
-/// One check counted as pending from a source, until dropped (also when the request is
-/// given up while it waits).
+/// One check counted as waiting for a key, until dropped.
 struct Pending<'a> {
-    checks: &'a PasswordChecks,
-    source: Option<String>,
+    turns: &'a Turns,
+    key: String,
 }
 
 impl Drop for Pending<'_> {
     fn drop(&mut self) {
-        if let Some(source) = &self.source {
-            let mut sources = self.checks.sources.lock().unwrap();
-            if let Some(turns) = sources.get_mut(source) {
-                turns.pending -= 1;
-                if turns.pending == 0 {
-                    sources.remove(source);
-                }
+        let mut turns = self.turns.0.lock().unwrap();
+        if let Some(waiting) = turns.get_mut(&self.key) {
+            waiting.pending -= 1;
+            if waiting.pending == 0 {
+                turns.remove(&self.key);
             }
         }
+    }
+}
+
+impl Turns {
+    /// Waits for `key`'s turn; refused when too many checks of it wait already.
+    async fn take(&self, key: &str, what: &str) -> Result<Turn<'_>, ApiError> {
+        let turn = {
+            let mut turns = self.0.lock().unwrap();
+            let waiting = turns.entry(key.to_string()).or_insert_with(|| Waiting {
+                pending: 0,
+                turn: Arc::new(tokio::sync::Mutex::new(())),
+            });
+            if waiting.pending >= PENDING_CHECKS {
+                return Err(ApiError::new(
+                    crate::error::Kind::TooManyRequests,
+                    [
+                        format!("Too many logins are being checked for this {what}"),
+                        "Reuse a connection's login, or try again in a moment".to_string(),
+                    ],
+                ));
+            }
+            waiting.pending += 1;
+            waiting.turn.clone()
+        };
+        let pending = Pending {
+            turns: self,
+            key: key.to_string(),
+        };
+        Ok(Turn {
+            _turn: turn.lock_owned().await,
+            _pending: pending,
+        })
     }
 }
 
@@ -75,50 +109,24 @@ impl PasswordChecks {
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         PasswordChecks {
             cores: Arc::new(tokio::sync::Semaphore::new(cores.max(2))),
-            sources: Mutex::new(HashMap::new()),
+            sources: Turns::default(),
+            names: Turns::default(),
         }
     }
 
-    /// Waits for `source`'s turn to check a password; refused when that source has too
-    /// many checks waiting already.
-    async fn source_turn(&self, source: Option<&str>) -> Result<SourceTurn<'_>, ApiError> {
-        let Some(source) = source else {
-            return Ok(SourceTurn {
-                _turn: None,
-                _pending: Pending {
-                    checks: self,
-                    source: None,
-                },
-            });
+    /// Waits for the turn of `source` (when known), then of `name` (always in that
+    /// order, so two checks never wait for each other's).
+    async fn turns(
+        &self,
+        source: Option<&str>,
+        name: &str,
+    ) -> Result<(Option<Turn<'_>>, Turn<'_>), ApiError> {
+        let source = match source {
+            Some(source) => Some(self.sources.take(source, "address").await?),
+            None => None,
         };
-        let turn = {
-            let mut sources = self.sources.lock().unwrap();
-            let turns = sources
-                .entry(source.to_string())
-                .or_insert_with(|| SourceTurns {
-                    pending: 0,
-                    turn: Arc::new(tokio::sync::Mutex::new(())),
-                });
-            if turns.pending >= PENDING_CHECKS_PER_SOURCE {
-                return Err(ApiError::new(
-                    crate::error::Kind::TooManyRequests,
-                    [
-                        "Too many logins are being checked for this address".to_string(),
-                        "Reuse a connection's login, or try again in a moment".to_string(),
-                    ],
-                ));
-            }
-            turns.pending += 1;
-            turns.turn.clone()
-        };
-        let pending = Pending {
-            checks: self,
-            source: Some(source.to_string()),
-        };
-        Ok(SourceTurn {
-            _turn: Some(turn.lock_owned().await),
-            _pending: pending,
-        })
+        let name = self.names.take(name, "user name").await?;
+        Ok((source, name))
     }
 
     /// Waits for a core to verify an argon2 hash on; held until the verification ends
@@ -240,12 +248,27 @@ pub(crate) async fn authenticate(
     }
     // Formatted only past the remembered logins: most requests never need it.
     let source = source.map(|ip| ip.to_string());
+    // In a task of its own: a client that hangs up while its password is checked must
+    // not take the count of a failure with it.
+    let state = state.clone();
+    tokio::spawn(async move { check_password(&state, user, password, source).await })
+        .await
+        .map_err(ApiError::internal)?
+}
+
+/// A login that is not remembered: checked in its source's and its name's turn, within
+/// the throttle, and counted.
+async fn check_password(
+    state: &AppState,
+    user: String,
+    password: String,
+    source: Option<String>,
+) -> Result<Identity, ApiError> {
     let source = source.as_deref();
+    let auth = state.auth();
     let access = state.access();
-    // One check of this source at a time: between the throttle's look below and its
-    // count of a failure, no other check of the source runs.
     let checks = access.password_checks();
-    let _turn = checks.source_turn(source).await?;
+    let _turns = checks.turns(source, &user).await?;
     // Another request's check may have verified this very login meanwhile.
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
@@ -313,36 +336,41 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn checks_of_one_source_take_turns_and_only_so_many_wait() {
+    async fn checks_of_one_key_take_turns_and_only_so_many_wait() {
         let checks = PasswordChecks::new();
-        let first = checks.source_turn(Some("10.0.0.1")).await.unwrap();
-        // The source's next check waits; one given up (its client went away) no longer
-        // counts. Another source does not wait.
-        let next = tokio::time::timeout(
-            Duration::from_millis(20),
-            checks.source_turn(Some("10.0.0.1")),
-        )
-        .await;
-        assert!(next.is_err(), "a second check of one source waits");
-        assert_eq!(checks.sources.lock().unwrap()["10.0.0.1"].pending, 1);
-        let other = checks.source_turn(Some("10.0.0.2")).await.unwrap();
-        drop(other);
+        let first = checks.turns(Some("10.0.0.1"), "ann").await.unwrap();
+        // The source's next check waits, and so does the name's from elsewhere; one
+        // given up (its client went away) no longer counts.
+        for (source, name) in [("10.0.0.1", "bob"), ("10.0.0.2", "ann")] {
+            let next =
+                tokio::time::timeout(Duration::from_millis(20), checks.turns(Some(source), name))
+                    .await;
+            assert!(next.is_err(), "{source} {name} waits");
+        }
+        assert_eq!(checks.sources.0.lock().unwrap()["10.0.0.1"].pending, 1);
+        assert_eq!(checks.names.0.lock().unwrap()["ann"].pending, 1);
+        // Another source and name do not wait.
+        drop(checks.turns(Some("10.0.0.3"), "cid").await.unwrap());
 
-        let mut waiting: Vec<_> = (1..PENDING_CHECKS_PER_SOURCE)
-            .map(|_| Box::pin(checks.source_turn(Some("10.0.0.1"))))
+        let mut waiting: Vec<_> = (1..PENDING_CHECKS)
+            .map(|i| Box::pin(checks.turns(Some("10.0.0.1"), if i % 2 == 0 { "x" } else { "y" })))
             .collect();
         for check in &mut waiting {
             let started = tokio::time::timeout(Duration::from_millis(1), check.as_mut()).await;
-            assert!(started.is_err(), "the first still holds the turn");
+            assert!(started.is_err(), "the first still holds the source's turn");
         }
         assert!(
-            checks.source_turn(Some("10.0.0.1")).await.is_err(),
-            "the 129th pending check of one source is refused"
+            checks.turns(Some("10.0.0.1"), "z").await.is_err(),
+            "the 129th waiting check of one source is refused"
         );
         drop(waiting);
         drop(first);
         assert!(
-            checks.sources.lock().unwrap().is_empty(),
+            checks.sources.0.lock().unwrap().is_empty(),
+            "every count returned"
+        );
+        assert!(
+            checks.names.0.lock().unwrap().is_empty(),
             "every count returned"
         );
     }

@@ -175,6 +175,7 @@ async fn one(
 }
 
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
+    reply::bounded_body(&state, &caller, &body, "The reservation was not created")?;
     let body: Value = parse_json(&body)?;
     let request = read_object(&body, CREATE_FAILED, |f| {
         creation(f, &state.settings().dates)

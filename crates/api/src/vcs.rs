@@ -130,6 +130,12 @@ async fn one(
 }
 
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
+    reply::bounded_body(
+        &state,
+        &caller,
+        &body,
+        "The virtual container was not created",
+    )?;
     let body: Value = parse_json(&body)?;
     let (description, owner) = read_object(&body, "The virtual container was not created", |f| {
         (f.string("description"), acl::owner(f))

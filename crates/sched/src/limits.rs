@@ -4,12 +4,15 @@
 
 use serde::Deserialize;
 
+use std::collections::BTreeMap;
+
 use crate::job::ArraySpec;
+use crate::reservation::AclRule;
 
 /// The longest message an ordinary user may add to a job, in bytes.
-pub const MAX_MESSAGE_BYTES: usize = 4096;
-/// The most messages a job keeps; the oldest go first.
-pub const MAX_JOB_MESSAGES: usize = 100;
+pub const MAX_MESSAGE_BYTES: usize = 1024;
+/// The most messages a change keeps on a job; the oldest go first.
+pub const MAX_JOB_MESSAGES: usize = 50;
 
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -30,6 +33,8 @@ pub struct Limits {
     pub user_reservation_max_processors: Option<u32>,
     /// The most reservations (current or to come) one ordinary user may have created.
     pub user_reservation_max_count: usize,
+    /// The most virtual containers one ordinary user may have created.
+    pub user_container_max_count: usize,
 }
 
 impl Default for Limits {
@@ -41,6 +46,7 @@ impl Default for Limits {
             user_reservation_max_seconds: 0,
             user_reservation_max_processors: None,
             user_reservation_max_count: 4,
+            user_container_max_count: 100,
         }
     }
 }
@@ -66,4 +72,25 @@ impl Limits {
         }
         problems
     }
+}
+
+/// The bytes of text a reservation or container holds of its users' (variables, ACL
+/// rules, description): after an ordinary user's change, at most `max_submission_bytes`,
+/// so that repeated changes cannot grow it without end.
+pub fn carried_bytes(
+    variables: &BTreeMap<String, String>,
+    acl: &[AclRule],
+    description: Option<&str>,
+) -> usize {
+    let variables: usize = variables.iter().map(|(k, v)| k.len() + v.len()).sum();
+    let rules: usize = acl
+        .iter()
+        .map(|r| {
+            r.kind.len()
+                + r.value.len()
+                + r.affinity.as_ref().map_or(0, String::len)
+                + r.comparator.as_ref().map_or(0, String::len)
+        })
+        .sum();
+    variables + rules + description.map_or(0, str::len)
 }

@@ -45,7 +45,7 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
             "job arrays are not enabled on this service (ENABLEJOBARRAYS is not TRUE)",
         ));
     }
-    super::check_submission_size(&state, &caller, &body)?;
+    crate::reply::bounded_body(&state, &caller, &body, FAILED)?;
     let body: Value = parse_json(&body)?;
     let (array, prototype) = read_array(&body)?;
     let mut prototype = prototype.ok_or_else(|| {

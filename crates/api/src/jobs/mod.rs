@@ -334,38 +334,18 @@ fn one(
     Ok(Json(render.job(&job)))
 }
 
-/// An ordinary user's job submission or change carries at most `max_submission_bytes`
-/// (`[scheduler.limits]`): every queued job is kept in memory, so with the queued-jobs
-/// limit this bounds what one user's queue costs.
-pub(crate) fn check_submission_size(
-    state: &AppState,
-    caller: &Caller,
-    body: &[u8],
-) -> ApiResult<()> {
-    let limit = state.settings().max_submission_bytes;
-    if body.len() <= limit || caller.over_all() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        Kind::PayloadTooLarge,
-        [
-            "The job was not submitted or changed".to_string(),
-            format!(
-                "A job body of an ordinary user may have at most {limit} bytes; this one has {} \
-                 ([scheduler.limits] max_submission_bytes)",
-                body.len()
-            ),
-        ],
-    ))
-}
-
 async fn submit(
     State(state): State<AppState>,
     params: CommonParams,
     caller: Caller,
     body: Bytes,
 ) -> ApiResult<Response> {
-    check_submission_size(&state, &caller, &body)?;
+    reply::bounded_body(
+        &state,
+        &caller,
+        &body,
+        "The job was not submitted or changed",
+    )?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
@@ -398,7 +378,12 @@ async fn modify(
     Path(id): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    check_submission_size(&state, &caller, &body)?;
+    reply::bounded_body(
+        &state,
+        &caller,
+        &body,
+        "The job was not submitted or changed",
+    )?;
     let body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let changes = if params.api_version.number() >= 2 {

@@ -490,17 +490,54 @@ fn a_job_carries_and_gathers_a_bounded_amount() {
     let third = modify(json!({"variables": {"C": chunk}}));
     assert_eq!(third.status, 400, "{}", third.body);
     assert!(third.messages().contains("max_submission_bytes"));
-    // Messages: each of at most 4 KiB, and a job keeps its latest 100.
-    let long = modify(json!({"messages": [{"message": "m".repeat(5000)}]}));
+    // Taking variables away is always allowed.
+    assert_eq!(modify(json!({"variables": {"A": null}})).status, 200);
+    // Messages: each of at most 1 KiB, and a job keeps its latest 50.
+    let long = modify(json!({"messages": [{"message": "m".repeat(1025)}]}));
     assert_eq!(long.status, 400, "{}", long.body);
-    for i in 0..110 {
+    for i in 0..60 {
         let reply = modify(json!({"messages": [{"message": format!("note {i}")}]}));
         assert_eq!(reply.status, 200, "{}", reply.body);
     }
     let job = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
     let messages = job["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 100, "{job}");
-    assert!(messages.last().unwrap().to_string().contains("note 109"));
+    assert_eq!(messages.len(), 50, "{job}");
+    assert!(messages.last().unwrap().to_string().contains("note 59"));
+
+    // Reservations and containers: their bodies, and what changes gather on them.
+    let body = json!({"description": "x".repeat(100 * 1024)});
+    let big = send(&server, "POST", "/rest/vcs", as_(BOB), &body);
+    assert_eq!(big.status, 413, "{}", big.body);
+    let container = send(&server, "POST", "/rest/vcs", as_(BOB), &json!({}));
+    assert_eq!(container.status, 201, "{}", container.body);
+    let container = container.json()["id"].as_str().unwrap().to_string();
+    let gather = |name: &str| {
+        send(
+            &server,
+            "PUT",
+            &format!("/rest/vcs/{container}?change-mode=set"),
+            as_(BOB),
+            &json!({"variables": {name: chunk}}),
+        )
+    };
+    assert_eq!(gather("A").status, 200);
+    let add = |name: &str| {
+        send(
+            &server,
+            "PUT",
+            &format!("/rest/vcs/{container}?change-mode=set"),
+            as_(BOB),
+            &json!({"description": "d".repeat(40 * 1024), "variables": {name: chunk}}),
+        )
+    };
+    let over = add("B");
+    assert_eq!(over.status, 400, "{}", over.body);
+    assert!(over.messages().contains("max_submission_bytes"));
+    let record = server.get(&format!("/rest/vcs/{container}")).json();
+    assert!(
+        record["description"].is_null(),
+        "nothing of it was kept: {record}"
+    );
 }
 
 // 5. Failed logins sent at once are counted before their passwords are checked.
@@ -533,6 +570,44 @@ fn parallel_bad_logins_cannot_outrun_the_throttle() {
         "at most 5 passwords were checked: {statuses:?}"
     );
 
+    // Guesses whose clients hang up while they wait for their turn are counted all the
+    // same. (Dora's hash has the standard cost, so that the guesses are still waiting.)
+    let server = TestServer::builder()
+        .config(|c| {
+            c.access.max_failed_logins = 3;
+            c.users.push(drover_auth::User {
+                name: "dora".into(),
+                password_hash: drover_auth::password::hash(
+                    PASSWORD,
+                    drover_auth::password::Cost::Standard,
+                ),
+                admin: false,
+            });
+        })
+        .start();
+    let streams: Vec<TcpStream> = (0..8)
+        .map(|i| {
+            let mut stream = TcpStream::connect(&server.address).unwrap();
+            let head = format!(
+                "GET /rest/diag/about HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {}\r\n\r\n",
+                basic("dora", &format!("guess-{i}"))
+            );
+            stream.write_all(head.as_bytes()).unwrap();
+            stream
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(30));
+    drop(streams);
+    let mut blocked = 0;
+    for _ in 0..100 {
+        blocked = server.get_as(Auth::User, "/rest/diag/about").status;
+        if blocked == 429 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(blocked, 429, "the hung-up guesses were counted");
+
     // Good logins sent at once from one address (a pooled client starting) all pass:
     // they take turns, and all but the first find the login verified.
     let server = TestServer::builder()
@@ -555,7 +630,9 @@ fn containers_take_only_the_callers_own_members() {
     if !system_accounts() {
         return;
     }
-    let server = with_accounts().start();
+    let server = with_accounts()
+        .config(|c| c.scheduler.limits.user_container_max_count = 2)
+        .start();
     let work = scratch_dir();
     let create = |who: &str, body: Value| {
         let reply = send(&server, "POST", "/rest/vcs", as_(who), &body);
@@ -636,6 +713,11 @@ fn containers_take_only_the_callers_own_members() {
         server.get(&format!("/rest/vcs/{carols}")).json()["jobs"],
         json!([])
     );
+    // Containers are few per ordinary user.
+    create(BOB, json!({}));
+    let third = send(&server, "POST", "/rest/vcs", as_(BOB), &json!({}));
+    assert_eq!(third.status, 400, "{}", third.body);
+    assert!(third.messages().contains("user_container_max_count"));
 }
 
 // 7. The data directory and its files are the service's alone.

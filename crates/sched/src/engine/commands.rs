@@ -329,7 +329,8 @@ impl Engine {
             .iter()
             .filter_map(|(name, value)| value.as_ref().map(|v| name.len() + v.len()))
             .sum();
-        if kept + added > limit {
+        // Taking variables away is always allowed.
+        if added > 0 && kept + added > limit {
             return Err(format!(
                 "variables: they would add up to {} bytes, more than {limit} \
                  ([scheduler.limits] max_submission_bytes)",
@@ -612,19 +613,20 @@ impl Engine {
                 );
                 set!(spec.extra.trigger, changes.trigger.map(Some), "trigger");
                 set!(spec.user_priority, changes.user_priority, "userPriority");
-                if !changes.variables.is_empty() {
-                    for (name, value) in changes.variables {
-                        match value {
-                            Some(value) => spec.variables.insert(name, value),
-                            None => spec.variables.remove(&name),
-                        };
-                    }
-                    changed.push("variables");
-                }
             }
             if let Some(priority) = system_priority {
                 job.status.system_priority = priority;
                 changed.push("systemPriority");
+            }
+            if !changes.variables.is_empty() {
+                let spec = Arc::make_mut(&mut job.spec);
+                for (name, value) in changes.variables {
+                    match value {
+                        Some(value) => spec.variables.insert(name, value),
+                        None => spec.variables.remove(&name),
+                    };
+                }
+                changed.push("variables");
             }
             if !changes.messages.is_empty() {
                 let messages = &mut job.status.messages;

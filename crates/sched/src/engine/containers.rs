@@ -9,6 +9,7 @@ use drover_store::{Body, Write};
 
 use super::core::Engine;
 use crate::container::{Members, VirtualContainer};
+use crate::limits::carried_bytes;
 use crate::request::{ContainerChange, ContainerRequest, Requester, SchedError};
 use crate::reservation::{AclRule, Owner};
 
@@ -22,6 +23,24 @@ impl Engine {
         by: &Requester,
     ) -> Result<String, SchedError> {
         may_name_owner(request.owner.as_ref(), by)?;
+        let limit = self.config.limits.user_container_max_count;
+        if !by.admin
+            && self
+                .containers
+                .iter()
+                .filter(|c| c.creator == by.user)
+                .count()
+                >= limit
+        {
+            return Err(SchedError::invalid(
+                "The virtual container was not created",
+                format!(
+                    "{} already has {limit} virtual containers, the most an ordinary user may \
+                     have ([scheduler.limits] user_container_max_count)",
+                    by.user
+                ),
+            ));
+        }
         self.next_container += 1;
         let id = format!("vc.{}", self.next_container);
         let container = VirtualContainer {
@@ -57,6 +76,7 @@ impl Engine {
         else {
             return Err(SchedError::NotFound(format!("No virtual container '{id}'")));
         };
+        let before = self.containers[position].clone();
         let refused = |reasons: Vec<String>| {
             let mut messages = vec![format!("The virtual container {id} was not changed")];
             messages.extend(reasons);
@@ -135,6 +155,19 @@ impl Engine {
             }
         };
         let container = self.containers[position].clone();
+        let limit = self.config.limits.max_submission_bytes;
+        let carried = carried_bytes(
+            &container.variables,
+            &container.acl,
+            container.description.as_deref(),
+        );
+        if !by.admin && carried > limit {
+            self.containers[position] = before;
+            return Err(refused(vec![format!(
+                "its description, variables and ACL rules would add up to {carried} bytes, more \
+                 than {limit} ([scheduler.limits] max_submission_bytes)"
+            )]));
+        }
         self.store_container(&container);
         self.containers_changed();
         let mut messages = vec![message];

@@ -6,6 +6,7 @@ use drover_store::{Body, Write};
 use super::core::Engine;
 use crate::clock::Seconds;
 use crate::job::{Job, ResourceRequest};
+use crate::limits::carried_bytes;
 use crate::place::{self, Room};
 use crate::policy::plan::{Access, SetAside};
 use crate::request::{ChangeMode, Requester, ReservationChange, ReservationRequest, SchedError};
@@ -241,6 +242,7 @@ impl Engine {
         else {
             return Err(SchedError::NotFound(format!("No reservation '{id}'")));
         };
+        let before = self.reservations[position].clone();
         let refuse = |reason: &str| {
             SchedError::refused(format!("The reservation {id} was not changed"), reason)
         };
@@ -319,6 +321,18 @@ impl Engine {
             }
         };
         let reservation = self.reservations[position].clone();
+        let limit = self.config.limits.max_submission_bytes;
+        let carried = carried_bytes(&reservation.variables, &reservation.acl, None);
+        if !by.admin && carried > limit {
+            self.reservations[position] = before;
+            return Err(SchedError::invalid(
+                format!("The reservation {id} was not changed"),
+                format!(
+                    "its variables and ACL rules would add up to {carried} bytes, more than {limit} \
+                     ([scheduler.limits] max_submission_bytes)"
+                ),
+            ));
+        }
         self.store_reservation(&reservation);
         self.reservations_changed();
         self.emit("reservationmodify", "reservation", id, Some(by), Vec::new());
