@@ -469,6 +469,13 @@ fn a_job_carries_and_gathers_a_bounded_amount() {
     );
     assert_eq!(function.status, 400, "{}", function.body);
     assert!(function.messages().contains("shell function"));
+    let options = submit_as(
+        &server,
+        BOB,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+               "environmentVariables": {"SHELLOPTS": "xtrace", "PS4": "$(id)"}}),
+    );
+    assert_eq!(options.status, 400, "{}", options.body);
     let id = submitted(&submit_as(
         &server,
         BOB,
