@@ -340,12 +340,7 @@ async fn submit(
     caller: Caller,
     body: Bytes,
 ) -> ApiResult<Response> {
-    reply::bounded_body(
-        &state,
-        &caller,
-        &body,
-        "The job was not submitted or changed",
-    )?;
+    reply::bounded_body(&state, &caller, &body, "The job was not submitted")?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
@@ -382,7 +377,7 @@ async fn modify(
         &state,
         &caller,
         &body,
-        "The job was not submitted or changed",
+        &format!("Job {id} was not modified"),
     )?;
     let body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
