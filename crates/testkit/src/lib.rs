@@ -474,6 +474,54 @@ impl TestServer {
     }
 }
 
+/// Submits a version-2 job as `auth`; the answer as it came.
+pub fn submit_as(server: &TestServer, auth: Auth, body: &Value) -> Reply {
+    server.call(
+        "POST",
+        "/rest/jobs?api-version=2",
+        auth,
+        Some(("application/json", body.to_string().into_bytes())),
+    )
+}
+
+/// The name of the job a version-2 submission created (it must have: 201).
+pub fn submitted(reply: &Reply) -> String {
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["name"].as_str().unwrap().to_string()
+}
+
+/// Submits a version-1 job as the administrator; its id.
+pub fn submit_v1(server: &TestServer, body: Value) -> String {
+    let reply = server.send_json("POST", "/rest/jobs", &body);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
+
+/// Submits a version-2 job as the administrator; its name.
+pub fn submit_v2(server: &TestServer, body: Value) -> String {
+    submitted(&submit_as(server, Auth::Admin, &body))
+}
+
+/// Waits (30 s at most) until the job's version-2 state is `state`; the job then.
+pub fn wait_state_v2(server: &TestServer, id: &str, state: &str) -> Value {
+    server.wait_for(
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &format!("state {state}"),
+        |job| job["states"]["state"] == state,
+    )
+}
+
+/// Polls `check` every 50 ms for at most 30 s; panics with `what` if it never holds.
+pub fn wait_until(what: &str, check: impl Fn() -> bool) {
+    for _ in 0..600 {
+        if check() {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("timed out waiting until {what}");
+}
+
 /// A temporary directory every user may write in (jobs run as other system users).
 pub fn scratch_dir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;

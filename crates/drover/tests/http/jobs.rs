@@ -2,7 +2,7 @@
 //! the actions, the refusals of spec part 8, and restarts.
 
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, TestServer, scratch_dir, script};
+use drover_testkit::{Auth, TestServer, scratch_dir, script, submit_v1, submit_v2, wait_until};
 use serde_json::{Value, json};
 
 /// `/proc/<pid>/stat` state letter (`S` sleeping, `T` stopped...), `None` when gone.
@@ -25,16 +25,6 @@ fn wait_for_pid_file(path: &std::path::Path) -> i64 {
     panic!("the job never wrote {}", path.display());
 }
 
-fn wait_until(what: &str, check: impl Fn() -> bool) {
-    for _ in 0..600 {
-        if check() {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("timed out waiting until {what}");
-}
-
 fn nodes(specs: &[(&str, u32)]) -> Vec<NodeConfig> {
     specs
         .iter()
@@ -43,18 +33,6 @@ fn nodes(specs: &[(&str, u32)]) -> Vec<NodeConfig> {
             ..NodeConfig::new(id, *processors)
         })
         .collect()
-}
-
-fn submit_v1(server: &TestServer, body: Value) -> String {
-    let reply = server.send_json("POST", "/rest/jobs", &body);
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["id"].as_str().unwrap().to_string()
-}
-
-fn submit_v2(server: &TestServer, body: Value) -> String {
-    let reply = server.send_json("POST", "/rest/jobs?api-version=2", &body);
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["name"].as_str().unwrap().to_string()
 }
 
 fn state_v1(server: &TestServer, id: &str) -> String {
@@ -719,10 +697,27 @@ fn credentials_list_what_submissions_named() {
         .start();
     let work = scratch_dir();
     let quick = script(work.path(), "quick.sh", "exit 0");
+    // A group of the account the administrator's job runs as: `nobody`'s, unless the
+    // host has an account called `admin` (or the tests do not run as root: the
+    // service's own).
+    let primary_group = |user: Option<&str>| {
+        std::process::Command::new("id")
+            .arg("-gn")
+            .args(user)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    let group = if unsafe_is_root() {
+        primary_group(Some("admin")).unwrap_or_else(|| "nogroup".into())
+    } else {
+        primary_group(None).unwrap()
+    };
     submit_v2(
         &server,
         json!({"commandFile": quick, "initialWorkingDirectory": work.path(), "holds": ["User"],
-               "credentials": {"account": "physics", "qosRequested": "high", "group": "nogroup"}}),
+               "credentials": {"account": "physics", "qosRequested": "high", "group": group}}),
     );
     let names = |kind: &str| -> Vec<String> {
         let reply = server.get(&format!("/rest/credentials/{kind}?api-version=2"));
@@ -737,7 +732,7 @@ fn credentials_list_what_submissions_named() {
     assert_eq!(names("accounts"), ["physics"]);
     assert_eq!(names("qoses"), ["high"]);
     assert_eq!(names("classes"), ["batch"]);
-    assert_eq!(names("groups"), ["nogroup"]);
+    assert_eq!(names("groups"), [group.as_str()]);
     assert_eq!(names("users"), ["admin"]);
     let job = server.get("/rest/jobs/Drover.1").json();
     assert_eq!(job["queue"], "batch");
@@ -1105,11 +1100,16 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
         "err\n"
     );
     // Without a system account of its own, the administrator's job ran as the
-    // execution user (or, without root, as the service's user).
-    let expected = if unsafe_is_root() {
-        "nobody".to_string()
-    } else {
-        whoami()
+    // execution user (or, without root, as the service's user). On a host that has an
+    // account called `admin`, it ran as that.
+    let admin_account = std::process::Command::new("id")
+        .arg("admin")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let expected = match (unsafe_is_root(), admin_account) {
+        (true, true) => "admin".to_string(),
+        (true, false) => "nobody".to_string(),
+        (false, _) => whoami(),
     };
     assert_eq!(out.lines().nth(1), Some(expected.as_str()));
 

@@ -34,9 +34,7 @@ fn submit(server: &TestServer, command: &str, account: &str, reservation: Option
     if let Some(r) = reservation {
         body["reservationRequested"] = json!({"name": r});
     }
-    let reply = server.send_json("POST", "/rest/jobs?api-version=2", &body);
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["name"].as_str().unwrap().to_string()
+    drover_testkit::submit_v2(server, body)
 }
 
 fn job(server: &TestServer, name: &str) -> Value {
@@ -50,11 +48,7 @@ fn node_of(server: &TestServer, name: &str) -> Value {
 }
 
 fn wait_running(server: &TestServer, name: &str) -> Value {
-    server.wait_for(
-        &format!("/rest/jobs/{name}?api-version=2"),
-        "the job runs",
-        |j| j["states"]["state"] == "Running",
-    )
+    drover_testkit::wait_state_v2(server, name, "Running")
 }
 
 #[test]

@@ -312,14 +312,7 @@ fn submit(server: &TestServer, auth: Auth, extra: Value) -> String {
     body.as_object_mut()
         .unwrap()
         .extend(extra.as_object().unwrap().clone());
-    let reply = server.call(
-        "POST",
-        "/rest/jobs?api-version=2",
-        auth,
-        Some(("application/json", body.to_string().into_bytes())),
-    );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["name"].as_str().unwrap().to_string()
+    drover_testkit::submitted(&drover_testkit::submit_as(server, auth, &body))
 }
 
 #[test]

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use drover_accounting::model::{Account, AccountUser, Allocation, Rates};
 use drover_accounting::{AccountingConfig, Money};
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer, scratch_dir, script};
+use drover_testkit::{
+    Auth, PASSWORD, Reply, TestServer, scratch_dir, script, submit_as, submitted, wait_state_v2,
+};
 use serde_json::{Value, json};
 
 const BOB: &str = "drover-bob";
@@ -64,27 +66,10 @@ fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value)
     )
 }
 
-fn submit_as(server: &TestServer, who: &str, body: Value) -> Reply {
-    send(server, "POST", "/rest/jobs?api-version=2", as_(who), &body)
-}
-
-fn submitted(reply: &Reply) -> String {
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["name"].as_str().unwrap().to_string()
-}
-
 fn job_count(server: &TestServer) -> u64 {
     server.get("/rest/jobs?api-version=2").json()["totalCount"]
         .as_u64()
         .unwrap()
-}
-
-fn wait_state(server: &TestServer, id: &str, state: &str) -> Value {
-    server.wait_for(
-        &format!("/rest/jobs/{id}?api-version=2"),
-        &format!("state {state}"),
-        |job| job["states"]["state"] == state,
-    )
 }
 
 fn wait_for_file(path: &std::path::Path) -> String {
@@ -115,8 +100,8 @@ fn a_job_runs_only_in_a_group_its_user_belongs_to() {
     for group in ["shadow", "root"] {
         let reply = submit_as(
             &server,
-            BOB,
-            json!({"commandFile": "/usr/bin/wc", "commandLineArguments": "-l /etc/shadow",
+            as_(BOB),
+            &json!({"commandFile": "/usr/bin/wc", "commandLineArguments": "-l /etc/shadow",
                    "initialWorkingDirectory": work.path(), "credentials": {"group": group}}),
         );
         assert_eq!(reply.status, 403, "{group}: {}", reply.body);
@@ -155,11 +140,11 @@ fn a_job_runs_only_in_a_group_its_user_belongs_to() {
     let out = work.path().join("ids.txt");
     let id = submitted(&submit_as(
         &server,
-        BOB,
-        json!({"commandFile": ids, "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": ids, "initialWorkingDirectory": work.path(),
                "standardOutputFilePath": out, "credentials": {"group": LAB}}),
     ));
-    wait_state(&server, &id, "Completed");
+    wait_state_v2(&server, &id, "Completed");
     let text = std::fs::read_to_string(&out).unwrap();
     let mut lines = text.lines();
     assert_eq!(lines.next(), Some(LAB), "{text}");
@@ -247,8 +232,8 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
     let sleeper = script(work.path(), "sleeper.sh", "sleep 1");
     let carols = submitted(&submit_as(
         &server,
-        CAROL,
-        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "holds": ["User"],
+        as_(CAROL),
+        &json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(), "holds": ["User"],
                "duration": 60, "credentials": {"account": "lab"}}),
     ));
 
@@ -292,7 +277,7 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
         &json!({"holds": []}),
     );
     assert_eq!(release.status, 200, "{}", release.body);
-    wait_state(&server, &carols, "Completed");
+    wait_state_v2(&server, &carols, "Completed");
     let charge = server.wait_for(
         "/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D",
         "carol's job is charged",
@@ -342,8 +327,8 @@ exit 7",
     );
     let id = submitted(&submit_as(
         &server,
-        BOB,
-        json!({"commandFile": job, "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": job, "initialWorkingDirectory": work.path(),
                "environmentVariables": {"SPOOL": spool}}),
     ));
     assert_eq!(wait_for_file(&attack), "denied\n");
@@ -352,7 +337,7 @@ exit 7",
     // Adopted by the next start, which learns its status from the spool.
     let server = server.restart();
     std::fs::write(&go, "").unwrap();
-    let done = wait_state(&server, &id, "Completed");
+    let done = wait_state_v2(&server, &id, "Completed");
     assert_eq!(done["completionCode"], 7, "{done}");
 }
 
@@ -412,8 +397,8 @@ fn arrays_and_queued_jobs_are_limited_per_user() {
     let held = || {
         submit_as(
             &server,
-            BOB,
-            json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+            as_(BOB),
+            &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
         )
     };
     for _ in 0..5 {
@@ -429,8 +414,8 @@ fn arrays_and_queued_jobs_are_limited_per_user() {
     // Others are not held back by bob's queue, nor administrators by the limits.
     submitted(&submit_as(
         &server,
-        CAROL,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+        as_(CAROL),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     ));
     let admins = array(
         Auth::Admin,
@@ -454,8 +439,8 @@ fn a_job_carries_and_gathers_a_bounded_amount() {
     let big = "x".repeat(100 * 1024);
     let heavy = submit_as(
         &server,
-        BOB,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
                "environmentVariables": {"BIG": big}}),
     );
     assert_eq!(heavy.status, 413, "{}", heavy.body);
@@ -463,23 +448,23 @@ fn a_job_carries_and_gathers_a_bounded_amount() {
     // No shell function rides in on the environment into the wrapper that starts a job.
     let function = submit_as(
         &server,
-        BOB,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
                "environmentVariables": {"BASH_FUNC_cd%%": "() { cat /etc/shadow; }"}}),
     );
     assert_eq!(function.status, 400, "{}", function.body);
     assert!(function.messages().contains("shell function"));
     let options = submit_as(
         &server,
-        BOB,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
                "environmentVariables": {"SHELLOPTS": "xtrace", "PS4": "$(id)"}}),
     );
     assert_eq!(options.status, 400, "{}", options.body);
     let id = submitted(&submit_as(
         &server,
-        BOB,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     ));
     let modify = |body: Value| {
         send(
@@ -648,8 +633,8 @@ fn containers_take_only_the_callers_own_members() {
     };
     let carols_job = submitted(&submit_as(
         &server,
-        CAROL,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+        as_(CAROL),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     ));
     let carols = create(CAROL, json!({}));
     // Nor may he name her its owner, when he creates it or later.
@@ -710,8 +695,8 @@ fn containers_take_only_the_callers_own_members() {
     // Nor does he submit into her container.
     let into_hers = submit_as(
         &server,
-        BOB,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
                "virtualContainers": [{"name": carols}]}),
     );
     assert_eq!(into_hers.status, 400, "{}", into_hers.body);
@@ -750,8 +735,8 @@ fn the_data_directory_is_private_and_tightened_at_start() {
     // A job's secret goes to the store; another user's job cannot read it there.
     let secret = submitted(&submit_as(
         &server,
-        CAROL,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"],
+        as_(CAROL),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"],
                "environmentVariables": {"TOKEN": "s3cret"}}),
     ));
     assert!(!secret.is_empty());
@@ -769,10 +754,10 @@ fn the_data_directory_is_private_and_tightened_at_start() {
     );
     let id = submitted(&submit_as(
         &server,
-        BOB,
-        json!({"commandFile": peek, "initialWorkingDirectory": work.path(), "standardOutputFilePath": out}),
+        as_(BOB),
+        &json!({"commandFile": peek, "initialWorkingDirectory": work.path(), "standardOutputFilePath": out}),
     ));
-    wait_state(&server, &id, "Completed");
+    wait_state_v2(&server, &id, "Completed");
     assert_eq!(std::fs::read_to_string(&out).unwrap(), "denied\n");
 }
 
@@ -912,8 +897,8 @@ fn answers_tell_nothing_of_what_a_user_may_not_see() {
     let work = scratch_dir();
     let carols = submitted(&submit_as(
         &server,
-        CAROL,
-        json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+        as_(CAROL),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     ));
     for (method, path, body) in [
         ("PUT", format!("/rest/jobs/{carols}/hold"), json!({})),
@@ -945,7 +930,7 @@ fn answers_tell_nothing_of_what_a_user_may_not_see() {
     std::fs::set_permissions(&inside, std::fs::Permissions::from_mode(0o755)).unwrap();
     let there = script(hidden.path(), "there.sh", "true");
     let answer = |body: Value| {
-        let reply = submit_as(&server, BOB, body);
+        let reply = submit_as(&server, as_(BOB), &body);
         assert_eq!(reply.status, 400, "{}", reply.body);
         reply.messages()
     };

@@ -19,13 +19,10 @@ fn put(server: &TestServer, id: &str, mode: &str, body: Value) -> drover_testkit
 }
 
 fn submit(server: &TestServer, command: &str, container: &str) -> String {
-    let reply = server.send_json(
-        "POST",
-        "/rest/jobs?api-version=2",
-        &json!({"commandFile": command, "virtualContainers": [{"name": container}]}),
-    );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    reply.json()["name"].as_str().unwrap().to_string()
+    drover_testkit::submit_v2(
+        server,
+        json!({"commandFile": command, "virtualContainers": [{"name": container}]}),
+    )
 }
 
 fn state(server: &TestServer, job: &str) -> Value {
