@@ -200,6 +200,9 @@ pub struct SchedulerConfig {
     pub checkpoint_command: Option<String>,
     /// Credentials known before any job names them.
     pub credentials: ConfiguredCredentials,
+    /// The program that shepherds each job (`<program> job-shepherd`): this `drover`
+    /// binary unless set (tests, which run the service inside a test binary, set it).
+    pub shepherd: Option<PathBuf>,
     /// Queue order, backfill and preemption (`[scheduler.policy]`).
     pub policy: Policy,
     /// What one ordinary user may ask (`[scheduler.limits]`).
@@ -219,6 +222,7 @@ impl Default for SchedulerConfig {
             kill_grace_seconds: engine.kill_grace_seconds,
             checkpoint_command: None,
             credentials: ConfiguredCredentials::default(),
+            shepherd: None,
             policy: Policy::default(),
             limits: Limits::default(),
         }

@@ -179,10 +179,15 @@ fn start_scheduler(
     ledger: Arc<drover_accounting::Ledger>,
 ) -> Result<Scheduler, String> {
     let spool = config.data_dir.join("spool");
+    let shepherd = match &config.scheduler.shepherd {
+        Some(program) => program.clone(),
+        None => std::env::current_exe()
+            .map_err(|e| format!("cannot find this program to shepherd jobs with: {e}"))?,
+    };
     let parts = EngineParts {
         store,
         resource_manager: Box::new(move |notify| {
-            LocalResourceManager::new(spool.clone(), notify)
+            LocalResourceManager::new(spool.clone(), notify, shepherd.clone())
                 .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
                 .map_err(|e| format!("cannot prepare the job spool {}: {e}", spool.display()))
         }),

@@ -232,8 +232,20 @@ fn replay_command(args: &[String]) {
     replay::run(trace, processors, nodes, policy).unwrap_or_else(|e| fail(e));
 }
 
-#[tokio::main]
-async fn main() {
+fn main() {
+    // A job's shepherd, started by the local resource manager: one thread, no runtime
+    // (it forks the job's process).
+    if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::SUBCOMMAND) {
+        std::process::exit(drover_sched::rm::shepherd::run());
+    }
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| fail(format!("cannot start the runtime: {e}")))
+        .block_on(run())
+}
+
+async fn run() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("serve") => {

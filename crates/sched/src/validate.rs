@@ -77,20 +77,10 @@ pub fn submission(
             problems.push(p);
         }
     }
-    // The job's environment reaches the `/bin/sh` wrapper that starts it, and bash (the
-    // `/bin/sh` of some systems) imports functions from `BASH_FUNC_<name>%%` and options
-    // from `SHELLOPTS`/`BASHOPTS` (`xtrace` runs `$PS4`'s substitutions): code of the
-    // user's would run inside the wrapper.
     for name in spec.environment.keys() {
-        if name.is_empty()
-            || name.contains(['=', '\0'])
-            || name.starts_with("BASH_FUNC_")
-            || name == "SHELLOPTS"
-            || name == "BASHOPTS"
-        {
+        if name.is_empty() || name.contains(['=', '\0']) {
             problems.push(format!(
-                "environmentVariables: '{name}' is not a valid environment variable name \
-                 (nor may one define a shell function or shell options)"
+                "environmentVariables: '{name}' is not a valid environment variable name"
             ));
         }
     }

@@ -146,6 +146,7 @@ impl Builder {
         };
         // Tests try many wrong logins on purpose; the throttling test turns this on.
         config.access.max_failed_logins = 0;
+        config.scheduler.shepherd = Some(drover_binary());
         Self {
             config,
             routes: drover_api::interface(),
@@ -472,6 +473,24 @@ impl TestServer {
             let _ = stop.send(());
         }
     }
+}
+
+/// The `drover` binary that shepherds the jobs of servers started in a test binary
+/// (which cannot run `job-shepherd` itself): cargo builds it beside the test binaries
+/// of the `drover` package (`target/<profile>/drover`, the tests in `.../deps/`).
+pub fn drover_binary() -> std::path::PathBuf {
+    let test = std::env::current_exe().expect("the test binary's path");
+    let profile = test
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("a test binary in target/<profile>/deps");
+    let binary = profile.join("drover");
+    assert!(
+        binary.exists(),
+        "{} is missing: build the drover binary (cargo test -p drover builds it)",
+        binary.display()
+    );
+    binary
 }
 
 /// Submits a version-2 job as `auth`; the answer as it came.

@@ -1,26 +1,28 @@
 //! The local resource manager: jobs are real processes on this machine, each in a
 //! process group of its own, run as the job's system user.
 //!
-//! A small `/bin/sh` wrapper opens the output files *after* the switch to the job's
-//! user (so a job can only write where its user may), runs the command, and leaves the
-//! exit status for a service that restarts meanwhile. It writes the status through a
-//! descriptor the service opened (fd 3) on a file of the job's spool directory, which
-//! belongs to the service (mode 0700): nothing the service reads there as root is in
-//! a place the job's user can change.
+//! Each job has a [`shepherd`](super::shepherd): a process of the service's user that
+//! starts it, waits for it and writes its exit status into the job's spool directory
+//! (the service's, mode 0700), for a service that restarts meanwhile. Nothing the
+//! service reads there is in a place, or a descriptor, of the job's user. The job's
+//! process is a small `/bin/sh` wrapper, run as the job's user, that opens the output
+//! files *after* the switch (so a job can only write where its user may) and becomes
+//! the command.
 
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use super::shepherd::{self, Ids, Plan};
 use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
 use crate::job::ProcessRecord;
 use crate::sysuser;
 
-/// Runs in the job's process: redirect, run the command (directly when executable,
-/// through `sh` otherwise), record the status.
+/// Runs as the job's user, as the job's process: redirect, then become the command
+/// (directly when executable, through `sh` otherwise).
 const WRAPPER: &str = r#"
 cd "$DROVER_JOB_DIR" || exit 126
 if [ -n "$DROVER_JOB_JOIN" ]; then
@@ -29,10 +31,7 @@ else
   exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>>"$DROVER_JOB_STDERR" || exit 126
 fi
 unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR
-if [ -x "$1" ]; then "$@" 3>&-; else /bin/sh "$@" 3>&-; fi
-status=$?
-echo "$status" >&3 2>/dev/null
-exit $status
+if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 "#;
 
 /// The file of a job's spool directory that receives its exit status.
@@ -41,15 +40,21 @@ const EXIT_STATUS: &str = "exit_status";
 pub struct LocalResourceManager {
     spool: PathBuf,
     events: RmNotify,
+    /// The program that runs [`shepherd::run`] (`drover job-shepherd`).
+    shepherd: PathBuf,
 }
 
 impl LocalResourceManager {
-    /// Jobs get spool directories under `spool`; ends are reported on `events`. Only
-    /// the service enters it (jobs write their status through a descriptor).
-    pub fn new(spool: PathBuf, events: RmNotify) -> std::io::Result<Self> {
+    /// Jobs get spool directories under `spool`, which only the service enters, and
+    /// are started by `shepherd` (the `drover` binary); ends are reported on `events`.
+    pub fn new(spool: PathBuf, events: RmNotify, shepherd: PathBuf) -> std::io::Result<Self> {
         std::fs::create_dir_all(&spool)?;
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
-        Ok(LocalResourceManager { spool, events })
+        Ok(LocalResourceManager {
+            spool,
+            events,
+            shepherd,
+        })
     }
 
     fn pid_file(&self, job_id: &str) -> PathBuf {
@@ -143,83 +148,41 @@ impl ResourceManager for LocalResourceManager {
             .custom_flags(libc::O_NOFOLLOW)
             .open(spool.join(EXIT_STATUS))
             .map_err(|e| format!("cannot create the exit status file: {e}"))?;
-        let status_fd = status_file.as_raw_fd();
-        let root = sysuser::running_as_root();
-        if root {
-            // The job's user can write through the descriptor (its wrapper runs as them):
-            // whatever they write is theirs, on their quota.
-            std::os::unix::fs::fchown(&status_file, Some(launch.user.uid), Some(launch.user.gid))
-                .map_err(|e| {
-                format!(
-                    "cannot hand the exit status file to {}: {e}",
-                    launch.user.name
-                )
-            })?;
-        }
-        let mut command = Command::new("/bin/sh");
+        let plan = plan_file(&plan_of(&launch))
+            .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
+        let (status_fd, plan_fd) = (status_file.as_raw_fd(), plan.as_raw_fd());
+        let mut command = Command::new(&self.shepherd);
         command
-            .arg("-c")
-            .arg(WRAPPER)
-            .arg("drover-job")
-            .arg(&launch.command_file)
-            .args(&launch.arguments)
+            .arg(shepherd::SUBCOMMAND)
             .env_clear()
-            .envs(launch.environment.iter().map(|(k, v)| (k, v)))
-            .env("DROVER_JOB_STDOUT", &launch.stdout)
-            .env("DROVER_JOB_STDERR", &launch.stderr)
-            .env("DROVER_JOB_DIR", &launch.working_directory)
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .process_group(0);
-        if launch.stdout == launch.stderr {
-            command.env("DROVER_JOB_JOIN", "1");
-        }
-        if let Some(stdin) = &launch.stdin {
-            command.env("DROVER_JOB_STDIN", stdin);
-        }
-        // The status file becomes the wrapper's fd 3 (dup2 clears close-on-exec; a file
-        // that already is fd 3 has it cleared by hand).
+        // The status file and the plan become the shepherd's fds 3 and 4: copied above
+        // both first (close-on-exec), then moved (dup2 clears close-on-exec), so that
+        // neither can overwrite the other whatever their numbers.
         // SAFETY: only async-signal-safe system calls between fork and exec.
         unsafe {
             command.pre_exec(move || {
-                let moved = if status_fd == 3 {
-                    libc::fcntl(3, libc::F_SETFD, 0)
-                } else {
-                    libc::dup2(status_fd, 3)
-                };
-                if moved == -1 {
+                let status = libc::fcntl(status_fd, libc::F_DUPFD_CLOEXEC, 10);
+                let plan = libc::fcntl(plan_fd, libc::F_DUPFD_CLOEXEC, 10);
+                if status < 0
+                    || plan < 0
+                    || libc::dup2(status, shepherd::STATUS_FD) < 0
+                    || libc::dup2(plan, shepherd::PLAN_FD) < 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
-        if root {
-            // Groups (the user's own, from the name service), group, then user; std's
-            // `uid`/`gid` cannot set supplementary groups.
-            let groups: Vec<libc::gid_t> = launch.user.groups.clone();
-            let gid = launch.gid.unwrap_or(launch.user.gid);
-            let uid = launch.user.uid;
-            // SAFETY: only async-signal-safe system calls between fork and exec, on
-            // memory allocated before the fork.
-            unsafe {
-                command.pre_exec(move || {
-                    if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                        || libc::setgid(gid) != 0
-                        || libc::setuid(uid) != 0
-                    {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                    Ok(())
-                });
-            }
-        }
         let child = command
             .spawn()
-            .map_err(|e| format!("cannot start {}: {e}", launch.command_file.display()))?;
-        // The child has its own copy.
-        drop(status_file);
+            .map_err(|e| format!("cannot start the shepherd of {}: {e}", launch.job_id))?;
+        // The shepherd has its own copies.
+        drop((status_file, plan));
         let pid = child.id() as i32;
         // The watcher thread reaps it; the Child handle is not needed.
         drop(child);
@@ -228,8 +191,7 @@ impl ResourceManager for LocalResourceManager {
             start_ticks: start_ticks(pid).unwrap_or(0),
             spool: spool.to_string_lossy().into_owned(),
         };
-        // In the service's own directory, not the job's (which its user owns): a restart
-        // kills what this names, so a job must not be able to rewrite it.
+        // In the service's own directory: a restart kills what this names.
         std::fs::write(self.pid_file(&launch.job_id), pid.to_string()).ok();
         self.watch_child(launch.job_id, pid);
         Ok(record)
@@ -298,12 +260,61 @@ impl ResourceManager for LocalResourceManager {
     }
 }
 
-/// The status the wrapper left in a job's spool directory. The directory is the
-/// service's (no one else can put a file there), but the job's user could still write
-/// through the wrapper's descriptor, and a spool made by an older version belonged to
-/// the job's user: the file is opened without following a symlink or waiting on a FIFO,
-/// and read only when it is a small regular file, owned by the directory's owner unless
-/// that is the service.
+/// What the shepherd of `launch` runs: the wrapper as the job's user (when the service
+/// can switch users), with the job's environment and the wrapper's own variables.
+fn plan_of(launch: &Launch) -> Plan {
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        WRAPPER.into(),
+        "drover-job".into(),
+        launch.command_file.to_string_lossy().into_owned(),
+    ];
+    argv.extend(launch.arguments.iter().cloned());
+    let mut environment = launch.environment.clone();
+    let path = |p: &Path| p.to_string_lossy().into_owned();
+    environment.push(("DROVER_JOB_STDOUT".into(), path(&launch.stdout)));
+    environment.push(("DROVER_JOB_STDERR".into(), path(&launch.stderr)));
+    environment.push(("DROVER_JOB_DIR".into(), path(&launch.working_directory)));
+    if launch.stdout == launch.stderr {
+        environment.push(("DROVER_JOB_JOIN".into(), "1".into()));
+    }
+    if let Some(stdin) = &launch.stdin {
+        environment.push(("DROVER_JOB_STDIN".into(), path(stdin)));
+    }
+    let switch_to = sysuser::running_as_root().then(|| Ids {
+        uid: launch.user.uid,
+        gid: launch.gid.unwrap_or(launch.user.gid),
+        groups: launch.user.groups.clone(),
+    });
+    Plan {
+        switch_to,
+        argv,
+        environment,
+    }
+}
+
+/// The plan in a memory file, read from the start (nothing of the job's environment
+/// touches a disk).
+fn plan_file(plan: &Plan) -> std::io::Result<std::fs::File> {
+    use std::io::{Seek, Write};
+    let name = c"drover-job-plan";
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor just made, owned by nothing else.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    file.write_all(&plan.encode())?;
+    file.rewind()?;
+    Ok(file)
+}
+
+/// The status the shepherd left in a job's spool directory. The directory is the
+/// service's (no one else can put a file there), but a spool made by an older version
+/// belonged to the job's user: the file is opened without following a symlink or
+/// waiting on a FIFO, and read only when it is a small regular file, owned by the
+/// directory's owner unless that is the service.
 fn read_exit_status(spool: &Path) -> Option<i32> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;

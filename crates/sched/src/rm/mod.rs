@@ -3,6 +3,7 @@
 //! default, a Slurm backend and a simulator will implement the same trait.
 
 pub mod local;
+pub mod shepherd;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,242 @@
+//! The shepherd of one job: a process of the service's own user (root), started by the
+//! local resource manager, that starts the job's process as the job's user, waits for it
+//! and writes its exit status into the job's spool directory. The status file stays in
+//! the shepherd's hands: no process of the job's user ever holds it, so the status a
+//! restarted service reads is the one the kernel reported, and the user can neither
+//! write to the file nor grow it.
+//!
+//! The shepherd runs the `drover` binary again (`drover job-shepherd`), with an empty
+//! environment: what it needs comes on descriptors the service opened.
+//! - fd 3: the exit status file (written once, at the end);
+//! - fd 4: the [`Plan`]: who to run as and what to execute, with the job's environment
+//!   (kept out of the shepherd's own: it runs as root, and an environment of the user's,
+//!   `LD_PRELOAD` for one, must not reach a root process).
+//!
+//! It leads the job's process group. The signals the service sends to the group
+//! (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd ignores
+//! SIGTERM, SIGINT, SIGHUP and SIGQUIT to outlive the job and record how it ended;
+//! SIGUSR1 and SIGUSR2 sent to it (a checkpoint command names `DROVER_JOB_PID`) are passed
+//! on to the job. SIGKILL ends both.
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// The status file's descriptor in the shepherd.
+pub const STATUS_FD: i32 = 3;
+/// The plan's descriptor in the shepherd.
+pub const PLAN_FD: i32 = 4;
+/// The subcommand of the `drover` binary that runs [`run`].
+pub const SUBCOMMAND: &str = "job-shepherd";
+
+/// What the shepherd starts: a program, its arguments (`argv[0]` first) and environment,
+/// and the ids to switch to first (none: stay who the shepherd is).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub switch_to: Option<Ids>,
+    pub argv: Vec<String>,
+    pub environment: Vec<(String, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ids {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+}
+
+impl Plan {
+    /// NUL-separated fields: `switch` (`-` or `uid gid g1,g2,...`), the number of
+    /// arguments, the arguments, the number of variables, `NAME=value` each. Arguments
+    /// and values cannot hold NUL (a submission's are checked for it).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut fields: Vec<String> = Vec::new();
+        fields.push(match &self.switch_to {
+            None => "-".into(),
+            Some(ids) => {
+                let groups: Vec<String> = ids.groups.iter().map(u32::to_string).collect();
+                format!("{} {} {}", ids.uid, ids.gid, groups.join(","))
+            }
+        });
+        fields.push(self.argv.len().to_string());
+        fields.extend(self.argv.iter().cloned());
+        fields.push(self.environment.len().to_string());
+        fields.extend(self.environment.iter().map(|(k, v)| format!("{k}={v}")));
+        let mut bytes = Vec::new();
+        for field in fields {
+            bytes.extend_from_slice(field.as_bytes());
+            bytes.push(0);
+        }
+        bytes
+    }
+
+    pub fn decode(bytes: &[u8]) -> Option<Plan> {
+        let text = std::str::from_utf8(bytes).ok()?;
+        let mut fields = text.split('\0');
+        let switch = fields.next()?;
+        let switch_to = if switch == "-" {
+            None
+        } else {
+            let mut parts = switch.split(' ');
+            let uid = parts.next()?.parse().ok()?;
+            let gid = parts.next()?.parse().ok()?;
+            let groups = match parts.next()? {
+                "" => Vec::new(),
+                list => list
+                    .split(',')
+                    .map(|g| g.parse().ok())
+                    .collect::<Option<Vec<u32>>>()?,
+            };
+            Some(Ids { uid, gid, groups })
+        };
+        let argc: usize = fields.next()?.parse().ok()?;
+        let argv: Vec<String> = (0..argc)
+            .map(|_| fields.next().map(String::from))
+            .collect::<Option<_>>()?;
+        let envc: usize = fields.next()?.parse().ok()?;
+        let environment = (0..envc)
+            .map(|_| {
+                let (k, v) = fields.next()?.split_once('=')?;
+                Some((k.to_string(), v.to_string()))
+            })
+            .collect::<Option<_>>()?;
+        (!argv.is_empty()).then_some(Plan {
+            switch_to,
+            argv,
+            environment,
+        })
+    }
+}
+
+/// The job's pid, for the signal handler that passes signals on.
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn pass_on(signal: libc::c_int) {
+    let child = CHILD.load(Ordering::Relaxed);
+    if child > 0 {
+        unsafe { libc::kill(child, signal) };
+    }
+}
+
+const IGNORED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+const PASSED_ON: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGUSR2];
+
+/// The shepherd's `main`: its exit code is the job's (128 + the signal that ended it).
+pub fn run() -> i32 {
+    let mut plan_bytes = Vec::new();
+    // SAFETY: the service opened fd 4 for this process alone; it is read once and closed.
+    let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
+    if plan_file.read_to_end(&mut plan_bytes).is_err() {
+        return 125;
+    }
+    drop(plan_file);
+    let Some(plan) = Plan::decode(&plan_bytes) else {
+        return 125;
+    };
+    let (Ok(argv), Ok(envp)) = (c_strings(&plan.argv), c_strings(&environment(&plan))) else {
+        return 125;
+    };
+    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
+    argv_ptrs.push(std::ptr::null());
+    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
+    envp_ptrs.push(std::ptr::null());
+    unsafe {
+        for signal in IGNORED {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        for signal in PASSED_ON {
+            libc::signal(signal, pass_on as *const () as libc::sighandler_t);
+        }
+    }
+    // SAFETY: this process has one thread; the child only calls async-signal-safe
+    // functions on memory prepared before the fork, then execs or exits.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        return 125;
+    }
+    if child == 0 {
+        unsafe {
+            for signal in IGNORED.iter().chain(&PASSED_ON) {
+                libc::signal(*signal, libc::SIG_DFL);
+            }
+            libc::close(STATUS_FD);
+            if let Some(ids) = &plan.switch_to
+                && (libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) != 0
+                    || libc::setgid(ids.gid) != 0
+                    || libc::setuid(ids.uid) != 0)
+            {
+                libc::_exit(126);
+            }
+            libc::execve(argv_ptrs[0], argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
+            libc::_exit(127);
+        }
+    }
+    CHILD.store(child, Ordering::Relaxed);
+    let code = wait_for(child);
+    // SAFETY: fd 3 is the status file the service opened for this process.
+    let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
+    let _ = writeln!(status, "{code}");
+    code
+}
+
+/// How `child` ended: its exit status, or 128 + the signal that ended it.
+fn wait_for(child: i32) -> i32 {
+    loop {
+        let mut status: libc::c_int = 0;
+        let rc = unsafe { libc::waitpid(child, &mut status, 0) };
+        if rc == child {
+            if libc::WIFEXITED(status) {
+                return libc::WEXITSTATUS(status);
+            }
+            if libc::WIFSIGNALED(status) {
+                return 128 + libc::WTERMSIG(status);
+            }
+        } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 125;
+        }
+    }
+}
+
+fn environment(plan: &Plan) -> Vec<String> {
+    plan.environment
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
+}
+
+fn c_strings(items: &[String]) -> Result<Vec<CString>, std::ffi::NulError> {
+    items.iter().map(|s| CString::new(s.as_str())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plan_reads_back_as_written() {
+        let plan = Plan {
+            switch_to: Some(Ids {
+                uid: 1001,
+                gid: 1002,
+                groups: vec![1002, 1001],
+            }),
+            argv: vec![
+                "/bin/sh".into(),
+                "-c".into(),
+                "echo 'a b'\n".into(),
+                "".into(),
+            ],
+            environment: vec![("A".into(), "x=y".into()), ("EMPTY".into(), String::new())],
+        };
+        assert_eq!(Plan::decode(&plan.encode()), Some(plan));
+        let plain = Plan {
+            switch_to: None,
+            argv: vec!["/bin/true".into()],
+            environment: Vec::new(),
+        };
+        assert_eq!(Plan::decode(&plain.encode()), Some(plain));
+        assert_eq!(Plan::decode(b"- 2\0only-one\0"), None);
+        assert_eq!(Plan::decode(b"x y z\0"), None);
+    }
+}
