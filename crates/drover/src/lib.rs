@@ -179,11 +179,12 @@ fn start_scheduler(
     ledger: Arc<drover_accounting::Ledger>,
 ) -> Result<Scheduler, String> {
     let spool = config.data_dir.join("spool");
-    let shepherd = match &config.scheduler.shepherd {
-        Some(program) => program.clone(),
-        None => std::env::current_exe()
-            .map_err(|e| format!("cannot find this program to shepherd jobs with: {e}"))?,
-    };
+    // This very program, even after its file is replaced by an upgrade.
+    let shepherd = config
+        .scheduler
+        .shepherd
+        .clone()
+        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
     let parts = EngineParts {
         store,
         resource_manager: Box::new(move |notify| {

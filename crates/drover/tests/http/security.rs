@@ -334,6 +334,34 @@ exit 7",
                "environmentVariables": {"SPOOL": spool}}),
     ));
     assert_eq!(wait_for_file(&attack), "denied\n");
+    // The job starts with no signal ignored or blocked (none of the service's or its
+    // shepherd's: SIGPIPE ignored would break pipelines), in a session of its own.
+    let signals = work.path().join("signals.txt");
+    let probe = script(
+        work.path(),
+        "probe.sh",
+        &format!(
+            "grep -E '^Sig(Ign|Blk)' /proc/self/status >{out}; ps -o sid= -p $$ >>{out}",
+            out = signals.display()
+        ),
+    );
+    let probed = submitted(&submit_as(
+        &server,
+        as_(BOB),
+        &json!({"commandFile": probe, "initialWorkingDirectory": work.path()}),
+    ));
+    wait_state_v2(&server, &probed, "Completed");
+    let text = std::fs::read_to_string(&signals).unwrap();
+    let mut lines = text.lines();
+    let mask = |line: Option<&str>, name: &str| {
+        let hex = line.and_then(|l| l.strip_prefix(name)).unwrap().trim();
+        // Signals 32 and 33 are the C library's own, which its signal() does not touch.
+        u64::from_str_radix(hex, 16).unwrap() & !0x1_8000_0000
+    };
+    assert_eq!(mask(lines.next(), "SigBlk:"), 0, "{text}");
+    assert_eq!(mask(lines.next(), "SigIgn:"), 0, "{text}");
+    let session: u32 = lines.next().unwrap().trim().parse().unwrap();
+    assert_ne!(session, std::process::id(), "not the service's session");
     assert_eq!(mode(&spool), 0o700);
     assert_eq!(mode(&spool.join(&id)), 0o700);
     // Adopted by the next start, which learns its status from the spool.

@@ -158,8 +158,7 @@ impl ResourceManager for LocalResourceManager {
             .current_dir("/")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .process_group(0);
+            .stderr(Stdio::null());
         // The status file and the plan become the shepherd's fds 3 and 4: copied above
         // both first (close-on-exec), then moved (dup2 clears close-on-exec), so that
         // neither can overwrite the other whatever their numbers.
@@ -175,7 +174,7 @@ impl ResourceManager for LocalResourceManager {
                 {
                     return Err(std::io::Error::last_os_error());
                 }
-                Ok(())
+                shepherd::prepare()
             });
         }
         let child = command

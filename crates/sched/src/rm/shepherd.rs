@@ -12,11 +12,13 @@
 //!   (kept out of the shepherd's own: it runs as root, and an environment of the user's,
 //!   `LD_PRELOAD` for one, must not reach a root process).
 //!
-//! It leads the job's process group. The signals the service sends to the group
-//! (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd ignores
-//! SIGTERM, SIGINT, SIGHUP and SIGQUIT to outlive the job and record how it ended;
+//! It leads the job's session and process group. The signals the service sends to the
+//! group (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd
+//! ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT to outlive the job and record how it
+//! ended (the service sets that before the shepherd runs, so no early signal is lost);
 //! SIGUSR1 and SIGUSR2 sent to it (a checkpoint command names `DROVER_JOB_PID`) are passed
-//! on to the job. SIGKILL ends both.
+//! on to the job (blocked until the job exists). SIGKILL ends both. The job starts with
+//! every signal at its default and none blocked, whatever the service had.
 
 use std::ffi::CString;
 use std::io::{Read, Write};
@@ -119,11 +121,43 @@ extern "C" fn pass_on(signal: libc::c_int) {
     }
 }
 
-const IGNORED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
-const PASSED_ON: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGUSR2];
+/// Ignored by the shepherd (set by the service before it runs: see [`prepare`]).
+pub const IGNORED: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+/// Passed on to the job (blocked by the service before the shepherd runs).
+pub const PASSED_ON: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGUSR2];
+
+/// Run by the service in the shepherd's process before it execs the shepherd: a session
+/// of its own (no terminal of the service's reaches the job), the signals it ignores
+/// ignored and those it passes on blocked, so that none arriving before the shepherd is
+/// ready is lost or kills it. Async-signal-safe.
+pub fn prepare() -> std::io::Result<()> {
+    unsafe {
+        if libc::setsid() < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        for signal in IGNORED {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut blocked);
+        for signal in PASSED_ON {
+            libc::sigaddset(&mut blocked, signal);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+    }
+    Ok(())
+}
+
+/// Closes every descriptor from `first` on (the service's, inherited without
+/// close-on-exec, have no business in a job). Best effort: old kernels lack the call.
+fn close_from(first: u32) {
+    unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
+}
 
 /// The shepherd's `main`: its exit code is the job's (128 + the signal that ended it).
 pub fn run() -> i32 {
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    close_from(PLAN_FD as u32 + 1);
     let mut plan_bytes = Vec::new();
     // SAFETY: the service opened fd 4 for this process alone; it is read once and closed.
     let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
@@ -142,9 +176,6 @@ pub fn run() -> i32 {
     let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
     envp_ptrs.push(std::ptr::null());
     unsafe {
-        for signal in IGNORED {
-            libc::signal(signal, libc::SIG_IGN);
-        }
         for signal in PASSED_ON {
             libc::signal(signal, pass_on as *const () as libc::sighandler_t);
         }
@@ -157,10 +188,17 @@ pub fn run() -> i32 {
     }
     if child == 0 {
         unsafe {
-            for signal in IGNORED.iter().chain(&PASSED_ON) {
-                libc::signal(*signal, libc::SIG_DFL);
+            // Every signal at its default and none blocked (Rust's runtime ignores
+            // SIGPIPE, and an ignored signal stays ignored across exec).
+            for signal in 1..libc::SIGRTMAX() {
+                if signal != libc::SIGKILL && signal != libc::SIGSTOP {
+                    libc::signal(signal, libc::SIG_DFL);
+                }
             }
-            libc::close(STATUS_FD);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+            close_from(STATUS_FD as u32);
             if let Some(ids) = &plan.switch_to
                 && (libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) != 0
                     || libc::setgid(ids.gid) != 0
@@ -173,6 +211,14 @@ pub fn run() -> i32 {
         }
     }
     CHILD.store(child, Ordering::Relaxed);
+    unsafe {
+        let mut passed_on: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut passed_on);
+        for signal in PASSED_ON {
+            libc::sigaddset(&mut passed_on, signal);
+        }
+        libc::sigprocmask(libc::SIG_UNBLOCK, &passed_on, std::ptr::null_mut());
+    }
     let code = wait_for(child);
     // SAFETY: fd 3 is the status file the service opened for this process.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
@@ -180,8 +226,28 @@ pub fn run() -> i32 {
     code
 }
 
-/// How `child` ended: its exit status, or 128 + the signal that ended it.
+/// How `child` ended: its exit status, or 128 + the signal that ended it. Its pid is
+/// forgotten before it is reaped, so that no signal is passed on to a process that
+/// takes the pid over.
 fn wait_for(child: i32) -> i32 {
+    loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                child as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return 125;
+        }
+    }
+    CHILD.store(0, Ordering::Relaxed);
     loop {
         let mut status: libc::c_int = 0;
         let rc = unsafe { libc::waitpid(child, &mut status, 0) };
