@@ -125,18 +125,12 @@ impl drover_store::DocumentStore for FlakyStore {
         self.check()?;
         self.inner.write(batch)
     }
-    fn get(&self, c: &str, id: &str) -> drover_store::Result<Option<drover_store::Document>> {
-        self.inner.get(c, id)
-    }
-    fn get_by_name(
+    fn find(
         &self,
         c: &str,
-        name: &str,
+        which: drover_store::Find<'_>,
     ) -> drover_store::Result<Option<drover_store::Document>> {
-        self.inner.get_by_name(c, name)
-    }
-    fn last_created(&self, c: &str) -> drover_store::Result<Option<drover_store::Document>> {
-        self.inner.last_created(c)
+        self.inner.find(c, which)
     }
     fn list(
         &self,

@@ -179,6 +179,28 @@ pub enum StoreError {
     Backend(String),
 }
 
+/// Which one document a lookup wants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Find<'a> {
+    Id(&'a str),
+    Name(&'a str),
+    /// The last in creation order.
+    LastCreated,
+}
+
+impl<'a> Find<'a> {
+    /// The SQL after `FROM <table>` that picks the document, and the value bound as its
+    /// one parameter, if it has one.
+    fn selection(self, dialect: plan::Dialect) -> (String, Option<&'a str>) {
+        let p = dialect.placeholder(1);
+        match self {
+            Find::Id(id) => (format!("WHERE id = {p}"), Some(id)),
+            Find::Name(name) => (format!("WHERE name = {p}"), Some(name)),
+            Find::LastCreated => ("ORDER BY seq DESC LIMIT 1".into(), None),
+        }
+    }
+}
+
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 /// Durable collections of JSON documents. See the crate documentation.
@@ -194,14 +216,23 @@ pub trait DocumentStore: Send + Sync {
     /// (0 for a delete). On error nothing of the batch is applied.
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>>;
 
-    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>>;
+    /// The one document `which` names, if it exists.
+    fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>>;
 
-    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>>;
+    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>> {
+        self.find(collection, Find::Id(id))
+    }
+
+    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>> {
+        self.find(collection, Find::Name(name))
+    }
 
     /// The most recently created document of the collection (the last in creation
     /// order), if any: where a collection's ids grow with time, the largest id, with no
     /// index on it.
-    fn last_created(&self, collection: &str) -> Result<Option<Document>>;
+    fn last_created(&self, collection: &str) -> Result<Option<Document>> {
+        self.find(collection, Find::LastCreated)
+    }
 
     /// The documents matching `query`, sorted and paged, with the number of matches.
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>>;

@@ -15,7 +15,9 @@ use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
-use crate::{Body, CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
+use crate::{
+    Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
+};
 
 /// Schema migrations of the store's own tables, applied in order and recorded in
 /// `drover_schema`. Collection tables are made by `ensure_collection`.
@@ -160,30 +162,6 @@ impl PostgresStore {
             }
         }
         out
-    }
-
-    fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        self.first(collection, &format!("WHERE {column} = $1"), &[&value])
-    }
-
-    /// The first document of `collection` that `selection` (the SQL after `FROM table`)
-    /// picks.
-    fn first(
-        &self,
-        collection: &str,
-        selection: &str,
-        params: &[Param<'_>],
-    ) -> Result<Option<Document>> {
-        let layout = &self.collections.get(collection)?.layout;
-        let sql = format!(
-            "SELECT id, name, version, body::text FROM {} {selection}",
-            layout.table
-        );
-        self.with_conn(|conn| {
-            let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
-            let found = conn.client.query_opt(&stmt, params).map_err(backend)?;
-            found.map(|r| to_row(&r).into_document()).transpose()
-        })
     }
 }
 
@@ -593,16 +571,16 @@ impl DocumentStore for PostgresStore {
         })
     }
 
-    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>> {
-        self.get_by("id", collection, id)
-    }
-
-    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>> {
-        self.get_by("name", collection, name)
-    }
-
-    fn last_created(&self, collection: &str) -> Result<Option<Document>> {
-        self.first(collection, "ORDER BY seq DESC LIMIT 1", &[])
+    fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {
+        let (selection, value) = which.selection(Dialect::Postgres);
+        let table = &self.collections.get(collection)?.layout.table;
+        let sql = format!("SELECT id, name, version, body::text FROM {table} {selection}");
+        self.with_conn(|conn| {
+            let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
+            let params: Vec<Param<'_>> = value.iter().map(|v| v as Param<'_>).collect();
+            let found = conn.client.query_opt(&stmt, &params).map_err(backend)?;
+            found.map(|r| to_row(&r).into_document()).transpose()
+        })
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {

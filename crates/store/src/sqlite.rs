@@ -36,7 +36,9 @@ use rusqlite::{
 use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::wal_buffer;
-use crate::{Body, CollectionSpec, Document, DocumentStore, Result, StoreError, StoreInfo, Write};
+use crate::{
+    Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
+};
 
 /// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
 /// records how many have run. Collection tables are made by `ensure_collection`.
@@ -626,16 +628,20 @@ impl DocumentStore for SqliteStore {
         Ok(versions)
     }
 
-    fn get(&self, collection: &str, id: &str) -> Result<Option<Document>> {
-        self.get_by("id", collection, id)
-    }
-
-    fn get_by_name(&self, collection: &str, name: &str) -> Result<Option<Document>> {
-        self.get_by("name", collection, name)
-    }
-
-    fn last_created(&self, collection: &str) -> Result<Option<Document>> {
-        self.first(collection, "ORDER BY seq DESC LIMIT 1", &[])
+    fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {
+        let (selection, value) = which.selection(Dialect::Sqlite);
+        let table = &self.collections.get(collection)?.layout.table;
+        let sql = format!("SELECT id, name, version, body FROM {table} {selection}");
+        self.read(|conn| {
+            let found = conn
+                .prepare_cached(&sql)
+                .and_then(|mut s| {
+                    s.query_row(rusqlite::params_from_iter(value), row)
+                        .optional()
+                })
+                .map_err(backend)?;
+            found.map(Row::into_document).transpose()
+        })
     }
 
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
@@ -677,34 +683,6 @@ impl DocumentStore for SqliteStore {
         let conn = self.writer.lock().unwrap();
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(backend)
-    }
-}
-
-impl SqliteStore {
-    fn get_by(&self, column: &str, collection: &str, value: &str) -> Result<Option<Document>> {
-        self.first(collection, &format!("WHERE {column} = ?1"), &[&value])
-    }
-
-    /// The first document of `collection` that `selection` (the SQL after `FROM table`)
-    /// picks.
-    fn first(
-        &self,
-        collection: &str,
-        selection: &str,
-        params: &[&dyn rusqlite::ToSql],
-    ) -> Result<Option<Document>> {
-        let layout = &self.collections.get(collection)?.layout;
-        self.read(|conn| {
-            let sql = format!(
-                "SELECT id, name, version, body FROM {} {selection}",
-                layout.table
-            );
-            let found = conn
-                .prepare_cached(&sql)
-                .and_then(|mut s| s.query_row(params, row).optional())
-                .map_err(backend)?;
-            found.map(Row::into_document).transpose()
-        })
     }
 }
 

@@ -340,13 +340,11 @@ impl DocumentStore for NoStore {
     fn write(&self, batch: &[Write]) -> drover_store::Result<Vec<i64>> {
         Ok(vec![1; batch.len()])
     }
-    fn get(&self, _c: &str, _id: &str) -> drover_store::Result<Option<Document>> {
-        Ok(None)
-    }
-    fn get_by_name(&self, _c: &str, _name: &str) -> drover_store::Result<Option<Document>> {
-        Ok(None)
-    }
-    fn last_created(&self, _c: &str) -> drover_store::Result<Option<Document>> {
+    fn find(
+        &self,
+        _c: &str,
+        _which: drover_store::Find<'_>,
+    ) -> drover_store::Result<Option<Document>> {
         Ok(None)
     }
     fn list(&self, _c: &str, _q: &ListQuery) -> drover_store::Result<Page<Document>> {
