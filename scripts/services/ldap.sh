@@ -25,7 +25,7 @@ LDAPS_PORT=${LDAPS_PORT:-38990}
 BASE=dc=example,dc=org
 export DEBIAN_FRONTEND=noninteractive
 
-log() { echo "[ldap.sh] $*" >&2; }
+. "$(dirname "$0")/steps.sh"
 
 do_install() {
   command -v slapd >/dev/null && command -v slappasswd >/dev/null && command -v ldapwhoami >/dev/null && return 0
@@ -121,15 +121,4 @@ do_address() { echo "127.0.0.1:$LDAP_PORT"; }
 do_ldaps_address() { echo "127.0.0.1:$LDAPS_PORT"; }
 do_ca() { echo "$DIR/tls/cert.pem"; }
 
-[ $# -gt 0 ] || set -- install start
-for step in "$@"; do
-  case $step in
-    install) do_install ;;
-    start) do_start ;;
-    stop) do_stop ;;
-    address) do_address ;;
-    ldaps-address) do_ldaps_address ;;
-    ca) do_ca ;;
-    *) echo "usage: $0 [install|start|stop|address|ldaps-address|ca]..." >&2; exit 2 ;;
-  esac
-done
+run_steps "$@"

@@ -16,7 +16,7 @@ DB=${DB:-drover}
 FSYNC=${FSYNC:-off}
 export DEBIAN_FRONTEND=noninteractive
 
-log() { echo "[postgres.sh] $*" >&2; }
+. "$(dirname "$0")/steps.sh"
 pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 
 do_install() {
@@ -63,13 +63,4 @@ do_start() {
 
 do_url() { echo "postgres://postgres@127.0.0.1:$PGPORT/$DB"; }
 
-[ $# -gt 0 ] || set -- install start
-for step in "$@"; do
-  case $step in
-    install) do_install ;;
-    start) do_start ;;
-    stop) do_stop ;;
-    url) do_url ;;
-    *) echo "usage: $0 [install|start|stop|url]..." >&2; exit 2 ;;
-  esac
-done
+run_steps "$@"

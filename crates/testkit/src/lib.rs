@@ -91,6 +91,13 @@ impl Reply {
             .collect::<Vec<_>>()
             .join(" / ")
     }
+
+    /// Asserts that the request was refused with `status` and messages that mention
+    /// `words`; `case` names the request in the failure.
+    pub fn assert_refused(&self, status: u16, words: &str, case: &dyn std::fmt::Display) {
+        assert_eq!(self.status, status, "{case}: {}", self.body);
+        assert!(self.messages().contains(words), "{case}: {}", self.body);
+    }
 }
 
 /// Configures a server before it starts.
@@ -381,6 +388,11 @@ impl TestServer {
             headers,
             body,
         }
+    }
+
+    /// `method path` with `auth` and no body (an action: `PUT /rest/jobs/<id>/hold`).
+    pub fn send(&self, method: &str, path: &str, auth: Auth) -> Reply {
+        self.call(method, path, auth, None)
     }
 
     /// `GET path` as the administrator.

@@ -162,11 +162,10 @@ fn proxy_user_is_honoured_only_when_enabled_for_the_caller() {
         whoami(&server, Auth::User, "?proxy-user=bob")["effective"],
         USER
     );
-    let twice = server.call(
+    let twice = server.send(
         "POST",
         &format!("{WHOAMI}?proxy-user=a&proxy-user=b"),
         Auth::Admin,
-        None,
     );
     assert_eq!(twice.status, 400);
     assert!(

@@ -237,12 +237,7 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
         ),
     ] {
         let reply = quote(&server, params, job.clone());
-        assert_eq!(reply.status, 400, "{params}: {}", reply.body);
-        assert!(
-            reply.messages().contains(expected),
-            "{params}: {}",
-            reply.body
-        );
+        reply.assert_refused(400, expected, &params);
     }
     let stranger = quote(
         &server,

@@ -146,11 +146,10 @@ fn a_sleeping_job_is_suspended_resumed_and_cancelled() {
     let pid = wait_for_pid_file(&pid_file);
     wait_state(&server, &name, "RUNNING");
 
-    let reply = server.call(
+    let reply = server.send(
         "PUT",
         &format!("/rest/jobs/{name}/suspend?api-version=2"),
         Auth::Admin,
-        None,
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert!(reply.json()["messages"][0].is_string());
@@ -161,19 +160,9 @@ fn a_sleeping_job_is_suspended_resumed_and_cancelled() {
     assert_eq!(job["states"]["state"], "Suspended");
 
     // Suspending twice is refused; resuming continues it.
-    let again = server.call(
-        "PUT",
-        &format!("/rest/jobs/{name}/suspend"),
-        Auth::Admin,
-        None,
-    );
+    let again = server.send("PUT", &format!("/rest/jobs/{name}/suspend"), Auth::Admin);
     assert_eq!(again.status, 400, "{}", again.body);
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{name}/resume"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{name}/resume"), Auth::Admin);
     assert_eq!(reply.status, 200, "{}", reply.body);
     wait_until("the process runs again", || {
         matches!(process_state(pid), Some('S' | 'R'))
@@ -188,12 +177,7 @@ fn a_sleeping_job_is_suspended_resumed_and_cancelled() {
     let job = wait_state(&server, &name, "VACATED");
     assert_eq!(job["queueStatus"], "COMPLETED");
     // Cancelling an ended job is refused.
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{name}/cancel"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{name}/cancel"), Auth::Admin);
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
 
@@ -215,43 +199,26 @@ fn suspend_requires_the_flag_and_requeue_restarts_only_restartable_jobs() {
     wait_state(&server, &plain, "RUNNING");
     wait_state(&server, &restartable, "RUNNING");
 
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{plain}/suspend"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{plain}/suspend"), Auth::Admin);
     assert_eq!(reply.status, 400);
     assert!(reply.messages().contains("SUSPENDABLE"), "{}", reply.body);
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{plain}/requeue"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{plain}/requeue"), Auth::Admin);
     assert_eq!(reply.status, 400);
     assert!(reply.messages().contains("RESTARTABLE"), "{}", reply.body);
-    let reply = server.call(
+    let reply = server.send(
         "PUT",
         &format!("/rest/jobs/{plain}/checkpoint"),
         Auth::Admin,
-        None,
     );
     assert_eq!(reply.status, 400);
     assert!(reply.messages().contains("not supported"), "{}", reply.body);
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{plain}/explode"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{plain}/explode"), Auth::Admin);
     assert_eq!(reply.status, 404, "{}", reply.body);
 
-    let reply = server.call(
+    let reply = server.send(
         "PUT",
         &format!("/rest/jobs/{restartable}/requeue"),
         Auth::Admin,
-        None,
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
     server.wait_for(
@@ -294,12 +261,7 @@ fn holds_unhold_and_execute() {
         .json();
     assert_eq!(v2["holds"], json!(["User"]));
     assert_eq!(v2["queueStatus"], "blocked");
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{held}/unhold"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{held}/unhold"), Auth::Admin);
     assert_eq!(reply.status, 200, "{}", reply.body);
     wait_state(&server, &held, "COMPLETED");
 
@@ -344,12 +306,7 @@ fn holds_unhold_and_execute() {
 
     // Execute while the node is full: refused with the reason; once free, it starts now
     // although it is held.
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{waiting}/execute"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{waiting}/execute"), Auth::Admin);
     assert_eq!(reply.status, 400, "{}", reply.body);
     assert!(reply.messages().contains("not available"), "{}", reply.body);
     assert_eq!(
@@ -362,20 +319,10 @@ fn holds_unhold_and_execute() {
         node["state"] == "Idle"
     });
     assert_eq!(state_v1(&server, &waiting), "HOLD");
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{waiting}/execute"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{waiting}/execute"), Auth::Admin);
     assert_eq!(reply.status, 200, "{}", reply.body);
     wait_state(&server, &waiting, "COMPLETED");
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{waiting}/execute"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{waiting}/execute"), Auth::Admin);
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
 
@@ -655,8 +602,7 @@ fn modify_in_both_versions_keeps_old_messages() {
         (json!({"flags": ["FAST"]}), "flags"),
     ] {
         let reply = server.send_json("PUT", &format!("/rest/jobs/{id}"), &body);
-        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
-        assert!(reply.messages().contains(field), "{body}: {}", reply.body);
+        reply.assert_refused(400, field, &body);
     }
     assert_eq!(
         server
@@ -797,8 +743,7 @@ fn nodes_are_readable_and_an_administrator_can_drain_them() {
         (json!({"variables": {"a b": "1"}}), "variables"),
     ] {
         let reply = server.send_json("PUT", "/rest/nodes/n1", &body);
-        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
-        assert!(reply.messages().contains(field), "{body}: {}", reply.body);
+        reply.assert_refused(400, field, &body);
     }
     assert_eq!(
         server
@@ -1300,12 +1245,7 @@ fn dependencies_hold_a_job_back_release_it_and_block_it_for_good() {
 
     // The first job runs and succeeds: afterok, afterstart and afterany follow; afternotok
     // can never be met and says why.
-    let reply = server.call(
-        "PUT",
-        &format!("/rest/jobs/{first}/unhold"),
-        Auth::Admin,
-        None,
-    );
+    let reply = server.send("PUT", &format!("/rest/jobs/{first}/unhold"), Auth::Admin);
     assert_eq!(reply.status, 200, "{}", reply.body);
     wait_state(&server, &first, "COMPLETED");
     for id in [&after_ok, &after_start, &after_any] {
@@ -1483,12 +1423,7 @@ fn job_arrays_need_enabling_run_their_sub_jobs_and_refuse_bad_input() {
         ),
     ] {
         let reply = server.send_json("POST", "/rest/job-arrays?api-version=2", &body);
-        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
-        assert!(
-            reply.messages().contains(expected),
-            "{body}: {}",
-            reply.body
-        );
+        reply.assert_refused(400, expected, &body);
     }
     assert_eq!(count(), before, "nothing was created");
 

@@ -174,8 +174,7 @@ fn roles_are_created_changed_reset_and_deleted_and_decide_at_once() {
         (json!({"name": "r", "permissions": [7]}), "permissions[0]"),
     ] {
         let reply = server.send_json("POST", "/rest/roles", &body);
-        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
-        assert!(reply.messages().contains(needle), "{body}: {}", reply.body);
+        reply.assert_refused(400, needle, &body);
     }
     assert_eq!(server.get("/rest/roles").json()["totalCount"], 3);
     let taken = server.send_json("POST", "/rest/roles", &json!({"name": "operator"}));
@@ -378,12 +377,7 @@ fn ordinary_users_see_and_change_only_their_own_jobs() {
     assert_eq!(own("hold"), 200);
     assert_eq!(own("execute"), 403);
     // An operator acts on every job.
-    let cancelled = server.call(
-        "DELETE",
-        &format!("/rest/jobs/{alices}"),
-        as_user("olga"),
-        None,
-    );
+    let cancelled = server.send("DELETE", &format!("/rest/jobs/{alices}"), as_user("olga"));
     assert_eq!(cancelled.status, 200, "{}", cancelled.body);
 }
 
@@ -394,11 +388,10 @@ fn proxying_is_granted_by_role_and_acts_with_the_proxied_users_rights() {
         .config(|c| c.scheduler.enable_proxy = true)
         .start();
     let whoami = |auth: Auth, proxied: &str| {
-        server.call(
+        server.send(
             "GET",
             &format!("/rest/jobs?api-version=2&proxy-user={proxied}"),
             auth,
-            None,
         )
     };
     submit(&server, Auth::User, json!({}));
