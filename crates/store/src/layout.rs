@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::body::{self, PathTree};
 use crate::plan::Dialect;
-use crate::{Body, CollectionSpec, Result, StoreError};
+use crate::{Body, CollectionSpec, Result, StoreError, Write};
 
 /// The collections a store has been told about (by `ensure_collection`), by name.
 #[derive(Default)]
@@ -419,6 +419,17 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 pub(crate) const COUNTS_TABLE: &str =
     "CREATE TABLE drover_counts (tbl TEXT PRIMARY KEY, documents BIGINT NOT NULL)";
 
+/// Schema migrations of the store's own tables, applied in order by both backends
+/// (SQLite records how many ran in `PRAGMA user_version`, PostgreSQL in
+/// `drover_schema`). Collection tables are made by `ensure_collection`.
+pub(crate) const MIGRATIONS: &[&str] = &[
+    "CREATE TABLE drover_collections (
+        name TEXT PRIMARY KEY,
+        paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
+    )",
+    COUNTS_TABLE,
+];
+
 /// Adds `delta` to a table's count: parameters table, delta.
 pub(crate) fn count_update_sql(dialect: Dialect) -> String {
     format!(
@@ -430,7 +441,7 @@ pub(crate) fn count_update_sql(dialect: Dialect) -> String {
 
 /// What a batch did to each table's number of documents, given each write's resulting
 /// version (a put that answers version 1 created its document).
-pub(crate) fn count_changes(
+fn count_changes(
     batch: &[crate::Write],
     versions: &[i64],
     collections: &[Arc<Collection>],
@@ -506,6 +517,118 @@ pub(crate) fn taken(collection: &str, on_name: bool, id: &str, name: Option<&str
 }
 
 /// The error for a change that matched no row: missing document or stale version.
+/// The document one insert, put or update stores.
+pub(crate) struct Stored<'a> {
+    pub collection: &'a str,
+    pub id: &'a str,
+    pub name: Option<&'a str>,
+    pub body: &'a Body,
+}
+
+impl<'a> Stored<'a> {
+    /// The document `write` stores; `None` for a delete.
+    fn of(write: &'a Write) -> Option<Self> {
+        match write {
+            Write::Insert {
+                collection,
+                id,
+                name,
+                body,
+            }
+            | Write::Put {
+                collection,
+                id,
+                name,
+                body,
+            }
+            | Write::Update {
+                collection,
+                id,
+                name,
+                body,
+                ..
+            } => Some(Stored {
+                collection,
+                id,
+                name: name.as_deref(),
+                body,
+            }),
+            Write::Delete { .. } => None,
+        }
+    }
+}
+
+/// One backend's row statements, inside a write transaction. [`apply`] gives each kind
+/// of [`Write`] its meaning (versions, what a miss means) once for both backends.
+pub(crate) trait RowWriter {
+    /// Inserts a new row; a taken id or name is a conflict.
+    fn insert(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<()>;
+    /// Inserts or replaces the row; answers its new version.
+    fn put(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<i64>;
+    /// Replaces the row (only at version `expected`, if given); answers its new version,
+    /// or `None` when no row matched.
+    fn update(
+        &mut self,
+        collection: &Collection,
+        doc: &Stored<'_>,
+        expected: Option<i64>,
+    ) -> Result<Option<i64>>;
+    /// Deletes the row (only at version `expected`, if given); answers how many went.
+    fn delete(&mut self, collection: &Collection, id: &str, expected: Option<i64>) -> Result<u64>;
+    /// The stored version of a row, if there is one.
+    fn version_of(&mut self, collection: &Collection, id: &str) -> Result<Option<i64>>;
+    /// Adds `delta` to the count of `table`'s documents in `drover_counts`.
+    fn add_to_count(&mut self, table: &str, delta: i64) -> Result<()>;
+}
+
+/// Keeps `drover_counts` right after a batch, given each write's resulting version.
+pub(crate) fn count_batch(
+    rows: &mut impl RowWriter,
+    batch: &[Write],
+    versions: &[i64],
+    collections: &[Arc<Collection>],
+) -> Result<()> {
+    for (table, delta) in count_changes(batch, versions, collections) {
+        rows.add_to_count(&table, delta)?;
+    }
+    Ok(())
+}
+
+/// Applies one write through a backend's row statements; answers the resulting version
+/// (0 for a delete).
+pub(crate) fn apply(rows: &mut impl RowWriter, target: &Collection, write: &Write) -> Result<i64> {
+    // A write that matched no row: missing, or changed meanwhile.
+    let miss = |rows: &mut _, collection, id, expected| -> Result<i64> {
+        let current = RowWriter::version_of(rows, target, id)?;
+        Err(missed(collection, id, expected, current))
+    };
+    match (write, Stored::of(write)) {
+        (Write::Insert { .. }, Some(doc)) => rows.insert(target, &doc).map(|()| 1),
+        (Write::Put { .. }, Some(doc)) => rows.put(target, &doc),
+        (
+            Write::Update {
+                expected_version, ..
+            },
+            Some(doc),
+        ) => match rows.update(target, &doc, *expected_version)? {
+            Some(version) => Ok(version),
+            None => miss(rows, doc.collection, doc.id, *expected_version),
+        },
+        (
+            Write::Delete {
+                collection,
+                id,
+                expected_version,
+            },
+            _,
+        ) => match rows.delete(target, id, *expected_version)? {
+            0 => miss(rows, collection, id, *expected_version),
+            _ => Ok(0),
+        },
+        (_, None) => unreachable!("every write but a delete stores a document"),
+    }
+}
+
 pub(crate) fn missed(
     collection: &str,
     id: &str,

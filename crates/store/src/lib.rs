@@ -189,15 +189,21 @@ pub enum Find<'a> {
 }
 
 impl<'a> Find<'a> {
-    /// The SQL after `FROM <table>` that picks the document, and the value bound as its
-    /// one parameter, if it has one.
-    fn selection(self, dialect: plan::Dialect) -> (String, Option<&'a str>) {
+    /// The query that reads the document from `table` (columns id, name, version, body
+    /// as text), and the value bound as its one parameter, if it has one.
+    fn sql(self, table: &str, dialect: plan::Dialect) -> (String, Option<&'a str>) {
+        let body = match dialect {
+            plan::Dialect::Sqlite => "body",
+            plan::Dialect::Postgres => "body::text",
+        };
         let p = dialect.placeholder(1);
-        match self {
+        let (selection, value) = match self {
             Find::Id(id) => (format!("WHERE id = {p}"), Some(id)),
             Find::Name(name) => (format!("WHERE name = {p}"), Some(name)),
             Find::LastCreated => ("ORDER BY seq DESC LIMIT 1".into(), None),
-        }
+        };
+        let sql = format!("SELECT id, name, version, {body} FROM {table} {selection}");
+        (sql, value)
     }
 }
 

@@ -13,21 +13,11 @@ use postgres::error::SqlState;
 use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement, Transaction};
 
-use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
+use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{
     Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
 };
-
-/// Schema migrations of the store's own tables, applied in order and recorded in
-/// `drover_schema`. Collection tables are made by `ensure_collection`.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE drover_collections (
-        name TEXT PRIMARY KEY,
-        paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
-    )",
-    layout::COUNTS_TABLE,
-];
 
 /// Serialises schema changes between Drover processes sharing one database.
 const SCHEMA_LOCK: i64 = 0x6472_6f76_6572; // "drover"
@@ -101,13 +91,13 @@ impl PostgresStore {
                 )
                 .map_err(backend)?
                 .get(0);
-            if done as usize > MIGRATIONS.len() {
+            if done as usize > layout::MIGRATIONS.len() {
                 return Err(StoreError::Backend(format!(
                     "the database schema is version {done}, newer than this program's {}",
-                    MIGRATIONS.len()
+                    layout::MIGRATIONS.len()
                 )));
             }
-            for (i, sql) in MIGRATIONS.iter().enumerate().skip(done as usize) {
+            for (i, sql) in layout::MIGRATIONS.iter().enumerate().skip(done as usize) {
                 tx.batch_execute(sql).map_err(backend)?;
                 tx.execute(
                     "INSERT INTO drover_schema (version) VALUES ($1)",
@@ -235,6 +225,10 @@ struct RowParams {
 }
 
 impl RowParams {
+    fn of(layout: &Layout, doc: &Stored<'_>) -> Result<Self> {
+        Self::new(layout, doc.collection, doc.id, doc.name, doc.body)
+    }
+
     fn new(
         layout: &Layout,
         collection: &str,
@@ -351,113 +345,89 @@ fn insert_rows(
     Ok(())
 }
 
-fn current_version(
-    tx: &mut Transaction<'_>,
-    cache: &mut HashMap<String, Statement>,
-    sql: &WriteSql,
-    id: &str,
-) -> Result<Option<i64>> {
-    let stmt = prepare(cache, tx, &sql.version_of)?;
-    Ok(tx
-        .query_opt(&stmt, &[&id])
-        .map_err(backend)?
-        .map(|r| r.get(0)))
+/// PostgreSQL's row statements, inside a write transaction, with the connection's
+/// prepared statements.
+struct PostgresRows<'t, 'c> {
+    tx: &'t mut Transaction<'c>,
+    statements: &'t mut HashMap<String, Statement>,
 }
 
-fn apply(
-    tx: &mut Transaction<'_>,
-    cache: &mut HashMap<String, Statement>,
-    collection: &Collection,
-    write: &Write,
-) -> Result<i64> {
-    let (layout, sql) = (&collection.layout, &collection.sql);
-    match write {
-        Write::Insert {
-            collection,
-            id,
-            name,
-            body,
-        }
-        | Write::Put {
-            collection,
-            id,
-            name,
-            body,
-        } => {
-            let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
-            let statement = if matches!(write, Write::Put { .. }) {
-                &sql.put
-            } else {
-                &sql.insert
-            };
-            let stmt = prepare(cache, tx, statement)?;
-            if matches!(write, Write::Put { .. }) {
-                let r = tx
-                    .query_one(&stmt, &row.params())
-                    .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-                Ok(r.get(0))
-            } else {
-                tx.execute(&stmt, &row.params())
-                    .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-                Ok(1)
+impl PostgresRows<'_, '_> {
+    fn prepare(&mut self, sql: &str) -> Result<Statement> {
+        prepare(self.statements, self.tx, sql)
+    }
+}
+
+impl RowWriter for PostgresRows<'_, '_> {
+    fn insert(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<()> {
+        let row = RowParams::of(&collection.layout, doc)?;
+        let stmt = self.prepare(&collection.sql.insert)?;
+        self.tx
+            .execute(&stmt, &row.params())
+            .map_err(|e| conflict(e, doc.collection, doc.id, doc.name))
+            .map(drop)
+    }
+
+    fn put(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<i64> {
+        let row = RowParams::of(&collection.layout, doc)?;
+        let stmt = self.prepare(&collection.sql.put)?;
+        self.tx
+            .query_one(&stmt, &row.params())
+            .map_err(|e| conflict(e, doc.collection, doc.id, doc.name))
+            .map(|r| r.get(0))
+    }
+
+    fn update(
+        &mut self,
+        collection: &Collection,
+        doc: &Stored<'_>,
+        expected: Option<i64>,
+    ) -> Result<Option<i64>> {
+        let row = RowParams::of(&collection.layout, doc)?;
+        let mut params = row.params();
+        let statement = match &expected {
+            Some(v) => {
+                params.push(v);
+                &collection.sql.update_versioned
+            }
+            None => &collection.sql.update,
+        };
+        let stmt = self.prepare(statement)?;
+        self.tx
+            .query_opt(&stmt, &params)
+            .map_err(|e| conflict(e, doc.collection, doc.id, doc.name))
+            .map(|found| found.map(|r| r.get(0)))
+    }
+
+    fn delete(&mut self, collection: &Collection, id: &str, expected: Option<i64>) -> Result<u64> {
+        match expected {
+            Some(v) => {
+                let stmt = self.prepare(&collection.sql.delete_versioned)?;
+                self.tx.execute(&stmt, &[&id, &v])
+            }
+            None => {
+                let stmt = self.prepare(&collection.sql.delete)?;
+                self.tx.execute(&stmt, &[&id])
             }
         }
-        Write::Update {
-            collection,
-            id,
-            name,
-            body,
-            expected_version,
-        } => {
-            let row = RowParams::new(layout, collection, id, name.as_deref(), body)?;
-            let mut params = row.params();
-            let statement = match expected_version {
-                Some(v) => {
-                    params.push(v);
-                    &sql.update_versioned
-                }
-                None => &sql.update,
-            };
-            let stmt = prepare(cache, tx, statement)?;
-            match tx
-                .query_opt(&stmt, &params)
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?
-            {
-                Some(r) => Ok(r.get(0)),
-                None => Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, cache, sql, id)?,
-                )),
-            }
-        }
-        Write::Delete {
-            collection,
-            id,
-            expected_version,
-        } => {
-            let deleted = match expected_version {
-                Some(v) => {
-                    let stmt = prepare(cache, tx, &sql.delete_versioned)?;
-                    tx.execute(&stmt, &[id, v])
-                }
-                None => {
-                    let stmt = prepare(cache, tx, &sql.delete)?;
-                    tx.execute(&stmt, &[id])
-                }
-            }
-            .map_err(backend)?;
-            if deleted == 0 {
-                return Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, cache, sql, id)?,
-                ));
-            }
-            Ok(0)
-        }
+        .map_err(backend)
+    }
+
+    fn version_of(&mut self, collection: &Collection, id: &str) -> Result<Option<i64>> {
+        let stmt = self.prepare(&collection.sql.version_of)?;
+        Ok(self
+            .tx
+            .query_opt(&stmt, &[&id])
+            .map_err(backend)?
+            .map(|r| r.get(0)))
+    }
+
+    fn add_to_count(&mut self, table: &str, delta: i64) -> Result<()> {
+        let stmt = self.prepare(&layout::count_update_sql(Dialect::Postgres))?;
+        self.tx
+            .execute(&stmt, &[&table, &delta])
+            .map(drop)
+            .map_err(backend)
     }
 }
 
@@ -555,26 +525,27 @@ impl DocumentStore for PostgresStore {
                     }
                     k += run;
                 } else {
-                    versions[i] = apply(&mut tx, &mut conn.statements, &collections[i], &batch[i])?;
+                    let mut rows = PostgresRows {
+                        tx: &mut tx,
+                        statements: &mut conn.statements,
+                    };
+                    versions[i] = layout::apply(&mut rows, &collections[i], &batch[i])?;
                     k += 1;
                 }
             }
-            for (table, delta) in layout::count_changes(batch, &versions, &collections) {
-                tx.execute(
-                    &layout::count_update_sql(Dialect::Postgres),
-                    &[&table, &delta],
-                )
-                .map_err(backend)?;
-            }
+            let mut rows = PostgresRows {
+                tx: &mut tx,
+                statements: &mut conn.statements,
+            };
+            layout::count_batch(&mut rows, batch, &versions, &collections)?;
             tx.commit().map_err(backend)?;
             Ok(versions)
         })
     }
 
     fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {
-        let (selection, value) = which.selection(Dialect::Postgres);
         let table = &self.collections.get(collection)?.layout.table;
-        let sql = format!("SELECT id, name, version, body::text FROM {table} {selection}");
+        let (sql, value) = which.sql(table, Dialect::Postgres);
         self.with_conn(|conn| {
             let stmt = prepare(&mut conn.statements, &mut conn.client, &sql)?;
             let params: Vec<Param<'_>> = value.iter().map(|v| v as Param<'_>).collect();

@@ -33,22 +33,12 @@ use rusqlite::{
     Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior, params_from_iter,
 };
 
-use crate::layout::{self, Catalog, Collection, Layout, WriteSql};
+use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::wal_buffer;
 use crate::{
     Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
 };
-
-/// Schema migrations of the store's own tables, applied in order; `PRAGMA user_version`
-/// records how many have run. Collection tables are made by `ensure_collection`.
-const MIGRATIONS: &[&str] = &[
-    "CREATE TABLE drover_collections (
-        name TEXT PRIMARY KEY,
-        paths TEXT NOT NULL -- JSON array: the indexed path of key column n at position n
-    )",
-    layout::COUNTS_TABLE,
-];
 
 const MAX_IDLE_READERS: usize = 8;
 
@@ -389,13 +379,13 @@ fn migrate(conn: &Connection) -> Result<()> {
     let done = conn
         .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
         .map_err(backend)? as usize;
-    if done > MIGRATIONS.len() {
+    if done > layout::MIGRATIONS.len() {
         return Err(StoreError::Backend(format!(
             "the database schema is version {done}, newer than this program's {}",
-            MIGRATIONS.len()
+            layout::MIGRATIONS.len()
         )));
     }
-    for (i, sql) in MIGRATIONS.iter().enumerate().skip(done) {
+    for (i, sql) in layout::MIGRATIONS.iter().enumerate().skip(done) {
         conn.execute_batch(&format!(
             "BEGIN; {sql}; PRAGMA user_version = {}; COMMIT;",
             i + 1
@@ -470,103 +460,107 @@ fn unique_violation(e: &rusqlite::Error) -> Option<bool> {
     }
 }
 
-fn current_version(tx: &Connection, sql: &WriteSql, id: &str) -> Result<Option<i64>> {
-    tx.prepare_cached(&sql.version_of)
-        .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
-        .map_err(backend)
+/// SQLite's row statements, on the writer's connection inside its transaction.
+struct SqliteRows<'a>(&'a Connection);
+
+impl SqliteRows<'_> {
+    fn values(collection: &Collection, doc: &Stored<'_>) -> Result<Vec<Sql>> {
+        row_values(
+            &collection.layout,
+            doc.collection,
+            doc.id,
+            doc.name,
+            doc.body,
+        )
+    }
+
+    /// Runs a statement that answers the new version, if it changed a row.
+    fn versioned(
+        &self,
+        statement: &str,
+        values: Vec<Sql>,
+        doc: &Stored<'_>,
+    ) -> Result<Option<i64>> {
+        self.0
+            .prepare_cached(statement)
+            .and_then(|mut s| {
+                s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0))
+                    .optional()
+            })
+            .map_err(|e| conflict(e, doc))
+    }
 }
 
-fn apply(tx: &Connection, collection: &Collection, write: &Write) -> Result<i64> {
-    let (layout, sql) = (&collection.layout, &collection.sql);
-    let conflict =
-        |e: rusqlite::Error, name: &str, id: &str, doc_name: Option<&str>| match unique_violation(
-            &e,
-        ) {
-            Some(on_name) => layout::taken(name, on_name, id, doc_name),
-            None => backend(e),
+/// A unique violation names what was taken; anything else is the database's failure.
+fn conflict(e: rusqlite::Error, doc: &Stored<'_>) -> StoreError {
+    match unique_violation(&e) {
+        Some(on_name) => layout::taken(doc.collection, on_name, doc.id, doc.name),
+        None => backend(e),
+    }
+}
+
+impl RowWriter for SqliteRows<'_> {
+    fn insert(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<()> {
+        let values = Self::values(collection, doc)?;
+        self.0
+            .prepare_cached(&collection.sql.insert)
+            .and_then(|mut s| s.execute(params_from_iter(values)))
+            .map_err(|e| conflict(e, doc))
+            .map(drop)
+    }
+
+    fn put(&mut self, collection: &Collection, doc: &Stored<'_>) -> Result<i64> {
+        let values = Self::values(collection, doc)?;
+        self.versioned(&collection.sql.put, values, doc)?
+            .ok_or_else(|| StoreError::Backend("upsert answered no version".into()))
+    }
+
+    fn update(
+        &mut self,
+        collection: &Collection,
+        doc: &Stored<'_>,
+        expected: Option<i64>,
+    ) -> Result<Option<i64>> {
+        let mut values = Self::values(collection, doc)?;
+        let statement = match expected {
+            Some(v) => {
+                values.push(Sql::Integer(v));
+                &collection.sql.update_versioned
+            }
+            None => &collection.sql.update,
         };
-    // Runs a statement that answers the new version, if it changed a row.
-    let versioned =
-        |statement: &str, values: Vec<Sql>, name: &str, id: &str, doc_name: Option<&str>| {
-            tx.prepare_cached(statement)
-                .and_then(|mut s| {
-                    s.query_row(params_from_iter(values), |r| r.get::<_, i64>(0))
-                        .optional()
-                })
-                .map_err(|e| conflict(e, name, id, doc_name))
-        };
-    match write {
-        Write::Insert {
-            collection,
-            id,
-            name,
-            body,
+        self.versioned(statement, values, doc)
+    }
+
+    fn delete(&mut self, collection: &Collection, id: &str, expected: Option<i64>) -> Result<u64> {
+        let sql = &collection.sql;
+        match expected {
+            Some(v) => self
+                .0
+                .prepare_cached(&sql.delete_versioned)
+                .and_then(|mut s| s.execute(rusqlite::params![id, v])),
+            None => self
+                .0
+                .prepare_cached(&sql.delete)
+                .and_then(|mut s| s.execute([id])),
         }
-        | Write::Put {
-            collection,
-            id,
-            name,
-            body,
-        } => {
-            let values = row_values(layout, collection, id, name.as_deref(), body)?;
-            if matches!(write, Write::Put { .. }) {
-                return versioned(&sql.put, values, collection, id, name.as_deref())?
-                    .ok_or_else(|| StoreError::Backend("upsert answered no version".into()));
-            }
-            tx.prepare_cached(&sql.insert)
-                .and_then(|mut s| s.execute(params_from_iter(values)))
-                .map_err(|e| conflict(e, collection, id, name.as_deref()))?;
-            Ok(1)
-        }
-        Write::Update {
-            collection,
-            id,
-            name,
-            body,
-            expected_version,
-        } => {
-            let mut values = row_values(layout, collection, id, name.as_deref(), body)?;
-            let statement = match expected_version {
-                Some(v) => {
-                    values.push(Sql::Integer(*v));
-                    &sql.update_versioned
-                }
-                None => &sql.update,
-            };
-            match versioned(statement, values, collection, id, name.as_deref())? {
-                Some(v) => Ok(v),
-                None => Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, sql, id)?,
-                )),
-            }
-        }
-        Write::Delete {
-            collection,
-            id,
-            expected_version,
-        } => {
-            let deleted = match expected_version {
-                Some(v) => tx
-                    .prepare_cached(&sql.delete_versioned)
-                    .and_then(|mut s| s.execute(rusqlite::params![id, v])),
-                None => tx
-                    .prepare_cached(&sql.delete)
-                    .and_then(|mut s| s.execute([id])),
-            }
-            .map_err(backend)?;
-            if deleted == 0 {
-                return Err(layout::missed(
-                    collection,
-                    id,
-                    *expected_version,
-                    current_version(tx, sql, id)?,
-                ));
-            }
-            Ok(0)
-        }
+        .map(|n| n as u64)
+        .map_err(backend)
+    }
+
+    fn version_of(&mut self, collection: &Collection, id: &str) -> Result<Option<i64>> {
+        self.0
+            .prepare_cached(&collection.sql.version_of)
+            .and_then(|mut s| s.query_row([id], |r| r.get(0)).optional())
+            .map_err(backend)
+    }
+
+    fn add_to_count(&mut self, table: &str, delta: i64) -> Result<()> {
+        self.0
+            .prepare_cached(&layout::count_update_sql(Dialect::Sqlite))
+            .and_then(|mut s| s.execute(rusqlite::params![table, delta]))
+            .map(drop)
+            .map_err(backend)
     }
 }
 
@@ -617,21 +611,16 @@ impl DocumentStore for SqliteStore {
         let versions = batch
             .iter()
             .zip(&collections)
-            .map(|(w, collection)| apply(&tx, collection, w))
+            .map(|(w, collection)| layout::apply(&mut SqliteRows(&tx), collection, w))
             .collect::<Result<Vec<_>>>()?;
-        for (table, delta) in layout::count_changes(batch, &versions, &collections) {
-            tx.prepare_cached(&layout::count_update_sql(Dialect::Sqlite))
-                .and_then(|mut s| s.execute(rusqlite::params![table, delta]))
-                .map_err(backend)?;
-        }
+        layout::count_batch(&mut SqliteRows(&tx), batch, &versions, &collections)?;
         tx.commit().map_err(backend)?;
         Ok(versions)
     }
 
     fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {
-        let (selection, value) = which.selection(Dialect::Sqlite);
         let table = &self.collections.get(collection)?.layout.table;
-        let sql = format!("SELECT id, name, version, body FROM {table} {selection}");
+        let (sql, value) = which.sql(table, Dialect::Sqlite);
         self.read(|conn| {
             let found = conn
                 .prepare_cached(&sql)
