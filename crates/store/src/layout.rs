@@ -7,6 +7,20 @@
 //! when resolving the path crossed an array. When `u<n>` is 0 the path resolves to at
 //! most that one value, so conditions on `k<n>` decide the filter exactly; rows with
 //! `u<n>` = 1 are re-checked by the evaluator.
+//!
+//! What a write means (versions, a miss, a taken id or name) is decided once here
+//! ([`apply`]); each backend only runs its row statements ([`RowWriter`]).
+//!
+//! `drover_counts` holds each table's number of documents, updated in the transaction
+//! of every batch (a put answering version 1 created its document), so an unfiltered
+//! list takes its `totalCount` from there instead of counting a million rows.
+//! A newest-first index (`CollectionSpec::index_newest_first`) is `(k<n> DESC, seq)`:
+//! a descending sort whose ties keep creation order then reads just the page. The
+//! `_except` form makes it partial, leaving out rows whose first path holds one common
+//! value (`WHERE k<n> != X'..'`), so those writes skip the index; `plan.rs` repeats that
+//! condition word for word in a query whose own condition implies it (both databases
+//! must see it to use the index) and counts the common value as the total minus the
+//! rows the index holds.
 
 use drover_query::Path;
 use std::collections::HashMap;
