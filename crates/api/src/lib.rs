@@ -10,12 +10,13 @@
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
-//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
+//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), with their ACL rules.
 
 pub mod access;
 pub mod accounting;
 mod acl;
 mod audit;
+pub mod containers;
 pub mod credentials;
 pub mod diag;
 pub mod error;
@@ -35,7 +36,6 @@ pub mod reservations;
 pub mod roles;
 pub mod routes;
 mod state;
-pub mod vcs;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
@@ -57,7 +57,7 @@ pub fn interface() -> Routes {
     events::register(&mut routes);
     reports::register(&mut routes);
     reservations::register(&mut routes);
-    vcs::register(&mut routes);
+    containers::register(&mut routes);
     routes
 }
 
