@@ -1,12 +1,19 @@
-//! Reading what reservations and virtual containers share on the wire: ACL rules
-//! (spec 2.1, 4.1: the `aclRules` body and the `<type>:<value>` rule id) and owners.
+//! What reservations and virtual containers share: ACL rules (spec 2.1, 4.1: the
+//! `aclRules` body and the `<type>:<value>` rule id) and owners on the wire, and the
+//! routes that delete one or change its rules ([`Governed`]).
 
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
 use drover_sched::reservation::{AclRule, Owner};
 use serde_json::Value;
 
+use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::reply::parse_json;
+use crate::openapi::schema::{object, strings};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Caller, Routes};
 
 /// `aclRules`: type, value, affinity and comparator (upper case), each checked.
 pub(crate) fn rules(f: &mut Fields<'_>) -> Vec<AclRule> {
@@ -78,4 +85,97 @@ pub(crate) fn owner(f: &mut Fields<'_>) -> Option<Owner> {
                 .to_ascii_uppercase(),
         }
     })
+}
+
+/// A change common to reservations and virtual containers.
+pub(crate) enum Change {
+    PutRules(Vec<AclRule>),
+    /// The `<type>:<value>` key of a rule.
+    DeleteRule(String),
+    /// Release the reservation, delete the container.
+    Delete,
+}
+
+/// What the deletion route and the ACL-rule routes of a resource say about it.
+pub(crate) struct Docs {
+    /// `"reservation"`, `"virtual container"`: in the messages of refusals.
+    pub noun: &'static str,
+    /// The description of the `{id}` path parameter.
+    pub id: &'static str,
+    /// The deletion's summary and what its 200 means.
+    pub delete: (&'static str, &'static str),
+    /// The summary of `PUT .../acl-rules`.
+    pub put_rules: &'static str,
+}
+
+/// A resource that has owners and ACL rules, changed through the scheduler.
+pub(crate) trait Governed: 'static {
+    const ITEM: &'static str;
+    const RULES: &'static str;
+    const RULE: &'static str;
+    const UPDATE: Access;
+    const DELETE: Access;
+    const DOCS: Docs;
+
+    /// Applies `change` to the item `id` as `caller`; the answer is the messages.
+    fn apply(
+        state: &AppState,
+        caller: &Caller,
+        id: &str,
+        change: Change,
+    ) -> impl Future<Output = ApiResult<Json<Value>>> + Send;
+}
+
+/// Registers `DELETE <item>`, `PUT <item>/acl-rules` and `DELETE <item>/acl-rules/{rule}`.
+pub(crate) fn register<G: Governed>(routes: &mut Routes) {
+    let docs = G::DOCS;
+    routes
+        .delete(G::ITEM, G::DELETE, delete::<G>)
+        .summary(docs.delete.0)
+        .path_param("id", docs.id)
+        .response(200, docs.delete.1, Some(object(&[])));
+    routes
+        .put(G::RULES, G::UPDATE, put_rules::<G>)
+        .summary(docs.put_rules)
+        .path_param("id", docs.id)
+        .body("application/json", object(&[("aclRules", strings())]))
+        .response(200, "Written", Some(object(&[("messages", strings())])));
+    routes
+        .delete(G::RULE, G::UPDATE, delete_rule::<G>)
+        .summary("Removes the ACL rule <type>:<value>")
+        .path_param("id", docs.id)
+        .path_param("rule", "<type>:<value>")
+        .response(200, "Removed", Some(object(&[("messages", strings())])));
+}
+
+fn unchanged<G: Governed>(id: &str) -> String {
+    format!("The ACL rules of {} {id} were not changed", G::DOCS.noun)
+}
+
+async fn delete<G: Governed>(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> ApiResult<Json<Value>> {
+    let _messages = G::apply(&state, &caller, &id, Change::Delete).await?;
+    Ok(reply::deleted())
+}
+
+async fn put_rules<G: Governed>(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> ApiResult<Json<Value>> {
+    let rules = rules_body(&body, &unchanged::<G>(&id))?;
+    G::apply(&state, &caller, &id, Change::PutRules(rules)).await
+}
+
+async fn delete_rule<G: Governed>(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((id, rule)): Path<(String, String)>,
+) -> ApiResult<Json<Value>> {
+    let key = rule_key(&rule, &unchanged::<G>(&id))?;
+    G::apply(&state, &caller, &id, Change::DeleteRule(key)).await
 }

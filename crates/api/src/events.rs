@@ -20,10 +20,10 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("events"));
 const CREATE: Access = Access::Needs(Permission::create("events"));
@@ -41,17 +41,21 @@ pub(crate) fn register(routes: &mut Routes) {
             ("arguments", strings()),
         ])
     };
-    routes
-        .get("/rest/events", READ, list)
-        .summary("Events: version-1 shape, or version 3 with api-version=3")
-        .list()
-        .response(200, "Events", Some(envelope(event())));
-    routes
-        .get("/rest/events/{id}", READ, one)
-        .summary("One event")
-        .path_param("id", "The event's id")
-        .response(200, "The event", Some(event()))
-        .response(404, "No such event", None);
+    routes.collection(
+        Collection {
+            path: "/rest/events",
+            item_path: "/rest/events/{id}",
+            access: READ,
+            schema: event(),
+            list: (
+                "Events: version-1 shape, or version 3 with api-version=3",
+                "Events",
+            ),
+            item: ("One event", "The event's id", "The event", "No such event"),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/events", CREATE, create)
         .summary("Creates events: version 1 from <Events> XML, version 3 (api-version=3) from JSON")

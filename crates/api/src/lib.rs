@@ -36,6 +36,7 @@ pub mod reservations;
 pub mod roles;
 pub mod routes;
 mod state;
+pub mod wire;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};

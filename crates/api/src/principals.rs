@@ -20,11 +20,11 @@ use crate::access::{
 };
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{envelope, object, string, strings};
+use crate::openapi::schema::{object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
 use crate::roles::check_name;
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("principals"));
 const CREATE: Access = Access::Needs(Permission::create("principals"));
@@ -43,18 +43,31 @@ pub(crate) fn register(routes: &mut Routes) {
             ("attachedRoles", strings()),
         ])
     };
+    routes.collection(
+        Collection {
+            path: "/rest/principals",
+            item_path: "/rest/principals/{key}",
+            access: READ,
+            schema: principal(),
+            list: ("Every principal", "Principals"),
+            item: (
+                "One principal, by id or name",
+                "The principal's id or name",
+                "The principal",
+                "No such principal",
+            ),
+        },
+        list,
+        one,
+    );
+    // The singular path is an alias of the plural one.
     routes
-        .get("/rest/principals", READ, list)
-        .summary("Every principal")
-        .list()
-        .response(200, "Principals", Some(envelope(principal())));
+        .get("/rest/principal/{key}", READ, one)
+        .summary("One principal, by id or name")
+        .path_param("key", "The principal's id or name")
+        .response(200, "The principal", Some(principal()))
+        .response(404, "No such principal", None);
     for path in ["/rest/principals/{key}", "/rest/principal/{key}"] {
-        routes
-            .get(path, READ, one)
-            .summary("One principal, by id or name")
-            .path_param("key", "The principal's id or name")
-            .response(200, "The principal", Some(principal()))
-            .response(404, "No such principal", None);
         routes
             .put(path, UPDATE, modify)
             .summary("Modifies a principal; change-mode add, remove or set (the default)")

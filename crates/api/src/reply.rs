@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use drover_domain::dates::WireDates;
 use drover_query::Page;
 use serde_json::{Value, json};
 
@@ -85,6 +86,33 @@ pub fn list_in_memory(documents: &[Value], params: &ListParams) -> Json<Value> {
         Page {
             total: page.total,
             items: page.items.into_iter().cloned().collect(),
+        },
+        params,
+    )
+}
+
+/// A list request answered over `items` held in memory: the query runs over each item
+/// rendered with UTC dates (what stored documents hold), the page is rendered with
+/// `dates`.
+pub fn list_rendered<T>(
+    items: &[T],
+    params: &ListParams,
+    dates: &WireDates,
+    render: impl Fn(&T, &WireDates, u32) -> Value,
+) -> Json<Value> {
+    let version = params.api_version.number();
+    let utc = WireDates::utc();
+    let documents: Vec<Value> = items.iter().map(|i| render(i, &utc, version)).collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| render(&items[i], dates, version))
+        .collect();
+    envelope(
+        Page {
+            total: page.total,
+            items,
         },
         params,
     )

@@ -22,6 +22,7 @@ use crate::openapi::schema::{boolean, envelope, integer, object, string, strings
 use crate::params::{CommonParams, ListParams};
 use crate::reply::{self, list_in_memory, parse_json};
 use crate::routes::{Access, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reports"));
 const CREATE: Access = Access::Needs(Permission::create("reports"));
@@ -142,10 +143,7 @@ async fn blocking<T: Send + 'static>(
 }
 
 fn date(dates: &WireDates, version: u32, seconds: Option<i64>) -> Value {
-    match seconds.map(Timestamp::from_second) {
-        Some(Ok(t)) => json!(dates.format(t, version)),
-        _ => Value::Null,
-    }
+    wire::date(dates, version, seconds, Zero::Date)
 }
 
 fn render_report(report: &Report) -> Value {

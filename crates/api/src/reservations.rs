@@ -18,10 +18,11 @@ use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::jobs::{requester, sched_error};
-use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, Collection, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reservations"));
 const CREATE: Access = Access::Needs(Permission::create("reservations"));
@@ -57,17 +58,26 @@ pub(crate) fn register(routes: &mut Routes) {
             ("allocatedProcessorCount", integer()),
         ])
     };
-    routes
-        .get("/rest/reservations", READ, list)
-        .summary("Reservations: the caller's own, or all for an administrator")
-        .list()
-        .response(200, "Reservations", Some(envelope(reservation())));
-    routes
-        .get("/rest/reservations/{id}", READ, one)
-        .summary("One reservation")
-        .path_param("id", "The reservation's id")
-        .response(200, "The reservation", Some(reservation()))
-        .response(404, "No such reservation (or not the caller's)", None);
+    routes.collection(
+        Collection {
+            path: "/rest/reservations",
+            item_path: "/rest/reservations/{id}",
+            access: READ,
+            schema: reservation(),
+            list: (
+                "Reservations: the caller's own, or all for an administrator",
+                "Reservations",
+            ),
+            item: (
+                "One reservation",
+                "The reservation's id",
+                "The reservation",
+                "No such reservation (or not the caller's)",
+            ),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/reservations", CREATE, create)
         .summary("Creates a reservation: resources set aside for a time window")
@@ -92,27 +102,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The reservation's id")
         .body("application/json", object(&[("variables", object(&[]))]))
         .response(200, "Changed", Some(object(&[("messages", strings())])));
-    routes
-        .delete("/rest/reservations/{id}", DELETE, release)
-        .summary("Releases a reservation")
-        .path_param("id", "The reservation's id")
-        .response(200, "Released", Some(object(&[])));
-    routes
-        .put("/rest/reservations/{id}/acl-rules", UPDATE, put_rules)
-        .summary("Adds ACL rules; a rule with an existing type and value replaces it")
-        .path_param("id", "The reservation's id")
-        .body("application/json", object(&[("aclRules", strings())]))
-        .response(200, "Written", Some(object(&[("messages", strings())])));
-    routes
-        .delete(
-            "/rest/reservations/{id}/acl-rules/{rule}",
-            UPDATE,
-            delete_rule,
-        )
-        .summary("Removes the ACL rule <type>:<value>")
-        .path_param("id", "The reservation's id")
-        .path_param("rule", "<type>:<value>")
-        .response(200, "Removed", Some(object(&[("messages", strings())])));
+    acl::register::<Reservations>(routes);
 }
 
 /// Whether `caller` may see `reservation`.
@@ -132,25 +122,12 @@ async fn list(
         .iter()
         .filter(|r| visible(r, &caller))
         .collect();
-    let utc = WireDates::utc();
-    let version = params.api_version.number();
-    let documents: Vec<Value> = mine
-        .iter()
-        .map(|r| render(r, scheduler, &utc, version))
-        .collect();
-    let page = params.query.run_positions(&documents);
     let dates = &state.settings().dates;
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| render(mine[i], scheduler, dates, version))
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
+    Ok(reply::list_rendered(
+        &mine,
         &params,
+        dates,
+        |r, dates, version| render(r, scheduler, dates, version),
     ))
 }
 
@@ -325,34 +302,35 @@ async fn modify(
     .await
 }
 
-async fn release(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let _released = change(&state, &caller, &id, ReservationChange::Delete).await?;
-    Ok(reply::deleted())
-}
+/// Releasing and ACL rules: see [`acl::register`].
+struct Reservations;
 
-async fn put_rules(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of reservation {id} were not changed");
-    let rules = acl::rules_body(&body, &summary)?;
-    change(&state, &caller, &id, ReservationChange::PutRules(rules)).await
-}
+impl acl::Governed for Reservations {
+    const ITEM: &'static str = "/rest/reservations/{id}";
+    const RULES: &'static str = "/rest/reservations/{id}/acl-rules";
+    const RULE: &'static str = "/rest/reservations/{id}/acl-rules/{rule}";
+    const UPDATE: Access = UPDATE;
+    const DELETE: Access = DELETE;
+    const DOCS: acl::Docs = acl::Docs {
+        noun: "reservation",
+        id: "The reservation's id",
+        delete: ("Releases a reservation", "Released"),
+        put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
+    };
 
-async fn delete_rule(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((id, rule)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of reservation {id} were not changed");
-    let key = acl::rule_key(&rule, &summary)?;
-    change(&state, &caller, &id, ReservationChange::DeleteRule(key)).await
+    async fn apply(
+        state: &AppState,
+        caller: &Caller,
+        id: &str,
+        change: acl::Change,
+    ) -> ApiResult<Json<Value>> {
+        let change = match change {
+            acl::Change::PutRules(rules) => ReservationChange::PutRules(rules),
+            acl::Change::DeleteRule(key) => ReservationChange::DeleteRule(key),
+            acl::Change::Delete => ReservationChange::Delete,
+        };
+        self::change(state, caller, id, change).await
+    }
 }
 
 async fn change(
@@ -370,10 +348,7 @@ async fn change(
 }
 
 fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
-    match Timestamp::from_second(seconds) {
-        Ok(t) => json!(dates.format(t, version)),
-        Err(_) => Value::Null,
-    }
+    wire::date(dates, version, Some(seconds), Zero::Date)
 }
 
 /// The wire shape of a reservation (spec 2.7).

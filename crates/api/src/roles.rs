@@ -24,10 +24,10 @@ use crate::access::{
 };
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{envelope, object, string};
+use crate::openapi::schema::{object, string};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
 const CREATE: Access = Access::Needs(Permission::create("roles"));
@@ -50,17 +50,23 @@ pub(crate) fn register(routes: &mut Routes) {
             ),
         ])
     };
-    routes
-        .get("/rest/roles", READ, list)
-        .summary("Every role")
-        .list()
-        .response(200, "Roles", Some(envelope(role())));
-    routes
-        .get("/rest/roles/{key}", READ, one)
-        .summary("One role, by id or name")
-        .path_param("key", "The role's id or name")
-        .response(200, "The role", Some(role()))
-        .response(404, "No such role", None);
+    routes.collection(
+        Collection {
+            path: "/rest/roles",
+            item_path: "/rest/roles/{key}",
+            access: READ,
+            schema: role(),
+            list: ("Every role", "Roles"),
+            item: (
+                "One role, by id or name",
+                "The role's id or name",
+                "The role",
+                "No such role",
+            ),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/roles", CREATE, create)
         .summary("Creates a role")

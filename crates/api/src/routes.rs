@@ -80,6 +80,21 @@ pub struct RouteDoc {
     pub responses: Vec<ResponseDoc>,
 }
 
+/// A collection read whole (`GET path`: a list in its envelope) and one item at a time
+/// (`GET item_path`: the item, or 404), documented alike for every resource.
+pub struct Collection {
+    pub path: &'static str,
+    /// The path of one item; its last segment is the key, e.g. `/rest/nodes/{id}`.
+    pub item_path: &'static str,
+    pub access: Access,
+    /// The schema of one item.
+    pub schema: Value,
+    /// The list's summary, and what its answer holds.
+    pub list: (&'static str, &'static str),
+    /// One item's summary, its key, what the answer is, and when there is none.
+    pub item: (&'static str, &'static str, &'static str, &'static str),
+}
+
 /// One registered route: its documentation and its handler.
 struct Entry {
     doc: RouteDoc,
@@ -209,6 +224,42 @@ impl Routes {
         handler: H,
     ) -> RouteBuilder<'_> {
         self.add(Method::DELETE, path, access, handler)
+    }
+
+    /// Registers `list` and `one` for `collection`; the builder is the item route's.
+    pub fn collection<L, LT, O, OT>(
+        &mut self,
+        collection: Collection,
+        list: L,
+        one: O,
+    ) -> RouteBuilder<'_>
+    where
+        L: Handler<LT, AppState>,
+        O: Handler<OT, AppState>,
+        LT: 'static,
+        OT: 'static,
+    {
+        let Collection {
+            path,
+            item_path,
+            access,
+            schema,
+            list: (list_summary, items),
+            item: (summary, key, answer, missing),
+        } = collection;
+        self.get(path, access, list)
+            .summary(list_summary)
+            .list()
+            .response(200, items, Some(openapi::schema::envelope(schema.clone())));
+        let name = item_path
+            .rsplit_once('{')
+            .and_then(|(_, name)| name.strip_suffix('}'))
+            .expect("an item path ends with its key");
+        self.get(item_path, access, one)
+            .summary(summary)
+            .path_param(name, key)
+            .response(200, answer, Some(schema))
+            .response(404, missing, None)
     }
 
     /// The documentation of every route, in registration order.

@@ -104,10 +104,7 @@ pub struct Render<'a> {
 
 impl Render<'_> {
     fn date(&self, seconds: Option<i64>) -> Value {
-        match seconds.and_then(|s| drover_domain::dates::Timestamp::from_second(s).ok()) {
-            Some(t) => json!(self.dates.format(t, self.version)),
-            None => Value::Null,
-        }
+        crate::wire::date(self.dates, self.version, seconds, crate::wire::Zero::Date)
     }
 
     fn partition_of(&self, job: &Job) -> String {
