@@ -10,18 +10,15 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::roles::Authority;
-use drover_store::Write;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::access::{
-    PRINCIPALS, change_list, check_version, find, insert_named, next_id, render, update_named,
-    with_store,
-};
+use crate::documents::{self, Common, Named, change_list};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
+use crate::named;
 use crate::openapi::schema::{object, string, strings};
-use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::params::{ChangeMode, CommonParams};
 use crate::reply::{self, parse_json};
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, Routes};
@@ -31,7 +28,6 @@ const CREATE: Access = Access::Needs(Permission::create("principals"));
 const UPDATE: Access = Access::Needs(Permission::update("principals"));
 const DELETE: Access = Access::Needs(Permission::delete("principals"));
 
-const COLLECTION: &str = PRINCIPALS;
 const USER_TYPES: [&str; 2] = ["LDAP", "PAM"];
 const GROUP_TYPES: [&str; 3] = ["LDAPGROUP", "LDAPOU", "PAMGROUP"];
 
@@ -57,12 +53,12 @@ pub(crate) fn register(routes: &mut Routes) {
                 "No such principal",
             ),
         },
-        list,
-        one,
+        named::list::<Principals>,
+        named::one::<Principals>,
     );
     // The singular path is an alias of the plural one.
     routes
-        .get("/rest/principal/{key}", READ, one)
+        .get("/rest/principal/{key}", READ, named::one::<Principals>)
         .summary("One principal, by id or name")
         .path_param("key", "The principal's id or name")
         .response(200, "The principal", Some(principal()))
@@ -76,7 +72,7 @@ pub(crate) fn register(routes: &mut Routes) {
             .response(200, "The modified principal", Some(principal()))
             .response(409, "Stale version, or the name is taken", None);
         routes
-            .delete(path, DELETE, remove)
+            .delete(path, DELETE, named::remove::<Principals>)
             .summary("Deletes a principal")
             .path_param("key", "The principal's id or name")
             .response(200, "Deleted", Some(object(&[])));
@@ -90,14 +86,11 @@ pub(crate) fn register(routes: &mut Routes) {
 }
 
 /// What a request body gives (`None`: not given).
-#[derive(Default)]
 struct Given {
-    name: Option<String>,
-    description: Option<String>,
+    common: Common,
     roles: Option<Vec<Value>>,
     groups: Option<Vec<Value>>,
     users: Option<Vec<Value>>,
-    version: Option<i64>,
 }
 
 fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
@@ -136,34 +129,22 @@ fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
     let users = members("users", &USER_TYPES);
     let groups = members("groups", &GROUP_TYPES);
     Given {
-        name,
-        description: f.string("description"),
+        common: Common {
+            name,
+            description: f.string("description"),
+            version: f.integer("version"),
+        },
         roles,
         groups,
         users,
-        version: f.integer("version"),
     }
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let documents = with_store(&state, false, |store| {
-        Ok(store
-            .list(COLLECTION, &drover_query::ListQuery::default())?
-            .items
-            .iter()
-            .map(render)
-            .collect::<Vec<_>>())
-    })
-    .await?;
-    Ok(reply::list_in_memory(&documents, &params))
-}
+/// Principals: see [`named`].
+struct Principals;
 
-async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    let document = with_store(&state, false, move |store| {
-        find(store, COLLECTION, &key, "principal")
-    })
-    .await?;
-    Ok(Json(render(&document)))
+impl named::Resource for Principals {
+    const DOCUMENTS: Named = documents::PRINCIPALS;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
@@ -172,27 +153,28 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     let authority = state.access().authority();
     let given = read_object(&body, summary, |f| {
         let given = read_given(f, &authority);
-        if given.name.is_none() {
+        if given.common.name.is_none() {
             f.problem("name", "required");
         }
         given
     })?;
-    let name = given.name.clone().unwrap_or_default();
     let record = json!({
-        "name": name,
-        "description": given.description,
+        "name": given.common.name.unwrap_or_default(),
+        "description": given.common.description,
         "attachedRoles": given.roles.unwrap_or_default(),
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
-    let document = with_store(&state, true, move |store| {
-        insert_named(store, COLLECTION, &next_id(), record, summary)
-    })
-    .await?;
+    let created = documents::PRINCIPALS
+        .create(&state, record, summary)
+        .await?;
     Ok(reply::created(
         state.settings(),
-        &format!("/rest/principals/{}", document.id),
-        render(&document),
+        &format!(
+            "/rest/principals/{}",
+            created["id"].as_str().unwrap_or_default()
+        ),
+        created,
     ))
 }
 
@@ -207,35 +189,14 @@ async fn modify(
     let summary = format!("The principal {key} was not changed");
     let authority = state.access().authority();
     let given = read_object(&body, &summary, |f| read_given(f, &authority))?;
-    let document = with_store(&state, true, move |store| {
-        let current = find(store, COLLECTION, &key, "principal")?;
-        check_version(given.version, &current, &summary, "principal")?;
-        let mut record = current.body.clone();
-        if let Some(name) = &given.name {
-            record["name"] = json!(name);
-        }
-        if let Some(description) = &given.description {
-            record["description"] = json!(description);
-        }
-        change_list(&mut record, "attachedRoles", given.roles, mode, &["id"]);
-        change_list(&mut record, "groups", given.groups, mode, &["name", "type"]);
-        change_list(&mut record, "users", given.users, mode, &["name", "type"]);
-        update_named(store, COLLECTION, &current, record, &summary)
-    })
-    .await?;
-    Ok(Json(render(&document)))
-}
-
-async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    with_store(&state, true, move |store| {
-        let current = find(store, COLLECTION, &key, "principal")?;
-        store.write(&[Write::Delete {
-            collection: COLLECTION.into(),
-            id: current.id,
-            expected_version: None,
-        }])?;
-        Ok(())
-    })
-    .await?;
-    Ok(reply::deleted())
+    let (roles, groups, users) = (given.roles, given.groups, given.users);
+    let edit = move |record: &mut Value| {
+        change_list(record, "attachedRoles", roles, mode, &["id"]);
+        change_list(record, "groups", groups, mode, &["name", "type"]);
+        change_list(record, "users", users, mode, &["name", "type"]);
+    };
+    let changed = documents::PRINCIPALS
+        .modify(&state, key, given.common, summary, edit)
+        .await?;
+    Ok(Json(changed))
 }
