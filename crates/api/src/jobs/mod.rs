@@ -93,6 +93,16 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(200, "Cancelled", Some(object(&[])));
 }
 
+/// References to other objects, `[{key: id}, ...]`: by `id` in version 1, by `name` in 2.
+fn refs(items: impl IntoIterator<Item = impl AsRef<str>>, key: &str) -> Value {
+    let one = |item: &str| {
+        let mut reference = serde_json::Map::new();
+        reference.insert(key.to_string(), json!(item));
+        Value::Object(reference)
+    };
+    Value::Array(items.into_iter().map(|i| one(i.as_ref())).collect())
+}
+
 /// What rendering a job needs besides the job.
 pub struct Render<'a> {
     pub now: i64,
