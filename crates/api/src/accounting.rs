@@ -311,6 +311,74 @@ fn integer_param(common: &CommonParams, name: &str) -> ApiResult<Option<i64>> {
     }
 }
 
+/// `rate`: charge rates overriding the configured ones (accounting administrators only).
+fn rate_overrides(common: &CommonParams, administers: bool) -> ApiResult<Vec<RateOverride>> {
+    Ok(match common.raw.get("rate")? {
+        None => Vec::new(),
+        Some(_) if !administers => {
+            return Err(forbidden(
+                "rate: only accounting administrators may override charge rates",
+            ));
+        }
+        Some(text) => {
+            let value: Value = serde_json::from_str(text).map_err(|e| {
+                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
+            })?;
+            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
+                f.each("rate", |r| {
+                    let kind = r.string("type").unwrap_or_default();
+                    let rate = required_money(r, "rate");
+                    if kind.is_empty() {
+                        r.problem("type", "required");
+                    }
+                    RateOverride {
+                        kind,
+                        name: r.string("name"),
+                        rate,
+                    }
+                })
+                .unwrap_or_default()
+            })?
+        }
+    })
+}
+
+/// One quote in its wire shape; its `details` when `itemize`.
+fn quote_answer(answer: QuoteAnswer, instance: &str, itemize: bool) -> Value {
+    let mut out = Map::new();
+    out.insert("instance".into(), json!(instance));
+    out.insert("amount".into(), answer.price.amount.to_json());
+    if let Some(id) = answer.id {
+        out.insert("id".into(), json!(id));
+        out.insert("usageRecord".into(), json!(answer.usage_record));
+    }
+    if itemize {
+        out.insert(
+            "details".into(),
+            Value::Array(answer.price.components.iter().map(detail).collect()),
+        );
+    }
+    Value::Object(out)
+}
+
+/// The services a quote's body names: one, or a list of at least one.
+fn services_of(body: Value) -> ApiResult<Vec<Value>> {
+    let services: Vec<Value> = match body {
+        Value::Array(items) => items,
+        Value::Object(_) => vec![body],
+        _ => {
+            return Err(ApiError::bad_request(
+                QUOTE_FAILED,
+                "the body must be a service or a list of services",
+            ));
+        }
+    };
+    if services.is_empty() {
+        return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
+    }
+    Ok(services)
+}
+
 async fn quote(
     State(state): State<AppState>,
     common: CommonParams,
@@ -354,34 +422,7 @@ async fn quote(
     if end.is_none() && common.raw.get("end-time")?.is_none() {
         end = Some(start.unwrap_or(now) + duration + grace);
     }
-    let overrides: Vec<RateOverride> = match common.raw.get("rate")? {
-        None => Vec::new(),
-        Some(_) if !administers => {
-            return Err(forbidden(
-                "rate: only accounting administrators may override charge rates",
-            ));
-        }
-        Some(text) => {
-            let value: Value = serde_json::from_str(text).map_err(|e| {
-                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
-            })?;
-            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
-                f.each("rate", |r| {
-                    let kind = r.string("type").unwrap_or_default();
-                    let rate = required_money(r, "rate");
-                    if kind.is_empty() {
-                        r.problem("type", "required");
-                    }
-                    RateOverride {
-                        kind,
-                        name: r.string("name"),
-                        rate,
-                    }
-                })
-                .unwrap_or_default()
-            })?
-        }
-    };
+    let overrides = rate_overrides(&common, administers)?;
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -398,22 +439,7 @@ async fn quote(
         end,
         description: description.clone(),
     };
-    let answer_of = |answer: QuoteAnswer, instance: &str| -> Value {
-        let mut out = Map::new();
-        out.insert("instance".into(), json!(instance));
-        out.insert("amount".into(), answer.price.amount.to_json());
-        if let Some(id) = answer.id {
-            out.insert("id".into(), json!(id));
-            out.insert("usageRecord".into(), json!(answer.usage_record));
-        }
-        if itemize {
-            out.insert(
-                "details".into(),
-                Value::Array(answer.price.components.iter().map(detail).collect()),
-            );
-        }
-        Value::Object(out)
-    };
+    let answer_of = |answer, instance: &str| quote_answer(answer, instance, itemize);
     // What is priced (and, guaranteed, later charged) is the accounting user's own work.
     let check_user = |usage: &Usage| {
         if usage.user != user && !administers {
@@ -436,19 +462,7 @@ async fn quote(
             answer_of(answer, &instance),
         )));
     }
-    let services: Vec<Value> = match body {
-        Value::Array(items) => items,
-        Value::Object(_) => vec![body],
-        _ => {
-            return Err(ApiError::bad_request(
-                QUOTE_FAILED,
-                "the body must be a service or a list of services",
-            ));
-        }
-    };
-    if services.is_empty() {
-        return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
-    }
+    let services = services_of(body)?;
     let mut names = Vec::new();
     let mut requests = Vec::new();
     for service in &services {

@@ -351,17 +351,8 @@ fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
     wire::date(dates, version, Some(seconds), Zero::Date)
 }
 
-/// The wire shape of a reservation (spec 2.7).
-fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u32) -> Value {
-    let now = scheduler.now();
-    let active = r.is_active(now);
-    let processors = r.processors();
-    let given = |key: &str| r.given.get(key).cloned().unwrap_or(Value::Null);
-    let mut flags = r.flags.clone();
-    if active && !flags.iter().any(|f| f == "ISACTIVE") {
-        flags.push("ISACTIVE".into());
-    }
-    // Processors used now by jobs that asked for it, on its nodes.
+/// Processors used now by jobs that asked for the reservation, on its nodes.
+fn busy_processors(r: &Reservation, scheduler: &Scheduler) -> u64 {
     let nodes = scheduler.nodes();
     let by_id: std::collections::HashMap<&str, &drover_sched::node::Node> =
         nodes.iter().map(|n| (n.id(), n)).collect();
@@ -383,6 +374,20 @@ fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u3
             }
         }
     }
+    busy
+}
+
+/// The wire shape of a reservation (spec 2.7).
+fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u32) -> Value {
+    let now = scheduler.now();
+    let active = r.is_active(now);
+    let processors = r.processors();
+    let given = |key: &str| r.given.get(key).cloned().unwrap_or(Value::Null);
+    let mut flags = r.flags.clone();
+    if active && !flags.iter().any(|f| f == "ISACTIVE") {
+        flags.push("ISACTIVE".into());
+    }
+    let busy = busy_processors(r, scheduler);
     let elapsed = (now.min(r.end) - r.start).max(0) as f64;
     let taps = r.used_processor_seconds;
     let tips = (f64::from(processors) * elapsed - taps).max(0.0);
