@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_accounting::ledger::{Balance, QuoteAnswer, StoredAllocation};
 use drover_accounting::model::{Account, Allocation, Component, RateOverride, Usage};
-use drover_accounting::{AccountingError, Ledger, Money, QuoteRequest};
+use drover_accounting::{Ledger, Money, QuoteRequest};
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use serde_json::{Map, Value, json};
@@ -154,19 +154,6 @@ fn forbidden(reason: &str) -> ApiError {
         Kind::Forbidden,
         [QUOTE_FAILED.to_string(), reason.to_string()],
     )
-}
-
-fn accounting_error(summary: &str, error: AccountingError) -> ApiError {
-    match error {
-        AccountingError::Invalid(reasons) => {
-            let mut messages = vec![summary.to_string()];
-            messages.extend(reasons);
-            ApiError::new(Kind::BadRequest, messages)
-        }
-        AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
-        AccountingError::NotFound(what) => ApiError::not_found(what),
-        AccountingError::Store(why) => ApiError::unavailable(summary, why),
-    }
 }
 
 /// The record of spec 2.16, with the custom attributes asked for.
@@ -504,7 +491,7 @@ async fn quote_all(
     })
     .await
     .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
-    .map_err(|e| accounting_error(QUOTE_FAILED, e))
+    .map_err(|e| ApiError::accounting(QUOTE_FAILED, e))
 }
 
 /// A decimal amount at `key` (a number or a numeric string, at most six places); a
@@ -685,7 +672,7 @@ async fn allocate(State(state): State<AppState>, body: Bytes) -> ApiResult<Respo
     let id = tokio::task::spawn_blocking(move || ledger.allocate(allocation, now))
         .await
         .map_err(|e| ApiError::unavailable(summary, e.to_string()))?
-        .map_err(|e| accounting_error(summary, e))?;
+        .map_err(|e| ApiError::accounting(summary, e))?;
     Ok(reply::created(
         state.settings(),
         "/rest/accounting/allocations",
@@ -698,7 +685,7 @@ async fn list_usage(State(state): State<AppState>, params: ListParams) -> ApiRes
     let records = tokio::task::spawn_blocking(move || ledger.usage_records())
         .await
         .map_err(|e| ApiError::unavailable("The usage records cannot be read", e.to_string()))?
-        .map_err(|e| accounting_error("The usage records cannot be read", e))?;
+        .map_err(|e| ApiError::accounting("The usage records cannot be read", e))?;
     let date = |s: i64| {
         Timestamp::from_second(s)
             .ok()

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::{requester, sched_error};
+use crate::jobs::requester;
 use crate::openapi::schema::{object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
@@ -139,7 +139,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
             by,
         )
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::created(
         state.settings(),
         &format!("/rest/vcs/{id}"),
@@ -259,7 +259,7 @@ async fn change_one(
         .scheduler()
         .change_container(id, change, requester(caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }
 

@@ -13,12 +13,12 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use drover_monitor::event::{COLLECTION, Event, ObjectRef, SEVERITIES, V1_RENAMES};
-use drover_monitor::{RecordError, xml};
+use drover_monitor::xml;
 use drover_query::Page;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, NOT_CREATED};
 use crate::input::read_object;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
@@ -128,8 +128,6 @@ async fn one(
     Ok(Json(render(&state, &event, version, params.api_version)))
 }
 
-const NOT_CREATED: &str = "No event was created";
-
 async fn create(
     State(state): State<AppState>,
     params: CommonParams,
@@ -142,10 +140,7 @@ async fn create(
     } else {
         v1_events(&headers, &body)?
     };
-    let recorded = state.events().record(events).await.map_err(|e| match e {
-        RecordError::Stopped => ApiError::unavailable(NOT_CREATED, e.to_string()),
-        RecordError::Store(reason) => ApiError::unavailable(NOT_CREATED, reason),
-    })?;
+    let recorded = state.events().record(events).await?;
     let settings = state.settings();
     let location = format!("/rest/events/{}", recorded[0].id);
     if v3 {

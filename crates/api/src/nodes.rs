@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::{requester, sched_error};
+use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{CommonParams, ListParams};
 use crate::reply::{self, parse_json};
@@ -239,6 +239,6 @@ async fn modify(
         .scheduler()
         .modify_node(&id, changes, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }

@@ -121,15 +121,6 @@ pub(crate) fn register(routes: &mut Routes) {
         );
 }
 
-fn report_error(e: ReportError) -> ApiError {
-    match e {
-        ReportError::NotFound(key) => ApiError::not_found(format!("No report '{key}'")),
-        ReportError::Conflict(reason) => ApiError::conflict("The report was not created", reason),
-        ReportError::Invalid(reason) => ApiError::bad_request("The report was not changed", reason),
-        ReportError::Store(reason) => ApiError::unavailable("The datastore is unavailable", reason),
-    }
-}
-
 /// Runs a blocking report operation off the async runtime.
 async fn blocking<T: Send + 'static>(
     state: &AppState,
@@ -139,7 +130,7 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || work(&reports))
         .await
         .map_err(ApiError::internal)?
-        .map_err(report_error)
+        .map_err(ApiError::from)
 }
 
 fn date(dates: &WireDates, version: u32, seconds: Option<i64>) -> Value {

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::jobs::{requester, sched_error};
+use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
@@ -161,7 +161,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
         .scheduler()
         .reserve(request, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::created(
         state.settings(),
         &format!("/rest/reservations/{id}"),
@@ -343,7 +343,7 @@ async fn change(
         .scheduler()
         .change_reservation(id, change, requester(caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }
 

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_sched::job::{Hold, Job, JobState, Output};
-use drover_sched::{JobAction, Requester, SchedError, Scheduler};
+use drover_sched::{JobAction, Requester, Scheduler};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -221,18 +221,6 @@ pub(crate) fn requester(caller: &Caller) -> Requester {
     }
 }
 
-pub(crate) fn sched_error(error: SchedError) -> ApiError {
-    match error {
-        SchedError::Invalid(messages) | SchedError::Refused(messages) => {
-            ApiError::new(Kind::BadRequest, messages)
-        }
-        SchedError::NotFound(what) => ApiError::not_found(what),
-        SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
-        SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
-        SchedError::Conflict(messages) => ApiError::new(Kind::Conflict, messages),
-    }
-}
-
 /// The user whose jobs alone the caller may see; `None`: every job.
 fn owner_filter(caller: &Caller) -> Option<String> {
     (!caller.over_all()).then(|| caller.effective_user.clone().unwrap_or_default())
@@ -360,7 +348,7 @@ async fn submit(
         .scheduler()
         .submit(spec, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     let answer = if params.api_version.number() >= 2 {
         json!({ "name": id })
     } else {
@@ -397,7 +385,7 @@ async fn modify(
         .scheduler()
         .modify(&id, changes, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }
 
@@ -442,7 +430,7 @@ async fn act(
         .scheduler()
         .act(&id, action, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages([message]).into_response())
 }
 
@@ -455,7 +443,7 @@ async fn cancel(
         .scheduler()
         .act(&id, JobAction::Cancel, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(cancelled(message))
 }
 
