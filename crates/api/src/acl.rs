@@ -5,12 +5,15 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
-use drover_sched::reservation::{AclRule, Owner};
+pub(crate) use drover_sched::reservation::AclRule;
+use drover_sched::reservation::Owner;
+use drover_sched::{Requester, SchedError, Scheduler};
 use serde_json::Value;
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
+use crate::jobs::requester;
 use crate::openapi::schema::{object, strings};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Routes};
@@ -87,15 +90,6 @@ pub(crate) fn owner(f: &mut Fields<'_>) -> Option<Owner> {
     })
 }
 
-/// A change common to reservations and virtual containers.
-pub(crate) enum Change {
-    PutRules(Vec<AclRule>),
-    /// The `<type>:<value>` key of a rule.
-    DeleteRule(String),
-    /// Release the reservation, delete the container.
-    Delete,
-}
-
 /// What the deletion route and the ACL-rule routes of a resource say about it.
 pub(crate) struct Docs {
     /// `"reservation"`, `"virtual container"`: in the messages of refusals.
@@ -110,38 +104,56 @@ pub(crate) struct Docs {
 
 /// A resource that has owners and ACL rules, changed through the scheduler.
 pub(crate) trait Governed: 'static {
-    const ITEM: &'static str;
-    const RULES: &'static str;
-    const RULE: &'static str;
-    const UPDATE: Access;
-    const DELETE: Access;
+    /// The scheduler's change of one.
+    type Change: Send;
+    /// The paths of one, of its rules, and of one rule.
+    const PATHS: [&'static str; 3];
+    /// The permissions to change one, and to delete one.
+    const ACCESS: [Access; 2];
     const DOCS: Docs;
+    const PUT_RULES: fn(Vec<AclRule>) -> Self::Change;
+    const DELETE_RULE: fn(String) -> Self::Change;
+    /// Releases a reservation, deletes a container.
+    const DELETE: Self::Change;
 
-    /// Applies `change` to the item `id` as `caller`; the answer is the messages.
+    /// The scheduler applies `change` to the item `id` for `by`: its messages.
     fn apply(
-        state: &AppState,
-        caller: &Caller,
+        scheduler: &Scheduler,
         id: &str,
-        change: Change,
-    ) -> impl Future<Output = ApiResult<Json<Value>>> + Send;
+        change: Self::Change,
+        by: Requester,
+    ) -> impl Future<Output = Result<Vec<String>, SchedError>> + Send;
+}
+
+/// Applies `change` to the item `id` as `caller`; the answer is the messages.
+pub(crate) async fn change<G: Governed>(
+    state: &AppState,
+    caller: &Caller,
+    id: &str,
+    change: G::Change,
+) -> ApiResult<Json<Value>> {
+    let messages = G::apply(state.scheduler(), id, change, requester(caller)).await?;
+    Ok(reply::messages(messages))
 }
 
 /// Registers `DELETE <item>`, `PUT <item>/acl-rules` and `DELETE <item>/acl-rules/{rule}`.
 pub(crate) fn register<G: Governed>(routes: &mut Routes) {
     let docs = G::DOCS;
+    let [item, rules, rule] = G::PATHS;
+    let [update, delete] = G::ACCESS;
     routes
-        .delete(G::ITEM, G::DELETE, delete::<G>)
+        .delete(item, delete, remove::<G>)
         .summary(docs.delete.0)
         .path_param("id", docs.id)
         .response(200, docs.delete.1, Some(object(&[])));
     routes
-        .put(G::RULES, G::UPDATE, put_rules::<G>)
+        .put(rules, update, put_rules::<G>)
         .summary(docs.put_rules)
         .path_param("id", docs.id)
         .body("application/json", object(&[("aclRules", strings())]))
         .response(200, "Written", Some(object(&[("messages", strings())])));
     routes
-        .delete(G::RULE, G::UPDATE, delete_rule::<G>)
+        .delete(rule, update, delete_rule::<G>)
         .summary("Removes the ACL rule <type>:<value>")
         .path_param("id", docs.id)
         .path_param("rule", "<type>:<value>")
@@ -152,12 +164,12 @@ fn unchanged<G: Governed>(id: &str) -> String {
     format!("The ACL rules of {} {id} were not changed", G::DOCS.noun)
 }
 
-async fn delete<G: Governed>(
+async fn remove<G: Governed>(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let _messages = G::apply(&state, &caller, &id, Change::Delete).await?;
+    let _messages = change::<G>(&state, &caller, &id, G::DELETE).await?;
     Ok(reply::deleted())
 }
 
@@ -168,7 +180,7 @@ async fn put_rules<G: Governed>(
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
     let rules = rules_body(&body, &unchanged::<G>(&id))?;
-    G::apply(&state, &caller, &id, Change::PutRules(rules)).await
+    change::<G>(&state, &caller, &id, G::PUT_RULES(rules)).await
 }
 
 async fn delete_rule<G: Governed>(
@@ -177,5 +189,5 @@ async fn delete_rule<G: Governed>(
     Path((id, rule)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let key = rule_key(&rule, &unchanged::<G>(&id))?;
-    G::apply(&state, &caller, &id, Change::DeleteRule(key)).await
+    change::<G>(&state, &caller, &id, G::DELETE_RULE(key)).await
 }

@@ -11,6 +11,7 @@ use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
+use drover_sched::{Requester, SchedError, Scheduler};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -215,52 +216,38 @@ async fn modify(
             }
         }
     })?;
-    change_one(&state, &caller, &id, change).await
+    acl::change::<Containers>(&state, &caller, &id, change).await
 }
 
 /// Deletion and ACL rules: see [`acl::register`].
 struct Containers;
 
 impl acl::Governed for Containers {
-    const ITEM: &'static str = "/rest/vcs/{id}";
-    const RULES: &'static str = "/rest/vcs/{id}/acl-rules";
-    const RULE: &'static str = "/rest/vcs/{id}/acl-rules/{rule}";
-    const UPDATE: Access = UPDATE;
-    const DELETE: Access = DELETE;
+    type Change = ContainerChange;
+    const PATHS: [&'static str; 3] = [
+        "/rest/vcs/{id}",
+        "/rest/vcs/{id}/acl-rules",
+        "/rest/vcs/{id}/acl-rules/{rule}",
+    ];
+    const ACCESS: [Access; 2] = [UPDATE, DELETE];
     const DOCS: acl::Docs = acl::Docs {
         noun: "virtual container",
         id: "The container's id",
         delete: ("Deletes a virtual container", "Deleted"),
         put_rules: "Adds ACL rules (affinity and comparator are ignored)",
     };
+    const PUT_RULES: fn(Vec<acl::AclRule>) -> ContainerChange = ContainerChange::PutRules;
+    const DELETE_RULE: fn(String) -> ContainerChange = ContainerChange::DeleteRule;
+    const DELETE: ContainerChange = ContainerChange::Delete;
 
     async fn apply(
-        state: &AppState,
-        caller: &Caller,
+        scheduler: &Scheduler,
         id: &str,
-        change: acl::Change,
-    ) -> ApiResult<Json<Value>> {
-        let change = match change {
-            acl::Change::PutRules(rules) => ContainerChange::PutRules(rules),
-            acl::Change::DeleteRule(key) => ContainerChange::DeleteRule(key),
-            acl::Change::Delete => ContainerChange::Delete,
-        };
-        change_one(state, caller, id, change).await
+        change: ContainerChange,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        scheduler.change_container(id, change, by).await
     }
-}
-
-async fn change_one(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    change: ContainerChange,
-) -> ApiResult<Json<Value>> {
-    let messages = state
-        .scheduler()
-        .change_container(id, change, requester(caller))
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply::messages(messages))
 }
 
 /// The record of spec 2.10.

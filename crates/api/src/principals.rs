@@ -18,8 +18,7 @@ use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named;
 use crate::openapi::schema::{object, string, strings};
-use crate::params::{ChangeMode, CommonParams};
-use crate::reply::{self, parse_json};
+use crate::params::CommonParams;
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, Routes};
 
@@ -148,16 +147,10 @@ impl named::Resource for Principals {
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body: Value = parse_json(&body)?;
     let summary = "The principal was not created";
     let authority = state.access().authority();
-    let given = read_object(&body, summary, |f| {
-        let given = read_given(f, &authority);
-        if given.common.name.is_none() {
-            f.problem("name", "required");
-        }
-        given
-    })?;
+    let read = |f: &mut Fields<'_>| read_given(f, &authority);
+    let given = named::read_new(&body, summary, read, |g| &g.common)?;
     let record = json!({
         "name": given.common.name.unwrap_or_default(),
         "description": given.common.description,
@@ -165,17 +158,8 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
-    let created = documents::PRINCIPALS
-        .create(&state, record, summary)
-        .await?;
-    Ok(reply::created(
-        state.settings(),
-        &format!(
-            "/rest/principals/{}",
-            created["id"].as_str().unwrap_or_default()
-        ),
-        created,
-    ))
+    let created = documents::PRINCIPALS.create(&state, record, summary);
+    Ok(named::created(&state, "/rest/principals", created.await?))
 }
 
 async fn modify(
@@ -184,9 +168,7 @@ async fn modify(
     Path(key): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
-    let body: Value = parse_json(&body)?;
-    let summary = format!("The principal {key} was not changed");
+    let (mode, body, summary) = named::change_request(&params, &body, &key, "principal")?;
     let authority = state.access().authority();
     let given = read_object(&body, &summary, |f| read_given(f, &authority))?;
     let (roles, groups, users) = (given.roles, given.groups, given.users);
@@ -195,8 +177,10 @@ async fn modify(
         change_list(record, "groups", groups, mode, &["name", "type"]);
         change_list(record, "users", users, mode, &["name", "type"]);
     };
-    let changed = documents::PRINCIPALS
-        .modify(&state, key, given.common, summary, edit)
-        .await?;
-    Ok(Json(changed))
+    let principals = documents::PRINCIPALS;
+    Ok(Json(
+        principals
+            .modify(&state, key, given.common, summary, edit)
+            .await?,
+    ))
 }

@@ -8,9 +8,9 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
-use drover_sched::Scheduler;
 use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
 use drover_sched::reservation::{Reservation, parse_duration};
+use drover_sched::{Requester, SchedError, Scheduler};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -293,7 +293,7 @@ async fn modify(
         }
         variables.unwrap_or_default()
     })?;
-    change(
+    acl::change::<Reservations>(
         &state,
         &caller,
         &id,
@@ -306,45 +306,31 @@ async fn modify(
 struct Reservations;
 
 impl acl::Governed for Reservations {
-    const ITEM: &'static str = "/rest/reservations/{id}";
-    const RULES: &'static str = "/rest/reservations/{id}/acl-rules";
-    const RULE: &'static str = "/rest/reservations/{id}/acl-rules/{rule}";
-    const UPDATE: Access = UPDATE;
-    const DELETE: Access = DELETE;
+    type Change = ReservationChange;
+    const PATHS: [&'static str; 3] = [
+        "/rest/reservations/{id}",
+        "/rest/reservations/{id}/acl-rules",
+        "/rest/reservations/{id}/acl-rules/{rule}",
+    ];
+    const ACCESS: [Access; 2] = [UPDATE, DELETE];
     const DOCS: acl::Docs = acl::Docs {
         noun: "reservation",
         id: "The reservation's id",
         delete: ("Releases a reservation", "Released"),
         put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
     };
+    const PUT_RULES: fn(Vec<acl::AclRule>) -> ReservationChange = ReservationChange::PutRules;
+    const DELETE_RULE: fn(String) -> ReservationChange = ReservationChange::DeleteRule;
+    const DELETE: ReservationChange = ReservationChange::Delete;
 
     async fn apply(
-        state: &AppState,
-        caller: &Caller,
+        scheduler: &Scheduler,
         id: &str,
-        change: acl::Change,
-    ) -> ApiResult<Json<Value>> {
-        let change = match change {
-            acl::Change::PutRules(rules) => ReservationChange::PutRules(rules),
-            acl::Change::DeleteRule(key) => ReservationChange::DeleteRule(key),
-            acl::Change::Delete => ReservationChange::Delete,
-        };
-        self::change(state, caller, id, change).await
+        change: ReservationChange,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        scheduler.change_reservation(id, change, by).await
     }
-}
-
-async fn change(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    change: ReservationChange,
-) -> ApiResult<Json<Value>> {
-    let messages = state
-        .scheduler()
-        .change_reservation(id, change, requester(caller))
-        .await
-        .map_err(ApiError::from)?;
-    Ok(reply::messages(messages))
 }
 
 fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {

@@ -22,8 +22,7 @@ use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named;
 use crate::openapi::schema::{object, string};
-use crate::params::{ChangeMode, CommonParams};
-use crate::reply::{self, parse_json};
+use crate::params::CommonParams;
 use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
@@ -191,15 +190,9 @@ impl named::Resource for Roles {
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body: Value = parse_json(&body)?;
     let summary = "The role was not created";
-    let given = read_object(&body, summary, |f| {
-        let given = read_given(f, state.permissions());
-        if given.common.name.is_none() {
-            f.problem("name", "required");
-        }
-        given
-    })?;
+    let read = |f: &mut Fields<'_>| read_given(f, state.permissions());
+    let given = named::read_new(&body, summary, read, |g| &g.common)?;
     let role = Role {
         id: next_id(),
         name: given.common.name.unwrap_or_default(),
@@ -207,11 +200,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         grants: given.grants.unwrap_or_default(),
     };
     let created = documents::create_role(&state, role, summary).await?;
-    Ok(reply::created(
-        state.settings(),
-        &format!("/rest/roles/{}", created["id"].as_str().unwrap_or_default()),
-        created,
-    ))
+    Ok(named::created(&state, "/rest/roles", created))
 }
 
 async fn modify(
@@ -220,16 +209,16 @@ async fn modify(
     Path(key): Path<String>,
     body: Bytes,
 ) -> ApiResult<Json<Value>> {
-    let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
-    let body: Value = parse_json(&body)?;
-    let summary = format!("The role {key} was not changed");
+    let (mode, body, summary) = named::change_request(&params, &body, &key, "role")?;
     let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
     let grants = given.grants.as_deref().map(grants_json);
     let edit = move |record: &mut Value| change_list(record, "permissions", grants, mode, &["id"]);
-    let changed = documents::ROLES
-        .modify(&state, key, given.common, summary, edit)
-        .await?;
-    Ok(Json(changed))
+    let roles = documents::ROLES;
+    Ok(Json(
+        roles
+            .modify(&state, key, given.common, summary, edit)
+            .await?,
+    ))
 }
 
 async fn reset(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
