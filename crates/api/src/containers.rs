@@ -22,7 +22,7 @@ use crate::jobs::requester;
 use crate::openapi::schema::{object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Collection, Routes};
+use crate::routes::{Access, Caller, Collection, ItemChange, Routes};
 use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("vcs"));
@@ -156,13 +156,7 @@ const MEMBER_KINDS: [&str; 5] = [
     "virtualMachines",
 ];
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, None)?;
     let body: Value = parse_json(&body)?;
     let summary = format!("The virtual container {id} was not changed");

@@ -21,7 +21,7 @@ use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Collection, Routes};
+use crate::routes::{Access, Caller, Collection, ItemChange, Routes};
 use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reservations"));
@@ -265,13 +265,7 @@ fn date_unless_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<O
     }
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     let mode = match ChangeMode::parse(params.raw.get("change-mode")?, None)? {
         ChangeMode::Add => SchedChangeMode::Add,
         ChangeMode::Remove => SchedChangeMode::Remove,

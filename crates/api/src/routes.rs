@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::http::request::Parts;
@@ -357,6 +358,38 @@ impl FromRequestParts<AppState> for Caller {
             .get::<Caller>()
             .cloned()
             .ok_or_else(|| ApiError::internal("a handler asked for the caller outside the gate"))
+    }
+}
+
+/// What a handler changing one item (`PUT <collection>/{id}`) reads of its request: the
+/// state, common parameters, caller, id and body, extracted in this order as separate
+/// extractors would be.
+pub struct ItemChange(
+    pub AppState,
+    pub CommonParams,
+    pub Caller,
+    pub String,
+    pub Bytes,
+);
+
+impl FromRequest<AppState> for ItemChange {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let params = CommonParams::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let caller = Caller::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let Path(id) = Path::<String>::from_request_parts(&mut parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state.clone(), params, caller, id, body))
     }
 }
 

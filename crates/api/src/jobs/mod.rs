@@ -24,7 +24,7 @@ use crate::input::Fields;
 use crate::openapi::schema::{object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, envelope, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("jobs"));
 const CREATE: Access = Access::Needs(Permission::create("jobs"));
@@ -361,13 +361,7 @@ async fn submit(
     ))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     reply::bounded_body(
         &state,
         &caller,
