@@ -8,8 +8,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use drover_accounting::AccountingError;
-use drover_monitor::RecordError;
 use drover_monitor::reports::ReportError;
+use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
 use drover_sched::SchedError;
 use drover_store::StoreError;
@@ -281,6 +281,15 @@ impl From<RecordError> for ApiError {
         match e {
             RecordError::Stopped => ApiError::unavailable(NOT_CREATED, e.to_string()),
             RecordError::Store(reason) => ApiError::unavailable(NOT_CREATED, reason),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Store(e) => e.into(),
+            ReadError::Interrupted(_) | ReadError::Unreadable(_) => ApiError::internal(e),
         }
     }
 }

@@ -12,7 +12,7 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
-use drover_monitor::event::{COLLECTION, Event, ObjectRef, SEVERITIES, V1_RENAMES};
+use drover_monitor::event::{Event, ObjectRef, SEVERITIES};
 use drover_monitor::xml;
 use drover_query::Page;
 use serde_json::{Value, json};
@@ -85,22 +85,12 @@ fn render(state: &AppState, event: &Event, version: i64, api: ApiVersion) -> Val
 }
 
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let mut query = params.query.clone();
-    if !is_v3(params.api_version) {
-        query.filter = query.filter.renamed(V1_RENAMES);
-        query.sort = query.sort.renamed(V1_RENAMES);
-    }
-    let store = state.store().clone();
-    let page = tokio::task::spawn_blocking(move || store.list(COLLECTION, &query))
-        .await
-        .map_err(ApiError::internal)??;
+    let v1 = !is_v3(params.api_version);
+    let page = state.stored_events().list(params.query.clone(), v1).await?;
     let items = page
         .items
-        .into_iter()
-        .filter_map(|d| {
-            let version = d.version;
-            Event::from_document(d.body).map(|e| render(&state, &e, version, params.api_version))
-        })
+        .iter()
+        .map(|(e, version)| render(&state, e, *version, params.api_version))
         .collect();
     Ok(reply::envelope(
         Page {
@@ -116,15 +106,11 @@ async fn one(
     params: CommonParams,
     Path(id): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    let store = state.store().clone();
-    let key = id.clone();
-    let document = tokio::task::spawn_blocking(move || store.get(COLLECTION, &key))
-        .await
-        .map_err(ApiError::internal)??
+    let (event, version) = state
+        .stored_events()
+        .get(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("No event '{id}'")))?;
-    let version = document.version;
-    let event = Event::from_document(document.body)
-        .ok_or_else(|| ApiError::internal(format!("event {id} cannot be read")))?;
     Ok(Json(render(&state, &event, version, params.api_version)))
 }
 

@@ -6,7 +6,7 @@ use drover_auth::{Authenticator, DirectoryConfig, Permission};
 
 use crate::access::AccessControl;
 use drover_domain::dates::{Timestamp, WireDates};
-use drover_monitor::{EventRecorder, Reports};
+use drover_monitor::{EventRecorder, Reports, StoredEvents};
 use drover_sched::Scheduler;
 use drover_sched::template::JobTemplates;
 use drover_store::DocumentStore;
@@ -157,6 +157,11 @@ impl AppState {
 
     pub fn events(&self) -> &EventRecorder {
         &self.0.monitoring.events
+    }
+
+    /// The events stored, to read.
+    pub fn stored_events(&self) -> StoredEvents {
+        StoredEvents::new(self.0.store.clone())
     }
 
     pub fn reports(&self) -> &Arc<Reports> {

@@ -6,6 +6,7 @@
 //! - [`log`]: the `events.log` file, its line format and rolling.
 //! - [`recorder`]: the thread that stores events with group commit and logs them; the
 //!   scheduler's [`drover_sched::events::EventSink`].
+//! - [`stored`]: reading stored events ([`StoredEvents`]), for the events resource.
 //! - [`report`]: consolidation of samples into datapoints; [`reports`]: reports in the store.
 
 pub mod event;
@@ -13,8 +14,10 @@ pub mod log;
 pub mod recorder;
 pub mod report;
 pub mod reports;
+pub mod stored;
 pub mod xml;
 
 pub use event::Event;
 pub use recorder::{EventRecorder, RecordError};
 pub use reports::{ReportError, Reports};
+pub use stored::{ReadError, StoredEvents};
