@@ -13,7 +13,6 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use drover_monitor::event::{Event, ObjectRef, SEVERITIES};
-use drover_monitor::xml;
 use drover_query::Page;
 use serde_json::{Value, json};
 
@@ -24,6 +23,7 @@ use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Collection, Routes};
+use crate::wire;
 
 const READ: Access = Access::Needs(Permission::read("events"));
 const CREATE: Access = Access::Needs(Permission::create("events"));
@@ -78,9 +78,9 @@ fn is_v3(version: ApiVersion) -> bool {
 
 fn render(state: &AppState, event: &Event, version: i64, api: ApiVersion) -> Value {
     if is_v3(api) {
-        event.to_v3(version)
+        wire::events::v3(event, version)
     } else {
-        event.to_v1(&state.settings().dates)
+        wire::events::v1(event, &state.settings().dates)
     }
 }
 
@@ -130,7 +130,11 @@ async fn create(
     let settings = state.settings();
     let location = format!("/rest/events/{}", recorded[0].id);
     if v3 {
-        Ok(reply::created(settings, &location, recorded[0].to_v3(1)))
+        Ok(reply::created(
+            settings,
+            &location,
+            wire::events::v3(&recorded[0], 1),
+        ))
     } else {
         let ids: Vec<&str> = recorded.iter().map(|e| e.id.as_str()).collect();
         let count = ids.len();
@@ -167,7 +171,7 @@ fn v1_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Event>, ApiError> {
             ],
         ));
     }
-    xml::parse_events(text).map_err(|problems| {
+    wire::xml::parse_events(text).map_err(|problems| {
         let mut messages = vec![NOT_CREATED.to_string()];
         messages.extend(problems);
         ApiError::new(crate::Kind::BadRequest, messages)

@@ -1,8 +1,8 @@
 //! Monitoring: events and reports. Knows the store and the scheduler's event sink, not
 //! HTTP.
 //!
-//! - [`event`]: the stored form of an event and its version-1 / version-3 shapes.
-//! - [`xml`]: version-1 event creation from XML.
+//! - [`event`]: the stored form of an event (its wire shapes and the XML of version-1
+//!   creation are `drover_api`'s).
 //! - [`log`]: the `events.log` file, its line format and rolling.
 //! - [`recorder`]: the thread that stores events with group commit and logs them; the
 //!   scheduler's [`drover_sched::events::EventSink`].
@@ -15,7 +15,6 @@ pub mod recorder;
 pub mod report;
 pub mod reports;
 pub mod stored;
-pub mod xml;
 
 pub use event::Event;
 pub use recorder::{EventRecorder, RecordError};

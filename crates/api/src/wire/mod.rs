@@ -1,4 +1,8 @@
-//! Wire values that several resources render alike.
+//! Wire shapes: values that several resources render alike ([`date`]), and the shapes
+//! of events: [`events`] (JSON, versions 1 and 3) and [`xml`] (version-1 creation).
+
+pub mod events;
+pub mod xml;
 
 use drover_domain::dates::{Timestamp, WireDates};
 use serde_json::{Value, json};
