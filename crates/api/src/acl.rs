@@ -116,14 +116,17 @@ pub(crate) trait Governed: 'static {
     /// Releases a reservation, deletes a container.
     const DELETE: Self::Change;
 
-    /// The scheduler applies `change` to the item `id` for `by`: its messages.
+    /// The scheduler applies `change` to the item `id` for `by`.
     fn apply(
         scheduler: &Scheduler,
         id: &str,
         change: Self::Change,
         by: Requester,
-    ) -> impl Future<Output = Result<Vec<String>, SchedError>> + Send;
+    ) -> impl Future<Output = Answer> + Send;
 }
+
+/// The scheduler's answer to a change: its messages.
+pub(crate) type Answer = Result<Vec<String>, SchedError>;
 
 /// Applies `change` to the item `id` as `caller`; the answer is the messages.
 pub(crate) async fn change<G: Governed>(

@@ -11,7 +11,7 @@ use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
-use drover_sched::{Requester, SchedError, Scheduler};
+use drover_sched::{Requester, Scheduler};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -29,6 +29,18 @@ const READ: Access = Access::Needs(Permission::read("vcs"));
 const CREATE: Access = Access::Needs(Permission::create("vcs"));
 const UPDATE: Access = Access::Needs(Permission::update("vcs"));
 const DELETE: Access = Access::Needs(Permission::delete("vcs"));
+
+/// The paths of one, of its ACL rules, and of one rule.
+const ITEM: &str = "/rest/vcs/{id}";
+const RULES: &str = "/rest/vcs/{id}/acl-rules";
+const RULE: &str = "/rest/vcs/{id}/acl-rules/{rule}";
+/// What deleting one and its ACL rules' routes say (see [`acl::register`]).
+const DOCS: acl::Docs = acl::Docs {
+    noun: "virtual container",
+    id: "The container's id",
+    delete: ("Deletes a virtual container", "Deleted"),
+    put_rules: "Adds ACL rules (affinity and comparator are ignored)",
+};
 
 pub(crate) fn register(routes: &mut Routes) {
     let container = || {
@@ -218,29 +230,15 @@ struct Containers;
 
 impl acl::Governed for Containers {
     type Change = ContainerChange;
-    const PATHS: [&'static str; 3] = [
-        "/rest/vcs/{id}",
-        "/rest/vcs/{id}/acl-rules",
-        "/rest/vcs/{id}/acl-rules/{rule}",
-    ];
+    const PATHS: [&'static str; 3] = [ITEM, RULES, RULE];
     const ACCESS: [Access; 2] = [UPDATE, DELETE];
-    const DOCS: acl::Docs = acl::Docs {
-        noun: "virtual container",
-        id: "The container's id",
-        delete: ("Deletes a virtual container", "Deleted"),
-        put_rules: "Adds ACL rules (affinity and comparator are ignored)",
-    };
+    const DOCS: acl::Docs = DOCS;
     const PUT_RULES: fn(Vec<acl::AclRule>) -> ContainerChange = ContainerChange::PutRules;
     const DELETE_RULE: fn(String) -> ContainerChange = ContainerChange::DeleteRule;
     const DELETE: ContainerChange = ContainerChange::Delete;
 
-    async fn apply(
-        scheduler: &Scheduler,
-        id: &str,
-        change: ContainerChange,
-        by: Requester,
-    ) -> Result<Vec<String>, SchedError> {
-        scheduler.change_container(id, change, by).await
+    async fn apply(s: &Scheduler, id: &str, c: Self::Change, by: Requester) -> acl::Answer {
+        s.change_container(id, c, by).await
     }
 }
 

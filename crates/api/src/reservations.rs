@@ -10,7 +10,7 @@ use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
 use drover_sched::reservation::{Reservation, parse_duration};
-use drover_sched::{Requester, SchedError, Scheduler};
+use drover_sched::{Requester, Scheduler};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -28,6 +28,18 @@ const READ: Access = Access::Needs(Permission::read("reservations"));
 const CREATE: Access = Access::Needs(Permission::create("reservations"));
 const UPDATE: Access = Access::Needs(Permission::update("reservations"));
 const DELETE: Access = Access::Needs(Permission::delete("reservations"));
+
+/// The paths of one, of its ACL rules, and of one rule.
+const ITEM: &str = "/rest/reservations/{id}";
+const RULES: &str = "/rest/reservations/{id}/acl-rules";
+const RULE: &str = "/rest/reservations/{id}/acl-rules/{rule}";
+/// What deleting one and its ACL rules' routes say (see [`acl::register`]).
+const DOCS: acl::Docs = acl::Docs {
+    noun: "reservation",
+    id: "The reservation's id",
+    delete: ("Releases a reservation", "Released"),
+    put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
+};
 
 const CREATE_FAILED: &str = "The reservation was not created";
 
@@ -301,29 +313,15 @@ struct Reservations;
 
 impl acl::Governed for Reservations {
     type Change = ReservationChange;
-    const PATHS: [&'static str; 3] = [
-        "/rest/reservations/{id}",
-        "/rest/reservations/{id}/acl-rules",
-        "/rest/reservations/{id}/acl-rules/{rule}",
-    ];
+    const PATHS: [&'static str; 3] = [ITEM, RULES, RULE];
     const ACCESS: [Access; 2] = [UPDATE, DELETE];
-    const DOCS: acl::Docs = acl::Docs {
-        noun: "reservation",
-        id: "The reservation's id",
-        delete: ("Releases a reservation", "Released"),
-        put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
-    };
+    const DOCS: acl::Docs = DOCS;
     const PUT_RULES: fn(Vec<acl::AclRule>) -> ReservationChange = ReservationChange::PutRules;
     const DELETE_RULE: fn(String) -> ReservationChange = ReservationChange::DeleteRule;
     const DELETE: ReservationChange = ReservationChange::Delete;
 
-    async fn apply(
-        scheduler: &Scheduler,
-        id: &str,
-        change: ReservationChange,
-        by: Requester,
-    ) -> Result<Vec<String>, SchedError> {
-        scheduler.change_reservation(id, change, by).await
+    async fn apply(s: &Scheduler, id: &str, c: Self::Change, by: Requester) -> acl::Answer {
+        s.change_reservation(id, c, by).await
     }
 }
 
