@@ -13,7 +13,6 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use drover_monitor::event::{Event, ObjectRef, SEVERITIES};
-use drover_query::Page;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -92,13 +91,7 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
         .iter()
         .map(|(e, version)| render(&state, e, *version, params.api_version))
         .collect();
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::listed(page.total, items, &params))
 }
 
 async fn one(

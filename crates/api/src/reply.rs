@@ -79,16 +79,16 @@ pub fn envelope(page: Page<Value>, params: &ListParams) -> Json<Value> {
     }))
 }
 
+/// The list envelope over a page, given as the number of matches and the page's items
+/// in their wire shape.
+pub fn listed(total: usize, items: Vec<Value>, params: &ListParams) -> Json<Value> {
+    envelope(Page { total, items }, params)
+}
+
 /// A list request answered over documents held in memory (in their wire shape).
 pub fn list_in_memory(documents: &[Value], params: &ListParams) -> Json<Value> {
     let page = params.query.run(documents);
-    envelope(
-        Page {
-            total: page.total,
-            items: page.items.into_iter().cloned().collect(),
-        },
-        params,
-    )
+    listed(page.total, page.items.into_iter().cloned().collect(), params)
 }
 
 /// A list request answered over `items` held in memory: the query runs over each item
@@ -109,13 +109,7 @@ pub fn list_rendered<T>(
         .into_iter()
         .map(|i| render(&items[i], dates, version))
         .collect();
-    envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        params,
-    )
+    listed(page.total, items, params)
 }
 
 /// The document whose `id` or `name` is `key` (spec part 1, rule 8); ids win.

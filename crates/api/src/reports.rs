@@ -12,7 +12,6 @@ use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::Reports;
 use drover_monitor::report::{Datapoint, History, MAX_REPORT_SIZE, Report};
 use drover_monitor::reports::{ReportError, Sample};
-use drover_query::Page;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -166,13 +165,8 @@ fn render_datapoints(report: &Report, dates: &WireDates, version: u32) -> Vec<Va
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
     let query = params.query.clone();
     let page = blocking(&state, move |r| r.list(&query)).await?;
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items: page.items.iter().map(render_report).collect(),
-        },
-        &params,
-    ))
+    let items = page.items.iter().map(render_report).collect();
+    Ok(reply::listed(page.total, items, &params))
 }
 
 async fn one(
@@ -227,13 +221,7 @@ async fn samples(
             json!({ "timestamp": date(dates, version, at), "data": d.body.get("data") })
         })
         .collect();
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::listed(page.total, items, &params))
 }
 
 const NOT_CREATED: &str = "The report was not created";
