@@ -21,7 +21,7 @@ use crate::input::{Fields, read_object};
 use crate::openapi::schema::{envelope, integer, number, object, string, strings};
 use crate::params::{CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, ItemRead, Routes, Submission};
 
 const READ: Access = Access::Needs(Permission::read("accounts"));
 const QUOTE: Access = Access::Needs(Permission::create("quotes"));
@@ -236,12 +236,7 @@ fn simple_query(text: &str) -> ApiResult<()> {
     Ok(())
 }
 
-async fn one_account(
-    State(state): State<AppState>,
-    common: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_account(ItemRead(state, common, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let ledger = ledger(&state)?;
     let user = accounting_user(&caller)?;
     let custom = custom_fields(&common)?;
@@ -366,12 +361,7 @@ fn services_of(body: Value) -> ApiResult<Vec<Value>> {
     Ok(services)
 }
 
-async fn quote(
-    State(state): State<AppState>,
-    common: CommonParams,
-    caller: Caller,
-    body: Bytes,
-) -> ApiResult<Response> {
+async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult<Response> {
     let ledger = ledger(&state)?;
     let missing = |name: &str| ApiError::bad_request(QUOTE_FAILED, format!("{name}: required"));
     let object_type = common

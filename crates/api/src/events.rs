@@ -7,7 +7,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use drover_auth::Permission;
@@ -21,7 +21,7 @@ use crate::input::read_object;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Collection, Routes};
+use crate::routes::{Access, Collection, ItemRead, Routes};
 use crate::wire;
 
 const READ: Access = Access::Needs(Permission::read("events"));
@@ -94,11 +94,7 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
     Ok(reply::listed(page.total, items, &params))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
     let (event, version) = state
         .stored_events()
         .get(&id)

@@ -43,7 +43,7 @@ pub mod wire;
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
 pub use routes::{Access, Caller, Routes};
-pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Settings};
+pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Services, Settings};
 
 /// Every route of the interface that exists so far.
 pub fn interface() -> Routes {

@@ -15,9 +15,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
 use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
-use crate::params::{CommonParams, ListParams};
+use crate::params::ListParams;
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Collection, Routes};
+use crate::routes::{Access, Caller, Collection, ItemRead, Routes};
 use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("nodes"));
@@ -166,11 +166,7 @@ async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> 
     reply::list_rendered(&nodes, &params, &state.settings().dates, render)
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
     let nodes = state.scheduler().nodes();
     let node = nodes
         .iter()

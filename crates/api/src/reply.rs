@@ -88,7 +88,11 @@ pub fn listed(total: usize, items: Vec<Value>, params: &ListParams) -> Json<Valu
 /// A list request answered over documents held in memory (in their wire shape).
 pub fn list_in_memory(documents: &[Value], params: &ListParams) -> Json<Value> {
     let page = params.query.run(documents);
-    listed(page.total, page.items.into_iter().cloned().collect(), params)
+    listed(
+        page.total,
+        page.items.into_iter().cloned().collect(),
+        params,
+    )
 }
 
 /// A list request answered over `items` held in memory: the query runs over each item

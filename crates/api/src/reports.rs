@@ -18,9 +18,9 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::openapi::schema::{boolean, envelope, integer, object, string, strings};
-use crate::params::{CommonParams, ListParams};
+use crate::params::ListParams;
 use crate::reply::{self, list_in_memory, parse_json};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, ItemRead, Routes};
 use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reports"));
@@ -169,11 +169,7 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
     Ok(reply::listed(page.total, items, &params))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, _, key): ItemRead) -> ApiResult<Json<Value>> {
     let report = blocking(&state, move |r| r.find(&key)).await?;
     let mut body = render_report(&report);
     body["datapoints"] = Value::Array(render_datapoints(

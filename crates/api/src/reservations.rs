@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
@@ -19,9 +19,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
-use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Collection, ItemChange, Routes};
+use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes};
 use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reservations"));
@@ -143,12 +143,7 @@ async fn list(
     ))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
     let reservations = scheduler.reservations();
     let reservation = reservations

@@ -361,9 +361,13 @@ impl FromRequestParts<AppState> for Caller {
     }
 }
 
-/// What a handler changing one item (`PUT <collection>/{id}`) reads of its request: the
-/// state, common parameters, caller, id and body, extracted in this order as separate
+/// What a handler reading one item (`GET <collection>/{id}`) reads of its request: the
+/// state, common parameters, caller and id, extracted in this order as separate
 /// extractors would be.
+pub struct ItemRead(pub AppState, pub CommonParams, pub Caller, pub String);
+
+/// What a handler changing one item (`PUT <collection>/{id}`) reads: [`ItemRead`] and
+/// the body.
 pub struct ItemChange(
     pub AppState,
     pub CommonParams,
@@ -372,24 +376,60 @@ pub struct ItemChange(
     pub Bytes,
 );
 
+/// What a handler posting to a collection reads: the state, common parameters, caller
+/// and body.
+pub struct Submission(pub AppState, pub CommonParams, pub Caller, pub Bytes);
+
+/// The common parameters and the caller, each rejection answered as its own extractor's.
+async fn params_and_caller(
+    parts: &mut Parts,
+    state: &AppState,
+) -> Result<(CommonParams, Caller), Response> {
+    let params = CommonParams::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let caller = Caller::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    Ok((params, caller))
+}
+
+impl FromRequestParts<AppState> for ItemRead {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let (params, caller) = params_and_caller(parts, state).await?;
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state.clone(), params, caller, id))
+    }
+}
+
 impl FromRequest<AppState> for ItemChange {
     type Rejection = Response;
 
     async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
         let (mut parts, body) = request.into_parts();
-        let params = CommonParams::from_request_parts(&mut parts, state)
+        let ItemRead(state, params, caller, id) =
+            ItemRead::from_request_parts(&mut parts, state).await?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), &state)
             .await
             .map_err(IntoResponse::into_response)?;
-        let caller = Caller::from_request_parts(&mut parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
-        let Path(id) = Path::<String>::from_request_parts(&mut parts, state)
-            .await
-            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state, params, caller, id, body))
+    }
+}
+
+impl FromRequest<AppState> for Submission {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let (params, caller) = params_and_caller(&mut parts, state).await?;
         let body = Bytes::from_request(Request::from_parts(parts, body), state)
             .await
             .map_err(IntoResponse::into_response)?;
-        Ok(Self(state.clone(), params, caller, id, body))
+        Ok(Self(state.clone(), params, caller, body))
     }
 }
 

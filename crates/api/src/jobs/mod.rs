@@ -24,7 +24,7 @@ use crate::input::Fields;
 use crate::openapi::schema::{object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, envelope, parse_json};
-use crate::routes::{Access, Caller, ItemChange, Routes};
+use crate::routes::{Access, Caller, ItemChange, ItemRead, Routes, Submission};
 
 const READ: Access = Access::Needs(Permission::read("jobs"));
 const CREATE: Access = Access::Needs(Permission::create("jobs"));
@@ -284,30 +284,15 @@ fn list(
     Ok(envelope(page, params))
 }
 
-async fn one_of_all(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_of_all(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::All)
 }
 
-async fn one_active(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_active(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::Active)
 }
 
-async fn one_complete(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_complete(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::Complete)
 }
 
@@ -329,12 +314,7 @@ fn one(
     Ok(Json(render.job(&job)))
 }
 
-async fn submit(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    body: Bytes,
-) -> ApiResult<Response> {
+async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
     reply::bounded_body(&state, &caller, &body, "The job was not submitted")?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
