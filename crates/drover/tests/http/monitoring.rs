@@ -38,6 +38,11 @@ fn count(server: &TestServer, path: &str) -> u64 {
     reply.json()["totalCount"].as_u64().unwrap()
 }
 
+/// The answer to `path` with the `query` parameter `q`.
+fn read_query(server: &TestServer, path: &str, q: Value) -> Value {
+    server.get(&query(path, q)).json()
+}
+
 fn query(path: &str, q: Value) -> String {
     let encoded: String = form_urlencoded::byte_serialize(q.to_string().as_bytes()).collect();
     format!(
@@ -96,27 +101,24 @@ fn version_1_xml_events_read_back_in_both_shapes() {
     assert_eq!(failure["message"], "node lost");
 
     // The same filter in each version's names; v1 dates compare as instants.
-    let v1_rm = server
-        .get(&query(
-            "/rest/events",
-            json!({"sourceComponent": "rm", "errorMessage.message": "node lost"}),
-        ))
-        .json();
+    let v1_rm = read_query(
+        &server,
+        "/rest/events",
+        json!({"sourceComponent": "rm", "errorMessage.message": "node lost"}),
+    );
     assert_eq!(v1_rm["totalCount"], 1, "{v1_rm}");
     assert_eq!(v1_rm["results"][0]["id"], ids[1].as_str());
-    let v3_rm = server
-        .get(&query(
-            "/rest/events?api-version=3",
-            json!({"origin": "rm"}),
-        ))
-        .json();
+    let v3_rm = read_query(
+        &server,
+        "/rest/events?api-version=3",
+        json!({"origin": "rm"}),
+    );
     assert_eq!(v3_rm["results"][0]["id"], ids[1].as_str());
-    let newest = server
-        .get(&query(
-            "/rest/events?sort=%7B%22eventTime%22%3A-1%7D&max=1",
-            json!({"eventTime": {"$gte": "2026-11-22 15:00:00 UTC"}, "facility": {"$in": ["job", "rm"]}}),
-        ))
-        .json();
+    let newest = read_query(
+        &server,
+        "/rest/events?sort=%7B%22eventTime%22%3A-1%7D&max=1",
+        json!({"eventTime": {"$gte": "2026-11-22 15:00:00 UTC"}, "facility": {"$in": ["job", "rm"]}}),
+    );
     assert_eq!(newest["totalCount"], 2, "{newest}");
     assert_eq!(newest["results"][0]["id"], ids[1].as_str());
 }
@@ -191,12 +193,11 @@ fn version_3_events_are_created_from_json_and_refused_with_reasons() {
     assert_eq!(v1["errorMessage"]["errorCode"], "42");
     assert!(v1.get("eventDate").is_none());
     // Version-1 queries see what version-1 reads show.
-    let found = server
-        .get(&query(
-            "/rest/events",
-            json!({"status": "success", "errorMessage.errorCode": "42"}),
-        ))
-        .json();
+    let found = read_query(
+        &server,
+        "/rest/events",
+        json!({"status": "success", "errorMessage.errorCode": "42"}),
+    );
     assert_eq!(found["totalCount"], 1, "{found}");
 
     let before = count(&server, "/rest/events");
@@ -520,12 +521,11 @@ fn reports_consolidate_samples_into_hand_computed_averages() {
     assert_eq!(reply.status, 201);
     assert!(reply.messages().contains("dropped"), "{}", reply.body);
     // Datapoints take a query and a sort.
-    let high = server
-        .get(&query(
-            "/rest/reports/load/datapoints?api-version=2&sort=%7B%22data.cpu%22%3A-1%7D",
-            json!({"data.cpu": {"$gt": 2}}),
-        ))
-        .json();
+    let high = read_query(
+        &server,
+        "/rest/reports/load/datapoints?api-version=2&sort=%7B%22data.cpu%22%3A-1%7D",
+        json!({"data.cpu": {"$gt": 2}}),
+    );
     assert_eq!(high["totalCount"], 2);
     assert_eq!(high["results"][0]["data"]["cpu"], 8.0);
     // Past periods are consolidated: their samples are gone.
@@ -575,12 +575,11 @@ fn samples_stay_readable_while_their_period_is_open_or_when_kept() {
     assert_eq!(kept["totalCount"], 2);
     assert_eq!(kept["results"][0]["timestamp"], "2026-01-01 00:05:00 UTC");
     assert_eq!(kept["results"][1]["data"]["nested"]["y"], 2);
-    let early = server
-        .get(&query(
-            "/rest/reports/kept/samples",
-            json!({"timestamp": {"$lt": "2026-01-01 00:01:00 UTC"}}),
-        ))
-        .json();
+    let early = read_query(
+        &server,
+        "/rest/reports/kept/samples",
+        json!({"timestamp": {"$lt": "2026-01-01 00:01:00 UTC"}}),
+    );
     assert_eq!(early["totalCount"], 1);
 }
 
