@@ -6,7 +6,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::roles::Authority;
@@ -18,9 +18,8 @@ use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named;
 use crate::openapi::schema::{object, string, strings};
-use crate::params::CommonParams;
 use crate::roles::check_name;
-use crate::routes::{Access, Collection, Routes};
+use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("principals"));
 const CREATE: Access = Access::Needs(Permission::create("principals"));
@@ -162,12 +161,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     Ok(named::created(&state, "/rest/principals", created.await?))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
     let (mode, body, summary) = named::change_request(&params, &body, &key, "principal")?;
     let authority = state.access().authority();
     let given = read_object(&body, &summary, |f| read_given(f, &authority))?;

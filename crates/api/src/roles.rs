@@ -22,8 +22,7 @@ use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named;
 use crate::openapi::schema::{object, string};
-use crate::params::CommonParams;
-use crate::routes::{Access, Collection, Routes};
+use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
 const CREATE: Access = Access::Needs(Permission::create("roles"));
@@ -203,12 +202,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     Ok(named::created(&state, "/rest/roles", created))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
     let (mode, body, summary) = named::change_request(&params, &body, &key, "role")?;
     let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
     let grants = given.grants.as_deref().map(grants_json);
