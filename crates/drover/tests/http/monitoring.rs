@@ -38,6 +38,11 @@ fn count(server: &TestServer, path: &str) -> u64 {
     reply.json()["totalCount"].as_u64().unwrap()
 }
 
+/// Posts `event` in version 3.
+fn post_v3(server: &TestServer, event: Value) -> drover_testkit::Reply {
+    server.send_json("POST", "/rest/events?api-version=3", &event)
+}
+
 /// The answer to `path` with the `query` parameter `q`.
 fn read_query(server: &TestServer, path: &str, q: Value) -> Value {
     server.get(&query(path, q)).json()
@@ -166,10 +171,9 @@ fn a_bad_xml_body_stores_none_of_its_events() {
 #[test]
 fn version_3_events_are_created_from_json_and_refused_with_reasons() {
     let server = TestServer::start();
-    let reply = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({
+    let reply = post_v3(
+        &server,
+        json!({
             "eventType": "VM Provision", "severity": "warn", "code": 42,
             "eventDate": "2026-11-22 10:00:00 UTC", "origin": "plugin-a",
             "message": "slow", "arguments": ["a", "b"],
@@ -274,10 +278,9 @@ fn unescape(text: &str) -> (String, &str) {
 fn every_event_is_a_line_of_events_log_that_parses_back() {
     let server = TestServer::start();
     let message = "quote \" backslash \\ newline \n return \r tab \t end";
-    let reply = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({
+    let reply = post_v3(
+        &server,
+        json!({
             "eventType": "Service Create", "severity": "ERROR", "code": 3054,
             "origin": "o=\"x\"", "message": message, "arguments": ["one", "t\"wo"],
             "associatedObjects": [{"type": "Service", "id": "s1"}, {"type": "VM", "id": "v 2"}]
@@ -337,10 +340,9 @@ fn size_rolling_rotates_the_event_log_and_keeps_what_is_configured() {
         })
         .start();
     for n in 0..40 {
-        let reply = server.send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "tick", "message": format!("event number {n}")}),
+        let reply = post_v3(
+            &server,
+            json!({"eventType": "tick", "message": format!("event number {n}")}),
         );
         assert_eq!(reply.status, 201);
     }
@@ -398,13 +400,7 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
         lines.contains(&format!("type=\"jobsubmit\" origin=\"scheduler\" associatedObject.0.type=\"job\" associatedObject.0.id=\"{job}\"")),
         "{lines}"
     );
-    let created = server
-        .send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "before restart"}),
-        )
-        .json();
+    let created = post_v3(&server, json!({"eventType": "before restart"})).json();
     let server = server.restart();
     assert_eq!(server.get(&format!("/rest/events/{id}")).status, 200);
     let again = server
@@ -415,13 +411,7 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
         .json();
     assert_eq!(again["eventType"], "before restart");
     // Ids keep increasing after a restart.
-    let after = server
-        .send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "after restart"}),
-        )
-        .json();
+    let after = post_v3(&server, json!({"eventType": "after restart"})).json();
     assert!(after["id"].as_str().unwrap() > created["id"].as_str().unwrap());
 }
 
@@ -684,11 +674,7 @@ fn scheduler_events_can_be_switched_off() {
     );
     assert_eq!(reply.status, 201, "{}", reply.body);
     // An event created afterwards through the API is there; no scheduler event is.
-    let created = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({"eventType": "marker"}),
-    );
+    let created = post_v3(&server, json!({"eventType": "marker"}));
     assert_eq!(created.status, 201);
     assert_eq!(count(&server, "/rest/events"), 1);
 }
@@ -711,10 +697,9 @@ fn events_of_the_common_severity_and_origin_are_listed_like_the_rest() {
         ("INFO", "tester"),
         ("WARN", "scheduler"),
     ] {
-        let reply = server.send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "probe", "severity": severity, "origin": origin}),
+        let reply = post_v3(
+            &server,
+            json!({"eventType": "probe", "severity": severity, "origin": origin}),
         );
         assert_eq!(reply.status, 201, "{}", reply.body);
     }
