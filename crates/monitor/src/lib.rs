@@ -1,8 +1,9 @@
-//! Monitoring: events and reports. Knows the store and the scheduler's event sink, not
+//! Monitoring: events, reports and the datastore's health. Knows the store and the scheduler's event sink, not
 //! HTTP.
 //!
 //! - [`event`]: the stored form of an event (its wire shapes and the XML of version-1
 //!   creation are `drover_api`'s).
+//! - [`health`]: probing the datastore for the health resources.
 //! - [`log`]: the `events.log` file, its line format and rolling.
 //! - [`recorder`]: the thread that stores events with group commit and logs them; the
 //!   scheduler's [`drover_sched::events::EventSink`].
@@ -10,6 +11,7 @@
 //! - [`report`]: consolidation of samples into datapoints; [`reports`]: reports in the store.
 
 pub mod event;
+pub mod health;
 pub mod log;
 pub mod recorder;
 pub mod report;
