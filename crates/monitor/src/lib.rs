@@ -1,5 +1,5 @@
-//! Monitoring: events, reports and the datastore's health. Knows the store and the scheduler's event sink, not
-//! HTTP.
+//! Monitoring: events, reports and the datastore's health. Knows the store and the
+//! scheduler's event sink, not HTTP.
 //!
 //! - [`event`]: the stored form of an event (its wire shapes and the XML of version-1
 //!   creation are `drover_api`'s).
