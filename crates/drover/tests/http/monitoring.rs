@@ -415,6 +415,12 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
     assert!(after["id"].as_str().unwrap() > created["id"].as_str().unwrap());
 }
 
+/// The `data` of each datapoint of a list.
+fn data_of(points: &Value) -> Vec<Value> {
+    let results = points["results"].as_array().unwrap();
+    results.iter().map(|p| p["data"].clone()).collect()
+}
+
 fn create_report(server: &TestServer, body: Value) -> Value {
     let reply = server.send_json("POST", "/rest/reports", &body);
     assert_eq!(reply.status, 201, "{}", reply.body);
@@ -488,12 +494,7 @@ fn reports_consolidate_samples_into_hand_computed_averages() {
         .get("/rest/reports/load/datapoints?api-version=2")
         .json();
     assert_eq!(points["totalCount"], 3);
-    let data: Vec<Value> = points["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["data"].clone())
-        .collect();
+    let data = data_of(&points);
     assert_eq!(
         data,
         vec![
@@ -620,12 +621,7 @@ fn report_refusals_history_deletion_and_metric_types() {
     );
     assert_eq!(dup.status, 409, "{}", dup.body);
     let points = server.get("/rest/reports/history/datapoints").json();
-    let data: Vec<Value> = points["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["data"].clone())
-        .collect();
+    let data = data_of(&points);
     assert_eq!(data, vec![Value::Null, json!({"x": 4.0})]);
     let bad_sample = server.send_json("POST", "/rest/reports/history/samples", &json!({"data": 5}));
     assert_eq!(bad_sample.status, 400);
