@@ -9,21 +9,17 @@
 //! they can be read, changed and reset like the others.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use drover_auth::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
 use drover_auth::throttle::LoginThrottle;
-use drover_domain::dates::Timestamp;
-use drover_monitor::event::IdSequence;
 use drover_query::ListQuery;
 use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
 use crate::identity::{PasswordChecks, ProxiedIdentities};
-use crate::params::ChangeMode;
 
 /// How old the decisions may grow before a request has them reloaded (in the background).
 pub const REFRESH_AFTER: Duration = Duration::from_secs(10);
@@ -199,155 +195,6 @@ pub fn principal_of(document: &Document) -> PrincipalMap {
             .filter_map(|r| r["id"].as_str().map(String::from))
             .collect(),
     }
-}
-
-/// Runs `work` on the store off the async runtime, then rebuilds the decisions when it
-/// changed something (`changes`).
-pub(crate) async fn with_store<T: Send + 'static>(
-    state: &AppState,
-    changes: bool,
-    work: impl FnOnce(&dyn DocumentStore) -> Result<T, ApiError> + Send + 'static,
-) -> ApiResult<T> {
-    let state = state.clone();
-    tokio::task::spawn_blocking(move || {
-        let store = state.store().clone();
-        let result = work(store.as_ref())?;
-        if changes {
-            state.access().reload(store.as_ref())?;
-        }
-        Ok(result)
-    })
-    .await
-    .map_err(|e| ApiError::unavailable("The change was not made", e.to_string()))?
-}
-
-/// The document of `collection` whose id, else name, is `key` (`what`: for the 404).
-pub(crate) fn find(
-    store: &dyn DocumentStore,
-    collection: &str,
-    key: &str,
-    what: &str,
-) -> Result<Document, ApiError> {
-    match store.get(collection, key)? {
-        Some(doc) => Ok(doc),
-        None => store
-            .get_by_name(collection, key)?
-            .ok_or_else(|| ApiError::not_found(format!("No {what} '{key}'"))),
-    }
-}
-
-/// A stored document in its wire shape: the body with `id` and `version`.
-pub(crate) fn render(document: &Document) -> Value {
-    let mut out = document.body.clone();
-    out["id"] = json!(document.id);
-    out["version"] = json!(document.version);
-    out
-}
-
-/// The version check of a modify: `given` (if any) must be the stored one.
-pub(crate) fn check_version(
-    given: Option<i64>,
-    current: &Document,
-    summary: &str,
-    what: &str,
-) -> Result<(), ApiError> {
-    match given {
-        Some(version) if version != current.version => Err(ApiError::conflict(
-            summary,
-            format!(
-                "version {version} is stale: the {what} is at version {}",
-                current.version
-            ),
-        )),
-        _ => Ok(()),
-    }
-}
-
-/// Applies `given` to the list at `key` of `record` by `mode`; items are the same when
-/// their `identity` fields are.
-pub(crate) fn change_list(
-    record: &mut Value,
-    key: &str,
-    given: Option<Vec<Value>>,
-    mode: ChangeMode,
-    identity: &[&str],
-) {
-    let Some(given) = given else {
-        return;
-    };
-    let same = |a: &Value, b: &Value| identity.iter().all(|f| a.get(*f) == b.get(*f));
-    let mut list: Vec<Value> = record[key].as_array().cloned().unwrap_or_default();
-    match mode {
-        ChangeMode::Set => list = given,
-        ChangeMode::Add => {
-            for item in given {
-                match list.iter_mut().find(|x| same(x, &item)) {
-                    Some(existing) => *existing = item,
-                    None => list.push(item),
-                }
-            }
-        }
-        ChangeMode::Remove => list.retain(|x| !given.iter().any(|g| same(x, g))),
-    }
-    record[key] = Value::Array(list);
-}
-
-/// A new id for a role or principal (time-ordered, unique in this process).
-pub(crate) fn next_id() -> String {
-    static IDS: OnceLock<Mutex<IdSequence>> = OnceLock::new();
-    IDS.get_or_init(|| Mutex::new(IdSequence::starting_after(None, Timestamp::now())))
-        .lock()
-        .unwrap()
-        .next_id()
-}
-
-/// Inserts a document named by `body["name"]` and reads it back; a taken name is a 409.
-pub(crate) fn insert_named(
-    store: &dyn DocumentStore,
-    collection: &str,
-    id: &str,
-    body: Value,
-    summary: &str,
-) -> Result<Document, ApiError> {
-    let name = body["name"].as_str().unwrap_or_default().to_string();
-    store
-        .write(&[Write::Insert {
-            collection: collection.into(),
-            id: id.to_string(),
-            name: Some(name.clone()),
-            body: body.into(),
-        }])
-        .map_err(|e| match e {
-            StoreError::Conflict(_) => {
-                ApiError::conflict(summary, format!("the name '{name}' is taken"))
-            }
-            other => other.into(),
-        })?;
-    find(store, collection, id, collection)
-}
-
-/// Writes `body` over `current` if it is still at the version read, and reads it back; a
-/// stale version or a taken name is a 409.
-pub(crate) fn update_named(
-    store: &dyn DocumentStore,
-    collection: &str,
-    current: &Document,
-    body: Value,
-    summary: &str,
-) -> Result<Document, ApiError> {
-    store
-        .write(&[Write::Update {
-            collection: collection.into(),
-            id: current.id.clone(),
-            name: body["name"].as_str().map(String::from),
-            body: body.into(),
-            expected_version: Some(current.version),
-        }])
-        .map_err(|e| match e {
-            StoreError::Conflict(reason) => ApiError::conflict(summary, reason),
-            other => other.into(),
-        })?;
-    find(store, collection, &current.id, collection)
 }
 
 #[cfg(test)]

@@ -10,7 +10,7 @@ use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_accounting::ledger::{Balance, QuoteAnswer, StoredAllocation};
 use drover_accounting::model::{Account, Allocation, Component, RateOverride, Usage};
-use drover_accounting::{AccountingError, Ledger, Money, QuoteRequest};
+use drover_accounting::{Ledger, Money, QuoteRequest};
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use serde_json::{Map, Value, json};
@@ -21,7 +21,7 @@ use crate::input::{Fields, read_object};
 use crate::openapi::schema::{envelope, integer, number, object, string, strings};
 use crate::params::{CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, ItemRead, Routes, Submission};
 
 const READ: Access = Access::Needs(Permission::read("accounts"));
 const QUOTE: Access = Access::Needs(Permission::create("quotes"));
@@ -156,19 +156,6 @@ fn forbidden(reason: &str) -> ApiError {
     )
 }
 
-fn accounting_error(summary: &str, error: AccountingError) -> ApiError {
-    match error {
-        AccountingError::Invalid(reasons) => {
-            let mut messages = vec![summary.to_string()];
-            messages.extend(reasons);
-            ApiError::new(Kind::BadRequest, messages)
-        }
-        AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
-        AccountingError::NotFound(what) => ApiError::not_found(what),
-        AccountingError::Store(why) => ApiError::unavailable(summary, why),
-    }
-}
-
 /// The record of spec 2.16, with the custom attributes asked for.
 fn render_account(account: &Account, custom: &[String]) -> Value {
     let mut out = json!({
@@ -249,12 +236,7 @@ fn simple_query(text: &str) -> ApiResult<()> {
     Ok(())
 }
 
-async fn one_account(
-    State(state): State<AppState>,
-    common: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_account(ItemRead(state, common, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let ledger = ledger(&state)?;
     let user = accounting_user(&caller)?;
     let custom = custom_fields(&common)?;
@@ -311,12 +293,75 @@ fn integer_param(common: &CommonParams, name: &str) -> ApiResult<Option<i64>> {
     }
 }
 
-async fn quote(
-    State(state): State<AppState>,
-    common: CommonParams,
-    caller: Caller,
-    body: Bytes,
-) -> ApiResult<Response> {
+/// `rate`: charge rates overriding the configured ones (accounting administrators only).
+fn rate_overrides(common: &CommonParams, administers: bool) -> ApiResult<Vec<RateOverride>> {
+    Ok(match common.raw.get("rate")? {
+        None => Vec::new(),
+        Some(_) if !administers => {
+            return Err(forbidden(
+                "rate: only accounting administrators may override charge rates",
+            ));
+        }
+        Some(text) => {
+            let value: Value = serde_json::from_str(text).map_err(|e| {
+                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
+            })?;
+            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
+                f.each("rate", |r| {
+                    let kind = r.string("type").unwrap_or_default();
+                    let rate = required_money(r, "rate");
+                    if kind.is_empty() {
+                        r.problem("type", "required");
+                    }
+                    RateOverride {
+                        kind,
+                        name: r.string("name"),
+                        rate,
+                    }
+                })
+                .unwrap_or_default()
+            })?
+        }
+    })
+}
+
+/// One quote in its wire shape; its `details` when `itemize`.
+fn quote_answer(answer: QuoteAnswer, instance: &str, itemize: bool) -> Value {
+    let mut out = Map::new();
+    out.insert("instance".into(), json!(instance));
+    out.insert("amount".into(), answer.price.amount.to_json());
+    if let Some(id) = answer.id {
+        out.insert("id".into(), json!(id));
+        out.insert("usageRecord".into(), json!(answer.usage_record));
+    }
+    if itemize {
+        out.insert(
+            "details".into(),
+            Value::Array(answer.price.components.iter().map(detail).collect()),
+        );
+    }
+    Value::Object(out)
+}
+
+/// The services a quote's body names: one, or a list of at least one.
+fn services_of(body: Value) -> ApiResult<Vec<Value>> {
+    let services: Vec<Value> = match body {
+        Value::Array(items) => items,
+        Value::Object(_) => vec![body],
+        _ => {
+            return Err(ApiError::bad_request(
+                QUOTE_FAILED,
+                "the body must be a service or a list of services",
+            ));
+        }
+    };
+    if services.is_empty() {
+        return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
+    }
+    Ok(services)
+}
+
+async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult<Response> {
     let ledger = ledger(&state)?;
     let missing = |name: &str| ApiError::bad_request(QUOTE_FAILED, format!("{name}: required"));
     let object_type = common
@@ -354,34 +399,7 @@ async fn quote(
     if end.is_none() && common.raw.get("end-time")?.is_none() {
         end = Some(start.unwrap_or(now) + duration + grace);
     }
-    let overrides: Vec<RateOverride> = match common.raw.get("rate")? {
-        None => Vec::new(),
-        Some(_) if !administers => {
-            return Err(forbidden(
-                "rate: only accounting administrators may override charge rates",
-            ));
-        }
-        Some(text) => {
-            let value: Value = serde_json::from_str(text).map_err(|e| {
-                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
-            })?;
-            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
-                f.each("rate", |r| {
-                    let kind = r.string("type").unwrap_or_default();
-                    let rate = required_money(r, "rate");
-                    if kind.is_empty() {
-                        r.problem("type", "required");
-                    }
-                    RateOverride {
-                        kind,
-                        name: r.string("name"),
-                        rate,
-                    }
-                })
-                .unwrap_or_default()
-            })?
-        }
-    };
+    let overrides = rate_overrides(&common, administers)?;
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
@@ -398,22 +416,7 @@ async fn quote(
         end,
         description: description.clone(),
     };
-    let answer_of = |answer: QuoteAnswer, instance: &str| -> Value {
-        let mut out = Map::new();
-        out.insert("instance".into(), json!(instance));
-        out.insert("amount".into(), answer.price.amount.to_json());
-        if let Some(id) = answer.id {
-            out.insert("id".into(), json!(id));
-            out.insert("usageRecord".into(), json!(answer.usage_record));
-        }
-        if itemize {
-            out.insert(
-                "details".into(),
-                Value::Array(answer.price.components.iter().map(detail).collect()),
-            );
-        }
-        Value::Object(out)
-    };
+    let answer_of = |answer, instance: &str| quote_answer(answer, instance, itemize);
     // What is priced (and, guaranteed, later charged) is the accounting user's own work.
     let check_user = |usage: &Usage| {
         if usage.user != user && !administers {
@@ -436,19 +439,7 @@ async fn quote(
             answer_of(answer, &instance),
         )));
     }
-    let services: Vec<Value> = match body {
-        Value::Array(items) => items,
-        Value::Object(_) => vec![body],
-        _ => {
-            return Err(ApiError::bad_request(
-                QUOTE_FAILED,
-                "the body must be a service or a list of services",
-            ));
-        }
-    };
-    if services.is_empty() {
-        return Err(ApiError::bad_request(QUOTE_FAILED, "no service to price"));
-    }
+    let services = services_of(body)?;
     let mut names = Vec::new();
     let mut requests = Vec::new();
     for service in &services {
@@ -490,7 +481,7 @@ async fn quote_all(
     })
     .await
     .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
-    .map_err(|e| accounting_error(QUOTE_FAILED, e))
+    .map_err(|e| ApiError::accounting(QUOTE_FAILED, e))
 }
 
 /// A decimal amount at `key` (a number or a numeric string, at most six places); a
@@ -671,7 +662,7 @@ async fn allocate(State(state): State<AppState>, body: Bytes) -> ApiResult<Respo
     let id = tokio::task::spawn_blocking(move || ledger.allocate(allocation, now))
         .await
         .map_err(|e| ApiError::unavailable(summary, e.to_string()))?
-        .map_err(|e| accounting_error(summary, e))?;
+        .map_err(|e| ApiError::accounting(summary, e))?;
     Ok(reply::created(
         state.settings(),
         "/rest/accounting/allocations",
@@ -684,7 +675,7 @@ async fn list_usage(State(state): State<AppState>, params: ListParams) -> ApiRes
     let records = tokio::task::spawn_blocking(move || ledger.usage_records())
         .await
         .map_err(|e| ApiError::unavailable("The usage records cannot be read", e.to_string()))?
-        .map_err(|e| accounting_error("The usage records cannot be read", e))?;
+        .map_err(|e| ApiError::accounting("The usage records cannot be read", e))?;
     let date = |s: i64| {
         Timestamp::from_second(s)
             .ok()

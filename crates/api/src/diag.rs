@@ -6,6 +6,7 @@ use axum::Json;
 use axum::extract::State;
 use drover_auth::Permission;
 use drover_domain::dates::format_build_date;
+use drover_monitor::health;
 use drover_store::StoreInfo;
 use serde_json::{Value, json};
 
@@ -141,17 +142,7 @@ async fn auth() -> Json<Value> {
 
 /// The datastore's description, or why it cannot be had (down, or too slow to answer).
 async fn probe_store(state: &AppState) -> Result<StoreInfo, String> {
-    let store = state.store().clone();
-    let probe = tokio::task::spawn_blocking(move || store.describe());
-    match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
-        Ok(Ok(Ok(info))) => Ok(info),
-        Ok(Ok(Err(e))) => Err(e.to_string()),
-        Ok(Err(e)) => Err(format!("the datastore probe failed: {e}")),
-        Err(_) => Err(format!(
-            "the datastore did not answer within {} s",
-            HEALTH_TIMEOUT.as_secs()
-        )),
-    }
+    health::probe_store(state.store().clone(), HEALTH_TIMEOUT).await
 }
 
 /// The embedded accounting manager is up when enabled (it shares the datastore).

@@ -7,7 +7,11 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use drover_accounting::AccountingError;
+use drover_monitor::reports::ReportError;
+use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
+use drover_sched::SchedError;
 use drover_store::StoreError;
 use serde_json::json;
 
@@ -233,6 +237,75 @@ impl From<StoreError> for ApiError {
                 Self::unavailable("The datastore is unavailable", reason)
             }
             StoreError::UnknownCollection(_) => Self::internal(e),
+        }
+    }
+}
+
+impl From<SchedError> for ApiError {
+    fn from(error: SchedError) -> Self {
+        match error {
+            SchedError::Invalid(messages) | SchedError::Refused(messages) => {
+                ApiError::new(Kind::BadRequest, messages)
+            }
+            SchedError::NotFound(what) => ApiError::not_found(what),
+            SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
+            SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
+            SchedError::Conflict(messages) => ApiError::new(Kind::Conflict, messages),
+        }
+    }
+}
+
+impl From<ReportError> for ApiError {
+    fn from(e: ReportError) -> Self {
+        match e {
+            ReportError::NotFound(key) => ApiError::not_found(format!("No report '{key}'")),
+            ReportError::Conflict(reason) => {
+                ApiError::conflict("The report was not created", reason)
+            }
+            ReportError::Invalid(reason) => {
+                ApiError::bad_request("The report was not changed", reason)
+            }
+            ReportError::Store(reason) => {
+                ApiError::unavailable("The datastore is unavailable", reason)
+            }
+        }
+    }
+}
+
+/// The summary of a refused event creation.
+pub(crate) const NOT_CREATED: &str = "No event was created";
+
+/// Events are recorded only by their creation.
+impl From<RecordError> for ApiError {
+    fn from(e: RecordError) -> Self {
+        match e {
+            RecordError::Stopped => ApiError::unavailable(NOT_CREATED, e.to_string()),
+            RecordError::Store(reason) => ApiError::unavailable(NOT_CREATED, reason),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Store(e) => e.into(),
+            ReadError::Interrupted(_) | ReadError::Unreadable(_) => ApiError::internal(e),
+        }
+    }
+}
+
+impl ApiError {
+    /// An accounting failure, under `summary`.
+    pub(crate) fn accounting(summary: &str, error: AccountingError) -> Self {
+        match error {
+            AccountingError::Invalid(reasons) => {
+                let mut messages = vec![summary.to_string()];
+                messages.extend(reasons);
+                ApiError::new(Kind::BadRequest, messages)
+            }
+            AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
+            AccountingError::NotFound(what) => ApiError::not_found(what),
+            AccountingError::Store(why) => ApiError::unavailable(summary, why),
         }
     }
 }

@@ -7,23 +7,22 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
-use drover_monitor::event::{COLLECTION, Event, ObjectRef, SEVERITIES, V1_RENAMES};
-use drover_monitor::{RecordError, xml};
-use drover_query::Page;
+use drover_monitor::event::{Event, ObjectRef, SEVERITIES};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, NOT_CREATED};
 use crate::input::read_object;
-use crate::openapi::schema::{envelope, integer, object, string, strings};
+use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, ItemRead, Routes};
+use crate::wire;
 
 const READ: Access = Access::Needs(Permission::read("events"));
 const CREATE: Access = Access::Needs(Permission::create("events"));
@@ -41,17 +40,21 @@ pub(crate) fn register(routes: &mut Routes) {
             ("arguments", strings()),
         ])
     };
-    routes
-        .get("/rest/events", READ, list)
-        .summary("Events: version-1 shape, or version 3 with api-version=3")
-        .list()
-        .response(200, "Events", Some(envelope(event())));
-    routes
-        .get("/rest/events/{id}", READ, one)
-        .summary("One event")
-        .path_param("id", "The event's id")
-        .response(200, "The event", Some(event()))
-        .response(404, "No such event", None);
+    routes.collection(
+        Collection {
+            path: "/rest/events",
+            item_path: "/rest/events/{id}",
+            access: READ,
+            schema: event(),
+            list: (
+                "Events: version-1 shape, or version 3 with api-version=3",
+                "Events",
+            ),
+            item: ("One event", "The event's id", "The event", "No such event"),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/events", CREATE, create)
         .summary("Creates events: version 1 from <Events> XML, version 3 (api-version=3) from JSON")
@@ -74,57 +77,31 @@ fn is_v3(version: ApiVersion) -> bool {
 
 fn render(state: &AppState, event: &Event, version: i64, api: ApiVersion) -> Value {
     if is_v3(api) {
-        event.to_v3(version)
+        wire::events::v3(event, version)
     } else {
-        event.to_v1(&state.settings().dates)
+        wire::events::v1(event, &state.settings().dates)
     }
 }
 
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let mut query = params.query.clone();
-    if !is_v3(params.api_version) {
-        query.filter = query.filter.renamed(V1_RENAMES);
-        query.sort = query.sort.renamed(V1_RENAMES);
-    }
-    let store = state.store().clone();
-    let page = tokio::task::spawn_blocking(move || store.list(COLLECTION, &query))
-        .await
-        .map_err(ApiError::internal)??;
+    let v1 = !is_v3(params.api_version);
+    let page = state.stored_events().list(params.query.clone(), v1).await?;
     let items = page
         .items
-        .into_iter()
-        .filter_map(|d| {
-            let version = d.version;
-            Event::from_document(d.body).map(|e| render(&state, &e, version, params.api_version))
-        })
+        .iter()
+        .map(|(e, version)| render(&state, e, *version, params.api_version))
         .collect();
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::listed(page.total, items, &params))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let store = state.store().clone();
-    let key = id.clone();
-    let document = tokio::task::spawn_blocking(move || store.get(COLLECTION, &key))
-        .await
-        .map_err(ApiError::internal)??
+async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
+    let (event, version) = state
+        .stored_events()
+        .get(&id)
+        .await?
         .ok_or_else(|| ApiError::not_found(format!("No event '{id}'")))?;
-    let version = document.version;
-    let event = Event::from_document(document.body)
-        .ok_or_else(|| ApiError::internal(format!("event {id} cannot be read")))?;
     Ok(Json(render(&state, &event, version, params.api_version)))
 }
-
-const NOT_CREATED: &str = "No event was created";
 
 async fn create(
     State(state): State<AppState>,
@@ -138,14 +115,15 @@ async fn create(
     } else {
         v1_events(&headers, &body)?
     };
-    let recorded = state.events().record(events).await.map_err(|e| match e {
-        RecordError::Stopped => ApiError::unavailable(NOT_CREATED, e.to_string()),
-        RecordError::Store(reason) => ApiError::unavailable(NOT_CREATED, reason),
-    })?;
+    let recorded = state.events().record(events).await?;
     let settings = state.settings();
     let location = format!("/rest/events/{}", recorded[0].id);
     if v3 {
-        Ok(reply::created(settings, &location, recorded[0].to_v3(1)))
+        Ok(reply::created(
+            settings,
+            &location,
+            wire::events::v3(&recorded[0], 1),
+        ))
     } else {
         let ids: Vec<&str> = recorded.iter().map(|e| e.id.as_str()).collect();
         let count = ids.len();
@@ -182,7 +160,7 @@ fn v1_events(headers: &HeaderMap, body: &[u8]) -> Result<Vec<Event>, ApiError> {
             ],
         ));
     }
-    xml::parse_events(text).map_err(|problems| {
+    wire::xml::parse_events(text).map_err(|problems| {
         let mut messages = vec![NOT_CREATED.to_string()];
         messages.extend(problems);
         ApiError::new(crate::Kind::BadRequest, messages)

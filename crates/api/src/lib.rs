@@ -3,27 +3,39 @@
 //! - [`routes`]: every route is registered through [`Routes`] with the permission it
 //!   needs and its documentation; the same registration builds the axum router, the
 //!   route gate (authentication, authorization, common parameters) and the OpenAPI
-//!   document, so none of the three can miss a route.
-//! - [`error`]: [`ApiError`], mapped to status and `{"messages":[...]}` in one place.
+//!   document, so none of the three can miss a route. [`routes::Collection`] is the
+//!   list-and-one pair every resource has; `ItemRead`, `ItemChange` and `Submission`
+//!   extract what handlers of one item or of a post read.
+//! - [`error`]: [`ApiError`], mapped to status and `{"messages":[...]}` in one place,
+//!   with every conversion from the errors of the services.
 //! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
 //! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
+//! - [`wire`]: wire values rendered alike everywhere (dates), and the wire shapes of
+//!   events (JSON versions 1 and 3, the XML of version-1 creation).
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
-//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types), [`reservations`] and [`vcs`] (virtual containers), with their ACL rules.
+//!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types),
+//!   [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), whose
+//!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
+//!   [`principals`], one named-document resource (`named`) over one service
+//!   (`documents`).
 
 pub mod access;
 pub mod accounting;
 mod acl;
 mod audit;
+pub mod containers;
 pub mod credentials;
 pub mod diag;
+mod documents;
 pub mod error;
 pub mod events;
 mod identity;
 pub mod input;
 pub mod jobs;
 pub mod layers;
+mod named;
 pub mod nodes;
 pub mod openapi;
 pub mod params;
@@ -35,12 +47,12 @@ pub mod reservations;
 pub mod roles;
 pub mod routes;
 mod state;
-pub mod vcs;
+pub mod wire;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
 pub use routes::{Access, Caller, Routes};
-pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Settings};
+pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Services, Settings};
 
 /// Every route of the interface that exists so far.
 pub fn interface() -> Routes {
@@ -57,7 +69,7 @@ pub fn interface() -> Routes {
     events::register(&mut routes);
     reports::register(&mut routes);
     reservations::register(&mut routes);
-    vcs::register(&mut routes);
+    containers::register(&mut routes);
     routes
 }
 

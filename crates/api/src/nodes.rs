@@ -5,7 +5,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use drover_auth::Permission;
-use drover_domain::dates::{Timestamp, WireDates};
+use drover_domain::dates::WireDates;
 use drover_sched::NodeChanges;
 use drover_sched::node::{Node, NodeState};
 use serde_json::{Value, json};
@@ -13,11 +13,12 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::{requester, sched_error};
-use crate::openapi::schema::{envelope, integer, object, string, strings};
-use crate::params::{CommonParams, ListParams};
+use crate::jobs::requester;
+use crate::openapi::schema::{integer, object, string, strings};
+use crate::params::ListParams;
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, Collection, ItemRead, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("nodes"));
 const UPDATE: Access = Access::Needs(Permission::update("nodes"));
@@ -30,17 +31,18 @@ pub(crate) fn register(routes: &mut Routes) {
             ("totalProcessors", integer()),
         ])
     };
-    routes
-        .get("/rest/nodes", READ, list)
-        .summary("Every node")
-        .list()
-        .response(200, "Nodes", Some(envelope(node())));
-    routes
-        .get("/rest/nodes/{id}", READ, one)
-        .summary("One node")
-        .path_param("id", "The node's id")
-        .response(200, "The node", Some(node()))
-        .response(404, "No such node", None);
+    routes.collection(
+        Collection {
+            path: "/rest/nodes",
+            item_path: "/rest/nodes/{id}",
+            access: READ,
+            schema: node(),
+            list: ("Every node", "Nodes"),
+            item: ("One node", "The node's id", "The node", "No such node"),
+        },
+        list,
+        one,
+    );
     routes
         .put("/rest/nodes/{id}", UPDATE, modify)
         .summary("Modifies state, power, os, partition, messages, genericEvents, genericMetrics, variables")
@@ -50,10 +52,7 @@ pub(crate) fn register(routes: &mut Routes) {
 }
 
 fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
-    match Timestamp::from_second(seconds) {
-        Ok(t) if seconds > 0 => json!(dates.format(t, version)),
-        _ => Value::Null,
-    }
+    wire::date(dates, version, Some(seconds), Zero::Null)
 }
 
 fn known(n: Option<u64>) -> i64 {
@@ -164,30 +163,10 @@ pub fn render(node: &Node, dates: &WireDates, version: u32) -> Value {
 
 async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> {
     let nodes = state.scheduler().nodes();
-    let utc = WireDates::utc();
-    let version = params.api_version.number();
-    let documents: Vec<Value> = nodes.iter().map(|n| render(n, &utc, version)).collect();
-    let page = params.query.run_positions(&documents);
-    let dates = &state.settings().dates;
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| render(&nodes[i], dates, version))
-        .collect();
-    reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    )
+    reply::list_rendered(&nodes, &params, &state.settings().dates, render)
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
     let nodes = state.scheduler().nodes();
     let node = nodes
         .iter()
@@ -256,6 +235,6 @@ async fn modify(
         .scheduler()
         .modify_node(&id, changes, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }

@@ -8,10 +8,10 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::openapi::schema::{envelope, object, string};
+use crate::openapi::schema::{object, string};
 use crate::params::ListParams;
 use crate::reply::{by_id_or_name, list_in_memory};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("permissions"));
 
@@ -25,17 +25,26 @@ pub(crate) fn register(routes: &mut Routes) {
             ("description", string()),
         ])
     };
-    routes
-        .get("/rest/permissions", READ, list)
-        .summary("Every permission a route of this service requires")
-        .list()
-        .response(200, "Permissions", Some(envelope(permission())));
-    routes
-        .get("/rest/permissions/{id}", READ, one)
-        .summary("One permission, by id (resource:action) or name")
-        .path_param("id", "The permission's id or name")
-        .response(200, "The permission", Some(permission()))
-        .response(404, "No such permission", None);
+    routes.collection(
+        Collection {
+            path: "/rest/permissions",
+            item_path: "/rest/permissions/{id}",
+            access: READ,
+            schema: permission(),
+            list: (
+                "Every permission a route of this service requires",
+                "Permissions",
+            ),
+            item: (
+                "One permission, by id (resource:action) or name",
+                "The permission's id or name",
+                "The permission",
+                "No such permission",
+            ),
+        },
+        list,
+        one,
+    );
 }
 
 /// The permissions in their wire shape, ordered by id.

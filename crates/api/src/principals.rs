@@ -6,32 +6,26 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::roles::Authority;
-use drover_store::Write;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::access::{
-    PRINCIPALS, change_list, check_version, find, insert_named, next_id, render, update_named,
-    with_store,
-};
+use crate::documents::{self, Common, Named, change_list};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{envelope, object, string, strings};
-use crate::params::{ChangeMode, CommonParams, ListParams};
-use crate::reply::{self, parse_json};
+use crate::named;
+use crate::openapi::schema::{object, string, strings};
 use crate::roles::check_name;
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("principals"));
 const CREATE: Access = Access::Needs(Permission::create("principals"));
 const UPDATE: Access = Access::Needs(Permission::update("principals"));
 const DELETE: Access = Access::Needs(Permission::delete("principals"));
 
-const COLLECTION: &str = PRINCIPALS;
 const USER_TYPES: [&str; 2] = ["LDAP", "PAM"];
 const GROUP_TYPES: [&str; 3] = ["LDAPGROUP", "LDAPOU", "PAMGROUP"];
 
@@ -43,18 +37,31 @@ pub(crate) fn register(routes: &mut Routes) {
             ("attachedRoles", strings()),
         ])
     };
+    routes.collection(
+        Collection {
+            path: "/rest/principals",
+            item_path: "/rest/principals/{key}",
+            access: READ,
+            schema: principal(),
+            list: ("Every principal", "Principals"),
+            item: (
+                "One principal, by id or name",
+                "The principal's id or name",
+                "The principal",
+                "No such principal",
+            ),
+        },
+        named::list::<Principals>,
+        named::one::<Principals>,
+    );
+    // The singular path is an alias of the plural one.
     routes
-        .get("/rest/principals", READ, list)
-        .summary("Every principal")
-        .list()
-        .response(200, "Principals", Some(envelope(principal())));
+        .get("/rest/principal/{key}", READ, named::one::<Principals>)
+        .summary("One principal, by id or name")
+        .path_param("key", "The principal's id or name")
+        .response(200, "The principal", Some(principal()))
+        .response(404, "No such principal", None);
     for path in ["/rest/principals/{key}", "/rest/principal/{key}"] {
-        routes
-            .get(path, READ, one)
-            .summary("One principal, by id or name")
-            .path_param("key", "The principal's id or name")
-            .response(200, "The principal", Some(principal()))
-            .response(404, "No such principal", None);
         routes
             .put(path, UPDATE, modify)
             .summary("Modifies a principal; change-mode add, remove or set (the default)")
@@ -63,7 +70,7 @@ pub(crate) fn register(routes: &mut Routes) {
             .response(200, "The modified principal", Some(principal()))
             .response(409, "Stale version, or the name is taken", None);
         routes
-            .delete(path, DELETE, remove)
+            .delete(path, DELETE, named::remove::<Principals>)
             .summary("Deletes a principal")
             .path_param("key", "The principal's id or name")
             .response(200, "Deleted", Some(object(&[])));
@@ -77,14 +84,11 @@ pub(crate) fn register(routes: &mut Routes) {
 }
 
 /// What a request body gives (`None`: not given).
-#[derive(Default)]
 struct Given {
-    name: Option<String>,
-    description: Option<String>,
+    common: Common,
     roles: Option<Vec<Value>>,
     groups: Option<Vec<Value>>,
     users: Option<Vec<Value>>,
-    version: Option<i64>,
 }
 
 fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
@@ -123,106 +127,54 @@ fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
     let users = members("users", &USER_TYPES);
     let groups = members("groups", &GROUP_TYPES);
     Given {
-        name,
-        description: f.string("description"),
+        common: Common {
+            name,
+            description: f.string("description"),
+            version: f.integer("version"),
+        },
         roles,
         groups,
         users,
-        version: f.integer("version"),
     }
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let documents = with_store(&state, false, |store| {
-        Ok(store
-            .list(COLLECTION, &drover_query::ListQuery::default())?
-            .items
-            .iter()
-            .map(render)
-            .collect::<Vec<_>>())
-    })
-    .await?;
-    Ok(reply::list_in_memory(&documents, &params))
-}
+/// Principals: see [`named`].
+struct Principals;
 
-async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    let document = with_store(&state, false, move |store| {
-        find(store, COLLECTION, &key, "principal")
-    })
-    .await?;
-    Ok(Json(render(&document)))
+impl named::Resource for Principals {
+    const DOCUMENTS: Named = documents::PRINCIPALS;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body: Value = parse_json(&body)?;
     let summary = "The principal was not created";
     let authority = state.access().authority();
-    let given = read_object(&body, summary, |f| {
-        let given = read_given(f, &authority);
-        if given.name.is_none() {
-            f.problem("name", "required");
-        }
-        given
-    })?;
-    let name = given.name.clone().unwrap_or_default();
+    let read = |f: &mut Fields<'_>| read_given(f, &authority);
+    let given = named::read_new(&body, summary, read, |g| &g.common)?;
     let record = json!({
-        "name": name,
-        "description": given.description,
+        "name": given.common.name.unwrap_or_default(),
+        "description": given.common.description,
         "attachedRoles": given.roles.unwrap_or_default(),
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
-    let document = with_store(&state, true, move |store| {
-        insert_named(store, COLLECTION, &next_id(), record, summary)
-    })
-    .await?;
-    Ok(reply::created(
-        state.settings(),
-        &format!("/rest/principals/{}", document.id),
-        render(&document),
-    ))
+    let created = documents::PRINCIPALS.create(&state, record, summary);
+    Ok(named::created(&state, "/rest/principals", created.await?))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
-    let body: Value = parse_json(&body)?;
-    let summary = format!("The principal {key} was not changed");
+async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
+    let (mode, body, summary) = named::change_request(&params, &body, &key, "principal")?;
     let authority = state.access().authority();
     let given = read_object(&body, &summary, |f| read_given(f, &authority))?;
-    let document = with_store(&state, true, move |store| {
-        let current = find(store, COLLECTION, &key, "principal")?;
-        check_version(given.version, &current, &summary, "principal")?;
-        let mut record = current.body.clone();
-        if let Some(name) = &given.name {
-            record["name"] = json!(name);
-        }
-        if let Some(description) = &given.description {
-            record["description"] = json!(description);
-        }
-        change_list(&mut record, "attachedRoles", given.roles, mode, &["id"]);
-        change_list(&mut record, "groups", given.groups, mode, &["name", "type"]);
-        change_list(&mut record, "users", given.users, mode, &["name", "type"]);
-        update_named(store, COLLECTION, &current, record, &summary)
-    })
-    .await?;
-    Ok(Json(render(&document)))
-}
-
-async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    with_store(&state, true, move |store| {
-        let current = find(store, COLLECTION, &key, "principal")?;
-        store.write(&[Write::Delete {
-            collection: COLLECTION.into(),
-            id: current.id,
-            expected_version: None,
-        }])?;
-        Ok(())
-    })
-    .await?;
-    Ok(reply::deleted())
+    let (roles, groups, users) = (given.roles, given.groups, given.users);
+    let edit = move |record: &mut Value| {
+        change_list(record, "attachedRoles", roles, mode, &["id"]);
+        change_list(record, "groups", groups, mode, &["name", "type"]);
+        change_list(record, "users", users, mode, &["name", "type"]);
+    };
+    let principals = documents::PRINCIPALS;
+    Ok(Json(
+        principals
+            .modify(&state, key, given.common, summary, edit)
+            .await?,
+    ))
 }

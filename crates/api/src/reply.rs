@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use drover_domain::dates::WireDates;
 use drover_query::Page;
 use serde_json::{Value, json};
 
@@ -78,16 +79,41 @@ pub fn envelope(page: Page<Value>, params: &ListParams) -> Json<Value> {
     }))
 }
 
+/// The list envelope over a page, given as the number of matches and the page's items
+/// in their wire shape.
+pub fn listed(total: usize, items: Vec<Value>, params: &ListParams) -> Json<Value> {
+    envelope(Page { total, items }, params)
+}
+
 /// A list request answered over documents held in memory (in their wire shape).
 pub fn list_in_memory(documents: &[Value], params: &ListParams) -> Json<Value> {
     let page = params.query.run(documents);
-    envelope(
-        Page {
-            total: page.total,
-            items: page.items.into_iter().cloned().collect(),
-        },
+    listed(
+        page.total,
+        page.items.into_iter().cloned().collect(),
         params,
     )
+}
+
+/// A list request answered over `items` held in memory: the query runs over each item
+/// rendered with UTC dates (what stored documents hold), the page is rendered with
+/// `dates`.
+pub fn list_rendered<T>(
+    items: &[T],
+    params: &ListParams,
+    dates: &WireDates,
+    render: impl Fn(&T, &WireDates, u32) -> Value,
+) -> Json<Value> {
+    let version = params.api_version.number();
+    let utc = WireDates::utc();
+    let documents: Vec<Value> = items.iter().map(|i| render(i, &utc, version)).collect();
+    let page = params.query.run_positions(&documents);
+    let items = page
+        .items
+        .into_iter()
+        .map(|i| render(&items[i], dates, version))
+        .collect();
+    listed(page.total, items, params)
 }
 
 /// The document whose `id` or `name` is `key` (spec part 1, rule 8); ids win.

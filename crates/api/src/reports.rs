@@ -12,16 +12,16 @@ use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::Reports;
 use drover_monitor::report::{Datapoint, History, MAX_REPORT_SIZE, Report};
 use drover_monitor::reports::{ReportError, Sample};
-use drover_query::Page;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::openapi::schema::{boolean, envelope, integer, object, string, strings};
-use crate::params::{CommonParams, ListParams};
+use crate::params::ListParams;
 use crate::reply::{self, list_in_memory, parse_json};
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, ItemRead, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reports"));
 const CREATE: Access = Access::Needs(Permission::create("reports"));
@@ -120,15 +120,6 @@ pub(crate) fn register(routes: &mut Routes) {
         );
 }
 
-fn report_error(e: ReportError) -> ApiError {
-    match e {
-        ReportError::NotFound(key) => ApiError::not_found(format!("No report '{key}'")),
-        ReportError::Conflict(reason) => ApiError::conflict("The report was not created", reason),
-        ReportError::Invalid(reason) => ApiError::bad_request("The report was not changed", reason),
-        ReportError::Store(reason) => ApiError::unavailable("The datastore is unavailable", reason),
-    }
-}
-
 /// Runs a blocking report operation off the async runtime.
 async fn blocking<T: Send + 'static>(
     state: &AppState,
@@ -138,14 +129,11 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(move || work(&reports))
         .await
         .map_err(ApiError::internal)?
-        .map_err(report_error)
+        .map_err(ApiError::from)
 }
 
 fn date(dates: &WireDates, version: u32, seconds: Option<i64>) -> Value {
-    match seconds.map(Timestamp::from_second) {
-        Some(Ok(t)) => json!(dates.format(t, version)),
-        _ => Value::Null,
-    }
+    wire::date(dates, version, seconds, Zero::Date)
 }
 
 fn render_report(report: &Report) -> Value {
@@ -177,20 +165,11 @@ fn render_datapoints(report: &Report, dates: &WireDates, version: u32) -> Vec<Va
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
     let query = params.query.clone();
     let page = blocking(&state, move |r| r.list(&query)).await?;
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items: page.items.iter().map(render_report).collect(),
-        },
-        &params,
-    ))
+    let items = page.items.iter().map(render_report).collect();
+    Ok(reply::listed(page.total, items, &params))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, _, key): ItemRead) -> ApiResult<Json<Value>> {
     let report = blocking(&state, move |r| r.find(&key)).await?;
     let mut body = render_report(&report);
     body["datapoints"] = Value::Array(render_datapoints(
@@ -238,13 +217,7 @@ async fn samples(
             json!({ "timestamp": date(dates, version, at), "data": d.body.get("data") })
         })
         .collect();
-    Ok(reply::envelope(
-        Page {
-            total: page.total,
-            items,
-        },
-        &params,
-    ))
+    Ok(reply::listed(page.total, items, &params))
 }
 
 const NOT_CREATED: &str = "The report was not created";

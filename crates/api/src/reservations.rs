@@ -4,29 +4,42 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
-use drover_sched::Scheduler;
 use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
 use drover_sched::reservation::{Reservation, parse_duration};
+use drover_sched::{Requester, Scheduler};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::jobs::{requester, sched_error};
-use crate::openapi::schema::{envelope, integer, object, string, strings};
-use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::jobs::requester;
+use crate::openapi::schema::{integer, object, string, strings};
+use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("reservations"));
 const CREATE: Access = Access::Needs(Permission::create("reservations"));
 const UPDATE: Access = Access::Needs(Permission::update("reservations"));
 const DELETE: Access = Access::Needs(Permission::delete("reservations"));
+
+/// The paths of one, of its ACL rules, and of one rule.
+const ITEM: &str = "/rest/reservations/{id}";
+const RULES: &str = "/rest/reservations/{id}/acl-rules";
+const RULE: &str = "/rest/reservations/{id}/acl-rules/{rule}";
+/// What deleting one and its ACL rules' routes say (see [`acl::register`]).
+const DOCS: acl::Docs = acl::Docs {
+    noun: "reservation",
+    id: "The reservation's id",
+    delete: ("Releases a reservation", "Released"),
+    put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
+};
 
 const CREATE_FAILED: &str = "The reservation was not created";
 
@@ -57,17 +70,26 @@ pub(crate) fn register(routes: &mut Routes) {
             ("allocatedProcessorCount", integer()),
         ])
     };
-    routes
-        .get("/rest/reservations", READ, list)
-        .summary("Reservations: the caller's own, or all for an administrator")
-        .list()
-        .response(200, "Reservations", Some(envelope(reservation())));
-    routes
-        .get("/rest/reservations/{id}", READ, one)
-        .summary("One reservation")
-        .path_param("id", "The reservation's id")
-        .response(200, "The reservation", Some(reservation()))
-        .response(404, "No such reservation (or not the caller's)", None);
+    routes.collection(
+        Collection {
+            path: "/rest/reservations",
+            item_path: "/rest/reservations/{id}",
+            access: READ,
+            schema: reservation(),
+            list: (
+                "Reservations: the caller's own, or all for an administrator",
+                "Reservations",
+            ),
+            item: (
+                "One reservation",
+                "The reservation's id",
+                "The reservation",
+                "No such reservation (or not the caller's)",
+            ),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/reservations", CREATE, create)
         .summary("Creates a reservation: resources set aside for a time window")
@@ -92,27 +114,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The reservation's id")
         .body("application/json", object(&[("variables", object(&[]))]))
         .response(200, "Changed", Some(object(&[("messages", strings())])));
-    routes
-        .delete("/rest/reservations/{id}", DELETE, release)
-        .summary("Releases a reservation")
-        .path_param("id", "The reservation's id")
-        .response(200, "Released", Some(object(&[])));
-    routes
-        .put("/rest/reservations/{id}/acl-rules", UPDATE, put_rules)
-        .summary("Adds ACL rules; a rule with an existing type and value replaces it")
-        .path_param("id", "The reservation's id")
-        .body("application/json", object(&[("aclRules", strings())]))
-        .response(200, "Written", Some(object(&[("messages", strings())])));
-    routes
-        .delete(
-            "/rest/reservations/{id}/acl-rules/{rule}",
-            UPDATE,
-            delete_rule,
-        )
-        .summary("Removes the ACL rule <type>:<value>")
-        .path_param("id", "The reservation's id")
-        .path_param("rule", "<type>:<value>")
-        .response(200, "Removed", Some(object(&[("messages", strings())])));
+    acl::register::<Reservations>(routes);
 }
 
 /// Whether `caller` may see `reservation`.
@@ -132,34 +134,16 @@ async fn list(
         .iter()
         .filter(|r| visible(r, &caller))
         .collect();
-    let utc = WireDates::utc();
-    let version = params.api_version.number();
-    let documents: Vec<Value> = mine
-        .iter()
-        .map(|r| render(r, scheduler, &utc, version))
-        .collect();
-    let page = params.query.run_positions(&documents);
     let dates = &state.settings().dates;
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| render(mine[i], scheduler, dates, version))
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
+    Ok(reply::list_rendered(
+        &mine,
         &params,
+        dates,
+        |r, dates, version| render(r, scheduler, dates, version),
     ))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let scheduler = state.scheduler();
     let reservations = scheduler.reservations();
     let reservation = reservations
@@ -184,7 +168,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
         .scheduler()
         .reserve(request, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::created(
         state.settings(),
         &format!("/rest/reservations/{id}"),
@@ -288,13 +272,7 @@ fn date_unless_now(f: &mut Fields<'_>, key: &str, dates: &WireDates) -> Option<O
     }
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     let mode = match ChangeMode::parse(params.raw.get("change-mode")?, None)? {
         ChangeMode::Add => SchedChangeMode::Add,
         ChangeMode::Remove => SchedChangeMode::Remove,
@@ -316,7 +294,7 @@ async fn modify(
         }
         variables.unwrap_or_default()
     })?;
-    change(
+    acl::change::<Reservations>(
         &state,
         &caller,
         &id,
@@ -325,68 +303,29 @@ async fn modify(
     .await
 }
 
-async fn release(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let _released = change(&state, &caller, &id, ReservationChange::Delete).await?;
-    Ok(reply::deleted())
-}
+/// Releasing and ACL rules: see [`acl::register`].
+struct Reservations;
 
-async fn put_rules(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of reservation {id} were not changed");
-    let rules = acl::rules_body(&body, &summary)?;
-    change(&state, &caller, &id, ReservationChange::PutRules(rules)).await
-}
+impl acl::Governed for Reservations {
+    type Change = ReservationChange;
+    const PATHS: [&'static str; 3] = [ITEM, RULES, RULE];
+    const ACCESS: [Access; 2] = [UPDATE, DELETE];
+    const DOCS: acl::Docs = DOCS;
+    const PUT_RULES: fn(Vec<acl::AclRule>) -> ReservationChange = ReservationChange::PutRules;
+    const DELETE_RULE: fn(String) -> ReservationChange = ReservationChange::DeleteRule;
+    const DELETE: ReservationChange = ReservationChange::Delete;
 
-async fn delete_rule(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((id, rule)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of reservation {id} were not changed");
-    let key = acl::rule_key(&rule, &summary)?;
-    change(&state, &caller, &id, ReservationChange::DeleteRule(key)).await
-}
-
-async fn change(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    change: ReservationChange,
-) -> ApiResult<Json<Value>> {
-    let messages = state
-        .scheduler()
-        .change_reservation(id, change, requester(caller))
-        .await
-        .map_err(sched_error)?;
-    Ok(reply::messages(messages))
+    async fn apply(s: &Scheduler, id: &str, c: Self::Change, by: Requester) -> acl::Answer {
+        s.change_reservation(id, c, by).await
+    }
 }
 
 fn date(dates: &WireDates, version: u32, seconds: i64) -> Value {
-    match Timestamp::from_second(seconds) {
-        Ok(t) => json!(dates.format(t, version)),
-        Err(_) => Value::Null,
-    }
+    wire::date(dates, version, Some(seconds), Zero::Date)
 }
 
-/// The wire shape of a reservation (spec 2.7).
-fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u32) -> Value {
-    let now = scheduler.now();
-    let active = r.is_active(now);
-    let processors = r.processors();
-    let given = |key: &str| r.given.get(key).cloned().unwrap_or(Value::Null);
-    let mut flags = r.flags.clone();
-    if active && !flags.iter().any(|f| f == "ISACTIVE") {
-        flags.push("ISACTIVE".into());
-    }
-    // Processors used now by jobs that asked for it, on its nodes.
+/// Processors used now by jobs that asked for the reservation, on its nodes.
+fn busy_processors(r: &Reservation, scheduler: &Scheduler) -> u64 {
     let nodes = scheduler.nodes();
     let by_id: std::collections::HashMap<&str, &drover_sched::node::Node> =
         nodes.iter().map(|n| (n.id(), n)).collect();
@@ -408,6 +347,20 @@ fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u3
             }
         }
     }
+    busy
+}
+
+/// The wire shape of a reservation (spec 2.7).
+fn render(r: &Reservation, scheduler: &Scheduler, dates: &WireDates, version: u32) -> Value {
+    let now = scheduler.now();
+    let active = r.is_active(now);
+    let processors = r.processors();
+    let given = |key: &str| r.given.get(key).cloned().unwrap_or(Value::Null);
+    let mut flags = r.flags.clone();
+    if active && !flags.iter().any(|f| f == "ISACTIVE") {
+        flags.push("ISACTIVE".into());
+    }
+    let busy = busy_processors(r, scheduler);
     let elapsed = (now.min(r.end) - r.start).max(0) as f64;
     let taps = r.used_processor_seconds;
     let tips = (f64::from(processors) * elapsed - taps).max(0.0);

@@ -12,22 +12,17 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_auth::roles::{Grant, Role, Scope, built_in_roles};
-use drover_query::ListQuery;
-use drover_store::Write;
-use serde_json::{Value, json};
+use drover_auth::roles::{Grant, Role, Scope};
+use serde_json::Value;
 
 use crate::AppState;
-use crate::access::{
-    PRINCIPALS, ROLES, change_list, check_version, find, grant_json, insert_named, next_id, render,
-    role_body, update_named, with_store,
-};
-use crate::error::{ApiError, ApiResult};
+use crate::access::grant_json;
+use crate::documents::{self, Common, Named, change_list, next_id};
+use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{envelope, object, string};
-use crate::params::{ChangeMode, CommonParams, ListParams};
-use crate::reply::{self, parse_json};
-use crate::routes::{Access, Routes};
+use crate::named;
+use crate::openapi::schema::{object, string};
+use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
 const CREATE: Access = Access::Needs(Permission::create("roles"));
@@ -50,17 +45,23 @@ pub(crate) fn register(routes: &mut Routes) {
             ),
         ])
     };
-    routes
-        .get("/rest/roles", READ, list)
-        .summary("Every role")
-        .list()
-        .response(200, "Roles", Some(envelope(role())));
-    routes
-        .get("/rest/roles/{key}", READ, one)
-        .summary("One role, by id or name")
-        .path_param("key", "The role's id or name")
-        .response(200, "The role", Some(role()))
-        .response(404, "No such role", None);
+    routes.collection(
+        Collection {
+            path: "/rest/roles",
+            item_path: "/rest/roles/{key}",
+            access: READ,
+            schema: role(),
+            list: ("Every role", "Roles"),
+            item: (
+                "One role, by id or name",
+                "The role's id or name",
+                "The role",
+                "No such role",
+            ),
+        },
+        named::list::<Roles>,
+        named::one::<Roles>,
+    );
     routes
         .post("/rest/roles", CREATE, create)
         .summary("Creates a role")
@@ -75,7 +76,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(200, "The modified role", Some(role()))
         .response(409, "Stale version, or the name is taken", None);
     routes
-        .delete("/rest/roles/{key}", DELETE, remove)
+        .delete("/rest/roles/{key}", DELETE, named::remove::<Roles>)
         .summary("Deletes a role that no principal attaches (built-in roles stay)")
         .path_param("key", "The role's id or name")
         .response(200, "Deleted", Some(object(&[])))
@@ -89,10 +90,8 @@ pub(crate) fn register(routes: &mut Routes) {
 
 /// What a request body gives (`None`: not given).
 struct Given {
-    name: Option<String>,
-    description: Option<String>,
+    common: Common,
     grants: Option<Vec<Grant>>,
-    version: Option<i64>,
 }
 
 /// Role and principal names: letters, digits, period, dash, underscore (part 8).
@@ -169,10 +168,12 @@ fn read_given(f: &mut Fields<'_>, known: &[Permission]) -> Given {
         }
     };
     Given {
-        name,
-        description: f.string("description"),
+        common: Common {
+            name,
+            description: f.string("description"),
+            version: f.integer("version"),
+        },
         grants,
-        version: f.integer("version"),
     }
 }
 
@@ -180,141 +181,40 @@ fn grants_json(grants: &[Grant]) -> Vec<Value> {
     grants.iter().map(grant_json).collect()
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
-    let documents = with_store(&state, false, |store| {
-        Ok(store
-            .list(ROLES, &ListQuery::default())?
-            .items
-            .iter()
-            .map(render)
-            .collect::<Vec<_>>())
-    })
-    .await?;
-    Ok(reply::list_in_memory(&documents, &params))
-}
+/// Roles: see [`named`].
+struct Roles;
 
-async fn one(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    let document = with_store(&state, false, move |store| find(store, ROLES, &key, "role")).await?;
-    Ok(Json(render(&document)))
+impl named::Resource for Roles {
+    const DOCUMENTS: Named = documents::ROLES;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
-    let body: Value = parse_json(&body)?;
     let summary = "The role was not created";
-    let given = read_object(&body, summary, |f| {
-        let given = read_given(f, state.permissions());
-        if given.name.is_none() {
-            f.problem("name", "required");
-        }
-        given
-    })?;
-    let name = given.name.clone().unwrap_or_default();
+    let read = |f: &mut Fields<'_>| read_given(f, state.permissions());
+    let given = named::read_new(&body, summary, read, |g| &g.common)?;
     let role = Role {
         id: next_id(),
-        name: name.clone(),
-        description: given.description.unwrap_or_default(),
+        name: given.common.name.unwrap_or_default(),
+        description: given.common.description.unwrap_or_default(),
         grants: given.grants.unwrap_or_default(),
     };
-    let document = with_store(&state, true, move |store| {
-        if built_in_roles().iter().any(|r| r.name == name) {
-            return Err(ApiError::conflict(
-                summary,
-                format!("the name '{name}' is taken"),
-            ));
-        }
-        insert_named(store, ROLES, &role.id, role_body(&role, false), summary)
-    })
-    .await?;
-    Ok(reply::created(
-        state.settings(),
-        &format!("/rest/roles/{}", document.id),
-        render(&document),
+    let created = documents::create_role(&state, role, summary).await?;
+    Ok(named::created(&state, "/rest/roles", created))
+}
+
+async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
+    let (mode, body, summary) = named::change_request(&params, &body, &key, "role")?;
+    let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
+    let grants = given.grants.as_deref().map(grants_json);
+    let edit = move |record: &mut Value| change_list(record, "permissions", grants, mode, &["id"]);
+    let roles = documents::ROLES;
+    Ok(Json(
+        roles
+            .modify(&state, key, given.common, summary, edit)
+            .await?,
     ))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    Path(key): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
-    let body: Value = parse_json(&body)?;
-    let summary = format!("The role {key} was not changed");
-    let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
-    let document = with_store(&state, true, move |store| {
-        let current = find(store, ROLES, &key, "role")?;
-        check_version(given.version, &current, &summary, "role")?;
-        let mut record = current.body.clone();
-        if let Some(name) = &given.name {
-            record["name"] = json!(name);
-        }
-        if let Some(description) = &given.description {
-            record["description"] = json!(description);
-        }
-        let grants = given.grants.as_deref().map(grants_json);
-        change_list(&mut record, "permissions", grants, mode, &["id"]);
-        update_named(store, ROLES, &current, record, &summary)
-    })
-    .await?;
-    Ok(Json(render(&document)))
-}
-
 async fn reset(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    let document = with_store(&state, true, move |store| {
-        let current = find(store, ROLES, &key, "role")?;
-        let Some(default) = built_in_roles().into_iter().find(|r| r.id == current.id) else {
-            return Err(ApiError::bad_request(
-                format!("The role {key} was not reset"),
-                "only built-in roles have defaults",
-            ));
-        };
-        update_named(
-            store,
-            ROLES,
-            &current,
-            role_body(&default, true),
-            "The role was not reset",
-        )
-    })
-    .await?;
-    Ok(Json(render(&document)))
-}
-
-async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    with_store(&state, true, move |store| {
-        let current = find(store, ROLES, &key, "role")?;
-        let summary = format!("The role {key} was not deleted");
-        if current.body["builtIn"] == json!(true) {
-            return Err(ApiError::bad_request(
-                summary,
-                "built-in roles cannot be deleted; change or reset them instead",
-            ));
-        }
-        let attaching: Vec<String> = store
-            .list(PRINCIPALS, &ListQuery::default())?
-            .items
-            .iter()
-            .filter(|p| {
-                p.body["attachedRoles"]
-                    .as_array()
-                    .is_some_and(|roles| roles.iter().any(|r| r["id"] == json!(current.id)))
-            })
-            .map(|p| p.body["name"].as_str().unwrap_or_default().to_string())
-            .collect();
-        if !attaching.is_empty() {
-            return Err(ApiError::conflict(
-                summary,
-                format!("principals attach it: {}", attaching.join(", ")),
-            ));
-        }
-        store.write(&[Write::Delete {
-            collection: ROLES.into(),
-            id: current.id,
-            expected_version: None,
-        }])?;
-        Ok(())
-    })
-    .await?;
-    Ok(reply::deleted())
+    documents::reset_role(&state, key).await.map(Json)
 }

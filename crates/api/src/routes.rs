@@ -8,7 +8,8 @@
 use std::collections::BTreeMap;
 
 use axum::Router;
-use axum::extract::{FromRequestParts, Request, State};
+use axum::body::Bytes;
+use axum::extract::{FromRequest, FromRequestParts, Path, Request, State};
 use axum::handler::Handler;
 use axum::http::Method;
 use axum::http::request::Parts;
@@ -78,6 +79,21 @@ pub struct RouteDoc {
     /// Content type and schema of the request body.
     pub body: Option<(&'static str, Value)>,
     pub responses: Vec<ResponseDoc>,
+}
+
+/// A collection read whole (`GET path`: a list in its envelope) and one item at a time
+/// (`GET item_path`: the item, or 404), documented alike for every resource.
+pub struct Collection {
+    pub path: &'static str,
+    /// The path of one item; its last segment is the key, e.g. `/rest/nodes/{id}`.
+    pub item_path: &'static str,
+    pub access: Access,
+    /// The schema of one item.
+    pub schema: Value,
+    /// The list's summary, and what its answer holds.
+    pub list: (&'static str, &'static str),
+    /// One item's summary, its key, what the answer is, and when there is none.
+    pub item: (&'static str, &'static str, &'static str, &'static str),
 }
 
 /// One registered route: its documentation and its handler.
@@ -211,6 +227,42 @@ impl Routes {
         self.add(Method::DELETE, path, access, handler)
     }
 
+    /// Registers `list` and `one` for `collection`; the builder is the item route's.
+    pub fn collection<L, LT, O, OT>(
+        &mut self,
+        collection: Collection,
+        list: L,
+        one: O,
+    ) -> RouteBuilder<'_>
+    where
+        L: Handler<LT, AppState>,
+        O: Handler<OT, AppState>,
+        LT: 'static,
+        OT: 'static,
+    {
+        let Collection {
+            path,
+            item_path,
+            access,
+            schema,
+            list: (list_summary, items),
+            item: (summary, key, answer, missing),
+        } = collection;
+        self.get(path, access, list)
+            .summary(list_summary)
+            .list()
+            .response(200, items, Some(openapi::schema::envelope(schema.clone())));
+        let name = item_path
+            .rsplit_once('{')
+            .and_then(|(_, name)| name.strip_suffix('}'))
+            .expect("an item path ends with its key");
+        self.get(item_path, access, one)
+            .summary(summary)
+            .path_param(name, key)
+            .response(200, answer, Some(schema))
+            .response(404, missing, None)
+    }
+
     /// The documentation of every route, in registration order.
     pub fn docs(&self) -> Vec<RouteDoc> {
         self.entries.iter().map(|e| e.doc.clone()).collect()
@@ -306,6 +358,78 @@ impl FromRequestParts<AppState> for Caller {
             .get::<Caller>()
             .cloned()
             .ok_or_else(|| ApiError::internal("a handler asked for the caller outside the gate"))
+    }
+}
+
+/// What a handler reading one item (`GET <collection>/{id}`) reads of its request: the
+/// state, common parameters, caller and id, extracted in this order as separate
+/// extractors would be.
+pub struct ItemRead(pub AppState, pub CommonParams, pub Caller, pub String);
+
+/// What a handler changing one item (`PUT <collection>/{id}`) reads: [`ItemRead`] and
+/// the body.
+pub struct ItemChange(
+    pub AppState,
+    pub CommonParams,
+    pub Caller,
+    pub String,
+    pub Bytes,
+);
+
+/// What a handler posting to a collection reads: the state, common parameters, caller
+/// and body.
+pub struct Submission(pub AppState, pub CommonParams, pub Caller, pub Bytes);
+
+/// The common parameters and the caller, each rejection answered as its own extractor's.
+async fn params_and_caller(
+    parts: &mut Parts,
+    state: &AppState,
+) -> Result<(CommonParams, Caller), Response> {
+    let params = CommonParams::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let caller = Caller::from_request_parts(parts, state)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    Ok((params, caller))
+}
+
+impl FromRequestParts<AppState> for ItemRead {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Response> {
+        let (params, caller) = params_and_caller(parts, state).await?;
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state.clone(), params, caller, id))
+    }
+}
+
+impl FromRequest<AppState> for ItemChange {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let ItemRead(state, params, caller, id) =
+            ItemRead::from_request_parts(&mut parts, state).await?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), &state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state, params, caller, id, body))
+    }
+}
+
+impl FromRequest<AppState> for Submission {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Response> {
+        let (mut parts, body) = request.into_parts();
+        let (params, caller) = params_and_caller(&mut parts, state).await?;
+        let body = Bytes::from_request(Request::from_parts(parts, body), state)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        Ok(Self(state.clone(), params, caller, body))
     }
 }
 

@@ -6,7 +6,7 @@ use drover_auth::{Authenticator, DirectoryConfig, Permission};
 
 use crate::access::AccessControl;
 use drover_domain::dates::{Timestamp, WireDates};
-use drover_monitor::{EventRecorder, Reports};
+use drover_monitor::{EventRecorder, Reports, StoredEvents};
 use drover_sched::Scheduler;
 use drover_sched::template::JobTemplates;
 use drover_store::DocumentStore;
@@ -16,17 +16,23 @@ use drover_store::DocumentStore;
 pub struct AppState(Arc<Inner>);
 
 struct Inner {
-    store: Arc<dyn DocumentStore>,
-    auth: Arc<Authenticator>,
-    access: AccessControl,
-    scheduler: Scheduler,
-    monitoring: Monitoring,
+    services: Services,
     settings: Settings,
     /// Filled when the router is built: the permissions the routes declare, and the
     /// OpenAPI document.
     permissions: OnceLock<Vec<Permission>>,
     openapi: OnceLock<String>,
     accounting: Option<Arc<drover_accounting::Ledger>>,
+}
+
+/// What the handlers call.
+pub struct Services {
+    pub store: Arc<dyn DocumentStore>,
+    pub auth: Arc<Authenticator>,
+    /// The roles and principals in force.
+    pub access: AccessControl,
+    pub scheduler: Scheduler,
+    pub monitoring: Monitoring,
 }
 
 /// Events and reports.
@@ -104,20 +110,9 @@ impl Health {
 }
 
 impl AppState {
-    pub fn new(
-        store: Arc<dyn DocumentStore>,
-        auth: Arc<Authenticator>,
-        access: AccessControl,
-        scheduler: Scheduler,
-        monitoring: Monitoring,
-        settings: Settings,
-    ) -> Self {
+    pub fn new(services: Services, settings: Settings) -> Self {
         Self(Arc::new(Inner {
-            store,
-            auth,
-            access,
-            scheduler,
-            monitoring,
+            services,
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
@@ -139,28 +134,33 @@ impl AppState {
     }
 
     pub fn store(&self) -> &Arc<dyn DocumentStore> {
-        &self.0.store
+        &self.0.services.store
     }
 
     pub fn auth(&self) -> &Arc<Authenticator> {
-        &self.0.auth
+        &self.0.services.auth
     }
 
     /// The roles and principals in force.
     pub fn access(&self) -> &AccessControl {
-        &self.0.access
+        &self.0.services.access
     }
 
     pub fn scheduler(&self) -> &Scheduler {
-        &self.0.scheduler
+        &self.0.services.scheduler
     }
 
     pub fn events(&self) -> &EventRecorder {
-        &self.0.monitoring.events
+        &self.0.services.monitoring.events
+    }
+
+    /// The events stored, to read.
+    pub fn stored_events(&self) -> StoredEvents {
+        StoredEvents::new(self.0.services.store.clone())
     }
 
     pub fn reports(&self) -> &Arc<Reports> {
-        &self.0.monitoring.reports
+        &self.0.services.monitoring.reports
     }
 
     pub fn settings(&self) -> &Settings {

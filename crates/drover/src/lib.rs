@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_api::access::AccessControl;
-use drover_api::{AppState, BuildInfo, Monitoring, ProxySettings, Routes, Settings};
+use drover_api::{AppState, BuildInfo, Monitoring, ProxySettings, Routes, Services, Settings};
 use drover_auth::throttle::LoginThrottle;
 use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
@@ -157,11 +157,13 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
     };
     Ok(Prepared {
         state: AppState::new(
-            store,
-            Arc::new(auth),
-            access,
-            scheduler,
-            monitoring,
+            Services {
+                store,
+                auth: Arc::new(auth),
+                access,
+                scheduler,
+                monitoring,
+            },
             settings,
         )
         .with_accounting(ledger),

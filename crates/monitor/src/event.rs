@@ -1,4 +1,4 @@
-//! The one stored form of an event, and the two wire shapes it is read in.
+//! The one stored form of an event (its two wire shapes are `drover_api::wire::events`).
 //!
 //! Events arrive in two vocabularies: version 1 (XML, spec 6.1: `eventTime`,
 //! `sourceComponent`, `errorMessage.message`, `relatedObjects`, plus `eventCategory`,
@@ -12,9 +12,9 @@
 //! that is a number, else 0); a version-3 event shows a `status` derived from its
 //! severity when read as version 1.
 
-use drover_domain::dates::{self, Timestamp, WireDates};
+use drover_domain::dates::{self, Timestamp};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// The store collection of events.
 pub const COLLECTION: &str = "events";
@@ -144,52 +144,6 @@ impl Event {
     pub fn from_document(body: Value) -> Option<Self> {
         serde_json::from_value(body).ok()
     }
-
-    /// The version-3 shape (spec 6.2); `version` is the stored document's version.
-    pub fn to_v3(&self, version: i64) -> Value {
-        json!({
-            "id": self.id,
-            "arguments": self.arguments,
-            "associatedObjects": self.associated_objects,
-            "tenant": self.tenant,
-            "code": self.code,
-            "eventDate": self.event_date,
-            "eventType": self.event_type,
-            "message": self.message,
-            "origin": self.origin,
-            "severity": self.severity,
-            "version": version,
-        })
-    }
-
-    /// The version-1 shape (spec 6.1), dates in the deployment's zone.
-    pub fn to_v1(&self, dates: &WireDates) -> Value {
-        let event_time = dates::parse_utc(&self.event_date)
-            .map(|t| dates.format(t, 1))
-            .unwrap_or_else(|| self.event_date.clone());
-        let error_message = match &self.error_message {
-            Some(error) => json!({
-                "errorCode": error.error_code,
-                "message": self.message,
-                "originator": error.originator,
-            }),
-            None => Value::Null,
-        };
-        json!({
-            "id": self.id,
-            "eventTime": event_time,
-            "eventType": self.event_type,
-            "eventCategory": self.event_category,
-            "facility": self.facility,
-            "sourceComponent": self.origin,
-            "status": self.status,
-            "details": self.details,
-            "errorMessage": error_message,
-            "initiatedBy": self.initiated_by,
-            "primaryObject": self.primary_object,
-            "relatedObjects": self.associated_objects,
-        })
-    }
 }
 
 /// The severity of a version-1 status.
@@ -243,36 +197,5 @@ mod tests {
         // A restart with the clock set back still continues after the stored ids.
         let mut again = IdSequence::starting_after(Some(&b), at("2020-01-01 00:00:00 UTC"));
         assert!(again.next_id() > b);
-    }
-
-    #[test]
-    fn a_version_3_event_reads_in_version_1_with_the_old_names() {
-        let mut event = Event::new(at("2026-11-22 10:00:00 UTC"), "VM Provision", "ERROR");
-        event.id = "1".into();
-        event.origin = Some("plugin".into());
-        event.message = Some("disk full".into());
-        event.code = 42;
-        event.associated_objects = vec![ObjectRef {
-            kind: "VM".into(),
-            id: "vm1".into(),
-        }];
-        event.derive_v1_fields();
-        let v1 = event.to_v1(&WireDates::utc());
-        assert_eq!(v1["eventTime"], "2026-11-22 10:00:00 UTC");
-        assert_eq!(v1["sourceComponent"], "plugin");
-        assert_eq!(v1["status"], "failure");
-        assert_eq!(v1["errorMessage"]["message"], "disk full");
-        assert_eq!(v1["errorMessage"]["errorCode"], "42");
-        assert_eq!(v1["relatedObjects"][0]["id"], "vm1");
-        let v3 = event.to_v3(1);
-        for old in [
-            "eventTime",
-            "sourceComponent",
-            "errorMessage",
-            "relatedObjects",
-        ] {
-            assert!(v3.get(old).is_none(), "{old} in {v3}");
-        }
-        assert_eq!(v3["eventDate"], "2026-11-22 10:00:00 UTC");
     }
 }

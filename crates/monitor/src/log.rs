@@ -269,16 +269,17 @@ fn push_pair(line: &mut String, key: &str, value: &str) {
 fn push_timestamp(line: &mut String, at: Timestamp) {
     let t = jiff::tz::Offset::UTC.to_datetime(at);
     push_number(line, t.year().max(0) as u32, 4);
-    line.push('-');
-    push_number(line, t.month() as u32, 2);
-    line.push('-');
-    push_number(line, t.day() as u32, 2);
-    line.push('T');
-    push_number(line, t.hour() as u32, 2);
-    line.push(':');
-    push_number(line, t.minute() as u32, 2);
-    line.push(':');
-    push_number(line, t.second() as u32, 2);
+    let two_digits = [
+        ('-', t.month()),
+        ('-', t.day()),
+        ('T', t.hour()),
+        (':', t.minute()),
+        (':', t.second()),
+    ];
+    for (separator, part) in two_digits {
+        line.push(separator);
+        push_number(line, part as u32, 2);
+    }
     line.push('.');
     push_number(line, t.millisecond() as u32, 3);
     line.push_str("+00:00");

@@ -8,7 +8,7 @@ use axum::response::Response;
 use drover_sched::job::{ArrayOutcome, ArraySpec, IndexRange};
 use serde_json::{Value, json};
 
-use super::{CREATE, requester, sched_error, templates, v2};
+use super::{CREATE, requester, templates, v2};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
@@ -60,7 +60,7 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
         .scheduler()
         .submit_array(spec, array, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::created(
         state.settings(),
         &format!("/rest/jobs/{id}"),

@@ -15,7 +15,7 @@ use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_sched::job::{Hold, Job, JobState, Output};
-use drover_sched::{JobAction, Requester, SchedError, Scheduler};
+use drover_sched::{JobAction, Requester, Scheduler};
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -24,7 +24,7 @@ use crate::input::Fields;
 use crate::openapi::schema::{object, string, strings};
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, envelope, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, ItemChange, ItemRead, Routes, Submission};
 
 const READ: Access = Access::Needs(Permission::read("jobs"));
 const CREATE: Access = Access::Needs(Permission::create("jobs"));
@@ -93,6 +93,16 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(200, "Cancelled", Some(object(&[])));
 }
 
+/// References to other objects, `[{key: id}, ...]`: by `id` in version 1, by `name` in 2.
+fn refs(items: impl IntoIterator<Item = impl AsRef<str>>, key: &str) -> Value {
+    let one = |item: &str| {
+        let mut reference = serde_json::Map::new();
+        reference.insert(key.to_string(), json!(item));
+        Value::Object(reference)
+    };
+    Value::Array(items.into_iter().map(|i| one(i.as_ref())).collect())
+}
+
 /// What rendering a job needs besides the job.
 pub struct Render<'a> {
     pub now: i64,
@@ -104,10 +114,7 @@ pub struct Render<'a> {
 
 impl Render<'_> {
     fn date(&self, seconds: Option<i64>) -> Value {
-        match seconds.and_then(|s| drover_domain::dates::Timestamp::from_second(s).ok()) {
-            Some(t) => json!(self.dates.format(t, self.version)),
-            None => Value::Null,
-        }
+        crate::wire::date(self.dates, self.version, seconds, crate::wire::Zero::Date)
     }
 
     fn partition_of(&self, job: &Job) -> String {
@@ -214,18 +221,6 @@ pub(crate) fn requester(caller: &Caller) -> Requester {
     }
 }
 
-pub(crate) fn sched_error(error: SchedError) -> ApiError {
-    match error {
-        SchedError::Invalid(messages) | SchedError::Refused(messages) => {
-            ApiError::new(Kind::BadRequest, messages)
-        }
-        SchedError::NotFound(what) => ApiError::not_found(what),
-        SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
-        SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
-        SchedError::Conflict(messages) => ApiError::new(Kind::Conflict, messages),
-    }
-}
-
 /// The user whose jobs alone the caller may see; `None`: every job.
 fn owner_filter(caller: &Caller) -> Option<String> {
     (!caller.over_all()).then(|| caller.effective_user.clone().unwrap_or_default())
@@ -289,30 +284,15 @@ fn list(
     Ok(envelope(page, params))
 }
 
-async fn one_of_all(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_of_all(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::All)
 }
 
-async fn one_active(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_active(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::Active)
 }
 
-async fn one_complete(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one_complete(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     one(&state, &params, &caller, &id, Listing::Complete)
 }
 
@@ -334,12 +314,7 @@ fn one(
     Ok(Json(render.job(&job)))
 }
 
-async fn submit(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    body: Bytes,
-) -> ApiResult<Response> {
+async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
     reply::bounded_body(&state, &caller, &body, "The job was not submitted")?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
@@ -353,7 +328,7 @@ async fn submit(
         .scheduler()
         .submit(spec, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     let answer = if params.api_version.number() >= 2 {
         json!({ "name": id })
     } else {
@@ -366,13 +341,7 @@ async fn submit(
     ))
 }
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     reply::bounded_body(
         &state,
         &caller,
@@ -390,7 +359,7 @@ async fn modify(
         .scheduler()
         .modify(&id, changes, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
 }
 
@@ -435,7 +404,7 @@ async fn act(
         .scheduler()
         .act(&id, action, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::messages([message]).into_response())
 }
 
@@ -448,7 +417,7 @@ async fn cancel(
         .scheduler()
         .act(&id, JobAction::Cancel, requester(&caller))
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(cancelled(message))
 }
 

@@ -14,10 +14,10 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::openapi::schema::{envelope, object, string, strings};
+use crate::openapi::schema::{object, string, strings};
 use crate::params::ListParams;
 use crate::reply::list_in_memory;
-use crate::routes::{Access, Routes};
+use crate::routes::{Access, Collection, Routes};
 
 const READ: Access = Access::Needs(Permission::read("job-templates"));
 
@@ -32,17 +32,26 @@ pub(crate) fn register(routes: &mut Routes) {
             ("jobFlags", strings()),
         ])
     };
-    routes
-        .get("/rest/job-templates", READ, list)
-        .summary("The job templates (the known ids of spec 2.6 and configured ones)")
-        .list()
-        .response(200, "Job templates", Some(envelope(template())));
-    routes
-        .get("/rest/job-templates/{id}", READ, one)
-        .summary("One job template")
-        .path_param("id", "The template's id")
-        .response(200, "The template", Some(template()))
-        .response(404, "No such template", None);
+    routes.collection(
+        Collection {
+            path: "/rest/job-templates",
+            item_path: "/rest/job-templates/{id}",
+            access: READ,
+            schema: template(),
+            list: (
+                "The job templates (the known ids of spec 2.6 and configured ones)",
+                "Job templates",
+            ),
+            item: (
+                "One job template",
+                "The template's id",
+                "The template",
+                "No such template",
+            ),
+        },
+        list,
+        one,
+    );
 }
 
 fn render(template: &JobTemplate) -> Value {

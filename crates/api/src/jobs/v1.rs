@@ -5,69 +5,32 @@ use drover_sched::JobChanges;
 use drover_sched::job::{Hold, Job, JobSpec, JobState, Output};
 use serde_json::{Map, Value, json};
 
-use super::{Render, holds_from, queue_status};
+use super::{Render, holds_from, queue_status, refs};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
 /// The job in its version-1 shape.
 pub fn render(job: &Job, r: &Render) -> Value {
+    let mut out = Map::new();
+    let mut put = |key: &str, value: Value| {
+        out.insert(key.to_string(), value);
+    };
+    identity(job, &mut put);
+    execution(job, r, &mut put);
+    times(job, r, &mut put);
+    Value::Object(out)
+}
+
+/// Who, in which queue, in which state, on which hosts, with which priorities.
+fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let request = &spec.request;
-    let date = |t: Option<i64>| r.date(t);
-    let nodes: Vec<Value> = job.node_ids().map(|id| json!({ "id": id })).collect();
     let hosts: Vec<&str> = job.node_ids().collect();
-    let memory = request
-        .memory_per_task
-        .map(|m| m * u64::from(request.task_count));
-    let messages: Vec<Value> = status
-        .messages
-        .iter()
-        .enumerate()
-        .map(|(i, m)| {
-            json!({
-                "creationTime": date(Some(m.created)),
-                "expireTime": null,
-                "index": i,
-                "message": m.text,
-                "messageCount": 1,
-                "author": m.author,
-                "priority": 0,
-            })
-        })
-        .collect();
-    let requirement = json!({
-        "allocatedNodes": nodes,
-        "allocatedPartition": if status.allocation.is_empty() { Value::Null } else { json!(r.partition_of(job)) },
-        "genericResources": request.generic_resources,
-        "nodeAccessPolicy": null,
-        "preferredNodeFeatures": [],
-        "requiredArchitecture": request.architecture,
-        "requiredClass": spec.job_class,
-        "requiredDiskPerTask": request.disk_per_task.map_or(-1, |d| d as i64),
-        "requiredMemoryPerTask": request.memory_per_task.map_or(-1, |m| m as i64),
-        "requiredNetwork": null,
-        "requiredNodeCountMinimum": request.node_count.map_or(hosts.len().max(1) as i64, i64::from),
-        "requiredNodeDisk": -1,
-        "requiredNodeFeatures": request.features,
-        "requiredNodeMemory": -1,
-        "requiredNodeProcessors": -1,
-        "requiredNodeSwap": -1,
-        "requiredPartition": request.partition,
-        "requiredProcessorCountMinimum": job.processors(),
-        "requiredProcessorsPerTask": request.processors_per_task,
-        "requiredSwapPerTask": request.swap_per_task.map_or(-1, |s| s as i64),
-        "tasksPerNode": request.tasks_per_node,
-    });
     let block = status
         .block
         .as_ref()
         .map(|b| json!({ "message": b.message, "type": b.kind }))
         .unwrap_or(Value::Null);
-    let mut out = Map::new();
-    let mut put = |key: &str, value: Value| {
-        out.insert(key.to_string(), value);
-    };
     put("id", json!(job.id));
     put("name", json!(spec.custom_name));
     put("account", json!(spec.account));
@@ -88,7 +51,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
         json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>()),
     );
     put("hosts", json!(hosts));
-    put("allocatedNodes", json!(nodes_refs(job)));
+    put("allocatedNodes", refs(job.node_ids(), "id"));
     put("allocatedVMs", json!([]));
     put("blockReason", block);
     put("bypass", json!(0));
@@ -97,6 +60,17 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("runPriority", json!(start_priority(job)));
     put("systemPriority", json!(status.system_priority));
     put("userPriority", json!(spec.user_priority));
+}
+
+/// What runs, with which environment, where its files go, and what it asked for.
+fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+    let spec = &job.spec;
+    let status = &job.status;
+    let request = &spec.request;
+    let hosts: Vec<&str> = job.node_ids().collect();
+    let memory = request
+        .memory_per_task
+        .map(|m| m * u64::from(request.task_count));
     put("commandFile", json!(spec.command_file));
     put("commandLineArguments", json!(spec.arguments));
     put("completionCode", json!(status.completion_code));
@@ -140,14 +114,15 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("vmUsagePolicy", json!(spec.extra.vm_usage_policy));
     put(
         "virtualContainers",
-        json!(
-            spec.extra
-                .virtual_containers
-                .iter()
-                .map(|id| json!({ "id": id }))
-                .collect::<Vec<_>>()
-        ),
+        refs(&spec.extra.virtual_containers, "id"),
     );
+}
+
+/// Durations, dates, messages and the requirement.
+fn times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+    let spec = &job.spec;
+    let status = &job.status;
+    let date = |t: Option<i64>| r.date(t);
     put("activeDuration", json!(job.active_seconds(r.now)));
     put("effectiveQueueDuration", json!(job.queued_seconds(r.now)));
     put("durationRequested", json!(spec.duration));
@@ -166,13 +141,60 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("reservationStartDate", Value::Null);
     put("startDate", date(status.dates.start));
     put("submitDate", date(Some(status.dates.submit)));
-    put("messages", json!(messages));
-    put("requirements", json!([requirement]));
-    Value::Object(out)
+    put("messages", json!(messages(job, r)));
+    put("requirements", json!([requirement(job, r)]));
 }
 
-fn nodes_refs(job: &Job) -> Vec<Value> {
-    job.node_ids().map(|id| json!({ "id": id })).collect()
+/// The messages, indexed.
+fn messages(job: &Job, r: &Render) -> Vec<Value> {
+    let date = |t: Option<i64>| r.date(t);
+    job.status
+        .messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            json!({
+                "creationTime": date(Some(m.created)),
+                "expireTime": null,
+                "index": i,
+                "message": m.text,
+                "messageCount": 1,
+                "author": m.author,
+                "priority": 0,
+            })
+        })
+        .collect()
+}
+
+/// The one requirement a job has.
+fn requirement(job: &Job, r: &Render) -> Value {
+    let spec = &job.spec;
+    let status = &job.status;
+    let request = &spec.request;
+    let hosts: Vec<&str> = job.node_ids().collect();
+    json!({
+        "allocatedNodes": refs(job.node_ids(), "id"),
+        "allocatedPartition": if status.allocation.is_empty() { Value::Null } else { json!(r.partition_of(job)) },
+        "genericResources": request.generic_resources,
+        "nodeAccessPolicy": null,
+        "preferredNodeFeatures": [],
+        "requiredArchitecture": request.architecture,
+        "requiredClass": spec.job_class,
+        "requiredDiskPerTask": request.disk_per_task.map_or(-1, |d| d as i64),
+        "requiredMemoryPerTask": request.memory_per_task.map_or(-1, |m| m as i64),
+        "requiredNetwork": null,
+        "requiredNodeCountMinimum": request.node_count.map_or(hosts.len().max(1) as i64, i64::from),
+        "requiredNodeDisk": -1,
+        "requiredNodeFeatures": request.features,
+        "requiredNodeMemory": -1,
+        "requiredNodeProcessors": -1,
+        "requiredNodeSwap": -1,
+        "requiredPartition": request.partition,
+        "requiredProcessorCountMinimum": job.processors(),
+        "requiredProcessorsPerTask": request.processors_per_task,
+        "requiredSwapPerTask": request.swap_per_task.map_or(-1, |s| s as i64),
+        "tasksPerNode": request.tasks_per_node,
+    })
 }
 
 /// Where the job is headed: running jobs are expected to complete, queued ones to run.

@@ -7,63 +7,32 @@ use drover_sched::job::{Attribute, Dependency, Job, JobSpec, Output};
 use serde_json::{Map, Value, json};
 
 use super::v1::{arguments, expected_state, normalize_flags, start_priority};
-use super::{Render, holds_from, queue_status};
+use super::{Render, holds_from, queue_status, refs};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
+/// The job in its version-2 shape: its sections in the order of the spec.
 pub fn render(job: &Job, r: &Render) -> Value {
+    let mut out = Map::new();
+    let mut put = |key: &str, value: Value| {
+        out.insert(key.to_string(), value);
+    };
+    identity(job, &mut put);
+    credentials_and_times(job, r, &mut put);
+    requests(job, r, &mut put);
+    resources(job, r, &mut put);
+    Value::Object(out)
+}
+
+/// Names, counts, what runs and where.
+fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let request = &spec.request;
-    let date = |t: Option<i64>| r.date(t);
-    let active = job.active_seconds(r.now);
-    let processors = job.processors() as f64;
-    let memory = request
-        .memory_per_task
-        .map_or(0.0, |m| m as f64 * f64::from(request.task_count));
-    let amount = |value: Option<u64>| json!({ "dedicated": value.map_or(-1, |v| v as i64), "utilized": null });
-    let mut per_task = Map::new();
-    per_task.insert(
-        "processors".into(),
-        json!({ "dedicated": request.processors_per_task, "utilized": null }),
-    );
-    per_task.insert("memory".into(), amount(request.memory_per_task));
-    per_task.insert("disk".into(), amount(request.disk_per_task));
-    per_task.insert("swap".into(), amount(request.swap_per_task));
-    for (name, value) in &request.generic_resources {
-        per_task.insert(name.clone(), json!({ "dedicated": value }));
-    }
-    let nodes: Vec<Value> = job.node_ids().map(|n| json!({ "name": n })).collect();
-    let requirement = json!({
-        "architecture": request.architecture,
-        "attributes": [],
-        "features": request.features,
-        "index": 0,
-        "featuresRequested": request.features,
-        "featuresRequestedMode": if request.features_any { "OR" } else { "AND" },
-        "featuresExcluded": request.features_excluded,
-        "featuresExcludedMode": "AND",
-        "metrics": {},
-        "nodeAccessPolicy": null,
-        "nodeAllocationPolicy": null,
-        "nodeCount": request.node_count.map_or(nodes.len().max(1) as u32, |n| n),
-        "nodes": nodes,
-        "nodeSet": null,
-        "image": request.os,
-        "reservation": spec.extra.reservation_requested,
-        "resourcesPerTask": per_task,
-        "taskCount": request.task_count,
-        "tasksPerNode": request.tasks_per_node,
-    });
     let blocks: Vec<Value> = status
         .block
         .iter()
         .map(|b| json!({ "category": "Resources", "message": b.message, "type": b.kind }))
         .collect();
-    let mut out = Map::new();
-    let mut put = |key: &str, value: Value| {
-        out.insert(key.to_string(), value);
-    };
     put("name", json!(job.id));
     put("customName", json!(spec.custom_name));
     let member = job.array_member();
@@ -102,6 +71,19 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("submitHost", json!(spec.extra.submit_host));
     put("epilogScript", json!(spec.extra.epilog_script));
     put("prologScript", json!(spec.extra.prolog_script));
+}
+
+/// Credentials, dates, dependencies, durations and usage.
+fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+    let spec = &job.spec;
+    let status = &job.status;
+    let request = &spec.request;
+    let date = |t: Option<i64>| r.date(t);
+    let active = job.active_seconds(r.now);
+    let processors = job.processors() as f64;
+    let memory = request
+        .memory_per_task
+        .map_or(0.0, |m| m as f64 * f64::from(request.task_count));
     put(
         "credentials",
         json!({
@@ -163,6 +145,14 @@ pub fn render(job: &Job, r: &Render) -> Value {
     );
     put("processorSecondsUtilized", json!(status.cpu_seconds));
     put("minimumPreemptTime", json!(0));
+}
+
+/// Notification, environment, holds, messages, nodes, partitions, priorities and the requirement.
+fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+    let spec = &job.spec;
+    let status = &job.status;
+    let request = &spec.request;
+    let date = |t: Option<i64>| r.date(t);
     put("emailNotifyAddresses", json!(spec.extra.email_addresses));
     put("emailNotifyTypes", json!(spec.extra.email_types));
     put("environmentRequested", json!(spec.environment_requested));
@@ -180,26 +170,8 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("isActive", json!(!status.state.is_final()));
     put("queueStatus", json!(queue_status(status.state)));
     put("messages", json!(status.messages.iter().map(|m| json!({ "message": m.text, "author": m.author, "createdDate": date(Some(m.created)) })).collect::<Vec<_>>()));
-    put(
-        "nodesExcluded",
-        json!(
-            request
-                .nodes_excluded
-                .iter()
-                .map(|n| json!({ "name": n }))
-                .collect::<Vec<_>>()
-        ),
-    );
-    put(
-        "nodesRequested",
-        json!(
-            request
-                .nodes_requested
-                .iter()
-                .map(|n| json!({ "name": n }))
-                .collect::<Vec<_>>()
-        ),
-    );
+    put("nodesExcluded", refs(&request.nodes_excluded, "name"));
+    put("nodesRequested", refs(&request.nodes_requested, "name"));
     put(
         "nodesRequestedPolicy",
         json!(if request.nodes_requested.is_empty() {
@@ -223,7 +195,14 @@ pub fn render(job: &Job, r: &Render) -> Value {
         json!(spec.extra.trigger.iter().collect::<Vec<_>>()),
     );
     put("virtualMachines", json!([]));
-    put("requirements", json!([requirement]));
+    put("requirements", json!([requirement(job)]));
+}
+
+/// The reservation, resource managers, outputs, states, templates and containers.
+fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+    let spec = &job.spec;
+    let status = &job.status;
+    let date = |t: Option<i64>| r.date(t);
     put(
         "reservationRequested",
         spec.extra
@@ -262,29 +241,53 @@ pub fn render(job: &Job, r: &Render) -> Value {
     put("systemJobType", Value::Null);
     put("targetedJobAction", Value::Null);
     put("targetedJobName", Value::Null);
-    put(
-        "templates",
-        json!(
-            spec.extra
-                .templates
-                .iter()
-                .map(|t| json!({ "name": t }))
-                .collect::<Vec<_>>()
-        ),
-    );
+    put("templates", refs(&spec.extra.templates, "name"));
     put("variables", json!(spec.variables));
     put(
         "virtualContainers",
-        json!(
-            spec.extra
-                .virtual_containers
-                .iter()
-                .map(|n| json!({ "name": n }))
-                .collect::<Vec<_>>()
-        ),
+        refs(&spec.extra.virtual_containers, "name"),
     );
     put("vmUsagePolicy", json!(spec.extra.vm_usage_policy));
-    Value::Object(out)
+}
+
+/// The one requirement a job has.
+fn requirement(job: &Job) -> Value {
+    let spec = &job.spec;
+    let request = &spec.request;
+    let amount = |value: Option<u64>| json!({ "dedicated": value.map_or(-1, |v| v as i64), "utilized": null });
+    let mut per_task = Map::new();
+    per_task.insert(
+        "processors".into(),
+        json!({ "dedicated": request.processors_per_task, "utilized": null }),
+    );
+    per_task.insert("memory".into(), amount(request.memory_per_task));
+    per_task.insert("disk".into(), amount(request.disk_per_task));
+    per_task.insert("swap".into(), amount(request.swap_per_task));
+    for (name, value) in &request.generic_resources {
+        per_task.insert(name.clone(), json!({ "dedicated": value }));
+    }
+    let nodes: Vec<Value> = job.node_ids().map(|n| json!({ "name": n })).collect();
+    json!({
+        "architecture": request.architecture,
+        "attributes": [],
+        "features": request.features,
+        "index": 0,
+        "featuresRequested": request.features,
+        "featuresRequestedMode": if request.features_any { "OR" } else { "AND" },
+        "featuresExcluded": request.features_excluded,
+        "featuresExcludedMode": "AND",
+        "metrics": {},
+        "nodeAccessPolicy": null,
+        "nodeAllocationPolicy": null,
+        "nodeCount": request.node_count.map_or(nodes.len().max(1) as u32, |n| n),
+        "nodes": nodes,
+        "nodeSet": null,
+        "image": request.os,
+        "reservation": spec.extra.reservation_requested,
+        "resourcesPerTask": per_task,
+        "taskCount": request.task_count,
+        "tasksPerNode": request.tasks_per_node,
+    })
 }
 
 const SUBMIT_FAILED: &str = "The job was not submitted";

@@ -3,6 +3,7 @@
 
 mod access;
 mod accounting;
+mod containers;
 mod conventions;
 mod diag;
 mod directory;
@@ -14,4 +15,3 @@ mod reservations;
 mod roles;
 mod security;
 mod support;
-mod vcs;

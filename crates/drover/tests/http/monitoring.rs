@@ -38,6 +38,16 @@ fn count(server: &TestServer, path: &str) -> u64 {
     reply.json()["totalCount"].as_u64().unwrap()
 }
 
+/// Posts `event` in version 3.
+fn post_v3(server: &TestServer, event: Value) -> drover_testkit::Reply {
+    server.send_json("POST", "/rest/events?api-version=3", &event)
+}
+
+/// The answer to `path` with the `query` parameter `q`.
+fn read_query(server: &TestServer, path: &str, q: Value) -> Value {
+    server.get(&query(path, q)).json()
+}
+
 fn query(path: &str, q: Value) -> String {
     let encoded: String = form_urlencoded::byte_serialize(q.to_string().as_bytes()).collect();
     format!(
@@ -96,27 +106,24 @@ fn version_1_xml_events_read_back_in_both_shapes() {
     assert_eq!(failure["message"], "node lost");
 
     // The same filter in each version's names; v1 dates compare as instants.
-    let v1_rm = server
-        .get(&query(
-            "/rest/events",
-            json!({"sourceComponent": "rm", "errorMessage.message": "node lost"}),
-        ))
-        .json();
+    let v1_rm = read_query(
+        &server,
+        "/rest/events",
+        json!({"sourceComponent": "rm", "errorMessage.message": "node lost"}),
+    );
     assert_eq!(v1_rm["totalCount"], 1, "{v1_rm}");
     assert_eq!(v1_rm["results"][0]["id"], ids[1].as_str());
-    let v3_rm = server
-        .get(&query(
-            "/rest/events?api-version=3",
-            json!({"origin": "rm"}),
-        ))
-        .json();
+    let v3_rm = read_query(
+        &server,
+        "/rest/events?api-version=3",
+        json!({"origin": "rm"}),
+    );
     assert_eq!(v3_rm["results"][0]["id"], ids[1].as_str());
-    let newest = server
-        .get(&query(
-            "/rest/events?sort=%7B%22eventTime%22%3A-1%7D&max=1",
-            json!({"eventTime": {"$gte": "2026-11-22 15:00:00 UTC"}, "facility": {"$in": ["job", "rm"]}}),
-        ))
-        .json();
+    let newest = read_query(
+        &server,
+        "/rest/events?sort=%7B%22eventTime%22%3A-1%7D&max=1",
+        json!({"eventTime": {"$gte": "2026-11-22 15:00:00 UTC"}, "facility": {"$in": ["job", "rm"]}}),
+    );
     assert_eq!(newest["totalCount"], 2, "{newest}");
     assert_eq!(newest["results"][0]["id"], ids[1].as_str());
 }
@@ -164,10 +171,9 @@ fn a_bad_xml_body_stores_none_of_its_events() {
 #[test]
 fn version_3_events_are_created_from_json_and_refused_with_reasons() {
     let server = TestServer::start();
-    let reply = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({
+    let reply = post_v3(
+        &server,
+        json!({
             "eventType": "VM Provision", "severity": "warn", "code": 42,
             "eventDate": "2026-11-22 10:00:00 UTC", "origin": "plugin-a",
             "message": "slow", "arguments": ["a", "b"],
@@ -191,12 +197,11 @@ fn version_3_events_are_created_from_json_and_refused_with_reasons() {
     assert_eq!(v1["errorMessage"]["errorCode"], "42");
     assert!(v1.get("eventDate").is_none());
     // Version-1 queries see what version-1 reads show.
-    let found = server
-        .get(&query(
-            "/rest/events",
-            json!({"status": "success", "errorMessage.errorCode": "42"}),
-        ))
-        .json();
+    let found = read_query(
+        &server,
+        "/rest/events",
+        json!({"status": "success", "errorMessage.errorCode": "42"}),
+    );
     assert_eq!(found["totalCount"], 1, "{found}");
 
     let before = count(&server, "/rest/events");
@@ -273,10 +278,9 @@ fn unescape(text: &str) -> (String, &str) {
 fn every_event_is_a_line_of_events_log_that_parses_back() {
     let server = TestServer::start();
     let message = "quote \" backslash \\ newline \n return \r tab \t end";
-    let reply = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({
+    let reply = post_v3(
+        &server,
+        json!({
             "eventType": "Service Create", "severity": "ERROR", "code": 3054,
             "origin": "o=\"x\"", "message": message, "arguments": ["one", "t\"wo"],
             "associatedObjects": [{"type": "Service", "id": "s1"}, {"type": "VM", "id": "v 2"}]
@@ -336,10 +340,9 @@ fn size_rolling_rotates_the_event_log_and_keeps_what_is_configured() {
         })
         .start();
     for n in 0..40 {
-        let reply = server.send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "tick", "message": format!("event number {n}")}),
+        let reply = post_v3(
+            &server,
+            json!({"eventType": "tick", "message": format!("event number {n}")}),
         );
         assert_eq!(reply.status, 201);
     }
@@ -397,13 +400,7 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
         lines.contains(&format!("type=\"jobsubmit\" origin=\"scheduler\" associatedObject.0.type=\"job\" associatedObject.0.id=\"{job}\"")),
         "{lines}"
     );
-    let created = server
-        .send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "before restart"}),
-        )
-        .json();
+    let created = post_v3(&server, json!({"eventType": "before restart"})).json();
     let server = server.restart();
     assert_eq!(server.get(&format!("/rest/events/{id}")).status, 200);
     let again = server
@@ -414,14 +411,14 @@ fn the_scheduler_records_its_events_and_they_survive_a_restart() {
         .json();
     assert_eq!(again["eventType"], "before restart");
     // Ids keep increasing after a restart.
-    let after = server
-        .send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "after restart"}),
-        )
-        .json();
+    let after = post_v3(&server, json!({"eventType": "after restart"})).json();
     assert!(after["id"].as_str().unwrap() > created["id"].as_str().unwrap());
+}
+
+/// The `data` of each datapoint of a list.
+fn data_of(points: &Value) -> Vec<Value> {
+    let results = points["results"].as_array().unwrap();
+    results.iter().map(|p| p["data"].clone()).collect()
 }
 
 fn create_report(server: &TestServer, body: Value) -> Value {
@@ -497,12 +494,7 @@ fn reports_consolidate_samples_into_hand_computed_averages() {
         .get("/rest/reports/load/datapoints?api-version=2")
         .json();
     assert_eq!(points["totalCount"], 3);
-    let data: Vec<Value> = points["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["data"].clone())
-        .collect();
+    let data = data_of(&points);
     assert_eq!(
         data,
         vec![
@@ -520,12 +512,11 @@ fn reports_consolidate_samples_into_hand_computed_averages() {
     assert_eq!(reply.status, 201);
     assert!(reply.messages().contains("dropped"), "{}", reply.body);
     // Datapoints take a query and a sort.
-    let high = server
-        .get(&query(
-            "/rest/reports/load/datapoints?api-version=2&sort=%7B%22data.cpu%22%3A-1%7D",
-            json!({"data.cpu": {"$gt": 2}}),
-        ))
-        .json();
+    let high = read_query(
+        &server,
+        "/rest/reports/load/datapoints?api-version=2&sort=%7B%22data.cpu%22%3A-1%7D",
+        json!({"data.cpu": {"$gt": 2}}),
+    );
     assert_eq!(high["totalCount"], 2);
     assert_eq!(high["results"][0]["data"]["cpu"], 8.0);
     // Past periods are consolidated: their samples are gone.
@@ -575,12 +566,11 @@ fn samples_stay_readable_while_their_period_is_open_or_when_kept() {
     assert_eq!(kept["totalCount"], 2);
     assert_eq!(kept["results"][0]["timestamp"], "2026-01-01 00:05:00 UTC");
     assert_eq!(kept["results"][1]["data"]["nested"]["y"], 2);
-    let early = server
-        .get(&query(
-            "/rest/reports/kept/samples",
-            json!({"timestamp": {"$lt": "2026-01-01 00:01:00 UTC"}}),
-        ))
-        .json();
+    let early = read_query(
+        &server,
+        "/rest/reports/kept/samples",
+        json!({"timestamp": {"$lt": "2026-01-01 00:01:00 UTC"}}),
+    );
     assert_eq!(early["totalCount"], 1);
 }
 
@@ -631,12 +621,7 @@ fn report_refusals_history_deletion_and_metric_types() {
     );
     assert_eq!(dup.status, 409, "{}", dup.body);
     let points = server.get("/rest/reports/history/datapoints").json();
-    let data: Vec<Value> = points["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["data"].clone())
-        .collect();
+    let data = data_of(&points);
     assert_eq!(data, vec![Value::Null, json!({"x": 4.0})]);
     let bad_sample = server.send_json("POST", "/rest/reports/history/samples", &json!({"data": 5}));
     assert_eq!(bad_sample.status, 400);
@@ -685,11 +670,7 @@ fn scheduler_events_can_be_switched_off() {
     );
     assert_eq!(reply.status, 201, "{}", reply.body);
     // An event created afterwards through the API is there; no scheduler event is.
-    let created = server.send_json(
-        "POST",
-        "/rest/events?api-version=3",
-        &json!({"eventType": "marker"}),
-    );
+    let created = post_v3(&server, json!({"eventType": "marker"}));
     assert_eq!(created.status, 201);
     assert_eq!(count(&server, "/rest/events"), 1);
 }
@@ -712,10 +693,9 @@ fn events_of_the_common_severity_and_origin_are_listed_like_the_rest() {
         ("INFO", "tester"),
         ("WARN", "scheduler"),
     ] {
-        let reply = server.send_json(
-            "POST",
-            "/rest/events?api-version=3",
-            &json!({"eventType": "probe", "severity": severity, "origin": origin}),
+        let reply = post_v3(
+            &server,
+            json!({"eventType": "probe", "severity": severity, "origin": origin}),
         );
         assert_eq!(reply.status, 201, "{}", reply.body);
     }

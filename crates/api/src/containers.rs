@@ -5,28 +5,42 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_domain::dates::{Timestamp, WireDates};
+use drover_domain::dates::WireDates;
 use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
+use drover_sched::{Requester, Scheduler};
 use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::{requester, sched_error};
-use crate::openapi::schema::{envelope, object, string, strings};
-use crate::params::{ChangeMode, CommonParams, ListParams};
+use crate::jobs::requester;
+use crate::openapi::schema::{object, string, strings};
+use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Caller, Routes};
+use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes};
+use crate::wire::{self, Zero};
 
 const READ: Access = Access::Needs(Permission::read("vcs"));
 const CREATE: Access = Access::Needs(Permission::create("vcs"));
 const UPDATE: Access = Access::Needs(Permission::update("vcs"));
 const DELETE: Access = Access::Needs(Permission::delete("vcs"));
+
+/// The paths of one, of its ACL rules, and of one rule.
+const ITEM: &str = "/rest/vcs/{id}";
+const RULES: &str = "/rest/vcs/{id}/acl-rules";
+const RULE: &str = "/rest/vcs/{id}/acl-rules/{rule}";
+/// What deleting one and its ACL rules' routes say (see [`acl::register`]).
+const DOCS: acl::Docs = acl::Docs {
+    noun: "virtual container",
+    id: "The container's id",
+    delete: ("Deletes a virtual container", "Deleted"),
+    put_rules: "Adds ACL rules (affinity and comparator are ignored)",
+};
 
 pub(crate) fn register(routes: &mut Routes) {
     let container = || {
@@ -36,17 +50,26 @@ pub(crate) fn register(routes: &mut Routes) {
             ("creator", string()),
         ])
     };
-    routes
-        .get("/rest/vcs", READ, list)
-        .summary("Virtual containers: the caller's own, or all for an administrator")
-        .list()
-        .response(200, "Virtual containers", Some(envelope(container())));
-    routes
-        .get("/rest/vcs/{id}", READ, one)
-        .summary("One virtual container")
-        .path_param("id", "The container's id")
-        .response(200, "The container", Some(container()))
-        .response(404, "No such container (or not the caller's)", None);
+    routes.collection(
+        Collection {
+            path: "/rest/vcs",
+            item_path: "/rest/vcs/{id}",
+            access: READ,
+            schema: container(),
+            list: (
+                "Virtual containers: the caller's own, or all for an administrator",
+                "Virtual containers",
+            ),
+            item: (
+                "One virtual container",
+                "The container's id",
+                "The container",
+                "No such container (or not the caller's)",
+            ),
+        },
+        list,
+        one,
+    );
     routes
         .post("/rest/vcs", CREATE, create)
         .summary("Creates a virtual container")
@@ -61,23 +84,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The container's id")
         .body("application/json", object(&[("jobs", strings())]))
         .response(200, "Changed", Some(object(&[("messages", strings())])));
-    routes
-        .delete("/rest/vcs/{id}", DELETE, remove)
-        .summary("Deletes a virtual container")
-        .path_param("id", "The container's id")
-        .response(200, "Deleted", Some(object(&[])));
-    routes
-        .put("/rest/vcs/{id}/acl-rules", UPDATE, put_rules)
-        .summary("Adds ACL rules (affinity and comparator are ignored)")
-        .path_param("id", "The container's id")
-        .body("application/json", object(&[("aclRules", strings())]))
-        .response(200, "Written", Some(object(&[("messages", strings())])));
-    routes
-        .delete("/rest/vcs/{id}/acl-rules/{rule}", UPDATE, delete_rule)
-        .summary("Removes the ACL rule <type>:<value>")
-        .path_param("id", "The container's id")
-        .path_param("rule", "<type>:<value>")
-        .response(200, "Removed", Some(object(&[("messages", strings())])));
+    acl::register::<Containers>(routes);
 }
 
 fn visible(container: &VirtualContainer, caller: &Caller) -> bool {
@@ -92,31 +99,16 @@ async fn list(
 ) -> ApiResult<Json<Value>> {
     let containers = state.scheduler().containers();
     let mine: Vec<&VirtualContainer> = containers.iter().filter(|c| visible(c, &caller)).collect();
-    let version = params.api_version.number();
-    let utc = WireDates::utc();
-    let documents: Vec<Value> = mine.iter().map(|c| render(c, &utc, version)).collect();
-    let page = params.query.run_positions(&documents);
     let dates = &state.settings().dates;
-    let items = page
-        .items
-        .into_iter()
-        .map(|i| render(mine[i], dates, version))
-        .collect();
-    Ok(reply::envelope(
-        drover_query::Page {
-            total: page.total,
-            items,
-        },
+    Ok(reply::list_rendered(
+        &mine,
         &params,
+        dates,
+        |c, dates, version| render(c, dates, version),
     ))
 }
 
-async fn one(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let containers = state.scheduler().containers();
     let container = containers
         .iter()
@@ -155,7 +147,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
             by,
         )
         .await
-        .map_err(sched_error)?;
+        .map_err(ApiError::from)?;
     Ok(reply::created(
         state.settings(),
         &format!("/rest/vcs/{id}"),
@@ -171,13 +163,7 @@ const MEMBER_KINDS: [&str; 5] = [
     "virtualMachines",
 ];
 
-async fn modify(
-    State(state): State<AppState>,
-    params: CommonParams,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
+async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, None)?;
     let body: Value = parse_json(&body)?;
     let summary = format!("The virtual container {id} was not changed");
@@ -231,51 +217,24 @@ async fn modify(
             }
         }
     })?;
-    change_one(&state, &caller, &id, change).await
+    acl::change::<Containers>(&state, &caller, &id, change).await
 }
 
-async fn remove(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-) -> ApiResult<Json<Value>> {
-    let _deleted = change_one(&state, &caller, &id, ContainerChange::Delete).await?;
-    Ok(reply::deleted())
-}
+/// Deletion and ACL rules: see [`acl::register`].
+struct Containers;
 
-async fn put_rules(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(id): Path<String>,
-    body: Bytes,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of virtual container {id} were not changed");
-    let rules = acl::rules_body(&body, &summary)?;
-    change_one(&state, &caller, &id, ContainerChange::PutRules(rules)).await
-}
+impl acl::Governed for Containers {
+    type Change = ContainerChange;
+    const PATHS: [&'static str; 3] = [ITEM, RULES, RULE];
+    const ACCESS: [Access; 2] = [UPDATE, DELETE];
+    const DOCS: acl::Docs = DOCS;
+    const PUT_RULES: fn(Vec<acl::AclRule>) -> ContainerChange = ContainerChange::PutRules;
+    const DELETE_RULE: fn(String) -> ContainerChange = ContainerChange::DeleteRule;
+    const DELETE: ContainerChange = ContainerChange::Delete;
 
-async fn delete_rule(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path((id, rule)): Path<(String, String)>,
-) -> ApiResult<Json<Value>> {
-    let summary = format!("The ACL rules of virtual container {id} were not changed");
-    let key = acl::rule_key(&rule, &summary)?;
-    change_one(&state, &caller, &id, ContainerChange::DeleteRule(key)).await
-}
-
-async fn change_one(
-    state: &AppState,
-    caller: &Caller,
-    id: &str,
-    change: ContainerChange,
-) -> ApiResult<Json<Value>> {
-    let messages = state
-        .scheduler()
-        .change_container(id, change, requester(caller))
-        .await
-        .map_err(sched_error)?;
-    Ok(reply::messages(messages))
+    async fn apply(s: &Scheduler, id: &str, c: Self::Change, by: Requester) -> acl::Answer {
+        s.change_container(id, c, by).await
+    }
 }
 
 /// The record of spec 2.10.
@@ -286,7 +245,7 @@ fn render(c: &VirtualContainer, dates: &WireDates, version: u32) -> Value {
         "aclRules": c.acl.iter().map(|r| json!({
             "type": r.kind, "value": r.value, "affinity": null, "comparator": null,
         })).collect::<Vec<_>>(),
-        "createDate": Timestamp::from_second(c.created).ok().map(|t| dates.format(t, version)),
+        "createDate": wire::date(dates, version, Some(c.created), Zero::Date),
         "creator": c.creator,
         "description": c.description,
         "flags": c.flags,

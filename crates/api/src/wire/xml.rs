@@ -22,7 +22,9 @@ use drover_domain::dates::Timestamp;
 use roxmltree::{Document, Node};
 use serde_json::Value;
 
-use crate::event::{ErrorSource, Event, InitiatedBy, ObjectRef, PrimaryObject, severity_of_status};
+use drover_monitor::event::{
+    ErrorSource, Event, InitiatedBy, ObjectRef, PrimaryObject, severity_of_status,
+};
 
 const REQUIRED: &[&str] = &[
     "eventTime",
