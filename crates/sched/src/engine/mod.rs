@@ -255,15 +255,11 @@ impl Scheduler {
         request: crate::request::ReservationRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::Reserve {
-                request: Box::new(request),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Reserve {
+            request: Box::new(request),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -273,16 +269,12 @@ impl Scheduler {
         change: crate::request::ReservationChange,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::ChangeReservation {
-                id: id.to_string(),
-                change,
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ChangeReservation {
+            id: id.to_string(),
+            change,
+            by,
+            reply,
+        })
         .await
     }
 
@@ -297,15 +289,11 @@ impl Scheduler {
         request: crate::request::ContainerRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::CreateContainer {
-                request: Box::new(request),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::CreateContainer {
+            request: Box::new(request),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -315,16 +303,12 @@ impl Scheduler {
         change: crate::request::ContainerChange,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::ChangeContainer {
-                id: id.to_string(),
-                change: Box::new(change),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ChangeContainer {
+            id: id.to_string(),
+            change: Box::new(change),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -348,15 +332,11 @@ impl Scheduler {
         spec: crate::job::JobSpec,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::Submit {
-                spec: Box::new(spec),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Submit {
+            spec: Box::new(spec),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -367,16 +347,12 @@ impl Scheduler {
         array: crate::job::ArraySpec,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::SubmitArray {
-                spec: Box::new(spec),
-                array: Box::new(array),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::SubmitArray {
+            spec: Box::new(spec),
+            array: Box::new(array),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -386,17 +362,12 @@ impl Scheduler {
         changes: JobChanges,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::Modify {
-                id,
-                changes: Box::new(changes),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Modify {
+            id: id.to_string(),
+            changes: Box::new(changes),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -406,17 +377,12 @@ impl Scheduler {
         action: JobAction,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::Act {
-                id,
-                action,
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Act {
+            id: id.to_string(),
+            action,
+            by,
+            reply,
+        })
         .await
     }
 
@@ -426,17 +392,12 @@ impl Scheduler {
         changes: NodeChanges,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::ModifyNode {
-                id,
-                changes: Box::new(changes),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ModifyNode {
+            id: id.to_string(),
+            changes: Box::new(changes),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -449,13 +410,15 @@ impl Scheduler {
         }
     }
 
+    /// Sends the engine the message `message` makes of a reply channel, and waits for
+    /// the answer.
     async fn ask<T>(
         &self,
-        message: Inbox,
-        answer: oneshot::Receiver<Result<T, SchedError>>,
+        message: impl FnOnce(oneshot::Sender<Result<T, SchedError>>) -> Inbox,
     ) -> Result<T, SchedError> {
         let stopped = || SchedError::Unavailable("the scheduler is not running".into());
-        self.inbox.send(message).map_err(|_| stopped())?;
+        let (reply, answer) = oneshot::channel();
+        self.inbox.send(message(reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }
