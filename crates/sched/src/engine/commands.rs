@@ -116,11 +116,7 @@ impl Engine {
     ) -> Result<(JobSpec, Arc<SystemUser>), SchedError> {
         // A job joins only a container its submitter may act on (HOLDJOBS holds it).
         let containers = &self.containers;
-        validate::submission(&spec, |id| {
-            containers
-                .iter()
-                .any(|c| c.id == id && (by.admin || c.belongs_to(&by.user)))
-        })?;
+        validate::submission(&spec, |id| containers.position_for(id, by).is_some())?;
         spec.extra.shrink();
         let user = self.job_user(&spec, by)?;
         if let Some(group) = &spec.group {
@@ -128,14 +124,14 @@ impl Engine {
         }
         let (directory, checked) = match &spec.working_directory {
             Some(dir) => (PathBuf::from(dir), false),
-            None => default_directory(&user, &mut self.file_facts),
+            None => default_directory(&user, self.accounts.file_facts()),
         };
         // Judged as the job's user sees the file system: a directory they cannot reach
         // is answered like one that does not exist.
         let usable = checked
             || (directory.is_absolute()
-                && self.file_facts.reachable(&directory, &user)
-                && self.file_facts.check(&directory, |facts| {
+                && self.accounts.file_facts().reachable(&directory, &user)
+                && self.accounts.file_facts().check(&directory, |facts| {
                     facts.is_some_and(|f| user.may_enter(&f))
                 }));
         if !usable {
@@ -150,9 +146,10 @@ impl Engine {
             ));
         }
         let command = directory.join(&spec.command_file);
-        if !(self.file_facts.reachable(&command, &user)
+        if !(self.accounts.file_facts().reachable(&command, &user)
             && self
-                .file_facts
+                .accounts
+                .file_facts()
                 .check(&command, |facts| facts.is_some_and(|f| user.may_read(&f))))
         {
             return Err(SchedError::invalid(
@@ -167,7 +164,7 @@ impl Engine {
         spec.working_directory = Some(directory.to_string_lossy().into_owned());
         self.check_dependencies(&spec)?;
         if let Some(wanted) = &spec.extra.reservation_requested
-            && !self.reservations.iter().any(|r| &r.id == wanted)
+            && self.reservations.position(wanted).is_none()
         {
             return Err(SchedError::invalid(
                 "The job was not submitted",
@@ -183,8 +180,7 @@ impl Engine {
     /// A new job of `spec` with the next id, as submitted now.
     fn new_job(&mut self, spec: JobSpec, user: &SystemUser, by: &Requester) -> Job {
         let now = self.now();
-        let seq = self.next_seq;
-        self.next_seq += 1;
+        let seq = self.queue.take_seq();
         let id = format!("{}.{seq}", self.config.name);
         let holds = spec.holds.clone();
         let state = if holds.is_empty() {
@@ -275,7 +271,7 @@ impl Engine {
             None => None,
         };
         if !sysuser::running_as_root() {
-            return Ok(self.service_user.clone());
+            return Ok(self.accounts.service_user().clone());
         }
         let user = match named {
             Some(user) => user,
@@ -412,7 +408,7 @@ impl Engine {
             self.account(&job.status.exec_user)
                 .ok_or_else(|| format!("the user '{}' no longer exists", job.status.exec_user))?
         } else {
-            self.service_user.clone()
+            self.accounts.service_user().clone()
         };
         let gid = match &job.spec.group {
             Some(group) if sysuser::running_as_root() => {
@@ -868,7 +864,7 @@ impl Engine {
                         state.as_str().to_lowercase()
                     )));
                 }
-                match place::place(&job.spec.request, &self.nodes) {
+                match place::place(&job.spec.request, self.nodes.all()) {
                     Fit::Now(allocation) => {
                         self.begin_start(position, allocation).map_err(&refuse)?;
                         self.update(position, |job| {
@@ -982,7 +978,7 @@ impl Engine {
                     job.status.messages.extend(note);
                 });
                 // Resources stay taken until the process is gone; it stays in the running set.
-                self.running.insert(position);
+                self.queue.keep_running(position);
             }
             _ => {
                 if job.status.state == JobState::Starting {
@@ -1022,6 +1018,7 @@ impl Engine {
         }
         let index = self
             .nodes
+            .all()
             .iter()
             .position(|n| n.config.id == id)
             .ok_or_else(|| SchedError::NotFound(format!("No node '{id}'")))?;
@@ -1031,7 +1028,7 @@ impl Engine {
         }
         let now = self.now();
         let mut changed = Vec::new();
-        let node = &mut self.nodes[index];
+        let node = self.nodes.node_mut(index);
         let overrides = &mut node.overrides;
         if let Some(state) = changes.state {
             overrides.state = if state.follows_load() {
@@ -1094,13 +1091,12 @@ impl Engine {
         overrides.version += 1;
         overrides.last_update = now;
         let body = drover_store::Body::serialize(&*overrides).expect("node overrides serialize");
-        self.batch.writes.push(drover_store::Write::Put {
+        self.journal.write(drover_store::Write::Put {
             collection: super::core::NODES.into(),
             id: id.to_string(),
             name: None,
             body,
         });
-        self.mark_nodes_changed();
         self.needs_schedule = true;
         self.emit(
             "nodemodify",

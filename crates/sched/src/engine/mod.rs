@@ -3,13 +3,21 @@
 //! its inbox, answered once the journal has made them durable; reads look at the shared
 //! state directly (a read lock held for a copy), never waiting for a scheduling pass.
 
+mod acl_edit;
 mod arrays;
 mod commands;
-mod containers;
+mod container_commands;
+mod container_table;
 mod core;
+mod credential_names;
+mod journal_handoff;
+mod node_pool;
 mod preempt;
+mod queue;
 mod recovery;
-mod reservations;
+mod reservation_commands;
+mod reservation_table;
+mod system_accounts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;

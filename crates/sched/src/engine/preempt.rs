@@ -22,7 +22,7 @@ impl Engine {
         // Resources of preemptees already being stopped count as free: they are coming.
         let mut coming: HashMap<usize, (u32, u64)> = HashMap::new();
         let mut candidates: Vec<std::sync::Arc<Job>> = Vec::new();
-        for &running in &self.running {
+        for &running in self.queue.running() {
             let job = self.job_at(running);
             if !job.has_flag("PREEMPTEE") || job.id == preemptor.id {
                 continue;
@@ -55,7 +55,7 @@ impl Engine {
     fn add_held(&self, coming: &mut HashMap<usize, (u32, u64)>, job: &Job) {
         let request = &job.spec.request;
         for allocation in &job.status.allocation {
-            if let Some(&node) = self.node_index.get(&allocation.node) {
+            if let Some(node) = self.nodes.index_of(&allocation.node) {
                 let entry = coming.entry(node).or_default();
                 entry.0 += allocation.tasks * request.processors_per_task;
                 entry.1 += u64::from(allocation.tasks) * request.memory_per_task.unwrap_or(0);
@@ -64,7 +64,7 @@ impl Engine {
     }
 
     fn fits_with(&self, job: &Job, coming: &HashMap<usize, (u32, u64)>) -> bool {
-        let nodes = &self.nodes;
+        let nodes = self.nodes.all();
         let accepting = (0..nodes.len()).filter(|&i| nodes[i].accepts_jobs());
         place::first_fit(&job.spec.request, nodes, accepting, |i| {
             let (processors, memory) = coming.get(&i).copied().unwrap_or_default();
@@ -119,7 +119,7 @@ impl Engine {
             });
         });
         // Its resources stay taken until the process is gone.
-        self.running.insert(position);
+        self.queue.keep_running(position);
         self.emit(
             if requeue { "jobrequeue" } else { "jobcancel" },
             "job",

@@ -1,7 +1,7 @@
 //! Rebuilding the engine's state from the store: at start, and after a failed journal
 //! write (the store is the truth; memory may have run ahead of it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use drover_query::ListQuery;
 
@@ -28,19 +28,10 @@ impl Engine {
             .collect();
 
         // Start from a clean slate.
-        self.queue.clear();
-        self.queue_keys.clear();
-        self.running.clear();
-        self.preemptors.clear();
+        self.queue.reset(jobs.last().map_or(1, |j| j.seq + 1));
         self.arrays.clear();
-        for node in &mut self.nodes {
-            node.used_processors = 0;
-            node.used_memory = 0;
-            node.jobs.clear();
-            node.overrides = overrides.get(node.id()).cloned().unwrap_or_default();
-        }
-        self.mark_nodes_changed();
-        self.credentials = BTreeMap::new();
+        self.nodes.reset(&overrides);
+        self.credentials.clear();
         let configured = self.config.credentials.clone();
         for (kind, names) in [
             (CredentialKind::Accounts, &configured.accounts),
@@ -53,7 +44,6 @@ impl Engine {
                 self.remember_credential(kind, Some(name));
             }
         }
-        self.next_seq = jobs.last().map_or(1, |j| j.seq + 1);
         {
             let mut book = self.shared.jobs.write().unwrap();
             *book = crate::book::JobBook::new();
@@ -129,7 +119,7 @@ impl Engine {
             && self.rm.adopt(&job.id, process)
         {
             self.charge_nodes(job, true);
-            self.running.insert(position);
+            self.queue.keep_running(position);
             if job.status.ending.is_some() {
                 // It was being stopped; the SIGKILL after the grace period went with the
                 // old service, so start again.
@@ -146,7 +136,7 @@ impl Engine {
         // Its run is over: charge it (up to now, the end being unknown).
         let seconds = (job.active_seconds(now) - job.status.earlier_active_seconds).max(0);
         let charged = self.accountant.end(job, seconds, now);
-        self.batch.writes.extend(charged);
+        self.journal.write_all(charged);
         // A job being requeued goes back to the queue as asked; one being cancelled is
         // already final; one over its wall time ends; others requeue if they may.
         let ending = job.status.ending;

@@ -106,10 +106,7 @@ pub fn replay(
             by_id.insert(id, next);
             next += 1;
         }
-        if sim.engine.needs_schedule {
-            sim.engine.needs_schedule = false;
-            sim.engine.schedule();
-        }
+        sim.engine.schedule_if_due();
         sim.commit();
         for id in sim.rm.started.lock().unwrap().drain(..) {
             let index = by_id[&id];
@@ -195,19 +192,19 @@ pub fn one_cycle(
     }
     sim.engine.schedule();
     sim.commit();
-    let running = sim.engine.running.len();
+    let (_, running) = sim.engine.counts();
     sim.clock.advance(60);
     for shape in waiting {
         sim.submit(shape.tasks, shape.per_node, shape.seconds)?;
     }
-    let waiting = sim.engine.queue.len();
+    let (waiting, _) = sim.engine.counts();
     let began = Instant::now();
     sim.engine.schedule();
     let elapsed = began.elapsed();
     Ok(Cycle {
         waiting,
         running,
-        started: waiting - sim.engine.queue.len(),
+        started: waiting - sim.engine.counts().0,
         elapsed,
     })
 }
