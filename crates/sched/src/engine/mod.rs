@@ -5,18 +5,22 @@
 
 mod acl_edit;
 mod arrays;
-mod commands;
 mod container_commands;
 mod container_table;
 mod core;
 mod credential_names;
+mod job_actions;
+mod job_changes;
 mod journal_handoff;
+mod launch;
+mod node_changes;
 mod node_pool;
 mod preempt;
 mod queue;
 mod recovery;
 mod reservation_commands;
 mod reservation_table;
+mod submission;
 mod system_accounts;
 
 use std::collections::{BTreeMap, BTreeSet};
