@@ -3,7 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::CredentialKind;
+use super::{ConfiguredCredentials, CredentialKind};
+use crate::job::JobSpec;
 
 pub(crate) struct CredentialNames {
     names: BTreeMap<CredentialKind, BTreeSet<String>>,
@@ -31,6 +32,37 @@ impl CredentialNames {
             if !names.contains(name) {
                 names.insert(name.to_string());
                 self.changed = true;
+            }
+        }
+    }
+
+    /// The names a job gives: its user (else `submitter`), group, account, class and QOS.
+    pub(super) fn remember_job(&mut self, spec: &JobSpec, submitter: &str) {
+        for (kind, name) in [
+            (
+                CredentialKind::Users,
+                Some(spec.user.as_deref().unwrap_or(submitter)),
+            ),
+            (CredentialKind::Groups, spec.group.as_deref()),
+            (CredentialKind::Accounts, spec.account.as_deref()),
+            (CredentialKind::Classes, spec.job_class.as_deref()),
+            (CredentialKind::Qoses, spec.qos_requested.as_deref()),
+        ] {
+            self.remember(kind, name);
+        }
+    }
+
+    /// The names the configuration gives.
+    pub(super) fn remember_configured(&mut self, configured: &ConfiguredCredentials) {
+        for (kind, names) in [
+            (CredentialKind::Accounts, &configured.accounts),
+            (CredentialKind::Classes, &configured.classes),
+            (CredentialKind::Groups, &configured.groups),
+            (CredentialKind::Qoses, &configured.qoses),
+            (CredentialKind::Users, &configured.users),
+        ] {
+            for name in names {
+                self.remember(kind, Some(name));
             }
         }
     }

@@ -4,8 +4,10 @@ use std::sync::Arc;
 
 use super::CredentialKind;
 use super::core::Engine;
+use crate::job::JobSpec;
 use crate::job::{Block, Hold, Job, JobMessage, JobState};
 use crate::limits::{MAX_JOB_MESSAGES, MAX_MESSAGE_BYTES};
+use crate::request::summary;
 use crate::request::{JobChanges, Requester, SchedError};
 use crate::validate;
 
@@ -35,11 +37,45 @@ impl Engine {
         let position = self.find(id)?;
         let job = self.job_at(position);
         self.may_change(&job, by)?;
-        let refuse =
-            |reason: String| SchedError::refused(format!("Job {id} was not modified"), reason);
-        let invalid =
-            |reason: String| SchedError::invalid(format!("Job {id} was not modified"), reason);
-        let only_messages = changes
+        self.check_changes(&job, &changes, by)?;
+        let new_holds = match &changes.holds {
+            Some(wanted) => Some(self.holds_after_setting(&job, wanted, by)?),
+            None => None,
+        };
+        self.remember_credential(CredentialKind::Accounts, changes.account.as_deref());
+        self.remember_credential(CredentialKind::Classes, changes.job_class.as_deref());
+        self.remember_credential(CredentialKind::Qoses, changes.qos_requested.as_deref());
+        let now = self.now();
+        let changed = self.update(position, |job| {
+            apply_changes(job, changes, new_holds, &by.user, now)
+        });
+        self.emit(
+            "jobmodify",
+            "job",
+            id,
+            Some(by),
+            vec![("fields".into(), changed.join(","))],
+        );
+        self.needs_schedule = true;
+        Ok(vec![if changed.is_empty() {
+            format!("Job {id} was not changed: the request named nothing to modify")
+        } else {
+            format!("Job {id} was modified: {}", changed.join(", "))
+        }])
+    }
+
+    /// Refuses changes the job's state does not allow, malformed ones, and those the
+    /// caller may not make.
+    fn check_changes(
+        &self,
+        job: &Job,
+        changes: &JobChanges,
+        by: &Requester,
+    ) -> Result<(), SchedError> {
+        let id = &job.id;
+        let refuse = |reason: String| SchedError::refused(summary::job_not_modified(id), reason);
+        let invalid = |reason: String| SchedError::invalid(summary::job_not_modified(id), reason);
+        let only_messages = *changes
             == JobChanges {
                 messages: changes.messages.clone(),
                 ..Default::default()
@@ -70,121 +106,14 @@ impl Engine {
             return Err(invalid("duration: must not be negative".into()));
         }
         if !by.admin {
-            self.check_change_size(&job, &changes).map_err(invalid)?;
+            self.check_change_size(job, changes).map_err(invalid)?;
         }
         if changes.system_priority.is_some() && !by.admin {
             return Err(SchedError::Forbidden(
                 "only administrators may set the system priority".into(),
             ));
         }
-        let new_holds = match &changes.holds {
-            Some(wanted) => Some(self.holds_after_setting(&job, wanted, by)?),
-            None => None,
-        };
-        self.remember_credential(CredentialKind::Accounts, changes.account.as_deref());
-        self.remember_credential(CredentialKind::Classes, changes.job_class.as_deref());
-        self.remember_credential(CredentialKind::Qoses, changes.qos_requested.as_deref());
-        let now = self.now();
-        let mut changed = Vec::new();
-        // What is asked changes only when a field of it does: a sub-job then gets a copy
-        // of its array's submission of its own.
-        let changes_request = changes.changes_request();
-        let system_priority = changes.system_priority;
-        self.update(position, |job| {
-            if changes_request {
-                let spec = Arc::make_mut(&mut job.spec);
-                macro_rules! set {
-                    ($field:expr, $value:expr, $name:literal) => {
-                        if let Some(value) = $value {
-                            $field = value;
-                            changed.push($name);
-                        }
-                    };
-                }
-                set!(spec.custom_name, changes.custom_name.map(Some), "name");
-                set!(spec.account, changes.account.map(Some), "account");
-                set!(
-                    spec.qos_requested,
-                    changes.qos_requested.map(Some),
-                    "qosRequested"
-                );
-                set!(spec.job_class, changes.job_class.map(Some), "class");
-                set!(
-                    spec.earliest_start,
-                    changes.earliest_start.map(Some),
-                    "earliestStartDate"
-                );
-                set!(spec.deadline, changes.deadline.map(Some), "deadlineDate");
-                set!(spec.flags, changes.flags, "flags");
-                set!(spec.duration, changes.duration.map(Some), "duration");
-                set!(
-                    spec.request.partition,
-                    changes.partition.map(Some),
-                    "partition"
-                );
-                set!(
-                    spec.extra.partition_access_list,
-                    changes.partition_access_list,
-                    "partitionAccessList"
-                );
-                set!(
-                    spec.extra.reservation_requested,
-                    changes.reservation.map(Some),
-                    "reservationRequested"
-                );
-                set!(spec.extra.trigger, changes.trigger.map(Some), "trigger");
-                set!(spec.user_priority, changes.user_priority, "userPriority");
-            }
-            if let Some(priority) = system_priority {
-                job.status.system_priority = priority;
-                changed.push("systemPriority");
-            }
-            if !changes.variables.is_empty() {
-                let spec = Arc::make_mut(&mut job.spec);
-                for (name, value) in changes.variables {
-                    match value {
-                        Some(value) => spec.variables.insert(name, value),
-                        None => spec.variables.remove(&name),
-                    };
-                }
-                changed.push("variables");
-            }
-            if !changes.messages.is_empty() {
-                let messages = &mut job.status.messages;
-                for text in changes.messages {
-                    messages.push(JobMessage {
-                        text,
-                        author: Some(by.user.clone()),
-                        created: now,
-                    });
-                }
-                let over = messages.len().saturating_sub(MAX_JOB_MESSAGES);
-                messages.drain(..over);
-                changed.push("messages");
-            }
-            if let Some(holds) = new_holds {
-                set_holds(job, holds, now);
-                changed.push("holds");
-            }
-            if job.status.state == JobState::Blocked {
-                // Its request may fit now: let the next pass judge it again.
-                job.status.state = JobState::Idle;
-                job.status.block = None;
-            }
-        });
-        self.emit(
-            "jobmodify",
-            "job",
-            id,
-            Some(by),
-            vec![("fields".into(), changed.join(","))],
-        );
-        self.needs_schedule = true;
-        Ok(vec![if changed.is_empty() {
-            format!("Job {id} was not changed: the request named nothing to modify")
-        } else {
-            format!("Job {id} was modified: {}", changed.join(", "))
-        }])
+        Ok(())
     }
 
     /// What an ordinary user's change may add: messages of at most `MAX_MESSAGE_BYTES`,
@@ -282,4 +211,107 @@ pub(super) fn sorted(mut holds: Vec<Hold>) -> Vec<Hold> {
     holds.sort();
     holds.dedup();
     holds
+}
+
+/// Applies checked changes to a job (made by `author`, at `now`); answers the names of
+/// the fields changed. What is asked changes only when a field of it does: a sub-job
+/// then gets a copy of its array's submission of its own.
+fn apply_changes(
+    job: &mut Job,
+    mut changes: JobChanges,
+    new_holds: Option<Vec<Hold>>,
+    author: &str,
+    now: i64,
+) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if changes.changes_request() {
+        set_request_fields(Arc::make_mut(&mut job.spec), &mut changes, &mut changed);
+    }
+    if let Some(priority) = changes.system_priority {
+        job.status.system_priority = priority;
+        changed.push("systemPriority");
+    }
+    if !changes.variables.is_empty() {
+        let spec = Arc::make_mut(&mut job.spec);
+        for (name, value) in changes.variables {
+            match value {
+                Some(value) => spec.variables.insert(name, value),
+                None => spec.variables.remove(&name),
+            };
+        }
+        changed.push("variables");
+    }
+    if !changes.messages.is_empty() {
+        let messages = &mut job.status.messages;
+        for text in changes.messages {
+            messages.push(JobMessage {
+                text,
+                author: Some(author.to_string()),
+                created: now,
+            });
+        }
+        let over = messages.len().saturating_sub(MAX_JOB_MESSAGES);
+        messages.drain(..over);
+        changed.push("messages");
+    }
+    if let Some(holds) = new_holds {
+        set_holds(job, holds, now);
+        changed.push("holds");
+    }
+    if job.status.state == JobState::Blocked {
+        // Its request may fit now: let the next pass judge it again.
+        job.status.state = JobState::Idle;
+        job.status.block = None;
+    }
+    changed
+}
+
+/// Sets the fields of the job's request that `changes` names, noting each in `changed`.
+fn set_request_fields(
+    spec: &mut JobSpec,
+    changes: &mut JobChanges,
+    changed: &mut Vec<&'static str>,
+) {
+    macro_rules! set {
+        ($field:expr, $value:expr, $name:literal) => {
+            if let Some(value) = $value {
+                $field = value;
+                changed.push($name);
+            }
+        };
+    }
+    let c = changes;
+    set!(spec.custom_name, c.custom_name.take().map(Some), "name");
+    set!(spec.account, c.account.take().map(Some), "account");
+    set!(
+        spec.qos_requested,
+        c.qos_requested.take().map(Some),
+        "qosRequested"
+    );
+    set!(spec.job_class, c.job_class.take().map(Some), "class");
+    set!(
+        spec.earliest_start,
+        c.earliest_start.take().map(Some),
+        "earliestStartDate"
+    );
+    set!(spec.deadline, c.deadline.take().map(Some), "deadlineDate");
+    set!(spec.flags, c.flags.take(), "flags");
+    set!(spec.duration, c.duration.take().map(Some), "duration");
+    set!(
+        spec.request.partition,
+        c.partition.take().map(Some),
+        "partition"
+    );
+    set!(
+        spec.extra.partition_access_list,
+        c.partition_access_list.take(),
+        "partitionAccessList"
+    );
+    set!(
+        spec.extra.reservation_requested,
+        c.reservation.take().map(Some),
+        "reservationRequested"
+    );
+    set!(spec.extra.trigger, c.trigger.take().map(Some), "trigger");
+    set!(spec.user_priority, c.user_priority.take(), "userPriority");
 }

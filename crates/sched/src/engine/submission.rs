@@ -4,7 +4,6 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::CredentialKind;
 use super::core::Engine;
 use crate::book::Attribute;
 use crate::dependency::DependencyKind;
@@ -182,18 +181,7 @@ impl Engine {
         } else {
             JobState::Hold
         };
-        for (kind, name) in [
-            (
-                CredentialKind::Users,
-                Some(spec.user.as_deref().unwrap_or(&by.user)),
-            ),
-            (CredentialKind::Groups, spec.group.as_deref()),
-            (CredentialKind::Accounts, spec.account.as_deref()),
-            (CredentialKind::Classes, spec.job_class.as_deref()),
-            (CredentialKind::Qoses, spec.qos_requested.as_deref()),
-        ] {
-            self.remember_credential(kind, name);
-        }
+        self.credentials.remember_job(&spec, &by.user);
         Job {
             id,
             seq,
