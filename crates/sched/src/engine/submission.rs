@@ -1,4 +1,4 @@
-//! Submissions: the checks a job passes, in order ([`Engine::prepare_submission`]), and
+//! Submissions: the checks a job passes, in order (`Engine::check_submission`), and
 //! the new job or job array they make.
 
 use std::path::{Path, PathBuf};
@@ -9,14 +9,23 @@ use crate::book::Attribute;
 use crate::dependency::DependencyKind;
 use crate::fsfacts::{Facts, FileFacts};
 use crate::job::{ArrayOutcome, ArrayPart, ArraySpec, Job, JobDates, JobSpec, JobState, JobStatus};
+use crate::request::summary::{ARRAY_NOT_SUBMITTED, JOB_NOT_SUBMITTED};
 use crate::request::{Requester, SchedError};
 use crate::sysuser::{self, SystemUser};
 use crate::validate;
 
+/// A submission that passed every check, completed.
+struct Checked {
+    spec: JobSpec,
+    /// The system user that will run the job.
+    user: Arc<SystemUser>,
+    /// The indices of a job array's sub-jobs (none for a single job).
+    indices: Vec<i64>,
+}
+
 impl Engine {
     pub(crate) fn submit(&mut self, spec: JobSpec, by: &Requester) -> Result<String, SchedError> {
-        let (spec, user) = self.prepare_submission(spec, by)?;
-        self.check_queued_limit(by, &spec, 1)?;
+        let Checked { spec, user, .. } = self.check_submission(spec, None, by)?;
         let container = spec.extra.virtual_containers.first().cloned();
         let job = self.new_job(spec, &user, by);
         let id = job.id.clone();
@@ -38,37 +47,12 @@ impl Engine {
         array: ArraySpec,
         by: &Requester,
     ) -> Result<String, SchedError> {
-        let max_size = if by.admin {
-            ArraySpec::MAX_SIZE
-        } else {
-            self.config.limits.max_array_size
-        };
-        let problems = array.problems(max_size);
-        if !problems.is_empty() {
-            let mut messages = vec!["The job array was not submitted".to_string()];
-            messages.extend(problems);
-            return Err(SchedError::Invalid(messages));
-        }
-        let (mut spec, user) = self.prepare_submission(spec, by)?;
-        if array.name.is_some() {
-            spec.custom_name = array.name.clone();
-        }
-        spec.flags.retain(|f| f != "ARRAYJOB" && f != "ARRAYMASTER");
-        spec.flags.push("ARRAYMASTER".into());
-        for (rule, flag) in [
-            (array.cancel_on_first, "FIRST"),
-            (array.cancel_on_any, "ANY"),
-        ] {
-            if let Some(outcome) = rule {
-                let outcome = match outcome {
-                    ArrayOutcome::Failure => "FAILURE",
-                    ArrayOutcome::Success => "SUCCESS",
-                };
-                spec.flags.push(format!("CANCELON{flag}{outcome}"));
-            }
-        }
-        let indices = array.indices();
-        self.check_queued_limit(by, &spec, indices.len())?;
+        let Checked {
+            mut spec,
+            user,
+            indices,
+        } = self.check_submission(spec, Some(&array), by)?;
+        mark_array_master(&mut spec, &array);
         let mut master = self.new_job(spec, &user, by);
         master.array = Some(Box::new(ArrayPart::Master(array)));
         let id = master.id.clone();
@@ -100,13 +84,18 @@ impl Engine {
         Ok(id)
     }
 
-    /// Checks a submission and completes it (working directory, class); the system user
-    /// that will run it.
-    fn prepare_submission(
+    /// Every check a submission (of a job array, with `array`) passes, in order, the
+    /// first failing one refusing it; completes what it leaves out (working directory,
+    /// class).
+    fn check_submission(
         &mut self,
         mut spec: JobSpec,
+        array: Option<&ArraySpec>,
         by: &Requester,
-    ) -> Result<(JobSpec, Arc<SystemUser>), SchedError> {
+    ) -> Result<Checked, SchedError> {
+        if let Some(array) = array {
+            self.check_array(array, by)?;
+        }
         // A job joins only a container its submitter may act on (HOLDJOBS holds it).
         let containers = &self.containers;
         validate::submission(&spec, |id| containers.position_for(id, by).is_some())?;
@@ -115,21 +104,63 @@ impl Engine {
         if let Some(group) = &spec.group {
             self.check_group(group, &spec, by, &user)?;
         }
+        let directory = self.check_files(&spec, &user)?;
+        spec.working_directory = Some(directory.to_string_lossy().into_owned());
+        self.check_dependencies(&spec)?;
+        if let Some(wanted) = &spec.extra.reservation_requested
+            && self.reservations.position(wanted).is_none()
+        {
+            return Err(SchedError::invalid(
+                JOB_NOT_SUBMITTED,
+                format!("reservationRequested: no reservation '{wanted}'"),
+            ));
+        }
+        if spec.job_class.is_none() {
+            spec.job_class = self.config.credentials.classes.first().cloned();
+        }
+        let indices = array.map(ArraySpec::indices).unwrap_or_default();
+        self.check_queued_limit(by, &spec, array.map_or(1, |_| indices.len()))?;
+        Ok(Checked {
+            spec,
+            user,
+            indices,
+        })
+    }
+
+    /// An array's indices and rules must be well formed, and it no larger than the
+    /// caller may submit.
+    fn check_array(&self, array: &ArraySpec, by: &Requester) -> Result<(), SchedError> {
+        let max_size = if by.admin {
+            ArraySpec::MAX_SIZE
+        } else {
+            self.config.limits.max_array_size
+        };
+        let problems = array.problems(max_size);
+        if problems.is_empty() {
+            return Ok(());
+        }
+        let mut messages = vec![ARRAY_NOT_SUBMITTED.to_string()];
+        messages.extend(problems);
+        Err(SchedError::Invalid(messages))
+    }
+
+    /// The job's working directory (its user's home, else `/tmp`, when it names none),
+    /// which its user must be able to enter, and its command file, which they must be
+    /// able to read. Judged as the job's user sees the file system: a directory they
+    /// cannot reach is answered like one that does not exist.
+    fn check_files(&mut self, spec: &JobSpec, user: &SystemUser) -> Result<PathBuf, SchedError> {
+        let facts = self.accounts.file_facts();
         let (directory, checked) = match &spec.working_directory {
             Some(dir) => (PathBuf::from(dir), false),
-            None => default_directory(&user, self.accounts.file_facts()),
+            None => default_directory(user, facts),
         };
-        // Judged as the job's user sees the file system: a directory they cannot reach
-        // is answered like one that does not exist.
         let usable = checked
             || (directory.is_absolute()
-                && self.accounts.file_facts().reachable(&directory, &user)
-                && self.accounts.file_facts().check(&directory, |facts| {
-                    facts.is_some_and(|f| user.may_enter(&f))
-                }));
+                && facts.reachable(&directory, user)
+                && facts.check(&directory, |f| f.is_some_and(|f| user.may_enter(&f))));
         if !usable {
             return Err(SchedError::invalid(
-                "The job was not submitted",
+                JOB_NOT_SUBMITTED,
                 format!(
                     "initialWorkingDirectory: '{}' is not an existing directory that user '{}' \
                      can enter (give an absolute path)",
@@ -139,14 +170,11 @@ impl Engine {
             ));
         }
         let command = directory.join(&spec.command_file);
-        if !(self.accounts.file_facts().reachable(&command, &user)
-            && self
-                .accounts
-                .file_facts()
-                .check(&command, |facts| facts.is_some_and(|f| user.may_read(&f))))
+        if !(facts.reachable(&command, user)
+            && facts.check(&command, |f| f.is_some_and(|f| user.may_read(&f))))
         {
             return Err(SchedError::invalid(
-                "The job was not submitted",
+                JOB_NOT_SUBMITTED,
                 format!(
                     "commandFile: '{}' does not exist or user '{}' cannot read it",
                     command.display(),
@@ -154,20 +182,7 @@ impl Engine {
                 ),
             ));
         }
-        spec.working_directory = Some(directory.to_string_lossy().into_owned());
-        self.check_dependencies(&spec)?;
-        if let Some(wanted) = &spec.extra.reservation_requested
-            && self.reservations.position(wanted).is_none()
-        {
-            return Err(SchedError::invalid(
-                "The job was not submitted",
-                format!("reservationRequested: no reservation '{wanted}'"),
-            ));
-        }
-        if spec.job_class.is_none() {
-            spec.job_class = self.config.credentials.classes.first().cloned();
-        }
-        Ok((spec, user))
+        Ok(directory)
     }
 
     /// A new job of `spec` with the next id, as submitted now.
@@ -226,7 +241,7 @@ impl Engine {
                 Some(_) => None,
             };
             if let Some(reason) = problem {
-                return Err(SchedError::invalid("The job was not submitted", reason));
+                return Err(SchedError::invalid(JOB_NOT_SUBMITTED, reason));
             }
         }
         Ok(())
@@ -236,7 +251,7 @@ impl Engine {
     /// else the configured execution user. Without root, every job runs as the service
     /// user, whatever it names.
     fn job_user(&mut self, spec: &JobSpec, by: &Requester) -> Result<Arc<SystemUser>, SchedError> {
-        let refuse = |reason: String| SchedError::invalid("The job was not submitted", reason);
+        let refuse = |reason: String| SchedError::invalid(JOB_NOT_SUBMITTED, reason);
         if let Some(name) = &spec.user
             && *name != by.user
             && !by.admin
@@ -307,7 +322,7 @@ impl Engine {
             return Ok(());
         }
         Err(SchedError::Refused(vec![
-            "The job was not submitted".into(),
+            JOB_NOT_SUBMITTED.into(),
             format!(
                 "user '{user}' has {queued} jobs waiting to start and may have at most {limit} \
                  ([scheduler.limits] max_queued_jobs_per_user)"
@@ -327,7 +342,7 @@ impl Engine {
     ) -> Result<(), SchedError> {
         let Some(gid) = sysuser::group_id(group) else {
             return Err(SchedError::invalid(
-                "The job was not submitted",
+                JOB_NOT_SUBMITTED,
                 format!("group: '{group}' is not a group on this host"),
             ));
         };
@@ -339,7 +354,7 @@ impl Engine {
             return Ok(());
         }
         Err(SchedError::Forbidden(format!(
-            "The job was not submitted: user '{}' is not a member of group '{group}'",
+            "{JOB_NOT_SUBMITTED}: user '{}' is not a member of group '{group}'",
             member.name
         )))
     }
@@ -359,5 +374,27 @@ fn default_directory(user: &SystemUser, facts: &mut FileFacts) -> (PathBuf, bool
         (home.to_path_buf(), true)
     } else {
         (PathBuf::from("/tmp"), false)
+    }
+}
+
+/// Flags a job array's master as such, with the array's cancellation rules, and gives it
+/// the array's name.
+fn mark_array_master(spec: &mut JobSpec, array: &ArraySpec) {
+    if array.name.is_some() {
+        spec.custom_name = array.name.clone();
+    }
+    spec.flags.retain(|f| f != "ARRAYJOB" && f != "ARRAYMASTER");
+    spec.flags.push("ARRAYMASTER".into());
+    for (rule, flag) in [
+        (array.cancel_on_first, "FIRST"),
+        (array.cancel_on_any, "ANY"),
+    ] {
+        if let Some(outcome) = rule {
+            let outcome = match outcome {
+                ArrayOutcome::Failure => "FAILURE",
+                ArrayOutcome::Success => "SUCCESS",
+            };
+            spec.flags.push(format!("CANCELON{flag}{outcome}"));
+        }
     }
 }
