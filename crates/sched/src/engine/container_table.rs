@@ -24,14 +24,17 @@ impl ContainerTable {
         }
     }
 
+    #[inline]
     pub(super) fn all(&self) -> &[VirtualContainer] {
         &self.list
     }
 
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
+    #[inline]
     pub(super) fn len(&self) -> usize {
         self.list.len()
     }

@@ -51,22 +51,27 @@ impl JournalHandoff {
 
     /// Whether writes are kept (not in the simulator): callers skip making job
     /// documents that would be dropped.
+    #[inline]
     pub(super) fn journaled(&self) -> bool {
         self.journaled
     }
 
+    #[inline]
     pub(super) fn inbox(&self) -> &Sender<Inbox> {
         &self.inbox
     }
 
+    #[inline]
     pub(super) fn write(&mut self, write: Write) {
         self.batch.writes.push(write);
     }
 
+    #[inline]
     pub(super) fn write_all(&mut self, writes: impl IntoIterator<Item = Write>) {
         self.batch.writes.extend(writes);
     }
 
+    #[inline]
     pub(super) fn event(&mut self, event: SchedEvent) {
         self.events.push(event);
     }

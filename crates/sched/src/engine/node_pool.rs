@@ -27,15 +27,18 @@ impl NodePool {
         }
     }
 
+    #[inline]
     pub(super) fn all(&self) -> &Vec<Node> {
         &self.nodes
     }
 
+    #[inline]
     pub(super) fn index_of(&self, id: &str) -> Option<usize> {
         self.index.get(id).copied()
     }
 
     /// The node at `index`, to change (readers will see it).
+    #[inline]
     pub(super) fn node_mut(&mut self, index: usize) -> &mut Node {
         self.changed = true;
         &mut self.nodes[index]
@@ -48,10 +51,12 @@ impl NodePool {
 
     /// Lends the nodes out (to the planner of a pass), leaving none until
     /// [`NodePool::give_back`].
+    #[inline]
     pub(super) fn lend(&mut self) -> Vec<Node> {
         std::mem::take(&mut self.nodes)
     }
 
+    #[inline]
     pub(super) fn give_back(&mut self, nodes: Vec<Node>) {
         self.nodes = nodes;
     }

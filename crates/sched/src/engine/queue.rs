@@ -46,6 +46,7 @@ impl Queue {
     }
 
     /// The number of the next submission, taken.
+    #[inline]
     pub(super) fn take_seq(&mut self) -> u64 {
         let seq = self.next_seq;
         self.next_seq += 1;
@@ -99,23 +100,28 @@ impl Queue {
 
     /// The job at `position` keeps its resources until its process is gone, whatever
     /// its state says.
+    #[inline]
     pub(super) fn keep_running(&mut self, position: usize) {
         self.running.insert(position);
     }
 
+    #[inline]
     pub(super) fn running(&self) -> &BTreeSet<usize> {
         &self.running
     }
 
+    #[inline]
     pub(super) fn preemptors(&self) -> &BTreeSet<usize> {
         &self.preemptors
     }
 
+    #[inline]
     pub(super) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }
 
     /// How many jobs wait.
+    #[inline]
     pub(super) fn len(&self) -> usize {
         self.waiting.len()
     }

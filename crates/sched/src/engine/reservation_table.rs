@@ -28,6 +28,7 @@ impl ReservationTable {
         }
     }
 
+    #[inline]
     pub(super) fn all(&self) -> &[Reservation] {
         &self.list
     }

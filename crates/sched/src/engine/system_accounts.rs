@@ -44,10 +44,12 @@ impl SystemAccounts {
     }
 
     /// The account the service runs as.
+    #[inline]
     pub(super) fn service_user(&self) -> &Arc<SystemUser> {
         &self.service_user
     }
 
+    #[inline]
     pub(super) fn file_facts(&mut self) -> &mut FileFacts {
         &mut self.file_facts
     }

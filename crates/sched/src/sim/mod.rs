@@ -122,6 +122,20 @@ pub fn replay(
         ));
     }
 
+    let mut outcome = measure(jobs, &started, &ended, first_submit, total_processors);
+    outcome.elapsed = began.elapsed();
+    Ok(outcome)
+}
+
+/// The waits, slowdowns, utilization and makespan of a replay whose jobs started and
+/// ended at `started` and `ended` (by index in `jobs`).
+fn measure(
+    jobs: &[swf::TraceJob],
+    started: &[Option<Seconds>],
+    ended: &[Option<Seconds>],
+    first_submit: Seconds,
+    total_processors: u64,
+) -> Outcome {
     let mut outcome = Outcome {
         jobs: jobs.len(),
         mean_wait: 0.0,
@@ -153,8 +167,7 @@ pub fn replay(
     if outcome.makespan > 0 && total_processors > 0 {
         outcome.utilization = used / (outcome.makespan as f64 * total_processors as f64);
     }
-    outcome.elapsed = began.elapsed();
-    Ok(outcome)
+    outcome
 }
 
 /// A job for [`one_cycle`]: `tasks` one-processor tasks (`per_node` on each node, if
