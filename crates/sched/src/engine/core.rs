@@ -313,7 +313,7 @@ impl Engine {
         self.journal.flush(&*self.events);
     }
 
-    /// Makes node and credential changes visible to readers.
+    /// Makes what changed in the parts (and the degraded state) visible to readers.
     fn publish(&mut self) {
         if let Some(nodes) = self.nodes.take_changed() {
             *self.shared.nodes.write().unwrap() = Arc::new(nodes);

@@ -2,6 +2,13 @@
 //! writer of it. Handlers talk to it through [`Scheduler`]: changes are commands sent to
 //! its inbox, answered once the journal has made them durable; reads look at the shared
 //! state directly (a read lock held for a copy), never waiting for a scheduling pass.
+//!
+//! [`Engine`] (in `core`: the loop, scheduling passes, process ends, time-driven work)
+//! composes parts that own their fields: `queue`, `journal_handoff`, `node_pool`,
+//! `reservation_table` and `container_table` (both an `id_table`), `credential_names`,
+//! `system_accounts`, `arrays`. Commands: `submission`, `job_changes`, `job_actions`,
+//! `node_changes`, `reservation_commands`, `container_commands` (with `acl_edit`);
+//! `launch`, `preempt`, `recovery`.
 
 mod acl_edit;
 mod arrays;
@@ -9,6 +16,7 @@ mod container_commands;
 mod container_table;
 mod core;
 mod credential_names;
+mod id_table;
 mod job_actions;
 mod job_changes;
 mod journal_handoff;

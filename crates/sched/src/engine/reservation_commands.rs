@@ -323,7 +323,7 @@ impl Engine {
             .map(|r| r.id.clone())
             .collect();
         for id in ended {
-            self.reservations.remove_all(&id);
+            self.reservations.retain(|r| r.id != id);
             self.journal.write(Write::Delete {
                 collection: RESERVATIONS.into(),
                 id: id.clone(),

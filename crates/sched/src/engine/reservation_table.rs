@@ -1,105 +1,36 @@
 //! The reservations part of the engine: the advance reservations in force, oldest
-//! first, the last reservation number given, and whether readers have seen the list.
-//! Any change through it marks it changed.
+//! first (an [`IdTable`]), and what the scheduling pass and new reservations need of
+//! them.
 
 use crate::job::Job;
 use crate::node::Node;
 use crate::place::{self, Room};
 use crate::policy::plan::{Access, SetAside};
-use crate::request::Requester;
 use crate::reservation::{Held, Reservation};
 
+use super::id_table::IdTable;
 use super::node_pool::NodePool;
 
-pub(crate) struct ReservationTable {
-    list: Vec<Reservation>,
-    /// The number of the last reservation made (ids are `<prefix>.<n>`).
-    last_number: u64,
-    /// Changed since readers last saw the list.
-    changed: bool,
-}
+/// The advance reservations in force, oldest first.
+pub(crate) type ReservationTable = IdTable<Reservation>;
 
-impl ReservationTable {
-    pub(super) fn new() -> ReservationTable {
-        ReservationTable {
-            list: Vec::new(),
-            last_number: 0,
-            changed: true,
-        }
-    }
-
-    #[inline]
-    pub(super) fn all(&self) -> &[Reservation] {
-        &self.list
-    }
-
-    pub(super) fn position(&self, id: &str) -> Option<usize> {
-        self.list.iter().position(|r| r.id == id)
-    }
-
-    /// The position of reservation `id` if the caller may see it (an administrator, or
-    /// a user it belongs to).
-    pub(super) fn position_for(&self, id: &str, by: &Requester) -> Option<usize> {
-        self.list
-            .iter()
-            .position(|r| r.id == id && (by.admin || r.belongs_to(&by.user)))
-    }
-
-    pub(super) fn get(&self, position: usize) -> &Reservation {
-        &self.list[position]
-    }
-
-    pub(super) fn get_mut(&mut self, position: usize) -> &mut Reservation {
-        self.changed = true;
-        &mut self.list[position]
-    }
-
-    pub(super) fn push(&mut self, reservation: Reservation) {
-        self.list.push(reservation);
-        self.changed = true;
-    }
-
-    pub(super) fn remove(&mut self, position: usize) -> Reservation {
-        self.changed = true;
-        self.list.remove(position)
-    }
-
-    /// Removes every reservation of id `id`.
-    pub(super) fn remove_all(&mut self, id: &str) {
-        self.list.retain(|r| r.id != id);
-        self.changed = true;
+impl IdTable<Reservation> {
+    /// The id of a new reservation: `<prefix>.<next number>`.
+    pub(super) fn new_id(&mut self, prefix: &str) -> String {
+        format!("{prefix}.{}", self.next_number())
     }
 
     /// Puts `reservation` in place of the one of the same id, or adds it.
     pub(super) fn put(&mut self, reservation: Reservation) {
         match self.position(&reservation.id) {
-            Some(at) => self.list[at] = reservation,
-            None => self.list.push(reservation),
+            Some(at) => *self.get_mut(at) = reservation,
+            None => self.push(reservation),
         }
-        self.changed = true;
-    }
-
-    /// The id of a new reservation: `<prefix>.<next number>`.
-    pub(super) fn new_id(&mut self, prefix: &str) -> String {
-        self.last_number += 1;
-        format!("{prefix}.{}", self.last_number)
-    }
-
-    /// Replaces the whole list (loaded from the store); numbers go on after `last_number`.
-    pub(super) fn replace_all(&mut self, list: Vec<Reservation>, last_number: u64) {
-        self.list = list;
-        self.last_number = last_number;
-        self.changed = true;
-    }
-
-    /// The list, if it changed since the last call.
-    pub(super) fn take_changed(&mut self) -> Option<Vec<Reservation>> {
-        std::mem::take(&mut self.changed).then(|| self.list.clone())
     }
 
     /// Reservations the user `user` created (standing ones are nobody's).
     pub(super) fn count_created_by(&self, user: &str) -> usize {
-        self.list
+        self.all()
             .iter()
             .filter(|r| !r.standing && r.creator == user)
             .count()
@@ -107,13 +38,13 @@ impl ReservationTable {
 
     /// A reservation holding `node` in the window `start..end`, if any.
     pub(super) fn overlapping(&self, node: &str, start: i64, end: i64) -> Option<&Reservation> {
-        self.list.iter().find(|r| r.overlaps(node, start, end))
+        self.all().iter().find(|r| r.overlaps(node, start, end))
     }
 
     /// Processors of `node` held by reservations overlapping `start..end`.
     pub(super) fn held_on(&self, node: &Node, start: i64, end: i64) -> Room {
         let taken: u32 = self
-            .list
+            .all()
             .iter()
             .filter(|r| r.start < end && start < r.end)
             .flat_map(|r| r.held.iter().filter(|h| h.node == node.config.id))
@@ -127,7 +58,7 @@ impl ReservationTable {
 
     /// What the reservations set aside, for the planner (indices as in the list).
     pub(super) fn set_asides(&self, nodes: &NodePool) -> Vec<SetAside> {
-        self.list
+        self.all()
             .iter()
             .map(|r| SetAside {
                 nodes: r
@@ -144,11 +75,11 @@ impl ReservationTable {
     /// What `job` may use of the reservations.
     pub(super) fn access_of(&self, job: &Job) -> Access {
         let mut access = Access::default();
-        if self.list.is_empty() {
+        if self.is_empty() {
             return access;
         }
         let wanted = job.spec.extra.reservation_requested.as_deref();
-        for (index, reservation) in self.list.iter().enumerate() {
+        for (index, reservation) in self.all().iter().enumerate() {
             if !reservation.admits(job) {
                 if wanted == Some(reservation.id.as_str()) {
                     // Asked for it without being admitted: it may run nowhere else.
