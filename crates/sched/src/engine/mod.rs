@@ -3,7 +3,7 @@
 //! its inbox, answered once the journal has made them durable; reads look at the shared
 //! state directly (a read lock held for a copy), never waiting for a scheduling pass.
 //!
-//! [`Engine`] (in `core`: the loop, scheduling passes, process ends, time-driven work)
+//! `Engine` (in `core`: the loop, scheduling passes, process ends, time-driven work)
 //! composes parts that own their fields: `queue`, `journal_handoff`, `node_pool`,
 //! `reservation_table` and `container_table` (both an `id_table`), `credential_names`,
 //! `system_accounts`, `arrays`. Commands: `submission`, `job_changes`, `job_actions`,
