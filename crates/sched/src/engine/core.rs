@@ -23,7 +23,7 @@ use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
 use crate::node::{Node, NodeConfig};
 use crate::place;
-use crate::policy::plan::{Decision, Held, Planner};
+use crate::policy::planner::{Decision, Held, Planner};
 use crate::policy::priority::Usage;
 use crate::request::{Requester, SchedError};
 use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
@@ -444,7 +444,7 @@ impl Engine {
 
     /// A pass over the queue in priority order (`policy::priority`): each job starts
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
-    /// planner decides (`policy::plan`).
+    /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
         if self.queue.is_empty() {
             return;

@@ -5,7 +5,7 @@
 use crate::job::Job;
 use crate::node::Node;
 use crate::place::{self, Room};
-use crate::policy::plan::{Access, SetAside};
+use crate::policy::planner::{Access, SetAside};
 use crate::reservation::{Held, Reservation};
 
 use super::id_table::IdTable;
