@@ -20,7 +20,7 @@ use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
 use crate::dependency::{self, Verdict};
 use crate::events::{EventSink, SchedEvent};
-use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
+use crate::job::{EndIntent, Hold, Job, JobMessage, JobState, ProcessRecord};
 use crate::node::{Node, NodeConfig};
 use crate::place;
 use crate::policy::planner::{Decision, Held, Planner};
@@ -671,6 +671,13 @@ impl Engine {
         }
     }
 
+    /// Asks a job's process to stop: SIGTERM, then SIGKILL after the configured grace.
+    pub(super) fn terminate(&self, process: &ProcessRecord) -> Result<(), String> {
+        let grace_seconds = self.config.kill_grace_seconds;
+        self.rm
+            .signal(process, JobSignal::Terminate { grace_seconds })
+    }
+
     /// A job's process ended.
     pub(crate) fn exited(&mut self, job_id: &str, pid: i32, exit: Exit) {
         let Some(position) = self.position(job_id) else {
@@ -789,13 +796,7 @@ impl Engine {
         for (position, limit) in over {
             let job = self.job_at(position);
             if let Some(process) = &job.status.process {
-                let grace = self.config.kill_grace_seconds;
-                if let Err(e) = self.rm.signal(
-                    process,
-                    JobSignal::Terminate {
-                        grace_seconds: grace,
-                    },
-                ) {
+                if let Err(e) = self.terminate(process) {
                     eprintln!("drover: cannot stop job {}: {e}", job.id);
                 }
             }

@@ -306,17 +306,9 @@ impl Engine {
         match job.status.state {
             JobState::Running | JobState::Suspended => {
                 if let Some(process) = &job.status.process {
-                    let grace = self.config.kill_grace_seconds;
-                    self.rm
-                        .signal(
-                            process,
-                            JobSignal::Terminate {
-                                grace_seconds: grace,
-                            },
-                        )
-                        .map_err(|e| {
-                            SchedError::refused(summary::job_action_refused("cancel", id), e)
-                        })?;
+                    self.terminate(process).map_err(|e| {
+                        SchedError::refused(summary::job_action_refused("cancel", id), e)
+                    })?;
                 }
                 self.update(position, |job| {
                     job.status.state = JobState::Vacated;

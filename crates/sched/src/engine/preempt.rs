@@ -9,7 +9,6 @@ use super::core::Engine;
 use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::place::{self, Room};
 use crate::policy::Preemption;
-use crate::rm::JobSignal;
 
 impl Engine {
     /// Makes room for the waiting preemptor at `position`, if stopping preemptees can.
@@ -81,13 +80,7 @@ impl Engine {
             return;
         };
         if let Some(process) = &victim.status.process {
-            let grace = self.config.kill_grace_seconds;
-            if let Err(e) = self.rm.signal(
-                process,
-                JobSignal::Terminate {
-                    grace_seconds: grace,
-                },
-            ) {
+            if let Err(e) = self.terminate(process) {
                 eprintln!("drover: cannot preempt job {}: {e}", victim.id);
                 return;
             }

@@ -96,13 +96,7 @@ impl Engine {
             if job.status.ending.is_some() {
                 // It was being stopped; the SIGKILL after the grace period went with the
                 // old service, so start again.
-                let grace = self.config.kill_grace_seconds;
-                let _ = self.rm.signal(
-                    process,
-                    crate::rm::JobSignal::Terminate {
-                        grace_seconds: grace,
-                    },
-                );
+                let _ = self.terminate(process);
             }
             return;
         }
