@@ -795,10 +795,10 @@ impl Engine {
             .collect();
         for (position, limit) in over {
             let job = self.job_at(position);
-            if let Some(process) = &job.status.process {
-                if let Err(e) = self.terminate(process) {
-                    eprintln!("drover: cannot stop job {}: {e}", job.id);
-                }
+            if let Some(process) = &job.status.process
+                && let Err(e) = self.terminate(process)
+            {
+                eprintln!("drover: cannot stop job {}: {e}", job.id);
             }
             self.update(position, |job| {
                 job.status.ending = Some(EndIntent::WallTime);

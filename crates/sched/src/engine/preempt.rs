@@ -79,11 +79,11 @@ impl Engine {
         let Some(position) = self.position(&victim.id) else {
             return;
         };
-        if let Some(process) = &victim.status.process {
-            if let Err(e) = self.terminate(process) {
-                eprintln!("drover: cannot preempt job {}: {e}", victim.id);
-                return;
-            }
+        if let Some(process) = &victim.status.process
+            && let Err(e) = self.terminate(process)
+        {
+            eprintln!("drover: cannot preempt job {}: {e}", victim.id);
+            return;
         }
         let now = self.now();
         let requeue = mode == Preemption::Requeue && victim.has_flag("RESTARTABLE");
