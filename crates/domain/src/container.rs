@@ -35,7 +35,7 @@ impl VirtualContainer {
     /// Whether `user` created it or is its USER owner: what an ordinary user may see,
     /// change, and submit jobs into.
     pub fn belongs_to(&self, user: &str) -> bool {
-        self.creator == user || self.owner.as_ref().is_some_and(|o| o.is_user(user))
+        crate::reservation::belongs_to(&self.creator, self.owner.as_ref(), user)
     }
 }
 

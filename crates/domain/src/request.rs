@@ -155,6 +155,42 @@ impl SchedError {
     }
 }
 
+/// The first message of a refusal: what was not done. Clients see these words exactly
+/// (tests pin them); refusals take their summary from here.
+pub mod summary {
+    pub const JOB_NOT_SUBMITTED: &str = "The job was not submitted";
+    pub const ARRAY_NOT_SUBMITTED: &str = "The job array was not submitted";
+    pub const JOB_NOT_MODIFIED: &str = "The job was not modified";
+    pub const NODE_NOT_MODIFIED: &str = "The node was not modified";
+    pub const RESERVATION_NOT_CREATED: &str = "The reservation was not created";
+    pub const CONTAINER_NOT_CREATED: &str = "The virtual container was not created";
+
+    pub fn job_not_modified(id: &str) -> String {
+        format!("Job {id} was not modified")
+    }
+
+    /// A job action (`hold`, `cancel`, …) was refused.
+    pub fn job_action_refused(action: &str, id: &str) -> String {
+        format!("Cannot {action} job {id}")
+    }
+
+    pub fn node_not_modified(id: &str) -> String {
+        format!("Node {id} was not modified")
+    }
+
+    pub fn reservation_not_changed(id: &str) -> String {
+        format!("The reservation {id} was not changed")
+    }
+
+    pub fn reservation_rules_not_changed(id: &str) -> String {
+        format!("The ACL rules of reservation {id} were not changed")
+    }
+
+    pub fn container_not_changed(id: &str) -> String {
+        format!("The virtual container {id} was not changed")
+    }
+}
+
 /// A reservation to create (spec 2.7, create).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReservationRequest {

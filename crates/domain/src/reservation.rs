@@ -313,6 +313,12 @@ impl Owner {
     }
 }
 
+/// Whether `user` is the `creator` of an object or its USER `owner`: who may see and act
+/// on a reservation or a virtual container.
+pub fn belongs_to(creator: &str, owner: Option<&Owner>, user: &str) -> bool {
+    creator == user || owner.is_some_and(|o| o.is_user(user))
+}
+
 /// Processors of one node set aside.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Held {
@@ -358,7 +364,7 @@ impl Reservation {
     /// Whether `user` created it or is its USER owner: what an ordinary user may see
     /// and act on.
     pub fn belongs_to(&self, user: &str) -> bool {
-        self.creator == user || self.owner.as_ref().is_some_and(|o| o.is_user(user))
+        belongs_to(&self.creator, self.owner.as_ref(), user)
     }
 
     pub fn is_active(&self, now: Seconds) -> bool {

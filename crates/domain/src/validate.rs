@@ -4,8 +4,7 @@
 
 use crate::job::{Hold, JobSpec, KNOWN_FLAGS};
 use crate::request::SchedError;
-
-const SUMMARY: &str = "The job was not submitted";
+use crate::request::summary::JOB_NOT_SUBMITTED;
 
 /// Characters a variable name must not contain (besides white space).
 const NAME_FORBIDDEN: &[char] = &['=', ';', ':', '+', '?', '^', '\\'];
@@ -141,7 +140,7 @@ pub fn submission(
     if problems.is_empty() {
         Ok(())
     } else {
-        let mut messages = vec![SUMMARY.to_string()];
+        let mut messages = vec![JOB_NOT_SUBMITTED.to_string()];
         messages.extend(problems);
         Err(SchedError::Invalid(messages))
     }

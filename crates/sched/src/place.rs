@@ -1,6 +1,6 @@
 //! Placement: which nodes a job's tasks go to. First fit over the nodes in their
 //! configured order, each node offering some room: what is free now ([`place`]), or
-//! what the backfill planner (`policy::plan`) finds free over a stretch of time.
+//! what the backfill planner (`policy::planner`) finds free over a stretch of time.
 
 use crate::job::{Allocation, ResourceRequest};
 use crate::node::Node;

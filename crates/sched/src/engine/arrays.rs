@@ -48,6 +48,40 @@ impl Tally {
     }
 }
 
+/// The tally of each array, by the book position of its master.
+#[derive(Debug, Default)]
+pub(crate) struct ArrayTallies(HashMap<usize, Tally>);
+
+impl ArrayTallies {
+    pub(super) fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    pub(super) fn get(&self, master: usize) -> Option<&Tally> {
+        self.0.get(&master)
+    }
+
+    /// A sub-job of the array of `master` went from `before` to `after`; says whether
+    /// the array is tallied.
+    fn moved(&mut self, master: usize, before: JobState, after: JobState) -> bool {
+        let Some(tally) = self.0.get_mut(&master) else {
+            return false;
+        };
+        tally.by_state[before as usize] -= 1;
+        tally.by_state[after as usize] += 1;
+        true
+    }
+
+    /// Counts a sub-job that ended by itself; says whether it is the first (`None`: the
+    /// array is not tallied).
+    fn count_ended(&mut self, master: usize) -> Option<bool> {
+        let tally = self.0.get_mut(&master)?;
+        let first = tally.ended == 0;
+        tally.ended += 1;
+        Some(first)
+    }
+}
+
 impl Engine {
     /// Starts tallying the array whose master is at `master` (its sub-jobs follow it).
     pub(crate) fn track_array(&mut self, master: usize) {
@@ -73,7 +107,7 @@ impl Engine {
                 }
             }
         }
-        self.arrays.insert(master, tally);
+        self.arrays.0.insert(master, tally);
         self.summarize(master);
     }
 
@@ -85,16 +119,14 @@ impl Engine {
         let Some(master) = self.position(master_id) else {
             return;
         };
-        if let Some(tally) = self.arrays.get_mut(&master) {
-            tally.by_state[before as usize] -= 1;
-            tally.by_state[member.status.state as usize] += 1;
+        if self.arrays.moved(master, before, member.status.state) {
             self.summarize(master);
         }
     }
 
     /// Brings the master's state in line with its sub-jobs.
     fn summarize(&mut self, master: usize) {
-        let Some(summary) = self.arrays.get(&master).map(Tally::summary) else {
+        let Some(summary) = self.arrays.get(master).map(Tally::summary) else {
             return;
         };
         let job = self.job_at(master);
@@ -122,7 +154,7 @@ impl Engine {
         let Some(master) = member.array_member().and_then(|(id, _)| self.position(id)) else {
             return true;
         };
-        let Some(tally) = self.arrays.get(&master) else {
+        let Some(tally) = self.arrays.get(master) else {
             return true;
         };
         let chosen = starting.entry(master).or_default();
@@ -143,11 +175,9 @@ impl Engine {
         let Some(master) = self.position(master_id) else {
             return;
         };
-        let Some(tally) = self.arrays.get_mut(&master) else {
+        let Some(first) = self.arrays.count_ended(master) else {
             return;
         };
-        let first = tally.ended == 0;
-        tally.ended += 1;
         let master_job = self.job_at(master);
         let Some(spec) = master_job.array_spec() else {
             return;
@@ -176,7 +206,7 @@ impl Engine {
 
     /// Cancels every sub-job that has not ended (no event each: the caller reports it).
     pub(crate) fn cancel_members(&mut self, master: usize, reason: &str) {
-        let Some(tally) = self.arrays.get(&master).cloned() else {
+        let Some(tally) = self.arrays.get(master).cloned() else {
             return;
         };
         for position in tally.first..tally.first + tally.count {

@@ -1,27 +1,33 @@
-//! The engine thread: its state, its loop, the journal hand-off, scheduling passes,
-//! process ends and time-driven work.
+//! The engine: its parts, its thread's loop, scheduling passes, process ends and
+//! time-driven work.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 
+use super::container_table::ContainerTable;
+use super::credential_names::CredentialNames;
+use super::journal_handoff::JournalHandoff;
+use super::node_pool::NodePool;
+use super::queue::Queue;
+use super::reservation_table::ReservationTable;
+use super::system_accounts::SystemAccounts;
 use super::{CredentialKind, EngineParts, Inbox, SchedConfig, Scheduler, Shared};
 use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
 use crate::dependency::{self, Verdict};
 use crate::events::{EventSink, SchedEvent};
-use crate::job::{EndIntent, Hold, Job, JobMessage, JobState};
+use crate::job::{EndIntent, Hold, Job, JobMessage, JobState, ProcessRecord};
 use crate::node::{Node, NodeConfig};
 use crate::place;
-use crate::policy::plan::{Decision, Held, Planner};
-use crate::policy::priority::{Priority, QueueRank, Usage};
+use crate::policy::planner::{Decision, Held, Planner};
+use crate::policy::priority::Usage;
 use crate::request::{Requester, SchedError};
 use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
-use drover_store::journal::{self, Batch};
 
 /// The store collection of jobs (one document per job, the [`Job`] model as JSON).
 pub const JOBS: &str = "jobs";
@@ -30,150 +36,34 @@ pub(crate) const NODES: &str = "nodes";
 
 /// Inbox messages handled before the journal gets the step's writes.
 const MAX_MESSAGES_PER_STEP: usize = 4096;
-/// How long a system account looked up stays good (see `Engine::accounts`).
-const ACCOUNT_FRESHNESS: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The order of the queue: system priority, then user priority (both highest first),
-/// then submission order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct QueueKey {
-    system: std::cmp::Reverse<i64>,
-    user: std::cmp::Reverse<i64>,
-    seq: u64,
-    /// Sub-jobs of an array share their master's `seq`: then the index orders them.
-    index: i64,
-}
-
-impl QueueKey {
-    pub(crate) fn of(job: &Job) -> QueueKey {
-        QueueKey {
-            system: std::cmp::Reverse(job.status.system_priority),
-            user: std::cmp::Reverse(job.spec.user_priority),
-            seq: job.seq,
-            index: job.array_member().map_or(-1, |(_, index)| index),
-        }
-    }
-}
-
-/// The order of one pass over the queue.
-pub(crate) enum QueueWalk {
-    /// The queue's own order, resumed after the last key given (the queue may change
-    /// during the pass).
-    Listed { after: Option<QueueKey> },
-    Ranked {
-        /// Goes first (and is skipped when the heap yields it again).
-        first: Option<usize>,
-        given: Option<usize>,
-        heap: std::collections::BinaryHeap<Ranked>,
-    },
-}
-
-/// A job's rank with its position, ordered so that the best is the heap's top.
-pub(crate) struct Ranked(QueueRank, usize);
-
-impl PartialEq for Ranked {
-    fn eq(&self, other: &Self) -> bool {
-        self.cmp(other).is_eq()
-    }
-}
-
-impl Eq for Ranked {}
-
-impl PartialOrd for Ranked {
-    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Ranked {
-    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        // QueueRank puts the best first; the heap pops the greatest.
-        other.0.queue_cmp(&self.0)
-    }
-}
-
-impl QueueWalk {
-    fn next(&mut self, queue: &BTreeMap<QueueKey, usize>) -> Option<usize> {
-        match self {
-            QueueWalk::Listed { after } => {
-                let (&key, &position) = match after {
-                    Some(last) => queue
-                        .range((std::ops::Bound::Excluded(*last), std::ops::Bound::Unbounded))
-                        .next()?,
-                    None => queue.iter().next()?,
-                };
-                *after = Some(key);
-                Some(position)
-            }
-            QueueWalk::Ranked { first, given, heap } => {
-                if let Some(position) = first.take() {
-                    *given = Some(position);
-                    return Some(position);
-                }
-                loop {
-                    let Ranked(_, position) = heap.pop()?;
-                    if Some(position) != *given {
-                        return Some(position);
-                    }
-                }
-            }
-        }
-    }
-}
-
+/// The engine: what it works with, and its state in parts that each keep their own
+/// rules. Jobs themselves are in the shared book (`shared.jobs`), which only the engine
+/// writes.
 pub(crate) struct Engine {
-    pub(crate) config: SchedConfig,
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) store: Arc<dyn DocumentStore>,
-    pub(crate) rm: Arc<dyn ResourceManager>,
-    pub(crate) clock: Arc<dyn Clock>,
-    pub(crate) events: Arc<dyn EventSink>,
-    pub(crate) accountant: Arc<dyn crate::accountant::Accountant>,
-    /// Events of the current step, journaled with its changes.
-    pub(crate) pending_events: Vec<SchedEvent>,
-    pub(crate) inbox: Sender<Inbox>,
-    /// False in the simulator: no journal, nothing written.
-    journaled: bool,
-    journal: Option<Sender<Batch>>,
-    journal_thread: Option<std::thread::JoinHandle<()>>,
-    /// Writes and completions of the current step.
-    pub(crate) batch: Batch,
-    /// Jobs waiting to be placed (Idle), by queue order, to their book position.
-    pub(crate) queue: BTreeMap<QueueKey, usize>,
-    pub(crate) queue_keys: HashMap<usize, QueueKey>,
-    /// Book positions of jobs holding resources (Starting, Running, Suspended).
-    pub(crate) running: BTreeSet<usize>,
-    /// Waiting jobs flagged PREEMPTOR.
-    pub(crate) preemptors: BTreeSet<usize>,
+    pub(super) config: SchedConfig,
+    pub(super) shared: Arc<Shared>,
+    pub(super) store: Arc<dyn DocumentStore>,
+    pub(super) rm: Arc<dyn ResourceManager>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) events: Arc<dyn EventSink>,
+    pub(super) accountant: Arc<dyn crate::accountant::Accountant>,
+    /// This step's writes, events and answers, for the journal.
+    pub(super) journal: JournalHandoff,
+    pub(super) queue: Queue,
     /// Job arrays, by the book position of their master.
-    pub(crate) arrays: HashMap<usize, super::arrays::Tally>,
-    /// Advance reservations, oldest first.
-    pub(crate) reservations: Vec<crate::reservation::Reservation>,
-    pub(crate) next_reservation: u64,
-    /// Reservations changed since readers last saw them.
-    pub(crate) reservations_dirty: bool,
-    /// Virtual containers, by number.
-    pub(crate) containers: Vec<crate::container::VirtualContainer>,
-    pub(crate) next_container: u64,
-    pub(crate) containers_dirty: bool,
-    pub(crate) nodes: Vec<Node>,
-    /// Node ids to their index in `nodes`.
-    pub(crate) node_index: HashMap<String, usize, foldhash::fast::FixedState>,
-    nodes_changed: bool,
+    pub(super) arrays: super::arrays::ArrayTallies,
+    pub(super) nodes: NodePool,
+    pub(super) reservations: ReservationTable,
+    pub(super) containers: ContainerTable,
+    pub(super) credentials: CredentialNames,
+    pub(super) accounts: SystemAccounts,
     /// Recent usage per user: the fair-share factor.
-    pub(crate) usage: Usage,
-    pub(crate) credentials: BTreeMap<CredentialKind, BTreeSet<String>>,
-    credentials_changed: bool,
-    pub(crate) next_seq: u64,
-    /// System accounts looked up lately (`None`: no such account), with when, shared: a
-    /// submission only reads one. Looked up again after `ACCOUNT_FRESHNESS`, so that a
-    /// group membership taken away stops counting.
-    accounts: HashMap<String, (Instant, Option<Arc<SystemUser>>)>,
-    pub(crate) service_user: Arc<SystemUser>,
-    /// What submissions found of working directories and command files, for a moment.
-    pub(crate) file_facts: crate::fsfacts::FileFacts,
-    pub(crate) degraded: Option<String>,
-    pub(crate) needs_schedule: bool,
+    pub(super) usage: Usage,
+    /// Why changes cannot be taken now (the journal failed), if they cannot.
+    pub(super) degraded: Option<String>,
+    /// A scheduling pass is due at the end of this step.
+    pub(super) needs_schedule: bool,
 }
 
 impl Engine {
@@ -181,8 +71,8 @@ impl Engine {
         for collection in [
             JOBS,
             NODES,
-            super::reservations::RESERVATIONS,
-            super::containers::CONTAINERS,
+            super::reservation_commands::RESERVATIONS,
+            super::container_commands::CONTAINERS,
         ] {
             parts
                 .store
@@ -196,7 +86,7 @@ impl Engine {
         engine.flush_journal();
         let scheduler = Scheduler {
             shared: engine.shared.clone(),
-            inbox: engine.inbox.clone(),
+            inbox: engine.journal.inbox().clone(),
         };
         std::thread::Builder::new()
             .name("engine".into())
@@ -250,19 +140,9 @@ impl Engine {
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
         });
-        let (journal, journal_thread) = if journaled {
-            let (journal, thread) = journal::start(store.clone(), "journal");
-            (Some(journal), Some(thread))
-        } else {
-            (None, None)
-        };
-        let node_index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.id().to_string(), i))
-            .collect();
-        let usage = Usage::new(config.policy.fairshare_half_life);
         let engine = Engine {
+            journal: JournalHandoff::new(&store, journaled, inbox),
+            usage: Usage::new(config.policy.fairshare_half_life),
             config,
             shared,
             store,
@@ -270,33 +150,13 @@ impl Engine {
             clock: parts.clock,
             events: parts.events,
             accountant: parts.accountant,
-            pending_events: Vec::new(),
-            inbox,
-            journaled,
-            journal,
-            journal_thread,
-            batch: Batch::default(),
-            queue: BTreeMap::new(),
-            queue_keys: HashMap::new(),
-            running: BTreeSet::new(),
-            preemptors: BTreeSet::new(),
-            arrays: HashMap::new(),
-            reservations: Vec::new(),
-            next_reservation: 0,
-            reservations_dirty: true,
-            containers: Vec::new(),
-            next_container: 0,
-            containers_dirty: true,
-            nodes,
-            node_index,
-            nodes_changed: false,
-            usage,
-            credentials: BTreeMap::new(),
-            credentials_changed: true,
-            next_seq: 1,
-            accounts: HashMap::new(),
-            service_user: Arc::new(service_user),
-            file_facts: Default::default(),
+            queue: Queue::new(),
+            arrays: Default::default(),
+            nodes: NodePool::new(nodes),
+            reservations: ReservationTable::new(),
+            containers: ContainerTable::new(),
+            credentials: CredentialNames::new(),
+            accounts: SystemAccounts::new(service_user),
             degraded: None,
             needs_schedule: true,
         };
@@ -325,17 +185,9 @@ impl Engine {
             .unwrap_or_else(|| "nobody".into())
     }
 
-    /// The system account `name`, looked up once.
+    /// The system account `name`, looked up once a while.
     pub(crate) fn account(&mut self, name: &str) -> Option<Arc<SystemUser>> {
-        if let Some((when, found)) = self.accounts.get(name)
-            && when.elapsed() < ACCOUNT_FRESHNESS
-        {
-            return found.clone();
-        }
-        let found = SystemUser::lookup(name).map(Arc::new);
-        self.accounts
-            .insert(name.to_string(), (Instant::now(), found.clone()));
-        found
+        self.accounts.lookup(name)
     }
 
     fn run(mut self, inbox: Receiver<Inbox>) {
@@ -371,10 +223,7 @@ impl Engine {
     /// Writes what is pending, waits for the journal to finish, and says so.
     fn stop(mut self, done: tokio::sync::oneshot::Sender<()>) {
         self.flush_journal();
-        drop(self.journal.take());
-        if let Some(thread) = self.journal_thread.take() {
-            let _ = thread.join();
-        }
+        self.journal.stop();
         // Everything the engine holds (the event sink too) is released before the
         // caller hears that it stopped.
         drop(self);
@@ -456,86 +305,27 @@ impl Engine {
             ))),
             None => run(self),
         };
-        self.answer(reply, result);
-    }
-
-    /// Answers once this step's writes are durable; a refusal is answered at once.
-    fn answer<T: Send + 'static>(
-        &mut self,
-        reply: tokio::sync::oneshot::Sender<Result<T, SchedError>>,
-        result: Result<T, SchedError>,
-    ) {
-        match result {
-            Err(refusal) => drop(reply.send(Err(refusal))),
-            Ok(value) => self.batch.completions.push(Box::new(move |committed| {
-                let _ = reply.send(match committed {
-                    Ok(()) => Ok(value),
-                    Err(e) => Err(SchedError::Unavailable(format!(
-                        "the change could not be recorded: {e}"
-                    ))),
-                });
-            })),
-        }
+        self.journal.answer(reply, result);
     }
 
     /// Hands this step's writes to the journal.
     pub(crate) fn flush_journal(&mut self) {
-        if !self.pending_events.is_empty() {
-            let events = self
-                .events
-                .journal(std::mem::take(&mut self.pending_events));
-            self.batch.writes.extend(events.writes);
-            if let Some(committed) = events.committed {
-                self.batch.completions.push(Box::new(move |result| {
-                    if result.is_ok() {
-                        committed();
-                    }
-                }));
-            }
-        }
-        if self.batch.is_empty() {
-            return;
-        }
-        if !self.journaled {
-            for completion in std::mem::take(&mut self.batch.completions) {
-                completion(&Ok(()));
-            }
-            self.batch.writes.clear();
-            return;
-        }
-        let mut batch = std::mem::take(&mut self.batch);
-        let inbox = self.inbox.clone();
-        batch.completions.push(Box::new(move |committed| {
-            if let Err(e) = committed {
-                let _ = inbox.send(Inbox::JournalFailed(e.clone()));
-            }
-        }));
-        if let Some(journal) = &self.journal
-            && let Err(lost) = journal.send(batch)
-        {
-            for completion in lost.0.completions {
-                completion(&Err("the journal has stopped".into()));
-            }
-        }
+        self.journal.flush(&*self.events);
     }
 
-    /// Makes node and credential changes visible to readers.
+    /// Makes what changed in the parts (and the degraded state) visible to readers.
     fn publish(&mut self) {
-        if self.nodes_changed {
-            *self.shared.nodes.write().unwrap() = Arc::new(self.nodes.clone());
-            self.nodes_changed = false;
+        if let Some(nodes) = self.nodes.take_changed() {
+            *self.shared.nodes.write().unwrap() = Arc::new(nodes);
         }
-        if self.reservations_dirty {
-            *self.shared.reservations.write().unwrap() = Arc::new(self.reservations.clone());
-            self.reservations_dirty = false;
+        if let Some(reservations) = self.reservations.take_changed() {
+            *self.shared.reservations.write().unwrap() = Arc::new(reservations);
         }
-        if self.containers_dirty {
-            *self.shared.containers.write().unwrap() = Arc::new(self.containers.clone());
-            self.containers_dirty = false;
+        if let Some(containers) = self.containers.take_changed() {
+            *self.shared.containers.write().unwrap() = Arc::new(containers);
         }
-        if self.credentials_changed {
-            *self.shared.credentials.write().unwrap() = self.credentials.clone();
-            self.credentials_changed = false;
+        if let Some(credentials) = self.credentials.take_changed() {
+            *self.shared.credentials.write().unwrap() = credentials;
         }
         let degraded = self.shared.degraded.read().unwrap().clone();
         if degraded != self.degraded {
@@ -557,14 +347,14 @@ impl Engine {
 
     /// Adds a new job to the book and the journal.
     pub(crate) fn add_job(&mut self, job: Job) -> usize {
-        if !self.journaled {
+        if !self.journal.journaled() {
             return self.shared.jobs.write().unwrap().push(job);
         }
         let body = Body::serialize(&job).expect("a job serializes");
         let id = job.id.clone();
         let position = self.shared.jobs.write().unwrap().push(job);
         // A plain insert (a new id never exists): cheaper than the upsert of a change.
-        self.batch.writes.push(Write::Insert {
+        self.journal.write(Write::Insert {
             collection: JOBS.into(),
             id,
             name: None,
@@ -598,10 +388,10 @@ impl Engine {
         {
             self.job_ended_in_container(&job.id);
         }
-        if !self.journaled {
+        if !self.journal.journaled() {
             return result;
         }
-        self.batch.writes.push(Write::Put {
+        self.journal.write(Write::Put {
             collection: JOBS.into(),
             id: job.id.clone(),
             name: None,
@@ -612,43 +402,8 @@ impl Engine {
 
     /// Keeps the queue and the running set in step with a job's state.
     pub(crate) fn requeue_index(&mut self, position: usize, job: &Job) {
-        if job.array_spec().is_some() {
-            return; // a master never runs: its sub-jobs do
-        }
-        let waiting = job.status.state == JobState::Idle
-            || (job.status.state == JobState::Blocked
-                && job
-                    .status
-                    .block
-                    .as_ref()
-                    .is_some_and(|b| b.kind == dependency::WAITING));
-        let key = QueueKey::of(job);
-        match (self.queue_keys.get(&position).copied(), waiting) {
-            (Some(old), true) if old == key => {}
-            (Some(old), _) => {
-                self.queue.remove(&old);
-                self.queue_keys.remove(&position);
-                if waiting {
-                    self.queue.insert(key, position);
-                    self.queue_keys.insert(position, key);
-                }
-            }
-            (None, true) => {
-                self.queue.insert(key, position);
-                self.queue_keys.insert(position, key);
-                self.needs_schedule = true;
-            }
-            (None, false) => {}
-        }
-        if job.status.state.is_running() {
-            self.running.insert(position);
-        } else {
-            self.running.remove(&position);
-        }
-        if waiting && job.has_flag("PREEMPTOR") {
-            self.preemptors.insert(position);
-        } else {
-            self.preemptors.remove(&position);
+        if self.queue.index(position, job) {
+            self.needs_schedule = true;
         }
     }
 
@@ -660,7 +415,7 @@ impl Engine {
         by: Option<&Requester>,
         details: Vec<(String, String)>,
     ) {
-        self.pending_events.push(SchedEvent {
+        self.journal.event(SchedEvent {
             time: self.now(),
             event_type,
             facility,
@@ -672,77 +427,53 @@ impl Engine {
     }
 
     pub(crate) fn remember_credential(&mut self, kind: CredentialKind, name: Option<&str>) {
-        if let Some(name) = name.filter(|n| !n.is_empty()) {
-            let names = self.credentials.entry(kind).or_default();
-            if !names.contains(name) {
-                names.insert(name.to_string());
-                self.credentials_changed = true;
-            }
-        }
-    }
-
-    pub(crate) fn mark_nodes_changed(&mut self) {
-        self.nodes_changed = true;
+        self.credentials.remember(kind, name);
     }
 
     /// Node resources taken (`take`) or given back by a job.
     pub(crate) fn charge_nodes(&mut self, job: &Job, take: bool) {
-        let per_task_memory = job.spec.request.memory_per_task.unwrap_or(0);
-        for allocation in &job.status.allocation {
-            let Some(&index) = self.node_index.get(&allocation.node) else {
-                continue;
-            };
-            let node = &mut self.nodes[index];
-            let processors = allocation.tasks * job.spec.request.processors_per_task;
-            let memory = u64::from(allocation.tasks) * per_task_memory;
-            if take {
-                node.used_processors += processors;
-                node.used_memory += memory;
-                node.jobs.push(job.id.clone());
-            } else {
-                node.used_processors = node.used_processors.saturating_sub(processors);
-                node.used_memory = node.used_memory.saturating_sub(memory);
-                node.jobs.retain(|j| *j != job.id);
-            }
-        }
+        self.nodes.charge(job, take);
         if !take {
             // The run is over (or never began): charge it, release what was held.
             let now = self.now();
             let seconds = (job.active_seconds(now) - job.status.earlier_active_seconds).max(0);
             let charged = self.accountant.end(job, seconds, now);
-            self.batch.writes.extend(charged);
+            self.journal.write_all(charged);
         }
-        self.nodes_changed = true;
     }
 
     /// A pass over the queue in priority order (`policy::priority`): each job starts
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
-    /// planner decides (`policy::plan`).
+    /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
         if self.queue.is_empty() {
             return;
         }
         let now = self.now();
-        let mut order = self.queue_order(now);
+        let mut order = {
+            let book = self.shared.jobs.read().unwrap();
+            self.queue
+                .walk(&self.config.policy, &self.usage, &book, now)
+        };
         let held = self.held_resources(now);
         // The planner reads the nodes while jobs change; starts are applied after it.
-        let nodes = std::mem::take(&mut self.nodes);
-        let set_asides = self.set_asides();
+        let nodes = self.nodes.lend();
+        let set_asides = self.reservations.set_asides(&self.nodes);
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
             .with_reservation_depth(self.config.policy.reservation_depth)
             .with_set_asides(set_asides);
         let mut starts = Vec::new();
         let mut array_starts = HashMap::new();
-        let held_by_containers = self.held_by_containers();
+        let held_by_containers = self.containers.held_jobs();
         // PREEMPTOR jobs go first: they may stop running work, so they surely pass
         // waiting work (and the resources freed for them are not taken by others).
-        let preemptors: Vec<usize> = self.preemptors.iter().copied().collect();
+        let preemptors: Vec<usize> = self.queue.preemptors().iter().copied().collect();
         let mut walk = preemptors.iter().copied();
         loop {
             let position = match walk.next() {
                 Some(position) => position,
                 None => match order.next(&self.queue) {
-                    Some(position) if self.preemptors.contains(&position) => continue,
+                    Some(position) if self.queue.preemptors().contains(&position) => continue,
                     Some(position) => position,
                     None => break,
                 },
@@ -763,7 +494,7 @@ impl Engine {
             if job.array_member().is_some() && !self.slot_free(&job, &mut array_starts, false) {
                 continue;
             }
-            let access = self.access_of(&job);
+            let access = self.reservations.access_of(&job);
             match planner.consider_with(&job.spec.request, job.spec.duration, &access) {
                 Decision::Start(placed) => {
                     self.slot_free(&job, &mut array_starts, true);
@@ -782,7 +513,7 @@ impl Engine {
             }
         }
         drop(planner);
-        self.nodes = nodes;
+        self.nodes.give_back(nodes);
         for (position, allocation) in starts {
             if let Err(reason) = self.begin_start(position, allocation) {
                 self.block_for_funds(position, reason);
@@ -798,45 +529,13 @@ impl Engine {
         }
     }
 
-    /// The waiting jobs, best first, produced lazily: a pass usually stops long before
-    /// the end of a long queue. With `reserve_oldest`, the job first in submission order
-    /// comes first whatever its priority, so it is the one EASY protects.
-    fn queue_order(&self, now: Seconds) -> QueueWalk {
-        let policy = &self.config.policy;
-        if policy.weights.is_static() {
-            // The queue's own order (system, then user priority, then submission) is
-            // the priority order.
-            return QueueWalk::Listed { after: None };
-        }
-        let priority = Priority {
-            weights: &policy.weights,
-            usage: &self.usage,
-            now,
-        };
-        let book = self.shared.jobs.read().unwrap();
-        let ranked: Vec<_> = self
-            .queue
-            .values()
-            .map(|&position| Ranked(priority.rank(book.at(position)), position))
-            .collect();
-        let first = policy
-            .reserve_oldest
-            .then(|| self.queue.values().next().copied())
-            .flatten();
-        QueueWalk::Ranked {
-            first,
-            given: None,
-            heap: std::collections::BinaryHeap::from(ranked),
-        }
-    }
-
     /// What running jobs hold, and until when they are expected to (start plus requested
     /// time, plus time spent suspended; a suspended job or one without a requested time
     /// gives no end).
     fn held_resources(&self, now: Seconds) -> Vec<Held> {
         let book = self.shared.jobs.read().unwrap();
         let mut held = Vec::new();
-        for &position in &self.running {
+        for &position in self.queue.running() {
             let job = book.at(position);
             let request = &job.spec.request;
             let end = match (job.status.state, job.spec.duration) {
@@ -848,7 +547,7 @@ impl Engine {
                 _ => None,
             };
             for allocation in &job.status.allocation {
-                if let Some(&node) = self.node_index.get(&allocation.node) {
+                if let Some(node) = self.nodes.index_of(&allocation.node) {
                     held.push(Held {
                         node,
                         processors: allocation.tasks * request.processors_per_task,
@@ -897,7 +596,7 @@ impl Engine {
         let mut priced = (*self.job_at(position)).clone();
         priced.status.allocation = allocation.clone();
         let held = self.accountant.start(&priced, self.now())?;
-        self.batch.writes.extend(held);
+        self.journal.write_all(held);
         let job = self.update(position, |job| {
             job.status.state = JobState::Starting;
             job.status.allocation = allocation;
@@ -905,12 +604,7 @@ impl Engine {
             job.clone()
         });
         self.charge_nodes(&job, true);
-        let inbox = self.inbox.clone();
-        self.batch.completions.push(Box::new(move |committed| {
-            if committed.is_ok() {
-                let _ = inbox.send(Inbox::Launch(vec![position]));
-            }
-        }));
+        self.journal.launch_when_committed(position);
         Ok(())
     }
 
@@ -975,6 +669,13 @@ impl Engine {
                 );
             }
         }
+    }
+
+    /// Asks a job's process to stop: SIGTERM, then SIGKILL after the configured grace.
+    pub(super) fn terminate(&self, process: &ProcessRecord) -> Result<(), String> {
+        let grace_seconds = self.config.kill_grace_seconds;
+        self.rm
+            .signal(process, JobSignal::Terminate { grace_seconds })
     }
 
     /// A job's process ended.
@@ -1051,6 +752,19 @@ impl Engine {
         }
     }
 
+    /// Runs the scheduling pass that is due, if one is (the simulator's step).
+    pub(crate) fn schedule_if_due(&mut self) {
+        if self.needs_schedule {
+            self.needs_schedule = false;
+            self.schedule();
+        }
+    }
+
+    /// How many jobs wait, and how many hold resources.
+    pub(crate) fn counts(&self) -> (usize, usize) {
+        (self.queue.len(), self.queue.running().len())
+    }
+
     /// Time-driven work: wall-time limits, start dates, retrying a failed journal.
     fn tick(&mut self) {
         if self.degraded.is_some() {
@@ -1065,7 +779,8 @@ impl Engine {
         }
         let now = self.now();
         let over: Vec<(usize, i64)> = self
-            .running
+            .queue
+            .running()
             .iter()
             .map(|&p| (p, self.job_at(p)))
             .filter(|(_, job)| {
@@ -1080,16 +795,10 @@ impl Engine {
             .collect();
         for (position, limit) in over {
             let job = self.job_at(position);
-            if let Some(process) = &job.status.process {
-                let grace = self.config.kill_grace_seconds;
-                if let Err(e) = self.rm.signal(
-                    process,
-                    JobSignal::Terminate {
-                        grace_seconds: grace,
-                    },
-                ) {
-                    eprintln!("drover: cannot stop job {}: {e}", job.id);
-                }
+            if let Some(process) = &job.status.process
+                && let Err(e) = self.terminate(process)
+            {
+                eprintln!("drover: cannot stop job {}: {e}", job.id);
             }
             self.update(position, |job| {
                 job.status.ending = Some(EndIntent::WallTime);

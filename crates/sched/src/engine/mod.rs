@@ -2,14 +2,34 @@
 //! writer of it. Handlers talk to it through [`Scheduler`]: changes are commands sent to
 //! its inbox, answered once the journal has made them durable; reads look at the shared
 //! state directly (a read lock held for a copy), never waiting for a scheduling pass.
+//!
+//! `Engine` (in `core`: the loop, scheduling passes, process ends, time-driven work)
+//! composes parts that own their fields: `queue`, `journal_handoff`, `node_pool`,
+//! `reservation_table` and `container_table` (both an `id_table`), `credential_names`,
+//! `system_accounts`, `arrays`. Commands: `submission`, `job_changes`, `job_actions`,
+//! `node_changes`, `reservation_commands`, `container_commands` (with `acl_edit`);
+//! `launch`, `preempt`, `recovery`.
 
+mod acl_edit;
 mod arrays;
-mod commands;
-mod containers;
+mod container_commands;
+mod container_table;
 mod core;
+mod credential_names;
+mod id_table;
+mod job_actions;
+mod job_changes;
+mod journal_handoff;
+mod launch;
+mod node_changes;
+mod node_pool;
 mod preempt;
+mod queue;
 mod recovery;
-mod reservations;
+mod reservation_commands;
+mod reservation_table;
+mod submission;
+mod system_accounts;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
@@ -255,15 +275,11 @@ impl Scheduler {
         request: crate::request::ReservationRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::Reserve {
-                request: Box::new(request),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Reserve {
+            request: Box::new(request),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -273,16 +289,12 @@ impl Scheduler {
         change: crate::request::ReservationChange,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::ChangeReservation {
-                id: id.to_string(),
-                change,
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ChangeReservation {
+            id: id.to_string(),
+            change,
+            by,
+            reply,
+        })
         .await
     }
 
@@ -297,15 +309,11 @@ impl Scheduler {
         request: crate::request::ContainerRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::CreateContainer {
-                request: Box::new(request),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::CreateContainer {
+            request: Box::new(request),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -315,16 +323,12 @@ impl Scheduler {
         change: crate::request::ContainerChange,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::ChangeContainer {
-                id: id.to_string(),
-                change: Box::new(change),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ChangeContainer {
+            id: id.to_string(),
+            change: Box::new(change),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -348,15 +352,11 @@ impl Scheduler {
         spec: crate::job::JobSpec,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::Submit {
-                spec: Box::new(spec),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Submit {
+            spec: Box::new(spec),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -367,16 +367,12 @@ impl Scheduler {
         array: crate::job::ArraySpec,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        self.ask(
-            Inbox::SubmitArray {
-                spec: Box::new(spec),
-                array: Box::new(array),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::SubmitArray {
+            spec: Box::new(spec),
+            array: Box::new(array),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -386,17 +382,12 @@ impl Scheduler {
         changes: JobChanges,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::Modify {
-                id,
-                changes: Box::new(changes),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Modify {
+            id: id.to_string(),
+            changes: Box::new(changes),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -406,17 +397,12 @@ impl Scheduler {
         action: JobAction,
         by: Requester,
     ) -> Result<String, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::Act {
-                id,
-                action,
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::Act {
+            id: id.to_string(),
+            action,
+            by,
+            reply,
+        })
         .await
     }
 
@@ -426,17 +412,12 @@ impl Scheduler {
         changes: NodeChanges,
         by: Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let (reply, answer) = oneshot::channel();
-        let id = id.to_string();
-        self.ask(
-            Inbox::ModifyNode {
-                id,
-                changes: Box::new(changes),
-                by,
-                reply,
-            },
-            answer,
-        )
+        self.ask(|reply| Inbox::ModifyNode {
+            id: id.to_string(),
+            changes: Box::new(changes),
+            by,
+            reply,
+        })
         .await
     }
 
@@ -449,13 +430,15 @@ impl Scheduler {
         }
     }
 
+    /// Sends the engine the message `message` makes of a reply channel, and waits for
+    /// the answer.
     async fn ask<T>(
         &self,
-        message: Inbox,
-        answer: oneshot::Receiver<Result<T, SchedError>>,
+        message: impl FnOnce(oneshot::Sender<Result<T, SchedError>>) -> Inbox,
     ) -> Result<T, SchedError> {
         let stopped = || SchedError::Unavailable("the scheduler is not running".into());
-        self.inbox.send(message).map_err(|_| stopped())?;
+        let (reply, answer) = oneshot::channel();
+        self.inbox.send(message(reply)).map_err(|_| stopped())?;
         answer.await.map_err(|_| stopped())?
     }
 }

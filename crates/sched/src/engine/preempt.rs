@@ -9,7 +9,6 @@ use super::core::Engine;
 use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::place::{self, Room};
 use crate::policy::Preemption;
-use crate::rm::JobSignal;
 
 impl Engine {
     /// Makes room for the waiting preemptor at `position`, if stopping preemptees can.
@@ -22,7 +21,7 @@ impl Engine {
         // Resources of preemptees already being stopped count as free: they are coming.
         let mut coming: HashMap<usize, (u32, u64)> = HashMap::new();
         let mut candidates: Vec<std::sync::Arc<Job>> = Vec::new();
-        for &running in &self.running {
+        for &running in self.queue.running() {
             let job = self.job_at(running);
             if !job.has_flag("PREEMPTEE") || job.id == preemptor.id {
                 continue;
@@ -55,7 +54,7 @@ impl Engine {
     fn add_held(&self, coming: &mut HashMap<usize, (u32, u64)>, job: &Job) {
         let request = &job.spec.request;
         for allocation in &job.status.allocation {
-            if let Some(&node) = self.node_index.get(&allocation.node) {
+            if let Some(node) = self.nodes.index_of(&allocation.node) {
                 let entry = coming.entry(node).or_default();
                 entry.0 += allocation.tasks * request.processors_per_task;
                 entry.1 += u64::from(allocation.tasks) * request.memory_per_task.unwrap_or(0);
@@ -64,7 +63,7 @@ impl Engine {
     }
 
     fn fits_with(&self, job: &Job, coming: &HashMap<usize, (u32, u64)>) -> bool {
-        let nodes = &self.nodes;
+        let nodes = self.nodes.all();
         let accepting = (0..nodes.len()).filter(|&i| nodes[i].accepts_jobs());
         place::first_fit(&job.spec.request, nodes, accepting, |i| {
             let (processors, memory) = coming.get(&i).copied().unwrap_or_default();
@@ -80,17 +79,11 @@ impl Engine {
         let Some(position) = self.position(&victim.id) else {
             return;
         };
-        if let Some(process) = &victim.status.process {
-            let grace = self.config.kill_grace_seconds;
-            if let Err(e) = self.rm.signal(
-                process,
-                JobSignal::Terminate {
-                    grace_seconds: grace,
-                },
-            ) {
-                eprintln!("drover: cannot preempt job {}: {e}", victim.id);
-                return;
-            }
+        if let Some(process) = &victim.status.process
+            && let Err(e) = self.terminate(process)
+        {
+            eprintln!("drover: cannot preempt job {}: {e}", victim.id);
+            return;
         }
         let now = self.now();
         let requeue = mode == Preemption::Requeue && victim.has_flag("RESTARTABLE");
@@ -119,7 +112,7 @@ impl Engine {
             });
         });
         // Its resources stay taken until the process is gone.
-        self.running.insert(position);
+        self.queue.keep_running(position);
         self.emit(
             if requeue { "jobrequeue" } else { "jobcancel" },
             "job",

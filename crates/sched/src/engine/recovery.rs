@@ -1,11 +1,10 @@
 //! Rebuilding the engine's state from the store: at start, and after a failed journal
 //! write (the store is the truth; memory may have run ahead of it).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 use drover_query::ListQuery;
 
-use super::CredentialKind;
 use super::core::{Engine, JOBS, NODES};
 use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::node::NodeOverrides;
@@ -28,32 +27,12 @@ impl Engine {
             .collect();
 
         // Start from a clean slate.
-        self.queue.clear();
-        self.queue_keys.clear();
-        self.running.clear();
-        self.preemptors.clear();
+        self.queue.reset(jobs.last().map_or(1, |j| j.seq + 1));
         self.arrays.clear();
-        for node in &mut self.nodes {
-            node.used_processors = 0;
-            node.used_memory = 0;
-            node.jobs.clear();
-            node.overrides = overrides.get(node.id()).cloned().unwrap_or_default();
-        }
-        self.mark_nodes_changed();
-        self.credentials = BTreeMap::new();
-        let configured = self.config.credentials.clone();
-        for (kind, names) in [
-            (CredentialKind::Accounts, &configured.accounts),
-            (CredentialKind::Classes, &configured.classes),
-            (CredentialKind::Groups, &configured.groups),
-            (CredentialKind::Qoses, &configured.qoses),
-            (CredentialKind::Users, &configured.users),
-        ] {
-            for name in names {
-                self.remember_credential(kind, Some(name));
-            }
-        }
-        self.next_seq = jobs.last().map_or(1, |j| j.seq + 1);
+        self.nodes.reset(&overrides);
+        self.credentials.clear();
+        self.credentials
+            .remember_configured(&self.config.credentials);
         {
             let mut book = self.shared.jobs.write().unwrap();
             *book = crate::book::JobBook::new();
@@ -62,54 +41,12 @@ impl Engine {
             }
         }
 
-        self.usage = Usage::new(self.config.policy.fairshare_half_life);
-        let mut finished: Vec<&Job> = jobs
-            .iter()
-            .filter(|j| j.status.dates.start.is_some() && j.status.dates.completion.is_some())
-            .collect();
-        finished.sort_by_key(|j| j.status.dates.completion);
-        for job in finished {
-            let end = job.status.dates.completion.unwrap_or_default();
-            let used = job.processors() as f64 * job.active_seconds(end) as f64;
-            self.usage.record(&job.status.exec_user, used, end);
-        }
-
+        self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
         let now = self.now();
         for (position, job) in jobs.iter().enumerate() {
-            for (kind, name) in [
-                (
-                    CredentialKind::Users,
-                    job.spec.user.as_deref().or(Some(&job.status.submitter)),
-                ),
-                (CredentialKind::Groups, job.spec.group.as_deref()),
-                (CredentialKind::Accounts, job.spec.account.as_deref()),
-                (CredentialKind::Classes, job.spec.job_class.as_deref()),
-                (CredentialKind::Qoses, job.spec.qos_requested.as_deref()),
-            ] {
-                self.remember_credential(kind, name);
-            }
-            match job.status.state {
-                JobState::Idle => self.requeue_index(position, job),
-                // Node configuration may have changed: judge blocked jobs again.
-                JobState::Blocked => self.update(position, |job| {
-                    job.status.state = JobState::Idle;
-                    job.status.block = None;
-                }),
-                JobState::Starting => {
-                    // Its start was recorded but its process may never have been made,
-                    // or was made and not recorded: stop any such orphan.
-                    self.rm.abandon(&job.id);
-                    self.update(position, |job| {
-                        job.status.state = JobState::Idle;
-                        job.status.allocation.clear();
-                    });
-                }
-                JobState::Running | JobState::Suspended => self.recover_running(position, job, now),
-                JobState::Vacated if job.status.ending.is_some() => {
-                    self.recover_running(position, job, now)
-                }
-                _ => {}
-            }
+            self.credentials
+                .remember_job(&job.spec, &job.status.submitter);
+            self.recover(position, job, now);
         }
         self.load_reservations()?;
         self.load_containers()?;
@@ -123,30 +60,50 @@ impl Engine {
         Ok(())
     }
 
+    /// Brings a loaded job's state in line with a fresh start.
+    fn recover(&mut self, position: usize, job: &Job, now: i64) {
+        match job.status.state {
+            JobState::Idle => self.requeue_index(position, job),
+            // Node configuration may have changed: judge blocked jobs again.
+            JobState::Blocked => self.update(position, |job| {
+                job.status.state = JobState::Idle;
+                job.status.block = None;
+            }),
+            JobState::Starting => {
+                // Its start was recorded but its process may never have been made,
+                // or was made and not recorded: stop any such orphan.
+                self.rm.abandon(&job.id);
+                self.update(position, |job| {
+                    job.status.state = JobState::Idle;
+                    job.status.allocation.clear();
+                });
+            }
+            JobState::Running | JobState::Suspended => self.recover_running(position, job, now),
+            JobState::Vacated if job.status.ending.is_some() => {
+                self.recover_running(position, job, now)
+            }
+            _ => {}
+        }
+    }
+
     /// A job that had a process when the service stopped.
     fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
         if let Some(process) = &job.status.process
             && self.rm.adopt(&job.id, process)
         {
             self.charge_nodes(job, true);
-            self.running.insert(position);
+            self.queue.keep_running(position);
             if job.status.ending.is_some() {
                 // It was being stopped; the SIGKILL after the grace period went with the
                 // old service, so start again.
-                let grace = self.config.kill_grace_seconds;
-                let _ = self.rm.signal(
-                    process,
-                    crate::rm::JobSignal::Terminate {
-                        grace_seconds: grace,
-                    },
-                );
+                let _ = self.terminate(process);
             }
             return;
         }
         // Its run is over: charge it (up to now, the end being unknown).
         let seconds = (job.active_seconds(now) - job.status.earlier_active_seconds).max(0);
         let charged = self.accountant.end(job, seconds, now);
-        self.batch.writes.extend(charged);
+        self.journal.write_all(charged);
         // A job being requeued goes back to the queue as asked; one being cancelled is
         // already final; one over its wall time ends; others requeue if they may.
         let ending = job.status.ending;
@@ -214,6 +171,22 @@ impl Engine {
         }
         Ok(loaded)
     }
+}
+
+/// Fair-share usage as the ended runs of `jobs` leave it, oldest end first.
+fn usage_of(jobs: &[Job], half_life: crate::clock::Seconds) -> Usage {
+    let mut usage = Usage::new(half_life);
+    let mut finished: Vec<&Job> = jobs
+        .iter()
+        .filter(|j| j.status.dates.start.is_some() && j.status.dates.completion.is_some())
+        .collect();
+    finished.sort_by_key(|j| j.status.dates.completion);
+    for job in finished {
+        let end = job.status.dates.completion.unwrap_or_default();
+        let used = job.processors() as f64 * job.active_seconds(end) as f64;
+        usage.record(&job.status.exec_user, used, end);
+    }
+    usage
 }
 
 /// The number `n` of an id `<prefix>.<n>` (0 when there is none).

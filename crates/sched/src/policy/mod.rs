@@ -1,16 +1,16 @@
 //! Scheduling policy: in which order waiting jobs are considered ([`priority`]) and
-//! which of them may start now without delaying the ones ahead ([`plan`]: FCFS, EASY or
+//! which of them may start now without delaying the ones ahead ([`planner`]: FCFS, EASY or
 //! conservative backfill). Pure code over the engine's state: the engine and the
 //! simulator (`drover replay`) run the same functions.
 
-pub mod plan;
+pub mod planner;
 pub mod priority;
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
-pub use plan::{Decision, Planner};
+pub use planner::{Decision, Planner};
 pub use priority::{Priority, Usage};
 
 /// How jobs behind a job that cannot start yet are treated.

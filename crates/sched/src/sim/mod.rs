@@ -106,10 +106,7 @@ pub fn replay(
             by_id.insert(id, next);
             next += 1;
         }
-        if sim.engine.needs_schedule {
-            sim.engine.needs_schedule = false;
-            sim.engine.schedule();
-        }
+        sim.engine.schedule_if_due();
         sim.commit();
         for id in sim.rm.started.lock().unwrap().drain(..) {
             let index = by_id[&id];
@@ -125,6 +122,20 @@ pub fn replay(
         ));
     }
 
+    let mut outcome = measure(jobs, &started, &ended, first_submit, total_processors);
+    outcome.elapsed = began.elapsed();
+    Ok(outcome)
+}
+
+/// The waits, slowdowns, utilization and makespan of a replay whose jobs started and
+/// ended at `started` and `ended` (by index in `jobs`).
+fn measure(
+    jobs: &[swf::TraceJob],
+    started: &[Option<Seconds>],
+    ended: &[Option<Seconds>],
+    first_submit: Seconds,
+    total_processors: u64,
+) -> Outcome {
     let mut outcome = Outcome {
         jobs: jobs.len(),
         mean_wait: 0.0,
@@ -156,8 +167,7 @@ pub fn replay(
     if outcome.makespan > 0 && total_processors > 0 {
         outcome.utilization = used / (outcome.makespan as f64 * total_processors as f64);
     }
-    outcome.elapsed = began.elapsed();
-    Ok(outcome)
+    outcome
 }
 
 /// A job for [`one_cycle`]: `tasks` one-processor tasks (`per_node` on each node, if
@@ -195,19 +205,19 @@ pub fn one_cycle(
     }
     sim.engine.schedule();
     sim.commit();
-    let running = sim.engine.running.len();
+    let (_, running) = sim.engine.counts();
     sim.clock.advance(60);
     for shape in waiting {
         sim.submit(shape.tasks, shape.per_node, shape.seconds)?;
     }
-    let waiting = sim.engine.queue.len();
+    let (waiting, _) = sim.engine.counts();
     let began = Instant::now();
     sim.engine.schedule();
     let elapsed = began.elapsed();
     Ok(Cycle {
         waiting,
         running,
-        started: waiting - sim.engine.queue.len(),
+        started: waiting - sim.engine.counts().0,
         elapsed,
     })
 }

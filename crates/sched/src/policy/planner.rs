@@ -618,16 +618,19 @@ mod tests {
     #[test]
     fn set_asides_keep_other_jobs_off_and_let_admitted_ones_in() {
         let nodes = nodes(&[4, 4]);
-        let reserved = |start| SetAside {
-            nodes: vec![(0, 4)],
-            start,
-            end: 100,
+        // n0 set aside from `start` to `end`, planned at `now`.
+        let planner = |now, start, end| {
+            Planner::new(Backfill::Easy, now, &nodes, []).with_set_asides(vec![SetAside {
+                nodes: vec![(0, 4)],
+                start,
+                end,
+            }])
         };
         let admitted = Access {
             admitted: vec![0],
             ..Access::default()
         };
-        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![reserved(0)]);
+        let mut p = planner(0, 0, 100);
         assert_eq!(
             p.consider(&tasks(4), Some(50)),
             Decision::Start(vec![(1, 4)])
@@ -641,26 +644,14 @@ mod tests {
 
         // A reservation starting at 100: a job ending by then may use n0 now; one that
         // would still run, or runs for ever, may not.
-        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
-            nodes: vec![(0, 4)],
-            start: 100,
-            end: 200,
-        }]);
+        let mut p = planner(0, 100, 200);
         assert_eq!(
             p.consider(&tasks(8), Some(100)),
             Decision::Start(vec![(0, 4), (1, 4)])
         );
-        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
-            nodes: vec![(0, 4)],
-            start: 100,
-            end: 200,
-        }]);
+        let mut p = planner(0, 100, 200);
         assert_eq!(p.consider(&tasks(8), Some(101)), Decision::Reserved(200));
-        let mut p = Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
-            nodes: vec![(0, 4)],
-            start: 100,
-            end: 200,
-        }]);
+        let mut p = planner(0, 100, 200);
         assert_eq!(
             p.consider(&tasks(6), None),
             Decision::Reserved(200),
@@ -673,22 +664,12 @@ mod tests {
             within: Some(0),
             ..Access::default()
         };
-        let mut early =
-            Planner::new(Backfill::Easy, 0, &nodes, []).with_set_asides(vec![SetAside {
-                nodes: vec![(0, 4)],
-                start: 100,
-                end: 200,
-            }]);
+        let mut early = planner(0, 100, 200);
         assert_eq!(
             early.consider_with(&tasks(1), Some(10), &within),
             Decision::Wait
         );
-        let mut now =
-            Planner::new(Backfill::Easy, 150, &nodes, []).with_set_asides(vec![SetAside {
-                nodes: vec![(0, 4)],
-                start: 100,
-                end: 200,
-            }]);
+        let mut now = planner(150, 100, 200);
         assert_eq!(
             now.consider_with(&tasks(1), Some(10), &within),
             Decision::Start(vec![(0, 1)])

@@ -3,13 +3,13 @@
 //! DESTROYWHENEMPTY (it goes once nothing in it remains: no members, or only jobs that
 //! have ended).
 
-use std::collections::HashSet;
-
 use drover_store::{Body, Write};
 
+use super::acl_edit;
 use super::core::Engine;
 use crate::container::{Members, VirtualContainer};
 use crate::limits::carried_bytes;
+use crate::request::summary::{self, CONTAINER_NOT_CREATED};
 use crate::request::{ContainerChange, ContainerRequest, Requester, SchedError};
 use crate::reservation::{AclRule, Owner};
 
@@ -24,16 +24,9 @@ impl Engine {
     ) -> Result<String, SchedError> {
         may_name_owner(request.owner.as_ref(), by)?;
         let limit = self.config.limits.user_container_max_count;
-        if !by.admin
-            && self
-                .containers
-                .iter()
-                .filter(|c| c.creator == by.user)
-                .count()
-                >= limit
-        {
+        if !by.admin && self.containers.count_created_by(&by.user) >= limit {
             return Err(SchedError::invalid(
-                "The virtual container was not created",
+                CONTAINER_NOT_CREATED,
                 format!(
                     "{} already has {limit} virtual containers, the most an ordinary user may \
                      have ([scheduler.limits] user_container_max_count)",
@@ -41,8 +34,7 @@ impl Engine {
                 ),
             ));
         }
-        self.next_container += 1;
-        let id = format!("vc.{}", self.next_container);
+        let id = self.containers.new_id();
         let container = VirtualContainer {
             id: id.clone(),
             created: self.now(),
@@ -59,7 +51,7 @@ impl Engine {
         };
         self.store_container(&container);
         self.containers.push(container);
-        self.containers_changed();
+        self.needs_schedule = true;
         Ok(id)
     }
 
@@ -69,39 +61,68 @@ impl Engine {
         change: ContainerChange,
         by: &Requester,
     ) -> Result<Vec<String>, SchedError> {
-        let Some(position) = self
-            .containers
-            .iter()
-            .position(|c| c.id == id && (by.admin || c.belongs_to(&by.user)))
-        else {
+        let Some(position) = self.containers.position_for(id, by) else {
             return Err(SchedError::NotFound(format!("No virtual container '{id}'")));
         };
-        let before = self.containers[position].clone();
-        let refused = |reasons: Vec<String>| {
-            let mut messages = vec![format!("The virtual container {id} was not changed")];
-            messages.extend(reasons);
-            SchedError::Invalid(messages)
-        };
+        let before = self.containers.get(position).clone();
         let message = match change {
             ContainerChange::Delete => {
                 self.delete_container(position);
                 return Ok(vec![format!("Virtual container {id} was deleted")]);
             }
+            change => self.apply_container_change(position, change, by)?,
+        };
+        let container = self.containers.get(position).clone();
+        let carried = carried_bytes(
+            &container.variables,
+            &container.acl,
+            container.description.as_deref(),
+        );
+        let limit = self.config.limits.max_submission_bytes;
+        let parts = "description, variables and ACL rules";
+        if !by.admin
+            && let Some(reason) = acl_edit::over_limit(carried, limit, parts)
+        {
+            *self.containers.get_mut(position) = before;
+            return Err(refused(id, vec![reason]));
+        }
+        self.store_container(&container);
+        self.needs_schedule = true;
+        let mut messages = vec![message];
+        if self.destroy_if_empty(position) {
+            messages.push(format!(
+                "Virtual container {id} was empty and was deleted (DESTROYWHENEMPTY)"
+            ));
+        }
+        Ok(messages)
+    }
+
+    /// Applies a change other than deletion; answers what was done.
+    fn apply_container_change(
+        &mut self,
+        position: usize,
+        change: ContainerChange,
+        by: &Requester,
+    ) -> Result<String, SchedError> {
+        let id = self.containers.get(position).id.clone();
+        let id = id.as_str();
+        Ok(match change {
+            ContainerChange::Delete => unreachable!("deleted by the caller"),
             ContainerChange::Add(members) => {
                 let problems = self.member_problems(id, &members, by);
                 if !problems.is_empty() {
-                    return Err(refused(problems));
+                    return Err(refused(id, problems));
                 }
-                self.containers[position].members.add(members);
+                self.containers.get_mut(position).members.add(members);
                 format!("Members were added to virtual container {id}")
             }
             ContainerChange::Remove(members) => {
-                let mut container = self.containers[position].clone();
+                let mut container = self.containers.get(position).clone();
                 let missing = container.members.remove(&members);
                 if !missing.is_empty() {
-                    return Err(refused(missing));
+                    return Err(refused(id, missing));
                 }
-                self.containers[position] = container;
+                *self.containers.get_mut(position) = container;
                 format!("Members were removed from virtual container {id}")
             }
             ContainerChange::Set {
@@ -111,7 +132,7 @@ impl Engine {
                 variables,
             } => {
                 may_name_owner(owner.as_ref(), by)?;
-                let container = &mut self.containers[position];
+                let container = self.containers.get_mut(position);
                 if let Some(description) = description {
                     container.description = Some(description);
                 }
@@ -128,7 +149,7 @@ impl Engine {
             }
             ContainerChange::PutRules(rules) => {
                 if let Some(problem) = rules.iter().find_map(AclRule::problem) {
-                    return Err(refused(vec![format!("aclRules: {problem}")]));
+                    return Err(refused(id, vec![format!("aclRules: {problem}")]));
                 }
                 let count = rules.len();
                 // Affinity and comparator mean nothing for a container: not kept.
@@ -140,43 +161,14 @@ impl Engine {
                         ..r
                     })
                     .collect();
-                crate::reservation::put_rules(&mut self.containers[position].acl, rules);
+                crate::reservation::put_rules(&mut self.containers.get_mut(position).acl, rules);
                 format!("{count} ACL rule(s) of virtual container {id} were written")
             }
             ContainerChange::DeleteRule(key) => {
-                let acl = &mut self.containers[position].acl;
-                let Some(at) = acl.iter().position(|r| r.key() == key) else {
-                    return Err(SchedError::NotFound(format!(
-                        "Virtual container {id} has no ACL rule '{key}'"
-                    )));
-                };
-                acl.remove(at);
-                format!("The ACL rule {key} of virtual container {id} was removed")
+                let acl = &mut self.containers.get_mut(position).acl;
+                acl_edit::delete_rule(acl, &key, "virtual container", id)?
             }
-        };
-        let container = self.containers[position].clone();
-        let limit = self.config.limits.max_submission_bytes;
-        let carried = carried_bytes(
-            &container.variables,
-            &container.acl,
-            container.description.as_deref(),
-        );
-        if !by.admin && carried > limit {
-            self.containers[position] = before;
-            return Err(refused(vec![format!(
-                "its description, variables and ACL rules would add up to {carried} bytes, more \
-                 than {limit} ([scheduler.limits] max_submission_bytes)"
-            )]));
-        }
-        self.store_container(&container);
-        self.containers_changed();
-        let mut messages = vec![message];
-        if self.destroy_if_empty(position) {
-            messages.push(format!(
-                "Virtual container {id} was empty and was deleted (DESTROYWHENEMPTY)"
-            ));
-        }
-        Ok(messages)
+        })
     }
 
     /// Why `members` cannot join container `id`, if they cannot. An ordinary user adds
@@ -193,6 +185,7 @@ impl Engine {
                 problems.push(format!("jobs: no job '{job}'"));
             } else if let Some(other) = self
                 .containers
+                .all()
                 .iter()
                 .find(|c| c.id != id && c.members.jobs.contains(job))
             {
@@ -206,27 +199,19 @@ impl Engine {
             problems.push("nodes: only administrators may add nodes to a container".into());
         }
         for node in &members.nodes {
-            if !self.node_index.contains_key(node) {
+            if self.nodes.index_of(node).is_none() {
                 problems.push(format!("nodes: no node '{node}'"));
             }
         }
         for reservation in &members.reservations {
-            if !self
-                .reservations
-                .iter()
-                .any(|r| &r.id == reservation && (by.admin || r.belongs_to(&by.user)))
-            {
+            if self.reservations.position_for(reservation, by).is_none() {
                 problems.push(format!("reservations: no reservation '{reservation}'"));
             }
         }
         for container in &members.virtual_containers {
             if container == id {
                 problems.push("virtualContainers: a container cannot contain itself".into());
-            } else if !self
-                .containers
-                .iter()
-                .any(|c| &c.id == container && (by.admin || c.belongs_to(&by.user)))
-            {
+            } else if self.containers.position_for(container, by).is_none() {
                 problems.push(format!(
                     "virtualContainers: no virtual container '{container}'"
                 ));
@@ -240,33 +225,31 @@ impl Engine {
 
     fn delete_container(&mut self, position: usize) {
         let container = self.containers.remove(position);
-        self.batch.writes.push(Write::Delete {
+        self.journal.write(Write::Delete {
             collection: CONTAINERS.into(),
             id: container.id.clone(),
             expected_version: None,
         });
         // It is no longer a member of other containers.
         for other in 0..self.containers.len() {
-            if self.containers[other]
-                .members
-                .virtual_containers
-                .contains(&container.id)
-            {
-                self.containers[other]
+            let lists = &self.containers.get(other).members.virtual_containers;
+            if lists.contains(&container.id) {
+                let changed = self.containers.get_mut(other);
+                changed
                     .members
                     .virtual_containers
                     .retain(|c| *c != container.id);
-                let changed = self.containers[other].clone();
+                let changed = changed.clone();
                 self.store_container(&changed);
             }
         }
-        self.containers_changed();
+        self.needs_schedule = true;
     }
 
     /// Deletes the container at `position` if it is DESTROYWHENEMPTY and nothing in it
     /// remains (no members, or only jobs that have ended); says whether it did.
     fn destroy_if_empty(&mut self, position: usize) -> bool {
-        let container = &self.containers[position];
+        let container = self.containers.get(position);
         if !container.has_flag("DESTROYWHENEMPTY") {
             return false;
         }
@@ -287,39 +270,24 @@ impl Engine {
 
     /// A job has ended: a DESTROYWHENEMPTY container it was the last of goes.
     pub(crate) fn job_ended_in_container(&mut self, job_id: &str) {
-        if let Some(position) = self
-            .containers
-            .iter()
-            .position(|c| c.members.jobs.iter().any(|j| j == job_id))
-        {
+        if let Some(position) = self.containers.position_of_job(job_id) {
             self.destroy_if_empty(position);
         }
     }
 
     /// Puts a newly submitted job in the container it named (checked to exist before).
     pub(crate) fn join_container(&mut self, job_id: &str, container: &str) {
-        if let Some(position) = self.containers.iter().position(|c| c.id == container) {
-            self.containers[position]
-                .members
-                .jobs
-                .push(job_id.to_string());
-            let changed = self.containers[position].clone();
+        if let Some(position) = self.containers.position(container) {
+            let changed = self.containers.get_mut(position);
+            changed.members.jobs.push(job_id.to_string());
+            let changed = changed.clone();
             self.store_container(&changed);
-            self.containers_changed();
+            self.needs_schedule = true;
         }
     }
 
-    /// Jobs of HOLDJOBS containers: they do not start.
-    pub(crate) fn held_by_containers(&self) -> HashSet<String> {
-        self.containers
-            .iter()
-            .filter(|c| c.has_flag("HOLDJOBS"))
-            .flat_map(|c| c.members.jobs.iter().cloned())
-            .collect()
-    }
-
     fn store_container(&mut self, container: &VirtualContainer) {
-        self.batch.writes.push(Write::Put {
+        self.journal.write(Write::Put {
             collection: CONTAINERS.into(),
             id: container.id.clone(),
             name: None,
@@ -327,19 +295,14 @@ impl Engine {
         });
     }
 
-    fn containers_changed(&mut self) {
-        self.containers_dirty = true;
-        self.needs_schedule = true;
-    }
-
     pub(crate) fn load_containers(&mut self) -> Result<(), String> {
         let mut containers: Vec<VirtualContainer> =
             self.load_all(CONTAINERS, "virtual container")?;
         let number = |c: &VirtualContainer| super::recovery::id_number(&c.id);
         containers.sort_by_key(number);
-        self.next_container = containers.iter().map(number).max().unwrap_or(0);
-        self.containers = containers;
-        self.containers_changed();
+        let last_number = containers.iter().map(number).max().unwrap_or(0);
+        self.containers.replace_all(containers, last_number);
+        self.needs_schedule = true;
         Ok(())
     }
 }
@@ -356,4 +319,11 @@ fn may_name_owner(owner: Option<&Owner>, by: &Requester) -> Result<(), SchedErro
         }
         _ => Ok(()),
     }
+}
+
+/// A change of container `id` refused for `reasons`.
+fn refused(id: &str, reasons: Vec<String>) -> SchedError {
+    let mut messages = vec![summary::container_not_changed(id)];
+    messages.extend(reasons);
+    SchedError::Invalid(messages)
 }

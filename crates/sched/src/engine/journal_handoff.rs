@@ -1,0 +1,154 @@
+//! The journal hand-off part of the engine: what a step writes and whom it answers,
+//! handed to the journal thread at the end of the step. In the simulator there is no
+//! journal: writes are dropped and every step counts as committed at once.
+
+use std::sync::Arc;
+use std::sync::mpsc::Sender;
+use std::thread::JoinHandle;
+
+use drover_store::journal::{self, Batch};
+use drover_store::{DocumentStore, Write};
+use tokio::sync::oneshot;
+
+use super::Inbox;
+use crate::events::{EventSink, SchedEvent};
+use crate::request::SchedError;
+
+pub(crate) struct JournalHandoff {
+    /// False in the simulator: no journal, nothing written.
+    journaled: bool,
+    journal: Option<Sender<Batch>>,
+    thread: Option<JoinHandle<()>>,
+    /// Writes and completions of the current step.
+    batch: Batch,
+    /// Events of the current step, journaled with its changes.
+    events: Vec<SchedEvent>,
+    /// The engine's own inbox: completions report there (launches, a failed journal).
+    inbox: Sender<Inbox>,
+}
+
+impl JournalHandoff {
+    pub(super) fn new(
+        store: &Arc<dyn DocumentStore>,
+        journaled: bool,
+        inbox: Sender<Inbox>,
+    ) -> JournalHandoff {
+        let (journal, thread) = if journaled {
+            let (journal, thread) = journal::start(store.clone(), "journal");
+            (Some(journal), Some(thread))
+        } else {
+            (None, None)
+        };
+        JournalHandoff {
+            journaled,
+            journal,
+            thread,
+            batch: Batch::default(),
+            events: Vec::new(),
+            inbox,
+        }
+    }
+
+    /// Whether writes are kept (not in the simulator): callers skip making job
+    /// documents that would be dropped.
+    #[inline]
+    pub(super) fn journaled(&self) -> bool {
+        self.journaled
+    }
+
+    #[inline]
+    pub(super) fn inbox(&self) -> &Sender<Inbox> {
+        &self.inbox
+    }
+
+    #[inline]
+    pub(super) fn write(&mut self, write: Write) {
+        self.batch.writes.push(write);
+    }
+
+    #[inline]
+    pub(super) fn write_all(&mut self, writes: impl IntoIterator<Item = Write>) {
+        self.batch.writes.extend(writes);
+    }
+
+    #[inline]
+    pub(super) fn event(&mut self, event: SchedEvent) {
+        self.events.push(event);
+    }
+
+    /// Answers once this step's writes are durable; a refusal is answered at once.
+    pub(super) fn answer<T: Send + 'static>(
+        &mut self,
+        reply: oneshot::Sender<Result<T, SchedError>>,
+        result: Result<T, SchedError>,
+    ) {
+        match result {
+            Err(refusal) => drop(reply.send(Err(refusal))),
+            Ok(value) => self.batch.completions.push(Box::new(move |committed| {
+                let _ = reply.send(match committed {
+                    Ok(()) => Ok(value),
+                    Err(e) => Err(SchedError::Unavailable(format!(
+                        "the change could not be recorded: {e}"
+                    ))),
+                });
+            })),
+        }
+    }
+
+    /// Has the job at `position` launched once this step's writes are durable.
+    pub(super) fn launch_when_committed(&mut self, position: usize) {
+        let inbox = self.inbox.clone();
+        self.batch.completions.push(Box::new(move |committed| {
+            if committed.is_ok() {
+                let _ = inbox.send(Inbox::Launch(vec![position]));
+            }
+        }));
+    }
+
+    /// Hands this step's writes (and its events, as `sink` journals them) to the journal.
+    pub(super) fn flush(&mut self, sink: &dyn EventSink) {
+        if !self.events.is_empty() {
+            let events = sink.journal(std::mem::take(&mut self.events));
+            self.batch.writes.extend(events.writes);
+            if let Some(committed) = events.committed {
+                self.batch.completions.push(Box::new(move |result| {
+                    if result.is_ok() {
+                        committed();
+                    }
+                }));
+            }
+        }
+        if self.batch.is_empty() {
+            return;
+        }
+        if !self.journaled {
+            for completion in std::mem::take(&mut self.batch.completions) {
+                completion(&Ok(()));
+            }
+            self.batch.writes.clear();
+            return;
+        }
+        let mut batch = std::mem::take(&mut self.batch);
+        let inbox = self.inbox.clone();
+        batch.completions.push(Box::new(move |committed| {
+            if let Err(e) = committed {
+                let _ = inbox.send(Inbox::JournalFailed(e.clone()));
+            }
+        }));
+        if let Some(journal) = &self.journal
+            && let Err(lost) = journal.send(batch)
+        {
+            for completion in lost.0.completions {
+                completion(&Err("the journal has stopped".into()));
+            }
+        }
+    }
+
+    /// Stops the journal thread once it has written everything handed to it.
+    pub(super) fn stop(&mut self) {
+        drop(self.journal.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

@@ -1,0 +1,127 @@
+//! Changing a node's overrides (`PUT /rest/nodes/<id>`).
+
+use super::core::Engine;
+use crate::clock::Seconds;
+use crate::node::{GenericEvent, NodeMessage, NodeOverrides};
+use crate::request::summary;
+use crate::request::{NodeChanges, Requester, SchedError};
+use crate::validate;
+
+impl Engine {
+    pub(crate) fn modify_node(
+        &mut self,
+        id: &str,
+        changes: NodeChanges,
+        by: &Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        if !by.admin {
+            return Err(SchedError::Forbidden(format!(
+                "{} may not change nodes",
+                by.user
+            )));
+        }
+        let index = self
+            .nodes
+            .all()
+            .iter()
+            .position(|n| n.config.id == id)
+            .ok_or_else(|| SchedError::NotFound(format!("No node '{id}'")))?;
+        for name in changes.variables.keys() {
+            validate::variable_name(name)
+                .map_err(|p| SchedError::invalid(summary::node_not_modified(id), p))?;
+        }
+        let now = self.now();
+        let overrides = &mut self.nodes.node_mut(index).overrides;
+        let changed = apply_node_changes(overrides, changes, now);
+        overrides.version += 1;
+        overrides.last_update = now;
+        let body = drover_store::Body::serialize(&*overrides).expect("node overrides serialize");
+        self.journal.write(drover_store::Write::Put {
+            collection: super::core::NODES.into(),
+            id: id.to_string(),
+            name: None,
+            body,
+        });
+        self.needs_schedule = true;
+        self.emit(
+            "nodemodify",
+            "node",
+            id,
+            Some(by),
+            vec![("fields".into(), changed.join(","))],
+        );
+        Ok(vec![if changed.is_empty() {
+            format!("Node {id} was not changed: the request named nothing to modify")
+        } else {
+            format!("Node {id} was modified: {}", changed.join(", "))
+        }])
+    }
+}
+
+/// Applies `changes` to a node's overrides; answers the names of the fields changed.
+fn apply_node_changes(
+    overrides: &mut NodeOverrides,
+    changes: NodeChanges,
+    now: Seconds,
+) -> Vec<&'static str> {
+    let mut changed = Vec::new();
+    if let Some(state) = changes.state {
+        overrides.state = if state.follows_load() {
+            None
+        } else {
+            Some(state)
+        };
+        overrides.state_updated = now;
+        changed.push("state");
+    }
+    if let Some(off) = changes.power_off {
+        overrides.power_off = Some(off);
+        changed.push("power");
+    }
+    if let Some(os) = changes.os {
+        overrides.os = Some(os);
+        changed.push("os");
+    }
+    if let Some(partition) = changes.partition {
+        overrides.partition = Some(partition);
+        changed.push("partition");
+    }
+    if !changes.messages.is_empty() {
+        overrides.messages.extend(
+            changes
+                .messages
+                .into_iter()
+                .map(|text| NodeMessage { text, created: now }),
+        );
+        changed.push("messages");
+    }
+    if !changes.generic_events.is_empty() {
+        overrides
+            .generic_events
+            .extend(
+                changes
+                    .generic_events
+                    .into_iter()
+                    .map(|(name, message)| GenericEvent {
+                        name,
+                        message,
+                        created: now,
+                    }),
+            );
+        changed.push("genericEvents");
+    }
+    if !changes.generic_metrics.is_empty() {
+        overrides.generic_metrics.extend(changes.generic_metrics);
+        changed.push("genericMetrics");
+    }
+    if !changes.variables.is_empty() {
+        for (name, value) in changes.variables {
+            match value {
+                Some(value) => overrides.variables.insert(name, value),
+                None => overrides.variables.remove(&name),
+            };
+        }
+        changed.push("variables");
+    }
+    changed
+}
