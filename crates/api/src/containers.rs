@@ -9,6 +9,7 @@ use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
+use drover_domain::request::summary;
 use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
 use drover_sched::{Requester, Scheduler};
@@ -122,14 +123,9 @@ async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Va
 }
 
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
-    reply::bounded_body(
-        &state,
-        &caller,
-        &body,
-        "The virtual container was not created",
-    )?;
+    reply::bounded_body(&state, &caller, &body, summary::CONTAINER_NOT_CREATED)?;
     let body: Value = parse_json(&body)?;
-    let (description, owner) = read_object(&body, "The virtual container was not created", |f| {
+    let (description, owner) = read_object(&body, summary::CONTAINER_NOT_CREATED, |f| {
         (f.string("description"), acl::owner(f))
     })?;
     let by = requester(&caller);
@@ -166,7 +162,7 @@ const MEMBER_KINDS: [&str; 5] = [
 async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, None)?;
     let body: Value = parse_json(&body)?;
-    let summary = format!("The virtual container {id} was not changed");
+    let summary = summary::container_not_changed(&id);
     let change = read_object(&body, &summary, |f| {
         let allowed: &[&str] = match mode {
             ChangeMode::Set => &["description", "flags", "owner", "variables"],

@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
+use drover_domain::request::summary;
 use drover_sched::NodeChanges;
 use drover_sched::node::{Node, NodeState};
 use serde_json::{Value, json};
@@ -179,10 +180,8 @@ async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>>
     )))
 }
 
-const MODIFY_FAILED: &str = "The node was not modified";
-
 fn changes(body: &Value) -> Result<NodeChanges, ApiError> {
-    read_object(body, MODIFY_FAILED, |f| {
+    read_object(body, summary::NODE_NOT_MODIFIED, |f| {
         let mut changes = NodeChanges {
             os: f.string("os"),
             partition: f.string("partition"),

@@ -8,6 +8,7 @@ use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::{Timestamp, WireDates};
+use drover_domain::request::summary;
 use drover_sched::request::{ChangeMode as SchedChangeMode, ReservationChange, ReservationRequest};
 use drover_sched::reservation::{Reservation, parse_duration};
 use drover_sched::{Requester, Scheduler};
@@ -40,8 +41,6 @@ const DOCS: acl::Docs = acl::Docs {
     delete: ("Releases a reservation", "Released"),
     put_rules: "Adds ACL rules; a rule with an existing type and value replaces it",
 };
-
-const CREATE_FAILED: &str = "The reservation was not created";
 
 /// Creation fields kept and shown as given.
 const GIVEN: [&str; 14] = [
@@ -159,9 +158,9 @@ async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Va
 }
 
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, "The reservation was not created")?;
+    reply::bounded_body(&state, &caller, &body, summary::RESERVATION_NOT_CREATED)?;
     let body: Value = parse_json(&body)?;
-    let request = read_object(&body, CREATE_FAILED, |f| {
+    let request = read_object(&body, summary::RESERVATION_NOT_CREATED, |f| {
         creation(f, &state.settings().dates)
     })?;
     let id = state
@@ -279,7 +278,7 @@ async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiR
         ChangeMode::Set => SchedChangeMode::Set,
     };
     let body: Value = parse_json(&body)?;
-    let summary = format!("The reservation {id} was not changed");
+    let summary = summary::reservation_not_changed(&id);
     let variables = read_object(&body, &summary, |f| {
         let variables = f.string_map("variables");
         if variables.is_none() && !f.has("variables") {

@@ -5,6 +5,7 @@
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
+use drover_domain::request::summary;
 use drover_sched::job::{ArrayOutcome, ArraySpec, IndexRange};
 use serde_json::{Value, json};
 
@@ -15,8 +16,6 @@ use crate::input::read_object;
 use crate::openapi::schema::{integer, object, string};
 use crate::reply::{self, parse_json};
 use crate::routes::{Caller, Routes};
-
-const FAILED: &str = "The job array was not submitted";
 
 pub(crate) fn register(routes: &mut Routes) {
     routes
@@ -41,16 +40,16 @@ pub(crate) fn register(routes: &mut Routes) {
 async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
     if !state.settings().job_arrays {
         return Err(ApiError::bad_request(
-            FAILED,
+            summary::ARRAY_NOT_SUBMITTED,
             "job arrays are not enabled on this service (ENABLEJOBARRAYS is not TRUE)",
         ));
     }
-    crate::reply::bounded_body(&state, &caller, &body, FAILED)?;
+    crate::reply::bounded_body(&state, &caller, &body, summary::ARRAY_NOT_SUBMITTED)?;
     let body: Value = parse_json(&body)?;
     let (array, prototype) = read_array(&body)?;
     let mut prototype = prototype.ok_or_else(|| {
         ApiError::bad_request(
-            FAILED,
+            summary::ARRAY_NOT_SUBMITTED,
             "jobPrototype: required (a version-2 job submission)",
         )
     })?;
@@ -70,7 +69,7 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
 
 /// The array's own fields, and its prototype (not read yet).
 fn read_array(body: &Value) -> Result<(ArraySpec, Option<Value>), ApiError> {
-    read_object(body, FAILED, |f| {
+    read_object(body, summary::ARRAY_NOT_SUBMITTED, |f| {
         let name = f.string("name");
         let ranges = f
             .each("indexRanges", |r| {

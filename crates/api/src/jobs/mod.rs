@@ -14,6 +14,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
+use drover_domain::request::summary;
 use drover_sched::job::{Hold, Job, JobState, Output};
 use drover_sched::{JobAction, Requester, Scheduler};
 use serde_json::{Value, json};
@@ -315,7 +316,7 @@ fn one(
 }
 
 async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, "The job was not submitted")?;
+    reply::bounded_body(&state, &caller, &body, summary::JOB_NOT_SUBMITTED)?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
@@ -342,12 +343,7 @@ async fn submit(Submission(state, params, caller, body): Submission) -> ApiResul
 }
 
 async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
-    reply::bounded_body(
-        &state,
-        &caller,
-        &body,
-        &format!("Job {id} was not modified"),
-    )?;
+    reply::bounded_body(&state, &caller, &body, &summary::job_not_modified(&id))?;
     let body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let changes = if params.api_version.number() >= 2 {

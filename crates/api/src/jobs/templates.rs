@@ -9,6 +9,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use drover_auth::Permission;
+use drover_domain::request::summary;
 use drover_sched::template::{DEFAULT_TEMPLATE, JobTemplate, JobTemplates};
 use serde_json::{Map, Value, json};
 
@@ -102,7 +103,7 @@ pub fn apply(body: &mut Value, templates: &JobTemplates) -> Result<(), ApiError>
         }
     }
     if !problems.is_empty() {
-        let mut messages = vec!["The job was not submitted".to_string()];
+        let mut messages = vec![summary::JOB_NOT_SUBMITTED.to_string()];
         messages.extend(problems);
         return Err(ApiError::new(crate::Kind::BadRequest, messages));
     }

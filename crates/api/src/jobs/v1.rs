@@ -1,6 +1,7 @@
 //! Version 1 of the job (spec 2.3, 4.4): addressed by `id`, upper-case states.
 
 use drover_domain::dates::WireDates;
+use drover_domain::request::summary;
 use drover_sched::JobChanges;
 use drover_sched::job::{Hold, Job, JobSpec, JobState, Output};
 use serde_json::{Map, Value, json};
@@ -213,11 +214,9 @@ pub(super) fn start_priority(job: &Job) -> i64 {
         .saturating_add(job.spec.user_priority)
 }
 
-const SUBMIT_FAILED: &str = "The job was not submitted";
-
 /// A version-1 submission body.
 pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> {
-    read_object(body, SUBMIT_FAILED, |f| {
+    read_object(body, summary::JOB_NOT_SUBMITTED, |f| {
         let mut spec = JobSpec {
             custom_name: f.string("name"),
             user: f.string("user"),
@@ -340,11 +339,9 @@ pub(super) fn normalize_flags(flags: &[String]) -> Vec<String> {
     out
 }
 
-const MODIFY_FAILED: &str = "The job was not modified";
-
 /// A version-1 modify body (spec 4.4).
 pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> {
-    read_object(body, MODIFY_FAILED, |f| JobChanges {
+    read_object(body, summary::JOB_NOT_MODIFIED, |f| JobChanges {
         custom_name: f.string("name"),
         account: f.string("account"),
         qos_requested: f.string("qosRequested"),

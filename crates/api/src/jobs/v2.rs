@@ -2,6 +2,7 @@
 //! nested credentials, dates, priorities and requirements.
 
 use drover_domain::dates::WireDates;
+use drover_domain::request::summary;
 use drover_sched::JobChanges;
 use drover_sched::job::{Attribute, Dependency, Job, JobSpec, Output};
 use serde_json::{Map, Value, json};
@@ -290,11 +291,9 @@ fn requirement(job: &Job) -> Value {
     })
 }
 
-const SUBMIT_FAILED: &str = "The job was not submitted";
-
 /// A version-2 submission body (spec 4.5).
 pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> {
-    read_object(body, SUBMIT_FAILED, |f| {
+    read_object(body, summary::JOB_NOT_SUBMITTED, |f| {
         let mut spec = JobSpec {
             custom_name: f.string("customName"),
             flags: f
@@ -462,11 +461,9 @@ fn mode_is_or(r: &mut Fields<'_>, key: &str) -> bool {
     }
 }
 
-const MODIFY_FAILED: &str = "The job was not modified";
-
 /// A version-2 modify body (spec 4.5).
 pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> {
-    read_object(body, MODIFY_FAILED, |f| {
+    read_object(body, summary::JOB_NOT_MODIFIED, |f| {
         let mut changes = JobChanges {
             custom_name: f.string("customName"),
             flags: f.strings("flags").map(|v| normalize_flags(&v)),
