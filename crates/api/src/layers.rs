@@ -1,6 +1,16 @@
 //! What wraps every request, matched or not: panic containment, the body-size limit,
 //! reading the whole body before routing, and JSON bodies for the errors that axum
 //! produces itself (405, rejections).
+//!
+//! It is one middleware rather than one per concern: each axum middleware layer costs a
+//! request a boxed service clone and a boxed future. In order: panic containment (a JSON
+//! 500), JSON 414/431 for targets and heads larger than the service reads, the declared
+//! length (413 before anything reads the body), the login of a body over 64 KiB or of
+//! unknown length checked before it is read (a bad one answered 401 at once with
+//! `Connection: close`, a good one handed to the gate as `Authenticated`), then the
+//! whole body read within `body_timeout` (else 408) before routing: a request answered
+//! with its body unread would make hyper close the connection unannounced, and a pooling
+//! client would find it dead.
 
 use std::panic::AssertUnwindSafe;
 

@@ -1,4 +1,14 @@
 //! Checking Basic logins against the local users, with a short-lived cache of verified ones.
+//!
+//! A verified login is remembered for `login_cache_seconds` as a keyed BLAKE2b digest of
+//! the user, the password and a digest of the stored hash (never the password itself;
+//! one BLAKE2b block per request), so busy clients do not pay argon2 per request and a
+//! changed password stops matching at once. Failures are never remembered, and unknown
+//! users pay a decoy verification so that timing does not tell them apart. Checks of
+//! one user take turns: the many connections of a client presenting one login at once
+//! (at start, or when it leaves the cache) cost one argon2 run, not a stalled machine.
+//! Directory logins are remembered the same way, with the identity and groups the
+//! directory gave.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,5 +1,15 @@
 //! The engine: its parts, its thread's loop, scheduling passes, process ends and
 //! time-driven work.
+//!
+//! One step of the loop handles every message waiting in the inbox (up to
+//! `MAX_MESSAGES_PER_STEP`), runs time-driven work when the tick is due, runs one
+//! scheduling pass if anything changed, publishes what readers see, and hands the step's
+//! writes to the journal: a burst of submissions shares one pass and one commit.
+//!
+//! A pass walks the queue lazily (`queue::QueueWalk`): in the queue's own order
+//! when priorities are static (system priority, user priority, submission order), from a
+//! heap of computed ranks otherwise. It stops as soon as nothing is free, and applies the
+//! starts after planning, so a pass over a deep queue costs what it places.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};

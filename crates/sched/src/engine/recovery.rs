@@ -1,5 +1,11 @@
 //! Rebuilding the engine's state from the store: at start, and after a failed journal
 //! write (the store is the truth; memory may have run ahead of it).
+//!
+//! A job recorded as running is adopted when its process still lives; otherwise it is
+//! requeued when RESTARTABLE, else ends `Vacated` (the exit status its shepherd wrote
+//! is not read back yet). A start that was recorded but never finished goes back to
+//! the queue, and any process it left is killed. Array sub-jobs that were never stored
+//! are made again from their master.
 
 use std::collections::HashMap;
 
