@@ -1,8 +1,8 @@
 //! The Drover service: configuration and wiring. `main.rs` is the command line around it;
 //! tests call [`launch`] directly on a listener bound to port 0.
 
-pub mod accounting;
 pub mod config;
+pub mod ledger_accountant;
 pub mod private;
 pub mod serve;
 
@@ -196,7 +196,7 @@ fn start_scheduler(
         }),
         clock: Arc::new(SystemClock),
         events,
-        accountant: Arc::new(accounting::LedgerAccountant(ledger)),
+        accountant: Arc::new(ledger_accountant::LedgerAccountant(ledger)),
     };
     let mut engine = config.scheduler.engine(&config.nodes);
     engine.standing_reservations = config.standing_reservations.clone();
