@@ -474,13 +474,22 @@ fn load_jobs(s: &dyn DocumentStore) {
     s.write(&batch).unwrap();
 }
 
+/// A list request (filter, sort, max, offset) and its answer (total, the page's ids).
+type ListCase = (
+    &'static str,
+    &'static str,
+    Option<&'static str>,
+    Option<&'static str>,
+    usize,
+    &'static [&'static str],
+);
+
 #[test]
 fn listing_filters_sorts_and_pages_like_the_evaluator() {
     for b in backends() {
         let s = &*b.store;
         load_jobs(s);
-        // filter, sort, max, offset: total, the page
-        let cases: &[(&str, &str, Option<&str>, Option<&str>, usize, &[&str])] = &[
+        let cases: &[ListCase] = &[
             // indexed equality + indexed sort + paging
             (
                 r#"{"credentials.user": "alice"}"#,
