@@ -7,7 +7,7 @@ use std::sync::{Mutex, OnceLock};
 
 use drover_auth::roles::built_in_roles;
 use drover_domain::dates::Timestamp;
-use drover_monitor::event::IdSequence;
+use drover_domain::ids::IdSequence;
 use drover_query::ListQuery;
 use drover_store::{Document, DocumentStore, StoreError, Write};
 use serde_json::{Value, json};
