@@ -1,22 +1,18 @@
 //! The roles and principals in force, kept in memory for the gate.
 //!
-//! Roles (collection `roles`) and principals (collection `principals`) are stored
-//! documents; the gate decides every request from an in-memory [`Authority`] built from
-//! them, which is rebuilt from the store after each change made through the interface
-//! (roles and principals are few, and change rarely), and at most every
-//! [`REFRESH_AFTER`] while requests come, so that servers sharing one PostgreSQL store see
-//! each other's changes. The built-in roles are written to the store on first start, so
-//! they can be read, changed and reset like the others.
+//! The gate decides every request from an in-memory [`Authority`], which
+//! [`AccessStore`] builds from the stored roles and principals. It is rebuilt after each
+//! change made through the interface (roles and principals are few, and change rarely),
+//! and at most every [`REFRESH_AFTER`] while requests come, so that servers sharing one
+//! PostgreSQL store see each other's changes.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use drover_auth::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
+use drover_auth::access_store::{AccessError, AccessStore};
+use drover_auth::roles::Authority;
 use drover_auth::throttle::LoginThrottle;
-use drover_query::ListQuery;
-use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
-use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::identity::{PasswordChecks, ProxiedIdentities};
@@ -24,11 +20,9 @@ use crate::identity::{PasswordChecks, ProxiedIdentities};
 /// How old the decisions may grow before a request has them reloaded (in the background).
 pub const REFRESH_AFTER: Duration = Duration::from_secs(10);
 
-pub const ROLES: &str = "roles";
-pub const PRINCIPALS: &str = "principals";
-
 /// The decisions of the moment, and how to remake them.
 pub struct AccessControl {
+    stored: AccessStore,
     authority: RwLock<Arc<Authority>>,
     loaded: Mutex<Instant>,
     refreshing: AtomicBool,
@@ -39,28 +33,14 @@ pub struct AccessControl {
 }
 
 impl AccessControl {
-    /// Loads roles and principals (writing the built-in roles the store lacks). Blocking.
+    /// Loads the decisions from `stored`. Blocking.
     pub fn load(
-        store: &dyn DocumentStore,
+        stored: AccessStore,
         default_roles: Vec<String>,
         throttle: LoginThrottle,
-    ) -> Result<Self, StoreError> {
-        store.ensure_collection(&CollectionSpec::new(ROLES))?;
-        store.ensure_collection(&CollectionSpec::new(PRINCIPALS))?;
-        let missing: Vec<Write> = built_in_roles()
-            .iter()
-            .filter(|role| matches!(store.get(ROLES, &role.id), Ok(None)))
-            .map(|role| Write::Insert {
-                collection: ROLES.into(),
-                id: role.id.clone(),
-                name: Some(role.name.clone()),
-                body: role_body(role, true).into(),
-            })
-            .collect();
-        if !missing.is_empty() {
-            store.write(&missing)?;
-        }
+    ) -> Result<Self, AccessError> {
         let control = Self {
+            stored,
             authority: RwLock::new(Arc::new(Authority::default())),
             loaded: Mutex::new(Instant::now()),
             refreshing: AtomicBool::new(false),
@@ -69,22 +49,21 @@ impl AccessControl {
             password_checks: PasswordChecks::new(),
             proxied: ProxiedIdentities::default(),
         };
-        control.reload(store)?;
+        control.reload()?;
         Ok(control)
     }
 
     /// Rebuilds the decisions from the store. Blocking.
-    pub fn reload(&self, store: &dyn DocumentStore) -> Result<(), StoreError> {
-        let roles = store.list(ROLES, &ListQuery::default())?.items;
-        let principals = store.list(PRINCIPALS, &ListQuery::default())?.items;
-        let authority = Authority::new(
-            roles.iter().filter_map(role_of),
-            principals.iter().map(principal_of).collect(),
-            self.default_roles.clone(),
-        );
+    pub fn reload(&self) -> Result<(), AccessError> {
+        let authority = self.stored.authority(self.default_roles.clone())?;
         *self.authority.write().unwrap() = Arc::new(authority);
         *self.loaded.lock().unwrap() = Instant::now();
         Ok(())
+    }
+
+    /// The stored roles and principals (blocking calls).
+    pub fn stored(&self) -> &AccessStore {
+        &self.stored
     }
 
     /// Whether the decisions are older than [`REFRESH_AFTER`] and no reload is under way;
@@ -109,8 +88,7 @@ impl AccessControl {
         if control.claim_refresh() {
             let state = state.clone();
             tokio::task::spawn_blocking(move || {
-                let store = state.store().clone();
-                let _ = state.access().reload(store.as_ref());
+                let _ = state.access().reload();
                 state.access().refreshed();
             });
         }
@@ -130,86 +108,25 @@ impl AccessControl {
     }
 }
 
-/// The stored body of a role.
-pub fn role_body(role: &Role, built_in: bool) -> Value {
-    json!({
-        "name": role.name,
-        "description": role.description,
-        "builtIn": built_in,
-        "permissions": role.grants.iter().map(grant_json).collect::<Vec<_>>(),
-    })
-}
-
-pub fn grant_json(grant: &Grant) -> Value {
-    json!({
-        "id": grant.to_string(),
-        "resource": grant.resource,
-        "action": grant.action,
-        "scope": grant.scope.as_str(),
-    })
-}
-
-/// A stored role; `None` for a body that is not one (never written by this service).
-pub fn role_of(document: &Document) -> Option<Role> {
-    let body = &document.body;
-    let grants = body["permissions"]
-        .as_array()?
-        .iter()
-        .filter_map(|g| {
-            let scope = Scope::parse(g["scope"].as_str()?)?;
-            Some(Grant::new(
-                g["resource"].as_str()?,
-                g["action"].as_str()?,
-                scope,
-            ))
-        })
-        .collect();
-    Some(Role {
-        id: document.id.clone(),
-        name: body["name"].as_str()?.to_string(),
-        description: body["description"].as_str().unwrap_or_default().to_string(),
-        grants,
-    })
-}
-
-/// What a stored principal means for authorization.
-pub fn principal_of(document: &Document) -> PrincipalMap {
-    let body = &document.body;
-    let members = |key: &str| {
-        body[key]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| Some(Member::new(m["type"].as_str()?, m["name"].as_str()?)))
-            .collect::<Vec<_>>()
-    };
-    let mut all = members("users");
-    all.extend(members("groups"));
-    PrincipalMap {
-        name: body["name"].as_str().unwrap_or_default().to_string(),
-        members: all,
-        roles: body["attachedRoles"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|r| r["id"].as_str().map(String::from))
-            .collect(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use drover_auth::Identity;
-    use drover_auth::roles::USER;
+    use drover_auth::access_store::PRINCIPALS;
+    use drover_auth::roles::{Scope, USER};
+    use drover_store::DocumentStore;
+    use serde_json::json;
 
     use super::*;
 
     #[test]
     fn decisions_follow_the_store_after_a_reload_and_reloads_are_claimed_once() {
         let dir = tempfile::tempdir().unwrap();
-        let store = drover_store::open(dir.path().join("s.db").to_str().unwrap()).unwrap();
+        let store: Arc<dyn DocumentStore> =
+            drover_store::open(dir.path().join("s.db").to_str().unwrap())
+                .unwrap()
+                .into();
         let control = AccessControl::load(
-            store.as_ref(),
+            AccessStore::open(store.clone()).unwrap(),
             vec![USER.into()],
             LoginThrottle::new(0, Duration::ZERO),
         )
@@ -231,7 +148,7 @@ mod tests {
         *control.loaded.lock().unwrap() = Instant::now() - REFRESH_AFTER * 2;
         assert!(control.claim_refresh());
         assert!(!control.claim_refresh(), "one reload at a time");
-        control.reload(store.as_ref()).unwrap();
+        control.reload().unwrap();
         control.refreshed();
         assert_eq!(control.authority().scope_of(&olga, nodes), Some(Scope::All));
         assert!(!control.claim_refresh());

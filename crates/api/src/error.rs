@@ -8,6 +8,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use drover_accounting::AccountingError;
+use drover_auth::access_store::AccessError;
 use drover_monitor::reports::ReportError;
 use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
@@ -237,6 +238,17 @@ impl From<StoreError> for ApiError {
                 Self::unavailable("The datastore is unavailable", reason)
             }
             StoreError::UnknownCollection(_) => Self::internal(e),
+        }
+    }
+}
+
+impl From<AccessError> for ApiError {
+    fn from(e: AccessError) -> Self {
+        match e {
+            AccessError::Invalid { summary, reason } => ApiError::bad_request(summary, reason),
+            AccessError::NotFound(what) => ApiError::not_found(what),
+            AccessError::Conflict { summary, reason } => ApiError::conflict(summary, reason),
+            AccessError::Store(e) => e.into(),
         }
     }
 }

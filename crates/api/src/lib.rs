@@ -18,8 +18,8 @@
 //!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types),
 //!   [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), whose
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
-//!   [`principals`], one named-document resource (`named`) over one service
-//!   (`documents`).
+//!   [`principals`], one named-document resource (`named`) over the service
+//!   [`AccessStore`](drover_auth::access_store::AccessStore).
 
 pub mod access;
 pub mod accounting;
@@ -28,7 +28,6 @@ mod audit;
 pub mod containers;
 pub mod credentials;
 pub mod diag;
-mod documents;
 pub mod error;
 pub mod events;
 mod identity;

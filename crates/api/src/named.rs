@@ -1,28 +1,28 @@
 //! What the handlers of roles and principals share: list, one by id or name, delete,
-//! and reading creations and changes.
+//! reading creations and changes, and calling [`AccessStore`] off the async runtime.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::Response;
+use drover_auth::access_store::{AccessError, AccessStore, Common, Named};
 use serde_json::Value;
 
 use crate::AppState;
-use crate::documents::{Common, Named};
-use crate::error::ApiResult;
+use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::params::{ChangeMode, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
 
 /// A resource of named documents.
 pub(crate) trait Resource: 'static {
-    const DOCUMENTS: Named;
+    const NAMED: Named;
 }
 
 pub(crate) async fn list<R: Resource>(
     State(state): State<AppState>,
     params: ListParams,
 ) -> ApiResult<Json<Value>> {
-    let documents = R::DOCUMENTS.list(&state).await?;
+    let documents = stored(&state, false, |s| s.list(R::NAMED)).await?;
     Ok(reply::list_in_memory(&documents, &params))
 }
 
@@ -30,14 +30,16 @@ pub(crate) async fn one<R: Resource>(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    R::DOCUMENTS.get(&state, key).await.map(Json)
+    stored(&state, false, move |s| s.get(R::NAMED, &key))
+        .await
+        .map(Json)
 }
 
 pub(crate) async fn remove<R: Resource>(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    R::DOCUMENTS.remove(&state, key).await?;
+    stored(&state, true, move |s| s.remove(R::NAMED, &key)).await?;
     Ok(reply::deleted())
 }
 
@@ -75,4 +77,69 @@ pub(crate) fn change_request(
     let mode = ChangeMode::parse(params.raw.get("change-mode")?, Some(ChangeMode::Set))?;
     let body: Value = parse_json(body)?;
     Ok((mode, body, format!("The {what} {key} was not changed")))
+}
+
+/// Changes the document `key` ([`AccessStore::modify`]) and answers it.
+pub(crate) async fn modify(
+    state: &AppState,
+    named: Named,
+    key: String,
+    given: Common,
+    summary: String,
+    edit: impl FnOnce(&mut Value) + Send + 'static,
+) -> ApiResult<Json<Value>> {
+    stored(state, true, move |s| {
+        s.modify(named, &key, given, &summary, edit)
+    })
+    .await
+    .map(Json)
+}
+
+/// Runs `work` on the stored roles and principals off the async runtime, then rebuilds
+/// the decisions of the gate when it changed something (`changes`).
+pub(crate) async fn stored<T: Send + 'static>(
+    state: &AppState,
+    changes: bool,
+    work: impl FnOnce(&AccessStore) -> Result<T, AccessError> + Send + 'static,
+) -> ApiResult<T> {
+    let state = state.clone();
+    tokio::task::spawn_blocking(move || {
+        let access = state.access();
+        let result = work(access.stored())?;
+        if changes {
+            access.reload()?;
+        }
+        Ok(result)
+    })
+    .await
+    .map_err(|e| ApiError::unavailable("The change was not made", e.to_string()))?
+}
+
+/// Applies `given` to the list at `key` of `record` by `mode`; items are the same when
+/// their `identity` fields are.
+pub(crate) fn change_list(
+    record: &mut Value,
+    key: &str,
+    given: Option<Vec<Value>>,
+    mode: ChangeMode,
+    identity: &[&str],
+) {
+    let Some(given) = given else {
+        return;
+    };
+    let same = |a: &Value, b: &Value| identity.iter().all(|f| a.get(*f) == b.get(*f));
+    let mut list: Vec<Value> = record[key].as_array().cloned().unwrap_or_default();
+    match mode {
+        ChangeMode::Set => list = given,
+        ChangeMode::Add => {
+            for item in given {
+                match list.iter_mut().find(|x| same(x, &item)) {
+                    Some(existing) => *existing = item,
+                    None => list.push(item),
+                }
+            }
+        }
+        ChangeMode::Remove => list.retain(|x| !given.iter().any(|g| same(x, g))),
+    }
+    record[key] = Value::Array(list);
 }

@@ -9,14 +9,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
+use drover_auth::access_store::{Common, Named};
 use drover_auth::roles::Authority;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::documents::{self, Common, Named, change_list};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::named;
+use crate::named::{self, change_list, stored};
 use crate::openapi::schema::{object, string, strings};
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, ItemChange, Routes};
@@ -142,7 +142,7 @@ fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
 struct Principals;
 
 impl named::Resource for Principals {
-    const DOCUMENTS: Named = documents::PRINCIPALS;
+    const NAMED: Named = Named::Principal;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
@@ -157,7 +157,7 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         "groups": given.groups.unwrap_or_default(),
         "users": given.users.unwrap_or_default(),
     });
-    let created = documents::PRINCIPALS.create(&state, record, summary);
+    let created = stored(&state, true, move |s| s.create_principal(record, summary));
     Ok(named::created(&state, "/rest/principals", created.await?))
 }
 
@@ -171,10 +171,5 @@ async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResul
         change_list(record, "groups", groups, mode, &["name", "type"]);
         change_list(record, "users", users, mode, &["name", "type"]);
     };
-    let principals = documents::PRINCIPALS;
-    Ok(Json(
-        principals
-            .modify(&state, key, given.common, summary, edit)
-            .await?,
-    ))
+    named::modify(&state, Named::Principal, key, given.common, summary, edit).await
 }

@@ -12,15 +12,14 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_auth::roles::{Grant, Role, Scope};
+use drover_auth::access_store::{Common, Named, grant_json};
+use drover_auth::roles::{Grant, Scope};
 use serde_json::Value;
 
 use crate::AppState;
-use crate::access::grant_json;
-use crate::documents::{self, Common, Named, change_list, next_id};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::named;
+use crate::named::{self, change_list, stored};
 use crate::openapi::schema::{object, string};
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
@@ -185,20 +184,20 @@ fn grants_json(grants: &[Grant]) -> Vec<Value> {
 struct Roles;
 
 impl named::Resource for Roles {
-    const DOCUMENTS: Named = documents::ROLES;
+    const NAMED: Named = Named::Role;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let summary = "The role was not created";
     let read = |f: &mut Fields<'_>| read_given(f, state.permissions());
     let given = named::read_new(&body, summary, read, |g| &g.common)?;
-    let role = Role {
-        id: next_id(),
-        name: given.common.name.unwrap_or_default(),
-        description: given.common.description.unwrap_or_default(),
-        grants: given.grants.unwrap_or_default(),
-    };
-    let created = documents::create_role(&state, role, summary).await?;
+    let name = given.common.name.unwrap_or_default();
+    let description = given.common.description.unwrap_or_default();
+    let grants = given.grants.unwrap_or_default();
+    let created = stored(&state, true, move |s| {
+        s.create_role(name, description, grants, summary)
+    })
+    .await?;
     Ok(named::created(&state, "/rest/roles", created))
 }
 
@@ -207,14 +206,11 @@ async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResul
     let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
     let grants = given.grants.as_deref().map(grants_json);
     let edit = move |record: &mut Value| change_list(record, "permissions", grants, mode, &["id"]);
-    let roles = documents::ROLES;
-    Ok(Json(
-        roles
-            .modify(&state, key, given.common, summary, edit)
-            .await?,
-    ))
+    named::modify(&state, Named::Role, key, given.common, summary, edit).await
 }
 
 async fn reset(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    documents::reset_role(&state, key).await.map(Json)
+    stored(&state, true, move |s| s.reset_role(&key))
+        .await
+        .map(Json)
 }

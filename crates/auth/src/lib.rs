@@ -9,7 +9,9 @@
 //! - [`Permission`]: a resource + action that every route declares.
 //! - [`roles`]: roles (sets of grants), principals (users and groups → roles) and the
 //!   [`Authority`](roles::Authority) that decides what an identity may do.
+//! - [`access_store`]: the stored roles and principals, and the authority they make.
 
+pub mod access_store;
 mod authenticator;
 pub mod directory;
 pub mod password;

@@ -1,6 +1,6 @@
 //! Plain domain types shared by every Drover crate: the models of jobs, nodes,
 //! reservations and virtual containers, what callers may ask of them and the rules that
-//! refuse a request (spec part 8), and dates in the wire format.
+//! refuse a request (spec part 8), dates in the wire format, and time-ordered ids.
 //!
 //! No I/O, no async, no HTTP, no SQL: only values and the rules about them. The
 //! scheduler (`drover-sched`) owns these values at run time and re-exports the modules.
@@ -9,6 +9,7 @@ pub mod clock;
 pub mod container;
 pub mod dates;
 pub mod dependency;
+pub mod ids;
 pub mod job;
 pub mod limits;
 pub mod node;

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use drover_api::access::AccessControl;
 use drover_api::{AppState, BuildInfo, Monitoring, ProxySettings, Routes, Services, Settings};
+use drover_auth::access_store::AccessStore;
 use drover_auth::throttle::LoginThrottle;
 use drover_auth::{Authenticator, User, password, users};
 use drover_domain::dates::Timestamp;
@@ -129,12 +130,11 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         config.access.max_failed_logins,
         Duration::from_secs(config.access.failed_login_window_seconds),
     );
-    let access = AccessControl::load(
-        store.as_ref(),
-        config.access.default_roles.clone(),
-        throttle,
-    )
-    .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
+    let access = AccessStore::open(store.clone())
+        .and_then(|stored| {
+            AccessControl::load(stored, config.access.default_roles.clone(), throttle)
+        })
+        .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone())?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,

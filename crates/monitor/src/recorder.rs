@@ -19,12 +19,13 @@ use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 
 use drover_domain::dates::Timestamp;
+use drover_domain::ids::IdSequence;
 use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
 use drover_store::{Body, CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
 use tokio::sync::oneshot;
 
-use crate::event::{COLLECTION, Event, IdSequence, InitiatedBy, ObjectRef, PrimaryObject, Tenant};
+use crate::event::{COLLECTION, Event, InitiatedBy, ObjectRef, PrimaryObject, Tenant};
 use crate::log::{EventLog, LogSettings};
 
 /// Most events written in one transaction.

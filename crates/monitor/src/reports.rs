@@ -10,8 +10,8 @@ use drover_query::{Filter, ListQuery, Page, Paging};
 use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde_json::{Map, Value, json};
 
-use crate::event::IdSequence;
 use crate::report::{Folded, History, REPORTS, Report, SAMPLES};
+use drover_domain::ids::IdSequence;
 
 /// Why a report operation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
