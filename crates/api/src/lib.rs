@@ -1,4 +1,5 @@
-//! The HTTP interface of Drover: the only crate that knows the wire format.
+//! The HTTP interface of Drover: routes, the gate, and the wire shapes of the resources
+//! (stored roles, principals and job templates already have theirs).
 //!
 //! - [`routes`]: every route is registered through [`Routes`] with the permission it
 //!   needs and its documentation; the same registration builds the axum router, the

@@ -2,7 +2,8 @@
 //! reservations and virtual containers, what callers may ask of them and the rules that
 //! refuse a request (spec part 8), dates in the wire format, and time-ordered ids.
 //!
-//! No I/O, no async, no HTTP, no SQL: only values and the rules about them. The
+//! No I/O (beyond `SystemClock` reading the time), no threads, no HTTP, no SQL: only
+//! values and the rules about them. The
 //! scheduler (`drover-sched`) owns these values at run time and re-exports the modules.
 
 pub mod clock;

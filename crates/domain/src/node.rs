@@ -53,46 +53,6 @@ impl NodeConfig {
             slot: None,
         }
     }
-
-    /// One node describing this machine: its host name, processors, memory and swap.
-    pub fn this_machine() -> NodeConfig {
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .ok()
-            .filter(|h| !h.is_empty())
-            .unwrap_or_else(|| "localhost".into());
-        let processors = std::thread::available_parallelism()
-            .map(|n| n.get() as u32)
-            .unwrap_or(1);
-        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-        let megabytes = |key: &str| {
-            meminfo
-                .lines()
-                .find_map(|l| l.strip_prefix(key))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<u64>()
-                        .ok()
-                })
-                .map(|kb| kb / 1024)
-        };
-        NodeConfig {
-            id: hostname,
-            processors,
-            memory: megabytes("MemTotal:"),
-            disk: None,
-            swap: megabytes("SwapTotal:"),
-            features: Vec::new(),
-            partition: None,
-            architecture: Some(std::env::consts::ARCH.to_string()),
-            os: Some(std::env::consts::OS.to_string()),
-            generic_resources: BTreeMap::new(),
-            rack: None,
-            slot: None,
-        }
-    }
 }
 
 /// Node states (decisions.md). Parsing is case-insensitive.

@@ -31,7 +31,7 @@ use crate::clock::{Clock, Seconds};
 use crate::dependency::{self, Verdict};
 use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState, ProcessRecord};
-use crate::node::{Node, NodeConfig};
+use crate::node::Node;
 use crate::place;
 use crate::policy::planner::{Decision, Held, Planner};
 use crate::policy::priority::Usage;
@@ -131,7 +131,7 @@ impl Engine {
         let rm = (parts.resource_manager)(notify)?;
         let service_user = SystemUser::current().ok_or("the service's own user has no account")?;
         let node_configs = if config.nodes.is_empty() {
-            vec![NodeConfig::this_machine()]
+            vec![super::node_pool::this_machine()]
         } else {
             config.nodes.clone()
         };

@@ -1,9 +1,9 @@
 //! The node part of the engine: the nodes with what jobs use of them, found by id.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use crate::job::Job;
-use crate::node::{Node, NodeOverrides};
+use crate::node::{Node, NodeConfig, NodeOverrides};
 
 pub(crate) struct NodePool {
     nodes: Vec<Node>,
@@ -93,5 +93,46 @@ impl NodePool {
             }
         }
         self.changed = true;
+    }
+}
+
+/// One node describing this machine (when no `[[nodes]]` are configured): its host
+/// name, processors, memory and swap, read from `/proc`.
+pub(super) fn this_machine() -> NodeConfig {
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".into());
+    let processors = std::thread::available_parallelism()
+        .map(|n| n.get() as u32)
+        .unwrap_or(1);
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let megabytes = |key: &str| {
+        meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .ok()
+            })
+            .map(|kb| kb / 1024)
+    };
+    NodeConfig {
+        id: hostname,
+        processors,
+        memory: megabytes("MemTotal:"),
+        disk: None,
+        swap: megabytes("SwapTotal:"),
+        features: Vec::new(),
+        partition: None,
+        architecture: Some(std::env::consts::ARCH.to_string()),
+        os: Some(std::env::consts::OS.to_string()),
+        generic_resources: BTreeMap::new(),
+        rack: None,
+        slot: None,
     }
 }

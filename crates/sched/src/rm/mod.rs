@@ -1,6 +1,6 @@
 //! Resource managers: what starts, signals and watches a job's processes. The engine
 //! talks to one through [`ResourceManager`]; `local` (this machine) is the embedded
-//! default, a Slurm backend and a simulator will implement the same trait.
+//! default; the simulator (`sim`) implements it too, and a Slurm backend will.
 
 pub mod local;
 pub mod shepherd;
