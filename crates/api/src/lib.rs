@@ -19,7 +19,8 @@
 //!   [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), whose
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
 //!   [`principals`], one named-document resource (`named`) over the service
-//!   [`AccessStore`](drover_auth::access_store::AccessStore).
+//!   [`AccessStore`](drover_auth::access_store::AccessStore); [`images`], over the
+//!   service [`Images`](drover_cloud::Images).
 
 pub mod access;
 pub mod accounting;
@@ -31,6 +32,7 @@ pub mod diag;
 pub mod error;
 pub mod events;
 mod identity;
+pub mod images;
 pub mod input;
 pub mod jobs;
 pub mod layers;
@@ -69,6 +71,7 @@ pub fn interface() -> Routes {
     reports::register(&mut routes);
     reservations::register(&mut routes);
     containers::register(&mut routes);
+    images::register(&mut routes);
     routes
 }
 

@@ -3,6 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
+use drover_cloud::Images;
 
 use crate::access::AccessControl;
 use drover_domain::dates::{Timestamp, WireDates};
@@ -33,6 +34,8 @@ pub struct Services {
     pub access: AccessControl,
     pub scheduler: Scheduler,
     pub monitoring: Monitoring,
+    /// The stored images (`drover-cloud`).
+    pub images: Arc<Images>,
 }
 
 /// Events and reports.
@@ -148,6 +151,11 @@ impl AppState {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.0.services.scheduler
+    }
+
+    /// The stored images.
+    pub fn images(&self) -> &Arc<Images> {
+        &self.0.services.images
     }
 
     pub fn events(&self) -> &EventRecorder {

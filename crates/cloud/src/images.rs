@@ -328,7 +328,10 @@ mod tests {
                 ..change("host")
             })
             .unwrap();
-        assert_eq!(host.image.virtualized_images, std::slice::from_ref(&guest.id));
+        assert_eq!(
+            host.image.virtualized_images,
+            std::slice::from_ref(&guest.id)
+        );
         assert!(host.id > guest.id);
         let missing = images
             .create(&ImageChange {
