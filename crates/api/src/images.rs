@@ -11,8 +11,6 @@
 //! `boot` (`kernel`, `initramfs`, `disk`) is Drover's own: paths relative to the images
 //! directory (`[cloud] image_dir`) for the provisioner to come.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -23,7 +21,7 @@ use drover_domain::image::{Boot, ImageChange, ImageKey, ImageType};
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult};
+use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named;
 use crate::openapi::schema::{boolean, integer, object, string, strings};
@@ -242,11 +240,7 @@ async fn blocking<T: Send + 'static>(
     state: &AppState,
     work: impl FnOnce(&Images) -> Result<T, CloudError> + Send + 'static,
 ) -> ApiResult<T> {
-    let images: Arc<Images> = state.images().clone();
-    tokio::task::spawn_blocking(move || work(&images))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::from)
+    crate::state::blocking_on(state.images().clone(), work).await
 }
 
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {

@@ -4,6 +4,8 @@
 use drover_testkit::{Auth, Reply, TestServer};
 use serde_json::{Value, json};
 
+use crate::support::names;
+
 /// A list of images with `query` and `sort` (JSON, encoded here) and other parameters.
 fn list(server: &TestServer, query: Value, sort: Value, more: &str) -> Value {
     let encode =
@@ -16,15 +18,6 @@ fn list(server: &TestServer, query: Value, sort: Value, more: &str) -> Value {
     let reply = server.get(&path);
     assert_eq!(reply.status, 200, "{path}: {}", reply.body);
     reply.json()
-}
-
-fn names(list: &Value) -> Vec<&str> {
-    list["results"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|i| i["name"].as_str().unwrap())
-        .collect()
 }
 
 /// A valid image named `name`, with `more` fields.
@@ -96,14 +89,14 @@ fn images_are_created_read_listed_changed_and_deleted() {
     // Lists: query, sort, paging, fields.
     let all = list(&server, json!({}), json!({"name": 1}), "");
     assert_eq!(all["totalCount"], 3);
-    assert_eq!(names(&all), ["alpine", "centos-7.9", "debian"]);
+    assert_eq!(names(&all["results"]), ["alpine", "centos-7.9", "debian"]);
     let vms = list(
         &server,
         json!({"supportsVirtualMachine": true}),
         json!({}),
         "",
     );
-    assert_eq!(names(&vms), ["alpine"]);
+    assert_eq!(names(&vms["results"]), ["alpine"]);
     let page = list(
         &server,
         json!({"type": {"$ne": "linkedclone"}}),
@@ -114,10 +107,10 @@ fn images_are_created_read_listed_changed_and_deleted() {
         (page["totalCount"].clone(), page["resultCount"].clone()),
         (json!(2), json!(1))
     );
-    assert_eq!(names(&page), ["debian"]);
+    assert_eq!(names(&page["results"]), ["debian"]);
     assert_eq!(page["results"][0].as_object().unwrap().len(), 2);
     let by_id = list(&server, json!({"id": id}), json!({}), "");
-    assert_eq!(names(&by_id), ["centos-7.9"]);
+    assert_eq!(names(&by_id["results"]), ["centos-7.9"]);
 
     // A change replaces what it gives; the version grows; a stale one is a conflict.
     let path = format!("/rest/images/{id}");
@@ -163,7 +156,10 @@ fn images_are_created_read_listed_changed_and_deleted() {
     server
         .send("DELETE", &path, Auth::Admin)
         .assert_refused(404, "No image", &"deleted twice");
-    assert_eq!(names(&server.get("/rest/images").json()), ["alpine"]);
+    assert_eq!(
+        names(&server.get("/rest/images").json()["results"]),
+        ["alpine"]
+    );
 }
 
 #[test]
