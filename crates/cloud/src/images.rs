@@ -127,9 +127,12 @@ impl Images {
     pub fn create(&self, change: &ImageChange) -> Result<StoredImage> {
         let summary = "The image was not created";
         let mut ids = self.lock();
-        let virtualized = self.resolve_keys(change, None, summary)?;
-        let image = Image::create(change, virtualized.unwrap_or_default())
-            .map_err(|problems| invalid(summary, problems))?;
+        let (virtualized, missing) = self.resolve_keys(change, None)?;
+        let image = checked(
+            summary,
+            Image::create(change, virtualized.unwrap_or_default()),
+            missing,
+        )?;
         let id = ids.next_id();
         self.store
             .write(&[Write::Insert {
@@ -160,11 +163,12 @@ impl Images {
                 ),
             });
         }
-        let virtualized = self.resolve_keys(change, Some(&current.id), &summary)?;
-        let image = current
-            .image
-            .changed(change, virtualized)
-            .map_err(|problems| invalid(&summary, problems))?;
+        let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
+        let image = checked(
+            &summary,
+            current.image.changed(change, virtualized),
+            missing,
+        )?;
         self.store
             .write(&[Write::Update {
                 collection: IMAGES.into(),
@@ -228,17 +232,16 @@ impl Images {
         document.as_ref().map(StoredImage::read).transpose()
     }
 
-    /// The ids of the images `change.virtualized_images` names (`None`: not given);
-    /// every one that does not exist is named in one refusal. `itself`: the id of the
-    /// image being changed, which cannot name itself.
+    /// The ids of the images `change.virtualized_images` names (`None`: not given), and
+    /// a problem for each entry that names no image. `itself`: the id of the image being
+    /// changed, which cannot name itself.
     fn resolve_keys(
         &self,
         change: &ImageChange,
         itself: Option<&str>,
-        summary: &str,
-    ) -> Result<Option<Vec<String>>> {
+    ) -> Result<(Option<Vec<String>>, Vec<Problem>)> {
         let Some(keys) = &change.virtualized_images else {
-            return Ok(None);
+            return Ok((None, Vec::new()));
         };
         let mut ids: Vec<String> = Vec::new();
         let mut problems = Vec::new();
@@ -257,10 +260,23 @@ impl Images {
                 Some(_) => {}
             }
         }
-        if problems.is_empty() {
-            Ok(Some(ids))
-        } else {
-            Err(invalid(summary, problems))
+        Ok((Some(ids), problems))
+    }
+}
+
+/// The image `made`, unless it or the references to other images (`missing`) have
+/// problems: then all of them in one refusal.
+fn checked(
+    summary: &str,
+    made: Result<Image, Vec<Problem>>,
+    mut missing: Vec<Problem>,
+) -> Result<Image> {
+    match made {
+        Ok(image) if missing.is_empty() => Ok(image),
+        Ok(_) => Err(invalid(summary, missing)),
+        Err(problems) => {
+            missing.extend(problems);
+            Err(invalid(summary, missing))
         }
     }
 }

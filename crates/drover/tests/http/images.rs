@@ -335,6 +335,15 @@ fn every_rule_of_an_image_is_a_clear_refusal() {
         Some(("application/json", b"{".to_vec())),
     );
     broken.assert_refused(400, "Malformed JSON", &"broken JSON");
+    // One answer names every problem, the missing references among them.
+    let both = server.send_json(
+        "POST",
+        "/rest/images",
+        &json!({"name": "a", "hypervisor": true, "supportsPhysicalMachine": true,
+                "virtualizedImages": [{"name": "nope"}]}),
+    );
+    both.assert_refused(400, "osType: required", &"several problems");
+    assert!(both.messages().contains("name 'nope'"), "{}", both.body);
     assert_eq!(
         server.get("/rest/images").json()["totalCount"],
         2,
