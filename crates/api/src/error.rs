@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use drover_accounting::AccountingError;
 use drover_auth::access_store::AccessError;
+use drover_cloud::CloudError;
 use drover_monitor::reports::ReportError;
 use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
@@ -249,6 +250,20 @@ impl From<AccessError> for ApiError {
             AccessError::NotFound(what) => ApiError::not_found(what),
             AccessError::Conflict { summary, reason } => ApiError::conflict(summary, reason),
             AccessError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<CloudError> for ApiError {
+    fn from(e: CloudError) -> Self {
+        match e {
+            CloudError::Invalid { summary, reasons } => {
+                ApiError::new(Kind::BadRequest, std::iter::once(summary).chain(reasons))
+            }
+            CloudError::NotFound(what) => ApiError::not_found(what),
+            CloudError::Conflict { summary, reason } => ApiError::conflict(summary, reason),
+            CloudError::Unreadable { .. } => ApiError::internal(e),
+            CloudError::Store(e) => e.into(),
         }
     }
 }

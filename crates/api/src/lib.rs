@@ -20,7 +20,8 @@
 //!   [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), whose
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
 //!   [`principals`], one named-document resource (`named`) over the service
-//!   [`AccessStore`](drover_auth::access_store::AccessStore).
+//!   [`AccessStore`](drover_auth::access_store::AccessStore); [`images`], over the
+//!   service [`Images`](drover_cloud::Images).
 
 pub mod access;
 pub mod accounting;
@@ -32,6 +33,7 @@ pub mod diag;
 pub mod error;
 pub mod events;
 mod identity;
+pub mod images;
 pub mod input;
 pub mod jobs;
 pub mod layers;
@@ -70,6 +72,7 @@ pub fn interface() -> Routes {
     reports::register(&mut routes);
     reservations::register(&mut routes);
     containers::register(&mut routes);
+    images::register(&mut routes);
     routes
 }
 

@@ -1,8 +1,6 @@
 //! Reports (spec 2.15, 4.15), their datapoints and samples, and the metric types
 //! (2.20). How samples become datapoints is `drover_monitor::report`'s business.
 
-use std::sync::Arc;
-
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
@@ -125,11 +123,7 @@ async fn blocking<T: Send + 'static>(
     state: &AppState,
     work: impl FnOnce(&Reports) -> Result<T, ReportError> + Send + 'static,
 ) -> ApiResult<T> {
-    let reports: Arc<Reports> = state.reports().clone();
-    tokio::task::spawn_blocking(move || work(&reports))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(ApiError::from)
+    crate::state::blocking_on(state.reports().clone(), work).await
 }
 
 fn date(dates: &WireDates, version: u32, seconds: Option<i64>) -> Value {

@@ -14,6 +14,7 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_auth::access_store::{Common, Named, grant_json};
 use drover_auth::roles::{Grant, Scope};
+use drover_domain::image::simple_name_problem;
 use serde_json::Value;
 
 use crate::AppState;
@@ -95,17 +96,8 @@ struct Given {
 
 /// Role and principal names: letters, digits, period, dash, underscore (part 8).
 pub(crate) fn check_name(f: &mut Fields<'_>, name: &Option<String>) {
-    if let Some(name) = name
-        && (name.is_empty()
-            || name.len() > 128
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)))
-    {
-        f.problem(
-            "name",
-            format!("'{name}' must be letters, digits, period, dash and underscore"),
-        );
+    if let Some(why) = name.as_deref().and_then(simple_name_problem) {
+        f.problem("name", why);
     }
 }
 

@@ -3,8 +3,10 @@
 use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
+use drover_cloud::Images;
 
 use crate::access::AccessControl;
+use crate::error::{ApiError, ApiResult};
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::{EventRecorder, Reports, StoredEvents};
 use drover_sched::Scheduler;
@@ -33,6 +35,8 @@ pub struct Services {
     pub access: AccessControl,
     pub scheduler: Scheduler,
     pub monitoring: Monitoring,
+    /// The stored images (`drover-cloud`).
+    pub images: Arc<Images>,
 }
 
 /// Events and reports.
@@ -76,6 +80,24 @@ impl ProxySettings {
     pub fn may_proxy(&self, user: &str) -> bool {
         self.enabled && self.allowed_users.iter().any(|u| u == user)
     }
+}
+
+/// Runs `work` on a blocking service (the store's callers) off the async runtime; its
+/// error reaches the client through [`ApiError`]'s conversions.
+pub(crate) async fn blocking_on<S, T, E>(
+    service: Arc<S>,
+    work: impl FnOnce(&S) -> Result<T, E> + Send + 'static,
+) -> ApiResult<T>
+where
+    S: Send + Sync + 'static,
+    T: Send + 'static,
+    E: Send + 'static,
+    ApiError: From<E>,
+{
+    tokio::task::spawn_blocking(move || work(&service))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(ApiError::from)
 }
 
 /// What `diag/about` reports, fixed when the binary was built.
@@ -148,6 +170,11 @@ impl AppState {
 
     pub fn scheduler(&self) -> &Scheduler {
         &self.0.services.scheduler
+    }
+
+    /// The stored images.
+    pub fn images(&self) -> &Arc<Images> {
+        &self.0.services.images
     }
 
     pub fn events(&self) -> &EventRecorder {

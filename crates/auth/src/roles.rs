@@ -155,6 +155,7 @@ pub fn built_in_roles() -> Vec<Role> {
     ];
     for resource in [
         "nodes",
+        "images",
         "job-templates",
         "credentials",
         "diag",
@@ -183,7 +184,7 @@ pub fn built_in_roles() -> Vec<Role> {
             id: USER.into(),
             name: USER.into(),
             description: "Submits and manages their own jobs, reservations and containers; \
-                          reads nodes, templates, credentials, reports and their accounts"
+                          reads nodes, images, templates, credentials, reports and their accounts"
                 .into(),
             grants: user,
         },

@@ -1,5 +1,5 @@
 //! Plain domain types shared by every Drover crate: the models of jobs, nodes,
-//! reservations and virtual containers, what callers may ask of them and the rules that
+//! reservations, virtual containers and images, what callers may ask of them and the rules that
 //! refuse a request (spec part 8), dates in the wire format, and time-ordered ids.
 //!
 //! No I/O (beyond `SystemClock` reading the time), no threads, no HTTP, no SQL: only
@@ -11,6 +11,7 @@ pub mod container;
 pub mod dates;
 pub mod dependency;
 pub mod ids;
+pub mod image;
 pub mod job;
 pub mod limits;
 pub mod node;

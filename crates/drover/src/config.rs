@@ -78,6 +78,17 @@ pub struct Config {
     pub standing_reservations: Vec<StandingReservation>,
     /// The embedded accounting manager.
     pub accounting: AccountingConfig,
+    /// Images and, to come, VMs.
+    pub cloud: CloudConfig,
+}
+
+/// `[cloud]`: where images' boot material lives.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CloudConfig {
+    /// The images directory: an image's `boot` paths are resolved only inside it;
+    /// `images` in the data directory by default.
+    pub image_dir: Option<PathBuf>,
 }
 
 /// `[access]`: what every authenticated user holds, and how failed logins are slowed.
@@ -286,6 +297,7 @@ impl Default for Config {
             job_templates: Vec::new(),
             standing_reservations: Vec::new(),
             accounting: AccountingConfig::default(),
+            cloud: CloudConfig::default(),
         }
     }
 }
@@ -486,6 +498,14 @@ impl Config {
             None => drover_domain::dates::system_zone_name(),
         };
         WireDates::for_zone(&zone).map_err(|e| format!("time_zone: {e}"))
+    }
+
+    /// The images directory (`[cloud] image_dir`, else `<data_dir>/images`).
+    pub fn image_dir(&self) -> PathBuf {
+        self.cloud
+            .image_dir
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("images"))
     }
 
     /// Where the store is: the PostgreSQL URL, or the SQLite file in the data directory.

@@ -135,6 +135,8 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
             AccessControl::load(stored, config.access.default_roles.clone(), throttle)
         })
         .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
+    let images = drover_cloud::Images::open(store.clone(), config.image_dir())
+        .map_err(|e| format!("cannot open the images: {e}"))?;
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone())?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
@@ -163,6 +165,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
                 access,
                 scheduler,
                 monitoring,
+                images: Arc::new(images),
             },
             settings,
         )

@@ -7,6 +7,7 @@ mod containers;
 mod conventions;
 mod diag;
 mod directory;
+mod images;
 mod jobs;
 mod monitoring;
 mod openapi;

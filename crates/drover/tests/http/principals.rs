@@ -1,15 +1,9 @@
 //! Principals over HTTP (spec 2.19, 4.16): creation rules, change-modes, versions.
 
 use drover_testkit::{Auth, TestServer};
-use serde_json::{Value, json};
+use serde_json::json;
 
-fn names(list: &Value) -> Vec<String> {
-    list.as_array()
-        .unwrap()
-        .iter()
-        .map(|m| m["name"].as_str().unwrap().to_string())
-        .collect()
-}
+use crate::support::names;
 
 #[test]
 fn principals_are_created_changed_by_mode_versioned_and_deleted() {

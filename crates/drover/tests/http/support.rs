@@ -7,7 +7,7 @@ use axum::Json;
 use drover_api::reply::{JsonBody, created};
 use drover_api::{Access, AppState, Caller, Routes};
 use drover_auth::Permission;
-use serde_json::json;
+use serde_json::{Value, json};
 
 pub const ECHO: &str = "/rest/test/echo";
 pub const WHOAMI: &str = "/rest/test/whoami";
@@ -53,4 +53,13 @@ pub fn test_routes(routes: &mut Routes) {
             )
         },
     );
+}
+
+/// The `name` of each object of `list`.
+pub fn names(list: &Value) -> Vec<String> {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap().to_string())
+        .collect()
 }

@@ -1,0 +1,411 @@
+//! The stored images: documents of the collection [`IMAGES`], each under an id the
+//! service assigns, with a unique name and a `version`. [`Images`] is the only code that
+//! reads or writes them.
+//!
+//! Writes are serialized (one lock), so the checks that read other images (the names in
+//! `virtualizedImages`, the users of an image being deleted) see what the write applies
+//! to. A cloud has tens of images, not millions: lists run the query over every image
+//! in memory, with the evaluator that defines list answers ([`ListQuery::run_positions`]).
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use drover_domain::dates::Timestamp;
+use drover_domain::ids::IdSequence;
+use drover_domain::image::{Image, ImageChange, ImageKey, Problem};
+use drover_query::{ListQuery, Page};
+use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
+use serde_json::{Value, json};
+
+pub const IMAGES: &str = "images";
+
+/// Why a lookup or a change was refused; the summary and reasons are what a client is
+/// shown.
+#[derive(Debug, thiserror::Error)]
+pub enum CloudError {
+    #[error("{summary}: {}", reasons.join("; "))]
+    Invalid {
+        summary: String,
+        reasons: Vec<String>,
+    },
+    #[error("{0}")]
+    NotFound(String),
+    /// A taken name, a stale version, an image in use.
+    #[error("{summary}: {reason}")]
+    Conflict { summary: String, reason: String },
+    /// A stored document this service cannot read (a bug, or a hand-edited store).
+    #[error("unreadable stored image {id}: {reason}")]
+    Unreadable { id: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+pub type Result<T, E = CloudError> = std::result::Result<T, E>;
+
+/// An image with the id and version the store keeps.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredImage {
+    pub id: String,
+    pub version: i64,
+    pub image: Image,
+}
+
+impl StoredImage {
+    fn read(document: &Document) -> Result<Self> {
+        let image =
+            serde_json::from_value(document.body.clone()).map_err(|e| CloudError::Unreadable {
+                id: document.id.clone(),
+                reason: e.to_string(),
+            })?;
+        Ok(Self {
+            id: document.id.clone(),
+            version: document.version,
+            image,
+        })
+    }
+
+    /// What list queries read: the stored form with `id` and `version`.
+    pub fn document(&self) -> Value {
+        let mut out = serde_json::to_value(&self.image).unwrap_or_default();
+        out["id"] = json!(self.id);
+        out["version"] = json!(self.version);
+        out
+    }
+}
+
+/// The service of the stored images. Blocking.
+pub struct Images {
+    store: Arc<dyn DocumentStore>,
+    /// Where boot paths are resolved ([`crate::boot::resolve`]).
+    image_dir: PathBuf,
+    /// Held by every write; hands out the ids.
+    writes: Mutex<IdSequence>,
+}
+
+impl Images {
+    /// Ensures the collection; new ids continue after the last stored one.
+    pub fn open(store: Arc<dyn DocumentStore>, image_dir: PathBuf) -> Result<Self> {
+        store.ensure_collection(&CollectionSpec::new(IMAGES))?;
+        let last = store.last_created(IMAGES)?;
+        let ids =
+            IdSequence::starting_after(last.as_ref().map(|d| d.id.as_str()), Timestamp::now());
+        Ok(Self {
+            store,
+            image_dir,
+            writes: Mutex::new(ids),
+        })
+    }
+
+    /// The images directory (`[cloud] image_dir`).
+    pub fn image_dir(&self) -> &Path {
+        &self.image_dir
+    }
+
+    /// The images `query` selects, sorted and paged, and how many match.
+    pub fn list(&self, query: &ListQuery) -> Result<Page<StoredImage>> {
+        let mut all = self.all()?;
+        let documents: Vec<Value> = all.iter().map(StoredImage::document).collect();
+        let page = query.run_positions(&documents);
+        let mut slots: Vec<Option<StoredImage>> = all.drain(..).map(Some).collect();
+        Ok(Page {
+            total: page.total,
+            items: page
+                .items
+                .into_iter()
+                .filter_map(|i| slots[i].take())
+                .collect(),
+        })
+    }
+
+    /// The image whose id, else name, is `key`.
+    pub fn get(&self, key: &str) -> Result<StoredImage> {
+        self.find(key)?
+            .ok_or_else(|| CloudError::NotFound(format!("No image '{key}'")))
+    }
+
+    /// Stores a new image under a new id; a taken name is a conflict.
+    pub fn create(&self, change: &ImageChange) -> Result<StoredImage> {
+        let summary = "The image was not created";
+        let mut ids = self.lock();
+        let (virtualized, missing) = self.resolve_keys(change, None)?;
+        let image = checked(
+            summary,
+            Image::create(change, virtualized.unwrap_or_default()),
+            missing,
+        )?;
+        let id = ids.next_id();
+        self.store
+            .write(&[Write::Insert {
+                collection: IMAGES.into(),
+                id: id.clone(),
+                name: Some(image.name.clone()),
+                body: body(&image).into(),
+            }])
+            .map_err(|e| taken(e, summary, &image.name))?;
+        drop(ids);
+        self.get(&id)
+    }
+
+    /// Applies `change` to the image `key`. A `version` other than the stored one, or a
+    /// taken name, is a conflict.
+    pub fn modify(&self, key: &str, change: &ImageChange) -> Result<StoredImage> {
+        let summary = format!("The image {key} was not changed");
+        let _writes = self.lock();
+        let current = self.get(key)?;
+        if let Some(version) = change.version
+            && version != current.version
+        {
+            return Err(CloudError::Conflict {
+                summary,
+                reason: format!(
+                    "version {version} is stale: the image is at version {}; read it again",
+                    current.version
+                ),
+            });
+        }
+        let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
+        let image = checked(
+            &summary,
+            current.image.changed(change, virtualized),
+            missing,
+        )?;
+        self.store
+            .write(&[Write::Update {
+                collection: IMAGES.into(),
+                id: current.id.clone(),
+                name: Some(image.name.clone()),
+                body: body(&image).into(),
+                expected_version: Some(current.version),
+            }])
+            .map_err(|e| taken(e, &summary, &image.name))?;
+        self.get(&current.id)
+    }
+
+    /// Deletes the image `key`, unless another image uses it.
+    pub fn remove(&self, key: &str) -> Result<()> {
+        let summary = format!("The image {key} was not deleted");
+        let _writes = self.lock();
+        let current = self.get(key)?;
+        let users: Vec<String> = self
+            .all()?
+            .into_iter()
+            .filter(|other| other.image.virtualized_images.contains(&current.id))
+            .map(|other| other.image.name)
+            .collect();
+        // VMs and service templates will also count here (#27, #28).
+        if !users.is_empty() {
+            return Err(CloudError::Conflict {
+                summary,
+                reason: format!(
+                    "the image is in use: the virtualizedImages of {} name it; remove it there first",
+                    users.join(", ")
+                ),
+            });
+        }
+        self.store.write(&[Write::Delete {
+            collection: IMAGES.into(),
+            id: current.id,
+            expected_version: Some(current.version),
+        }])?;
+        Ok(())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, IdSequence> {
+        self.writes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Every image, in creation order.
+    fn all(&self) -> Result<Vec<StoredImage>> {
+        self.store
+            .list(IMAGES, &ListQuery::default())?
+            .items
+            .iter()
+            .map(StoredImage::read)
+            .collect()
+    }
+
+    fn find(&self, key: &str) -> Result<Option<StoredImage>> {
+        let document = match self.store.get(IMAGES, key)? {
+            Some(document) => Some(document),
+            None => self.store.get_by_name(IMAGES, key)?,
+        };
+        document.as_ref().map(StoredImage::read).transpose()
+    }
+
+    /// The ids of the images `change.virtualized_images` names (`None`: not given), and
+    /// a problem for each entry that names no image. `itself`: the id of the image being
+    /// changed, which cannot name itself.
+    fn resolve_keys(
+        &self,
+        change: &ImageChange,
+        itself: Option<&str>,
+    ) -> Result<(Option<Vec<String>>, Vec<Problem>)> {
+        let Some(keys) = &change.virtualized_images else {
+            return Ok((None, Vec::new()));
+        };
+        let mut ids: Vec<String> = Vec::new();
+        let mut problems = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let found = match key {
+                ImageKey::Id(id) => self.store.get(IMAGES, id)?,
+                ImageKey::Name(name) => self.store.get_by_name(IMAGES, name)?,
+            };
+            let field = format!("virtualizedImages[{i}]");
+            match found {
+                None => problems.push(Problem::new(field, format!("no image with {key}"))),
+                Some(d) if Some(d.id.as_str()) == itself => {
+                    problems.push(Problem::new(field, "an image cannot virtualize itself"))
+                }
+                Some(d) if !ids.contains(&d.id) => ids.push(d.id),
+                Some(_) => {}
+            }
+        }
+        Ok((Some(ids), problems))
+    }
+}
+
+/// The image `made`, unless it or the references to other images (`missing`) have
+/// problems: then all of them in one refusal.
+fn checked(
+    summary: &str,
+    made: Result<Image, Vec<Problem>>,
+    mut missing: Vec<Problem>,
+) -> Result<Image> {
+    match made {
+        Ok(image) if missing.is_empty() => Ok(image),
+        Ok(_) => Err(invalid(summary, missing)),
+        Err(problems) => {
+            missing.extend(problems);
+            Err(invalid(summary, missing))
+        }
+    }
+}
+
+fn body(image: &Image) -> Value {
+    serde_json::to_value(image).unwrap_or_default()
+}
+
+fn invalid(summary: &str, problems: Vec<Problem>) -> CloudError {
+    CloudError::Invalid {
+        summary: summary.into(),
+        reasons: problems.iter().map(Problem::to_string).collect(),
+    }
+}
+
+/// A store conflict on writing the image named `name`: its name is taken (or, on an
+/// update, it changed meanwhile).
+fn taken(error: StoreError, summary: &str, name: &str) -> CloudError {
+    match error {
+        StoreError::Conflict(reason) => CloudError::Conflict {
+            summary: summary.into(),
+            reason: format!(
+                "the name '{name}' is taken, or the image changed meanwhile ({reason})"
+            ),
+        },
+        other => other.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use drover_store::SqliteStore;
+
+    fn open() -> (tempfile::TempDir, Images) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("d.db")).unwrap());
+        let images = Images::open(store, dir.path().join("images")).unwrap();
+        (dir, images)
+    }
+
+    fn change(name: &str) -> ImageChange {
+        ImageChange {
+            name: Some(name.into()),
+            hypervisor: Some(false),
+            os_type: Some("linux".into()),
+            supports_physical_machine: Some(true),
+            ..ImageChange::default()
+        }
+    }
+
+    #[test]
+    fn create_modify_and_the_users_of_an_image() {
+        let (_dir, images) = open();
+        let guest = images.create(&change("guest")).unwrap();
+        assert_eq!(guest.version, 1);
+        assert!(matches!(
+            images.create(&change("guest")),
+            Err(CloudError::Conflict { .. })
+        ));
+        let host = images
+            .create(&ImageChange {
+                hypervisor: Some(true),
+                virtualized_images: Some(vec![ImageKey::Name("guest".into())]),
+                ..change("host")
+            })
+            .unwrap();
+        assert_eq!(
+            host.image.virtualized_images,
+            std::slice::from_ref(&guest.id)
+        );
+        assert!(host.id > guest.id);
+        let missing = images
+            .create(&ImageChange {
+                hypervisor: Some(true),
+                virtualized_images: Some(vec![
+                    ImageKey::Name("nope".into()),
+                    ImageKey::Id("0".into()),
+                ]),
+                ..change("other")
+            })
+            .unwrap_err();
+        let CloudError::Invalid { reasons, .. } = missing else {
+            panic!("{missing:?}")
+        };
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+
+        // In use: not deleted.
+        assert!(matches!(
+            images.remove("guest"),
+            Err(CloudError::Conflict { reason, .. }) if reason.contains("host")
+        ));
+        // A stale version is a conflict; the stored one changes the image.
+        let stale = ImageChange {
+            version: Some(7),
+            ..ImageChange::default()
+        };
+        assert!(matches!(
+            images.modify("host", &stale),
+            Err(CloudError::Conflict { .. })
+        ));
+        let freed = ImageChange {
+            version: Some(1),
+            virtualized_images: Some(vec![]),
+            ..ImageChange::default()
+        };
+        assert_eq!(images.modify(&host.id, &freed).unwrap().version, 2);
+        images.remove("guest").unwrap();
+        assert!(matches!(images.get("guest"), Err(CloudError::NotFound(_))));
+    }
+
+    #[test]
+    fn lists_run_the_query_over_id_and_version_too() {
+        let (_dir, images) = open();
+        for name in ["b", "a", "c"] {
+            images.create(&change(name)).unwrap();
+        }
+        let query = ListQuery {
+            filter: drover_query::Filter::parse_str(
+                r#"{"version": 1, "name": {"$ne": "c"}}"#,
+                &drover_domain::dates::WireDates::utc(),
+            )
+            .unwrap(),
+            sort: drover_query::Sort::parse_str(r#"{"name": 1}"#).unwrap(),
+            ..ListQuery::default()
+        };
+        let page = images.list(&query).unwrap();
+        assert_eq!(page.total, 2);
+        let names: Vec<&str> = page.items.iter().map(|i| i.image.name.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+    }
+}
