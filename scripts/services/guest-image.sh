@@ -28,19 +28,13 @@ do_install() {
     return 0
   fi
   log "installing qemu, busybox-static and the cloud kernel"
-  ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -q >/dev/null
-  # The kernel package's post-install hooks and the qemu packages must start nothing.
-  local made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
-  fi
   # A newer qemu-utils (backports) Breaks bookworm's qemu-system-common: pin qemu-utils to
   # the version of qemu-system-x86 that apt installs.
+  apt_lists
   local version
   version=$(apt-cache policy qemu-system-x86 | awk '/Candidate/{print $2}')
-  apt-get install -y -q --no-install-recommends --allow-downgrades \
-    qemu-system-x86 "qemu-utils=$version" busybox-static linux-image-cloud-amd64 cpio >/dev/null
-  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  apt_install --no-install-recommends --allow-downgrades \
+    qemu-system-x86 "qemu-utils=$version" busybox-static linux-image-cloud-amd64 cpio
   return 0
 }
 
