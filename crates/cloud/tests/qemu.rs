@@ -301,4 +301,11 @@ fn a_missing_kernel_is_a_clear_error() {
         "{message}"
     );
     assert_eq!(p.status("vm-nokernel").unwrap(), VmStatus::Gone);
+
+    let mut none = spec(&run.path().join("nowhere"), "vm-none", false);
+    none.processors = 0;
+    assert_eq!(
+        p.create(&none).unwrap_err().to_string(),
+        "the VM cannot have 0 processors: from 1 to 256 are possible"
+    );
 }

@@ -105,6 +105,8 @@ pub enum ProvisionError {
     NotInstalled(&'static str),
     #[error("'{id}' is not a valid VM id: {why}")]
     InvalidId { id: String, why: &'static str },
+    #[error("the VM cannot have {0}")]
+    InvalidSpec(String),
     #[error("the {what} {path} cannot be used: {why}")]
     BootFile {
         what: &'static str,

@@ -170,10 +170,12 @@ impl Files {
         let names_vm = args
             .windows(2)
             .any(|w| w[0] == b"-name" && w[1] == id.as_bytes());
-        let dir = self.dir.as_os_str().as_encoded_bytes();
+        // `<dir>/`, so that VM `a`'s directory is not found in VM `a1`'s paths.
+        let mut dir = self.dir.as_os_str().as_encoded_bytes().to_vec();
+        dir.push(b'/');
         let names_dir = args
             .iter()
-            .any(|arg| arg.windows(dir.len()).any(|w| w == dir));
+            .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()));
         (names_vm && names_dir).then_some(pid)
     }
 }
@@ -509,19 +511,16 @@ impl QemuProvisioner {
     fn check_spec(spec: &VmSpec) -> Result<()> {
         check_vm_id(&spec.id)?;
         if !(1..=256).contains(&spec.processors) {
-            return Err(ProvisionError::Start {
-                id: spec.id.clone(),
-                why: format!("{} processors: from 1 to 256 are possible", spec.processors),
-            });
+            return Err(ProvisionError::InvalidSpec(format!(
+                "{} processors: from 1 to 256 are possible",
+                spec.processors
+            )));
         }
         if !(16..=1 << 20).contains(&spec.memory_mib) {
-            return Err(ProvisionError::Start {
-                id: spec.id.clone(),
-                why: format!(
-                    "{} MiB of memory: from 16 MiB to 1 TiB are possible",
-                    spec.memory_mib
-                ),
-            });
+            return Err(ProvisionError::InvalidSpec(format!(
+                "{} MiB of memory: from 16 MiB to 1 TiB are possible",
+                spec.memory_mib
+            )));
         }
         check_boot_file("kernel", &spec.boot.kernel)?;
         check_boot_file("initramfs", &spec.boot.initramfs)?;
