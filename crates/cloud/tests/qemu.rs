@@ -137,6 +137,9 @@ fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
     assert!(console(&handle.console).contains("GUEST-READY"));
     assert!(running(p, "vm-life"));
     assert!(process_alive(handle.pid));
+    // Under QEMU's seccomp filter (mode 2).
+    let status = std::fs::read_to_string(format!("/proc/{}/status", handle.pid)).unwrap();
+    assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
     let dir = lab.run.path().join("vms/vm-life");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(lab.run.path().join("vms"))
@@ -227,10 +230,27 @@ fn a_new_provisioner_adopts_the_running_guests() {
     assert!(again.adopt("vm-kept").unwrap());
     assert!(!again.adopt("vm-unknown").unwrap());
     assert!(running(&again, "vm-kept"));
+
+    // A restart between a migration's end and the switch to its destination: the
+    // destination alone runs, and adoption makes it the guest.
+    let moved = again
+        .migrate_measured("vm-kept", &MigrationTarget::SameHost)
+        .unwrap();
+    let dir = lab.run.path().join("vms/vm-kept");
+    let switched = std::fs::read_to_string(dir.join("slot")).unwrap();
+    std::fs::write(dir.join("slot"), if switched == "a" { "b" } else { "a" }).unwrap();
+    drop(again);
+    let again = provisioner(lab.run.path(), Accel::Tcg);
+    assert!(again.adopt("vm-kept").unwrap());
+    assert_eq!(std::fs::read_to_string(dir.join("slot")).unwrap(), switched);
+    assert!(running(&again, "vm-kept"));
+    assert!(process_alive(moved.handle.pid));
+    assert!(!process_alive(handle.pid));
+
     again.power("vm-kept", Power::Off).unwrap();
     assert!(!again.adopt("vm-kept").unwrap());
     again.destroy("vm-kept").unwrap();
-    assert!(!process_alive(handle.pid));
+    assert!(!process_alive(moved.handle.pid));
 }
 
 #[test]

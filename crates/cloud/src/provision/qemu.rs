@@ -552,6 +552,9 @@ impl QemuProvisioner {
             .args(["-m", &spec.memory_mib.to_string()])
             .args(["-smp", &spec.processors.to_string()])
             .args(["-nodefaults", "-display", "none", "-no-reboot"])
+            // seccomp: no obsolete system calls, no scheduler or CPU-affinity changes.
+            // (`elevateprivileges=deny` and `spawn=deny` stop `-daemonize` in QEMU 7.2.)
+            .args(["-sandbox", "on,obsolete=deny,resourcecontrol=deny"])
             .arg("-kernel")
             .arg(&spec.boot.kernel)
             .arg("-initrd")
