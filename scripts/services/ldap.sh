@@ -30,15 +30,9 @@ export DEBIAN_FRONTEND=noninteractive
 do_install() {
   command -v slapd >/dev/null && command -v slappasswd >/dev/null && command -v ldapwhoami >/dev/null && return 0
   log "installing slapd"
-  ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -q >/dev/null
   # Keep the package from building a directory of its own and from starting slapd.
   echo "slapd slapd/no_configuration boolean true" | debconf-set-selections
-  local made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
-  fi
-  apt-get install -y -q --no-install-recommends slapd ldap-utils >/dev/null
-  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  apt_install --no-install-recommends slapd ldap-utils
   return 0
 }
 

@@ -22,14 +22,8 @@ pgbin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1; }
 do_install() {
   if [ -n "$(pgbin)" ] && [ -x "$(pgbin)/initdb" ]; then return 0; fi
   log "installing postgresql"
-  ls /var/lib/apt/lists/*_Packages >/dev/null 2>&1 || apt-get update -q >/dev/null
-  # Keep the package's post-install script from starting a cluster of its own.
-  local made_policy=0
-  if [ ! -e /usr/sbin/policy-rc.d ]; then
-    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made_policy=1
-  fi
-  apt-get install -y -q postgresql >/dev/null
-  [ "$made_policy" = 1 ] && rm -f /usr/sbin/policy-rc.d
+  # Its post-install script must not start a cluster of its own.
+  apt_install postgresql
   return 0
 }
 

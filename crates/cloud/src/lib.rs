@@ -1,12 +1,13 @@
 //! The cloud layer beside the scheduler (ARCHITECTURE: "Where the cloud layer will
 //! live"). This first step holds the images: [`Images`] owns the stored collection
 //! `images` (spec 2.2), and [`boot::resolve`] is the one way an image's boot paths become
-//! files, always inside the images directory (`[cloud] image_dir`). VMs and provisioners
-//! come next.
+//! files, always inside the images directory (`[cloud] image_dir`). [`provision`] starts,
+//! powers, migrates and stops guests (QEMU); VMs come next.
 //!
-//! Every call blocks on the store; async callers use `spawn_blocking`.
+//! Every call blocks (on the store, on a guest); async callers use `spawn_blocking`.
 
 pub mod boot;
 pub mod images;
+pub mod provision;
 
 pub use images::{CloudError, IMAGES, Images, StoredImage};

@@ -1,0 +1,218 @@
+//! Provisioners: what starts, powers, moves, stops and finds again the guest of a VM.
+//!
+//! A [`Provisioner`] is plain and synchronous: every call blocks (a boot waits for the
+//! guest's ready line, a migration for its completion), so async callers run it through
+//! `spawn_blocking`. Its state is on disk (a run directory per VM), so a restarted
+//! service finds its guests again with [`Provisioner::adopt`].
+//!
+//! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process. An
+//! `ExecProvisioner` (external commands per operation) is a later step.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+pub mod qemu;
+mod qmp;
+
+pub use qemu::{Accel, QemuProvisioner};
+
+/// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
+/// a provisioner never resolves anything a request names.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct VmSpec {
+    /// The VM's id: a path component and a process name, see [`check_vm_id`].
+    pub id: String,
+    pub processors: u32,
+    pub memory_mib: u64,
+    pub boot: BootMaterial,
+    /// A line the guest prints on its serial console when it is up (`GUEST-READY` for
+    /// the default image): a start waits for it. Without one a start returns once the
+    /// hypervisor runs the guest.
+    pub ready_line: Option<String>,
+}
+
+/// The image's boot material, as files of this machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BootMaterial {
+    pub kernel: PathBuf,
+    pub initramfs: PathBuf,
+    /// The image's disk; each guest writes to an overlay of its own, never to it.
+    pub disk: Option<Disk>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Disk {
+    pub path: PathBuf,
+    /// Said, never probed: probing the format of a raw file lets its content choose.
+    pub format: DiskFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DiskFormat {
+    Qcow2,
+    Raw,
+}
+
+impl DiskFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DiskFormat::Qcow2 => "qcow2",
+            DiskFormat::Raw => "raw",
+        }
+    }
+}
+
+/// A started guest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VmHandle {
+    pub id: String,
+    pub pid: i32,
+    /// The guest's serial console, as a file (appended to by every boot).
+    pub console: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Power {
+    On,
+    Off,
+}
+
+/// Where a live migration goes. Only this machine so far (as a rehearsal of the
+/// protocol, and to move a guest to a new hypervisor process).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MigrationTarget {
+    SameHost,
+}
+
+/// What became of a VM's guest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VmStatus {
+    /// Its process runs; `qemu` is the hypervisor's own word (`query-status`:
+    /// `running`, `paused`, `shutdown`..., or `unresponsive` when it does not answer).
+    Running { qemu: String },
+    /// Known (its run directory is there) but not running: it can be powered on.
+    Stopped,
+    /// Unknown to this provisioner.
+    Gone,
+}
+
+/// Why an operation failed, in a sentence the operator can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    #[error("{0} is not installed (Debian: scripts/services/guest-image.sh install)")]
+    NotInstalled(&'static str),
+    #[error("'{id}' is not a valid VM id: {why}")]
+    InvalidId { id: String, why: &'static str },
+    #[error("the VM cannot have {0}")]
+    InvalidSpec(String),
+    #[error("the {what} {path} cannot be used: {why}")]
+    BootFile {
+        what: &'static str,
+        path: PathBuf,
+        why: String,
+    },
+    #[error("the run directory {path} cannot be used: {why}")]
+    RunDir { path: PathBuf, why: String },
+    #[error("VM {0} exists already")]
+    Exists(String),
+    #[error("no VM {0} here")]
+    NotFound(String),
+    #[error("VM {0} is not running")]
+    NotRunning(String),
+    #[error("VM {0} is busy with another operation; try again when it is done")]
+    Busy(String),
+    #[error("qemu-system-x86_64 did not start VM {id}: {why}")]
+    Start { id: String, why: String },
+    #[error("the guest did not boot within {secs} s: {console}")]
+    BootTimeout { secs: u64, console: String },
+    #[error("the hypervisor of VM {id} does not answer: {why}")]
+    Qmp { id: String, why: String },
+    #[error("the migration of VM {id} failed: {why}")]
+    Migration { id: String, why: String },
+    #[error("{what}: {error}")]
+    Io {
+        what: String,
+        #[source]
+        error: std::io::Error,
+    },
+}
+
+pub type Result<T, E = ProvisionError> = std::result::Result<T, E>;
+
+/// Starts, powers, moves, stops and finds again guests. Every call blocks.
+pub trait Provisioner: Send + Sync {
+    /// Starts a new guest; refused when a VM of that id exists.
+    fn create(&self, spec: &VmSpec) -> Result<VmHandle>;
+    /// Powers a guest on (a new boot from its spec) or off (ACPI, then a hard stop
+    /// after a grace). Powering a guest into the state it is in does nothing.
+    fn power(&self, id: &str, power: Power) -> Result<()>;
+    /// Stops the guest if it runs and forgets the VM (its overlay disk included).
+    fn destroy(&self, id: &str) -> Result<()>;
+    /// Moves a running guest without stopping it; returns the guest's new handle.
+    fn migrate(&self, id: &str, to: &MigrationTarget) -> Result<VmHandle>;
+    fn status(&self, id: &str) -> Result<VmStatus>;
+    /// Whether the running guest of `id` is found again (after a restart of the service).
+    fn adopt(&self, id: &str) -> Result<bool>;
+}
+
+/// The longest VM id: it names a directory and a process.
+pub const MAX_VM_ID: usize = 64;
+
+/// Refuses an id that is not a safe path component and process name: only ASCII
+/// letters, digits, `.`, `_` and `-`, not starting with a dot, 1 to [`MAX_VM_ID`] long.
+pub fn check_vm_id(id: &str) -> Result<()> {
+    let invalid = |why| {
+        Err(ProvisionError::InvalidId {
+            id: id.chars().take(MAX_VM_ID + 8).collect(),
+            why,
+        })
+    };
+    if id.is_empty() {
+        return invalid("it is empty");
+    }
+    if id.len() > MAX_VM_ID {
+        return invalid("it is longer than 64 characters");
+    }
+    if id.starts_with('.') {
+        return invalid("it starts with a dot");
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return invalid("only letters, digits, '.', '_' and '-' are allowed");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_safe_path_components() {
+        for good in ["vm-1", "a", "web_01.prod", &"x".repeat(MAX_VM_ID)] {
+            assert!(check_vm_id(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "../etc",
+            "a b",
+            "a,b",
+            "a\0b",
+            "é",
+            &"x".repeat(MAX_VM_ID + 1),
+        ] {
+            assert!(
+                matches!(check_vm_id(bad), Err(ProvisionError::InvalidId { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+}

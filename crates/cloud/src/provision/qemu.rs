@@ -1,0 +1,886 @@
+//! Guests as local `qemu-system-x86_64` processes.
+//!
+//! Each VM has a directory `<run_dir>/<id>` (the id is checked by [`check_vm_id`] before
+//! it names anything) holding everything the provisioner knows of it, so that nothing
+//! lives only in memory:
+//!
+//! - `spec.json`: the [`VmSpec`] it was created from (power on boots it again);
+//! - `console.log`: the serial console, appended to by every boot and every migration;
+//! - `disk.qcow2`: the guest's overlay of the image's disk, when the image has one;
+//! - `accel`: `kvm` or `tcg`, what the running guest was started with;
+//! - `slot` and, per slot `a`/`b`, `qemu-<slot>.pid`, `qmp-<slot>.sock`,
+//!   `qemu-<slot>.err`: the guest's process. A live migration starts the destination in
+//!   the other slot and switches `slot` once the source is gone; two slots (not one
+//!   renamed) because QEMU removes its own pid file and socket by path when it exits.
+//!
+//! A process is taken for the guest only if its command line names the VM and its
+//! directory (a stale pid file never makes us signal a stranger).
+//!
+//! The guest is started with `-daemonize`, so it is not a child of the service and
+//! survives its restarts; [`Provisioner::adopt`] finds it again from the files above.
+//!
+//! [`Accel::Auto`] uses KVM only after a real guest booted with it within the boot
+//! deadline (under nested virtualization a KVM guest can hang without a word); the
+//! verdict is kept for the provisioner's life.
+
+use std::collections::HashSet;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::qmp::Qmp;
+use super::{
+    MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle, VmSpec, VmStatus,
+    check_vm_id,
+};
+
+const QEMU: &str = "qemu-system-x86_64";
+const QEMU_IMG: &str = "qemu-img";
+/// How long a QMP read may wait.
+const QMP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a `quit` (then a SIGKILL) may take to end the process.
+const QUIT_WAIT: Duration = Duration::from_secs(5);
+/// How long a live migration may take.
+const MIGRATION_DEADLINE: Duration = Duration::from_secs(120);
+/// A unix socket's path is at most this long (`sun_path`, with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+
+/// Which accelerator guests run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Accel {
+    /// KVM when `/dev/kvm` opens and a first guest booted with it in time, else TCG.
+    Auto,
+    Kvm,
+    /// Emulation: slow, but it works everywhere.
+    Tcg,
+}
+
+impl Accel {
+    fn name(self) -> &'static str {
+        match self {
+            Accel::Kvm => "kvm",
+            _ => "tcg",
+        }
+    }
+}
+
+/// The result of a live migration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Migration {
+    pub handle: VmHandle,
+    /// QEMU's own measures (`query-migrate`), when it gave them.
+    pub total_ms: Option<u64>,
+    pub downtime_ms: Option<u64>,
+}
+
+pub struct QemuProvisioner {
+    run_dir: PathBuf,
+    accel: Accel,
+    boot_deadline: Duration,
+    kvm_probe_deadline: Duration,
+    shutdown_grace: Duration,
+    /// [`Accel::Auto`]'s verdict once a probe ran: whether KVM is trusted.
+    kvm_trusted: Mutex<Option<bool>>,
+    /// The VMs an operation is under way for: a second one is refused, not queued.
+    busy: Mutex<HashSet<String>>,
+}
+
+/// The files of one VM.
+struct Files {
+    dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    A,
+    B,
+}
+
+impl Slot {
+    fn name(self) -> &'static str {
+        match self {
+            Slot::A => "a",
+            Slot::B => "b",
+        }
+    }
+    fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+}
+
+impl Files {
+    fn spec(&self) -> PathBuf {
+        self.dir.join("spec.json")
+    }
+    fn console(&self) -> PathBuf {
+        self.dir.join("console.log")
+    }
+    fn overlay(&self) -> PathBuf {
+        self.dir.join("disk.qcow2")
+    }
+    fn accel(&self) -> PathBuf {
+        self.dir.join("accel")
+    }
+    fn migration_socket(&self) -> PathBuf {
+        self.dir.join("migrate.sock")
+    }
+    fn pid(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("qemu-{}.pid", slot.name()))
+    }
+    fn qmp(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("qmp-{}.sock", slot.name()))
+    }
+    fn err(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("qemu-{}.err", slot.name()))
+    }
+    fn slot(&self) -> Slot {
+        match std::fs::read_to_string(self.dir.join("slot")).as_deref() {
+            Ok("b") => Slot::B,
+            _ => Slot::A,
+        }
+    }
+    fn set_slot(&self, slot: Slot) -> Result<()> {
+        let tmp = self.dir.join("slot.tmp");
+        std::fs::write(&tmp, slot.name())
+            .and_then(|()| std::fs::rename(&tmp, self.dir.join("slot")))
+            .map_err(io("recording the guest's process slot"))
+    }
+    /// The guest's process in `slot`, if it runs: the pid file names a live process
+    /// whose command line names this VM and this directory.
+    fn process(&self, id: &str, slot: Slot) -> Option<i32> {
+        let pid: i32 = std::fs::read_to_string(self.pid(slot))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        if pid <= 1 || !alive(pid) {
+            return None;
+        }
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let names_vm = args
+            .windows(2)
+            .any(|w| w[0] == b"-name" && w[1] == id.as_bytes());
+        // `<dir>/`, so that VM `a`'s directory is not found in VM `a1`'s paths.
+        let mut dir = self.dir.as_os_str().as_encoded_bytes().to_vec();
+        dir.push(b'/');
+        let names_dir = args
+            .iter()
+            .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()));
+        (names_vm && names_dir).then_some(pid)
+    }
+}
+
+/// A process that exists and is not a zombie.
+fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+fn wait_exit(pid: i32, within: Duration) -> bool {
+    let end = Instant::now() + within;
+    while alive(pid) {
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProvisionError + '_ {
+    move |error| ProvisionError::Io {
+        what: what.to_string(),
+        error,
+    }
+}
+
+/// The last lines of a console from `offset` on, for an error message.
+fn console_tail(path: &Path, offset: u64) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let start = offset.max(len.saturating_sub(4096));
+        if file.seek(SeekFrom::Start(start)).is_ok() {
+            let mut bytes = Vec::new();
+            let _ = file.take(4096).read_to_end(&mut bytes);
+            text = String::from_utf8_lossy(&bytes).into_owned();
+        }
+    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    if lines.is_empty() {
+        "the console is empty".into()
+    } else {
+        lines[lines.len().saturating_sub(5)..].join(" | ")
+    }
+}
+
+/// Whether the console holds `line` after `offset`.
+fn console_has(path: &Path, offset: u64, line: &str) -> bool {
+    let Ok(mut file) = File::open(path) else {
+        return false;
+    };
+    if file.seek(SeekFrom::Start(offset)).is_err() {
+        return false;
+    }
+    let mut bytes = Vec::new();
+    // A boot prints a few kilobytes; a ready line further than 1 MiB is not waited for.
+    if file.take(1 << 20).read_to_end(&mut bytes).is_err() {
+        return false;
+    }
+    let needle = line.as_bytes();
+    !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle)
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
+/// A program's output as one line for an error message.
+fn trimmed(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let text = text.trim();
+    if text.is_empty() {
+        "it said nothing".into()
+    } else {
+        text.lines().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) -> ProvisionError {
+    move |error| {
+        if error.kind() == std::io::ErrorKind::NotFound {
+            ProvisionError::NotInstalled(program)
+        } else {
+            ProvisionError::Io {
+                what: format!("running {program}"),
+                error,
+            }
+        }
+    }
+}
+
+/// Refuses a path QEMU's options cannot carry as given (a comma separates options).
+fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
+    if path.as_os_str().as_encoded_bytes().contains(&b',') {
+        return Err(ProvisionError::BootFile {
+            what,
+            path: path.into(),
+            why: "its path contains a comma, which QEMU options cannot carry; rename it".into(),
+        });
+    }
+    Ok(())
+}
+
+fn check_boot_file(what: &'static str, path: &Path) -> Result<()> {
+    check_option_path(what, path)?;
+    let refuse = |why: String| ProvisionError::BootFile {
+        what,
+        path: path.into(),
+        why,
+    };
+    let file = File::open(path).map_err(|e| refuse(e.to_string()))?;
+    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_file() {
+        return Err(refuse("it is not a regular file".into()));
+    }
+    Ok(())
+}
+
+impl QemuProvisioner {
+    /// A provisioner keeping its guests' files under `run_dir`, created (mode 0700) if
+    /// needed; refused when it belongs to another user or its path cannot be a QEMU
+    /// option. `boot_deadline` bounds a boot (and [`Accel::Auto`]'s KVM probe).
+    pub fn new(run_dir: impl Into<PathBuf>, accel: Accel, boot_deadline: Duration) -> Result<Self> {
+        let run_dir: PathBuf = run_dir.into();
+        let refuse = |why: String| ProvisionError::RunDir {
+            path: run_dir.clone(),
+            why,
+        };
+        if run_dir.as_os_str().as_encoded_bytes().contains(&b',') {
+            return Err(refuse(
+                "its path contains a comma, which QEMU options cannot carry".into(),
+            ));
+        }
+        if !run_dir.is_absolute() {
+            return Err(refuse("it must be an absolute path".into()));
+        }
+        DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&run_dir)
+            .map_err(|e| refuse(e.to_string()))?;
+        let meta = std::fs::symlink_metadata(&run_dir).map_err(|e| refuse(e.to_string()))?;
+        if !meta.is_dir() {
+            return Err(refuse("it is not a directory".into()));
+        }
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(refuse(format!(
+                "it belongs to uid {}, not to this service (uid {me})",
+                meta.uid()
+            )));
+        }
+        if meta.mode() & 0o077 != 0 {
+            std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700))
+                .map_err(|e| refuse(e.to_string()))?;
+        }
+        Ok(Self {
+            run_dir,
+            accel,
+            boot_deadline,
+            kvm_probe_deadline: boot_deadline.min(Duration::from_secs(10)),
+            shutdown_grace: Duration::from_secs(10),
+            kvm_trusted: Mutex::new(None),
+            busy: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// How long a power off waits for the guest to obey ACPI before it is stopped hard
+    /// (10 s unless set).
+    pub fn with_shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
+    /// How long [`Accel::Auto`] waits for its first guest under KVM before it falls
+    /// back to TCG (the boot deadline, at most 10 s, unless set).
+    pub fn with_kvm_probe_deadline(mut self, deadline: Duration) -> Self {
+        self.kvm_probe_deadline = deadline;
+        self
+    }
+
+    /// The accelerator new guests get, as far as it is decided (`None`: `Auto` before
+    /// its probe).
+    pub fn accel(&self) -> Option<Accel> {
+        match self.accel {
+            Accel::Auto => self
+                .kvm_trusted
+                .lock()
+                .unwrap()
+                .map(|kvm| if kvm { Accel::Kvm } else { Accel::Tcg }),
+            fixed => Some(fixed),
+        }
+    }
+
+    /// The live migration of [`Provisioner::migrate`], with QEMU's measures.
+    pub fn migrate_measured(&self, id: &str, to: &MigrationTarget) -> Result<Migration> {
+        let MigrationTarget::SameHost = to;
+        let (files, _busy) = self.existing(id)?;
+        let spec = self.load_spec(&files)?;
+        let source = files.slot();
+        let Some(source_pid) = files.process(id, source) else {
+            return Err(ProvisionError::NotRunning(id.into()));
+        };
+        let accel = match std::fs::read_to_string(files.accel()).as_deref() {
+            Ok("kvm") => Accel::Kvm,
+            _ => Accel::Tcg,
+        };
+        let target = source.other();
+        let socket = files.migration_socket();
+        let _ = std::fs::remove_file(&socket);
+        self.launch(&spec, &files, target, accel, Some(&socket))?;
+        let Some(target_pid) = files.process(id, target) else {
+            return Err(ProvisionError::Migration {
+                id: id.into(),
+                why: format!(
+                    "the destination process ended at once: {}",
+                    trimmed(&std::fs::read(files.err(target)).unwrap_or_default())
+                ),
+            });
+        };
+        let failed = |why: String| {
+            self.hard_stop(&files, target, target_pid);
+            let _ = std::fs::remove_file(&socket);
+            ProvisionError::Migration { id: id.into(), why }
+        };
+        let outcome = (|| -> Result<Value, String> {
+            let mut qmp = Qmp::connect(&files.qmp(source), QMP_TIMEOUT)?;
+            let uri = format!("unix:{}", socket.display());
+            qmp.execute("migrate", Some(json!({ "uri": uri })))?;
+            let end = Instant::now() + MIGRATION_DEADLINE;
+            loop {
+                let state = qmp.execute("query-migrate", None)?;
+                match state.get("status").and_then(Value::as_str) {
+                    Some("completed") => return Ok(state),
+                    Some("failed") | Some("cancelled") => {
+                        return Err(state
+                            .get("error-desc")
+                            .and_then(Value::as_str)
+                            .unwrap_or("QEMU gave no reason")
+                            .to_string());
+                    }
+                    _ if Instant::now() >= end => {
+                        let _ = qmp.execute("migrate_cancel", None);
+                        return Err(format!(
+                            "it did not complete within {} s",
+                            MIGRATION_DEADLINE.as_secs()
+                        ));
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(50)),
+                }
+            }
+        })();
+        let state = outcome.map_err(failed)?;
+        // The source is paused now and the destination runs: end the source, then the
+        // destination is the guest.
+        self.hard_stop(&files, source, source_pid);
+        let _ = std::fs::remove_file(&socket);
+        files.set_slot(target)?;
+        let qemu = self.query_status(&files, id, target)?;
+        if qemu != "running" {
+            return Err(ProvisionError::Migration {
+                id: id.into(),
+                why: format!("the destination is {qemu}, not running"),
+            });
+        }
+        let ms = |key: &str| state.get(key).and_then(Value::as_u64);
+        Ok(Migration {
+            handle: VmHandle {
+                id: id.into(),
+                pid: target_pid,
+                console: files.console(),
+            },
+            total_ms: ms("total-time"),
+            downtime_ms: ms("downtime"),
+        })
+    }
+
+    fn files(&self, id: &str) -> Result<Files> {
+        check_vm_id(id)?;
+        let dir = self.run_dir.join(id);
+        // The longest socket path of the VM must fit a unix socket address.
+        if dir.join("migrate.sock").as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(ProvisionError::RunDir {
+                path: self.run_dir.clone(),
+                why: format!(
+                    "the path of VM {id}'s sockets would be longer than {MAX_SOCKET_PATH} bytes; use a shorter run directory or id"
+                ),
+            });
+        }
+        Ok(Files { dir })
+    }
+
+    /// The files of a VM that exists, and the VM marked busy while the guard lives.
+    fn existing(&self, id: &str) -> Result<(Files, BusyGuard<'_>)> {
+        let files = self.files(id)?;
+        let busy = self.mark_busy(id)?;
+        if !files.dir.is_dir() {
+            return Err(ProvisionError::NotFound(id.into()));
+        }
+        Ok((files, busy))
+    }
+
+    fn mark_busy(&self, id: &str) -> Result<BusyGuard<'_>> {
+        if !self.busy.lock().unwrap().insert(id.to_string()) {
+            return Err(ProvisionError::Busy(id.into()));
+        }
+        Ok(BusyGuard {
+            set: &self.busy,
+            id: id.to_string(),
+        })
+    }
+
+    fn load_spec(&self, files: &Files) -> Result<VmSpec> {
+        let text = std::fs::read(files.spec()).map_err(io("reading the VM's spec.json"))?;
+        serde_json::from_slice(&text).map_err(|e| ProvisionError::Io {
+            what: "reading the VM's spec.json".into(),
+            error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+        })
+    }
+
+    fn check_spec(spec: &VmSpec) -> Result<()> {
+        check_vm_id(&spec.id)?;
+        if !(1..=256).contains(&spec.processors) {
+            return Err(ProvisionError::InvalidSpec(format!(
+                "{} processors: from 1 to 256 are possible",
+                spec.processors
+            )));
+        }
+        if !(16..=1 << 20).contains(&spec.memory_mib) {
+            return Err(ProvisionError::InvalidSpec(format!(
+                "{} MiB of memory: from 16 MiB to 1 TiB are possible",
+                spec.memory_mib
+            )));
+        }
+        check_boot_file("kernel", &spec.boot.kernel)?;
+        check_boot_file("initramfs", &spec.boot.initramfs)?;
+        if let Some(disk) = &spec.boot.disk {
+            check_boot_file("disk", &disk.path)?;
+        }
+        Ok(())
+    }
+
+    /// Starts QEMU (daemonized) in `slot`; returns when its parent has exited, that is
+    /// when the guest's process runs and its QMP socket listens.
+    fn launch(
+        &self,
+        spec: &VmSpec,
+        files: &Files,
+        slot: Slot,
+        accel: Accel,
+        incoming: Option<&Path>,
+    ) -> Result<()> {
+        for stale in [files.pid(slot), files.qmp(slot)] {
+            let _ = std::fs::remove_file(stale);
+        }
+        let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
+        let mut command = Command::new(QEMU);
+        command
+            .arg("-name")
+            .arg(&spec.id)
+            .args(["-accel", accel.name()])
+            .args(["-m", &spec.memory_mib.to_string()])
+            .args(["-smp", &spec.processors.to_string()])
+            .args(["-nodefaults", "-display", "none", "-no-reboot"])
+            // seccomp: no obsolete system calls, no scheduler or CPU-affinity changes.
+            // (`elevateprivileges=deny` and `spawn=deny` stop `-daemonize` in QEMU 7.2.)
+            .args(["-sandbox", "on,obsolete=deny,resourcecontrol=deny"])
+            .arg("-kernel")
+            .arg(&spec.boot.kernel)
+            .arg("-initrd")
+            .arg(&spec.boot.initramfs)
+            .args(["-append", "console=ttyS0 quiet panic=-1"]);
+        let mut console = std::ffi::OsString::from("file,id=console,append=on,path=");
+        console.push(files.console());
+        command
+            .arg("-chardev")
+            .arg(console)
+            .args(["-serial", "chardev:console"]);
+        let mut qmp = std::ffi::OsString::from("unix:");
+        qmp.push(files.qmp(slot));
+        qmp.push(",server=on,wait=off");
+        command.arg("-qmp").arg(qmp);
+        if spec.boot.disk.is_some() {
+            let mut drive = std::ffi::OsString::from("file=");
+            drive.push(files.overlay());
+            drive.push(",format=qcow2,if=virtio");
+            command.arg("-drive").arg(drive);
+        }
+        command
+            .arg("-daemonize")
+            .arg("-pidfile")
+            .arg(files.pid(slot));
+        if let Some(socket) = incoming {
+            let mut uri = std::ffi::OsString::from("unix:");
+            uri.push(socket);
+            command.arg("-incoming").arg(uri);
+        }
+        let status = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err)
+            .status()
+            .map_err(spawn_error(QEMU))?;
+        if !status.success() {
+            return Err(ProvisionError::Start {
+                id: spec.id.clone(),
+                why: trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
+            });
+        }
+        Ok(())
+    }
+
+    /// Boots the guest of `spec` in the VM's current slot and waits until it is up.
+    fn boot(&self, spec: &VmSpec, files: &Files) -> Result<VmHandle> {
+        let slot = files.slot();
+        let accel = match self.accel {
+            Accel::Auto => {
+                let mut trusted = self.kvm_trusted.lock().unwrap();
+                match *trusted {
+                    Some(kvm) => {
+                        if kvm {
+                            Accel::Kvm
+                        } else {
+                            Accel::Tcg
+                        }
+                    }
+                    // A probe needs a ready line to tell a hanging guest from a quiet one.
+                    None if spec.ready_line.is_some() && kvm_opens() => {
+                        match self.boot_with(spec, files, slot, Accel::Kvm, self.kvm_probe_deadline)
+                        {
+                            Ok(handle) => {
+                                *trusted = Some(true);
+                                return Ok(handle);
+                            }
+                            // KVM hangs (nested) or QEMU refuses it: emulate.
+                            Err(
+                                ProvisionError::BootTimeout { .. } | ProvisionError::Start { .. },
+                            ) => {
+                                *trusted = Some(false);
+                                Accel::Tcg
+                            }
+                            Err(other) => return Err(other),
+                        }
+                    }
+                    None => {
+                        if !kvm_opens() {
+                            *trusted = Some(false);
+                        }
+                        Accel::Tcg
+                    }
+                }
+            }
+            fixed => fixed,
+        };
+        self.boot_with(spec, files, slot, accel, self.boot_deadline)
+    }
+
+    fn boot_with(
+        &self,
+        spec: &VmSpec,
+        files: &Files,
+        slot: Slot,
+        accel: Accel,
+        deadline: Duration,
+    ) -> Result<VmHandle> {
+        let offset = file_len(&files.console());
+        std::fs::write(files.accel(), accel.name()).map_err(io("recording the accelerator"))?;
+        self.launch(spec, files, slot, accel, None)?;
+        let started = Instant::now();
+        let Some(pid) = files.process(&spec.id, slot) else {
+            return Err(ProvisionError::Start {
+                id: spec.id.clone(),
+                why: format!(
+                    "the process ended at once: {}; console: {}",
+                    trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
+                    console_tail(&files.console(), offset)
+                ),
+            });
+        };
+        loop {
+            let up = match &spec.ready_line {
+                Some(line) => console_has(&files.console(), offset, line),
+                None => self
+                    .query_status(files, &spec.id, slot)
+                    .is_ok_and(|s| s == "running"),
+            };
+            if up {
+                return Ok(VmHandle {
+                    id: spec.id.clone(),
+                    pid,
+                    console: files.console(),
+                });
+            }
+            if !alive(pid) {
+                return Err(ProvisionError::Start {
+                    id: spec.id.clone(),
+                    why: format!(
+                        "the guest stopped while booting: {}",
+                        console_tail(&files.console(), offset)
+                    ),
+                });
+            }
+            if started.elapsed() >= deadline {
+                self.hard_stop(files, slot, pid);
+                return Err(ProvisionError::BootTimeout {
+                    secs: deadline.as_secs(),
+                    console: console_tail(&files.console(), offset),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn query_status(&self, files: &Files, id: &str, slot: Slot) -> Result<String> {
+        let qmp_error = |why: String| ProvisionError::Qmp { id: id.into(), why };
+        let mut qmp = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT).map_err(qmp_error)?;
+        let status = qmp.execute("query-status", None).map_err(qmp_error)?;
+        Ok(status
+            .get("status")
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string())
+    }
+
+    /// Ends the process: `quit` over QMP, then SIGKILL if it stays.
+    fn hard_stop(&self, files: &Files, slot: Slot, pid: i32) {
+        if let Ok(mut qmp) = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT) {
+            // The connection may close before the answer: the process is leaving.
+            let _ = qmp.execute("quit", None);
+        }
+        if !wait_exit(pid, QUIT_WAIT) {
+            // SAFETY: kill has no memory preconditions; `pid` was checked to be this
+            // VM's QEMU (Files::process) just before.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            wait_exit(pid, QUIT_WAIT);
+        }
+        let _ = std::fs::remove_file(files.pid(slot));
+    }
+
+    /// Asks the guest to power down (ACPI), waits the grace, then stops it hard.
+    fn power_off(&self, files: &Files, slot: Slot, pid: i32) {
+        if let Ok(mut qmp) = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT)
+            && qmp.execute("system_powerdown", None).is_ok()
+        {
+            drop(qmp);
+            if wait_exit(pid, self.shutdown_grace) {
+                let _ = std::fs::remove_file(files.pid(slot));
+                return;
+            }
+        }
+        self.hard_stop(files, slot, pid);
+    }
+}
+
+fn kvm_opens() -> bool {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+struct BusyGuard<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    id: String,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.set.lock().unwrap().remove(&self.id);
+    }
+}
+
+impl Provisioner for QemuProvisioner {
+    fn create(&self, spec: &VmSpec) -> Result<VmHandle> {
+        Self::check_spec(spec)?;
+        let files = self.files(&spec.id)?;
+        let _busy = self.mark_busy(&spec.id)?;
+        match DirBuilder::new().mode(0o700).create(&files.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(ProvisionError::Exists(spec.id.clone()));
+            }
+            Err(e) => return Err(io("creating the VM's run directory")(e)),
+        }
+        let made = (|| {
+            let text = serde_json::to_vec_pretty(spec).expect("a spec serializes");
+            std::fs::write(files.spec(), text).map_err(io("writing the VM's spec.json"))?;
+            if let Some(disk) = &spec.boot.disk {
+                let output = Command::new(QEMU_IMG)
+                    .args([
+                        "create",
+                        "-q",
+                        "-f",
+                        "qcow2",
+                        "-F",
+                        disk.format.as_str(),
+                        "-b",
+                    ])
+                    .arg(&disk.path)
+                    .arg(files.overlay())
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(spawn_error(QEMU_IMG))?;
+                if !output.status.success() {
+                    return Err(ProvisionError::BootFile {
+                        what: "disk",
+                        path: disk.path.clone(),
+                        why: format!(
+                            "qemu-img could not make an overlay of it: {}",
+                            trimmed(&output.stderr)
+                        ),
+                    });
+                }
+            }
+            self.boot(spec, &files)
+        })();
+        if made.is_err() {
+            let _ = std::fs::remove_dir_all(&files.dir);
+        }
+        made
+    }
+
+    fn power(&self, id: &str, power: Power) -> Result<()> {
+        let (files, _busy) = self.existing(id)?;
+        let slot = files.slot();
+        let running = files.process(id, slot);
+        match (power, running) {
+            (Power::On, Some(_)) | (Power::Off, None) => Ok(()),
+            (Power::On, None) => {
+                let spec = self.load_spec(&files)?;
+                Self::check_spec(&spec)?;
+                self.boot(&spec, &files).map(|_| ())
+            }
+            (Power::Off, Some(pid)) => {
+                self.power_off(&files, slot, pid);
+                Ok(())
+            }
+        }
+    }
+
+    fn destroy(&self, id: &str) -> Result<()> {
+        let (files, _busy) = self.existing(id)?;
+        for slot in [Slot::A, Slot::B] {
+            if let Some(pid) = files.process(id, slot) {
+                self.hard_stop(&files, slot, pid);
+            }
+        }
+        std::fs::remove_dir_all(&files.dir).map_err(io("removing the VM's run directory"))
+    }
+
+    fn migrate(&self, id: &str, to: &MigrationTarget) -> Result<VmHandle> {
+        self.migrate_measured(id, to).map(|m| m.handle)
+    }
+
+    fn status(&self, id: &str) -> Result<VmStatus> {
+        let files = self.files(id)?;
+        if !files.dir.is_dir() {
+            return Ok(VmStatus::Gone);
+        }
+        let slot = files.slot();
+        Ok(match files.process(id, slot) {
+            Some(_) => VmStatus::Running {
+                qemu: self
+                    .query_status(&files, id, slot)
+                    .unwrap_or_else(|_| "unresponsive".into()),
+            },
+            None => VmStatus::Stopped,
+        })
+    }
+
+    /// Also settles a migration a restart interrupted: when only the destination runs,
+    /// it becomes the guest; when both do, the unfinished destination is stopped.
+    fn adopt(&self, id: &str) -> Result<bool> {
+        let (files, _busy) = match self.existing(id) {
+            Err(ProvisionError::NotFound(_)) => return Ok(false),
+            other => other?,
+        };
+        let slot = files.slot();
+        let current = files.process(id, slot);
+        let other = files.process(id, slot.other());
+        match (current, other) {
+            (Some(_), Some(pid)) => self.hard_stop(&files, slot.other(), pid),
+            (None, Some(_)) => {
+                if self.query_status(&files, id, slot.other())? == "running" {
+                    files.set_slot(slot.other())?;
+                } else {
+                    return Ok(false);
+                }
+            }
+            _ => {}
+        }
+        let slot = files.slot();
+        Ok(files.process(id, slot).is_some() && self.query_status(&files, id, slot).is_ok())
+    }
+}
