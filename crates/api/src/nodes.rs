@@ -61,7 +61,7 @@ fn known(n: Option<u64>) -> i64 {
 }
 
 /// A node in its wire shape.
-pub fn render(node: &Node, dates: &WireDates, version: u32) -> Value {
+pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Value {
     let config = &node.config;
     let o = &node.overrides;
     let free_memory = node.free_memory();
@@ -118,7 +118,7 @@ pub fn render(node: &Node, dates: &WireDates, version: u32) -> Value {
         "rack": config.rack.unwrap_or(-1),
         "reservationCount": 0,
         "reservations": [],
-        "rmAccessList": ["local"],
+        "rmAccessList": [rm_name],
         "size": 1,
         "slot": config.slot.unwrap_or(-1),
         "speed": 1.0,
@@ -163,8 +163,14 @@ pub fn render(node: &Node, dates: &WireDates, version: u32) -> Value {
 }
 
 async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> {
-    let nodes = state.scheduler().nodes();
-    reply::list_rendered(&nodes, &params, &state.settings().dates, render)
+    let scheduler = state.scheduler();
+    let (nodes, rm_name) = (scheduler.nodes(), scheduler.resource_manager_name());
+    reply::list_rendered(
+        &nodes,
+        &params,
+        &state.settings().dates,
+        |node, dates, version| render(node, rm_name, dates, version),
+    )
 }
 
 async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
@@ -175,6 +181,7 @@ async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>>
         .ok_or_else(|| ApiError::not_found(format!("No node '{id}'")))?;
     Ok(Json(render(
         node,
+        state.scheduler().resource_manager_name(),
         &state.settings().dates,
         params.api_version.number(),
     )))

@@ -159,7 +159,7 @@ fn render_with<'a>(
         now: scheduler.now(),
         dates,
         version: version.number().min(2),
-        rm_name: "local",
+        rm_name: scheduler.resource_manager_name(),
         sched_name: scheduler.name(),
     }
 }

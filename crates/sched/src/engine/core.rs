@@ -147,6 +147,7 @@ impl Engine {
             containers: RwLock::new(Arc::new(Vec::new())),
             credentials: RwLock::new(BTreeMap::new()),
             name: config.name.clone(),
+            rm_name: rm.name().to_string(),
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
         });

@@ -145,6 +145,8 @@ pub(crate) struct Shared {
     containers: RwLock<Arc<Vec<crate::container::VirtualContainer>>>,
     credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
     name: String,
+    /// The resource manager's name (`rmName`, `rmAccessList`).
+    rm_name: String,
     clock: Arc<dyn Clock>,
     degraded: RwLock<Option<String>>,
 }
@@ -239,6 +241,11 @@ impl Scheduler {
 
     pub fn name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The name of the resource manager that runs the jobs (`local` on this machine).
+    pub fn resource_manager_name(&self) -> &str {
+        &self.shared.rm_name
     }
 
     pub fn now(&self) -> Seconds {
