@@ -5,8 +5,9 @@
 //! `spawn_blocking`. Its state is on disk (a run directory per VM), so a restarted
 //! service finds its guests again with [`Provisioner::adopt`].
 //!
-//! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process. An
-//! `ExecProvisioner` (external commands per operation) is a later step.
+//! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process;
+//! [`ExecProvisioner`] runs the site's own command for each operation (libvirt,
+//! OpenStack or xCAT wrappers), as the operator configured them.
 
 use std::collections::HashSet;
 use std::fs::DirBuilder;
@@ -16,9 +17,11 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub mod exec;
 pub mod qemu;
 mod qmp;
 
+pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use qemu::{Accel, QemuProvisioner};
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
@@ -135,6 +138,17 @@ pub enum ProvisionError {
     Qmp { id: String, why: String },
     #[error("the migration of VM {id} failed: {why}")]
     Migration { id: String, why: String },
+    #[error("the site's {operation} command cannot be used: {why}")]
+    ExecConfig {
+        operation: &'static str,
+        why: String,
+    },
+    #[error("the site's {operation} command for VM {id} failed: {why}")]
+    Exec {
+        operation: &'static str,
+        id: String,
+        why: String,
+    },
     #[error("{what}: {error}")]
     Io {
         what: String,

@@ -180,7 +180,7 @@ impl Files {
 }
 
 /// A process that exists and is not a zombie.
-fn alive(pid: i32) -> bool {
+pub(super) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
