@@ -97,7 +97,8 @@ pub enum MigrationTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VmStatus {
     /// Its process runs; `qemu` is the hypervisor's own word (`query-status`:
-    /// `running`, `paused`, `shutdown`..., or `unresponsive` when it does not answer).
+    /// `running`, `paused`, `shutdown`..., or `unresponsive` when it does not answer;
+    /// for [`ExecProvisioner`], what the status command printed after `running`).
     Running { qemu: String },
     /// Known (its run directory is there) but not running: it can be powered on.
     Stopped,
