@@ -5,16 +5,23 @@
 //! `spawn_blocking`. Its state is on disk (a run directory per VM), so a restarted
 //! service finds its guests again with [`Provisioner::adopt`].
 //!
-//! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process. An
-//! `ExecProvisioner` (external commands per operation) is a later step.
+//! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process;
+//! [`ExecProvisioner`] runs the site's own command for each operation (libvirt,
+//! OpenStack or xCAT wrappers), as the operator configured them.
 
-use std::path::PathBuf;
+use std::collections::HashSet;
+use std::fs::DirBuilder;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
+pub mod exec;
 pub mod qemu;
 mod qmp;
 
+pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use qemu::{Accel, QemuProvisioner};
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
@@ -90,7 +97,8 @@ pub enum MigrationTarget {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VmStatus {
     /// Its process runs; `qemu` is the hypervisor's own word (`query-status`:
-    /// `running`, `paused`, `shutdown`..., or `unresponsive` when it does not answer).
+    /// `running`, `paused`, `shutdown`..., or `unresponsive` when it does not answer;
+    /// for [`ExecProvisioner`], what the status command printed after `running`).
     Running { qemu: String },
     /// Known (its run directory is there) but not running: it can be powered on.
     Stopped,
@@ -131,6 +139,17 @@ pub enum ProvisionError {
     Qmp { id: String, why: String },
     #[error("the migration of VM {id} failed: {why}")]
     Migration { id: String, why: String },
+    #[error("the site's {operation} command cannot be used: {why}")]
+    ExecConfig {
+        operation: &'static str,
+        why: String,
+    },
+    #[error("the site's {operation} command for VM {id} failed: {why}")]
+    Exec {
+        operation: &'static str,
+        id: String,
+        why: String,
+    },
     #[error("{what}: {error}")]
     Io {
         what: String,
@@ -185,6 +204,76 @@ pub fn check_vm_id(id: &str) -> Result<()> {
         return invalid("only letters, digits, '.', '_' and '-' are allowed");
     }
     Ok(())
+}
+
+/// Makes a provisioner's run directory (mode 0700) if needed. Refused when the path is
+/// relative, is not a directory, or belongs to another user (whoever owns it could swap
+/// what the service reads); a looser mode is narrowed to 0700.
+pub(crate) fn prepare_run_dir(run_dir: &Path) -> Result<()> {
+    let refuse = |why: String| ProvisionError::RunDir {
+        path: run_dir.into(),
+        why,
+    };
+    if !run_dir.is_absolute() {
+        return Err(refuse("it must be an absolute path".into()));
+    }
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(run_dir)
+        .map_err(|e| refuse(e.to_string()))?;
+    let meta = std::fs::symlink_metadata(run_dir).map_err(|e| refuse(e.to_string()))?;
+    if !meta.is_dir() {
+        return Err(refuse("it is not a directory".into()));
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(refuse(format!(
+            "it belongs to uid {}, not to this service (uid {me})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| refuse(e.to_string()))?;
+    }
+    Ok(())
+}
+
+pub(crate) fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProvisionError + '_ {
+    move |error| ProvisionError::Io {
+        what: what.to_string(),
+        error,
+    }
+}
+
+/// The VMs an operation is under way for: a second one is refused, not queued.
+#[derive(Default)]
+pub(crate) struct BusySet(Mutex<HashSet<String>>);
+
+impl BusySet {
+    /// Marks `id` busy while the guard lives; [`ProvisionError::Busy`] when it is already.
+    pub(crate) fn mark(&self, id: &str) -> Result<BusyGuard<'_>> {
+        if !self.0.lock().unwrap().insert(id.to_string()) {
+            return Err(ProvisionError::Busy(id.into()));
+        }
+        Ok(BusyGuard {
+            set: self,
+            id: id.to_string(),
+        })
+    }
+}
+
+pub(crate) struct BusyGuard<'a> {
+    set: &'a BusySet,
+    id: String,
+}
+
+impl Drop for BusyGuard<'_> {
+    fn drop(&mut self) {
+        self.set.0.lock().unwrap().remove(&self.id);
+    }
 }
 
 #[cfg(test)]

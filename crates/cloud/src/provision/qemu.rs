@@ -23,10 +23,9 @@
 //! deadline (under nested virtualization a KVM guest can hang without a word); the
 //! verdict is kept for the provisioner's life.
 
-use std::collections::HashSet;
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -36,8 +35,8 @@ use serde_json::{Value, json};
 
 use super::qmp::Qmp;
 use super::{
-    MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle, VmSpec, VmStatus,
-    check_vm_id,
+    BusyGuard, BusySet, MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle,
+    VmSpec, VmStatus, check_vm_id, io, prepare_run_dir,
 };
 
 const QEMU: &str = "qemu-system-x86_64";
@@ -88,7 +87,7 @@ pub struct QemuProvisioner {
     /// [`Accel::Auto`]'s verdict once a probe ran: whether KVM is trusted.
     kvm_trusted: Mutex<Option<bool>>,
     /// The VMs an operation is under way for: a second one is refused, not queued.
-    busy: Mutex<HashSet<String>>,
+    busy: BusySet,
 }
 
 /// The files of one VM.
@@ -181,7 +180,7 @@ impl Files {
 }
 
 /// A process that exists and is not a zombie.
-fn alive(pid: i32) -> bool {
+pub(super) fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => stat
             .rsplit_once(')')
@@ -200,13 +199,6 @@ fn wait_exit(pid: i32, within: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     true
-}
-
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> ProvisionError + '_ {
-    move |error| ProvisionError::Io {
-        what: what.to_string(),
-        error,
-    }
 }
 
 /// The last lines of a console from `offset` on, for an error message.
@@ -320,30 +312,7 @@ impl QemuProvisioner {
                 "its path contains a comma, which QEMU options cannot carry".into(),
             ));
         }
-        if !run_dir.is_absolute() {
-            return Err(refuse("it must be an absolute path".into()));
-        }
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(&run_dir)
-            .map_err(|e| refuse(e.to_string()))?;
-        let meta = std::fs::symlink_metadata(&run_dir).map_err(|e| refuse(e.to_string()))?;
-        if !meta.is_dir() {
-            return Err(refuse("it is not a directory".into()));
-        }
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me {
-            return Err(refuse(format!(
-                "it belongs to uid {}, not to this service (uid {me})",
-                meta.uid()
-            )));
-        }
-        if meta.mode() & 0o077 != 0 {
-            std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700))
-                .map_err(|e| refuse(e.to_string()))?;
-        }
+        prepare_run_dir(&run_dir)?;
         Ok(Self {
             run_dir,
             accel,
@@ -351,7 +320,7 @@ impl QemuProvisioner {
             kvm_probe_deadline: boot_deadline.min(Duration::from_secs(10)),
             shutdown_grace: Duration::from_secs(10),
             kvm_trusted: Mutex::new(None),
-            busy: Mutex::new(HashSet::new()),
+            busy: BusySet::default(),
         })
     }
 
@@ -483,21 +452,11 @@ impl QemuProvisioner {
     /// The files of a VM that exists, and the VM marked busy while the guard lives.
     fn existing(&self, id: &str) -> Result<(Files, BusyGuard<'_>)> {
         let files = self.files(id)?;
-        let busy = self.mark_busy(id)?;
+        let busy = self.busy.mark(id)?;
         if !files.dir.is_dir() {
             return Err(ProvisionError::NotFound(id.into()));
         }
         Ok((files, busy))
-    }
-
-    fn mark_busy(&self, id: &str) -> Result<BusyGuard<'_>> {
-        if !self.busy.lock().unwrap().insert(id.to_string()) {
-            return Err(ProvisionError::Busy(id.into()));
-        }
-        Ok(BusyGuard {
-            set: &self.busy,
-            id: id.to_string(),
-        })
     }
 
     fn load_spec(&self, files: &Files) -> Result<VmSpec> {
@@ -750,22 +709,11 @@ fn kvm_opens() -> bool {
         .is_ok()
 }
 
-struct BusyGuard<'a> {
-    set: &'a Mutex<HashSet<String>>,
-    id: String,
-}
-
-impl Drop for BusyGuard<'_> {
-    fn drop(&mut self) {
-        self.set.lock().unwrap().remove(&self.id);
-    }
-}
-
 impl Provisioner for QemuProvisioner {
     fn create(&self, spec: &VmSpec) -> Result<VmHandle> {
         Self::check_spec(spec)?;
         let files = self.files(&spec.id)?;
-        let _busy = self.mark_busy(&spec.id)?;
+        let _busy = self.busy.mark(&spec.id)?;
         match DirBuilder::new().mode(0o700).create(&files.dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
