@@ -11,7 +11,7 @@ use drover_query::ListQuery;
 use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde_json::{Value, json};
 
-use crate::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, built_in_roles};
+use crate::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, USER, built_in_roles};
 
 pub const ROLES: &str = "roles";
 pub const PRINCIPALS: &str = "principals";
@@ -88,6 +88,7 @@ impl AccessStore {
         if !missing.is_empty() {
             store.write(&missing)?;
         }
+        upgrade_built_in_roles(store.as_ref())?;
         Ok(Self {
             store,
             ids: Mutex::new(IdSequence::starting_after(None, Timestamp::now())),
@@ -341,6 +342,56 @@ fn role_body(role: &Role, built_in: bool) -> Value {
     })
 }
 
+/// Grants given to a built-in role after it first shipped, by role id. An installation
+/// made before keeps its stored role; [`upgrade_built_in_roles`] adds them.
+fn grants_added_later() -> Vec<(&'static str, Grant)> {
+    vec![(USER, Grant::new("images", "read", Scope::All))]
+}
+
+/// Brings stored built-in roles that nobody changed up to their current definition: a
+/// role whose grants are exactly its definition without the grants added later gets the
+/// definition. One an administrator changed is left alone (`reset` brings it up to date).
+fn upgrade_built_in_roles(store: &dyn DocumentStore) -> Result<()> {
+    let added = grants_added_later();
+    let mut writes = Vec::new();
+    for role in built_in_roles() {
+        let later: Vec<String> = added
+            .iter()
+            .filter(|(id, _)| *id == role.id)
+            .map(|(_, grant)| grant.to_string())
+            .collect();
+        if later.is_empty() {
+            continue;
+        }
+        let Some(document) = store.get(ROLES, &role.id)? else {
+            continue;
+        };
+        let Some(stored) = role_of(&document) else {
+            continue;
+        };
+        let names = |grants: &[Grant]| {
+            let mut names: Vec<String> = grants.iter().map(Grant::to_string).collect();
+            names.sort();
+            names
+        };
+        let mut before = names(&role.grants);
+        before.retain(|grant| !later.contains(grant));
+        if names(&stored.grants) == before {
+            writes.push(Write::Update {
+                collection: ROLES.into(),
+                id: role.id.clone(),
+                name: Some(stored.name.clone()),
+                body: role_body(&role, true).into(),
+                expected_version: Some(document.version),
+            });
+        }
+    }
+    if !writes.is_empty() {
+        store.write(&writes)?;
+    }
+    Ok(())
+}
+
 /// A grant as a role's `permissions` hold it.
 pub fn grant_json(grant: &Grant) -> Value {
     json!({
@@ -418,6 +469,48 @@ mod tests {
             description: Some("changed".into()),
             version,
         }
+    }
+
+    /// Writes the `user` role as an installation made before `grants` were added had it.
+    fn store_user_role_without(dir: &tempfile::TempDir, dropped: &[&str]) {
+        let store = SqliteStore::open(&dir.path().join("s.db")).unwrap();
+        store
+            .ensure_collection(&CollectionSpec::new(ROLES))
+            .unwrap();
+        let mut user = built_in_roles().into_iter().find(|r| r.id == USER).unwrap();
+        user.grants
+            .retain(|g| !dropped.contains(&g.to_string().as_str()));
+        store
+            .insert(ROLES, USER, Some(USER), role_body(&user, true))
+            .unwrap();
+    }
+
+    fn user_grants(stored: &AccessStore) -> Vec<String> {
+        let role = stored.get(Named::Role, USER).unwrap();
+        role["permissions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn an_unchanged_built_in_role_gets_the_grants_added_since() {
+        let dir = tempfile::tempdir().unwrap();
+        store_user_role_without(&dir, &["images:read"]);
+        let stored = open(&dir);
+        assert!(user_grants(&stored).contains(&"images:read".to_string()));
+    }
+
+    #[test]
+    fn a_built_in_role_an_administrator_changed_is_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        store_user_role_without(&dir, &["images:read", "nodes:read"]);
+        let stored = open(&dir);
+        let grants = user_grants(&stored);
+        assert!(!grants.contains(&"images:read".to_string()), "{grants:?}");
+        assert!(!grants.contains(&"nodes:read".to_string()), "{grants:?}");
     }
 
     #[test]
