@@ -8,7 +8,8 @@
 //! cannot be given on create (400): the service sets it. Fields the interface does not
 //! have are refused, naming them, so that a misspelt flag is not silently dropped.
 //!
-//! `boot` (`kernel`, `initramfs`, `disk`) is Drover's own: paths relative to the images
+//! `boot` (`kernel`, `initramfs`, `disk`, and `readyLine`: what the guest prints once it
+//! is up) is Drover's own: paths relative to the images
 //! directory (`[cloud] image_dir`) for the provisioner to come.
 
 use axum::Json;
@@ -75,6 +76,7 @@ fn schema() -> Value {
                 ("kernel", string()),
                 ("initramfs", string()),
                 ("disk", string()),
+                ("readyLine", string()),
             ]),
         ),
         ("version", integer()),
@@ -154,6 +156,7 @@ fn render(stored: &StoredImage) -> Value {
             "kernel": image.boot.kernel,
             "initramfs": image.boot.initramfs,
             "disk": image.boot.disk,
+            "readyLine": image.boot.ready_line,
         },
         "id": stored.id,
         "version": stored.version,
@@ -206,16 +209,20 @@ fn read_change(f: &mut Fields<'_>) -> ImageChange {
     let boot = f.object("boot", |b| {
         let unknown: Vec<String> = b
             .keys()
-            .filter(|k| !["kernel", "initramfs", "disk"].contains(&k.as_str()))
+            .filter(|k| !["kernel", "initramfs", "disk", "readyLine"].contains(&k.as_str()))
             .cloned()
             .collect();
         for key in unknown {
-            b.problem(&key, "not a boot field (kernel, initramfs, disk)");
+            b.problem(
+                &key,
+                "not a boot field (kernel, initramfs, disk, readyLine)",
+            );
         }
         Boot {
             kernel: b.string("kernel").unwrap_or_default(),
             initramfs: b.string("initramfs").unwrap_or_default(),
             disk: b.string("disk").unwrap_or_default(),
+            ready_line: b.string("readyLine").unwrap_or_default(),
         }
     });
     ImageChange {

@@ -55,6 +55,11 @@ pub struct Boot {
     pub kernel: String,
     pub initramfs: String,
     pub disk: String,
+    /// A line the guest prints on its serial console once it is up: a VM is Running
+    /// only when it has (`GUEST-READY` for the default guest image). Empty: running as
+    /// soon as the hypervisor runs it.
+    #[serde(rename = "readyLine", skip_serializing_if = "String::is_empty")]
+    pub ready_line: String,
 }
 
 impl Boot {
@@ -417,6 +422,13 @@ impl Image {
             if let Some(why) = boot_path_problem(path) {
                 problem(&format!("boot.{field}"), why.to_string());
             }
+        }
+        let ready = &self.boot.ready_line;
+        if ready.len() > MAX_TEXT || ready.chars().any(char::is_control) {
+            problem(
+                "boot.readyLine",
+                format!("must be one line of at most {MAX_TEXT} characters"),
+            );
         }
         if problems.is_empty() {
             Ok(())

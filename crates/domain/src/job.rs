@@ -346,6 +346,9 @@ pub struct SpecExtra {
     pub virtual_containers: Vec<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub generic_attributes: Vec<String>,
+    /// What a system job does (it runs no process of its own).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system_task: Option<crate::vm::SystemTask>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -35,6 +35,9 @@ pub struct Limits {
     pub user_reservation_max_count: usize,
     /// The most virtual containers one ordinary user may have created.
     pub user_container_max_count: usize,
+    /// The most VMs one ordinary user may have at once (each holds a host's processors
+    /// and memory until it is destroyed).
+    pub user_vm_max_count: usize,
 }
 
 impl Default for Limits {
@@ -47,6 +50,7 @@ impl Default for Limits {
             user_reservation_max_processors: None,
             user_reservation_max_count: 4,
             user_container_max_count: 100,
+            user_vm_max_count: 8,
         }
     }
 }

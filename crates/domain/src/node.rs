@@ -157,6 +157,8 @@ pub struct Node {
     pub used_memory: u64,
     /// Jobs running here, in start order.
     pub jobs: Vec<String>,
+    /// VMs holding processors and memory here (jobs cannot use them).
+    pub vms: Vec<String>,
 }
 
 impl Node {
@@ -168,6 +170,7 @@ impl Node {
             used_processors: 0,
             used_memory: 0,
             jobs: Vec::new(),
+            vms: Vec::new(),
         }
     }
 
@@ -189,7 +192,7 @@ impl Node {
             Some(NodeState::Draining) => NodeState::Drained,
             Some(state) if !state.follows_load() => state,
             _ if !self.powered_on() => NodeState::Down,
-            _ if self.jobs.is_empty() => NodeState::Idle,
+            _ if self.jobs.is_empty() && self.vms.is_empty() => NodeState::Idle,
             _ if self.used_processors >= self.config.processors => NodeState::Busy,
             _ => NodeState::Running,
         }

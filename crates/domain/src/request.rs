@@ -189,6 +189,20 @@ pub mod summary {
     pub fn container_not_changed(id: &str) -> String {
         format!("The virtual container {id} was not changed")
     }
+
+    pub const VM_NOT_CREATED: &str = "The VM was not created";
+
+    pub fn vm_not_changed(id: &str) -> String {
+        format!("The VM {id} was not changed")
+    }
+
+    pub fn vm_not_migrated(id: &str) -> String {
+        format!("The VM {id} was not migrated")
+    }
+
+    pub fn vm_not_destroyed(id: &str) -> String {
+        format!("The VM {id} was not destroyed")
+    }
 }
 
 /// A reservation to create (spec 2.7, create).

@@ -11,14 +11,18 @@ use serde::{Deserialize, Serialize};
 
 /// The template every submission starts from.
 pub const DEFAULT_TEMPLATE: &str = "DEFAULT";
+/// The templates of the system jobs that make, move and end a VM.
+pub const VM_SETUP: &str = "genericVM-setup";
+pub const VM_MIGRATE: &str = "genericVM-migrate";
+pub const VM_DESTROY: &str = "genericVM-destroy";
 
 /// Known template ids (spec 2.6) and what each is for.
 const BUILT_IN: &[(&str, &str)] = &[
     (DEFAULT_TEMPLATE, "Defaults applied to every job"),
     ("genericVM", "A virtual machine"),
-    ("genericVM-setup", "Sets up a virtual machine"),
-    ("genericVM-destroy", "Destroys a virtual machine"),
-    ("genericVM-migrate", "Migrates a virtual machine"),
+    (VM_SETUP, "Sets up a virtual machine"),
+    (VM_DESTROY, "Destroys a virtual machine"),
+    (VM_MIGRATE, "Migrates a virtual machine"),
     ("genericPM", "A physical machine"),
     ("genericPM-setup", "Sets up a physical machine"),
     ("genericPM-destroy", "Releases a physical machine"),

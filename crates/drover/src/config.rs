@@ -82,13 +82,79 @@ pub struct Config {
     pub cloud: CloudConfig,
 }
 
-/// `[cloud]`: where images' boot material lives.
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `[cloud]`: where images' boot material lives, and what makes the guests of VMs.
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CloudConfig {
     /// The images directory: an image's `boot` paths are resolved only inside it;
     /// `images` in the data directory by default.
     pub image_dir: Option<PathBuf>,
+    /// `qemu`, `exec` or `none`; by default `qemu` when `qemu-system-x86_64` is
+    /// installed, else `none` (every VM setup then fails and says why).
+    pub provisioner: Option<ProvisionerKind>,
+    /// The image a VM created without `os` boots.
+    pub default_image: String,
+    /// `auto` (KVM once a first guest booted with it in time, else TCG), `kvm`, `tcg`.
+    pub accel: AccelChoice,
+    /// How long a guest may take to print its image's ready line.
+    pub boot_deadline_seconds: u64,
+    /// How long a power off waits for the guest to obey ACPI before a hard stop.
+    pub shutdown_grace_seconds: u64,
+    /// The site's commands (`provisioner = "exec"`).
+    pub exec: Option<ExecConfig>,
+}
+
+impl Default for CloudConfig {
+    fn default() -> Self {
+        Self {
+            image_dir: None,
+            provisioner: None,
+            default_image: "guest".into(),
+            accel: AccelChoice::Auto,
+            boot_deadline_seconds: 60,
+            shutdown_grace_seconds: 10,
+            exec: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProvisionerKind {
+    Qemu,
+    Exec,
+    None,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AccelChoice {
+    Auto,
+    Kvm,
+    Tcg,
+}
+
+/// `[cloud.exec]`: one command per operation, each an argv (an absolute program, no
+/// shell), and how long each may run.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecConfig {
+    pub create: Vec<String>,
+    pub destroy: Vec<String>,
+    pub migrate: Vec<String>,
+    pub power_on: Vec<String>,
+    pub power_off: Vec<String>,
+    pub status: Vec<String>,
+    #[serde(default)]
+    pub adopt: Option<Vec<String>>,
+    #[serde(default = "ExecConfig::default_timeout")]
+    pub timeout_seconds: u64,
+}
+
+impl ExecConfig {
+    fn default_timeout() -> u64 {
+        300
+    }
 }
 
 /// `[access]`: what every authenticated user holds, and how failed logins are slowed.

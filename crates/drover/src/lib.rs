@@ -2,6 +2,7 @@
 //! tests call [`launch`] directly on a listener bound to port 0.
 
 pub mod config;
+pub mod guests;
 pub mod ledger_accountant;
 pub mod private;
 pub mod serve;
@@ -135,9 +136,15 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
             AccessControl::load(stored, config.access.default_roles.clone(), throttle)
         })
         .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
-    let images = drover_cloud::Images::open(store.clone(), config.image_dir())
-        .map_err(|e| format!("cannot open the images: {e}"))?;
-    let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone())?;
+    let images = Arc::new(
+        drover_cloud::Images::open(store.clone(), config.image_dir())
+            .map_err(|e| format!("cannot open the images: {e}"))?,
+    );
+    if let Some(said) = guests::register_default_image(&images, &config.cloud.default_image)? {
+        eprintln!("drover: {said}");
+    }
+    let vm_host = guests::vm_host(config, images.clone());
+    let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let settings = Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
@@ -165,7 +172,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
                 access,
                 scheduler,
                 monitoring,
-                images: Arc::new(images),
+                images,
             },
             settings,
         )
@@ -182,6 +189,7 @@ fn start_scheduler(
     store: Arc<dyn DocumentStore>,
     events: Arc<dyn EventSink>,
     ledger: Arc<drover_accounting::Ledger>,
+    vm_host: Arc<dyn drover_sched::vm_host::VmHost>,
 ) -> Result<Scheduler, String> {
     let spool = config.data_dir.join("spool");
     // This very program, even after its file is replaced by an upgrade.
@@ -200,6 +208,7 @@ fn start_scheduler(
         clock: Arc::new(SystemClock),
         events,
         accountant: Arc::new(ledger_accountant::LedgerAccountant(ledger)),
+        vm_host,
     };
     let mut engine = config.scheduler.engine(&config.nodes);
     engine.standing_reservations = config.standing_reservations.clone();

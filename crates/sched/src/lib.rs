@@ -2,7 +2,7 @@
 //! the resource managers that run jobs. Knows nothing of HTTP.
 //!
 //! The models and their rules live in `drover-domain` and are re-exported here:
-//! [`job`], [`node`], [`reservation`], [`container`], [`request`] (what callers ask and how
+//! [`job`], [`node`], [`reservation`], [`container`], [`vm`], [`request`] (what callers ask and how
 //! it is refused), [`validate`] (submission rules, spec part 8), [`limits`], [`template`],
 //! [`dependency`], [`clock`].
 //!
@@ -13,9 +13,10 @@
 //! - [`rm`]: the resource-manager trait and the local implementation.
 //! - [`sim`]: trace replay in virtual time through the engine (`drover replay`).
 //! - [`events`], [`sysuser`]: the event sink, system accounts.
+//! - [`vm_host`]: what makes the guests of VMs (the engine owns the VMs themselves).
 
 pub use drover_domain::{
-    clock, container, dependency, job, limits, node, request, reservation, template, validate,
+    clock, container, dependency, job, limits, node, request, reservation, template, validate, vm,
 };
 
 pub mod accountant;
@@ -28,6 +29,7 @@ pub mod policy;
 pub mod rm;
 pub mod sim;
 pub mod sysuser;
+pub mod vm_host;
 
 pub use book::{Attribute, JobBook};
 pub use engine::{ConfiguredCredentials, CredentialKind, EngineParts, SchedConfig, Scheduler};

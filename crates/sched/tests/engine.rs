@@ -6,11 +6,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_sched::clock::ManualClock;
+use drover_sched::engine::VmAnswer;
 use drover_sched::events::RecordedEvents;
 use drover_sched::job::{JobSpec, JobState, ProcessRecord};
 use drover_sched::node::NodeConfig;
 use drover_sched::policy::Policy;
 use drover_sched::rm::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
+use drover_sched::vm::{Vm, VmChange, VmCommand, VmPhase, VmRequest};
+use drover_sched::vm_host::{VmHost, VmOperation};
 use drover_sched::{EngineParts, JobAction, JobChanges, Requester, SchedConfig, Scheduler};
 
 /// Processes that exist only in this test: started, signalled and ended on request.
@@ -93,6 +96,41 @@ struct Harness {
     rm: Arc<FakeRm>,
     clock: Arc<ManualClock>,
     events: Arc<RecordedEvents>,
+    vm_host: Arc<FakeVmHost>,
+}
+
+/// A VM host that does every operation at once, failing those asked to fail, and knows
+/// which guests are alive.
+#[derive(Default)]
+struct FakeVmHost {
+    done: Mutex<Vec<(String, VmOperation)>>,
+    fail: Mutex<Option<String>>,
+    alive: Mutex<std::collections::HashSet<String>>,
+}
+
+impl VmHost for FakeVmHost {
+    fn run(&self, vm: Vm, operation: VmOperation, done: drover_sched::vm_host::Done) {
+        self.done
+            .lock()
+            .unwrap()
+            .push((vm.id.clone(), operation.clone()));
+        let outcome = match self.fail.lock().unwrap().clone() {
+            Some(reason) => Err(reason),
+            None => Ok(()),
+        };
+        if outcome.is_ok() {
+            let mut alive = self.alive.lock().unwrap();
+            match operation {
+                VmOperation::Destroy | VmOperation::PowerOff => alive.remove(&vm.id),
+                _ => alive.insert(vm.id.clone()),
+            };
+        }
+        done(outcome);
+    }
+
+    fn alive(&self, vm: &Vm) -> bool {
+        self.alive.lock().unwrap().contains(&vm.id)
+    }
 }
 
 /// A SQLite store whose reads and writes fail while `failing` is set (a database that
@@ -181,9 +219,21 @@ fn start_with(
     processors: u32,
     policy: Policy,
 ) -> Harness {
+    let nodes = vec![NodeConfig::new("n1", processors)];
+    start_full(store, rm, clock, nodes, policy, Arc::default())
+}
+
+fn start_full(
+    store: Arc<dyn drover_store::DocumentStore>,
+    rm: Arc<FakeRm>,
+    clock: Arc<ManualClock>,
+    nodes: Vec<NodeConfig>,
+    policy: Policy,
+    vm_host: Arc<FakeVmHost>,
+) -> Harness {
     let events = Arc::new(RecordedEvents::default());
     let config = SchedConfig {
-        nodes: vec![NodeConfig::new("n1", processors)],
+        nodes,
         tick: Duration::from_millis(20),
         policy,
         ..SchedConfig::default()
@@ -198,12 +248,14 @@ fn start_with(
         clock: clock.clone(),
         events: events.clone(),
         accountant: Arc::new(drover_sched::accountant::NoAccounting),
+        vm_host: vm_host.clone(),
     };
     Harness {
         scheduler: Scheduler::start(config, parts).unwrap(),
         rm,
         clock,
         events,
+        vm_host,
     }
 }
 
@@ -780,4 +832,233 @@ async fn cancellation_policies_and_cancelling_the_master_end_the_rest() {
     wait_until("the master shows the end", || {
         state(&h, &master) == JobState::Vacated
     });
+}
+
+fn vm_harness(dir: &std::path::Path, vm_host: Arc<FakeVmHost>) -> Harness {
+    let store: Arc<dyn drover_store::DocumentStore> =
+        Arc::new(drover_store::SqliteStore::open(&dir.join("engine.db")).unwrap());
+    let node = |id: &str| NodeConfig {
+        memory: Some(1024),
+        ..NodeConfig::new(id, 4)
+    };
+    start_full(
+        store,
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        vec![node("n1"), node("n2")],
+        Policy::default(),
+        vm_host,
+    )
+}
+
+fn vm_of(h: &Harness, id: &str) -> Option<Vm> {
+    h.scheduler.vms().iter().find(|v| v.id == id).cloned()
+}
+
+fn user(name: &str) -> Requester {
+    Requester {
+        user: name.into(),
+        proxy_user: None,
+        admin: false,
+    }
+}
+
+async fn job_of(answer: Result<VmAnswer, drover_sched::SchedError>) -> String {
+    match answer.unwrap() {
+        VmAnswer::Job(job) => job,
+        other => panic!("expected a job, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_holds_its_hosts_resources_from_create_to_destroy_through_system_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = vm_harness(dir.path(), Arc::default());
+    let create = |id: &str, processors| {
+        VmCommand::Create(Box::new(VmRequest {
+            id: Some(id.into()),
+            processors: Some(processors),
+            memory: Some(256),
+            image: "guest".into(),
+            ..Default::default()
+        }))
+    };
+    let setup = job_of(h.scheduler.vm(create("web", 3), user("bob")).await).await;
+    wait_until("the VM runs", || {
+        vm_of(&h, "web").is_some_and(|v| v.phase == VmPhase::Running)
+    });
+    let job = h.scheduler.job(&setup).unwrap();
+    assert_eq!(job.status.state, JobState::Completed);
+    assert_eq!(job.status.completion_code, Some(0));
+    assert!(job.spec.flags.contains(&"SYSTEMJOB".to_string()));
+    let n1 = h.scheduler.nodes()[0].clone();
+    assert_eq!((n1.used_processors, n1.used_memory), (3, 256));
+    assert_eq!(n1.vms, ["web"]);
+    // A second VM that does not fit on n1 goes to n2; a third fits nowhere.
+    job_of(h.scheduler.vm(create("db", 2), user("bob")).await).await;
+    assert_eq!(vm_of(&h, "db").unwrap().node, "n2");
+    let refused = h.scheduler.vm(create("big", 3), user("bob")).await;
+    assert!(
+        matches!(refused, Err(drover_sched::SchedError::Invalid(_))),
+        "{refused:?}"
+    );
+    // The id is taken; another user cannot see or destroy bob's VM.
+    let taken = h.scheduler.vm(create("web", 1), user("carol")).await;
+    assert!(
+        matches!(taken, Err(drover_sched::SchedError::Conflict(_))),
+        "{taken:?}"
+    );
+    let foreign = h
+        .scheduler
+        .vm(VmCommand::Destroy("web".into()), user("carol"))
+        .await;
+    assert!(
+        matches!(foreign, Err(drover_sched::SchedError::NotFound(_))),
+        "{foreign:?}"
+    );
+    // The system job cannot be cancelled as a job.
+    let cancel = h.scheduler.act(&setup, JobAction::Cancel, admin()).await;
+    assert!(cancel.is_err());
+    // Power off and on keeps the resources held.
+    let said = h
+        .scheduler
+        .vm(
+            VmCommand::Modify(
+                "web".into(),
+                Box::new(VmChange {
+                    power_on: Some(false),
+                    ..Default::default()
+                }),
+            ),
+            user("bob"),
+        )
+        .await
+        .unwrap();
+    assert!(matches!(said, VmAnswer::Said(_)));
+    wait_until("the VM is off", || {
+        vm_of(&h, "web").unwrap().phase == VmPhase::Off
+    });
+    assert_eq!(h.scheduler.nodes()[0].used_processors, 3);
+    // Migrating an Off VM is refused; destroy gives everything back.
+    let migrate = h
+        .scheduler
+        .vm(VmCommand::Migrate("web".into(), None), user("bob"))
+        .await;
+    assert!(matches!(
+        migrate,
+        Err(drover_sched::SchedError::Conflict(_))
+    ));
+    let destroy = job_of(
+        h.scheduler
+            .vm(VmCommand::Destroy("web".into()), user("bob"))
+            .await,
+    )
+    .await;
+    wait_until("the VM is gone", || vm_of(&h, "web").is_none());
+    assert_eq!(
+        h.scheduler.job(&destroy).unwrap().status.completion_code,
+        Some(0)
+    );
+    let n1 = h.scheduler.nodes()[0].clone();
+    assert_eq!(
+        (n1.used_processors, n1.used_memory, n1.vms.len()),
+        (0, 0, 0)
+    );
+    let ops: Vec<_> = h.vm_host.done.lock().unwrap().clone();
+    assert!(ops.contains(&("web".to_string(), VmOperation::PowerOff)));
+    assert!(ops.contains(&("web".to_string(), VmOperation::Destroy)));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migration_moves_the_hold_a_failure_says_why_and_time_to_live_destroys() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = vm_harness(dir.path(), Arc::default());
+    let create = VmCommand::Create(Box::new(VmRequest {
+        id: Some("m".into()),
+        processors: Some(2),
+        node: Some("n1".into()),
+        time_to_live: Some(600),
+        image: "guest".into(),
+        ..Default::default()
+    }));
+    job_of(h.scheduler.vm(create, admin()).await).await;
+    wait_until("m runs", || {
+        vm_of(&h, "m").unwrap().phase == VmPhase::Running
+    });
+    let moved = job_of(
+        h.scheduler
+            .vm(VmCommand::Migrate("m".into(), None), admin())
+            .await,
+    )
+    .await;
+    wait_until("m moved", || vm_of(&h, "m").unwrap().node == "n2");
+    let vm = vm_of(&h, "m").unwrap();
+    assert_eq!((vm.phase, vm.migration_count), (VmPhase::Running, 1));
+    assert_eq!(
+        h.scheduler.job(&moved).unwrap().status.state,
+        JobState::Completed
+    );
+    let nodes = h.scheduler.nodes();
+    assert_eq!((nodes[0].used_processors, nodes[1].used_processors), (0, 2));
+    // A failing host: the setup job ends with 1 and says why; nothing stays held.
+    *h.vm_host.fail.lock().unwrap() = Some("qemu is not installed".into());
+    let create = VmCommand::Create(Box::new(VmRequest {
+        id: Some("f".into()),
+        image: "guest".into(),
+        ..Default::default()
+    }));
+    let setup = job_of(h.scheduler.vm(create, admin()).await).await;
+    wait_until("f failed", || {
+        vm_of(&h, "f").unwrap().phase == VmPhase::Failed
+    });
+    let job = h.scheduler.job(&setup).unwrap();
+    assert_eq!(job.status.completion_code, Some(1));
+    assert!(
+        job.status.messages[0]
+            .text
+            .contains("qemu is not installed")
+    );
+    assert_eq!(
+        vm_of(&h, "f").unwrap().failed_job.as_deref(),
+        Some(setup.as_str())
+    );
+    let nodes = h.scheduler.nodes();
+    assert_eq!(nodes[0].used_processors + nodes[1].used_processors, 2);
+    *h.vm_host.fail.lock().unwrap() = None;
+    // Time to live: ten minutes after creation, m is destroyed by the scheduler.
+    h.clock.advance(601);
+    wait_until("m expired", || vm_of(&h, "m").is_none());
+    assert!(h.events.types_for("m").contains(&"vmexpire"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_live_guests_and_marks_gone_ones_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let host: Arc<FakeVmHost> = Arc::default();
+    let h = vm_harness(dir.path(), host.clone());
+    for id in ["alive", "dead"] {
+        let create = VmCommand::Create(Box::new(VmRequest {
+            id: Some(id.into()),
+            image: "guest".into(),
+            ..Default::default()
+        }));
+        job_of(h.scheduler.vm(create, admin()).await).await;
+        wait_until("it runs", || {
+            vm_of(&h, id).is_some_and(|v| v.phase == VmPhase::Running)
+        });
+    }
+    h.scheduler.shutdown().await;
+    drop(h);
+    host.alive.lock().unwrap().remove("dead");
+    let h = vm_harness(dir.path(), host.clone());
+    assert_eq!(vm_of(&h, "alive").unwrap().phase, VmPhase::Running);
+    assert_eq!(vm_of(&h, "dead").unwrap().phase, VmPhase::Lost);
+    assert_eq!(h.scheduler.nodes()[0].used_processors, 1);
+    // New ids go on after the stored ones.
+    let create = VmCommand::Create(Box::new(VmRequest {
+        image: "guest".into(),
+        ..Default::default()
+    }));
+    job_of(h.scheduler.vm(create, admin()).await).await;
+    assert!(h.scheduler.vms().iter().any(|v| v.id == "vm.1"));
 }

@@ -177,33 +177,18 @@ pub trait Provisioner: Send + Sync {
 }
 
 /// The longest VM id: it names a directory and a process.
-pub const MAX_VM_ID: usize = 64;
+pub const MAX_VM_ID: usize = drover_domain::vm::MAX_ID;
 
-/// Refuses an id that is not a safe path component and process name: only ASCII
-/// letters, digits, `.`, `_` and `-`, not starting with a dot, 1 to [`MAX_VM_ID`] long.
+/// Refuses an id that is not a safe path component and process name
+/// ([`drover_domain::vm::id_problem`]).
 pub fn check_vm_id(id: &str) -> Result<()> {
-    let invalid = |why| {
-        Err(ProvisionError::InvalidId {
+    match drover_domain::vm::id_problem(id) {
+        None => Ok(()),
+        Some(why) => Err(ProvisionError::InvalidId {
             id: id.chars().take(MAX_VM_ID + 8).collect(),
             why,
-        })
-    };
-    if id.is_empty() {
-        return invalid("it is empty");
+        }),
     }
-    if id.len() > MAX_VM_ID {
-        return invalid("it is longer than 64 characters");
-    }
-    if id.starts_with('.') {
-        return invalid("it starts with a dot");
-    }
-    if !id
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return invalid("only letters, digits, '.', '_' and '-' are allowed");
-    }
-    Ok(())
 }
 
 /// Makes a provisioner's run directory (mode 0700) if needed. Refused when the path is

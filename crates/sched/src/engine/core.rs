@@ -66,6 +66,12 @@ pub(crate) struct Engine {
     pub(super) nodes: NodePool,
     pub(super) reservations: ReservationTable,
     pub(super) containers: ContainerTable,
+    pub(super) vms: super::vm_commands::VmTable,
+    /// Makes the guests of VMs.
+    pub(super) vm_host: Arc<dyn crate::vm_host::VmHost>,
+    /// VMs with an operation handed to the VM host and not yet reported (kept across a
+    /// reload, so that an operation is not handed over twice).
+    pub(super) vms_in_flight: std::collections::HashSet<String>,
     pub(super) credentials: CredentialNames,
     pub(super) accounts: SystemAccounts,
     /// Recent usage per user: the fair-share factor.
@@ -83,6 +89,7 @@ impl Engine {
             NODES,
             super::reservation_commands::RESERVATIONS,
             super::container_commands::CONTAINERS,
+            super::vm_commands::VMS,
         ] {
             parts
                 .store
@@ -145,6 +152,7 @@ impl Engine {
             nodes: RwLock::new(Arc::new(nodes.clone())),
             reservations: RwLock::new(Arc::new(Vec::new())),
             containers: RwLock::new(Arc::new(Vec::new())),
+            vms: RwLock::new(Arc::new(Vec::new())),
             credentials: RwLock::new(BTreeMap::new()),
             name: config.name.clone(),
             rm_name: rm.name().to_string(),
@@ -166,6 +174,9 @@ impl Engine {
             nodes: NodePool::new(nodes),
             reservations: ReservationTable::new(),
             containers: ContainerTable::new(),
+            vms: super::id_table::IdTable::new(),
+            vm_host: parts.vm_host,
+            vms_in_flight: Default::default(),
             credentials: CredentialNames::new(),
             accounts: SystemAccounts::new(service_user),
             degraded: None,
@@ -286,6 +297,13 @@ impl Engine {
                 by,
                 reply,
             } => self.command(reply, |e| e.modify_node(&id, *changes, &by)),
+            Inbox::Vm { command, by, reply } => self.command(reply, |e| e.vm_command(command, &by)),
+            Inbox::VmDone {
+                vm,
+                job,
+                operation,
+                outcome,
+            } => self.vm_done(&vm, job, operation, outcome),
             Inbox::Launch(positions) => {
                 for position in positions {
                     self.launch(position);
@@ -334,6 +352,9 @@ impl Engine {
         }
         if let Some(containers) = self.containers.take_changed() {
             *self.shared.containers.write().unwrap() = Arc::new(containers);
+        }
+        if let Some(vms) = self.vms.take_changed() {
+            *self.shared.vms.write().unwrap() = Arc::new(vms);
         }
         if let Some(credentials) = self.credentials.take_changed() {
             *self.shared.credentials.write().unwrap() = credentials;
@@ -830,6 +851,9 @@ impl Engine {
             );
         }
         self.expire_reservations(now);
+        if !self.vms.is_empty() {
+            self.expire_vms(now);
+        }
         if !self.queue.is_empty() {
             self.needs_schedule = true;
         }

@@ -33,6 +33,16 @@ impl Entry for VirtualContainer {
     }
 }
 
+impl Entry for crate::vm::Vm {
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn belongs_to(&self, user: &str) -> bool {
+        crate::vm::Vm::belongs_to(self, user)
+    }
+}
+
 pub(crate) struct IdTable<T> {
     list: Vec<T>,
     /// The number of the last object made.

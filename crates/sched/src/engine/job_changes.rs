@@ -21,11 +21,22 @@ impl Engine {
     /// user they are (which they also are of every job they submitted). Another user's
     /// job is answered as missing, as a read of it is: a 403 would tell that it exists.
     pub(super) fn may_change(&self, job: &Job, by: &Requester) -> Result<(), SchedError> {
-        if by.admin || job.user() == by.user {
-            Ok(())
-        } else {
-            Err(SchedError::NotFound(format!("No job '{}'", job.id)))
+        if !(by.admin || job.user() == by.user) {
+            return Err(SchedError::NotFound(format!("No job '{}'", job.id)));
         }
+        if let Some(task) = &job.spec.extra.system_task {
+            return Err(SchedError::refused(
+                format!("Job {} was not changed", job.id),
+                format!(
+                    "it is the {} system job of VM {}: the service runs it; act on the VM \
+                     (/rest/vms/{})",
+                    task.template(),
+                    task.vm(),
+                    task.vm()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     pub(crate) fn modify(

@@ -105,6 +105,15 @@ impl JournalHandoff {
         }));
     }
 
+    /// Runs `work` once this step's writes are durable (never if they fail).
+    pub(super) fn run_when_committed(&mut self, work: Box<dyn FnOnce() + Send>) {
+        self.batch.completions.push(Box::new(move |committed| {
+            if committed.is_ok() {
+                work();
+            }
+        }));
+    }
+
     /// Hands this step's writes (and its events, as `sink` journals them) to the journal.
     pub(super) fn flush(&mut self, sink: &dyn EventSink) {
         if !self.events.is_empty() {

@@ -7,7 +7,8 @@
 //! composes parts that own their fields: `queue`, `journal_handoff`, `node_pool`,
 //! `reservation_table` and `container_table` (both an `id_table`), `credential_names`,
 //! `system_accounts`, `arrays`. Commands: `submission`, `job_changes`, `job_actions`,
-//! `node_changes`, `reservation_commands`, `container_commands` (with `acl_edit`);
+//! `node_changes`, `reservation_commands`, `container_commands` (with `acl_edit`),
+//! `vm_commands` (VMs, their system jobs and time to live);
 //! `launch`, `preempt`, `recovery`.
 
 mod acl_edit;
@@ -30,6 +31,7 @@ mod reservation_commands;
 mod reservation_table;
 mod submission;
 mod system_accounts;
+mod vm_commands;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
@@ -143,6 +145,7 @@ pub(crate) struct Shared {
     nodes: RwLock<Arc<Vec<Node>>>,
     reservations: RwLock<Arc<Vec<crate::reservation::Reservation>>>,
     containers: RwLock<Arc<Vec<crate::container::VirtualContainer>>>,
+    vms: RwLock<Arc<Vec<crate::vm::Vm>>>,
     credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
     name: String,
     /// The resource manager's name (`rmName`, `rmAccessList`).
@@ -204,11 +207,30 @@ pub(crate) enum Inbox {
         by: Requester,
         reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
     },
+    Vm {
+        command: crate::vm::VmCommand,
+        by: Requester,
+        reply: oneshot::Sender<Result<VmAnswer, SchedError>>,
+    },
+    /// The VM host finished an operation.
+    VmDone {
+        vm: String,
+        job: Option<String>,
+        operation: crate::vm_host::VmOperation,
+        outcome: crate::vm_host::Outcome,
+    },
     /// The journal made these job starts durable: launch their processes.
     Launch(Vec<usize>),
     JournalFailed(String),
     Rm(RmEvent),
     Shutdown(oneshot::Sender<()>),
+}
+
+/// What a VM command answers: the system job doing the work, or what was changed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VmAnswer {
+    Job(String),
+    Said(Vec<String>),
 }
 
 /// What a handler holds: sends commands to the engine, reads the shared state.
@@ -230,6 +252,8 @@ pub struct EngineParts {
     pub events: Arc<dyn EventSink>,
     /// Holds funds before a start and charges runs (`NoAccounting` when disabled).
     pub accountant: Arc<dyn crate::accountant::Accountant>,
+    /// Makes the guests of VMs (`vm_host::NoVmHost` when there is no way to).
+    pub vm_host: Arc<dyn crate::vm_host::VmHost>,
 }
 
 impl Scheduler {
@@ -337,6 +361,20 @@ impl Scheduler {
             reply,
         })
         .await
+    }
+
+    /// Every VM, oldest first.
+    pub fn vms(&self) -> Arc<Vec<crate::vm::Vm>> {
+        self.shared.vms.read().unwrap().clone()
+    }
+
+    /// Creates, changes, migrates or destroys a VM.
+    pub async fn vm(
+        &self,
+        command: crate::vm::VmCommand,
+        by: Requester,
+    ) -> Result<VmAnswer, SchedError> {
+        self.ask(|reply| Inbox::Vm { command, by, reply }).await
     }
 
     pub fn credentials(&self, kind: CredentialKind) -> Vec<String> {

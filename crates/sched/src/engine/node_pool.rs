@@ -4,6 +4,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::job::Job;
 use crate::node::{Node, NodeConfig, NodeOverrides};
+use crate::vm::Vm;
 
 pub(crate) struct NodePool {
     nodes: Vec<Node>,
@@ -67,6 +68,7 @@ impl NodePool {
             node.used_processors = 0;
             node.used_memory = 0;
             node.jobs.clear();
+            node.vms.clear();
             node.overrides = overrides.get(node.id()).cloned().unwrap_or_default();
         }
         self.changed = true;
@@ -94,6 +96,68 @@ impl NodePool {
         }
         self.changed = true;
     }
+}
+
+impl NodePool {
+    /// Processors and memory a VM takes on `node` (`take`) or gives back. An unknown
+    /// node is left alone.
+    pub(super) fn hold_vm(&mut self, node: &str, vm: &Vm, take: bool) {
+        let Some(&index) = self.index.get(node) else {
+            return;
+        };
+        let node = &mut self.nodes[index];
+        if take {
+            node.used_processors += vm.processors;
+            node.used_memory += vm.memory;
+            node.vms.push(vm.id.clone());
+        } else if let Some(at) = node.vms.iter().position(|v| *v == vm.id) {
+            node.vms.remove(at);
+            node.used_processors = node.used_processors.saturating_sub(vm.processors);
+            node.used_memory = node.used_memory.saturating_sub(vm.memory);
+        }
+        self.changed = true;
+    }
+
+    /// The first node, `preferring` it if given, where a VM of `processors` and `memory`
+    /// fits now (powered on, taking work, with that much free), other than `except`.
+    pub(super) fn room_for_vm(
+        &self,
+        processors: u32,
+        memory: u64,
+        except: Option<&str>,
+    ) -> Option<&Node> {
+        self.nodes
+            .iter()
+            .filter(|n| Some(n.id()) != except)
+            .find(|n| vm_fits(n, processors, memory).is_ok())
+    }
+}
+
+/// Whether a VM of `processors` and `memory` (megabytes) fits on `node` now; if not, why.
+pub(super) fn vm_fits(node: &Node, processors: u32, memory: u64) -> Result<(), String> {
+    if !node.accepts_jobs() {
+        return Err(format!(
+            "node {} takes no new work ({})",
+            node.id(),
+            node.state().as_str()
+        ));
+    }
+    if node.free_processors() < processors {
+        return Err(format!(
+            "node {} has {} free processors, the VM asks for {processors}",
+            node.id(),
+            node.free_processors()
+        ));
+    }
+    if let Some(free) = node.free_memory()
+        && free < memory
+    {
+        return Err(format!(
+            "node {} has {free} MB of free memory, the VM asks for {memory} MB",
+            node.id()
+        ));
+    }
+    Ok(())
 }
 
 /// One node describing this machine (when no `[[nodes]]` are configured): its host

@@ -56,6 +56,7 @@ impl Engine {
         }
         self.load_reservations()?;
         self.load_containers()?;
+        self.load_vms()?;
         let masters: Vec<usize> = (0..jobs.len())
             .filter(|&p| jobs[p].array_spec().is_some())
             .collect();
@@ -68,6 +69,9 @@ impl Engine {
 
     /// Brings a loaded job's state in line with a fresh start.
     fn recover(&mut self, position: usize, job: &Job, now: i64) {
+        if job.spec.extra.system_task.is_some() {
+            return; // its VM's recovery hands its work over again (`load_vms`)
+        }
         match job.status.state {
             JobState::Idle => self.requeue_index(position, job),
             // Node configuration may have changed: judge blocked jobs again.

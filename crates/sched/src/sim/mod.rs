@@ -250,6 +250,9 @@ impl Simulation {
             clock: clock.clone(),
             events: Arc::new(DiscardEvents),
             accountant: Arc::new(crate::accountant::NoAccounting),
+            vm_host: Arc::new(crate::vm_host::NoVmHost(
+                "the simulator makes no VMs".into(),
+            )),
         };
         let (engine, messages) = Engine::simulated(config, parts)?;
         Ok(Simulation {

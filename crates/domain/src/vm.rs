@@ -1,0 +1,303 @@
+//! Virtual machines (spec 2.9): guests that take their processors and memory from a
+//! host node. The engine owns them (it places them and holds their resources on their
+//! node, so jobs cannot use them); a provisioner makes the guest. Creating, moving and
+//! destroying one is the work of a **system job** (spec 2.13, the decisions page): a job
+//! made from the `genericVM-setup`, `genericVM-migrate` or `genericVM-destroy` template,
+//! whose id is the `jobId` answered and which is a pending action while it runs.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::Seconds;
+use crate::node::GenericEvent;
+
+/// The longest VM id: it names a directory and a process.
+pub const MAX_ID: usize = 64;
+
+/// Why `id` cannot be a VM id, if it cannot: only ASCII letters, digits, `.`, `_` and
+/// `-`, not starting with a dot, 1 to [`MAX_ID`] long (it becomes a path component and
+/// a process name).
+pub fn id_problem(id: &str) -> Option<&'static str> {
+    if id.is_empty() {
+        return Some("it is empty");
+    }
+    if id.len() > MAX_ID {
+        return Some("it is longer than 64 characters");
+    }
+    if id.starts_with('.') {
+        return Some("it starts with a dot");
+    }
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return Some("only letters, digits, '.', '_' and '-' are allowed");
+    }
+    None
+}
+
+/// Where a VM is in its life. The wire `state` and `substate` are made from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum VmPhase {
+    /// Its setup job is making the guest.
+    Creating,
+    /// The guest runs.
+    Running,
+    /// Powering on or off (`powerState` changed).
+    PoweringOn,
+    PoweringOff,
+    /// Powered off: it keeps its host's resources and can be powered on.
+    Off,
+    /// Its migrate job is moving the guest.
+    Migrating,
+    /// Its destroy job is ending the guest; the record goes when it is done.
+    Destroying,
+    /// Its setup failed (the setup job says why); it can only be destroyed.
+    Failed,
+    /// The guest was gone when the service looked for it (after a restart).
+    Lost,
+}
+
+impl VmPhase {
+    /// The wire `state` (upper case, the node-state vocabulary of the spec's samples).
+    pub fn state(self) -> &'static str {
+        match self {
+            VmPhase::Creating => "UNKNOWN",
+            VmPhase::Running | VmPhase::Migrating | VmPhase::PoweringOff => "BUSY",
+            VmPhase::PoweringOn | VmPhase::Destroying => "BUSY",
+            VmPhase::Off | VmPhase::Failed | VmPhase::Lost => "DOWN",
+        }
+    }
+
+    /// The wire `substate`: what it is doing or why it is down.
+    pub fn substate(self) -> &'static str {
+        match self {
+            VmPhase::Creating => "creating",
+            VmPhase::Running => "running",
+            VmPhase::PoweringOn => "poweringOn",
+            VmPhase::PoweringOff => "poweringOff",
+            VmPhase::Off => "off",
+            VmPhase::Migrating => "migrating",
+            VmPhase::Destroying => "destroying",
+            VmPhase::Failed => "failed",
+            VmPhase::Lost => "lost",
+        }
+    }
+
+    /// Whether an operation is under way (another is refused until it is done).
+    pub fn busy(self) -> bool {
+        matches!(
+            self,
+            VmPhase::Creating
+                | VmPhase::PoweringOn
+                | VmPhase::PoweringOff
+                | VmPhase::Migrating
+                | VmPhase::Destroying
+        )
+    }
+}
+
+/// A VM as the engine keeps it (its stored form, collection `vms`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vm {
+    pub id: String,
+    /// Who asked for it: what an ordinary user may see and change is their own.
+    pub owner: String,
+    /// The host node.
+    pub node: String,
+    pub processors: u32,
+    /// Megabytes.
+    pub memory: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<u64>,
+    /// The image it boots (`os`), by name.
+    pub image: String,
+    pub phase: VmPhase,
+    /// A state an administrator set (`PUT state`); shown instead of the phase's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_set: Option<String>,
+    /// The power asked for last (`powerState`).
+    pub power_on: bool,
+    pub created: Seconds,
+    /// When its guest first ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Seconds>,
+    pub last_update: Seconds,
+    pub phase_since: Seconds,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_phase: Option<VmPhase>,
+    /// Seconds after `created` when it is destroyed (`requestedTimeToLive`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_to_live: Option<i64>,
+    #[serde(default)]
+    pub migration_count: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_migration: Option<Seconds>,
+    /// The node a migration under way moves it to (it holds resources there too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The setup job that made it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub setup_job: Option<String>,
+    /// The system job working on it now, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_job: Option<String>,
+    /// The last system job that failed on it (a pending action with `failureDetails`
+    /// while the VM exists).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_job: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+    #[serde(default)]
+    pub sovereign: bool,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub triggers: Vec<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub variables: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub generic_metrics: BTreeMap<String, f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generic_events: Vec<GenericEvent>,
+}
+
+impl Vm {
+    pub fn belongs_to(&self, user: &str) -> bool {
+        self.owner == user
+    }
+
+    /// When its time to live runs out, if it has one.
+    pub fn expires(&self) -> Option<Seconds> {
+        self.time_to_live
+            .filter(|ttl| *ttl > 0)
+            .map(|ttl| self.created + ttl)
+    }
+
+    pub fn state(&self) -> &str {
+        self.state_set
+            .as_deref()
+            .unwrap_or_else(|| self.phase.state())
+    }
+
+    /// Moves to `phase` at `now`, remembering the phase it leaves.
+    pub fn enter(&mut self, phase: VmPhase, now: Seconds) {
+        if phase != self.phase {
+            self.last_phase = Some(self.phase);
+            self.phase = phase;
+            self.phase_since = now;
+        }
+        self.last_update = now;
+    }
+}
+
+/// The work of a system job on a VM.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum SystemTask {
+    VmCreate {
+        vm: String,
+    },
+    VmMigrate {
+        vm: String,
+        from: String,
+        to: String,
+    },
+    VmDestroy {
+        vm: String,
+    },
+}
+
+impl SystemTask {
+    /// The job template the job is made from (its pending-action type follows it).
+    pub fn template(&self) -> &'static str {
+        match self {
+            SystemTask::VmCreate { .. } => crate::template::VM_SETUP,
+            SystemTask::VmMigrate { .. } => crate::template::VM_MIGRATE,
+            SystemTask::VmDestroy { .. } => crate::template::VM_DESTROY,
+        }
+    }
+
+    pub fn vm(&self) -> &str {
+        match self {
+            SystemTask::VmCreate { vm }
+            | SystemTask::VmMigrate { vm, .. }
+            | SystemTask::VmDestroy { vm } => vm,
+        }
+    }
+}
+
+/// A VM to create (spec 2.9, create).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VmRequest {
+    pub id: Option<String>,
+    pub processors: Option<u32>,
+    pub memory: Option<u64>,
+    pub disk: Option<u64>,
+    /// The host; `None` lets the scheduler choose one with room.
+    pub node: Option<String>,
+    /// The image by name (the default guest image's when `None`, chosen by the caller).
+    pub image: String,
+    pub sovereign: bool,
+    pub storage: Option<String>,
+    pub template: Option<String>,
+    pub time_to_live: Option<i64>,
+    pub triggers: Vec<serde_json::Value>,
+    pub variables: BTreeMap<String, String>,
+    pub description: Option<String>,
+}
+
+/// A change to a VM (spec 2.9, modify); `None` leaves a field alone.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct VmChange {
+    pub generic_events: Vec<(String, String)>,
+    pub generic_metrics: BTreeMap<String, f64>,
+    pub os: Option<String>,
+    pub power_on: Option<bool>,
+    pub state: Option<String>,
+    pub triggers: Option<Vec<serde_json::Value>>,
+    pub variables: Option<BTreeMap<String, String>>,
+}
+
+/// What the API asks of a VM.
+#[derive(Debug, Clone, PartialEq)]
+pub enum VmCommand {
+    Create(Box<VmRequest>),
+    Modify(String, Box<VmChange>),
+    /// To a node, or wherever the scheduler finds room (`None`, the wire's `ANY`).
+    Migrate(String, Option<String>),
+    Destroy(String),
+}
+
+/// The defaults of a VM created without sizes.
+pub const DEFAULT_PROCESSORS: u32 = 1;
+pub const DEFAULT_MEMORY_MB: u64 = 128;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_are_safe_path_components() {
+        for good in ["vm-1", "a", "web_01.prod", &"x".repeat(MAX_ID)] {
+            assert_eq!(id_problem(good), None, "{good}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            ".hidden",
+            "a/b",
+            "../etc",
+            "a b",
+            "a\0b",
+            "é",
+            &"x".repeat(MAX_ID + 1),
+        ] {
+            assert!(id_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+}

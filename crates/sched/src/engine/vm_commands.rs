@@ -1,0 +1,690 @@
+//! VMs in the engine: creating, changing, migrating and destroying them, their system
+//! jobs, time to live, and finding them again after a restart.
+//!
+//! A VM holds its processors and memory on its host node from the moment it is asked
+//! for until it is destroyed (or its setup fails), so the planner never gives them to a
+//! job; a migration holds them on both nodes until it is done. The guest itself is the
+//! [`VmHost`](crate::vm_host::VmHost)'s work: an operation is handed to it once the
+//! change that asks for it is durable, and its outcome comes back to the inbox
+//! ([`Inbox::VmDone`](super::Inbox)), which ends the system job and moves the VM on.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use drover_store::{Body, Write};
+
+use super::core::Engine;
+use super::id_table::IdTable;
+use super::node_pool::vm_fits;
+use super::{Inbox, VmAnswer};
+use crate::job::{Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, ResourceRequest};
+use crate::request::summary::{self, VM_NOT_CREATED};
+use crate::request::{Requester, SchedError};
+use crate::vm::{
+    DEFAULT_MEMORY_MB, DEFAULT_PROCESSORS, SystemTask, Vm, VmChange, VmCommand, VmPhase, VmRequest,
+};
+use crate::vm_host::{Outcome, VmOperation};
+
+/// The store collection of VMs.
+pub(crate) const VMS: &str = "vms";
+
+/// The VMs, by id.
+pub(crate) type VmTable = IdTable<Vm>;
+
+impl IdTable<Vm> {
+    /// The id of a new VM: `vm.<next number>`, skipping ids users chose.
+    fn new_vm_id(&mut self) -> String {
+        loop {
+            let id = format!("vm.{}", self.next_number());
+            if self.position(&id).is_none() {
+                return id;
+            }
+        }
+    }
+
+    fn count_owned_by(&self, user: &str) -> usize {
+        self.all().iter().filter(|v| v.owner == user).count()
+    }
+}
+
+/// Who a system job of the scheduler's own (a time-to-live expiry) acts for.
+fn scheduler_itself() -> Requester {
+    Requester {
+        user: "root".into(),
+        proxy_user: None,
+        admin: true,
+    }
+}
+
+impl Engine {
+    pub(crate) fn vm_command(
+        &mut self,
+        command: VmCommand,
+        by: &Requester,
+    ) -> Result<VmAnswer, SchedError> {
+        match command {
+            VmCommand::Create(request) => self.create_vm(*request, by).map(VmAnswer::Job),
+            VmCommand::Modify(id, change) => self.modify_vm(&id, *change, by).map(VmAnswer::Said),
+            VmCommand::Migrate(id, to) => self.migrate_vm(&id, to, by).map(VmAnswer::Job),
+            VmCommand::Destroy(id) => {
+                let position = self.vm_position(&id, by)?;
+                self.destroy_vm(position, by).map(VmAnswer::Job)
+            }
+        }
+    }
+
+    fn vm_position(&self, id: &str, by: &Requester) -> Result<usize, SchedError> {
+        self.vms
+            .position_for(id, by)
+            .ok_or_else(|| SchedError::NotFound(format!("No VM '{id}'")))
+    }
+
+    fn create_vm(&mut self, request: VmRequest, by: &Requester) -> Result<String, SchedError> {
+        let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
+        let limit = self.config.limits.user_vm_max_count;
+        if !by.admin && self.vms.count_owned_by(&by.user) >= limit {
+            return Err(invalid(format!(
+                "{} already has {limit} VMs, the most an ordinary user may have \
+                 ([scheduler.limits] user_vm_max_count)",
+                by.user
+            )));
+        }
+        let id = match request.id {
+            Some(id) => {
+                if let Some(why) = crate::vm::id_problem(&id) {
+                    return Err(invalid(format!("id: '{id}' cannot be a VM id: {why}")));
+                }
+                if self.vms.position(&id).is_some() {
+                    return Err(SchedError::Conflict(vec![
+                        VM_NOT_CREATED.into(),
+                        format!("id: a VM '{id}' exists already"),
+                    ]));
+                }
+                id
+            }
+            None => self.vms.new_vm_id(),
+        };
+        let processors = request.processors.unwrap_or(DEFAULT_PROCESSORS);
+        let memory = request.memory.unwrap_or(DEFAULT_MEMORY_MB);
+        if processors == 0 {
+            return Err(invalid("totalProcessors: a VM needs at least 1".into()));
+        }
+        if memory < 16 {
+            return Err(invalid(
+                "totalMemory: a VM needs at least 16 MB (the default is 128)".into(),
+            ));
+        }
+        if request.time_to_live.is_some_and(|t| t <= 0) {
+            return Err(invalid(
+                "requestedTimeToLive: must be a positive number of seconds".into(),
+            ));
+        }
+        let node = match &request.node {
+            Some(node) => {
+                let index = self
+                    .nodes
+                    .index_of(node)
+                    .ok_or_else(|| invalid(format!("node: no node '{node}'")))?;
+                vm_fits(&self.nodes.all()[index], processors, memory)
+                    .map_err(|why| invalid(format!("node: the VM does not fit: {why}")))?;
+                node.clone()
+            }
+            None => self
+                .nodes
+                .room_for_vm(processors, memory, None)
+                .map(|n| n.id().to_string())
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "no node has room now for a VM of {processors} processors and \
+                         {memory} MB of memory"
+                    ))
+                })?,
+        };
+        let now = self.now();
+        let vm = Vm {
+            id: id.clone(),
+            owner: by.user.clone(),
+            node: node.clone(),
+            processors,
+            memory,
+            disk: request.disk,
+            image: request.image,
+            phase: VmPhase::Creating,
+            state_set: None,
+            power_on: true,
+            created: now,
+            started: None,
+            last_update: now,
+            phase_since: now,
+            last_phase: None,
+            time_to_live: request.time_to_live,
+            migration_count: 0,
+            last_migration: None,
+            target: None,
+            setup_job: None,
+            active_job: None,
+            failed_job: None,
+            description: request.description,
+            template: request.template,
+            storage: request.storage,
+            sovereign: request.sovereign,
+            triggers: request.triggers,
+            variables: request.variables,
+            generic_metrics: Default::default(),
+            generic_events: Vec::new(),
+        };
+        self.nodes.hold_vm(&node, &vm, true);
+        self.vms.push(vm);
+        let position = self.vms.len() - 1;
+        let job = self.start_system_job(position, SystemTask::VmCreate { vm: id }, by);
+        self.vms.get_mut(position).setup_job = Some(job.clone());
+        self.store_vm(position);
+        self.needs_schedule = true;
+        Ok(job)
+    }
+
+    fn modify_vm(
+        &mut self,
+        id: &str,
+        change: VmChange,
+        by: &Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        let position = self.vm_position(id, by)?;
+        let refuse = |reason: String| SchedError::refused(summary::vm_not_changed(id), reason);
+        let vm = self.vms.get(position).clone();
+        if change.os.as_ref().is_some_and(|os| *os != vm.image) {
+            return Err(refuse(
+                "os: a VM's image cannot be changed; destroy it and create one from the new image"
+                    .into(),
+            ));
+        }
+        let power = change.power_on.filter(|on| *on != vm.power_on);
+        if power.is_some() && vm.phase.busy() {
+            return Err(SchedError::Conflict(vec![
+                summary::vm_not_changed(id),
+                format!(
+                    "powerState: the VM is {}; try again when that is done",
+                    vm.phase.substate()
+                ),
+            ]));
+        }
+        if power.is_some() && matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
+            return Err(refuse(format!(
+                "powerState: the VM's guest is {}; it can only be destroyed",
+                vm.phase.substate()
+            )));
+        }
+        let now = self.now();
+        let mut said = Vec::new();
+        {
+            let vm = self.vms.get_mut(position);
+            if let Some(state) = change.state {
+                vm.state_set = Some(state.to_ascii_uppercase());
+                said.push("state");
+            }
+            if let Some(variables) = change.variables {
+                vm.variables = variables;
+                said.push("variables");
+            }
+            if let Some(triggers) = change.triggers {
+                vm.triggers = triggers;
+                said.push("triggers");
+            }
+            if !change.generic_metrics.is_empty() {
+                vm.generic_metrics.extend(change.generic_metrics);
+                said.push("genericMetrics");
+            }
+            if !change.generic_events.is_empty() {
+                for (name, message) in change.generic_events {
+                    vm.generic_events.push(crate::node::GenericEvent {
+                        name,
+                        message,
+                        created: now,
+                    });
+                }
+                said.push("genericEvents");
+            }
+            vm.last_update = now;
+        }
+        if let Some(on) = power {
+            let (phase, operation) = if on {
+                (VmPhase::PoweringOn, VmOperation::PowerOn)
+            } else {
+                (VmPhase::PoweringOff, VmOperation::PowerOff)
+            };
+            let vm = self.vms.get_mut(position);
+            vm.power_on = on;
+            vm.enter(phase, now);
+            said.push("powerState");
+            self.dispatch_when_committed(position, None, operation);
+        }
+        self.store_vm(position);
+        if said.is_empty() {
+            return Ok(vec![format!(
+                "VM {id} was not changed: the request named nothing to modify"
+            )]);
+        }
+        self.emit(
+            "vmmodify",
+            "vm",
+            id,
+            Some(by),
+            vec![("changed".into(), said.join(","))],
+        );
+        Ok(vec![format!("VM {id} was modified: {}", said.join(", "))])
+    }
+
+    fn migrate_vm(
+        &mut self,
+        id: &str,
+        to: Option<String>,
+        by: &Requester,
+    ) -> Result<String, SchedError> {
+        let position = self.vm_position(id, by)?;
+        let refuse = |reason: String| SchedError::refused(summary::vm_not_migrated(id), reason);
+        let vm = self.vms.get(position).clone();
+        if vm.phase != VmPhase::Running {
+            return Err(SchedError::Conflict(vec![
+                summary::vm_not_migrated(id),
+                format!(
+                    "only a running VM can be migrated; this one is {}",
+                    vm.phase.substate()
+                ),
+            ]));
+        }
+        let target = match to {
+            Some(node) => {
+                let index = self
+                    .nodes
+                    .index_of(&node)
+                    .ok_or_else(|| refuse(format!("node: no node '{node}'")))?;
+                if node == vm.node {
+                    return Err(refuse(format!("node: the VM already runs on {node}")));
+                }
+                vm_fits(&self.nodes.all()[index], vm.processors, vm.memory)
+                    .map_err(|why| refuse(format!("node: the VM does not fit: {why}")))?;
+                node
+            }
+            None => self
+                .nodes
+                .room_for_vm(vm.processors, vm.memory, Some(&vm.node))
+                .map(|n| n.id().to_string())
+                .ok_or_else(|| refuse("node ANY: no other node has room for the VM now".into()))?,
+        };
+        // Held on both nodes until the guest has moved.
+        self.nodes.hold_vm(&target, &vm, true);
+        let now = self.now();
+        {
+            let vm = self.vms.get_mut(position);
+            vm.target = Some(target.clone());
+            vm.enter(VmPhase::Migrating, now);
+        }
+        let task = SystemTask::VmMigrate {
+            vm: id.to_string(),
+            from: vm.node.clone(),
+            to: target,
+        };
+        let job = self.start_system_job(position, task, by);
+        self.store_vm(position);
+        Ok(job)
+    }
+
+    pub(super) fn destroy_vm(
+        &mut self,
+        position: usize,
+        by: &Requester,
+    ) -> Result<String, SchedError> {
+        let vm = self.vms.get(position).clone();
+        if vm.phase.busy() {
+            return Err(SchedError::Conflict(vec![
+                summary::vm_not_destroyed(&vm.id),
+                format!(
+                    "the VM is {}; try again when that is done",
+                    vm.phase.substate()
+                ),
+            ]));
+        }
+        let now = self.now();
+        self.vms.get_mut(position).enter(VmPhase::Destroying, now);
+        let task = SystemTask::VmDestroy { vm: vm.id.clone() };
+        let job = self.start_system_job(position, task, by);
+        self.store_vm(position);
+        Ok(job)
+    }
+
+    /// A running system job for the VM at `position`, its operation handed to the VM
+    /// host once the job is durable. Answers the job's id.
+    fn start_system_job(&mut self, position: usize, task: SystemTask, by: &Requester) -> String {
+        let vm = self.vms.get(position).clone();
+        let now = self.now();
+        let seq = self.queue.take_seq();
+        let id = format!("{}.{seq}", self.config.name);
+        let template = task.template();
+        let operation = match &task {
+            SystemTask::VmCreate { .. } => VmOperation::Create,
+            SystemTask::VmMigrate { from, to, .. } => VmOperation::Migrate {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            SystemTask::VmDestroy { .. } => VmOperation::Destroy,
+        };
+        let mut spec = JobSpec {
+            custom_name: Some(format!("{template} {}", vm.id)),
+            user: Some(by.user.clone()),
+            flags: vec!["SYSTEMJOB".into()],
+            command_file: template.into(),
+            request: ResourceRequest {
+                task_count: 1,
+                processors_per_task: vm.processors,
+                memory_per_task: Some(vm.memory),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        spec.extra.templates = vec![template.into()];
+        spec.extra.system_task = Some(task);
+        let job = Job {
+            id: id.clone(),
+            seq,
+            spec: Arc::new(spec),
+            status: JobStatus {
+                state: JobState::Running,
+                submitter: by.user.clone(),
+                exec_user: by.user.clone(),
+                dates: JobDates {
+                    submit: now,
+                    start: Some(now),
+                    last_updated: now,
+                    state_updated: now,
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+            array: None,
+        };
+        self.add_job(job);
+        self.vms.get_mut(position).active_job = Some(id.clone());
+        self.emit(
+            "jobsubmit",
+            "job",
+            &id,
+            Some(by),
+            vec![
+                ("template".into(), template.into()),
+                ("vm".into(), vm.id.clone()),
+            ],
+        );
+        self.dispatch_when_committed(position, Some(id.clone()), operation);
+        id
+    }
+
+    /// Hands `operation` on the VM at `position` to the VM host once this step is durable.
+    fn dispatch_when_committed(
+        &mut self,
+        position: usize,
+        job: Option<String>,
+        operation: VmOperation,
+    ) {
+        let vm = self.vms.get(position).clone();
+        self.vms_in_flight.insert(vm.id.clone());
+        let host = self.vm_host.clone();
+        let inbox = self.journal.inbox().clone();
+        self.journal.run_when_committed(Box::new(move || {
+            let (id, done_operation) = (vm.id.clone(), operation.clone());
+            host.run(
+                vm,
+                operation,
+                Box::new(move |outcome| {
+                    let _ = inbox.send(Inbox::VmDone {
+                        vm: id,
+                        job,
+                        operation: done_operation,
+                        outcome,
+                    });
+                }),
+            );
+        }));
+    }
+
+    /// An operation on a guest ended: the VM moves on, its system job ends.
+    pub(crate) fn vm_done(
+        &mut self,
+        id: &str,
+        job: Option<String>,
+        operation: VmOperation,
+        outcome: Outcome,
+    ) {
+        self.vms_in_flight.remove(id);
+        let Some(position) = self.vms.position(id) else {
+            return;
+        };
+        let now = self.now();
+        let vm = self.vms.get(position).clone();
+        let failure = outcome.as_ref().err().cloned();
+        let mut remove = false;
+        match (&operation, &failure) {
+            (VmOperation::Create, None) | (VmOperation::PowerOn, None) => {
+                let vm = self.vms.get_mut(position);
+                vm.started.get_or_insert(now);
+                vm.enter(VmPhase::Running, now);
+            }
+            (VmOperation::Create, Some(_)) => {
+                self.nodes.hold_vm(&vm.node, &vm, false);
+                self.vms.get_mut(position).enter(VmPhase::Failed, now);
+            }
+            (VmOperation::PowerOn, Some(_)) => {
+                let vm = self.vms.get_mut(position);
+                vm.power_on = false;
+                vm.enter(VmPhase::Off, now);
+            }
+            (VmOperation::PowerOff, None) => self.vms.get_mut(position).enter(VmPhase::Off, now),
+            (VmOperation::PowerOff, Some(_)) => {
+                let vm = self.vms.get_mut(position);
+                vm.power_on = true;
+                vm.enter(VmPhase::Running, now);
+            }
+            (VmOperation::Migrate { from, to }, None) => {
+                self.nodes.hold_vm(from, &vm, false);
+                let vm = self.vms.get_mut(position);
+                vm.node = to.clone();
+                vm.target = None;
+                vm.migration_count += 1;
+                vm.last_migration = Some(now);
+                vm.enter(VmPhase::Running, now);
+            }
+            (VmOperation::Migrate { to, .. }, Some(_)) => {
+                self.nodes.hold_vm(to, &vm, false);
+                let vm = self.vms.get_mut(position);
+                vm.target = None;
+                vm.enter(VmPhase::Running, now);
+            }
+            (VmOperation::Destroy, None) => remove = true,
+            (VmOperation::Destroy, Some(_)) => {
+                if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
+                    self.nodes.hold_vm(&vm.node, &vm, false);
+                }
+                self.vms.get_mut(position).enter(VmPhase::Failed, now);
+            }
+        }
+        {
+            let vm = self.vms.get_mut(position);
+            if job.is_some() && vm.active_job == job {
+                vm.active_job = None;
+            }
+            if failure.is_some() && job.is_some() {
+                vm.failed_job = job.clone();
+            }
+        }
+        if let Some(job) = &job {
+            self.end_system_job(job, failure.as_deref());
+        }
+        let event = match &operation {
+            VmOperation::Create => "vmcreate",
+            VmOperation::PowerOn | VmOperation::PowerOff => "vmpower",
+            VmOperation::Migrate { .. } => "vmmigrate",
+            VmOperation::Destroy => "vmdestroy",
+        };
+        let mut details = vec![("node".to_string(), self.vms.get(position).node.clone())];
+        if let Some(job) = &job {
+            details.push(("job".into(), job.clone()));
+        }
+        if let Some(reason) = &failure {
+            details.push(("failure".into(), reason.clone()));
+        }
+        self.emit(
+            if failure.is_some() {
+                "vmfailure"
+            } else {
+                event
+            },
+            "vm",
+            id,
+            None,
+            details,
+        );
+        if remove {
+            if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
+                self.nodes.hold_vm(&vm.node, &vm, false);
+            }
+            self.vms.remove(position);
+            self.journal.write(Write::Delete {
+                collection: VMS.into(),
+                id: id.to_string(),
+                expected_version: None,
+            });
+        } else {
+            self.store_vm(position);
+        }
+        self.needs_schedule = true;
+    }
+
+    /// Ends a system job: Completed with 0, or with 1 and the failure as a message.
+    fn end_system_job(&mut self, id: &str, failure: Option<&str>) {
+        let Some(position) = self.position(id) else {
+            return;
+        };
+        let now = self.now();
+        let template = self
+            .job_at(position)
+            .spec
+            .extra
+            .system_task
+            .as_ref()
+            .map_or("system job", |t| t.template());
+        self.update(position, |job| {
+            let status = &mut job.status;
+            status.state = JobState::Completed;
+            status.completion_code = Some(if failure.is_some() { 1 } else { 0 });
+            status.dates.completion = Some(now);
+            if let Some(reason) = failure {
+                status.messages.push(JobMessage {
+                    text: format!("{template} failed: {reason}"),
+                    author: None,
+                    created: now,
+                });
+            }
+        });
+        let code = if failure.is_some() { "1" } else { "0" };
+        self.emit(
+            "jobend",
+            "job",
+            id,
+            None,
+            vec![("completionCode".into(), code.into())],
+        );
+    }
+
+    /// Destroys the VMs whose time to live has run out.
+    pub(super) fn expire_vms(&mut self, now: crate::clock::Seconds) {
+        let expired: Vec<String> = self
+            .vms
+            .all()
+            .iter()
+            .filter(|v| !v.phase.busy() && v.expires().is_some_and(|at| at <= now))
+            .map(|v| v.id.clone())
+            .collect();
+        for id in expired {
+            if let Some(position) = self.vms.position(&id)
+                && let Ok(job) = self.destroy_vm(position, &scheduler_itself())
+            {
+                self.emit("vmexpire", "vm", &id, None, vec![("job".into(), job)]);
+            }
+        }
+    }
+
+    pub(super) fn store_vm(&mut self, position: usize) {
+        let vm = self.vms.get(position);
+        self.journal.write(Write::Put {
+            collection: VMS.into(),
+            id: vm.id.clone(),
+            name: None,
+            body: Body::serialize(vm).expect("a VM serializes"),
+        });
+    }
+
+    /// Loads the VMs: each holds its host's resources again, an operation that was
+    /// under way is handed to the VM host again (operations are idempotent), and a
+    /// guest believed running that is gone is marked Lost.
+    pub(super) fn load_vms(&mut self) -> Result<(), String> {
+        let vms: Vec<Vm> = self.load_all(VMS, "VM")?;
+        let last = vms
+            .iter()
+            .map(|v| super::recovery::id_number(&v.id))
+            .max()
+            .unwrap_or(0);
+        self.vms.replace_all(vms, last);
+        let now = self.now();
+        let in_flight: HashSet<String> = self.vms_in_flight.clone();
+        for position in 0..self.vms.len() {
+            let vm = self.vms.get(position).clone();
+            if self.nodes.index_of(&vm.node).is_none() {
+                let vm = self.vms.get_mut(position);
+                vm.enter(VmPhase::Lost, now);
+                self.store_vm(position);
+                continue;
+            }
+            if !matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
+                self.nodes.hold_vm(&vm.node, &vm, true);
+            }
+            if let Some(target) = &vm.target {
+                self.nodes.hold_vm(target, &vm, true);
+            }
+            if in_flight.contains(&vm.id) {
+                continue; // its outcome will still arrive
+            }
+            let operation = match vm.phase {
+                VmPhase::Creating => Some(VmOperation::Create),
+                VmPhase::PoweringOn => Some(VmOperation::PowerOn),
+                VmPhase::PoweringOff => Some(VmOperation::PowerOff),
+                VmPhase::Destroying => Some(VmOperation::Destroy),
+                VmPhase::Migrating => vm.target.clone().map(|to| VmOperation::Migrate {
+                    from: vm.node.clone(),
+                    to,
+                }),
+                _ => None,
+            };
+            match operation {
+                Some(operation) => {
+                    self.dispatch_when_committed(position, vm.active_job.clone(), operation)
+                }
+                None if vm.phase == VmPhase::Running && !self.vm_host.alive(&vm) => {
+                    self.nodes.hold_vm(&vm.node, &vm, false);
+                    self.vms.get_mut(position).enter(VmPhase::Lost, now);
+                    self.store_vm(position);
+                    self.emit(
+                        "vmfailure",
+                        "vm",
+                        &vm.id,
+                        None,
+                        vec![(
+                            "failure".into(),
+                            "its guest was gone when the service started".into(),
+                        )],
+                    );
+                }
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
