@@ -278,7 +278,18 @@ async fn modify(ItemChange(state, _, _, key, body): ItemChange) -> ApiResult<Jso
 }
 
 async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    blocking(&state, move |images| images.remove(&key)).await?;
+    let vms = state.scheduler().vms();
+    blocking(&state, move |images| {
+        images.remove(&key, |image| {
+            let booted: Vec<&str> = vms
+                .iter()
+                .filter(|vm| vm.image == image.image.name || vm.image == image.id)
+                .map(|vm| vm.id.as_str())
+                .collect();
+            (!booted.is_empty()).then(|| format!("the VMs {} boot it", booted.join(", ")))
+        })
+    })
+    .await?;
     Ok(reply::deleted())
 }
 

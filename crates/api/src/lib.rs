@@ -21,7 +21,8 @@
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
 //!   [`principals`], one named-document resource (`named`) over the service
 //!   [`AccessStore`](drover_auth::access_store::AccessStore); [`images`], over the
-//!   service [`Images`](drover_cloud::Images).
+//!   service [`Images`](drover_cloud::Images); [`vms`] and [`pending_actions`] (the
+//!   system jobs that work on VMs), over the engine's VMs.
 
 pub mod access;
 pub mod accounting;
@@ -41,6 +42,7 @@ mod named;
 pub mod nodes;
 pub mod openapi;
 pub mod params;
+pub mod pending_actions;
 pub mod permissions;
 pub mod principals;
 pub mod reply;
@@ -49,12 +51,15 @@ pub mod reservations;
 pub mod roles;
 pub mod routes;
 mod state;
+pub mod vms;
 pub mod wire;
 
 pub use error::{ApiError, ApiResult, Kind};
 pub use params::{ApiVersion, ChangeMode, CommonParams, ListParams};
 pub use routes::{Access, Caller, Routes};
-pub use state::{AppState, BuildInfo, Health, Monitoring, ProxySettings, Services, Settings};
+pub use state::{
+    AppState, BuildInfo, CloudSettings, Health, Monitoring, ProxySettings, Services, Settings,
+};
 
 /// Every route of the interface that exists so far.
 pub fn interface() -> Routes {
@@ -73,6 +78,8 @@ pub fn interface() -> Routes {
     reservations::register(&mut routes);
     containers::register(&mut routes);
     images::register(&mut routes);
+    vms::register(&mut routes);
+    pending_actions::register(&mut routes);
     routes
 }
 

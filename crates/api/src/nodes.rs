@@ -66,6 +66,7 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
     let o = &node.overrides;
     let free_memory = node.free_memory();
     let state = node.state();
+    let vms: Vec<Value> = node.vms.iter().map(|id| json!({ "id": id })).collect();
     let mut first = json!({
         "id": config.id,
         "accessPolicy": "SHARED",
@@ -137,7 +138,7 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
         "type": "Compute",
         "variables": o.variables,
         "version": o.version,
-        "virtualMachines": [],
+        "virtualMachines": vms,
         "vmOsList": [],
     });
     if let (Some(first), Value::Object(second)) = (first.as_object_mut(), second) {

@@ -67,6 +67,31 @@ pub struct Settings {
     pub job_templates: Arc<JobTemplates>,
     /// `ENABLEJOBARRAYS`: whether job arrays may be submitted.
     pub job_arrays: bool,
+    /// VMs and pending actions.
+    pub cloud: CloudSettings,
+}
+
+/// `[cloud]`, as the VM and pending-action routes need it.
+#[derive(Debug, Clone)]
+pub struct CloudSettings {
+    /// The image a VM created without `os` boots.
+    pub default_image: String,
+    /// `svc.pendingActions.mappings`: a system job's template (matched at its end) to
+    /// the pending-action type reported, checked before the generic mapping.
+    pub action_types: Vec<(String, String)>,
+    /// `svc.pendingActions.displayGeneric`: whether the generic mapping of spec 2.13
+    /// applies.
+    pub display_generic: bool,
+}
+
+impl Default for CloudSettings {
+    fn default() -> Self {
+        Self {
+            default_image: "guest".into(),
+            action_types: Vec::new(),
+            display_generic: true,
+        }
+    }
 }
 
 /// `ENABLEPROXY` and the users allowed to act for others (spec part 1, rule 7).

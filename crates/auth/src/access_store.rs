@@ -11,7 +11,9 @@ use drover_query::ListQuery;
 use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde_json::{Value, json};
 
-use crate::roles::{Authority, Grant, Member, PrincipalMap, Role, Scope, USER, built_in_roles};
+use crate::roles::{
+    Authority, Grant, Member, OPERATOR, PrincipalMap, Role, Scope, USER, built_in_roles,
+};
 
 pub const ROLES: &str = "roles";
 pub const PRINCIPALS: &str = "principals";
@@ -344,13 +346,21 @@ fn role_body(role: &Role, built_in: bool) -> Value {
 
 /// Grants given to a built-in role after it first shipped, by role id. An installation
 /// made before keeps its stored role; [`upgrade_built_in_roles`] adds them.
+/// In the order they were added.
 fn grants_added_later() -> Vec<(&'static str, Grant)> {
-    vec![(USER, Grant::new("images", "read", Scope::All))]
+    let mut added = vec![(USER, Grant::new("images", "read", Scope::All))];
+    // VMs and pending actions (#27).
+    added.push((USER, Grant::new("vms", "*", Scope::Own)));
+    added.push((USER, Grant::new("pending-actions", "read", Scope::Own)));
+    for action in ["create", "update", "delete"] {
+        added.push((OPERATOR, Grant::new("vms", action, Scope::All)));
+    }
+    added
 }
 
 /// Brings stored built-in roles that nobody changed up to their current definition: a
-/// role whose grants are exactly its definition without the grants added later gets the
-/// definition. One an administrator changed is left alone (`reset` brings it up to date).
+/// role whose grants are exactly its definition without the grants added after some
+/// point gets the definition. One an administrator changed is left alone (`reset` brings it up to date).
 fn upgrade_built_in_roles(store: &dyn DocumentStore) -> Result<()> {
     let added = grants_added_later();
     let mut writes = Vec::new();
@@ -374,9 +384,13 @@ fn upgrade_built_in_roles(store: &dyn DocumentStore) -> Result<()> {
             names.sort();
             names
         };
-        let mut before = names(&role.grants);
-        before.retain(|grant| !later.contains(grant));
-        if names(&stored.grants) == before {
+        let stored_names = names(&stored.grants);
+        let unchanged = (0..later.len()).any(|since| {
+            let mut before = names(&role.grants);
+            before.retain(|grant| !later[since..].contains(grant));
+            stored_names == before
+        });
+        if unchanged {
             writes.push(Write::Update {
                 collection: ROLES.into(),
                 id: role.id.clone(),
@@ -497,10 +511,22 @@ mod tests {
 
     #[test]
     fn an_unchanged_built_in_role_gets_the_grants_added_since() {
-        let dir = tempfile::tempdir().unwrap();
-        store_user_role_without(&dir, &["images:read"]);
-        let stored = open(&dir);
-        assert!(user_grants(&stored).contains(&"images:read".to_string()));
+        let later: Vec<String> = grants_added_later()
+            .into_iter()
+            .filter(|(role, _)| *role == USER)
+            .map(|(_, grant)| grant.to_string())
+            .collect();
+        // Stored before any was added, and between the first and the others.
+        for since in [0, 1] {
+            let dir = tempfile::tempdir().unwrap();
+            let dropped: Vec<&str> = later[since..].iter().map(String::as_str).collect();
+            store_user_role_without(&dir, &dropped);
+            let stored = open(&dir);
+            let grants = user_grants(&stored);
+            for grant in &later {
+                assert!(grants.contains(grant), "{grant} after {since}");
+            }
+        }
     }
 
     #[test]

@@ -140,6 +140,7 @@ pub fn built_in_roles() -> Vec<Role> {
         "nodes",
         "reservations",
         "vcs",
+        "vms",
         "events",
         "reports",
         "quotes",
@@ -150,6 +151,8 @@ pub fn built_in_roles() -> Vec<Role> {
         own("jobs"),
         own("reservations"),
         own("vcs"),
+        own("vms"),
+        Grant::new("pending-actions", "read", Scope::Own),
         Grant::new("accounts", "read", Scope::Own),
         Grant::new("quotes", "create", Scope::Own),
     ];
@@ -175,15 +178,16 @@ pub fn built_in_roles() -> Vec<Role> {
         Role {
             id: OPERATOR.into(),
             name: OPERATOR.into(),
-            description: "Reads everything; runs jobs, nodes, reservations, containers, events \
+            description:
+                "Reads everything; runs jobs, nodes, reservations, containers, VMs, events \
                           and reports of every user; no security or accounting changes"
-                .into(),
+                    .into(),
             grants: operator,
         },
         Role {
             id: USER.into(),
             name: USER.into(),
-            description: "Submits and manages their own jobs, reservations and containers; \
+            description: "Submits and manages their own jobs, reservations, containers and VMs; \
                           reads nodes, images, templates, credentials, reports and their accounts"
                 .into(),
             grants: user,

@@ -181,8 +181,13 @@ impl Images {
         self.get(&current.id)
     }
 
-    /// Deletes the image `key`, unless another image uses it.
-    pub fn remove(&self, key: &str) -> Result<()> {
+    /// Deletes the image `key`, unless another image uses it, or what `users_elsewhere`
+    /// names (the VMs booted from it, described in a phrase) is not empty.
+    pub fn remove(
+        &self,
+        key: &str,
+        users_elsewhere: impl FnOnce(&StoredImage) -> Option<String>,
+    ) -> Result<()> {
         let summary = format!("The image {key} was not deleted");
         let _writes = self.lock();
         let current = self.get(key)?;
@@ -192,7 +197,13 @@ impl Images {
             .filter(|other| other.image.virtualized_images.contains(&current.id))
             .map(|other| other.image.name)
             .collect();
-        // VMs and service templates will also count here (#27, #28).
+        if let Some(users) = users_elsewhere(&current) {
+            return Err(CloudError::Conflict {
+                summary,
+                reason: format!("the image is in use: {users}; remove them first"),
+            });
+        }
+        // Service templates will also count here (#28).
         if !users.is_empty() {
             return Err(CloudError::Conflict {
                 summary,
@@ -366,7 +377,7 @@ mod tests {
 
         // In use: not deleted.
         assert!(matches!(
-            images.remove("guest"),
+            images.remove("guest", |_| None),
             Err(CloudError::Conflict { reason, .. }) if reason.contains("host")
         ));
         // A stale version is a conflict; the stored one changes the image.
@@ -384,7 +395,7 @@ mod tests {
             ..ImageChange::default()
         };
         assert_eq!(images.modify(&host.id, &freed).unwrap().version, 2);
-        images.remove("guest").unwrap();
+        images.remove("guest", |_| None).unwrap();
         assert!(matches!(images.get("guest"), Err(CloudError::NotFound(_))));
     }
 

@@ -102,6 +102,27 @@ pub struct CloudConfig {
     pub shutdown_grace_seconds: u64,
     /// The site's commands (`provisioner = "exec"`).
     pub exec: Option<ExecConfig>,
+    /// How system jobs are shown as pending actions.
+    pub pending_actions: PendingActionsConfig,
+}
+
+/// `[cloud.pending_actions]`: the original's `svc.pendingActions.*`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PendingActionsConfig {
+    /// Whether the generic type mapping of spec 2.13 applies (`displayGeneric`).
+    pub display_generic: bool,
+    /// Template name to pending-action type, checked before the generic mapping.
+    pub mappings: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for PendingActionsConfig {
+    fn default() -> Self {
+        Self {
+            display_generic: true,
+            mappings: Default::default(),
+        }
+    }
 }
 
 impl Default for CloudConfig {
@@ -114,6 +135,7 @@ impl Default for CloudConfig {
             boot_deadline_seconds: 60,
             shutdown_grace_seconds: 10,
             exec: None,
+            pending_actions: PendingActionsConfig::default(),
         }
     }
 }

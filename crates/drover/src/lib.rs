@@ -159,6 +159,17 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         directory: config.ldap.clone(),
         job_templates: Arc::new(config.templates()?),
         job_arrays: config.scheduler.enable_job_arrays,
+        cloud: drover_api::CloudSettings {
+            default_image: config.cloud.default_image.clone(),
+            action_types: config
+                .cloud
+                .pending_actions
+                .mappings
+                .iter()
+                .map(|(template, kind)| (template.clone(), kind.clone()))
+                .collect(),
+            display_generic: config.cloud.pending_actions.display_generic,
+        },
     };
     let monitoring = Monitoring {
         events,

@@ -152,12 +152,17 @@ pub fn from_scheduler(event: &SchedEvent) -> Event {
     stored.event_category = Some(event.facility.into());
     stored.status = Some("success".into());
     stored.arguments = vec![event.object_id.clone()];
+    // A VM is named as version 3 names it, so that its tenant reaches the event.
+    let kind = match event.facility {
+        "vm" => "VM",
+        other => other,
+    };
     stored.associated_objects = vec![ObjectRef {
-        kind: event.facility.into(),
+        kind: kind.into(),
         id: event.object_id.clone(),
     }];
     stored.primary_object = Some(PrimaryObject {
-        kind: Some(event.facility.into()),
+        kind: Some(kind.into()),
         id: Some(event.object_id.clone()),
         serialization: None,
     });

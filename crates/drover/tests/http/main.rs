@@ -16,3 +16,4 @@ mod reservations;
 mod roles;
 mod security;
 mod support;
+mod vms;

@@ -1,0 +1,422 @@
+//! VMs (spec 2.9, 4.7) and pending actions (2.13) with real QEMU guests: the default
+//! guest image of `scripts/services/guest-image.sh`, found through
+//! `DROVER_GUEST_IMAGE_DIR` and copied into the server's images directory, where the
+//! first start registers it. Without it the tests are skipped with a message, unless
+//! `DROVER_REQUIRE_QEMU=1` (as in `scripts/test`). Guests are emulated (TCG), small
+//! (128 MiB) and few; a guard kills any a failing test leaves behind.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use drover_sched::node::NodeConfig;
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer, wait_until};
+use serde_json::{Value, json};
+
+/// The guest image's directory, or `None` (the test is skipped).
+fn guest_image() -> Option<PathBuf> {
+    match std::env::var("DROVER_GUEST_IMAGE_DIR") {
+        Ok(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
+        _ => {
+            assert!(
+                std::env::var("DROVER_REQUIRE_QEMU").as_deref() != Ok("1"),
+                "DROVER_REQUIRE_QEMU=1 but DROVER_GUEST_IMAGE_DIR is not set"
+            );
+            eprintln!("skipped: DROVER_GUEST_IMAGE_DIR is not set");
+            None
+        }
+    }
+}
+
+/// Kills the guests of a server's data directory when a test ends, however it ends.
+struct Guests(PathBuf);
+
+impl Drop for Guests {
+    fn drop(&mut self) {
+        for pid in qemu_pids(&self.0, None) {
+            // SAFETY: kill has no memory preconditions.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    }
+}
+
+/// The QEMU processes of VMs under `data_dir` (named `id` if given).
+fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
+    let run_dir = data_dir.join("vms");
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<String> = cmdline
+            .split(|b| *b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        let named = |name: &str| args.windows(2).any(|w| w[0] == "-name" && w[1] == name);
+        let ours = args.iter().any(|a| a.contains(&*run_dir.to_string_lossy()));
+        if args.first().is_some_and(|a| a.contains("qemu-system")) && ours {
+            if id.is_none_or(named) {
+                pids.push(pid);
+            }
+        }
+    }
+    pids
+}
+
+/// A server with two nodes of 4 processors and 2 GiB, QEMU under TCG, and the guest
+/// image in its images directory.
+fn server() -> Option<(TestServer, Guests)> {
+    let image = guest_image()?;
+    let server = TestServer::builder()
+        .config(|c| {
+            let guest = c.data_dir.join("images").join("guest");
+            std::fs::create_dir_all(&guest).unwrap();
+            for file in ["vmlinuz", "initrd.gz", "disk.qcow2"] {
+                if image.join(file).exists() {
+                    std::fs::copy(image.join(file), guest.join(file)).unwrap();
+                }
+            }
+            c.nodes = ["node01", "node02"]
+                .map(|id| NodeConfig {
+                    memory: Some(2048),
+                    ..NodeConfig::new(id, 4)
+                })
+                .to_vec();
+            c.cloud.provisioner = Some(drover::config::ProvisionerKind::Qemu);
+            c.cloud.accel = drover::config::AccelChoice::Tcg;
+            c.cloud.shutdown_grace_seconds = 1;
+        })
+        .user("bob", false)
+        .start();
+    let guard = Guests(server.data_dir().to_path_buf());
+    Some((server, guard))
+}
+
+fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
+    let bytes = body.to_string().into_bytes();
+    server.call(method, path, auth, Some(("application/json", bytes)))
+}
+
+fn job_id(reply: &Reply) -> String {
+    assert_eq!(reply.status, 202, "{}", reply.body);
+    reply.json()["jobId"].as_str().unwrap().to_string()
+}
+
+fn wait_substate(server: &TestServer, id: &str, substate: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let reply = server.get(&format!("/rest/vms/{id}"));
+        let vm = reply.json();
+        if vm["substate"] == substate {
+            return vm;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "VM {id} never became {substate}: {} {}",
+            reply.status,
+            reply.body
+        );
+        assert_ne!(vm["substate"], "failed", "VM {id} failed: {vm}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The guest's uptime in its last `GUEST-TICK` line on the console.
+fn last_tick(server: &TestServer, id: &str) -> f64 {
+    let console = server.data_dir().join("vms").join(id).join("console.log");
+    let text = std::fs::read_to_string(console).unwrap_or_default();
+    text.lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix("GUEST-TICK "))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn available_processors(server: &TestServer, node: &str) -> i64 {
+    server.get(&format!("/rest/nodes/{node}")).json()["availableProcessors"]
+        .as_i64()
+        .unwrap()
+}
+
+#[test]
+fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jobs() {
+    let Some((server, _guests)) = server() else {
+        return;
+    };
+    // The default guest image was registered on the first start.
+    let image = server.get("/rest/images/guest");
+    assert_eq!(image.status, 200, "{}", image.body);
+    assert_eq!(image.json()["boot"]["readyLine"], "GUEST-READY");
+
+    let body = json!({"id": "web", "totalProcessors": 1, "totalMemory": 128,
+                      "node": {"id": "node01"}, "variables": {"tier": "front"}});
+    let setup = job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
+    // Readable at once, as being made; its setup job is a pending action.
+    let vm = server.get_as(Auth::User, "/rest/vms/web").json();
+    assert_eq!(vm["node"]["id"], "node01");
+    assert_eq!(vm["os"], "guest");
+    let actions = server.get_as(Auth::User, "/rest/pending-actions").json();
+    if vm["substate"] == "creating" {
+        let action = &actions["results"][0];
+        assert_eq!(action["id"], setup.as_str(), "{actions}");
+        assert_eq!(action["pendingActionType"], "VMCREATE");
+        assert_eq!(action["vmId"], "web");
+        assert_eq!(action["hosts"], json!(["node01"]));
+    }
+    let vm = wait_substate(&server, "web", "running");
+    assert_eq!(vm["state"], "BUSY");
+    assert_eq!(vm["powerState"], "ON");
+    assert!(
+        vm["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("CREATION_COMPLETED"))
+    );
+    let job = server
+        .get(&format!("/rest/jobs/{setup}?api-version=2"))
+        .json();
+    assert_eq!(job["states"]["state"], "Completed", "{job}");
+    assert_eq!(job["completionCode"], 0);
+    assert!(
+        job["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("SYSTEMJOB"))
+    );
+    // A real guest, named after the VM, on the host's resources.
+    let pids = qemu_pids(server.data_dir(), Some("web"));
+    assert_eq!(pids.len(), 1, "one QEMU process named web");
+    assert_eq!(available_processors(&server, "node01"), 3);
+    let node = server.get("/rest/nodes/node01").json();
+    assert_eq!(node["virtualMachines"], json!([{"id": "web"}]));
+    let hosted = server.get("/rest/nodes/node01/vms").json();
+    assert_eq!(hosted["results"][0]["id"], "web");
+    assert_eq!(server.get("/rest/nodes/node02/vms").json()["totalCount"], 0);
+    // A system job is the service's to run.
+    let cancel = server.send("DELETE", &format!("/rest/jobs/{setup}"), Auth::Admin);
+    assert_eq!(cancel.status, 400, "{}", cancel.body);
+
+    // Power off really stops the guest; power on boots it again.
+    let off = send(
+        &server,
+        "PUT",
+        "/rest/vms/web",
+        Auth::User,
+        &json!({"powerState": "OFF"}),
+    );
+    assert_eq!(off.status, 200, "{}", off.body);
+    assert!(off.messages().contains("powerState"), "{}", off.body);
+    wait_substate(&server, "web", "off");
+    wait_until("the guest's process ends", || {
+        qemu_pids(server.data_dir(), Some("web")).is_empty()
+    });
+    assert_eq!(
+        available_processors(&server, "node01"),
+        3,
+        "an off VM keeps its host"
+    );
+    send(
+        &server,
+        "PUT",
+        "/rest/vms/web",
+        Auth::User,
+        &json!({"powerState": "ON"}),
+    );
+    wait_substate(&server, "web", "running");
+    assert_eq!(qemu_pids(server.data_dir(), Some("web")).len(), 1);
+
+    // Live migration to node02: the guest keeps running (its uptime goes on); every
+    // other field of the body is ignored.
+    wait_until("the guest ticks", || last_tick(&server, "web") > 0.0);
+    let before = last_tick(&server, "web");
+    let moved = send(
+        &server,
+        "PUT",
+        "/rest/vms/web",
+        Auth::User,
+        &json!({"node": {"id": "node02"}, "powerState": "OFF"}),
+    );
+    let migrate = job_id(&moved);
+    let vm = server.wait_for("/rest/vms/web", "the migration", |vm| {
+        vm["node"]["id"] == "node02" && vm["substate"] == "running"
+    });
+    assert_eq!(vm["migrationCount"], 1);
+    assert_eq!(vm["powerState"], "ON");
+    assert!(!vm["lastMigrationDate"].is_null());
+    let job = server
+        .get(&format!("/rest/jobs/{migrate}?api-version=2"))
+        .json();
+    assert_eq!(job["completionCode"], 0, "{job}");
+    wait_until("the migrated guest ticks on", || {
+        last_tick(&server, "web") > before
+    });
+    assert!(
+        last_tick(&server, "web") >= before,
+        "the guest rebooted: uptime {} after {before}",
+        last_tick(&server, "web")
+    );
+    assert_eq!(available_processors(&server, "node01"), 4);
+    assert_eq!(available_processors(&server, "node02"), 3);
+    assert_eq!(qemu_pids(server.data_dir(), Some("web")).len(), 1);
+
+    // The VM layer's events: version 1 types, the VM as associated object.
+    let events = server
+        .get("/rest/events?api-version=3&query=%7B%22eventType%22%3A%22vmmigrate%22%7D")
+        .json();
+    let event = &events["results"][0];
+    assert_eq!(
+        event["associatedObjects"],
+        json!([{"type": "VM", "id": "web"}]),
+        "{events}"
+    );
+
+    // Destroy: the guest ends and the host's resources come back.
+    let destroy = job_id(&server.send("DELETE", "/rest/vms/web", Auth::User));
+    wait_until("the VM is gone", || {
+        server.get("/rest/vms/web").status == 404
+    });
+    let job = server
+        .get(&format!("/rest/jobs/{destroy}?api-version=2"))
+        .json();
+    assert_eq!(job["completionCode"], 0, "{job}");
+    assert!(qemu_pids(server.data_dir(), Some("web")).is_empty());
+    assert_eq!(available_processors(&server, "node02"), 4);
+    assert!(!server.data_dir().join("vms").join("web").exists());
+}
+
+#[test]
+fn vm_requests_are_checked_failures_are_reported_and_time_to_live_ends_a_vm() {
+    let Some((server, _guests)) = server() else {
+        return;
+    };
+    let create = |body: Value| send(&server, "POST", "/rest/vms", Auth::User, &body);
+    for (body, status, words) in [
+        (json!({"colour": "red"}), 400, "colour"),
+        (json!({"id": "a/b"}), 400, "id"),
+        (json!({"os": "nothing"}), 400, "no image 'nothing'"),
+        (json!({"node": {"id": "node09"}}), 400, "no node 'node09'"),
+        (json!({"totalProcessors": 5}), 400, "no node has room"),
+        (
+            json!({"totalMemory": 4096, "node": "node01"}),
+            400,
+            "memory",
+        ),
+        (
+            json!({"requestedTimeToLive": -1}),
+            400,
+            "requestedTimeToLive",
+        ),
+    ] {
+        create(body.clone()).assert_refused(status, words, &body);
+    }
+    // An image that cannot boot here: the setup job fails and says why, in the job
+    // and in the pending action; nothing stays held.
+    let empty = json!({"name": "empty", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true});
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &empty).status,
+        201
+    );
+    let setup = job_id(&create(json!({"id": "broken", "os": "empty"})));
+    let vm = wait_substate(&server, "broken", "failed");
+    assert_eq!(vm["state"], "DOWN");
+    let job = server
+        .get(&format!("/rest/jobs/{setup}?api-version=2"))
+        .json();
+    assert_eq!(job["completionCode"], 1, "{job}");
+    assert!(job.to_string().contains("no boot.kernel"), "{job}");
+    let actions = server.get_as(Auth::User, "/rest/pending-actions").json();
+    let action = &actions["results"][0];
+    assert_eq!(action["id"], setup.as_str(), "{actions}");
+    assert_eq!(action["pendingActionState"], "FAILED");
+    assert!(
+        action["failureDetails"]
+            .as_str()
+            .unwrap()
+            .contains("no boot.kernel")
+    );
+    assert_eq!(available_processors(&server, "node01"), 4);
+    // The image a VM uses cannot be deleted.
+    server
+        .send("DELETE", "/rest/images/empty", Auth::Admin)
+        .assert_refused(409, "broken", &"the image of a VM");
+    job_id(&server.send("DELETE", "/rest/vms/broken", Auth::User));
+    wait_until("broken is gone", || {
+        server.get("/rest/vms/broken").status == 404
+    });
+
+    // Another user neither sees nor changes alice's VMs.
+    job_id(&create(json!({"id": "short", "requestedTimeToLive": 4})));
+    assert_eq!(
+        server.get_as(Auth::User, "/rest/vms").json()["totalCount"],
+        1
+    );
+    let bob = || Auth::Basic("bob".into(), PASSWORD.into());
+    assert_eq!(server.get_as(bob(), "/rest/vms").json()["totalCount"], 0);
+    assert_eq!(server.get_as(bob(), "/rest/vms/short").status, 404);
+    assert_eq!(server.send("DELETE", "/rest/vms/short", bob()).status, 404);
+    let power = send(
+        &server,
+        "PUT",
+        "/rest/vms/short",
+        bob(),
+        &json!({"powerState": "OFF"}),
+    );
+    assert_eq!(power.status, 404, "{}", power.body);
+    let actions = server.get_as(bob(), "/rest/pending-actions").json();
+    assert_eq!(actions["totalCount"], 0, "{actions}");
+    let taken = create(json!({"id": "short"}));
+    taken.assert_refused(409, "exists already", &"a taken id");
+    send(
+        &server,
+        "PUT",
+        "/rest/vms/short",
+        Auth::User,
+        &json!({"powerState": "MAYBE"}),
+    )
+    .assert_refused(400, "powerState", &"a bad power state");
+    send(
+        &server,
+        "PUT",
+        "/rest/vms/short",
+        Auth::User,
+        &json!({"totalMemory": 1}),
+    )
+    .assert_refused(400, "totalMemory", &"a field modify does not take");
+    // Time to live: the scheduler destroys it after 4 seconds.
+    let vm = server.get("/rest/vms/short").json();
+    assert_eq!(vm["requestedTimeToLive"], 4);
+    wait_until("short expires", || {
+        server.get("/rest/vms/short").status == 404
+    });
+    assert!(qemu_pids(server.data_dir(), Some("short")).is_empty());
+}
+
+#[test]
+fn a_restarted_service_finds_its_running_guests_again() {
+    let Some((server, guests)) = server() else {
+        return;
+    };
+    job_id(&send(
+        &server,
+        "POST",
+        "/rest/vms",
+        Auth::Admin,
+        &json!({"id": "keep"}),
+    ));
+    wait_substate(&server, "keep", "running");
+    let pid = qemu_pids(server.data_dir(), Some("keep"));
+    let server = server.restart();
+    let vm = server.get("/rest/vms/keep").json();
+    assert_eq!(vm["substate"], "running", "{vm}");
+    assert_eq!(qemu_pids(server.data_dir(), Some("keep")), pid);
+    assert_eq!(available_processors(&server, "node01"), 3);
+    job_id(&server.send("DELETE", "/rest/vms/keep", Auth::Admin));
+    wait_until("keep is gone", || {
+        server.get("/rest/vms/keep").status == 404
+    });
+    assert!(qemu_pids(server.data_dir(), Some("keep")).is_empty());
+    drop(guests);
+}
