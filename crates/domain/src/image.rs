@@ -58,7 +58,7 @@ pub struct Boot {
     /// A line the guest prints on its serial console once it is up: a VM is Running
     /// only when it has (`GUEST-READY` for the default guest image). Empty: running as
     /// soon as the hypervisor runs it.
-    #[serde(rename = "readyLine", skip_serializing_if = "String::is_empty")]
+    #[serde(rename = "readyLine")]
     pub ready_line: String,
 }
 

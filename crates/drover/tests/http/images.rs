@@ -68,7 +68,8 @@ fn images_are_created_read_listed_changed_and_deleted() {
     assert_eq!(created["virtualizedImages"], json!([]));
     assert_eq!(
         created["boot"],
-        json!({"kernel": "centos/vmlinuz", "initramfs": "centos/initrd.img", "disk": ""})
+        json!({"kernel": "centos/vmlinuz", "initramfs": "centos/initrd.img", "disk": "",
+               "readyLine": ""})
     );
     assert_eq!(server.get(&format!("/rest/images/{id}")).json(), created);
     assert_eq!(server.get("/rest/images/centos-7.9").json(), created);
