@@ -30,8 +30,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{
-    BusySet, MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle, VmSpec,
-    VmStatus, check_vm_id, io, prepare_run_dir,
+    BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError, Provisioner,
+    Result, VmHandle, VmSpec, VmStatus, check_vm_id, io, prepare_run_dir,
 };
 
 /// The only `PATH` a site command sees.
@@ -404,6 +404,20 @@ impl Provisioner for ExecProvisioner {
         let env = Self::vm_env(id, Self::known_spec(&dir).as_ref());
         self.run(Operation::Adopt, id, &env)?;
         Ok(matches!(self.status(id)?, VmStatus::Running { .. }))
+    }
+
+    /// The site's tools have no way into their guests here.
+    fn run_in_guest(
+        &self,
+        id: &str,
+        _command: &GuestCommand,
+        _timeout: Duration,
+    ) -> Result<GuestOutput> {
+        check_vm_id(id)?;
+        Err(ProvisionError::NotSupported {
+            provisioner: "exec",
+            operation: "running a command in a guest",
+        })
     }
 }
 
