@@ -993,6 +993,28 @@ mod tests {
     }
 
     #[test]
+    fn commands_in_guests_are_not_supported() {
+        let site = Site::new();
+        let p = site.provisioner(site.commands("running"));
+        let command = GuestCommand {
+            script: "true".into(),
+            ..GuestCommand::default()
+        };
+        let error = p
+            .run_in_guest("vm-1", &command, Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(error, ProvisionError::NotSupported { .. }));
+        assert_eq!(
+            error.to_string(),
+            "running a command in a guest is not supported by the exec provisioner"
+        );
+        assert!(matches!(
+            p.run_in_guest("../x", &command, Duration::from_secs(1)),
+            Err(ProvisionError::InvalidId { .. })
+        ));
+    }
+
+    #[test]
     fn a_bad_vm_id_runs_nothing() {
         let site = Site::new();
         let p = site.provisioner(site.commands("running"));
