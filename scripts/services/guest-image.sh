@@ -5,6 +5,21 @@
 # serial console, then `GUEST-TICK <uptime>` every second (so a test can see that a
 # migrated guest did not reboot), until it is powered down.
 #
+# Before GUEST-READY, /init loads the kernel's virtio modules (virtio_console and what it
+# needs; modules of the cloud kernel, copied into the initramfs) and starts the guest
+# agent /bin/drover-agent on the virtio-serial port named org.drover.agent (console:
+# `GUEST-AGENT /dev/vportNpM`, or `GUEST-AGENT none`). The agent runs the host's commands
+# (Provisioner::run_in_guest), one at a time, as root in the guest. Protocol, framed by
+# lengths so that no output byte is taken for framing (crates/cloud/src/provision/agent.rs):
+#   host:  DROVER-RUN <hex nonce> <script_len> <env_len> <stdin_len> <secs>\n
+#          then the script, the environment (`export NAME='value'` lines) and the input, raw
+#   guest: DROVER-DONE <nonce> <exit> <timed_out> <out_len> <out_cut> <err_len> <err_cut>\n
+#          then out_len bytes of stdout, err_len bytes of stderr, then DROVER-END <nonce>\n
+# The script runs as `sh -c` in /, in a session of its own, killed (SIGKILL, with all it
+# started) after <secs> (then timed_out is 1) and when it ends; each output keeps its
+# first 1 MiB (the rest is drained and dropped, *_cut 1). With no host on the port's
+# socket the agent polls every 0.2 s.
+#
 # Usage (as root):  scripts/services/guest-image.sh [install|image|dir]...   (default: install image)
 #   install  apt-get install qemu-system-x86, qemu-utils (pinned to qemu-system-x86's
 #            version), busybox-static, linux-image-cloud-amd64, cpio, if any is missing
