@@ -2,7 +2,8 @@
 //! live"). This first step holds the images: [`Images`] owns the stored collection
 //! `images` (spec 2.2), and [`boot::resolve`] is the one way an image's boot paths become
 //! files, always inside the images directory (`[cloud] image_dir`). [`provision`] starts,
-//! powers, migrates and stops guests (QEMU, or the site's own commands); VMs come next.
+//! powers, migrates and stops guests (QEMU, or the site's own commands) and runs commands
+//! inside QEMU guests through their agent; VMs come next.
 //!
 //! Every call blocks (on the store, on a guest); async callers use `spawn_blocking`.
 

@@ -8,9 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use drover_cloud::provision::agent::OUTPUT_LIMIT;
 use drover_cloud::provision::{
-    Accel, BootMaterial, Disk, DiskFormat, MigrationTarget, Power, ProvisionError, Provisioner,
-    QemuProvisioner, VmSpec, VmStatus,
+    Accel, BootMaterial, Disk, DiskFormat, GuestCommand, GuestOutput, MigrationTarget, Power,
+    ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
 };
 
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -328,4 +329,239 @@ fn a_missing_kernel_is_a_clear_error() {
         p.create(&none).unwrap_err().to_string(),
         "the VM cannot have 0 processors: from 1 to 256 are possible"
     );
+}
+
+fn script(text: &str) -> GuestCommand {
+    GuestCommand {
+        script: text.into(),
+        ..GuestCommand::default()
+    }
+}
+
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(20);
+
+fn run(p: &QemuProvisioner, id: &str, command: &GuestCommand) -> GuestOutput {
+    p.run_in_guest(id, command, COMMAND_TIMEOUT)
+        .unwrap_or_else(|e| panic!("{:?}: {e}", command.script))
+}
+
+#[test]
+fn a_command_runs_in_the_guest_with_its_outputs_input_and_exit_code() {
+    let Some(lab) = lab() else { return };
+    let p = &lab.provisioner;
+    let handle = p.create(&spec(&lab.image, "vm-agent", false)).unwrap();
+    assert!(
+        console(&handle.console).contains("GUEST-AGENT /dev/vport"),
+        "{}",
+        console(&handle.console)
+    );
+
+    let started = Instant::now();
+    let out = run(p, "vm-agent", &script("echo hello; echo err >&2; exit 3"));
+    eprintln!("first command: {:.3} s", started.elapsed().as_secs_f64());
+    assert_eq!(out.exit_code, 3);
+    assert_eq!(out.stdout, b"hello\n");
+    assert_eq!(out.stderr, b"err\n");
+    assert!(!out.stdout_truncated && !out.stderr_truncated);
+
+    // Round trips of a trivial command.
+    let mut times = Vec::new();
+    for _ in 0..10 {
+        let started = Instant::now();
+        assert_eq!(run(p, "vm-agent", &script("true")), GuestOutput::default());
+        times.push(started.elapsed().as_secs_f64() * 1000.0);
+    }
+    times.sort_by(f64::total_cmp);
+    eprintln!(
+        "round trip of `true`: median {:.1} ms, min {:.1} ms, max {:.1} ms",
+        times[5], times[0], times[9]
+    );
+
+    // Standard input and environment, with bytes of every value.
+    let all_bytes: Vec<u8> = (0..=255u8).cycle().take(256 * 1024 + 7).collect();
+    let command = GuestCommand {
+        script: "cat; printf '%s|' \"$GREETING\" \"$QUOTED\" >&2".into(),
+        env: vec![
+            ("GREETING".into(), "hi there".into()),
+            ("QUOTED".into(), "it's $(not run) `either`".into()),
+        ],
+        stdin: all_bytes.clone(),
+    };
+    let started = Instant::now();
+    let out = run(p, "vm-agent", &command);
+    eprintln!(
+        "cat of {} KiB of input: {:.3} s",
+        all_bytes.len() / 1024,
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(out.exit_code, 0);
+    assert_eq!(out.stdout, all_bytes);
+    assert_eq!(out.stderr, b"hi there|it's $(not run) `either`|");
+
+    // Output of arbitrary bytes, framing look-alikes included, made in the guest.
+    let octal: String = (0..=255u8).map(|b| format!("\\{b:03o}")).collect();
+    let out = run(
+        p,
+        "vm-agent",
+        &script(&format!(
+            "printf '{octal}'; printf 'DROVER-END x\\nDROVER-DONE 0 0 0 0 0 0 0\\n'; printf '\\377\\000' >&2"
+        )),
+    );
+    let mut expected: Vec<u8> = (0..=255u8).collect();
+    expected.extend_from_slice(b"DROVER-END x\nDROVER-DONE 0 0 0 0 0 0 0\n");
+    assert_eq!(out.stdout, expected);
+    assert_eq!(out.stderr, b"\xff\0");
+
+    // Output past the limit is cut, and said to be.
+    let out = run(
+        p,
+        "vm-agent",
+        &script("head -c 3000000 /dev/zero; echo small >&2"),
+    );
+    assert_eq!(out.stdout.len(), OUTPUT_LIMIT);
+    assert!(out.stdout_truncated);
+    assert_eq!(out.stderr, b"small\n");
+    assert!(!out.stderr_truncated);
+
+    // A command killed by a signal: 128 + the signal.
+    assert_eq!(run(p, "vm-agent", &script("kill -TERM $$")).exit_code, 143);
+
+    // The guest still ticks on its console.
+    let before = last_tick(&handle.console).unwrap_or(0.0);
+    assert!(wait_until(Duration::from_secs(10), || last_tick(
+        &handle.console
+    )
+    .is_some_and(|t| t > before)));
+    p.destroy("vm-agent").unwrap();
+}
+
+#[test]
+fn a_command_past_its_timeout_is_killed_and_the_next_one_runs() {
+    let Some(lab) = lab() else { return };
+    let p = &lab.provisioner;
+    p.create(&spec(&lab.image, "vm-slow", false)).unwrap();
+
+    let started = Instant::now();
+    let error = p
+        .run_in_guest(
+            "vm-slow",
+            &script("sleep 100 & sleep 100; echo never"),
+            Duration::from_secs(2),
+        )
+        .unwrap_err();
+    let took = started.elapsed();
+    eprintln!("timeout of 2 s answered after {:.2} s", took.as_secs_f64());
+    assert!(
+        matches!(&error, ProvisionError::GuestTimeout { secs: 2, detail, .. } if detail.contains("killed")),
+        "{error}"
+    );
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        "{took:?}"
+    );
+
+    // Killed with all it started: nothing sleeps on in the guest.
+    let out = run(
+        p,
+        "vm-slow",
+        &script("ps -o args | grep '^sleep 100' || true"),
+    );
+    assert_eq!(out.stdout, b"", "{}", String::from_utf8_lossy(&out.stdout));
+
+    // One command at a time: a second one meanwhile is refused, not queued.
+    std::thread::scope(|scope| {
+        let first = scope.spawn(|| run(p, "vm-slow", &script("sleep 3; echo first")));
+        std::thread::sleep(Duration::from_millis(500));
+        let second = p.run_in_guest("vm-slow", &script("true"), COMMAND_TIMEOUT);
+        assert!(
+            matches!(second, Err(ProvisionError::GuestBusy(_))),
+            "{second:?}"
+        );
+        assert_eq!(first.join().unwrap().stdout, b"first\n");
+    });
+
+    // Refusals before anything is sent.
+    for bad in [
+        script("echo \0"),
+        GuestCommand {
+            env: vec![("NOT A NAME".into(), "x".into())],
+            ..script("true")
+        },
+    ] {
+        assert!(matches!(
+            p.run_in_guest("vm-slow", &bad, COMMAND_TIMEOUT),
+            Err(ProvisionError::InvalidGuestCommand(_))
+        ));
+    }
+    assert!(matches!(
+        p.run_in_guest("vm-slow", &script("true"), Duration::ZERO),
+        Err(ProvisionError::InvalidGuestCommand(_))
+    ));
+    assert!(matches!(
+        p.run_in_guest("vm-none", &script("true"), COMMAND_TIMEOUT),
+        Err(ProvisionError::NotFound(_))
+    ));
+    assert!(matches!(
+        p.run_in_guest("../x", &script("true"), COMMAND_TIMEOUT),
+        Err(ProvisionError::InvalidId { .. })
+    ));
+    // A dead agent: the call ends at the timeout and the grace, with a clear error.
+    let kill_agent = "for d in /proc/[0-9]*; do [ \"$(cat $d/comm)\" = drover-agent ] && kill -KILL ${d#/proc/}; done; echo killed";
+    for command in [kill_agent, "true"] {
+        let started = Instant::now();
+        let error = p
+            .run_in_guest("vm-slow", &script(command), Duration::from_secs(1))
+            .unwrap_err();
+        let took = started.elapsed();
+        eprintln!(
+            "with a dead agent: {error} after {:.2} s",
+            took.as_secs_f64()
+        );
+        assert!(
+            matches!(&error, ProvisionError::GuestTimeout { detail, .. } if detail.contains("did not answer")),
+            "{error}"
+        );
+        assert!(took < Duration::from_secs(6), "{took:?}");
+    }
+
+    p.power("vm-slow", Power::Off).unwrap();
+    assert!(matches!(
+        p.run_in_guest("vm-slow", &script("true"), COMMAND_TIMEOUT),
+        Err(ProvisionError::NotRunning(_))
+    ));
+    // Powered on again: a new boot, a new agent.
+    p.power("vm-slow", Power::On).unwrap();
+    assert_eq!(run(p, "vm-slow", &script("echo back")).stdout, b"back\n");
+    p.destroy("vm-slow").unwrap();
+}
+
+#[test]
+fn a_command_runs_in_the_guest_after_a_live_migration() {
+    let Some(lab) = lab() else { return };
+    let p = &lab.provisioner;
+    let handle = p.create(&spec(&lab.image, "vm-agent-move", true)).unwrap();
+    run(p, "vm-agent-move", &script("echo before > /tmp/mark"));
+    for round in 1..=2 {
+        let moved = p
+            .migrate_measured("vm-agent-move", &MigrationTarget::SameHost)
+            .unwrap();
+        assert_ne!(moved.handle.pid, handle.pid);
+        let started = Instant::now();
+        let out = run(
+            p,
+            "vm-agent-move",
+            &script(&format!("cat /tmp/mark; echo after {round}")),
+        );
+        eprintln!(
+            "first command after migration {round}: {:.3} s",
+            started.elapsed().as_secs_f64()
+        );
+        // The same guest: what it kept in memory is there.
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            format!("before\nafter {round}\n")
+        );
+    }
+    assert_eq!(boots(&handle.console), 1, "{}", console(&handle.console));
+    p.destroy("vm-agent-move").unwrap();
 }

@@ -30,8 +30,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use super::{
-    BusySet, MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle, VmSpec,
-    VmStatus, check_vm_id, io, prepare_run_dir,
+    BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError, Provisioner,
+    Result, VmHandle, VmSpec, VmStatus, check_vm_id, io, prepare_run_dir,
 };
 
 /// The only `PATH` a site command sees.
@@ -404,6 +404,20 @@ impl Provisioner for ExecProvisioner {
         let env = Self::vm_env(id, Self::known_spec(&dir).as_ref());
         self.run(Operation::Adopt, id, &env)?;
         Ok(matches!(self.status(id)?, VmStatus::Running { .. }))
+    }
+
+    /// The site's tools have no way into their guests here.
+    fn run_in_guest(
+        &self,
+        id: &str,
+        _command: &GuestCommand,
+        _timeout: Duration,
+    ) -> Result<GuestOutput> {
+        check_vm_id(id)?;
+        Err(ProvisionError::NotSupported {
+            provisioner: "exec",
+            operation: "running a command in a guest",
+        })
     }
 }
 
@@ -975,6 +989,28 @@ mod tests {
         assert!(matches!(
             ExecProvisioner::new("relative/run", site.commands("running")),
             Err(ProvisionError::RunDir { .. })
+        ));
+    }
+
+    #[test]
+    fn commands_in_guests_are_not_supported() {
+        let site = Site::new();
+        let p = site.provisioner(site.commands("running"));
+        let command = GuestCommand {
+            script: "true".into(),
+            ..GuestCommand::default()
+        };
+        let error = p
+            .run_in_guest("vm-1", &command, Duration::from_secs(1))
+            .unwrap_err();
+        assert!(matches!(error, ProvisionError::NotSupported { .. }));
+        assert_eq!(
+            error.to_string(),
+            "running a command in a guest is not supported by the exec provisioner"
+        );
+        assert!(matches!(
+            p.run_in_guest("../x", &command, Duration::from_secs(1)),
+            Err(ProvisionError::InvalidId { .. })
         ));
     }
 

@@ -8,15 +8,21 @@
 //! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process;
 //! [`ExecProvisioner`] runs the site's own command for each operation (libvirt,
 //! OpenStack or xCAT wrappers), as the operator configured them.
+//!
+//! [`Provisioner::run_in_guest`] runs a job's command inside a running guest through
+//! the guest agent of the default image ([`agent`]: its protocol); only the QEMU
+//! provisioner can.
 
 use std::collections::HashSet;
 use std::fs::DirBuilder;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub mod agent;
 pub mod exec;
 pub mod qemu;
 mod qmp;
@@ -93,6 +99,33 @@ pub enum MigrationTarget {
     SameHost,
 }
 
+/// A command to run inside a guest ([`Provisioner::run_in_guest`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GuestCommand {
+    /// Run as `sh -c <script>` in the guest's `/` (no NUL; at most
+    /// [`agent::SCRIPT_LIMIT`] bytes).
+    pub script: String,
+    /// Exported before the script runs, over the agent's own environment (`PATH=/bin`,
+    /// `HOME=/`). Names are shell variable names; values hold no NUL.
+    pub env: Vec<(String, String)>,
+    /// Its standard input (at most [`agent::STDIN_LIMIT`] bytes; empty: end of file at once).
+    pub stdin: Vec<u8>,
+}
+
+/// How a command in a guest ended, and what it printed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GuestOutput {
+    /// The guest shell's exit status: 0 to 255, 128 + n when signal n ended it.
+    pub exit_code: i32,
+    /// The first [`agent::OUTPUT_LIMIT`] bytes of its standard output.
+    pub stdout: Vec<u8>,
+    /// The first [`agent::OUTPUT_LIMIT`] bytes of its standard error.
+    pub stderr: Vec<u8>,
+    /// It printed more than `stdout` holds (the rest was dropped).
+    pub stdout_truncated: bool,
+    pub stderr_truncated: bool,
+}
+
 /// What became of a VM's guest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VmStatus {
@@ -150,6 +183,24 @@ pub enum ProvisionError {
         id: String,
         why: String,
     },
+    #[error("{operation} is not supported by the {provisioner} provisioner")]
+    NotSupported {
+        provisioner: &'static str,
+        operation: &'static str,
+    },
+    #[error("the command cannot be run in a guest: {0}")]
+    InvalidGuestCommand(String),
+    #[error("VM {0}'s guest is running another command; try again when it is done")]
+    GuestBusy(String),
+    #[error("the command in VM {id}'s guest did not finish within {secs} s: {detail}")]
+    GuestTimeout {
+        id: String,
+        secs: u64,
+        /// Whether the guest killed it, or its agent never answered.
+        detail: &'static str,
+    },
+    #[error("the guest agent of VM {id} failed: {why}")]
+    GuestAgent { id: String, why: String },
     #[error("{what}: {error}")]
     Io {
         what: String,
@@ -174,6 +225,17 @@ pub trait Provisioner: Send + Sync {
     fn status(&self, id: &str) -> Result<VmStatus>;
     /// Whether the running guest of `id` is found again (after a restart of the service).
     fn adopt(&self, id: &str) -> Result<bool>;
+    /// Runs `command` inside the running guest of `id` and returns how it ended. The
+    /// command is killed in the guest after `timeout` ([`ProvisionError::GuestTimeout`]),
+    /// and the call returns at most a few seconds later ([`agent::ANSWER_GRACE`]) even
+    /// when the guest does not answer. One command at a time per VM: another meanwhile is
+    /// refused ([`ProvisionError::GuestBusy`]), not queued.
+    fn run_in_guest(
+        &self,
+        id: &str,
+        command: &GuestCommand,
+        timeout: Duration,
+    ) -> Result<GuestOutput>;
 }
 
 /// The longest VM id: it names a directory and a process.

@@ -9,7 +9,9 @@
 //! - `disk.qcow2`: the guest's overlay of the image's disk, when the image has one;
 //! - `accel`: `kvm` or `tcg`, what the running guest was started with;
 //! - `slot` and, per slot `a`/`b`, `qemu-<slot>.pid`, `qmp-<slot>.sock`,
-//!   `qemu-<slot>.err`: the guest's process. A live migration starts the destination in
+//!   `agent-<slot>.sock`, `qemu-<slot>.err`: the guest's process; `agent-<slot>.sock` is
+//!   the host end of the guest agent's virtio-serial port `org.drover.agent` (see
+//!   [`super::agent`]). A live migration starts the destination in
 //!   the other slot and switches `slot` once the source is gone; two slots (not one
 //!   renamed) because QEMU removes its own pid file and socket by path when it exits.
 //!
@@ -18,6 +20,13 @@
 //!
 //! The guest is started with `-daemonize`, so it is not a child of the service and
 //! survives its restarts; [`Provisioner::adopt`] finds it again from the files above.
+//!
+//! [`Provisioner::run_in_guest`] talks to the agent through the current slot's socket;
+//! the destination of a migration has its own, so the agent (which runs on in the
+//! guest) is reached through it afterwards. One command at a time per VM: another is
+//! refused with [`ProvisionError::GuestBusy`]. A command does not hold the VM busy for
+//! other operations: a power off or a migration meanwhile ends its connection (the call
+//! fails; the command finishes in the guest, its answer is dropped).
 //!
 //! [`Accel::Auto`] uses KVM only after a real guest booted with it within the boot
 //! deadline (under nested virtualization a KVM guest can hang without a word); the
@@ -35,8 +44,8 @@ use serde_json::{Value, json};
 
 use super::qmp::Qmp;
 use super::{
-    BusyGuard, BusySet, MigrationTarget, Power, ProvisionError, Provisioner, Result, VmHandle,
-    VmSpec, VmStatus, check_vm_id, io, prepare_run_dir,
+    BusyGuard, BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError,
+    Provisioner, Result, VmHandle, VmSpec, VmStatus, agent, check_vm_id, io, prepare_run_dir,
 };
 
 const QEMU: &str = "qemu-system-x86_64";
@@ -88,6 +97,8 @@ pub struct QemuProvisioner {
     kvm_trusted: Mutex<Option<bool>>,
     /// The VMs an operation is under way for: a second one is refused, not queued.
     busy: BusySet,
+    /// The VMs a command runs in (through the agent): a second one is refused.
+    agent_busy: BusySet,
 }
 
 /// The files of one VM.
@@ -137,6 +148,9 @@ impl Files {
     }
     fn qmp(&self, slot: Slot) -> PathBuf {
         self.dir.join(format!("qmp-{}.sock", slot.name()))
+    }
+    fn agent(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("agent-{}.sock", slot.name()))
     }
     fn err(&self, slot: Slot) -> PathBuf {
         self.dir.join(format!("qemu-{}.err", slot.name()))
@@ -321,6 +335,7 @@ impl QemuProvisioner {
             shutdown_grace: Duration::from_secs(10),
             kvm_trusted: Mutex::new(None),
             busy: BusySet::default(),
+            agent_busy: BusySet::default(),
         })
     }
 
@@ -499,7 +514,7 @@ impl QemuProvisioner {
         accel: Accel,
         incoming: Option<&Path>,
     ) -> Result<()> {
-        for stale in [files.pid(slot), files.qmp(slot)] {
+        for stale in [files.pid(slot), files.qmp(slot), files.agent(slot)] {
             let _ = std::fs::remove_file(stale);
         }
         let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
@@ -529,6 +544,18 @@ impl QemuProvisioner {
         qmp.push(files.qmp(slot));
         qmp.push(",server=on,wait=off");
         command.arg("-qmp").arg(qmp);
+        // The guest agent's port; its socket is per slot, the port the same in both (a
+        // migration needs the same devices on both sides).
+        let mut agent = std::ffi::OsString::from("socket,id=agent,server=on,wait=off,path=");
+        agent.push(files.agent(slot));
+        command
+            .args(["-device", "virtio-serial"])
+            .arg("-chardev")
+            .arg(agent)
+            .args([
+                "-device",
+                "virtserialport,chardev=agent,name=org.drover.agent",
+            ]);
         if spec.boot.disk.is_some() {
             let mut drive = std::ffi::OsString::from("file=");
             drive.push(files.overlay());
@@ -830,5 +857,49 @@ impl Provisioner for QemuProvisioner {
         }
         let slot = files.slot();
         Ok(files.process(id, slot).is_some() && self.query_status(&files, id, slot).is_ok())
+    }
+
+    fn run_in_guest(
+        &self,
+        id: &str,
+        command: &GuestCommand,
+        timeout: Duration,
+    ) -> Result<GuestOutput> {
+        let files = self.files(id)?;
+        if timeout.is_zero() {
+            return Err(ProvisionError::InvalidGuestCommand(
+                "the timeout is zero".into(),
+            ));
+        }
+        let _turn = self
+            .agent_busy
+            .mark(id)
+            .map_err(|_| ProvisionError::GuestBusy(id.into()))?;
+        if !files.dir.is_dir() {
+            return Err(ProvisionError::NotFound(id.into()));
+        }
+        let slot = files.slot();
+        if files.process(id, slot).is_none()
+            || self.query_status(&files, id, slot).ok().as_deref() != Some("running")
+        {
+            return Err(ProvisionError::NotRunning(id.into()));
+        }
+        match agent::run(&files.agent(slot), command, timeout) {
+            Ok(answer) if answer.timed_out => Err(ProvisionError::GuestTimeout {
+                id: id.into(),
+                secs: agent::guest_secs(timeout),
+                detail: "the guest killed it and all it started",
+            }),
+            Ok(answer) => Ok(answer.output),
+            Err(agent::AgentError::Invalid(why)) => Err(ProvisionError::InvalidGuestCommand(why)),
+            Err(agent::AgentError::Timeout) => Err(ProvisionError::GuestTimeout {
+                id: id.into(),
+                secs: agent::guest_secs(timeout),
+                detail: "the guest agent did not answer (its console says GUEST-AGENT when it starts)",
+            }),
+            Err(agent::AgentError::Failed(why)) => {
+                Err(ProvisionError::GuestAgent { id: id.into(), why })
+            }
+        }
     }
 }
