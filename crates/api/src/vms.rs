@@ -372,6 +372,11 @@ async fn destroy(ItemRead(state, _params, caller, id): ItemRead) -> ApiResult<Re
 
 /// The record of spec 2.9.
 pub fn render(vm: &Vm, dates: &WireDates, version: u32) -> Value {
+    // A VM made for a job boots the default image (`[cloud] default_image`).
+    let image = match vm.image.as_str() {
+        "" => None,
+        name => Some(name),
+    };
     let date = |t: Option<i64>| wire::date(dates, version, t, Zero::Null);
     let mut flags = Vec::new();
     if vm.started.is_some() {
@@ -402,8 +407,8 @@ pub fn render(vm: &Vm, dates: &WireDates, version: u32) -> Value {
         "migrationCount": vm.migration_count,
         "networkAddress": null,
         "node": {"id": vm.node},
-        "os": vm.image,
-        "osList": [vm.image],
+        "os": image,
+        "osList": [image],
         "powerSelectState": "NONE",
         "powerState": if vm.power_on { "ON" } else { "OFF" },
         "rack": null,

@@ -137,6 +137,10 @@ pub struct Vm {
     /// The node a migration under way moves it to (it holds resources there too).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The job it was made for (`vmUsagePolicy` CREATEVM or REQUIREVM): the job holds
+    /// the host's resources, runs in it, and its end destroys it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_job: Option<String>,
     /// The setup job that made it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub setup_job: Option<String>,
@@ -192,6 +196,29 @@ impl Vm {
         }
         self.last_update = now;
     }
+}
+
+/// The id of the VM made for job `job_id`: the job's id, with what cannot be in a VM id
+/// (an array sub-job's brackets) made `-`, and `-vm`.
+pub fn id_for_job(job_id: &str) -> String {
+    let base: String = job_id
+        .chars()
+        .take(MAX_ID - 3)
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    format!("{base}-vm")
+}
+
+/// Whether a job's `vmUsagePolicy` asks to run in a VM (`CREATEVM`, `REQUIREVM`).
+pub fn wants_vm(policy: Option<&str>) -> bool {
+    policy
+        .is_some_and(|p| p.eq_ignore_ascii_case("CREATEVM") || p.eq_ignore_ascii_case("REQUIREVM"))
 }
 
 /// The work of a system job on a VM.

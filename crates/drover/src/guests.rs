@@ -27,6 +27,7 @@ pub fn vm_host(config: &Config, images: Arc<Images>) -> Arc<dyn VmHost> {
         Ok(Some(provisioner)) => Arc::new(Guests {
             images,
             provisioner,
+            default_image: config.cloud.default_image.clone(),
         }),
         Ok(None) => Arc::new(NoVmHost(
             "no provisioner is configured ([cloud] provisioner = \"none\", or qemu-system-x86_64 \
@@ -145,6 +146,8 @@ pub fn register_default_image(images: &Images, name: &str) -> Result<Option<Stri
 struct Guests {
     images: Arc<Images>,
     provisioner: Arc<dyn Provisioner>,
+    /// What a VM without an image boots (one made for a job).
+    default_image: String,
 }
 
 impl VmHost for Guests {
@@ -152,6 +155,7 @@ impl VmHost for Guests {
         let work = Guests {
             images: self.images.clone(),
             provisioner: self.provisioner.clone(),
+            default_image: self.default_image.clone(),
         };
         let (done_here, name) = (Arc::new(std::sync::Mutex::new(Some(done))), vm.id.clone());
         let done_there = done_here.clone();
@@ -172,6 +176,13 @@ impl VmHost for Guests {
 
     fn alive(&self, vm: &Vm) -> bool {
         self.provisioner.adopt(&vm.id).unwrap_or(false)
+    }
+
+    fn connect_agent(&self, vm: &Vm) -> Result<std::os::fd::OwnedFd, String> {
+        self.provisioner
+            .connect_agent(&vm.id)
+            .map(std::os::fd::OwnedFd::from)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -207,10 +218,14 @@ impl Guests {
 
     /// What the guest of `vm` boots: its image's material, inside the images directory.
     fn spec_of(&self, vm: &Vm) -> Result<VmSpec, String> {
+        let name = match vm.image.as_str() {
+            "" => &self.default_image,
+            name => name,
+        };
         let stored = self
             .images
-            .get(&vm.image)
-            .map_err(|e| format!("the image '{}' cannot be used: {e}", vm.image))?;
+            .get(name)
+            .map_err(|e| format!("the image '{name}' cannot be used: {e}"))?;
         let image = &stored.image;
         if !image.supports_virtual_machine {
             return Err(format!("the image '{}' does not support VMs", image.name));

@@ -2,6 +2,7 @@
 //! tests call [`launch`] directly on a listener bound to port 0.
 
 pub mod config;
+pub mod guest_run;
 pub mod guests;
 pub mod ledger_accountant;
 pub mod private;

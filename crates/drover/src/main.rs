@@ -238,6 +238,11 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::SUBCOMMAND) {
         std::process::exit(drover_sched::rm::shepherd::run());
     }
+    // A job's process in a guest (its user's, started by a shepherd): no runtime either.
+    if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::GUEST_RUN) {
+        let arguments: Vec<String> = std::env::args().skip(2).collect();
+        std::process::exit(drover::guest_run::run(&arguments));
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -48,6 +48,10 @@ pub trait VmHost: Send + Sync {
 
     /// After a restart: whether the guest of `vm` still runs (it is then adopted).
     fn alive(&self, vm: &Vm) -> bool;
+
+    /// A connection to the agent of the running guest of `vm`, over which a job's
+    /// process runs its command in the guest (`drover guest-run`).
+    fn connect_agent(&self, vm: &Vm) -> Result<std::os::fd::OwnedFd, String>;
 }
 
 /// No way to make guests (none configured or installed): every operation fails and
@@ -61,5 +65,9 @@ impl VmHost for NoVmHost {
 
     fn alive(&self, _vm: &Vm) -> bool {
         false
+    }
+
+    fn connect_agent(&self, _vm: &Vm) -> Result<std::os::fd::OwnedFd, String> {
+        Err(self.0.clone())
     }
 }

@@ -131,6 +131,10 @@ impl VmHost for FakeVmHost {
     fn alive(&self, vm: &Vm) -> bool {
         self.alive.lock().unwrap().contains(&vm.id)
     }
+
+    fn connect_agent(&self, vm: &Vm) -> Result<std::os::fd::OwnedFd, String> {
+        Err(format!("no agent for {} in this test", vm.id))
+    }
 }
 
 /// A SQLite store whose reads and writes fail while `failing` is set (a database that

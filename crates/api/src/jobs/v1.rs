@@ -53,7 +53,18 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
     );
     put("hosts", json!(hosts));
     put("allocatedNodes", refs(job.node_ids(), "id"));
-    put("allocatedVMs", json!([]));
+    let in_vm = drover_domain::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref())
+        && matches!(
+            status.state,
+            JobState::Starting | JobState::Running | JobState::Suspended
+        );
+    put(
+        "allocatedVMs",
+        match in_vm {
+            true => json!([{ "id": drover_domain::vm::id_for_job(&job.id) }]),
+            false => json!([]),
+        },
+    );
     put("blockReason", block);
     put("bypass", json!(0));
     put("startCount", json!(status.counts.start));

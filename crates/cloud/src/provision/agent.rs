@@ -320,11 +320,13 @@ pub(crate) fn run(
     command: &GuestCommand,
     timeout: Duration,
 ) -> Result<Answer, AgentError> {
-    let started = Instant::now();
-    let nonce = nonce()?;
-    let secs = guest_secs(timeout);
-    let request = encode_request(&nonce, command, secs)?;
-    let stream = UnixStream::connect(socket).map_err(|e| {
+    let stream = connect(socket)?;
+    run_over(stream, command, timeout)
+}
+
+/// A connection to the agent socket `socket`.
+pub(crate) fn connect(socket: &Path) -> Result<UnixStream, AgentError> {
+    UnixStream::connect(socket).map_err(|e| {
         AgentError::Failed(if e.kind() == std::io::ErrorKind::NotFound {
             format!(
                 "it has no agent socket {} (started before guests had one? power it off and on)",
@@ -333,7 +335,19 @@ pub(crate) fn run(
         } else {
             format!("connecting to {}: {e}", socket.display())
         })
-    })?;
+    })
+}
+
+/// Runs `command` over a connection to an agent (see [`run`]).
+pub(crate) fn run_over(
+    stream: UnixStream,
+    command: &GuestCommand,
+    timeout: Duration,
+) -> Result<Answer, AgentError> {
+    let started = Instant::now();
+    let nonce = nonce()?;
+    let secs = guest_secs(timeout);
+    let request = encode_request(&nonce, command, secs)?;
     let mut channel = Deadlined {
         stream,
         deadline: started + Duration::from_secs(secs) + ANSWER_GRACE,
@@ -343,6 +357,22 @@ pub(crate) fn run(
         _ => AgentError::Failed(format!("sending the command: {e}")),
     })?;
     answer_for(&mut BufReader::new(channel), &nonce)
+}
+
+/// What a job's process inside a guest ended with, run over a connection the service
+/// handed it (`drover guest-run`): the outputs, the exit code, and whether the guest
+/// killed the command at its timeout. `Err` says why there is no answer.
+pub fn run_job(
+    stream: UnixStream,
+    command: &GuestCommand,
+    timeout: Duration,
+) -> Result<(GuestOutput, bool), String> {
+    match run_over(stream, command, timeout) {
+        Ok(answer) => Ok((answer.output, answer.timed_out)),
+        Err(AgentError::Invalid(why)) => Err(format!("the command cannot be sent: {why}")),
+        Err(AgentError::Timeout) => Err("the guest agent did not answer in time".into()),
+        Err(AgentError::Failed(why)) => Err(format!("the guest agent failed: {why}")),
+    }
 }
 
 #[cfg(test)]

@@ -419,6 +419,14 @@ impl Provisioner for ExecProvisioner {
             operation: "running a command in a guest",
         })
     }
+
+    fn connect_agent(&self, id: &str) -> Result<std::os::unix::net::UnixStream> {
+        check_vm_id(id)?;
+        Err(ProvisionError::NotSupported {
+            provisioner: "exec",
+            operation: "running a job in a guest",
+        })
+    }
 }
 
 /// How a command ended, and what it printed (bounded).

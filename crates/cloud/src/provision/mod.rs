@@ -236,6 +236,10 @@ pub trait Provisioner: Send + Sync {
         command: &GuestCommand,
         timeout: Duration,
     ) -> Result<GuestOutput>;
+
+    /// A connection to the agent of the running guest of `id`, for a job's process to
+    /// run its command over (`agent::run_job`). Refused by provisioners without agents.
+    fn connect_agent(&self, id: &str) -> Result<std::os::unix::net::UnixStream>;
 }
 
 /// The longest VM id: it names a directory and a process.

@@ -533,7 +533,9 @@ impl QemuProvisioner {
             .arg(&spec.boot.kernel)
             .arg("-initrd")
             .arg(&spec.boot.initramfs)
-            .args(["-append", "console=ttyS0 quiet panic=-1"]);
+            // no_timer_check: an emulated guest starved of CPU (many booting at once
+            // under TCG) fails the kernel's IO-APIC timer check and panics.
+            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"]);
         let mut console = std::ffi::OsString::from("file,id=console,append=on,path=");
         console.push(files.console());
         command
@@ -857,6 +859,21 @@ impl Provisioner for QemuProvisioner {
         }
         let slot = files.slot();
         Ok(files.process(id, slot).is_some() && self.query_status(&files, id, slot).is_ok())
+    }
+
+    fn connect_agent(&self, id: &str) -> Result<std::os::unix::net::UnixStream> {
+        let files = self.files(id)?;
+        let slot = files.slot();
+        if files.process(id, slot).is_none() {
+            return Err(ProvisionError::NotRunning(id.into()));
+        }
+        agent::connect(&files.agent(slot)).map_err(|e| ProvisionError::GuestAgent {
+            id: id.into(),
+            why: match e {
+                agent::AgentError::Failed(why) | agent::AgentError::Invalid(why) => why,
+                agent::AgentError::Timeout => "it did not answer".into(),
+            },
+        })
     }
 
     fn run_in_guest(

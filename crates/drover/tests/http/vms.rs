@@ -420,3 +420,62 @@ fn a_restarted_service_finds_its_running_guests_again() {
     assert!(qemu_pids(server.data_dir(), Some("keep")).is_empty());
     drop(guests);
 }
+
+#[test]
+fn a_job_asking_for_a_vm_runs_its_command_inside_a_guest_made_for_it() {
+    let Some((server, _guests)) = server() else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    // What only the guest has: the kernel command line QEMU gave it.
+    let command = drover_testkit::script(
+        work.path(),
+        "in-guest.sh",
+        "echo \"args=$1,$2 job=$DROVER_JOB_ID vm=$DROVER_VM_ID\"\ncat /proc/cmdline\necho to-stderr >&2\nexit 7",
+    );
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({
+            "name": "guest",
+            "commandFile": command,
+            "commandLineArguments": "one 'two words'",
+            "initialWorkingDirectory": work.path(),
+            "vmUsagePolicy": "CREATEVM",
+            "requirements": [{"requiredProcessorCountMinimum": 2}],
+        }),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    let vm_id = format!("{id}-vm");
+    // Its VM is made (a setup system job), owned by the job's user, on the job's node.
+    let vm = server.wait_for(&format!("/rest/vms/{vm_id}"), "the job's VM", |vm| {
+        vm["id"] == vm_id.as_str()
+    });
+    assert_eq!(vm["totalProcessors"], 2);
+    let job = server.wait_for(&format!("/rest/jobs/{id}"), "the job ends", |job| {
+        job["state"] == "COMPLETED"
+    });
+    assert_eq!(job["completionCode"], 7, "{job}");
+    let number = id.trim_start_matches("Drover.");
+    let out = std::fs::read_to_string(work.path().join(format!("guest.o{number}"))).unwrap();
+    assert!(
+        out.contains(&format!("args=one,two words job={id} vm={vm_id}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("console=ttyS0"),
+        "not the guest's kernel: {out}"
+    );
+    let err = std::fs::read_to_string(work.path().join(format!("guest.e{number}"))).unwrap();
+    assert_eq!(err.trim(), "to-stderr");
+    // The job's end destroys its VM; its node's processors were the job's all along.
+    wait_until("the job's VM is gone", || {
+        server.get(&format!("/rest/vms/{vm_id}")).status == 404
+    });
+    assert!(qemu_pids(server.data_dir(), Some(&vm_id)).is_empty());
+    assert_eq!(available_processors(&server, "node01"), 4);
+    assert_eq!(available_processors(&server, "node02"), 4);
+}

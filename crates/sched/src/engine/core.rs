@@ -36,7 +36,7 @@ use crate::place;
 use crate::policy::planner::{Decision, Held, Planner};
 use crate::policy::priority::Usage;
 use crate::request::{Requester, SchedError};
-use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
+use crate::rm::{Exit, JobSignal, Launch, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
 
 /// The store collection of jobs (one document per job, the [`Job`] model as JSON).
@@ -651,13 +651,23 @@ impl Engine {
         }
     }
 
-    /// Starts the process of a job whose start is durable.
+    /// Starts the process of a job whose start is durable (in a VM made for it first,
+    /// when its `vmUsagePolicy` asks for one).
     fn launch(&mut self, position: usize) {
         let job = self.job_at(position);
         if job.status.state != JobState::Starting {
             return; // cancelled or requeued meanwhile
         }
+        if crate::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref()) {
+            return self.launch_in_vm(position, &job);
+        }
         let launch = self.launch_of(&job);
+        self.start_process(position, launch);
+    }
+
+    /// Hands a launch to the resource manager: the job runs, or is held saying why.
+    pub(super) fn start_process(&mut self, position: usize, launch: Result<Launch, String>) {
+        let job = self.job_at(position);
         let now = self.now();
         match launch.and_then(|l| self.rm.start(l)) {
             Ok(process) => {
@@ -676,31 +686,37 @@ impl Engine {
                     vec![("nodes".into(), nodes)],
                 );
             }
-            Err(reason) => {
-                self.charge_nodes(&job, false);
-                self.update(position, |job| {
-                    job.status.state = JobState::Hold;
-                    job.status.allocation.clear();
-                    if !job.status.holds.contains(&Hold::Batch) {
-                        job.status.holds.push(Hold::Batch);
-                    }
-                    job.status.dates.hold = Some(now);
-                    job.status.hold_reason = Some("could not start".into());
-                    job.status.messages.push(JobMessage {
-                        text: format!("The job could not be started and was held: {reason}"),
-                        author: None,
-                        created: now,
-                    });
-                });
-                self.emit(
-                    "jobhold",
-                    "job",
-                    &job.id,
-                    None,
-                    vec![("reason".into(), reason)],
-                );
-            }
+            Err(reason) => self.hold_unstarted(position, reason),
         }
+    }
+
+    /// A job that could not start: its resources go back and it is held, saying why.
+    pub(super) fn hold_unstarted(&mut self, position: usize, reason: String) {
+        let job = self.job_at(position);
+        let now = self.now();
+        self.charge_nodes(&job, false);
+        self.update(position, |job| {
+            job.status.state = JobState::Hold;
+            job.status.allocation.clear();
+            if !job.status.holds.contains(&Hold::Batch) {
+                job.status.holds.push(Hold::Batch);
+            }
+            job.status.dates.hold = Some(now);
+            job.status.hold_reason = Some("could not start".into());
+            job.status.messages.push(JobMessage {
+                text: format!("The job could not be started and was held: {reason}"),
+                author: None,
+                created: now,
+            });
+        });
+        self.emit(
+            "jobhold",
+            "job",
+            &job.id,
+            None,
+            vec![("reason".into(), reason)],
+        );
+        self.job_left_its_vm(&job.id);
     }
 
     /// Asks a job's process to stop: SIGTERM, then SIGKILL after the configured grace.
@@ -781,6 +797,9 @@ impl Engine {
                 None,
                 vec![("completionCode".into(), code.to_string())],
             );
+        }
+        if crate::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref()) {
+            self.job_left_its_vm(job_id);
         }
     }
 

@@ -89,6 +89,7 @@ impl Engine {
             stdin: job.spec.stdin_path.as_ref().map(|p| directory.join(p)),
             user: SystemUser::clone(&user),
             gid,
+            guest: None,
         })
     }
 }

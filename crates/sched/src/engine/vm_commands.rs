@@ -161,6 +161,7 @@ impl Engine {
             migration_count: 0,
             last_migration: None,
             target: None,
+            for_job: None,
             setup_job: None,
             active_job: None,
             failed_job: None,
@@ -173,7 +174,7 @@ impl Engine {
             generic_metrics: Default::default(),
             generic_events: Vec::new(),
         };
-        self.nodes.hold_vm(&node, &vm, true);
+        self.hold_vm_on(&node, &vm, true);
         self.vms.push(vm);
         let position = self.vms.len() - 1;
         let job = self.start_system_job(position, SystemTask::VmCreate { vm: id }, by);
@@ -283,6 +284,11 @@ impl Engine {
         let position = self.vm_position(id, by)?;
         let refuse = |reason: String| SchedError::refused(summary::vm_not_migrated(id), reason);
         let vm = self.vms.get(position).clone();
+        if let Some(job) = &vm.for_job {
+            return Err(refuse(format!(
+                "it was made for job {job}, whose node holds its resources"
+            )));
+        }
         if vm.phase != VmPhase::Running {
             return Err(SchedError::Conflict(vec![
                 summary::vm_not_migrated(id),
@@ -312,7 +318,7 @@ impl Engine {
                 .ok_or_else(|| refuse("node ANY: no other node has room for the VM now".into()))?,
         };
         // Held on both nodes until the guest has moved.
-        self.nodes.hold_vm(&target, &vm, true);
+        self.hold_vm_on(&target, &vm, true);
         let now = self.now();
         {
             let vm = self.vms.get_mut(position);
@@ -469,7 +475,7 @@ impl Engine {
                 vm.enter(VmPhase::Running, now);
             }
             (VmOperation::Create, Some(_)) => {
-                self.nodes.hold_vm(&vm.node, &vm, false);
+                self.hold_vm_on(&vm.node, &vm, false);
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
             (VmOperation::PowerOn, Some(_)) => {
@@ -484,7 +490,7 @@ impl Engine {
                 vm.enter(VmPhase::Running, now);
             }
             (VmOperation::Migrate { from, to }, None) => {
-                self.nodes.hold_vm(from, &vm, false);
+                self.hold_vm_on(from, &vm, false);
                 let vm = self.vms.get_mut(position);
                 vm.node = to.clone();
                 vm.target = None;
@@ -493,7 +499,7 @@ impl Engine {
                 vm.enter(VmPhase::Running, now);
             }
             (VmOperation::Migrate { to, .. }, Some(_)) => {
-                self.nodes.hold_vm(to, &vm, false);
+                self.hold_vm_on(to, &vm, false);
                 let vm = self.vms.get_mut(position);
                 vm.target = None;
                 vm.enter(VmPhase::Running, now);
@@ -501,7 +507,7 @@ impl Engine {
             (VmOperation::Destroy, None) => remove = true,
             (VmOperation::Destroy, Some(_)) => {
                 if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
-                    self.nodes.hold_vm(&vm.node, &vm, false);
+                    self.hold_vm_on(&vm.node, &vm, false);
                 }
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
@@ -542,9 +548,15 @@ impl Engine {
             None,
             details,
         );
+        if let Some(job) = &vm.for_job
+            && operation == VmOperation::Create
+        {
+            self.vm_made_for_job(job, id, failure);
+            return;
+        }
         if remove {
             if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
-                self.nodes.hold_vm(&vm.node, &vm, false);
+                self.hold_vm_on(&vm.node, &vm, false);
             }
             self.vms.remove(position);
             self.journal.write(Write::Delete {
@@ -612,6 +624,132 @@ impl Engine {
         }
     }
 
+    /// Processors and memory a VM takes on `node` (or gives back), unless it was made
+    /// for a job, which holds them itself.
+    fn hold_vm_on(&mut self, node: &str, vm: &Vm, take: bool) {
+        if vm.for_job.is_none() {
+            self.nodes.hold_vm(node, vm, take);
+        }
+    }
+
+    /// A job that runs in a VM is about to start: it runs once its VM does (made now,
+    /// on the job's first node, of its processors and memory, from the default image).
+    pub(super) fn launch_in_vm(&mut self, position: usize, job: &Job) {
+        let id = crate::vm::id_for_job(&job.id);
+        if let Some(at) = self.vms.position(&id) {
+            if self.vms.get(at).phase == VmPhase::Running {
+                self.start_in_vm(position, at);
+            }
+            return; // being made: its end goes on (`vm_made_for_job`)
+        }
+        let Some(node) = job.node_ids().next().map(str::to_string) else {
+            return self.hold_unstarted(position, "it has no node to make its VM on".into());
+        };
+        let now = self.now();
+        let memory = job
+            .spec
+            .request
+            .memory_per_task
+            .map(|m| m * u64::from(job.spec.request.task_count))
+            .filter(|m| *m >= 16)
+            .unwrap_or(DEFAULT_MEMORY_MB);
+        let vm = Vm {
+            id: id.clone(),
+            owner: job.user().to_string(),
+            node,
+            processors: u32::try_from(job.processors()).unwrap_or(u32::MAX).max(1),
+            memory,
+            disk: None,
+            // The VM host's default image.
+            image: String::new(),
+            phase: VmPhase::Creating,
+            state_set: None,
+            power_on: true,
+            created: now,
+            started: None,
+            last_update: now,
+            phase_since: now,
+            last_phase: None,
+            time_to_live: None,
+            migration_count: 0,
+            last_migration: None,
+            target: None,
+            for_job: Some(job.id.clone()),
+            setup_job: None,
+            active_job: None,
+            failed_job: None,
+            description: Some(format!("made for job {}", job.id)),
+            template: None,
+            storage: None,
+            sovereign: false,
+            triggers: Vec::new(),
+            variables: Default::default(),
+            generic_metrics: Default::default(),
+            generic_events: Vec::new(),
+        };
+        self.vms.push(vm);
+        let at = self.vms.len() - 1;
+        let by = Requester {
+            user: job.user().to_string(),
+            proxy_user: None,
+            admin: false,
+        };
+        let setup = self.start_system_job(at, SystemTask::VmCreate { vm: id }, &by);
+        self.vms.get_mut(at).setup_job = Some(setup);
+        self.store_vm(at);
+    }
+
+    /// The VM of job `job_id` was made (or failed to be): the job starts in it, or is
+    /// held saying why; a VM whose job went meanwhile is destroyed.
+    fn vm_made_for_job(&mut self, job_id: &str, vm_id: &str, failure: Option<String>) {
+        let job = self.position(job_id).map(|p| (p, self.job_at(p)));
+        match (job, failure) {
+            (Some((position, job)), None) if job.status.state == JobState::Starting => {
+                if let Some(at) = self.vms.position(vm_id) {
+                    self.store_vm(at);
+                    self.start_in_vm(position, at);
+                }
+            }
+            (Some((position, job)), Some(reason)) if job.status.state == JobState::Starting => {
+                self.hold_unstarted(position, format!("its VM could not be made: {reason}"));
+            }
+            _ => self.job_left_its_vm(job_id),
+        }
+    }
+
+    /// Starts the job at `position` in the running VM at `at`: its process is
+    /// `drover guest-run`, holding a connection to the guest's agent.
+    fn start_in_vm(&mut self, position: usize, at: usize) {
+        let vm = self.vms.get(at).clone();
+        let job = self.job_at(position);
+        let launch = self.launch_of(&job).and_then(|mut launch| {
+            let agent = self.vm_host.connect_agent(&vm)?;
+            launch.guest = Some(Arc::new(agent));
+            // The guest kills the command at the job's wall time (a week without one).
+            let limit = job.spec.duration.filter(|d| *d > 0).unwrap_or(7 * 86_400);
+            launch
+                .environment
+                .push(("DROVER_GUEST_TIMEOUT".into(), limit.to_string()));
+            launch
+                .environment
+                .push(("DROVER_VM_ID".into(), vm.id.clone()));
+            Ok(launch)
+        });
+        self.start_process(position, launch);
+    }
+
+    /// The job a VM was made for has ended (or will not start): its VM is destroyed,
+    /// unless an operation on it is under way (whose end comes back here).
+    pub(super) fn job_left_its_vm(&mut self, job_id: &str) {
+        let id = crate::vm::id_for_job(job_id);
+        if let Some(at) = self.vms.position(&id)
+            && self.vms.get(at).for_job.as_deref() == Some(job_id)
+            && !self.vms.get(at).phase.busy()
+        {
+            let _ = self.destroy_vm(at, &scheduler_itself());
+        }
+    }
+
     pub(super) fn store_vm(&mut self, position: usize) {
         let vm = self.vms.get(position);
         self.journal.write(Write::Put {
@@ -644,13 +782,27 @@ impl Engine {
                 continue;
             }
             if !matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
-                self.nodes.hold_vm(&vm.node, &vm, true);
+                self.hold_vm_on(&vm.node, &vm, true);
             }
             if let Some(target) = &vm.target {
-                self.nodes.hold_vm(target, &vm, true);
+                self.hold_vm_on(target, &vm, true);
             }
             if in_flight.contains(&vm.id) {
                 continue; // its outcome will still arrive
+            }
+            if let Some(job) = &vm.for_job
+                && !vm.phase.busy()
+            {
+                let running = self.position(job).is_some_and(|p| {
+                    matches!(
+                        self.job_at(p).status.state,
+                        JobState::Running | JobState::Suspended
+                    )
+                });
+                if !running {
+                    self.job_left_its_vm(job);
+                    continue;
+                }
             }
             let operation = match vm.phase {
                 VmPhase::Creating => Some(VmOperation::Create),
@@ -668,7 +820,7 @@ impl Engine {
                     self.dispatch_when_committed(position, vm.active_job.clone(), operation)
                 }
                 None if vm.phase == VmPhase::Running && !self.vm_host.alive(&vm) => {
-                    self.nodes.hold_vm(&vm.node, &vm, false);
+                    self.hold_vm_on(&vm.node, &vm, false);
                     self.vms.get_mut(position).enter(VmPhase::Lost, now);
                     self.store_vm(position);
                     self.emit(

@@ -151,6 +151,20 @@ impl ResourceManager for LocalResourceManager {
         let plan = plan_file(&plan_of(&launch))
             .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
         let (status_fd, plan_fd) = (status_file.as_raw_fd(), plan.as_raw_fd());
+        // A job in a guest: the agent's connection and this program, which its process
+        // runs (`guest-run`), become fds 5 and 6 of the shepherd and of the job.
+        let program = match &launch.guest {
+            Some(_) => Some(
+                std::fs::File::open(&self.shepherd)
+                    .map_err(|e| format!("cannot open {}: {e}", self.shepherd.display()))?,
+            ),
+            None => None,
+        };
+        let guest_fds = launch
+            .guest
+            .as_ref()
+            .zip(program.as_ref())
+            .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
         let mut command = Command::new(&self.shepherd);
         command
             .arg(shepherd::SUBCOMMAND)
@@ -174,6 +188,17 @@ impl ResourceManager for LocalResourceManager {
                 {
                     return Err(std::io::Error::last_os_error());
                 }
+                if let Some((agent, program)) = guest_fds {
+                    let agent = libc::fcntl(agent, libc::F_DUPFD_CLOEXEC, 10);
+                    let program = libc::fcntl(program, libc::F_DUPFD_CLOEXEC, 10);
+                    if agent < 0
+                        || program < 0
+                        || libc::dup2(agent, shepherd::GUEST_AGENT_FD) < 0
+                        || libc::dup2(program, shepherd::GUEST_PROGRAM_FD) < 0
+                    {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
                 shepherd::prepare()
             });
         }
@@ -181,7 +206,7 @@ impl ResourceManager for LocalResourceManager {
             .spawn()
             .map_err(|e| format!("cannot start the shepherd of {}: {e}", launch.job_id))?;
         // The shepherd has its own copies.
-        drop((status_file, plan));
+        drop((status_file, plan, program));
         let pid = child.id() as i32;
         // The watcher thread reaps it; the Child handle is not needed.
         drop(child);
@@ -267,8 +292,12 @@ fn plan_of(launch: &Launch) -> Plan {
         "-c".into(),
         WRAPPER.into(),
         "drover-job".into(),
-        launch.command_file.to_string_lossy().into_owned(),
     ];
+    if launch.guest.is_some() {
+        argv.push(format!("/proc/self/fd/{}", shepherd::GUEST_PROGRAM_FD));
+        argv.push(shepherd::GUEST_RUN.into());
+    }
+    argv.push(launch.command_file.to_string_lossy().into_owned());
     argv.extend(launch.arguments.iter().cloned());
     let mut environment = launch.environment.clone();
     let path = |p: &Path| p.to_string_lossy().into_owned();
@@ -288,6 +317,7 @@ fn plan_of(launch: &Launch) -> Plan {
     });
     Plan {
         switch_to,
+        guest: launch.guest.is_some(),
         argv,
         environment,
     }

@@ -24,6 +24,9 @@ pub struct Launch {
     pub user: SystemUser,
     /// The group to run in, when it differs from the user's primary group.
     pub gid: Option<u32>,
+    /// A connection to the agent of the guest the job runs in (`vmUsagePolicy`): the
+    /// job's process is then `drover guest-run`, which sends the command there.
+    pub guest: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
 }
 
 /// Signals the engine sends to a job.

@@ -10,7 +10,10 @@
 //! - fd 3: the exit status file (written once, at the end);
 //! - fd 4: the [`Plan`]: who to run as and what to execute, with the job's environment
 //!   (kept out of the shepherd's own: it runs as root, and an environment of the user's,
-//!   `LD_PRELOAD` for one, must not reach a root process).
+//!   `LD_PRELOAD` for one, must not reach a root process);
+//! - for a job in a guest only, fds 5 and 6: a connection to the guest's agent and the
+//!   `drover` program (read-only), which the job's process keeps: it is
+//!   `/proc/self/fd/6 guest-run`, running the command in the guest over fd 5.
 //!
 //! It leads the job's session and process group. The signals the service sends to the
 //! group (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd
@@ -29,6 +32,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 pub const STATUS_FD: i32 = 3;
 /// The plan's descriptor in the shepherd.
 pub const PLAN_FD: i32 = 4;
+/// A job in a guest: the connection to the guest's agent, in the job's process too.
+pub const GUEST_AGENT_FD: i32 = 5;
+/// A job in a guest: the `drover` program, which the job's process runs as
+/// `/proc/self/fd/6 guest-run` (so its user needs no path to it).
+pub const GUEST_PROGRAM_FD: i32 = 6;
+/// The subcommand of the `drover` binary that runs a job's command in a guest.
+pub const GUEST_RUN: &str = "guest-run";
 /// The subcommand of the `drover` binary that runs [`run`].
 pub const SUBCOMMAND: &str = "job-shepherd";
 
@@ -37,6 +47,8 @@ pub const SUBCOMMAND: &str = "job-shepherd";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub switch_to: Option<Ids>,
+    /// The job runs in a guest: fds 5 and 6 are passed on to it.
+    pub guest: bool,
     pub argv: Vec<String>,
     pub environment: Vec<(String, String)>,
 }
@@ -49,11 +61,12 @@ pub struct Ids {
 }
 
 impl Plan {
-    /// NUL-separated fields: `switch` (`-` or `uid gid g1,g2,...`), the number of
+    /// NUL-separated fields: `guest` or `host`, `switch` (`-` or `uid gid g1,g2,...`), the number of
     /// arguments, the arguments, the number of variables, `NAME=value` each. Arguments
     /// and values cannot hold NUL (a submission's are checked for it).
     pub fn encode(&self) -> Vec<u8> {
         let mut fields: Vec<String> = Vec::new();
+        fields.push(if self.guest { "guest" } else { "host" }.into());
         fields.push(match &self.switch_to {
             None => "-".into(),
             Some(ids) => {
@@ -76,6 +89,11 @@ impl Plan {
     pub fn decode(bytes: &[u8]) -> Option<Plan> {
         let text = std::str::from_utf8(bytes).ok()?;
         let mut fields = text.split('\0');
+        let guest = match fields.next()? {
+            "guest" => true,
+            "host" => false,
+            _ => return None,
+        };
         let switch = fields.next()?;
         let switch_to = if switch == "-" {
             None
@@ -105,6 +123,7 @@ impl Plan {
             .collect::<Option<_>>()?;
         (!argv.is_empty()).then_some(Plan {
             switch_to,
+            guest,
             argv,
             environment,
         })
@@ -157,7 +176,7 @@ fn close_from(first: u32) {
 /// The shepherd's `main`: its exit code is the job's (128 + the signal that ended it).
 pub fn run() -> i32 {
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
-    close_from(PLAN_FD as u32 + 1);
+    close_from(GUEST_PROGRAM_FD as u32 + 1);
     let mut plan_bytes = Vec::new();
     // SAFETY: the service opened fd 4 for this process alone; it is read once and closed.
     let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
@@ -168,6 +187,9 @@ pub fn run() -> i32 {
     let Some(plan) = Plan::decode(&plan_bytes) else {
         return 125;
     };
+    if !plan.guest {
+        close_from(PLAN_FD as u32 + 1);
+    }
     let (Ok(argv), Ok(envp)) = (c_strings(&plan.argv), c_strings(&environment(&plan))) else {
         return 125;
     };
@@ -198,7 +220,14 @@ pub fn run() -> i32 {
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            close_from(STATUS_FD as u32);
+            // The job keeps only what the plan gives it (a guest's fds 5 and 6).
+            libc::close(STATUS_FD);
+            libc::close(PLAN_FD);
+            close_from(if plan.guest {
+                GUEST_PROGRAM_FD as u32 + 1
+            } else {
+                STATUS_FD as u32
+            });
             if let Some(ids) = &plan.switch_to
                 && (libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) != 0
                     || libc::setgid(ids.gid) != 0
@@ -282,6 +311,7 @@ mod tests {
     #[test]
     fn a_plan_reads_back_as_written() {
         let plan = Plan {
+            guest: true,
             switch_to: Some(Ids {
                 uid: 1001,
                 gid: 1002,
@@ -297,12 +327,14 @@ mod tests {
         };
         assert_eq!(Plan::decode(&plan.encode()), Some(plan));
         let plain = Plan {
+            guest: false,
             switch_to: None,
             argv: vec!["/bin/true".into()],
             environment: Vec::new(),
         };
         assert_eq!(Plan::decode(&plain.encode()), Some(plain));
-        assert_eq!(Plan::decode(b"- 2\0only-one\0"), None);
-        assert_eq!(Plan::decode(b"x y z\0"), None);
+        assert_eq!(Plan::decode(b"host\0- 2\0only-one\0"), None);
+        assert_eq!(Plan::decode(b"host\0x y z\0"), None);
+        assert_eq!(Plan::decode(b"- 1\0/bin/true\00\0"), None);
     }
 }
