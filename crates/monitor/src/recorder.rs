@@ -173,6 +173,10 @@ pub fn from_scheduler(event: &SchedEvent) -> Event {
         });
     }
     for (key, value) in &event.details {
+        if key == "message" {
+            stored.message = Some(value.clone());
+            continue;
+        }
         stored
             .details
             .insert(key.clone(), Value::String(value.clone()));

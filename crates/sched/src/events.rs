@@ -14,14 +14,16 @@ use crate::clock::Seconds;
 pub struct SchedEvent {
     pub time: Seconds,
     /// `jobsubmit`, `jobstart`, `jobend`, `jobmodify`, `jobhold`, `jobrelease`,
-    /// `jobsuspend`, `jobresume`, `jobcancel`, `jobrequeue`, `nodemodify`.
+    /// `jobsuspend`, `jobresume`, `jobcancel`, `jobrequeue`, `nodemodify`; the VM layer's
+    /// `vmcreate`... and, in version 3's words, `VM Provision`...
     pub event_type: &'static str,
-    /// `job` or `node`.
+    /// `job`, `node` or `vm`.
     pub facility: &'static str,
     pub object_id: String,
     /// Who caused it (`None` for the scheduler itself).
     pub user: Option<String>,
     pub proxy_user: Option<String>,
+    /// Key-value details; a `message` detail is the event's message instead.
     pub details: Vec<(String, String)>,
 }
 

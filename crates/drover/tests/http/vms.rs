@@ -272,6 +272,19 @@ fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jo
         "{events}"
     );
 
+    let events = server
+        .get("/rest/events?api-version=3&query=%7B%22eventType%22%3A%22VM%20Provision%22%7D")
+        .json();
+    let event = &events["results"][0];
+    assert_eq!(
+        event["message"], "VM web was provisioned on node01",
+        "{events}"
+    );
+    assert_eq!(
+        event["associatedObjects"],
+        json!([{"type": "VM", "id": "web"}])
+    );
+
     // Destroy: the guest ends and the host's resources come back.
     let destroy = job_id(&server.send("DELETE", "/rest/vms/web", Auth::User));
     wait_until("the VM is gone", || {

@@ -524,30 +524,7 @@ impl Engine {
         if let Some(job) = &job {
             self.end_system_job(job, failure.as_deref());
         }
-        let event = match &operation {
-            VmOperation::Create => "vmcreate",
-            VmOperation::PowerOn | VmOperation::PowerOff => "vmpower",
-            VmOperation::Migrate { .. } => "vmmigrate",
-            VmOperation::Destroy => "vmdestroy",
-        };
-        let mut details = vec![("node".to_string(), self.vms.get(position).node.clone())];
-        if let Some(job) = &job {
-            details.push(("job".into(), job.clone()));
-        }
-        if let Some(reason) = &failure {
-            details.push(("failure".into(), reason.clone()));
-        }
-        self.emit(
-            if failure.is_some() {
-                "vmfailure"
-            } else {
-                event
-            },
-            "vm",
-            id,
-            None,
-            details,
-        );
+        self.emit_vm_events(id, job.as_deref(), &operation, failure.as_deref());
         if let Some(job) = &vm.for_job
             && operation == VmOperation::Create
         {
@@ -568,6 +545,46 @@ impl Engine {
             self.store_vm(position);
         }
         self.needs_schedule = true;
+    }
+
+    /// What the VM layer says happened: a version-1 event (`vmcreate`, `vmmigrate`,
+    /// `vmdestroy`, `vmpower`, `vmfailure`) and one in version 3's words (`VM Provision`,
+    /// `VM Migrate`, `VM Destroy`, `VM Power`, `VM Failure`) with a message; both name
+    /// the VM as their object, so that its tenant reaches them.
+    fn emit_vm_events(
+        &mut self,
+        id: &str,
+        job: Option<&str>,
+        operation: &VmOperation,
+        failure: Option<&str>,
+    ) {
+        let node = self
+            .vms
+            .position(id)
+            .map(|p| self.vms.get(p).node.clone())
+            .unwrap_or_default();
+        let (v1, v3, done) = match operation {
+            VmOperation::Create => ("vmcreate", "VM Provision", "was provisioned"),
+            VmOperation::PowerOn => ("vmpower", "VM Power", "was powered on"),
+            VmOperation::PowerOff => ("vmpower", "VM Power", "was powered off"),
+            VmOperation::Migrate { .. } => ("vmmigrate", "VM Migrate", "was migrated"),
+            VmOperation::Destroy => ("vmdestroy", "VM Destroy", "was destroyed"),
+        };
+        let mut details = vec![("node".to_string(), node.clone())];
+        if let Some(job) = job {
+            details.push(("job".into(), job.to_string()));
+        }
+        let (v1, v3, message) = match failure {
+            None => (v1, v3, format!("VM {id} {done} on {node}")),
+            Some(reason) => {
+                details.push(("failure".into(), reason.to_string()));
+                let message = format!("VM {id}: {} failed: {reason}", operation.name());
+                ("vmfailure", "VM Failure", message)
+            }
+        };
+        self.emit(v1, "vm", id, None, details.clone());
+        details.push(("message".into(), message));
+        self.emit(v3, "vm", id, None, details);
     }
 
     /// Ends a system job: Completed with 0, or with 1 and the failure as a message.
