@@ -305,7 +305,7 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
     if body.get("node").is_some() {
         // A migration: every other field is ignored (spec 4.7).
         let summary = summary::vm_not_migrated(&id);
-        let node = read_object(&body, &summary, |f| node_of(f))?
+        let node = read_object(&body, &summary, node_of)?
             .ok_or_else(|| ApiError::bad_request(&summary, "node: required: {id} or ANY"))?;
         let to = (node != "ANY").then_some(node);
         let answer = state.scheduler().vm(VmCommand::Migrate(id, to), by).await?;

@@ -56,10 +56,8 @@ fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
             .collect();
         let named = |name: &str| args.windows(2).any(|w| w[0] == "-name" && w[1] == name);
         let ours = args.iter().any(|a| a.contains(&*run_dir.to_string_lossy()));
-        if args.first().is_some_and(|a| a.contains("qemu-system")) && ours {
-            if id.is_none_or(named) {
-                pids.push(pid);
-            }
+        if args.first().is_some_and(|a| a.contains("qemu-system")) && ours && id.is_none_or(named) {
+            pids.push(pid);
         }
     }
     pids

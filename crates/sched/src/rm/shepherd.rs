@@ -335,6 +335,6 @@ mod tests {
         assert_eq!(Plan::decode(&plain.encode()), Some(plain));
         assert_eq!(Plan::decode(b"host\0- 2\0only-one\0"), None);
         assert_eq!(Plan::decode(b"host\0x y z\0"), None);
-        assert_eq!(Plan::decode(b"- 1\0/bin/true\00\0"), None);
+        assert_eq!(Plan::decode(b"- 1\0/bin/true\0\x30\0"), None);
     }
 }
