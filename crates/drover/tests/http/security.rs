@@ -2,7 +2,7 @@
 //! over HTTP against a real server, and refused. `drover-bob` and `drover-carol` are
 //! ordinary system accounts (made by `scripts/test`, which also puts bob alone in the
 //! group `drover-lab`), logged in as local API users of the same names: their jobs run
-//! as them.
+//! as them. The VMs' attacks (issue #27) boot real guests, as `vms.rs` does.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -14,22 +14,23 @@ use drover_accounting::{AccountingConfig, Money};
 use drover_sched::node::NodeConfig;
 use drover_testkit::{
     Auth, PASSWORD, Reply, TestServer, scratch_dir, script, submit_as, submitted, wait_state_v2,
+    wait_until,
 };
 use serde_json::{Value, json};
 
-const BOB: &str = "drover-bob";
-const CAROL: &str = "drover-carol";
+pub(crate) const BOB: &str = "drover-bob";
+pub(crate) const CAROL: &str = "drover-carol";
 /// A group bob belongs to and carol does not.
 const LAB: &str = "drover-lab";
 
-fn as_(name: &str) -> Auth {
+pub(crate) fn as_(name: &str) -> Auth {
     Auth::Basic(name.into(), PASSWORD.into())
 }
 
 /// Whether the test accounts exist and jobs can run as them (the service runs as root).
 /// Without them the attacks that need a second system account cannot be tried: that
 /// fails the run where `DROVER_REQUIRE_SYSTEM_USERS=1` (as in `scripts/test`).
-fn system_accounts() -> bool {
+pub(crate) fn system_accounts() -> bool {
     let exists = |name: &str| {
         std::process::Command::new("id")
             .arg(name)
@@ -987,4 +988,110 @@ fn answers_tell_nothing_of_what_a_user_may_not_see() {
         existing.replace("dir-there", "?"),
         absent.replace("dir-gone", "?")
     );
+}
+
+/// VMs as ordinary users: carol's VM is invisible and untouchable to bob; bob's job in a
+/// VM runs as bob (its outputs are his, and the command file is read as him: swapped
+/// for a link to `/etc/shadow` after submission, it is refused, and nothing of it
+/// reaches the guest or the outputs); bob may hold only so many VMs.
+#[test]
+fn vms_are_their_owners_and_a_job_in_a_vm_reads_only_what_its_user_may() {
+    if !system_accounts() {
+        return;
+    }
+    let builder = TestServer::builder().user(BOB, false).user(CAROL, false);
+    let Some((server, _guests)) = crate::vms::start(builder, |c| {
+        c.scheduler.limits.user_vm_max_count = 1;
+    }) else {
+        return;
+    };
+    let created = send(
+        &server,
+        "POST",
+        "/rest/vms",
+        as_(CAROL),
+        &json!({"id": "carols"}),
+    );
+    assert_eq!(created.status, 202, "{}", created.body);
+    let setup = created.json()["jobId"].as_str().unwrap().to_string();
+    for (method, path, body) in [
+        ("GET", "/rest/vms/carols", Value::Null),
+        ("PUT", "/rest/vms/carols", json!({"powerState": "OFF"})),
+        ("PUT", "/rest/vms/carols", json!({"node": {"id": "ANY"}})),
+        ("DELETE", "/rest/vms/carols", Value::Null),
+    ] {
+        let reply = send(&server, method, path, as_(BOB), &body);
+        assert_eq!(reply.status, 404, "{method} {path} as bob: {}", reply.body);
+    }
+    for path in [
+        "/rest/vms",
+        "/rest/nodes/node01/vms",
+        "/rest/pending-actions",
+    ] {
+        let listed = server.get_as(as_(BOB), path).json();
+        assert!(!listed.to_string().contains("carols"), "{path}: {listed}");
+    }
+    // carol's setup job is a job of hers: bob cannot act on it either.
+    let cancel = server.send("DELETE", &format!("/rest/jobs/{setup}"), as_(BOB));
+    assert_eq!(cancel.status, 404, "{}", cancel.body);
+    // The VM limit of an ordinary user.
+    let mine = send(
+        &server,
+        "POST",
+        "/rest/vms",
+        as_(CAROL),
+        &json!({"id": "second"}),
+    );
+    mine.assert_refused(400, "user_vm_max_count", &"carol's second VM");
+
+    let work = scratch_dir();
+    let command = script(work.path(), "job.sh", "echo from-the-guest");
+    std::os::unix::fs::chown(&command, Some(uid_of(BOB)), None).unwrap();
+    let out = work.path().join("job.out");
+    let err = work.path().join("job.err");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs?api-version=2",
+        as_(BOB),
+        &json!({"commandFile": command, "initialWorkingDirectory": work.path(),
+                "vmUsagePolicy": "CREATEVM", "holds": ["User"],
+                "standardOutputFilePath": out, "standardErrorFilePath": err}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["name"].as_str().unwrap().to_string();
+    // While held, the command file becomes a link to what only root may read.
+    std::fs::remove_file(&command).unwrap();
+    std::os::unix::fs::symlink("/etc/shadow", &command).unwrap();
+    let released = send(
+        &server,
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        as_(BOB),
+        &json!({"holds": []}),
+    );
+    assert_eq!(released.status, 200, "{}", released.body);
+    let job = server.wait_for(
+        &format!("/rest/jobs/{id}?api-version=2"),
+        "the job ends",
+        |j| j["states"]["state"] == "Completed",
+    );
+    assert_eq!(job["completionCode"], 125, "{job}");
+    let said = std::fs::read_to_string(&err).unwrap();
+    assert!(said.contains("cannot read the command file"), "{said}");
+    let printed = std::fs::read_to_string(&out).unwrap_or_default();
+    assert!(!printed.contains("root:"), "{printed}");
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(&err).unwrap().uid(), uid_of(BOB));
+    wait_until("bob's job VM is gone", || {
+        server.get(&format!("/rest/vms/{id}-vm")).status == 404
+    });
+}
+
+fn uid_of(name: &str) -> u32 {
+    let out = std::process::Command::new("id")
+        .args(["-u", name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }

@@ -28,7 +28,7 @@ fn guest_image() -> Option<PathBuf> {
 }
 
 /// Kills the guests of a server's data directory when a test ends, however it ends.
-struct Guests(PathBuf);
+pub(crate) struct Guests(PathBuf);
 
 impl Drop for Guests {
     fn drop(&mut self) {
@@ -40,7 +40,7 @@ impl Drop for Guests {
 }
 
 /// The QEMU processes of VMs under `data_dir` (named `id` if given).
-fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
+pub(crate) fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
     let run_dir = data_dir.join("vms");
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -66,8 +66,16 @@ fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
 /// A server with two nodes of 4 processors and 2 GiB, QEMU under TCG, and the guest
 /// image in its images directory.
 fn server() -> Option<(TestServer, Guests)> {
+    Some(start(TestServer::builder().user("bob", false), |_| {})?)
+}
+
+/// `builder`, made a server of guests (see [`server`]), with `more` configuration.
+pub(crate) fn start(
+    builder: drover_testkit::Builder,
+    more: impl FnOnce(&mut drover::config::Config),
+) -> Option<(TestServer, Guests)> {
     let image = guest_image()?;
-    let server = TestServer::builder()
+    let server = builder
         .config(|c| {
             let guest = c.data_dir.join("images").join("guest");
             std::fs::create_dir_all(&guest).unwrap();
@@ -85,8 +93,8 @@ fn server() -> Option<(TestServer, Guests)> {
             c.cloud.provisioner = Some(drover::config::ProvisionerKind::Qemu);
             c.cloud.accel = drover::config::AccelChoice::Tcg;
             c.cloud.shutdown_grace_seconds = 1;
+            more(c);
         })
-        .user("bob", false)
         .start();
     let guard = Guests(server.data_dir().to_path_buf());
     Some((server, guard))
