@@ -170,6 +170,43 @@ pub struct Vm {
 }
 
 impl Vm {
+    /// A VM being made now, on `node`, with nothing but what it needs said.
+    pub fn new(id: String, owner: String, node: String, size: (u32, u64), now: Seconds) -> Vm {
+        Vm {
+            id,
+            owner,
+            node,
+            processors: size.0,
+            memory: size.1,
+            disk: None,
+            image: String::new(),
+            phase: VmPhase::Creating,
+            state_set: None,
+            power_on: true,
+            created: now,
+            started: None,
+            last_update: now,
+            phase_since: now,
+            last_phase: None,
+            time_to_live: None,
+            migration_count: 0,
+            last_migration: None,
+            target: None,
+            for_job: None,
+            setup_job: None,
+            active_job: None,
+            failed_job: None,
+            description: None,
+            template: None,
+            storage: None,
+            sovereign: false,
+            triggers: Vec::new(),
+            variables: BTreeMap::new(),
+            generic_metrics: BTreeMap::new(),
+            generic_events: Vec::new(),
+        }
+    }
+
     pub fn belongs_to(&self, user: &str) -> bool {
         self.owner == user
     }

@@ -332,27 +332,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn ids_are_safe_path_components() {
-        for good in ["vm-1", "a", "web_01.prod", &"x".repeat(MAX_VM_ID)] {
-            assert!(check_vm_id(good).is_ok(), "{good}");
-        }
-        for bad in [
-            "",
-            ".",
-            "..",
-            ".hidden",
-            "a/b",
-            "../etc",
-            "a b",
-            "a,b",
-            "a\0b",
-            "é",
-            &"x".repeat(MAX_VM_ID + 1),
-        ] {
-            assert!(
-                matches!(check_vm_id(bad), Err(ProvisionError::InvalidId { .. })),
-                "{bad:?}"
-            );
-        }
+    fn ids_are_checked_by_the_domain_rule() {
+        assert!(check_vm_id("web_01.prod").is_ok());
+        assert!(matches!(
+            check_vm_id("../etc"),
+            Err(ProvisionError::InvalidId { .. })
+        ));
     }
 }

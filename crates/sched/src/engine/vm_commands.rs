@@ -142,37 +142,22 @@ impl Engine {
         };
         let now = self.now();
         let vm = Vm {
-            id: id.clone(),
-            owner: by.user.clone(),
-            node: node.clone(),
-            processors,
-            memory,
             disk: request.disk,
             image: request.image,
-            phase: VmPhase::Creating,
-            state_set: None,
-            power_on: true,
-            created: now,
-            started: None,
-            last_update: now,
-            phase_since: now,
-            last_phase: None,
             time_to_live: request.time_to_live,
-            migration_count: 0,
-            last_migration: None,
-            target: None,
-            for_job: None,
-            setup_job: None,
-            active_job: None,
-            failed_job: None,
             description: request.description,
             template: request.template,
             storage: request.storage,
             sovereign: request.sovereign,
             triggers: request.triggers,
             variables: request.variables,
-            generic_metrics: Default::default(),
-            generic_events: Vec::new(),
+            ..Vm::new(
+                id.clone(),
+                by.user.clone(),
+                node.clone(),
+                (processors, memory),
+                now,
+            )
         };
         self.hold_vm_on(&node, &vm, true);
         self.vms.push(vm);
@@ -670,39 +655,15 @@ impl Engine {
             .map(|m| m * u64::from(job.spec.request.task_count))
             .filter(|m| *m >= 16)
             .unwrap_or(DEFAULT_MEMORY_MB);
-        let vm = Vm {
-            id: id.clone(),
-            owner: job.user().to_string(),
-            node,
-            processors: u32::try_from(job.processors()).unwrap_or(u32::MAX).max(1),
+        let size = (
+            u32::try_from(job.processors()).unwrap_or(u32::MAX).max(1),
             memory,
-            disk: None,
-            // The VM host's default image.
-            image: String::new(),
-            phase: VmPhase::Creating,
-            state_set: None,
-            power_on: true,
-            created: now,
-            started: None,
-            last_update: now,
-            phase_since: now,
-            last_phase: None,
-            time_to_live: None,
-            migration_count: 0,
-            last_migration: None,
-            target: None,
+        );
+        // Its image is left empty: the VM host's default image.
+        let vm = Vm {
             for_job: Some(job.id.clone()),
-            setup_job: None,
-            active_job: None,
-            failed_job: None,
             description: Some(format!("made for job {}", job.id)),
-            template: None,
-            storage: None,
-            sovereign: false,
-            triggers: Vec::new(),
-            variables: Default::default(),
-            generic_metrics: Default::default(),
-            generic_events: Vec::new(),
+            ..Vm::new(id.clone(), job.user().to_string(), node, size, now)
         };
         self.vms.push(vm);
         let at = self.vms.len() - 1;
