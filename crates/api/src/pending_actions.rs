@@ -76,7 +76,7 @@ async fn list(
     let scheduler = state.scheduler();
     let mut actions: Vec<(Vm, std::sync::Arc<Job>)> = Vec::new();
     for vm in vms.iter() {
-        if !(caller.over_all() || caller.effective_user.as_deref() == Some(vm.owner.as_str())) {
+        if !crate::vms::visible(vm, &caller) {
             continue;
         }
         for id in [&vm.active_job, &vm.failed_job].into_iter().flatten() {

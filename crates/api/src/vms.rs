@@ -133,7 +133,8 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(409, "Another operation on the VM is under way", None);
 }
 
-fn visible(vm: &Vm, caller: &Caller) -> bool {
+/// Whether the caller may see `vm`: their own, or any with a permission over all.
+pub(crate) fn visible(vm: &Vm, caller: &Caller) -> bool {
     caller.over_all() || caller.effective_user.as_deref() == Some(vm.owner.as_str())
 }
 
