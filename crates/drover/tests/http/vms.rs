@@ -498,3 +498,28 @@ fn a_job_asking_for_a_vm_runs_its_command_inside_a_guest_made_for_it() {
     assert_eq!(available_processors(&server, "node01"), 4);
     assert_eq!(available_processors(&server, "node02"), 4);
 }
+
+#[test]
+fn without_a_provisioner_a_vm_setup_fails_and_says_why() {
+    // No QEMU needed: the setup job must fail, not pretend.
+    let server = TestServer::builder()
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
+        .start();
+    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true});
+    assert_eq!(send(&server, "POST", "/rest/images", Auth::Admin, &image).status, 201);
+    let setup = job_id(&send(&server, "POST", "/rest/vms", Auth::User, &json!({"id": "v"})));
+    let vm = wait_substate(&server, "v", "failed");
+    assert_eq!(vm["state"], "DOWN");
+    let job = server.get(&format!("/rest/jobs/{setup}?api-version=2")).json();
+    assert_eq!(job["completionCode"], 1, "{job}");
+    assert!(job.to_string().contains("no provisioner is configured"), "{job}");
+    let actions = server.get_as(Auth::User, "/rest/pending-actions").json();
+    assert!(
+        actions["results"][0]["failureDetails"]
+            .as_str()
+            .unwrap()
+            .contains("no provisioner is configured"),
+        "{actions}"
+    );
+}
