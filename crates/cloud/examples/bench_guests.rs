@@ -28,6 +28,7 @@ fn spec(image: &Path, id: String, memory_mib: u64) -> VmSpec {
             initramfs: image.join("initrd.gz"),
             disk: None,
         },
+        extra_disks: Vec::new(),
         ready_line: Some("GUEST-READY".into()),
     }
 }

@@ -82,6 +82,7 @@ fn spec(image: &Path, id: &str, with_disk: bool) -> VmSpec {
                 format: DiskFormat::Qcow2,
             }),
         },
+        extra_disks: Vec::new(),
         ready_line: Some("GUEST-READY".into()),
     }
 }

@@ -38,6 +38,8 @@ pub struct Limits {
     /// The most VMs one ordinary user may have at once (each holds a host's processors
     /// and memory until it is destroyed).
     pub user_vm_max_count: usize,
+    /// The most GB of extra disks (`storage`) one VM of an ordinary user may have.
+    pub user_vm_max_storage_gb: u64,
 }
 
 impl Default for Limits {
@@ -51,6 +53,7 @@ impl Default for Limits {
             user_reservation_max_count: 4,
             user_container_max_count: 100,
             user_vm_max_count: 8,
+            user_vm_max_storage_gb: 64,
         }
     }
 }

@@ -155,8 +155,11 @@ pub struct Vm {
     pub description: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template: Option<String>,
+    /// The `storage` spec as given, and the extra disks it asks for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub disks: Vec<StorageDisk>,
     #[serde(default)]
     pub sovereign: bool,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -199,6 +202,7 @@ impl Vm {
             description: None,
             template: None,
             storage: None,
+            disks: Vec::new(),
             sovereign: false,
             triggers: Vec::new(),
             variables: BTreeMap::new(),
@@ -256,6 +260,61 @@ pub fn id_for_job(job_id: &str) -> String {
 pub fn wants_vm(policy: Option<&str>) -> bool {
     policy
         .is_some_and(|p| p.eq_ignore_ascii_case("CREATEVM") || p.eq_ignore_ascii_case("REQUIREVM"))
+}
+
+/// One extra disk of a VM, from its `storage` spec.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StorageDisk {
+    /// The storage class named (`data` in `data:10`), or `disk<n>`.
+    pub class: String,
+    pub size_gb: u64,
+}
+
+/// The most extra disks one VM may have.
+pub const MAX_STORAGE_DISKS: usize = 8;
+
+/// Reads a `storage` spec: entries separated by `,`, each `[<class>:]<size>` with the
+/// size in GB (a `G` or `GB` suffix allowed), the class 1 to 32 letters, digits, `_` or
+/// `-`; an `@<mount point>` after an entry is the guest's business and ignored.
+pub fn parse_storage(spec: &str) -> Result<Vec<StorageDisk>, String> {
+    let mut disks = Vec::new();
+    for (n, entry) in spec.split(',').map(str::trim).enumerate() {
+        if entry.is_empty() {
+            continue;
+        }
+        let entry = entry.split_once('@').map_or(entry, |(disk, _)| disk).trim();
+        let (class, size) = match entry.split_once(':') {
+            Some((class, size)) => (class.trim().to_string(), size.trim()),
+            None => (format!("disk{n}"), entry),
+        };
+        if class.is_empty()
+            || class.len() > 32
+            || !class
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        {
+            return Err(format!(
+                "'{class}' is not a storage class (1 to 32 letters, digits, '_' or '-')"
+            ));
+        }
+        let digits = size
+            .trim_end_matches(['B', 'b'])
+            .trim_end_matches(['G', 'g'])
+            .trim();
+        let size_gb = digits
+            .parse::<u64>()
+            .ok()
+            .filter(|s| (1..=65_536).contains(s))
+            .ok_or_else(|| format!("'{size}' is not a size in GB (1 to 65536) in '{entry}'"))?;
+        disks.push(StorageDisk { class, size_gb });
+    }
+    if disks.len() > MAX_STORAGE_DISKS {
+        return Err(format!(
+            "{} disks asked for; a VM may have at most {MAX_STORAGE_DISKS}",
+            disks.len()
+        ));
+    }
+    Ok(disks)
 }
 
 /// The work of a system job on a VM.
@@ -343,6 +402,27 @@ pub const DEFAULT_MEMORY_MB: u64 = 128;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn storage_specs_name_classes_and_sizes() {
+        let disks = parse_storage("data:10, scratch:2G@/scratch,5").unwrap();
+        let said: Vec<(&str, u64)> = disks
+            .iter()
+            .map(|d| (d.class.as_str(), d.size_gb))
+            .collect();
+        assert_eq!(said, [("data", 10), ("scratch", 2), ("disk2", 5)]);
+        assert_eq!(parse_storage("").unwrap(), []);
+        for bad in [
+            "data:0",
+            "data:-1",
+            "data:x",
+            "a b:1",
+            "../x:1",
+            "1,1,1,1,1,1,1,1,1",
+        ] {
+            assert!(parse_storage(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn ids_are_safe_path_components() {

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_cloud::provision::{
-    Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner,
+    Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
     MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
 };
 use drover_cloud::{Images, boot};
@@ -256,6 +256,14 @@ impl Guests {
                 initramfs: file("initramfs", &image.boot.initramfs)?,
                 disk,
             },
+            extra_disks: vm
+                .disks
+                .iter()
+                .map(|d| ExtraDisk {
+                    class: d.class.clone(),
+                    size_gb: d.size_gb,
+                })
+                .collect(),
             ready_line: Some(image.boot.ready_line.clone()).filter(|l| !l.is_empty()),
         })
     }

@@ -65,7 +65,8 @@ impl ExecCommand {
 ///
 /// What each is told, besides `DROVER_VM_ID` and the fields of the VM's spec when it is
 /// known (`DROVER_VM_PROCESSORS`, `DROVER_VM_MEMORY_MIB`, `DROVER_VM_KERNEL`,
-/// `DROVER_VM_INITRAMFS`, and with a disk `DROVER_VM_DISK` and `DROVER_VM_DISK_FORMAT`),
+/// `DROVER_VM_INITRAMFS`, with a disk `DROVER_VM_DISK` and `DROVER_VM_DISK_FORMAT`, and
+/// with extra disks `DROVER_VM_STORAGE`, `<class>:<GB>` each, comma-separated),
 /// and what it must print:
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExecCommands {
@@ -199,6 +200,14 @@ impl ExecProvisioner {
             if let Some(disk) = &spec.boot.disk {
                 env.push(("DROVER_VM_DISK", disk.path.clone().into()));
                 env.push(("DROVER_VM_DISK_FORMAT", disk.format.as_str().into()));
+            }
+            if !spec.extra_disks.is_empty() {
+                let disks: Vec<String> = spec
+                    .extra_disks
+                    .iter()
+                    .map(|d| format!("{}:{}", d.class, d.size_gb))
+                    .collect();
+                env.push(("DROVER_VM_STORAGE", disks.join(",").into()));
             }
         }
         env
@@ -719,6 +728,7 @@ mod tests {
                     format: DiskFormat::Raw,
                 }),
             },
+            extra_disks: Vec::new(),
             ready_line: None,
         }
     }

@@ -39,10 +39,22 @@ pub struct VmSpec {
     pub processors: u32,
     pub memory_mib: u64,
     pub boot: BootMaterial,
+    /// Extra disks (the VM's `storage`): empty qcow2 files made with the guest, attached
+    /// after its image's disk.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub extra_disks: Vec<ExtraDisk>,
     /// A line the guest prints on its serial console when it is up (`GUEST-READY` for
     /// the default image): a start waits for it. Without one a start returns once the
     /// hypervisor runs the guest.
     pub ready_line: Option<String>,
+}
+
+/// An empty disk made for a guest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtraDisk {
+    /// What it is for (the storage class); only said, never a path.
+    pub class: String,
+    pub size_gb: u64,
 }
 
 /// The image's boot material, as files of this machine.

@@ -137,6 +137,10 @@ impl Files {
     fn overlay(&self) -> PathBuf {
         self.dir.join("disk.qcow2")
     }
+    /// The `n`th extra disk (named by number: a storage class is never a path).
+    fn extra(&self, n: usize) -> PathBuf {
+        self.dir.join(format!("extra-{n}.qcow2"))
+    }
     fn accel(&self) -> PathBuf {
         self.dir.join("accel")
     }
@@ -558,9 +562,10 @@ impl QemuProvisioner {
                 "-device",
                 "virtserialport,chardev=agent,name=org.drover.agent",
             ]);
-        if spec.boot.disk.is_some() {
+        let disks = spec.boot.disk.iter().map(|_| files.overlay());
+        for path in disks.chain((0..spec.extra_disks.len()).map(|n| files.extra(n))) {
             let mut drive = std::ffi::OsString::from("file=");
-            drive.push(files.overlay());
+            drive.push(path);
             drive.push(",format=qcow2,if=virtio");
             command.arg("-drive").arg(drive);
         }
@@ -778,6 +783,23 @@ impl Provisioner for QemuProvisioner {
                             trimmed(&output.stderr)
                         ),
                     });
+                }
+            }
+            for (n, disk) in spec.extra_disks.iter().enumerate() {
+                let output = Command::new(QEMU_IMG)
+                    .args(["create", "-q", "-f", "qcow2"])
+                    .arg(files.extra(n))
+                    .arg(format!("{}G", disk.size_gb))
+                    .stdin(Stdio::null())
+                    .output()
+                    .map_err(spawn_error(QEMU_IMG))?;
+                if !output.status.success() {
+                    return Err(ProvisionError::InvalidSpec(format!(
+                        "the {} disk of {} GB: qemu-img: {}",
+                        disk.class,
+                        disk.size_gb,
+                        trimmed(&output.stderr)
+                    )));
                 }
             }
             self.boot(spec, &files)

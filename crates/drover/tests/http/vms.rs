@@ -157,7 +157,8 @@ fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jo
     assert_eq!(image.json()["boot"]["readyLine"], "GUEST-READY");
 
     let body = json!({"id": "web", "totalProcessors": 1, "totalMemory": 128,
-                      "node": {"id": "node01"}, "variables": {"tier": "front"}});
+                      "node": {"id": "node01"}, "variables": {"tier": "front"},
+                      "storage": "data:1,scratch:2@/scratch"});
     let setup = job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
     // Readable at once, as being made; its setup job is a pending action.
     let vm = server.get_as(Auth::User, "/rest/vms/web").json();
@@ -194,6 +195,20 @@ fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jo
     // A real guest, named after the VM, on the host's resources.
     let pids = qemu_pids(server.data_dir(), Some("web"));
     assert_eq!(pids.len(), 1, "one QEMU process named web");
+    // Its storage: two empty qcow2 disks of 1 and 2 GB, attached to the guest.
+    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pids[0])).unwrap();
+    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    for (n, gb) in [(0, 1u64), (1, 2)] {
+        let disk = server.data_dir().join(format!("vms/web/extra-{n}.qcow2"));
+        assert!(cmdline.contains(&*disk.to_string_lossy()), "{cmdline}");
+        let info = std::process::Command::new("qemu-img")
+            .args(["info", "-U", "--output=json"])
+            .arg(&disk)
+            .output()
+            .unwrap();
+        let info: Value = serde_json::from_slice(&info.stdout).unwrap();
+        assert_eq!(info["virtual-size"], gb << 30, "{info}");
+    }
     assert_eq!(available_processors(&server, "node01"), 3);
     let node = server.get("/rest/nodes/node01").json();
     assert_eq!(node["virtualMachines"], json!([{"id": "web"}]));
@@ -507,13 +522,27 @@ fn without_a_provisioner_a_vm_setup_fails_and_says_why() {
         .start();
     let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
                        "supportsVirtualMachine": true});
-    assert_eq!(send(&server, "POST", "/rest/images", Auth::Admin, &image).status, 201);
-    let setup = job_id(&send(&server, "POST", "/rest/vms", Auth::User, &json!({"id": "v"})));
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
+        201
+    );
+    let setup = job_id(&send(
+        &server,
+        "POST",
+        "/rest/vms",
+        Auth::User,
+        &json!({"id": "v"}),
+    ));
     let vm = wait_substate(&server, "v", "failed");
     assert_eq!(vm["state"], "DOWN");
-    let job = server.get(&format!("/rest/jobs/{setup}?api-version=2")).json();
+    let job = server
+        .get(&format!("/rest/jobs/{setup}?api-version=2"))
+        .json();
     assert_eq!(job["completionCode"], 1, "{job}");
-    assert!(job.to_string().contains("no provisioner is configured"), "{job}");
+    assert!(
+        job.to_string().contains("no provisioner is configured"),
+        "{job}"
+    );
     let actions = server.get_as(Auth::User, "/rest/pending-actions").json();
     assert!(
         actions["results"][0]["failureDetails"]

@@ -114,6 +114,20 @@ impl Engine {
                 "totalMemory: a VM needs at least 16 MB (the default is 128)".into(),
             ));
         }
+        let disks = match &request.storage {
+            Some(spec) => {
+                crate::vm::parse_storage(spec).map_err(|why| invalid(format!("storage: {why}")))?
+            }
+            None => Vec::new(),
+        };
+        let storage_gb: u64 = disks.iter().map(|d| d.size_gb).sum();
+        let storage_limit = self.config.limits.user_vm_max_storage_gb;
+        if !by.admin && storage_gb > storage_limit {
+            return Err(invalid(format!(
+                "storage: {storage_gb} GB asked for; an ordinary user's VM may have at most \
+                 {storage_limit} GB ([scheduler.limits] user_vm_max_storage_gb)"
+            )));
+        }
         if request.time_to_live.is_some_and(|t| t <= 0) {
             return Err(invalid(
                 "requestedTimeToLive: must be a positive number of seconds".into(),
@@ -148,6 +162,7 @@ impl Engine {
             description: request.description,
             template: request.template,
             storage: request.storage,
+            disks,
             sovereign: request.sovereign,
             triggers: request.triggers,
             variables: request.variables,
