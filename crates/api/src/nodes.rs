@@ -73,7 +73,7 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
         "aliases": [],
         "architecture": config.architecture,
         "availableClasses": [],
-        "availableDisk": known(config.disk),
+        "availableDisk": known(node.free_disk()),
         "availableEndDate": null,
         "availableGenericResources": config.generic_resources,
         "availableMemory": known(free_memory),

@@ -155,6 +155,8 @@ pub struct Node {
     pub overrides: NodeOverrides,
     pub used_processors: u32,
     pub used_memory: u64,
+    /// Megabytes of disk the VMs here took (jobs' disk is not counted).
+    pub used_disk: u64,
     /// Jobs running here, in start order.
     pub jobs: Vec<String>,
     /// VMs holding processors and memory here (jobs cannot use them).
@@ -169,6 +171,7 @@ impl Node {
             overrides: NodeOverrides::default(),
             used_processors: 0,
             used_memory: 0,
+            used_disk: 0,
             jobs: Vec::new(),
             vms: Vec::new(),
         }
@@ -212,6 +215,11 @@ impl Node {
         self.config
             .memory
             .map(|m| m.saturating_sub(self.used_memory))
+    }
+
+    /// Free disk in megabytes, if the node's disk is known.
+    pub fn free_disk(&self) -> Option<u64> {
+        self.config.disk.map(|d| d.saturating_sub(self.used_disk))
     }
 
     pub fn partition(&self) -> &str {

@@ -843,6 +843,7 @@ fn vm_harness(dir: &std::path::Path, vm_host: Arc<FakeVmHost>) -> Harness {
         Arc::new(drover_store::SqliteStore::open(&dir.join("engine.db")).unwrap());
     let node = |id: &str| NodeConfig {
         memory: Some(1024),
+        disk: Some(10_000),
         ..NodeConfig::new(id, 4)
     };
     start_full(

@@ -67,6 +67,7 @@ impl NodePool {
         for node in &mut self.nodes {
             node.used_processors = 0;
             node.used_memory = 0;
+            node.used_disk = 0;
             node.jobs.clear();
             node.vms.clear();
             node.overrides = overrides.get(node.id()).cloned().unwrap_or_default();
@@ -109,32 +110,52 @@ impl NodePool {
         if take {
             node.used_processors += vm.processors;
             node.used_memory += vm.memory;
+            node.used_disk += vm.disk.unwrap_or(0);
             node.vms.push(vm.id.clone());
         } else if let Some(at) = node.vms.iter().position(|v| *v == vm.id) {
             node.vms.remove(at);
             node.used_processors = node.used_processors.saturating_sub(vm.processors);
             node.used_memory = node.used_memory.saturating_sub(vm.memory);
+            node.used_disk = node.used_disk.saturating_sub(vm.disk.unwrap_or(0));
         }
         self.changed = true;
     }
 
-    /// The first node, `preferring` it if given, where a VM of `processors` and `memory`
-    /// fits now (powered on, taking work, with that much free), other than `except`.
-    pub(super) fn room_for_vm(
-        &self,
-        processors: u32,
-        memory: u64,
-        except: Option<&str>,
-    ) -> Option<&Node> {
+    /// The first node where a VM of `size` fits now (powered on, taking work, with that
+    /// much free), other than `except`.
+    pub(super) fn room_for_vm(&self, size: VmSize, except: Option<&str>) -> Option<&Node> {
         self.nodes
             .iter()
             .filter(|n| Some(n.id()) != except)
-            .find(|n| vm_fits(n, processors, memory).is_ok())
+            .find(|n| vm_fits(n, size).is_ok())
     }
 }
 
-/// Whether a VM of `processors` and `memory` (megabytes) fits on `node` now; if not, why.
-pub(super) fn vm_fits(node: &Node, processors: u32, memory: u64) -> Result<(), String> {
+/// What a VM takes from its node: processors, and megabytes of memory and of disk.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct VmSize {
+    pub processors: u32,
+    pub memory: u64,
+    pub disk: u64,
+}
+
+impl VmSize {
+    pub(super) fn of(vm: &Vm) -> VmSize {
+        VmSize {
+            processors: vm.processors,
+            memory: vm.memory,
+            disk: vm.disk.unwrap_or(0),
+        }
+    }
+}
+
+/// Whether a VM of `size` fits on `node` now; if not, why.
+pub(super) fn vm_fits(node: &Node, size: VmSize) -> Result<(), String> {
+    let VmSize {
+        processors,
+        memory,
+        disk,
+    } = size;
     if !node.accepts_jobs() {
         return Err(format!(
             "node {} takes no new work ({})",
@@ -154,6 +175,14 @@ pub(super) fn vm_fits(node: &Node, processors: u32, memory: u64) -> Result<(), S
     {
         return Err(format!(
             "node {} has {free} MB of free memory, the VM asks for {memory} MB",
+            node.id()
+        ));
+    }
+    if let Some(free) = node.free_disk()
+        && free < disk
+    {
+        return Err(format!(
+            "node {} has {free} MB of free disk, the VM asks for {disk} MB",
             node.id()
         ));
     }

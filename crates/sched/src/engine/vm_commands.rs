@@ -15,7 +15,7 @@ use drover_store::{Body, Write};
 
 use super::core::Engine;
 use super::id_table::IdTable;
-use super::node_pool::vm_fits;
+use super::node_pool::{VmSize, vm_fits};
 use super::{Inbox, VmAnswer};
 use crate::job::{Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, ResourceRequest};
 use crate::request::summary::{self, VM_NOT_CREATED};
@@ -133,24 +133,30 @@ impl Engine {
                 "requestedTimeToLive: must be a positive number of seconds".into(),
             ));
         }
+        let size = VmSize {
+            processors,
+            memory,
+            disk: request.disk.unwrap_or(0),
+        };
         let node = match &request.node {
             Some(node) => {
                 let index = self
                     .nodes
                     .index_of(node)
                     .ok_or_else(|| invalid(format!("node: no node '{node}'")))?;
-                vm_fits(&self.nodes.all()[index], processors, memory)
+                vm_fits(&self.nodes.all()[index], size)
                     .map_err(|why| invalid(format!("node: the VM does not fit: {why}")))?;
                 node.clone()
             }
             None => self
                 .nodes
-                .room_for_vm(processors, memory, None)
+                .room_for_vm(size, None)
                 .map(|n| n.id().to_string())
                 .ok_or_else(|| {
                     invalid(format!(
-                        "no node has room now for a VM of {processors} processors and \
-                         {memory} MB of memory"
+                        "no node has room now for a VM of {processors} processors, {memory} MB \
+                         of memory and {} MB of disk",
+                        size.disk
                     ))
                 })?,
         };
@@ -307,13 +313,13 @@ impl Engine {
                 if node == vm.node {
                     return Err(refuse(format!("node: the VM already runs on {node}")));
                 }
-                vm_fits(&self.nodes.all()[index], vm.processors, vm.memory)
+                vm_fits(&self.nodes.all()[index], VmSize::of(&vm))
                     .map_err(|why| refuse(format!("node: the VM does not fit: {why}")))?;
                 node
             }
             None => self
                 .nodes
-                .room_for_vm(vm.processors, vm.memory, Some(&vm.node))
+                .room_for_vm(VmSize::of(&vm), Some(&vm.node))
                 .map(|n| n.id().to_string())
                 .ok_or_else(|| refuse("node ANY: no other node has room for the VM now".into()))?,
         };
