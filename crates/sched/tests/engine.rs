@@ -907,6 +907,20 @@ async fn a_vm_holds_its_hosts_resources_from_create_to_destroy_through_system_jo
         matches!(refused, Err(drover_sched::SchedError::Invalid(_))),
         "{refused:?}"
     );
+    // Disk is taken from the node too: n2 has 2 processors left, and all its disk.
+    let disky = |id: &str, disk| {
+        VmCommand::Create(Box::new(VmRequest {
+            id: Some(id.into()),
+            disk: Some(disk),
+            node: Some("n2".into()),
+            image: "guest".into(),
+            ..Default::default()
+        }))
+    };
+    let refused = h.scheduler.vm(disky("huge", 10_001), admin()).await;
+    assert!(format!("{refused:?}").contains("disk"), "{refused:?}");
+    job_of(h.scheduler.vm(disky("disky", 9_000), admin()).await).await;
+    assert_eq!(h.scheduler.nodes()[1].free_disk(), Some(1_000));
     // The id is taken; another user cannot see or destroy bob's VM.
     let taken = h.scheduler.vm(create("web", 1), user("carol")).await;
     assert!(
