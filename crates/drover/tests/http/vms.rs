@@ -552,3 +552,83 @@ fn without_a_provisioner_a_vm_setup_fails_and_says_why() {
         "{actions}"
     );
 }
+
+#[test]
+fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
+    // No QEMU: the site's own commands (here, scripts keeping a state file per VM).
+    let site = tempfile::tempdir().unwrap();
+    let state = site.path().join("state");
+    std::fs::create_dir(&state).unwrap();
+    let state = state.display();
+    let command = |name: &str, body: &str| -> Vec<String> {
+        vec![drover_testkit::script(site.path(), name, body)]
+    };
+    let create = command(
+        "create",
+        &format!(
+            "echo \"$DROVER_VM_PROCESSORS $DROVER_VM_MEMORY_MIB $DROVER_VM_STORAGE\" >{state}/$DROVER_VM_ID"
+        ),
+    );
+    let destroy = command("destroy", &format!("rm -f {state}/$DROVER_VM_ID"));
+    let power = command(
+        "power",
+        &format!("echo \"power $DROVER_VM_POWER\" >>{state}/$DROVER_VM_ID"),
+    );
+    let migrate = command("migrate", "true");
+    let status = command(
+        "status",
+        &format!("if [ -e {state}/$DROVER_VM_ID ]; then echo running; else echo gone; fi"),
+    );
+    let server = TestServer::builder()
+        .config(|c| {
+            c.cloud.provisioner = Some(drover::config::ProvisionerKind::Exec);
+            c.cloud.exec = Some(drover::config::ExecConfig {
+                create,
+                destroy,
+                migrate,
+                power_on: power.clone(),
+                power_off: power,
+                status,
+                adopt: None,
+                timeout_seconds: 30,
+            });
+        })
+        .start();
+    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true,
+                       "boot": {"kernel": "k", "initramfs": "i"}});
+    std::fs::create_dir_all(server.data_dir().join("images")).unwrap();
+    std::fs::write(server.data_dir().join("images/k"), "kernel").unwrap();
+    std::fs::write(server.data_dir().join("images/i"), "initramfs").unwrap();
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
+        201
+    );
+    let body =
+        json!({"id": "site1", "totalProcessors": 2, "totalMemory": 256, "storage": "data:3"});
+    job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
+    wait_substate(&server, "site1", "running");
+    let record = site.path().join("state/site1");
+    assert_eq!(
+        std::fs::read_to_string(&record).unwrap().trim(),
+        "2 256 data:3"
+    );
+    send(
+        &server,
+        "PUT",
+        "/rest/vms/site1",
+        Auth::User,
+        &json!({"powerState": "OFF"}),
+    );
+    wait_substate(&server, "site1", "off");
+    assert!(
+        std::fs::read_to_string(&record)
+            .unwrap()
+            .contains("power off")
+    );
+    job_id(&server.send("DELETE", "/rest/vms/site1", Auth::User));
+    wait_until("site1 is gone", || {
+        server.get("/rest/vms/site1").status == 404
+    });
+    assert!(!record.exists());
+}
