@@ -382,7 +382,7 @@ fn vm_requests_are_checked_failures_are_reported_and_time_to_live_ends_a_vm() {
     });
 
     // Another user neither sees nor changes alice's VMs.
-    job_id(&create(json!({"id": "short", "requestedTimeToLive": 4})));
+    job_id(&create(json!({"id": "short", "requestedTimeToLive": 8})));
     assert_eq!(
         server.get_as(Auth::User, "/rest/vms").json()["totalCount"],
         1
@@ -419,9 +419,9 @@ fn vm_requests_are_checked_failures_are_reported_and_time_to_live_ends_a_vm() {
         &json!({"totalMemory": 1}),
     )
     .assert_refused(400, "totalMemory", &"a field modify does not take");
-    // Time to live: the scheduler destroys it after 4 seconds.
+    // Time to live: the scheduler destroys it 8 seconds after its creation.
     let vm = server.get("/rest/vms/short").json();
-    assert_eq!(vm["requestedTimeToLive"], 4);
+    assert_eq!(vm["requestedTimeToLive"], 8);
     wait_until("short expires", || {
         server.get("/rest/vms/short").status == 404
     });

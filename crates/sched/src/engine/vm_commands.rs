@@ -47,6 +47,18 @@ impl IdTable<Vm> {
     }
 }
 
+/// The bytes of what users write on a VM and it keeps.
+fn carried_bytes(vm: &Vm) -> usize {
+    fn size(value: &impl serde::Serialize) -> usize {
+        serde_json::to_vec(value).map_or(0, |bytes| bytes.len())
+    }
+    size(&vm.variables)
+        + size(&vm.triggers)
+        + size(&vm.generic_metrics)
+        + size(&vm.generic_events)
+        + vm.description.as_ref().map_or(0, String::len)
+}
+
 /// Who a system job of the scheduler's own (a time-to-live expiry) acts for.
 fn scheduler_itself() -> Requester {
     Requester {
@@ -89,7 +101,7 @@ impl Engine {
                 by.user
             )));
         }
-        let id = match request.id {
+        let id = match request.id.clone() {
             Some(id) => {
                 if let Some(why) = crate::vm::id_problem(&id) {
                     return Err(invalid(format!("id: '{id}' cannot be a VM id: {why}")));
@@ -104,6 +116,46 @@ impl Engine {
             }
             None => self.vms.new_vm_id(),
         };
+        let (size, disks) = self.new_vm_size(&request, by)?;
+        let node = self.host_for(size, request.node.as_deref())?;
+        let now = self.now();
+        let vm = Vm {
+            disk: request.disk,
+            image: request.image,
+            time_to_live: request.time_to_live,
+            description: request.description,
+            template: request.template,
+            storage: request.storage,
+            disks,
+            sovereign: request.sovereign,
+            triggers: request.triggers,
+            variables: request.variables,
+            ..Vm::new(
+                id.clone(),
+                by.user.clone(),
+                node.clone(),
+                (size.processors, size.memory),
+                now,
+            )
+        };
+        self.hold_vm_on(&node, &vm, true);
+        self.vms.push(vm);
+        let position = self.vms.len() - 1;
+        let job = self.start_system_job(position, SystemTask::VmCreate { vm: id }, by);
+        self.vms.get_mut(position).setup_job = Some(job.clone());
+        self.store_vm(position);
+        self.needs_schedule = true;
+        Ok(job)
+    }
+
+    /// What a new VM takes from its host, and its extra disks, as `request` asks (the
+    /// defaults, 1 processor and 128 MB, when it does not).
+    fn new_vm_size(
+        &self,
+        request: &VmRequest,
+        by: &Requester,
+    ) -> Result<(VmSize, Vec<crate::vm::StorageDisk>), SchedError> {
+        let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
         let processors = request.processors.unwrap_or(DEFAULT_PROCESSORS);
         let memory = request.memory.unwrap_or(DEFAULT_MEMORY_MB);
         if processors == 0 {
@@ -138,7 +190,14 @@ impl Engine {
             memory,
             disk: request.disk.unwrap_or(0),
         };
-        let node = match &request.node {
+        Ok((size, disks))
+    }
+
+    /// The node a new VM of `size` goes to: `node` if it has room now, else (none
+    /// named) the first that has.
+    fn host_for(&self, size: VmSize, node: Option<&str>) -> Result<String, SchedError> {
+        let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
+        match node {
             Some(node) => {
                 let index = self
                     .nodes
@@ -146,7 +205,7 @@ impl Engine {
                     .ok_or_else(|| invalid(format!("node: no node '{node}'")))?;
                 vm_fits(&self.nodes.all()[index], size)
                     .map_err(|why| invalid(format!("node: the VM does not fit: {why}")))?;
-                node.clone()
+                Ok(node.to_string())
             }
             None => self
                 .nodes
@@ -154,40 +213,12 @@ impl Engine {
                 .map(|n| n.id().to_string())
                 .ok_or_else(|| {
                     invalid(format!(
-                        "no node has room now for a VM of {processors} processors, {memory} MB \
-                         of memory and {} MB of disk",
-                        size.disk
+                        "no node has room now for a VM of {} processors, {} MB of memory and \
+                         {} MB of disk",
+                        size.processors, size.memory, size.disk
                     ))
-                })?,
-        };
-        let now = self.now();
-        let vm = Vm {
-            disk: request.disk,
-            image: request.image,
-            time_to_live: request.time_to_live,
-            description: request.description,
-            template: request.template,
-            storage: request.storage,
-            disks,
-            sovereign: request.sovereign,
-            triggers: request.triggers,
-            variables: request.variables,
-            ..Vm::new(
-                id.clone(),
-                by.user.clone(),
-                node.clone(),
-                (processors, memory),
-                now,
-            )
-        };
-        self.hold_vm_on(&node, &vm, true);
-        self.vms.push(vm);
-        let position = self.vms.len() - 1;
-        let job = self.start_system_job(position, SystemTask::VmCreate { vm: id }, by);
-        self.vms.get_mut(position).setup_job = Some(job.clone());
-        self.store_vm(position);
-        self.needs_schedule = true;
-        Ok(job)
+                }),
+        }
     }
 
     fn modify_vm(
@@ -249,9 +280,25 @@ impl Engine {
                         created: now,
                     });
                 }
+                // The latest ones are kept, as a job keeps its latest messages.
+                let extra = vm
+                    .generic_events
+                    .len()
+                    .saturating_sub(crate::limits::MAX_JOB_MESSAGES);
+                vm.generic_events.drain(..extra);
                 said.push("genericEvents");
             }
             vm.last_update = now;
+        }
+        // What changes gather on a VM stays within what one request may carry.
+        let limit = self.config.limits.max_submission_bytes;
+        let carried = carried_bytes(self.vms.get(position));
+        if !by.admin && carried > limit {
+            *self.vms.get_mut(position) = vm;
+            return Err(refuse(format!(
+                "its variables, triggers, generic metrics and events would take {carried} bytes; \
+                 an ordinary user's VM may carry {limit} ([scheduler.limits] max_submission_bytes)"
+            )));
         }
         if let Some(on) = power {
             let (phase, operation) = if on {
