@@ -219,7 +219,7 @@ impl Vm {
     pub fn expires(&self) -> Option<Seconds> {
         self.time_to_live
             .filter(|ttl| *ttl > 0)
-            .map(|ttl| self.created + ttl)
+            .map(|ttl| self.created.saturating_add(ttl))
     }
 
     pub fn state(&self) -> &str {
@@ -239,12 +239,15 @@ impl Vm {
     }
 }
 
-/// The id of the VM made for job `job_id`: the job's id, with what cannot be in a VM id
-/// (an array sub-job's brackets) made `-`, and `-vm`.
+/// The start of the ids of VMs made for jobs, which no request may choose.
+pub const JOB_VM_PREFIX: &str = "job-";
+
+/// The id of the VM made for job `job_id`: `job-` and the job's id, with what cannot be
+/// in a VM id (an array sub-job's brackets) made `-`.
 pub fn id_for_job(job_id: &str) -> String {
     let base: String = job_id
         .chars()
-        .take(MAX_ID - 3)
+        .take(MAX_ID - JOB_VM_PREFIX.len())
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
                 c
@@ -253,7 +256,7 @@ pub fn id_for_job(job_id: &str) -> String {
             }
         })
         .collect();
-    format!("{base}-vm")
+    format!("{JOB_VM_PREFIX}{base}")
 }
 
 /// Whether a job's `vmUsagePolicy` asks to run in a VM (`CREATEVM`, `REQUIREVM`).
@@ -394,6 +397,9 @@ pub enum VmCommand {
     Migrate(String, Option<String>),
     Destroy(String),
 }
+
+/// The longest time to live a VM may ask for: ten years.
+pub const MAX_TIME_TO_LIVE: i64 = 10 * 366 * 86_400;
 
 /// The defaults of a VM created without sizes.
 pub const DEFAULT_PROCESSORS: u32 = 1;

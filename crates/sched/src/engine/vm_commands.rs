@@ -42,8 +42,12 @@ impl IdTable<Vm> {
         }
     }
 
+    /// The VMs `user` asked for (those made for their jobs are their jobs' business).
     fn count_owned_by(&self, user: &str) -> usize {
-        self.all().iter().filter(|v| v.owner == user).count()
+        self.all()
+            .iter()
+            .filter(|v| v.owner == user && v.for_job.is_none())
+            .count()
     }
 }
 
@@ -105,6 +109,12 @@ impl Engine {
             Some(id) => {
                 if let Some(why) = crate::vm::id_problem(&id) {
                     return Err(invalid(format!("id: '{id}' cannot be a VM id: {why}")));
+                }
+                if id.starts_with(crate::vm::JOB_VM_PREFIX) {
+                    return Err(invalid(format!(
+                        "id: '{id}': ids starting with '{}' are the VMs of jobs'",
+                        crate::vm::JOB_VM_PREFIX
+                    )));
                 }
                 if self.vms.position(&id).is_some() {
                     return Err(SchedError::Conflict(vec![
@@ -180,10 +190,14 @@ impl Engine {
                  {storage_limit} GB ([scheduler.limits] user_vm_max_storage_gb)"
             )));
         }
-        if request.time_to_live.is_some_and(|t| t <= 0) {
-            return Err(invalid(
-                "requestedTimeToLive: must be a positive number of seconds".into(),
-            ));
+        if request
+            .time_to_live
+            .is_some_and(|t| t <= 0 || t > crate::vm::MAX_TIME_TO_LIVE)
+        {
+            return Err(invalid(format!(
+                "requestedTimeToLive: must be a number of seconds from 1 to {} (ten years)",
+                crate::vm::MAX_TIME_TO_LIVE
+            )));
         }
         let size = VmSize {
             processors,
@@ -237,6 +251,11 @@ impl Engine {
             ));
         }
         let power = change.power_on.filter(|on| *on != vm.power_on);
+        if let Some(job) = vm.for_job.as_ref().filter(|_| power.is_some()) {
+            return Err(refuse(format!(
+                "powerState: it is job {job}'s VM, which lives and ends with the job"
+            )));
+        }
         if power.is_some() && vm.phase.busy() {
             return Err(SchedError::Conflict(vec![
                 summary::vm_not_changed(id),
@@ -578,12 +597,6 @@ impl Engine {
             self.end_system_job(job, failure.as_deref());
         }
         self.emit_vm_events(id, job.as_deref(), &operation, failure.as_deref());
-        if let Some(job) = &vm.for_job
-            && operation == VmOperation::Create
-        {
-            self.vm_made_for_job(job, id, failure);
-            return;
-        }
         if remove {
             if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
                 self.hold_vm_on(&vm.node, &vm, false);
@@ -598,6 +611,9 @@ impl Engine {
             self.store_vm(position);
         }
         self.needs_schedule = true;
+        if let Some(job) = &vm.for_job {
+            self.vm_job_goes_on(job, id, &operation, failure);
+        }
     }
 
     /// What the VM layer says happened: a version-1 event (`vmcreate`, `vmmigrate`,
@@ -707,24 +723,38 @@ impl Engine {
     pub(super) fn launch_in_vm(&mut self, position: usize, job: &Job) {
         let id = crate::vm::id_for_job(&job.id);
         if let Some(at) = self.vms.position(&id) {
-            if self.vms.get(at).phase == VmPhase::Running {
-                self.start_in_vm(position, at);
+            let vm = self.vms.get(at);
+            if vm.for_job.as_deref() != Some(job.id.as_str()) {
+                // Job VM ids cannot be chosen (`job-` is reserved): a bug, not an attack.
+                let reason = format!("a VM '{id}' exists that was not made for it");
+                return self.hold_unstarted(position, reason);
             }
-            return; // being made: its end goes on (`vm_made_for_job`)
+            match vm.phase {
+                VmPhase::Running => self.start_in_vm(position, at),
+                // Its end goes on (`vm_job_goes_on`): the job starts, or a new VM is made.
+                phase if phase.busy() => {}
+                // Off, failed or lost (from an earlier run): made again.
+                _ => {
+                    let _ = self.destroy_vm(at, &scheduler_itself());
+                }
+            }
+            return;
         }
-        let Some(node) = job.node_ids().next().map(str::to_string) else {
+        // A VM of what the job holds on its first node (a job over several nodes
+        // runs in one VM there).
+        let Some(allocation) = job.status.allocation.first() else {
             return self.hold_unstarted(position, "it has no node to make its VM on".into());
         };
+        let node = allocation.node.clone();
+        let request = &job.spec.request;
         let now = self.now();
-        let memory = job
-            .spec
-            .request
+        let memory = request
             .memory_per_task
-            .map(|m| m * u64::from(job.spec.request.task_count))
+            .map(|m| m * u64::from(allocation.tasks))
             .filter(|m| *m >= 16)
             .unwrap_or(DEFAULT_MEMORY_MB);
         let size = (
-            u32::try_from(job.processors()).unwrap_or(u32::MAX).max(1),
+            (allocation.tasks * request.processors_per_task).max(1),
             memory,
         );
         // Its image is left empty: the VM host's default image.
@@ -745,20 +775,35 @@ impl Engine {
         self.store_vm(at);
     }
 
-    /// The VM of job `job_id` was made (or failed to be): the job starts in it, or is
-    /// held saying why; a VM whose job went meanwhile is destroyed.
-    fn vm_made_for_job(&mut self, job_id: &str, vm_id: &str, failure: Option<String>) {
+    /// An operation on the VM of job `job_id` ended. A job still starting starts in it
+    /// once it runs (or is held when it could not be made), or gets a new one when it
+    /// was destroyed; a VM whose job is not starting or running goes.
+    fn vm_job_goes_on(
+        &mut self,
+        job_id: &str,
+        vm_id: &str,
+        operation: &VmOperation,
+        failure: Option<String>,
+    ) {
         let job = self.position(job_id).map(|p| (p, self.job_at(p)));
-        match (job, failure) {
-            (Some((position, job)), None) if job.status.state == JobState::Starting => {
-                if let Some(at) = self.vms.position(vm_id) {
-                    self.store_vm(at);
-                    self.start_in_vm(position, at);
+        let Some((position, job)) = job else {
+            return self.job_left_its_vm(job_id);
+        };
+        match job.status.state {
+            JobState::Starting => match (operation, failure) {
+                (VmOperation::Create, Some(reason)) => {
+                    self.hold_unstarted(position, format!("its VM could not be made: {reason}"))
                 }
-            }
-            (Some((position, job)), Some(reason)) if job.status.state == JobState::Starting => {
-                self.hold_unstarted(position, format!("its VM could not be made: {reason}"));
-            }
+                (VmOperation::Destroy, None) => self.launch_in_vm(position, &job),
+                _ => match self.vms.position(vm_id) {
+                    Some(at) if self.vms.get(at).phase == VmPhase::Running => {
+                        self.start_in_vm(position, at)
+                    }
+                    Some(_) => self.launch_in_vm(position, &job),
+                    None => self.launch_in_vm(position, &job),
+                },
+            },
+            JobState::Running | JobState::Suspended => {}
             _ => self.job_left_its_vm(job_id),
         }
     }

@@ -173,29 +173,31 @@ impl ResourceManager for LocalResourceManager {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // The status file and the plan become the shepherd's fds 3 and 4: copied above
-        // both first (close-on-exec), then moved (dup2 clears close-on-exec), so that
-        // neither can overwrite the other whatever their numbers.
-        // SAFETY: only async-signal-safe system calls between fork and exec.
+        // The status file and the plan become the shepherd's fds 3 and 4 (a job in a
+        // guest's agent connection and program 5 and 6): all copied above 10 first
+        // (close-on-exec), then moved (dup2 clears close-on-exec), so that none can
+        // overwrite another whatever their numbers.
+        let mut moves = vec![
+            (status_fd, shepherd::STATUS_FD),
+            (plan_fd, shepherd::PLAN_FD),
+        ];
+        if let Some((agent, program)) = guest_fds {
+            moves.push((agent, shepherd::GUEST_AGENT_FD));
+            moves.push((program, shepherd::GUEST_PROGRAM_FD));
+        }
+        // SAFETY: only async-signal-safe system calls between fork and exec (the
+        // vectors are made before the fork; `high` is filled in place, no allocation).
+        let mut high = [0; 4];
         unsafe {
             command.pre_exec(move || {
-                let status = libc::fcntl(status_fd, libc::F_DUPFD_CLOEXEC, 10);
-                let plan = libc::fcntl(plan_fd, libc::F_DUPFD_CLOEXEC, 10);
-                if status < 0
-                    || plan < 0
-                    || libc::dup2(status, shepherd::STATUS_FD) < 0
-                    || libc::dup2(plan, shepherd::PLAN_FD) < 0
-                {
-                    return Err(std::io::Error::last_os_error());
+                for (slot, (from, _)) in high.iter_mut().zip(&moves) {
+                    *slot = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 10);
+                    if *slot < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
-                if let Some((agent, program)) = guest_fds {
-                    let agent = libc::fcntl(agent, libc::F_DUPFD_CLOEXEC, 10);
-                    let program = libc::fcntl(program, libc::F_DUPFD_CLOEXEC, 10);
-                    if agent < 0
-                        || program < 0
-                        || libc::dup2(agent, shepherd::GUEST_AGENT_FD) < 0
-                        || libc::dup2(program, shepherd::GUEST_PROGRAM_FD) < 0
-                    {
+                for (copy, (_, to)) in high.iter().zip(&moves) {
+                    if libc::dup2(*copy, *to) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
