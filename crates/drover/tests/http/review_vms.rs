@@ -1,0 +1,313 @@
+//! Review of the VM change (#27): attacks that the change does not stop. Each test
+//! asserts what should happen, so it fails while the finding stands.
+
+use std::time::Duration;
+
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer, wait_until};
+use serde_json::{Value, json};
+
+fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
+    let bytes = body.to_string().into_bytes();
+    server.call(method, path, auth, Some(("application/json", bytes)))
+}
+
+fn bob() -> Auth {
+    Auth::Basic("bob".into(), PASSWORD.into())
+}
+
+/// The sequence number of the next job, learnt by submitting a held job.
+fn next_seq(server: &TestServer, work: &std::path::Path) -> u64 {
+    let command = drover_testkit::script(work, "noop.sh", "true");
+    let reply = send(
+        server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"commandFile": command, "initialWorkingDirectory": work, "holds": ["User"]}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    id.rsplit('.').next().unwrap().parse::<u64>().unwrap() + 1
+}
+
+/// bob names his own VM after the VM alice's next CREATEVM job will ask for
+/// (`<job id>-vm`, job ids are sequential): alice's job then runs in bob's guest (it
+/// gets fd 5 to the agent of bob's VM, its script, environment and input go there),
+/// and bob keeps power, migration and destruction of the guest alice's job runs in.
+#[test]
+fn another_users_vm_named_after_my_job_is_not_where_my_job_runs() {
+    let Some((server, _guests)) =
+        crate::vms::start(TestServer::builder().user("bob", false), |_| {})
+    else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let seq = next_seq(&server, work.path());
+    // bob's setup job takes `seq`; alice's next job is seq + 1.
+    let trap = format!("Drover.{}-vm", seq + 1);
+    let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": trap}));
+    assert_eq!(created.status, 202, "{}", created.body);
+    assert_eq!(created.json()["jobId"], format!("Drover.{seq}"));
+    server.wait_for(&format!("/rest/vms/{trap}"), "bob's VM runs", |vm| {
+        vm["substate"] == "running"
+    });
+    let command = drover_testkit::script(work.path(), "guest.sh", "echo vm=$DROVER_VM_ID");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"name": "guest", "commandFile": command,
+                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(format!("{id}-vm"), trap, "the job id was predicted");
+    let job = server.wait_for(&format!("/rest/jobs/{id}"), "alice's job ends", |j| {
+        j["state"] == "COMPLETED" || j["state"] == "HOLD"
+    });
+    let out = std::fs::read_to_string(work.path().join(format!("guest.o{}", seq + 1)))
+        .unwrap_or_default();
+    let vm = server.get(&format!("/rest/vms/{trap}")).json();
+    assert!(
+        !(out.contains(&trap) && vm["user"] == "bob"),
+        "alice's job ran inside bob's VM {trap} (owner {}), job {job}, output {out:?}",
+        vm["user"]
+    );
+}
+
+/// Without QEMU: bob's VM named after alice's next job fails its setup (no
+/// provisioner) and stays `failed`; alice's CREATEVM job then never starts nor is held:
+/// it stays Starting, holding its node, for as long as bob keeps his VM.
+#[test]
+fn another_users_failed_vm_named_after_my_job_does_not_wedge_it() {
+    let server = TestServer::builder()
+        .user("bob", false)
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
+        .start();
+    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true});
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
+        201
+    );
+    let work = drover_testkit::scratch_dir();
+    let seq = next_seq(&server, work.path());
+    let trap = format!("Drover.{}-vm", seq + 1);
+    let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": trap}));
+    assert_eq!(created.status, 202, "{}", created.body);
+    server.wait_for(&format!("/rest/vms/{trap}"), "bob's VM failed", |vm| {
+        vm["substate"] == "failed"
+    });
+    let command = drover_testkit::script(work.path(), "guest.sh", "true");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"commandFile": command, "initialWorkingDirectory": work.path(),
+                "vmUsagePolicy": "CREATEVM"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    assert_eq!(format!("{id}-vm"), trap);
+    std::thread::sleep(Duration::from_secs(8));
+    let job = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_ne!(
+        job["states"]["state"], "Starting",
+        "alice's job is wedged by bob's VM {trap}: {job}"
+    );
+}
+
+/// alice powers her job's VM off and cancels the job while it powers off: the job's
+/// end does not destroy the VM (it is busy) and the power-off's end does not either.
+/// The VM stays, holding nothing on its node, and powers on again as a free guest.
+#[test]
+fn a_jobs_vm_powered_off_as_its_job_ends_is_destroyed() {
+    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let command = drover_testkit::script(work.path(), "long.sh", "sleep 600");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"name": "long", "commandFile": command,
+                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM",
+                "requirements": [{"requiredProcessorCountMinimum": 4}]}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    let vm_id = format!("{id}-vm");
+    server.wait_for(&format!("/rest/jobs/{id}"), "the job runs", |j| {
+        j["state"] == "RUNNING"
+    });
+    server.wait_for(&format!("/rest/vms/{vm_id}"), "its VM runs", |vm| {
+        vm["substate"] == "running"
+    });
+    let off = send(
+        &server,
+        "PUT",
+        &format!("/rest/vms/{vm_id}"),
+        Auth::User,
+        &json!({"powerState": "OFF"}),
+    );
+    assert_eq!(off.status, 200, "{}", off.body);
+    let cancel = server.send("DELETE", &format!("/rest/jobs/{id}"), Auth::User);
+    assert!(cancel.status < 300, "{}", cancel.body);
+    server.wait_for(&format!("/rest/jobs/{id}"), "the job ends", |j| {
+        j["state"] == "COMPLETED" || j["state"] == "VACATED" || j["state"] == "REMOVED"
+    });
+    std::thread::sleep(Duration::from_secs(10));
+    let vm = server.get(&format!("/rest/vms/{vm_id}"));
+    if vm.status == 200 {
+        // Still there: power it on again; its node's processors are not held.
+        let on = send(
+            &server,
+            "PUT",
+            &format!("/rest/vms/{vm_id}"),
+            Auth::User,
+            &json!({"powerState": "ON"}),
+        );
+        wait_until("it runs again", || {
+            server.get(&format!("/rest/vms/{vm_id}")).json()["substate"] == "running"
+        });
+        let node = vm.json()["node"]["id"].as_str().unwrap().to_string();
+        let node = server.get(&format!("/rest/nodes/{node}")).json();
+        panic!(
+            "the job's VM outlived its job: {} / power on: {} {} / node now {} of {} processors free, \
+             qemu: {:?}",
+            vm.body,
+            on.status,
+            on.body,
+            node["availableProcessors"],
+            node["totalProcessors"],
+            crate::vms::qemu_pids(server.data_dir(), Some(&vm_id))
+        );
+    }
+}
+
+/// A server without QEMU, with the image `guest` registered (its VMs' setups fail).
+fn no_qemu() -> TestServer {
+    let server = TestServer::builder()
+        .user("bob", false)
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
+        .start();
+    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true});
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
+        201
+    );
+    server
+}
+
+/// `requestedTimeToLive` is any positive i64: `created + ttl` overflows in
+/// `Vm::expires` (a panic of the engine in a debug build; in a release build it wraps
+/// and the VM is destroyed at once instead of living ~forever).
+#[test]
+fn a_huge_time_to_live_is_refused_or_kept() {
+    let server = no_qemu();
+    let created = send(
+        &server,
+        "POST",
+        "/rest/vms",
+        bob(),
+        &json!({"id": "forever", "requestedTimeToLive": "9223372036854775807"}),
+    );
+    assert!(
+        created.status == 202 || created.status == 400,
+        "{}",
+        created.body
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    // The engine still takes commands, and the VM was not destroyed by its time to live.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let url_server = &server;
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let reply = send(
+                url_server,
+                "POST",
+                "/rest/vms",
+                bob(),
+                &json!({"id": "after"}),
+            );
+            let _ = tx.send(reply.status);
+        });
+        let status = rx.recv_timeout(Duration::from_secs(15));
+        assert_eq!(status, Ok(202), "the engine no longer answers a VM create");
+    });
+    if created.status == 202 {
+        let vm = server.get("/rest/vms/forever");
+        assert_eq!(vm.status, 200, "{}", vm.body);
+        assert_ne!(vm.json()["substate"], "destroying", "{}", vm.body);
+    }
+}
+
+/// What PUTs gather on a VM is not bounded: every `genericEvents` is kept, and every
+/// change writes the whole (growing) VM to the store.
+#[test]
+fn what_changes_gather_on_a_vm_stays_within_max_submission_bytes() {
+    let server = no_qemu();
+    let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": "mine"}));
+    assert_eq!(created.status, 202, "{}", created.body);
+    server.wait_for("/rest/vms/mine", "its setup failed", |vm| {
+        vm["substate"] == "failed"
+    });
+    let message = "x".repeat(60_000);
+    for _ in 0..20 {
+        let reply = send(
+            &server,
+            "PUT",
+            "/rest/vms/mine",
+            bob(),
+            &json!({"genericEvents": [{"name": "e", "message": message}]}),
+        );
+        if reply.status != 200 {
+            return; // refused: bounded
+        }
+    }
+    let vm = server.get_as(bob(), "/rest/vms/mine");
+    assert!(
+        vm.body.len() <= 65_536 * 2,
+        "20 PUTs of 60 KB left a VM of {} bytes (max_submission_bytes is 65536)",
+        vm.body.len()
+    );
+}
+
+/// A job spread over two nodes gets one VM, on its first node, of all its processors
+/// (and all its tasks' memory): more than the job holds on that node.
+#[test]
+fn a_jobs_vm_is_no_larger_than_what_the_job_holds_on_its_node() {
+    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let command = drover_testkit::script(work.path(), "wide.sh", "nproc; sleep 5");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"name": "wide", "commandFile": command,
+                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM",
+                "requirements": [{"requiredProcessorCountMinimum": 8}]}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    let vm = server.wait_for(&format!("/rest/vms/{id}-vm"), "its VM", |vm| {
+        vm["id"].is_string()
+    });
+    let job = server.get(&format!("/rest/jobs/{id}")).json();
+    let node = vm["node"]["id"].as_str().unwrap_or("?").to_string();
+    let total = server.get(&format!("/rest/nodes/{node}")).json()["totalProcessors"].clone();
+    assert!(
+        vm["totalProcessors"].as_i64() <= total.as_i64(),
+        "the job's VM has {} processors on {node} of {total}; job hosts {}",
+        vm["totalProcessors"],
+        job["hosts"]
+    );
+}
