@@ -311,3 +311,39 @@ fn a_jobs_vm_is_no_larger_than_what_the_job_holds_on_its_node() {
         job["hosts"]
     );
 }
+
+/// A RESTARTABLE job in a VM, requeued while it runs: its end starts its VM's destroy,
+/// and when it is placed again its start finds the VM still `destroying` and waits for
+/// a creation that never comes: the job stays Starting, holding its node, forever.
+#[test]
+fn a_requeued_job_in_a_vm_starts_again() {
+    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let command = drover_testkit::script(work.path(), "long.sh", "sleep 600");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"name": "again", "commandFile": command, "flags": ["RESTARTABLE"],
+                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    server.wait_for(&format!("/rest/vms/{id}-vm"), "its VM runs", |vm| {
+        vm["substate"] == "running"
+    });
+    server.wait_for(&format!("/rest/jobs/{id}"), "the job runs", |j| j["state"] == "RUNNING");
+    let requeued = server.send("PUT", &format!("/rest/jobs/{id}/requeue"), Auth::User);
+    assert_eq!(requeued.status, 200, "{}", requeued.body);
+    std::thread::sleep(Duration::from_secs(20));
+    let job = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    let vm = server.get(&format!("/rest/vms/{id}-vm"));
+    assert_ne!(
+        job["states"]["state"], "Starting",
+        "the requeued job is stuck starting; its VM: {} {}",
+        vm.status, vm.body
+    );
+}
