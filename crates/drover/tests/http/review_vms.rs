@@ -347,3 +347,62 @@ fn a_requeued_job_in_a_vm_starts_again() {
         vm.status, vm.body
     );
 }
+
+/// Odd bodies and ids on the VM and pending-action routes: never a 5xx.
+#[test]
+fn odd_vm_requests_are_answered_without_a_server_error() {
+    let server = no_qemu();
+    let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": "mine"}));
+    assert_eq!(created.status, 202, "{}", created.body);
+    let mut bad = Vec::new();
+    let bodies = [
+        json!({"id": 5}), json!({"id": null}), json!({"id": ""}), json!({"id": "x".repeat(65)}),
+        json!({"node": []}), json!({"node": [{}]}), json!({"node": {"id": 5}}), json!({"node": null}),
+        json!({"node": ""}), json!({"totalProcessors": 1e300}), json!({"totalProcessors": -1}),
+        json!({"totalProcessors": "4294967296"}), json!({"totalMemory": 18446744073709551615u64}),
+        json!({"totalDisk": -5}), json!({"storage": 5}), json!({"storage": "data:65536,data:65536"}),
+        json!({"storage": "a:1@,b:1@@,,,:"}), json!({"triggers": "x"}), json!({"triggers": [1, "a"]}),
+        json!({"variables": [1]}), json!({"variables": {"a": {"b": 1}}}), json!({"os": 5}),
+        json!({"requestedTimeToLive": 1.5}), json!({"sovereign": "maybe"}), json!([]), json!("x"),
+        json!(null), json!({"template": {"a": 1}}), json!({"description": ["x"]}),
+    ];
+    for body in &bodies {
+        let r = send(&server, "POST", "/rest/vms", bob(), body);
+        if r.status >= 500 { bad.push(format!("POST {body}: {} {}", r.status, r.body)); }
+    }
+    let changes = [
+        json!({"node": null}), json!({"node": 5}), json!({"node": []}), json!({"node": [{}]}),
+        json!({"node": {"id": null}}), json!({"node": {"id": "ANY"}, "powerState": 5}),
+        json!({"node": "node-x"}), json!({"powerState": null}), json!({"powerState": 1}),
+        json!({"state": 5}), json!({"genericEvents": "x"}), json!({"genericEvents": [5]}),
+        json!({"genericEvents": [{"name": 5}]}), json!({"genericMetrics": {"a": "NaN"}}),
+        json!({"genericMetrics": {"a": "1e999"}}), json!({"genericMetrics": [1]}),
+        json!({"variables": null}), json!({"triggers": null}), json!({"os": null}), json!([]),
+        json!(null), json!(5),
+    ];
+    for path in ["/rest/vms/mine", "/rest/vms/none", "/rest/vms/%2e%2e", "/rest/vms/a%00b"] {
+        for body in &changes {
+            let r = send(&server, "PUT", path, bob(), body);
+            if r.status >= 500 { bad.push(format!("PUT {path} {body}: {} {}", r.status, r.body)); }
+        }
+        for method in ["GET", "DELETE"] {
+            let r = server.send(method, path, bob());
+            if r.status >= 500 { bad.push(format!("{method} {path}: {} {}", r.status, r.body)); }
+        }
+    }
+    for query in [
+        "", "?first-result=-1", "?max-results=-1", "?max-results=99999999999999999999",
+        "?first-result=18446744073709551615", "?sort=%7B%22vmId%22%3A1%7D", "?sort=garbage",
+        "?query=%7B%22vmId%22%3A%7B%22%24regex%22%3A%22(a%2B)%2B%24%22%7D%7D", "?query=nonsense",
+        "?fields=id&fields=vmId", "?api-version=99", "?api-version=x", "?proxy-user=alice",
+    ] {
+        for path in ["/rest/pending-actions", "/rest/vms", "/rest/nodes/node01/vms"] {
+            let r = server.get_as(bob(), &format!("{path}{query}"));
+            if r.status >= 500 { bad.push(format!("GET {path}{query}: {} {}", r.status, r.body)); }
+        }
+    }
+    // Still alive.
+    let r = send(&server, "POST", "/rest/vms", bob(), &json!({"id": "after"}));
+    if r.status >= 500 { bad.push(format!("the engine after: {} {}", r.status, r.body)); }
+    assert!(bad.is_empty(), "{bad:#?}");
+}
