@@ -1084,7 +1084,7 @@ fn vms_are_their_owners_and_a_job_in_a_vm_reads_only_what_its_user_may() {
     use std::os::unix::fs::MetadataExt;
     assert_eq!(std::fs::metadata(&err).unwrap().uid(), uid_of(BOB));
     wait_until("bob's job VM is gone", || {
-        server.get(&format!("/rest/vms/{id}-vm")).status == 404
+        server.get(&format!("/rest/vms/job-{id}")).status == 404
     });
 }
 

@@ -483,7 +483,7 @@ fn a_job_asking_for_a_vm_runs_its_command_inside_a_guest_made_for_it() {
     );
     assert_eq!(reply.status, 201, "{}", reply.body);
     let id = reply.json()["id"].as_str().unwrap().to_string();
-    let vm_id = format!("{id}-vm");
+    let vm_id = format!("job-{id}");
     // Its VM is made (a setup system job), owned by the job's user, on the job's node.
     let vm = server.wait_for(&format!("/rest/vms/{vm_id}"), "the job's VM", |vm| {
         vm["id"] == vm_id.as_str()
