@@ -13,6 +13,27 @@ fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value)
     server.call(method, path, auth, Some(("application/json", bytes)))
 }
 
+/// Submits (as alice, version 1) a job `(name, script)` whose command runs in a VM of its
+/// own, with `more` fields; answers its id.
+fn submit_in_vm(
+    server: &TestServer,
+    work: &std::path::Path,
+    job: (&str, &str),
+    more: Value,
+) -> String {
+    let (name, body) = job;
+    let command = drover_testkit::script(work, &format!("{name}.sh"), body);
+    let mut fields = json!({"name": name, "commandFile": command,
+                            "initialWorkingDirectory": work, "vmUsagePolicy": "CREATEVM"});
+    fields
+        .as_object_mut()
+        .unwrap()
+        .extend(more.as_object().unwrap().clone());
+    let reply = send(server, "POST", "/rest/jobs", Auth::User, &fields);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
+
 fn bob() -> Auth {
     Auth::Basic("bob".into(), PASSWORD.into())
 }
@@ -48,17 +69,12 @@ fn another_users_vm_named_after_my_job_is_not_where_my_job_runs() {
     let trap = format!("job-Drover.{seq}");
     let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": trap}));
     created.assert_refused(400, "VMs of jobs", &"a VM id a job's VM will have");
-    let command = drover_testkit::script(work.path(), "guest.sh", "echo vm=$DROVER_VM_ID");
-    let reply = send(
+    let id = submit_in_vm(
         &server,
-        "POST",
-        "/rest/jobs",
-        Auth::User,
-        &json!({"name": "guest", "commandFile": command,
-                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM"}),
+        work.path(),
+        ("guest", "echo vm=$DROVER_VM_ID"),
+        json!({}),
     );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    let id = reply.json()["id"].as_str().unwrap().to_string();
     assert_eq!(format!("job-{id}"), trap, "the job id was predicted");
     let owner = server.wait_for(&format!("/rest/vms/{trap}"), "alice's job's VM", |_| true);
     assert_eq!(owner["user"], drover_testkit::USER);
@@ -90,17 +106,7 @@ fn another_users_failed_vm_named_after_my_job_does_not_wedge_it() {
     let trap = format!("job-Drover.{seq}");
     let created = send(&server, "POST", "/rest/vms", bob(), &json!({"id": trap}));
     created.assert_refused(400, "VMs of jobs", &"a VM id a job's VM will have");
-    let command = drover_testkit::script(work.path(), "guest.sh", "true");
-    let reply = send(
-        &server,
-        "POST",
-        "/rest/jobs",
-        Auth::User,
-        &json!({"commandFile": command, "initialWorkingDirectory": work.path(),
-                "vmUsagePolicy": "CREATEVM"}),
-    );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    let id = reply.json()["id"].as_str().unwrap().to_string();
+    let id = submit_in_vm(&server, work.path(), ("guest", "true"), json!({}));
     assert_eq!(format!("job-{id}"), trap);
     let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "held", |j| {
         j["states"]["state"] == "Hold"
@@ -120,18 +126,12 @@ fn a_jobs_vm_powered_off_as_its_job_ends_is_destroyed() {
         return;
     };
     let work = drover_testkit::scratch_dir();
-    let command = drover_testkit::script(work.path(), "long.sh", "sleep 600");
-    let reply = send(
+    let id = submit_in_vm(
         &server,
-        "POST",
-        "/rest/jobs",
-        Auth::User,
-        &json!({"name": "long", "commandFile": command,
-                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM",
-                "requirements": [{"requiredProcessorCountMinimum": 4}]}),
+        work.path(),
+        ("long", "sleep 600"),
+        json!({"requirements": [{"requiredProcessorCountMinimum": 4}]}),
     );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    let id = reply.json()["id"].as_str().unwrap().to_string();
     let vm_id = format!("job-{id}");
     server.wait_for(&format!("/rest/jobs/{id}"), "the job runs", |j| {
         j["state"] == "RUNNING"
@@ -255,18 +255,12 @@ fn a_jobs_vm_is_no_larger_than_what_the_job_holds_on_its_node() {
         return;
     };
     let work = drover_testkit::scratch_dir();
-    let command = drover_testkit::script(work.path(), "wide.sh", "nproc; sleep 5");
-    let reply = send(
+    let id = submit_in_vm(
         &server,
-        "POST",
-        "/rest/jobs",
-        Auth::User,
-        &json!({"name": "wide", "commandFile": command,
-                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM",
-                "requirements": [{"requiredProcessorCountMinimum": 8}]}),
+        work.path(),
+        ("wide", "nproc; sleep 5"),
+        json!({"requirements": [{"requiredProcessorCountMinimum": 8}]}),
     );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    let id = reply.json()["id"].as_str().unwrap().to_string();
     let vm = server.wait_for(&format!("/rest/vms/job-{id}"), "its VM", |vm| {
         vm["id"].is_string()
     });
@@ -290,17 +284,12 @@ fn a_requeued_job_in_a_vm_starts_again() {
         return;
     };
     let work = drover_testkit::scratch_dir();
-    let command = drover_testkit::script(work.path(), "long.sh", "sleep 600");
-    let reply = send(
+    let id = submit_in_vm(
         &server,
-        "POST",
-        "/rest/jobs",
-        Auth::User,
-        &json!({"name": "again", "commandFile": command, "flags": ["RESTARTABLE"],
-                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM"}),
+        work.path(),
+        ("again", "sleep 600"),
+        json!({"flags": ["RESTARTABLE"]}),
     );
-    assert_eq!(reply.status, 201, "{}", reply.body);
-    let id = reply.json()["id"].as_str().unwrap().to_string();
     server.wait_for(&format!("/rest/vms/job-{id}"), "its VM runs", |vm| {
         vm["substate"] == "running"
     });
