@@ -632,3 +632,39 @@ fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
     });
     assert!(!record.exists());
 }
+
+#[test]
+fn a_job_in_a_vm_outlives_a_restart_of_the_service() {
+    let Some((server, _guests)) = server() else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let command = drover_testkit::script(work.path(), "slow.sh", "sleep 4\necho done");
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/jobs",
+        Auth::User,
+        &json!({"name": "slow", "commandFile": command,
+                "initialWorkingDirectory": work.path(), "vmUsagePolicy": "CREATEVM"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let id = reply.json()["id"].as_str().unwrap().to_string();
+    server.wait_for(&format!("/rest/jobs/{id}"), "the job runs", |j| {
+        j["state"] == "RUNNING"
+    });
+    // The job's process (and its connection to the guest) belongs to its shepherd, not
+    // to the service: a restart adopts it, and its end still destroys the VM.
+    let server = server.restart();
+    let job = server.wait_for(&format!("/rest/jobs/{id}"), "the job ends", |j| {
+        j["state"] == "COMPLETED"
+    });
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let number = id.trim_start_matches("Drover.");
+    let out = std::fs::read_to_string(work.path().join(format!("slow.o{number}"))).unwrap();
+    assert_eq!(out.trim(), "done");
+    wait_until("the job's VM is gone", || {
+        server.get(&format!("/rest/vms/job-{id}")).status == 404
+    });
+    assert!(qemu_pids(server.data_dir(), Some(&format!("job-{id}"))).is_empty());
+}
