@@ -104,11 +104,16 @@ pub(crate) fn register(routes: &mut Routes) {
         );
 }
 
+/// The ledger; with accounting disabled (a lasting choice of the configuration, not an
+/// outage), 404.
 fn ledger(state: &AppState) -> ApiResult<&Arc<Ledger>> {
     state.accounting().filter(|l| l.enabled()).ok_or_else(|| {
-        ApiError::unavailable(
-            "No accounting manager is configured",
-            "Enable it with [accounting] enabled = true",
+        ApiError::new(
+            crate::Kind::NotFound,
+            [
+                "Accounting is not enabled on this server".to_string(),
+                "The accounting routes answer only where [accounting] enabled = true".into(),
+            ],
         )
     })
 }

@@ -146,12 +146,14 @@ async fn probe_store(state: &AppState) -> Result<StoreInfo, String> {
 }
 
 /// The embedded accounting manager is up when enabled (it shares the datastore).
-fn accounting_health(state: &AppState) -> (Health, &'static str) {
+/// The accounting manager's state, and the reason when it is not up (spec 2.23:
+/// `message` is null while a connection is up).
+fn accounting_health(state: &AppState) -> (Health, Option<&'static str>) {
     match state.accounting() {
-        Some(ledger) if ledger.enabled() => (Health::Up, "the embedded accounting manager"),
+        Some(ledger) if ledger.enabled() => (Health::Up, None),
         _ => (
             Health::NotConfigured,
-            "accounting is not enabled ([accounting] enabled = true)",
+            Some("accounting is not enabled ([accounting] enabled = true)"),
         ),
     }
 }

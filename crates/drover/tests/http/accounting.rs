@@ -82,6 +82,12 @@ fn accounts_are_read_for_the_accounting_user() {
     let server = server();
     let summary = server.get("/rest/diag/health/summary").json();
     assert_eq!(summary["acct"]["connected"], "UP");
+    // Spec 2.23: the message is the reason a connection is down, null while it is up.
+    let detail = server.get("/rest/diag/health/detail").json();
+    assert_eq!(detail["acct"]["connected"], "UP");
+    assert_eq!(detail["acct"]["message"], Value::Null, "{detail}");
+    assert_eq!(detail["datastore"]["message"], Value::Null, "{detail}");
+    assert_eq!(detail["sched"]["message"], Value::Null, "{detail}");
     let missing = server.get("/rest/accounts");
     assert_eq!(missing.status, 400);
     assert!(missing.messages().contains("proxy-user"));
@@ -407,4 +413,20 @@ fn a_job_waits_for_funds_and_starts_when_they_are_added() {
         .json();
     assert_eq!(listed["totalCount"], 1);
     assert_eq!(listed["results"][0]["amount"], json!(1000));
+}
+
+#[test]
+fn without_accounting_its_routes_answer_404_saying_so() {
+    let server = TestServer::start();
+    for path in [
+        "/rest/accounts?proxy-user=ann",
+        "/rest/accounting/usage-records",
+    ] {
+        server
+            .get(path)
+            .assert_refused(404, "Accounting is not enabled", &path);
+    }
+    let detail = server.get("/rest/diag/health/detail").json();
+    assert_eq!(detail["acct"]["connected"], "NOT_CONFIGURED");
+    assert!(detail["acct"]["message"].is_string(), "{detail}");
 }
