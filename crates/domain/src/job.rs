@@ -633,30 +633,38 @@ impl Job {
     }
 
     /// Where a stream goes: the path asked for, relative to the working directory, or
-    /// `<name>.o<n>` / `<name>.e<n>` there (`job` when the name is no plain file name).
+    /// [`Job::default_output_name`] there.
     pub fn output_path(&self, output: Output) -> std::path::PathBuf {
         let directory = std::path::Path::new(self.spec.working_directory.as_deref().unwrap_or("/"));
-        let (given, letter) = match output {
-            Output::Stdout => (&self.spec.stdout_path, 'o'),
-            Output::Stderr => (&self.spec.stderr_path, 'e'),
+        let given = match output {
+            Output::Stdout => &self.spec.stdout_path,
+            Output::Stderr => &self.spec.stderr_path,
         };
         match given {
             Some(path) => directory.join(path),
-            None => {
-                let base = self.spec.custom_name.as_deref().filter(|n| {
-                    !n.is_empty()
-                        && n.len() <= 100
-                        && n.chars()
-                            .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-                });
-                // Sub-jobs of an array share the number: the index keeps their files apart.
-                let number = match self.array_member() {
-                    Some((_, index)) => format!("{}-{index}", self.seq),
-                    None => self.seq.to_string(),
-                };
-                directory.join(format!("{}.{letter}{number}", base.unwrap_or("job")))
-            }
+            None => directory.join(self.default_output_name(output)),
         }
+    }
+
+    /// The file name a stream gets when no path is given, or a directory: `<name>.o<n>`
+    /// / `<name>.e<n>` (`job` when the name is no plain file name).
+    pub fn default_output_name(&self, output: Output) -> String {
+        let letter = match output {
+            Output::Stdout => 'o',
+            Output::Stderr => 'e',
+        };
+        let base = self.spec.custom_name.as_deref().filter(|n| {
+            !n.is_empty()
+                && n.len() <= 100
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        });
+        // Sub-jobs of an array share the number: the index keeps their files apart.
+        let number = match self.array_member() {
+            Some((_, index)) => format!("{}-{index}", self.seq),
+            None => self.seq.to_string(),
+        };
+        format!("{}.{letter}{number}", base.unwrap_or("job"))
     }
 
     /// The array this job is the master of.

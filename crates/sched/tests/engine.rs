@@ -37,6 +37,7 @@ impl FakeRm {
             exit: Exit {
                 code: Some(code),
                 cpu_seconds: 1.5,
+                start_failure: None,
             },
         });
     }

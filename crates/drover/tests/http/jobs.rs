@@ -2,7 +2,9 @@
 //! the actions, the refusals of spec part 8, and restarts.
 
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, TestServer, scratch_dir, script, submit_v1, submit_v2, wait_until};
+use drover_testkit::{
+    Auth, TestServer, scratch_dir, script, submit_v1, submit_v2, wait_state_v2, wait_until,
+};
 use serde_json::{Value, json};
 
 /// `/proc/<pid>/stat` state letter (`S` sleeping, `T` stopped...), `None` when gone.
@@ -1454,4 +1456,72 @@ fn job_arrays_need_enabling_run_their_sub_jobs_and_refuse_bad_input() {
         );
     }
     assert_eq!(state_v1(&server, &master), "REMOVED");
+}
+
+#[test]
+fn an_output_path_naming_a_directory_gets_the_default_file_name_there() {
+    // As real clients of the original do: the directory means "put the file there".
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let logs = work.path().join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let command = script(work.path(), "two.sh", "echo out\necho err >&2");
+    let id = submit_v2(
+        &server,
+        json!({"customName": "two", "commandFile": command,
+               "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": logs, "standardErrorFilePath": format!("{}/", logs.display())}),
+    );
+    let job = wait_state_v2(&server, &id, "Completed");
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let number = id.trim_start_matches("Drover.");
+    let read = |name: String| std::fs::read_to_string(logs.join(name)).unwrap();
+    assert_eq!(read(format!("two.o{number}")).trim(), "out");
+    assert_eq!(read(format!("two.e{number}")).trim(), "err");
+}
+
+#[test]
+fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let command = script(work.path(), "never.sh", "echo ran");
+    // An output file in a directory that does not exist.
+    let id = submit_v2(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": "/nonexistent-dir/out"}),
+    );
+    let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
+        j["states"]["state"] == "Completed"
+    });
+    assert_ne!(job["completionCode"], 0, "{job}");
+    let said = job["messages"].to_string();
+    assert!(said.contains("could not be started"), "{job}");
+    assert!(said.contains("/nonexistent-dir/out"), "{job}");
+    let events = server.get(&format!(
+        "/rest/events?query=%7B%22eventType%22%3A%22jobend%22%2C%22primaryObject.id%22%3A%22{id}%22%7D"
+    ));
+    assert!(events.body.contains("nonexistent-dir"), "{}", events.body);
+    // A command file gone while the job was held.
+    let gone = script(work.path(), "gone.sh", "echo ran");
+    let id = submit_v2(
+        &server,
+        json!({"commandFile": gone, "initialWorkingDirectory": work.path(), "holds": ["User"]}),
+    );
+    std::fs::remove_file(&gone).unwrap();
+    let released = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"holds": []}),
+    );
+    assert_eq!(released.status, 200, "{}", released.body);
+    let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
+        j["states"]["state"] == "Completed"
+    });
+    assert_eq!(job["completionCode"], 126, "{job}");
+    assert!(
+        job["messages"].to_string().contains("cannot be read"),
+        "{job}"
+    );
 }

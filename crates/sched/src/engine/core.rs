@@ -789,14 +789,22 @@ impl Engine {
         if ended && job.array_member().is_some() && job.status.ending != Some(EndIntent::Cancel) {
             self.member_ended(&job, code);
         }
+        if let Some(reason) = &exit.start_failure {
+            // Its command never ran: say why, on the job and in its end's event.
+            self.update(position, |job| {
+                job.status.messages.push(JobMessage {
+                    text: format!("The job's command could not be started: {reason}"),
+                    author: None,
+                    created: now,
+                })
+            });
+        }
         if ended {
-            self.emit(
-                "jobend",
-                "job",
-                job_id,
-                None,
-                vec![("completionCode".into(), code.to_string())],
-            );
+            let mut details = vec![("completionCode".to_string(), code.to_string())];
+            if let Some(reason) = &exit.start_failure {
+                details.push(("reason".into(), reason.clone()));
+            }
+            self.emit("jobend", "job", job_id, None, details);
         }
         if crate::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref()) {
             self.job_left_its_vm(job_id);

@@ -90,6 +90,10 @@ impl Engine {
             user: SystemUser::clone(&user),
             gid,
             guest: None,
+            output_names: (
+                job.default_output_name(Output::Stdout),
+                job.default_output_name(Output::Stderr),
+            ),
         })
     }
 }

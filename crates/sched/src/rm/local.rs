@@ -22,15 +22,29 @@ use crate::job::ProcessRecord;
 use crate::sysuser;
 
 /// Runs as the job's user, as the job's process: redirect, then become the command
-/// (directly when executable, through `sh` otherwise).
+/// (directly when executable, through `sh` otherwise). Until its own redirections are
+/// made, its standard error is fd 3, the shepherd's report pipe: why a job could not
+/// start (a directory it cannot enter, an output file it cannot open, a command file it
+/// cannot read) reaches the job's messages. An output path naming a directory gets the
+/// file under its default name there (checked as the user).
 const WRAPPER: &str = r#"
+exec 2>&3
 cd "$DROVER_JOB_DIR" || exit 126
-if [ -n "$DROVER_JOB_JOIN" ]; then
-  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>&1 || exit 126
-else
-  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>>"$DROVER_JOB_STDERR" || exit 126
+if [ -d "$DROVER_JOB_STDOUT" ]; then
+  DROVER_JOB_STDOUT="$DROVER_JOB_STDOUT/$DROVER_JOB_STDOUT_NAME"; DROVER_JOB_JOIN=
 fi
-unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR
+if [ -d "$DROVER_JOB_STDERR" ]; then
+  DROVER_JOB_STDERR="$DROVER_JOB_STDERR/$DROVER_JOB_STDERR_NAME"; DROVER_JOB_JOIN=
+fi
+if [ ! -r "$1" ] && [ ! -x "$1" ]; then
+  echo "the command file $1 cannot be read by the user $USER" >&2; exit 126
+fi
+if [ -n "$DROVER_JOB_JOIN" ]; then
+  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>&1 3>&- || exit 126
+else
+  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>>"$DROVER_JOB_STDERR" 3>&- || exit 126
+fi
+unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR DROVER_JOB_STDOUT_NAME DROVER_JOB_STDERR_NAME
 if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 "#;
 
@@ -68,7 +82,7 @@ impl LocalResourceManager {
     }
 
     /// Waits for the child in a thread of its own: `wait4` gives its CPU time too.
-    fn watch_child(&self, job_id: String, pid: i32) {
+    fn watch_child(&self, job_id: String, pid: i32, spool: PathBuf) {
         let events = self.events.clone();
         std::thread::Builder::new()
             .name(format!("job-{job_id}"))
@@ -99,6 +113,7 @@ impl LocalResourceManager {
                 let exit = Exit {
                     code,
                     cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
+                    start_failure: read_status(&spool).and_then(|(_, reason)| reason),
                 };
                 events(RmEvent::Exited { job_id, pid, exit });
             })
@@ -114,10 +129,11 @@ impl LocalResourceManager {
                 while is_alive(&process) {
                     std::thread::sleep(Duration::from_millis(200));
                 }
-                let code = read_exit_status(Path::new(&process.spool));
+                let status = read_status(Path::new(&process.spool));
                 let exit = Exit {
-                    code,
+                    code: status.as_ref().map(|(code, _)| *code),
                     cpu_seconds: 0.0,
+                    start_failure: status.and_then(|(_, reason)| reason),
                 };
                 events(RmEvent::Exited {
                     job_id,
@@ -219,7 +235,7 @@ impl ResourceManager for LocalResourceManager {
         };
         // In the service's own directory: a restart kills what this names.
         std::fs::write(self.pid_file(&launch.job_id), pid.to_string()).ok();
-        self.watch_child(launch.job_id, pid);
+        self.watch_child(launch.job_id, pid, spool);
         Ok(record)
     }
 
@@ -306,7 +322,15 @@ fn plan_of(launch: &Launch) -> Plan {
     environment.push(("DROVER_JOB_STDOUT".into(), path(&launch.stdout)));
     environment.push(("DROVER_JOB_STDERR".into(), path(&launch.stderr)));
     environment.push(("DROVER_JOB_DIR".into(), path(&launch.working_directory)));
-    if launch.stdout == launch.stderr {
+    environment.push((
+        "DROVER_JOB_STDOUT_NAME".into(),
+        launch.output_names.0.clone(),
+    ));
+    environment.push((
+        "DROVER_JOB_STDERR_NAME".into(),
+        launch.output_names.1.clone(),
+    ));
+    if launch.stdout.as_os_str() == launch.stderr.as_os_str() {
         environment.push(("DROVER_JOB_JOIN".into(), "1".into()));
     }
     if let Some(stdin) = &launch.stdin {
@@ -346,10 +370,12 @@ fn plan_file(plan: &Plan) -> std::io::Result<std::fs::File> {
 /// belonged to the job's user: the file is opened without following a symlink or
 /// waiting on a FIFO, and read only when it is a small regular file, owned by the
 /// directory's owner unless that is the service.
-fn read_exit_status(spool: &Path) -> Option<i32> {
+/// The exit status a shepherd wrote, and the reason the job could not start when it
+/// reported one (the file's second line).
+fn read_status(spool: &Path) -> Option<(i32, Option<String>)> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
-    const MAX_LEN: u64 = 32;
+    const MAX_LEN: u64 = 32 + shepherd::REPORT_LIMIT as u64;
     let owner = std::fs::symlink_metadata(spool).ok()?.uid();
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -361,9 +387,15 @@ fn read_exit_status(spool: &Path) -> Option<i32> {
     if !facts.is_file() || (owner != service && facts.uid() != owner) || facts.len() > MAX_LEN {
         return None;
     }
-    let mut text = String::new();
-    file.take(MAX_LEN).read_to_string(&mut text).ok()?;
-    text.trim().parse().ok()
+    let mut bytes = Vec::new();
+    file.take(MAX_LEN).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let (code, reason) = text.split_once('\n').unwrap_or((&text, ""));
+    let reason = reason.trim();
+    Some((
+        code.trim().parse().ok()?,
+        (!reason.is_empty()).then(|| reason.to_string()),
+    ))
 }
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
@@ -398,29 +430,48 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_start_failure_is_the_status_files_second_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let status = dir.path().join("exit_status");
+        std::fs::write(
+            &status,
+            "2\nsh: can't create /x/out: nonexistent directory\n",
+        )
+        .unwrap();
+        let (code, reason) = read_status(dir.path()).unwrap();
+        assert_eq!(code, 2);
+        assert_eq!(
+            reason.as_deref(),
+            Some("sh: can't create /x/out: nonexistent directory")
+        );
+        std::fs::write(&status, "0\n").unwrap();
+        assert_eq!(read_status(dir.path()), Some((0, None)));
+    }
+
+    #[test]
     fn an_exit_status_is_read_only_from_a_small_regular_file() {
         let dir = tempfile::tempdir().unwrap();
         let status = dir.path().join("exit_status");
         std::fs::write(&status, "3\n").unwrap();
-        assert_eq!(read_exit_status(dir.path()), Some(3));
+        assert_eq!(read_status(dir.path()).map(|(code, _)| code), Some(3));
 
         // A symlink to a file the job's user may not read is not followed.
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "42").unwrap();
         std::fs::remove_file(&status).unwrap();
         std::os::unix::fs::symlink(&secret, &status).unwrap();
-        assert_eq!(read_exit_status(dir.path()), None);
+        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
 
         // A FIFO does not block the watcher.
         std::fs::remove_file(&status).unwrap();
         let path = std::ffi::CString::new(status.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-        assert_eq!(read_exit_status(dir.path()), None);
+        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
 
         // A huge (sparse) file is not read.
         std::fs::remove_file(&status).unwrap();
         let file = std::fs::File::create(&status).unwrap();
         file.set_len(1 << 40).unwrap();
-        assert_eq!(read_exit_status(dir.path()), None);
+        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
     }
 }

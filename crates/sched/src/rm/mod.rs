@@ -27,6 +27,9 @@ pub struct Launch {
     /// A connection to the agent of the guest the job runs in (`vmUsagePolicy`): the
     /// job's process is then `drover guest-run`, which sends the command there.
     pub guest: Option<std::sync::Arc<std::os::fd::OwnedFd>>,
+    /// The default file names of its output and error (`<name>.o<n>`, `<name>.e<n>`),
+    /// for an output path that names a directory.
+    pub output_names: (String, String),
 }
 
 /// Signals the engine sends to a job.
@@ -47,6 +50,9 @@ pub struct Exit {
     /// `None` when it could not be learnt (a re-adopted process that left no status).
     pub code: Option<i32>,
     pub cpu_seconds: f64,
+    /// Why the job's command never started, when its wrapper said (a working directory
+    /// it could not enter, an output file it could not open...).
+    pub start_failure: Option<String>,
 }
 
 /// What a resource manager tells the engine.

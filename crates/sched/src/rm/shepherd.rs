@@ -32,6 +32,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 pub const STATUS_FD: i32 = 3;
 /// The plan's descriptor in the shepherd.
 pub const PLAN_FD: i32 = 4;
+/// In the job's process until its wrapper has made its redirections: a pipe to the
+/// shepherd, which reads there why the job could not start (the wrapper's standard
+/// error) and writes it on the status file's second line.
+pub const REPORT_FD: i32 = 3;
+/// The most of that report kept.
+pub const REPORT_LIMIT: usize = 1024;
 /// A job in a guest: the connection to the guest's agent, in the job's process too.
 pub const GUEST_AGENT_FD: i32 = 5;
 /// A job in a guest: the `drover` program, which the job's process runs as
@@ -202,6 +208,13 @@ pub fn run() -> i32 {
             libc::signal(signal, pass_on as *const () as libc::sighandler_t);
         }
     }
+    // The report pipe: its read end stays here (non-blocking: read once the job ended).
+    let mut report = [0; 2];
+    // SAFETY: `report` has room for the two descriptors.
+    if unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return 125;
+    }
+    let [report_read, report_write] = report;
     // SAFETY: this process has one thread; the child only calls async-signal-safe
     // functions on memory prepared before the fork, then execs or exits.
     let child = unsafe { libc::fork() };
@@ -220,13 +233,17 @@ pub fn run() -> i32 {
             let mut none: libc::sigset_t = std::mem::zeroed();
             libc::sigemptyset(&mut none);
             libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
-            // The job keeps only what the plan gives it (a guest's fds 5 and 6).
-            libc::close(STATUS_FD);
+            // The job keeps only the report pipe (as fd 3, in place of the status file,
+            // and blocking) and what the plan gives it (a guest's fds 5 and 6).
+            if libc::dup2(report_write, REPORT_FD) < 0 {
+                libc::_exit(125);
+            }
+            libc::fcntl(REPORT_FD, libc::F_SETFL, 0);
             libc::close(PLAN_FD);
             close_from(if plan.guest {
                 GUEST_PROGRAM_FD as u32 + 1
             } else {
-                STATUS_FD as u32
+                REPORT_FD as u32 + 1
             });
             if let Some(ids) = &plan.switch_to
                 && (libc::setgroups(ids.groups.len(), ids.groups.as_ptr()) != 0
@@ -248,10 +265,23 @@ pub fn run() -> i32 {
         }
         libc::sigprocmask(libc::SIG_UNBLOCK, &passed_on, std::ptr::null_mut());
     }
+    // SAFETY: the write end is this process's own; the child has its copy.
+    unsafe { libc::close(report_write) };
     let code = wait_for(child);
+    // SAFETY: the read end is this process's own, read once here.
+    let mut report_file = unsafe { std::fs::File::from_raw_fd(report_read) };
+    let mut reason = Vec::new();
+    let _ = (&mut report_file)
+        .take(REPORT_LIMIT as u64)
+        .read_to_end(&mut reason);
+    let reason = String::from_utf8_lossy(&reason);
     // SAFETY: fd 3 is the status file the service opened for this process.
     let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
     let _ = writeln!(status, "{code}");
+    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
+    if !reason.is_empty() {
+        let _ = writeln!(status, "{reason}");
+    }
     code
 }
 

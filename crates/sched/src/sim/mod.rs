@@ -92,6 +92,7 @@ pub fn replay(
                 Exit {
                     code: Some(0),
                     cpu_seconds: 0.0,
+                    start_failure: None,
                 },
             );
             ended[index] = Some(now);
