@@ -355,6 +355,8 @@ fn grants_added_later() -> Vec<(&'static str, Grant)> {
     for action in ["create", "update", "delete"] {
         added.push((OPERATOR, Grant::new("vms", action, Scope::All)));
     }
+    // Service templates (#28).
+    added.push((USER, Grant::new("service-templates", "read", Scope::All)));
     added
 }
 
