@@ -27,10 +27,10 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{integer, object, string, strings};
+use crate::openapi::schema::{envelope, integer, object, string, strings};
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Collection, ItemChange, Routes, Submission};
+use crate::routes::{Access, ItemChange, Routes, Submission};
 
 const READ: Access = Access::Needs(Permission::read("service-templates"));
 const CREATE: Access = Access::Needs(Permission::create("service-templates"));
@@ -102,23 +102,22 @@ fn schema() -> Value {
 }
 
 pub(crate) fn register(routes: &mut Routes) {
-    routes.collection(
-        Collection {
-            path: PATH,
-            item_path: "/rest/service-templates/{key}",
-            access: READ,
-            schema: schema(),
-            list: ("Service templates", "Service templates"),
-            item: (
-                "One service template, by id or name, as a list of one",
-                "The template's id or name",
-                "The list envelope with the one template",
-                "No such service template",
-            ),
-        },
-        list,
-        one,
-    );
+    // Not a `Collection`: one template is answered as a list envelope of one (4.11).
+    routes
+        .get(PATH, READ, list)
+        .summary("Service templates")
+        .list()
+        .response(200, "Service templates", Some(envelope(schema())));
+    routes
+        .get("/rest/service-templates/{key}", READ, one)
+        .summary("One service template, by id or name, as a list envelope of one")
+        .path_param("key", "The template's id or name")
+        .response(
+            200,
+            "The list envelope with the one template",
+            Some(envelope(schema())),
+        )
+        .response(404, "No such service template", None);
     routes
         .post(PATH, CREATE, create)
         .summary("Creates a service template (name and type required)")
