@@ -200,14 +200,20 @@ fn name_refusal(field: &str, name: &str, what: &str) -> Option<Refusal> {
             advice,
         ));
     }
-    if name.is_empty() || name.len() > MAX_NAME || name.starts_with(' ') || name.ends_with(' ') {
-        return Some(Refusal::new(
-            field,
-            format!("the {what} '{name}' is empty, too long or begins or ends with a space"),
-            advice,
-        ));
-    }
-    None
+    let wrong = if name.is_empty() {
+        "is empty"
+    } else if name.len() > MAX_NAME {
+        "is too long"
+    } else if name.starts_with(' ') || name.ends_with(' ') {
+        "begins or ends with a space"
+    } else {
+        return None;
+    };
+    Some(Refusal::new(
+        field,
+        format!("the {what} '{name}' {wrong}"),
+        advice,
+    ))
 }
 
 /// Whether `text` has the form of a service template id (24 hex digits, either case).
@@ -487,7 +493,8 @@ impl ServiceTemplate {
 }
 
 /// Renames `service` to `localName` in dependency entries (the name services use, 2.11),
-/// so that the stored form has one spelling.
+/// and makes a single `dependency` a list of one, so that the stored form has one
+/// spelling.
 fn normalize_dependencies(attributes: &mut Map<String, Value>) {
     let Some(Value::Array(entries)) = attributes
         .get_mut("sched")
@@ -501,6 +508,9 @@ fn normalize_dependencies(attributes: &mut Map<String, Value>) {
             && let Some(service) = entry.remove("service")
         {
             entry.insert("localName".into(), service);
+        }
+        if let Some(one @ Value::String(_)) = entry.get_mut("dependency") {
+            *one = Value::Array(vec![one.take()]);
         }
     }
 }
@@ -779,8 +789,8 @@ mod tests {
             ("a_b", "'_'"),
             ("a/b", "'/'"),
             ("é", "'é'"),
-            ("", "empty"),
-            (" a", "space"),
+            ("", "is empty"),
+            (" a", "begins or ends with a space"),
             ("0123456789abcdef01234567", "form of a service template id"),
             ("0123456789ABCDEF01234567", "form of a service template id"),
         ] {
@@ -850,12 +860,18 @@ mod tests {
     #[test]
     fn dependencies_name_included_services_without_cycles() {
         let ok = container(json!([{"localName": "web", "dependency": ["db"]},
-                                  {"service": "db", "dependency": []}]));
-        let template = ServiceTemplate::create(&ok, included(&["web", "db"]), "a", NOW).unwrap();
+                                  {"service": "db", "dependency": []},
+                                  {"localName": "db", "dependency": "web2"}]));
+        let template =
+            ServiceTemplate::create(&ok, included(&["web", "db", "web2"]), "a", NOW).unwrap();
         // `service` is stored as `localName`; the free-form parts are kept.
         assert_eq!(
             template.attributes["sched"]["dependencies"][1],
             json!({"localName": "db", "dependency": []})
+        );
+        assert_eq!(
+            template.attributes["sched"]["dependencies"][2]["dependency"],
+            json!(["web2"])
         );
         assert_eq!(template.attributes["portal"]["form"], json!([1]));
 

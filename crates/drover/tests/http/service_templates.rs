@@ -210,6 +210,16 @@ fn service_templates_are_created_read_listed_changed_and_deleted() {
         read(&server, "stack")["includedServices"][0]["serviceTemplate"],
         json!({"id": id, "name": "web"})
     );
+    // What a client read, sent back whole, is a change of nothing but the date.
+    let again = server.send_json("PUT", &item("stack"), &read(&server, "stack"));
+    assert_eq!(again.status, 200, "{}", again.body);
+    let again = again.json();
+    assert_eq!(again["version"], 3);
+    assert_eq!(
+        again["includedServices"],
+        read(&server, "stack")["includedServices"]
+    );
+    assert_eq!(again["attributes"], stack["attributes"]);
     refused(
         &server.send_json("PUT", &item("web"), &json!({"version": 1, "label": "x"})),
         409,
