@@ -261,7 +261,11 @@ impl From<CloudError> for ApiError {
                 ApiError::new(Kind::BadRequest, std::iter::once(summary).chain(reasons))
             }
             CloudError::NotFound(what) => ApiError::not_found(what),
-            CloudError::Conflict { summary, reason } => ApiError::conflict(summary, reason),
+            CloudError::Conflict {
+                summary,
+                reason,
+                advice,
+            } => ApiError::new(Kind::Conflict, [summary, reason].into_iter().chain(advice)),
             CloudError::Unreadable { .. } => ApiError::internal(e),
             CloudError::Store(e) => e.into(),
         }

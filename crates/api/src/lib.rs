@@ -21,7 +21,8 @@
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
 //!   [`principals`], one named-document resource (`named`) over the service
 //!   [`AccessStore`](drover_auth::access_store::AccessStore); [`images`], over the
-//!   service [`Images`](drover_cloud::Images); [`vms`] and [`pending_actions`] (the
+//!   service [`Images`](drover_cloud::Images); [`service_templates`], over the service
+//!   [`ServiceTemplates`](drover_cloud::ServiceTemplates); [`vms`] and [`pending_actions`] (the
 //!   system jobs that work on VMs), over the engine's VMs.
 
 pub mod access;
@@ -50,6 +51,7 @@ pub mod reports;
 pub mod reservations;
 pub mod roles;
 pub mod routes;
+pub mod service_templates;
 mod state;
 pub mod vms;
 pub mod wire;
@@ -78,6 +80,7 @@ pub fn interface() -> Routes {
     reservations::register(&mut routes);
     containers::register(&mut routes);
     images::register(&mut routes);
+    service_templates::register(&mut routes);
     vms::register(&mut routes);
     pending_actions::register(&mut routes);
     routes

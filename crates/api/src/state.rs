@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
-use drover_cloud::Images;
+use drover_cloud::{Images, ServiceTemplates};
 
 use crate::access::AccessControl;
 use crate::error::{ApiError, ApiResult};
@@ -37,6 +37,8 @@ pub struct Services {
     pub monitoring: Monitoring,
     /// The stored images (`drover-cloud`).
     pub images: Arc<Images>,
+    /// The stored service templates (`drover-cloud`).
+    pub service_templates: Arc<ServiceTemplates>,
 }
 
 /// Events and reports.
@@ -200,6 +202,11 @@ impl AppState {
     /// The stored images.
     pub fn images(&self) -> &Arc<Images> {
         &self.0.services.images
+    }
+
+    /// The stored service templates.
+    pub fn service_templates(&self) -> &Arc<ServiceTemplates> {
+        &self.0.services.service_templates
     }
 
     pub fn events(&self) -> &EventRecorder {

@@ -355,6 +355,8 @@ fn grants_added_later() -> Vec<(&'static str, Grant)> {
     for action in ["create", "update", "delete"] {
         added.push((OPERATOR, Grant::new("vms", action, Scope::All)));
     }
+    // Service templates (#28).
+    added.push((USER, Grant::new("service-templates", "read", Scope::All)));
     added
 }
 
@@ -516,8 +518,9 @@ mod tests {
             .filter(|(role, _)| *role == USER)
             .map(|(_, grant)| grant.to_string())
             .collect();
-        // Stored before any was added, and between the first and the others.
-        for since in [0, 1] {
+        // Stored before any was added, and after each release that added some (the
+        // last: `service-templates:read`).
+        for since in 0..later.len() {
             let dir = tempfile::tempdir().unwrap();
             let dropped: Vec<&str> = later[since..].iter().map(String::as_str).collect();
             store_user_role_without(&dir, &dropped);

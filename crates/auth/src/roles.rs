@@ -159,6 +159,7 @@ pub fn built_in_roles() -> Vec<Role> {
     for resource in [
         "nodes",
         "images",
+        "service-templates",
         "job-templates",
         "credentials",
         "diag",

@@ -30,11 +30,16 @@ pub enum CloudError {
     },
     #[error("{0}")]
     NotFound(String),
-    /// A taken name, a stale version, an image in use.
+    /// A taken name, a stale version, an image or template in use; `advice`, when
+    /// given, says what to do.
     #[error("{summary}: {reason}")]
-    Conflict { summary: String, reason: String },
+    Conflict {
+        summary: String,
+        reason: String,
+        advice: Option<String>,
+    },
     /// A stored document this service cannot read (a bug, or a hand-edited store).
-    #[error("unreadable stored image {id}: {reason}")]
+    #[error("unreadable stored document {id}: {reason}")]
     Unreadable { id: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -161,6 +166,7 @@ impl Images {
                     "version {version} is stale: the image is at version {}; read it again",
                     current.version
                 ),
+                advice: None,
             });
         }
         let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
@@ -201,6 +207,7 @@ impl Images {
             return Err(CloudError::Conflict {
                 summary,
                 reason: format!("the image is in use: {users}; remove them first"),
+                advice: None,
             });
         }
         // Service templates will also count here (#28).
@@ -211,6 +218,7 @@ impl Images {
                     "the image is in use: the virtualizedImages of {} name it; remove it there first",
                     users.join(", ")
                 ),
+                advice: None,
             });
         }
         self.store.write(&[Write::Delete {
@@ -312,6 +320,7 @@ fn taken(error: StoreError, summary: &str, name: &str) -> CloudError {
             reason: format!(
                 "the name '{name}' is taken, or the image changed meanwhile ({reason})"
             ),
+            advice: None,
         },
         other => other.into(),
     }

@@ -1,5 +1,5 @@
 //! Plain domain types shared by every Drover crate: the models of jobs, nodes,
-//! reservations, virtual containers, images and VMs, what callers may ask of them and the rules that
+//! reservations, virtual containers, images, VMs and service templates, what callers may ask of them and the rules that
 //! refuse a request (spec part 8), dates in the wire format, and time-ordered ids.
 //!
 //! No I/O (beyond `SystemClock` reading the time), no threads, no HTTP, no SQL: only
@@ -17,6 +17,7 @@ pub mod limits;
 pub mod node;
 pub mod request;
 pub mod reservation;
+pub mod service_template;
 pub mod template;
 pub mod validate;
 pub mod vm;

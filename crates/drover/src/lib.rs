@@ -144,6 +144,10 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
     if let Some(said) = guests::register_default_image(&images, &config.cloud.default_image)? {
         eprintln!("drover: {said}");
     }
+    let service_templates = Arc::new(
+        drover_cloud::ServiceTemplates::open(store.clone())
+            .map_err(|e| format!("cannot open the service templates: {e}"))?,
+    );
     let vm_host = guests::vm_host(config, images.clone());
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let settings = Settings {
@@ -185,6 +189,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
                 scheduler,
                 monitoring,
                 images,
+                service_templates,
             },
             settings,
         )

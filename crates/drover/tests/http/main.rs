@@ -16,5 +16,6 @@ mod reservations;
 mod review_vms;
 mod roles;
 mod security;
+mod service_templates;
 mod support;
 mod vms;
