@@ -228,6 +228,47 @@ impl Vm {
             .unwrap_or_else(|| self.phase.state())
     }
 
+    /// Applies the fields of `change` that only change the record (`state`, variables,
+    /// triggers, generic metrics and events; power and `os` are the engine's); answers
+    /// the wire names of what it changed. The latest generic events are kept (as many
+    /// as a job keeps messages).
+    pub fn apply(&mut self, change: VmChange, now: Seconds) -> Vec<&'static str> {
+        let mut said = Vec::new();
+        if let Some(state) = change.state {
+            self.state_set = Some(state.to_ascii_uppercase());
+            said.push("state");
+        }
+        if let Some(variables) = change.variables {
+            self.variables = variables;
+            said.push("variables");
+        }
+        if let Some(triggers) = change.triggers {
+            self.triggers = triggers;
+            said.push("triggers");
+        }
+        if !change.generic_metrics.is_empty() {
+            self.generic_metrics.extend(change.generic_metrics);
+            said.push("genericMetrics");
+        }
+        if !change.generic_events.is_empty() {
+            for (name, message) in change.generic_events {
+                self.generic_events.push(GenericEvent {
+                    name,
+                    message,
+                    created: now,
+                });
+            }
+            let extra = self
+                .generic_events
+                .len()
+                .saturating_sub(crate::limits::MAX_JOB_MESSAGES);
+            self.generic_events.drain(..extra);
+            said.push("genericEvents");
+        }
+        self.last_update = now;
+        said
+    }
+
     /// Moves to `phase` at `now`, remembering the phase it leaves.
     pub fn enter(&mut self, phase: VmPhase, now: Seconds) {
         if phase != self.phase {

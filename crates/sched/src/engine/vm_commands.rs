@@ -272,43 +272,7 @@ impl Engine {
             )));
         }
         let now = self.now();
-        let mut said = Vec::new();
-        {
-            let vm = self.vms.get_mut(position);
-            if let Some(state) = change.state {
-                vm.state_set = Some(state.to_ascii_uppercase());
-                said.push("state");
-            }
-            if let Some(variables) = change.variables {
-                vm.variables = variables;
-                said.push("variables");
-            }
-            if let Some(triggers) = change.triggers {
-                vm.triggers = triggers;
-                said.push("triggers");
-            }
-            if !change.generic_metrics.is_empty() {
-                vm.generic_metrics.extend(change.generic_metrics);
-                said.push("genericMetrics");
-            }
-            if !change.generic_events.is_empty() {
-                for (name, message) in change.generic_events {
-                    vm.generic_events.push(crate::node::GenericEvent {
-                        name,
-                        message,
-                        created: now,
-                    });
-                }
-                // The latest ones are kept, as a job keeps its latest messages.
-                let extra = vm
-                    .generic_events
-                    .len()
-                    .saturating_sub(crate::limits::MAX_JOB_MESSAGES);
-                vm.generic_events.drain(..extra);
-                said.push("genericEvents");
-            }
-            vm.last_update = now;
-        }
+        let mut said = self.vms.get_mut(position).apply(change, now);
         // What changes gather on a VM stays within what one request may carry.
         let limit = self.config.limits.max_submission_bytes;
         let carried = carried_bytes(self.vms.get(position));
