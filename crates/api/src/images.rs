@@ -135,7 +135,7 @@ pub(crate) fn register(routes: &mut Routes) {
 /// The wire shape of an image (spec 2.2, and `boot`). Its fields are those of
 /// [`StoredImage::document`], which list queries read.
 fn render(stored: &StoredImage) -> Value {
-    let image = &stored.image;
+    let image = &stored.value;
     json!({
         "name": image.name,
         "active": image.active,
@@ -283,7 +283,7 @@ async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiRe
         images.remove(&key, |image| {
             let booted: Vec<&str> = vms
                 .iter()
-                .filter(|vm| vm.image == image.image.name || vm.image == image.id)
+                .filter(|vm| vm.image == image.value.name || vm.image == image.id)
                 .map(|vm| vm.id.as_str())
                 .collect();
             (!booted.is_empty()).then(|| format!("the VMs {} boot it", booted.join(", ")))
@@ -318,7 +318,7 @@ mod tests {
         let stored = StoredImage {
             id: "0123".into(),
             version: 3,
-            image: Image::create(&change, vec!["0001".into()]).unwrap(),
+            value: Image::create(&change, vec!["0001".into()]).unwrap(),
         };
         assert_eq!(render(&stored), stored.document());
     }

@@ -278,7 +278,7 @@ async fn check_image(state: &AppState, name: &str) -> ApiResult<()> {
     })
     .await?;
     let problem = match found {
-        Some(image) if image.image.supports_virtual_machine => return Ok(()),
+        Some(image) if image.value.supports_virtual_machine => return Ok(()),
         Some(_) => format!("os: the image '{name}' does not support virtual machines"),
         None => format!(
             "os: no image '{name}' (GET /rest/images lists them; an administrator registers \

@@ -8,14 +8,14 @@
 //! in memory, with the evaluator that defines list answers ([`ListQuery::run_positions`]).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
-use drover_domain::dates::Timestamp;
-use drover_domain::ids::IdSequence;
 use drover_domain::image::{Image, ImageChange, ImageKey, Problem};
 use drover_query::{ListQuery, Page};
-use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
-use serde_json::{Value, json};
+use drover_store::{DocumentStore, StoreError, Write};
+use serde_json::Value;
+
+use crate::named::{Named, Stored};
 
 pub const IMAGES: &str = "images";
 
@@ -48,56 +48,21 @@ pub enum CloudError {
 pub type Result<T, E = CloudError> = std::result::Result<T, E>;
 
 /// An image with the id and version the store keeps.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredImage {
-    pub id: String,
-    pub version: i64,
-    pub image: Image,
-}
-
-impl StoredImage {
-    fn read(document: &Document) -> Result<Self> {
-        let image =
-            serde_json::from_value(document.body.clone()).map_err(|e| CloudError::Unreadable {
-                id: document.id.clone(),
-                reason: e.to_string(),
-            })?;
-        Ok(Self {
-            id: document.id.clone(),
-            version: document.version,
-            image,
-        })
-    }
-
-    /// What list queries read: the stored form with `id` and `version`.
-    pub fn document(&self) -> Value {
-        let mut out = serde_json::to_value(&self.image).unwrap_or_default();
-        out["id"] = json!(self.id);
-        out["version"] = json!(self.version);
-        out
-    }
-}
+pub type StoredImage = Stored<Image>;
 
 /// The service of the stored images. Blocking.
 pub struct Images {
-    store: Arc<dyn DocumentStore>,
+    named: Named,
     /// Where boot paths are resolved ([`crate::boot::resolve`]).
     image_dir: PathBuf,
-    /// Held by every write; hands out the ids.
-    writes: Mutex<IdSequence>,
 }
 
 impl Images {
     /// Ensures the collection; new ids continue after the last stored one.
     pub fn open(store: Arc<dyn DocumentStore>, image_dir: PathBuf) -> Result<Self> {
-        store.ensure_collection(&CollectionSpec::new(IMAGES))?;
-        let last = store.last_created(IMAGES)?;
-        let ids =
-            IdSequence::starting_after(last.as_ref().map(|d| d.id.as_str()), Timestamp::now());
         Ok(Self {
-            store,
+            named: Named::open(store, IMAGES, "image")?,
             image_dir,
-            writes: Mutex::new(ids),
         })
     }
 
@@ -108,30 +73,18 @@ impl Images {
 
     /// The images `query` selects, sorted and paged, and how many match.
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredImage>> {
-        let mut all = self.all()?;
-        let documents: Vec<Value> = all.iter().map(StoredImage::document).collect();
-        let page = query.run_positions(&documents);
-        let mut slots: Vec<Option<StoredImage>> = all.drain(..).map(Some).collect();
-        Ok(Page {
-            total: page.total,
-            items: page
-                .items
-                .into_iter()
-                .filter_map(|i| slots[i].take())
-                .collect(),
-        })
+        self.named.list(query)
     }
 
     /// The image whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredImage> {
-        self.find(key)?
-            .ok_or_else(|| CloudError::NotFound(format!("No image '{key}'")))
+        self.named.get(key)
     }
 
     /// Stores a new image under a new id; a taken name is a conflict.
     pub fn create(&self, change: &ImageChange) -> Result<StoredImage> {
         let summary = "The image was not created";
-        let mut ids = self.lock();
+        let mut ids = self.named.lock();
         let (virtualized, missing) = self.resolve_keys(change, None)?;
         let image = checked(
             summary,
@@ -139,7 +92,8 @@ impl Images {
             missing,
         )?;
         let id = ids.next_id();
-        self.store
+        self.named
+            .store
             .write(&[Write::Insert {
                 collection: IMAGES.into(),
                 id: id.clone(),
@@ -155,7 +109,7 @@ impl Images {
     /// taken name, is a conflict.
     pub fn modify(&self, key: &str, change: &ImageChange) -> Result<StoredImage> {
         let summary = format!("The image {key} was not changed");
-        let _writes = self.lock();
+        let _writes = self.named.lock();
         let current = self.get(key)?;
         if let Some(version) = change.version
             && version != current.version
@@ -172,10 +126,11 @@ impl Images {
         let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
         let image = checked(
             &summary,
-            current.image.changed(change, virtualized),
+            current.value.changed(change, virtualized),
             missing,
         )?;
-        self.store
+        self.named
+            .store
             .write(&[Write::Update {
                 collection: IMAGES.into(),
                 id: current.id.clone(),
@@ -195,13 +150,14 @@ impl Images {
         users_elsewhere: impl FnOnce(&StoredImage) -> Option<String>,
     ) -> Result<()> {
         let summary = format!("The image {key} was not deleted");
-        let _writes = self.lock();
+        let _writes = self.named.lock();
         let current = self.get(key)?;
         let users: Vec<String> = self
-            .all()?
+            .named
+            .all::<Image>()?
             .into_iter()
-            .filter(|other| other.image.virtualized_images.contains(&current.id))
-            .map(|other| other.image.name)
+            .filter(|other| other.value.virtualized_images.contains(&current.id))
+            .map(|other| other.value.name)
             .collect();
         if let Some(users) = users_elsewhere(&current) {
             return Err(CloudError::Conflict {
@@ -221,34 +177,12 @@ impl Images {
                 advice: None,
             });
         }
-        self.store.write(&[Write::Delete {
+        self.named.store.write(&[Write::Delete {
             collection: IMAGES.into(),
             id: current.id,
             expected_version: Some(current.version),
         }])?;
         Ok(())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, IdSequence> {
-        self.writes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Every image, in creation order.
-    fn all(&self) -> Result<Vec<StoredImage>> {
-        self.store
-            .list(IMAGES, &ListQuery::default())?
-            .items
-            .iter()
-            .map(StoredImage::read)
-            .collect()
-    }
-
-    fn find(&self, key: &str) -> Result<Option<StoredImage>> {
-        let document = match self.store.get(IMAGES, key)? {
-            Some(document) => Some(document),
-            None => self.store.get_by_name(IMAGES, key)?,
-        };
-        document.as_ref().map(StoredImage::read).transpose()
     }
 
     /// The ids of the images `change.virtualized_images` names (`None`: not given), and
@@ -266,8 +200,8 @@ impl Images {
         let mut problems = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let found = match key {
-                ImageKey::Id(id) => self.store.get(IMAGES, id)?,
-                ImageKey::Name(name) => self.store.get_by_name(IMAGES, name)?,
+                ImageKey::Id(id) => self.named.store.get(IMAGES, id)?,
+                ImageKey::Name(name) => self.named.store.get_by_name(IMAGES, name)?,
             };
             let field = format!("virtualizedImages[{i}]");
             match found {
@@ -365,7 +299,7 @@ mod tests {
             })
             .unwrap();
         assert_eq!(
-            host.image.virtualized_images,
+            host.value.virtualized_images,
             std::slice::from_ref(&guest.id)
         );
         assert!(host.id > guest.id);
@@ -425,7 +359,7 @@ mod tests {
         };
         let page = images.list(&query).unwrap();
         assert_eq!(page.total, 2);
-        let names: Vec<&str> = page.items.iter().map(|i| i.image.name.as_str()).collect();
+        let names: Vec<&str> = page.items.iter().map(|i| i.value.name.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
     }
 }

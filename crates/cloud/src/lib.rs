@@ -10,6 +10,7 @@
 
 pub mod boot;
 pub mod images;
+pub mod named;
 pub mod provision;
 pub mod service_templates;
 

@@ -12,92 +12,45 @@
 //! includers' copy of its name in the same batch, so queries on either stay true.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use drover_domain::dates::{self, Timestamp};
-use drover_domain::ids::IdSequence;
 use drover_domain::service_template::{
     IncludedService, Refusal, ServiceTemplate, ServiceTemplateChange, TemplateKey, TemplateRef,
 };
 use drover_query::{ListQuery, Page};
-use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
-use serde_json::{Value, json};
+use drover_store::{DocumentStore, StoreError, Write};
+use serde_json::Value;
 
 use crate::images::{CloudError, Result};
+use crate::named::{Named, Stored};
 
 pub const SERVICE_TEMPLATES: &str = "service_templates";
 
 /// A template with the id and version the store keeps.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoredTemplate {
-    pub id: String,
-    pub version: i64,
-    pub template: ServiceTemplate,
-}
-
-impl StoredTemplate {
-    fn read(document: &Document) -> Result<Self> {
-        let template =
-            serde_json::from_value(document.body.clone()).map_err(|e| CloudError::Unreadable {
-                id: document.id.clone(),
-                reason: e.to_string(),
-            })?;
-        Ok(Self {
-            id: document.id.clone(),
-            version: document.version,
-            template,
-        })
-    }
-
-    /// The wire shape, which list queries read: the stored form with `id` and `version`.
-    pub fn document(&self) -> Value {
-        let mut out = serde_json::to_value(&self.template).unwrap_or_default();
-        out["id"] = json!(self.id);
-        out["version"] = json!(self.version);
-        out
-    }
-}
+pub type StoredTemplate = Stored<ServiceTemplate>;
 
 /// The service of the stored service templates. Blocking.
 pub struct ServiceTemplates {
-    store: Arc<dyn DocumentStore>,
-    /// Held by every write; hands out the ids.
-    writes: Mutex<IdSequence>,
+    named: Named,
 }
 
 impl ServiceTemplates {
     /// Ensures the collection; new ids continue after the last stored one.
     pub fn open(store: Arc<dyn DocumentStore>) -> Result<Self> {
-        store.ensure_collection(&CollectionSpec::new(SERVICE_TEMPLATES))?;
-        let last = store.last_created(SERVICE_TEMPLATES)?;
-        let ids =
-            IdSequence::starting_after(last.as_ref().map(|d| d.id.as_str()), Timestamp::now());
         Ok(Self {
-            store,
-            writes: Mutex::new(ids),
+            named: Named::open(store, SERVICE_TEMPLATES, "service template")?,
         })
     }
 
     /// The templates `query` selects, sorted and paged, and how many match.
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredTemplate>> {
-        let mut all = self.all()?;
-        let documents: Vec<Value> = all.iter().map(StoredTemplate::document).collect();
-        let page = query.run_positions(&documents);
-        let mut slots: Vec<Option<StoredTemplate>> = all.drain(..).map(Some).collect();
-        Ok(Page {
-            total: page.total,
-            items: page
-                .items
-                .into_iter()
-                .filter_map(|i| slots[i].take())
-                .collect(),
-        })
+        self.named.list(query)
     }
 
     /// The template whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredTemplate> {
-        self.find(key)?
-            .ok_or_else(|| CloudError::NotFound(format!("No service template '{key}'")))
+        self.named.get(key)
     }
 
     /// Stores a new template, created by `created_by`, under a new id.
@@ -107,15 +60,16 @@ impl ServiceTemplates {
         created_by: &str,
     ) -> Result<StoredTemplate> {
         let summary = "The service template was not created";
-        let mut ids = self.lock();
-        let all = self.all()?;
+        let mut ids = self.named.lock();
+        let all = self.named.all::<ServiceTemplate>()?;
         let (included, mut problems) = resolve(&all, change);
         let made =
             ServiceTemplate::create(change, included.unwrap_or_default(), created_by, &now());
         let template = checked(summary, made, &mut problems)?;
         taken_by(summary, &all, &template.name, None)?;
         let id = ids.next_id();
-        self.store
+        self.named
+            .store
             .write(&[Write::Insert {
                 collection: SERVICE_TEMPLATES.into(),
                 id: id.clone(),
@@ -131,7 +85,7 @@ impl ServiceTemplates {
     /// a taken name, is a conflict. A new name reaches the templates that include it.
     pub fn modify(&self, key: &str, change: &ServiceTemplateChange) -> Result<StoredTemplate> {
         let summary = format!("The service template {key} was not changed");
-        let _writes = self.lock();
+        let _writes = self.named.lock();
         let current = self.get(key)?;
         if let Some(version) = change.version
             && version != current.version
@@ -145,12 +99,12 @@ impl ServiceTemplates {
                 advice: Some("read the template again and apply the change to it".into()),
             });
         }
-        let all = self.all()?;
+        let all = self.named.all::<ServiceTemplate>()?;
         let (included, mut problems) = resolve(&all, change);
         if let Some(included) = &included {
             problems.extend(inclusion_cycle(&all, &current, included));
         }
-        let made = current.template.changed(change, included, &now());
+        let made = current.value.changed(change, included, &now());
         let template = checked(&summary, made, &mut problems)?;
         taken_by(&summary, &all, &template.name, Some(&current.id))?;
         let mut writes = vec![Write::Update {
@@ -160,10 +114,10 @@ impl ServiceTemplates {
             body: body(&template).into(),
             expected_version: Some(current.version),
         }];
-        if template.name != current.template.name {
+        if template.name != current.value.name {
             for mut includer in all.into_iter().filter(|t| t.id != current.id) {
                 let mut renamed = false;
-                for service in &mut includer.template.included_services {
+                for service in &mut includer.value.included_services {
                     if service.service_template.id == current.id {
                         service.service_template.name = template.name.clone();
                         renamed = true;
@@ -173,14 +127,15 @@ impl ServiceTemplates {
                     writes.push(Write::Update {
                         collection: SERVICE_TEMPLATES.into(),
                         id: includer.id,
-                        name: Some(includer.template.name.clone()),
-                        body: body(&includer.template).into(),
+                        name: Some(includer.value.name.clone()),
+                        body: body(&includer.value).into(),
                         expected_version: Some(includer.version),
                     });
                 }
             }
         }
-        self.store
+        self.named
+            .store
             .write(&writes)
             .map_err(|e| store_conflict(e, &summary, &template.name))?;
         self.get(&current.id)
@@ -196,7 +151,7 @@ impl ServiceTemplates {
         users_elsewhere: impl FnOnce(&StoredTemplate) -> Option<String>,
     ) -> Result<()> {
         let summary = format!("The service template {key} was not deleted");
-        let _writes = self.lock();
+        let _writes = self.named.lock();
         let current = self.get(key)?;
         if let Some(users) = users_elsewhere(&current) {
             return Err(CloudError::Conflict {
@@ -206,10 +161,11 @@ impl ServiceTemplates {
             });
         }
         let includers: Vec<String> = self
-            .all()?
+            .named
+            .all::<ServiceTemplate>()?
             .into_iter()
-            .filter(|other| other.template.includes().any(|id| id == current.id))
-            .map(|other| format!("'{}'", other.template.name))
+            .filter(|other| other.value.includes().any(|id| id == current.id))
+            .map(|other| format!("'{}'", other.value.name))
             .collect();
         if !includers.is_empty() {
             return Err(CloudError::Conflict {
@@ -221,34 +177,12 @@ impl ServiceTemplates {
                 advice: Some("remove it from their includedServices, or delete them, first".into()),
             });
         }
-        self.store.write(&[Write::Delete {
+        self.named.store.write(&[Write::Delete {
             collection: SERVICE_TEMPLATES.into(),
             id: current.id,
             expected_version: Some(current.version),
         }])?;
         Ok(())
-    }
-
-    fn lock(&self) -> MutexGuard<'_, IdSequence> {
-        self.writes.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Every template, in creation order.
-    fn all(&self) -> Result<Vec<StoredTemplate>> {
-        self.store
-            .list(SERVICE_TEMPLATES, &ListQuery::default())?
-            .items
-            .iter()
-            .map(StoredTemplate::read)
-            .collect()
-    }
-
-    fn find(&self, key: &str) -> Result<Option<StoredTemplate>> {
-        let document = match self.store.get(SERVICE_TEMPLATES, key)? {
-            Some(document) => Some(document),
-            None => self.store.get_by_name(SERVICE_TEMPLATES, key)?,
-        };
-        document.as_ref().map(StoredTemplate::read).transpose()
     }
 }
 
@@ -270,14 +204,14 @@ fn resolve(
     for service in given {
         let found = all.iter().find(|t| match &service.service_template {
             TemplateKey::Id(id) => &t.id == id,
-            TemplateKey::Name(name) => &t.template.name == name,
+            TemplateKey::Name(name) => &t.value.name == name,
         });
         match found {
             Some(t) => included.push(IncludedService {
                 local_name: service.local_name.clone(),
                 service_template: TemplateRef {
                     id: t.id.clone(),
-                    name: t.template.name.clone(),
+                    name: t.value.name.clone(),
                 },
             }),
             None => missing.push(service.service_template.to_string()),
@@ -314,9 +248,9 @@ fn inclusion_cycle(
         .collect();
     while let Some((id, mut path)) = stack.pop() {
         if id == current.id {
-            let mut names = vec![current.template.name.as_str()];
+            let mut names = vec![current.value.name.as_str()];
             names.append(&mut path);
-            names.push(current.template.name.as_str());
+            names.push(current.value.name.as_str());
             return Some(Refusal::new(
                 "includedServices",
                 format!("the template would include itself: {}", names.join(" -> ")),
@@ -327,8 +261,8 @@ fn inclusion_cycle(
             continue;
         }
         if let Some(template) = by_id.get(id) {
-            path.push(template.template.name.as_str());
-            for next in template.template.includes() {
+            path.push(template.value.name.as_str());
+            for next in template.value.includes() {
                 stack.push((next, path.clone()));
             }
         }
@@ -357,7 +291,7 @@ fn checked(
 fn taken_by(summary: &str, all: &[StoredTemplate], name: &str, itself: Option<&str>) -> Result<()> {
     match all
         .iter()
-        .find(|t| t.template.name == name && Some(t.id.as_str()) != itself)
+        .find(|t| t.value.name == name && Some(t.id.as_str()) != itself)
     {
         None => Ok(()),
         Some(other) => Err(CloudError::Conflict {
@@ -441,7 +375,7 @@ mod tests {
         let (_dir, templates) = open();
         let disk = templates.create(&storage("disk"), "admin").unwrap();
         assert_eq!(disk.id.len(), 24);
-        assert_eq!(disk.template.created_by, "admin");
+        assert_eq!(disk.value.created_by, "admin");
         assert!(matches!(
             templates.create(&storage("disk"), "admin"),
             Err(CloudError::Conflict { reason, .. }) if reason.contains("not unique")
@@ -450,7 +384,7 @@ mod tests {
             .create(&container("outer", &[("d", "disk")]), "admin")
             .unwrap();
         assert_eq!(
-            outer.template.included_services[0].service_template,
+            outer.value.included_services[0].service_template,
             TemplateRef {
                 id: disk.id.clone(),
                 name: "disk".into()
@@ -478,7 +412,7 @@ mod tests {
         assert_eq!(renamed.version, 2);
         let outer = templates.get(&outer.id).unwrap();
         assert_eq!(
-            outer.template.included_services[0].service_template.name,
+            outer.value.included_services[0].service_template.name,
             "volume"
         );
 

@@ -226,7 +226,7 @@ impl Guests {
             .images
             .get(name)
             .map_err(|e| format!("the image '{name}' cannot be used: {e}"))?;
-        let image = &stored.image;
+        let image = &stored.value;
         if !image.supports_virtual_machine {
             return Err(format!("the image '{}' does not support VMs", image.name));
         }
