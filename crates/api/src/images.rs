@@ -165,14 +165,7 @@ fn render(stored: &StoredImage) -> Value {
 
 /// What a body gives; problems are named by field.
 fn read_change(f: &mut Fields<'_>) -> ImageChange {
-    let unknown: Vec<String> = f
-        .keys()
-        .filter(|k| !FIELDS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for key in unknown {
-        f.problem(&key, "not a field of an image");
-    }
+    f.only(FIELDS, "not a field of an image");
     let kind = f.string("type").and_then(|text| {
         let kind = ImageType::parse(&text);
         if kind.is_none() {
@@ -207,17 +200,10 @@ fn read_change(f: &mut Fields<'_>) -> ImageChange {
         }
     };
     let boot = f.object("boot", |b| {
-        let unknown: Vec<String> = b
-            .keys()
-            .filter(|k| !["kernel", "initramfs", "disk", "readyLine"].contains(&k.as_str()))
-            .cloned()
-            .collect();
-        for key in unknown {
-            b.problem(
-                &key,
-                "not a boot field (kernel, initramfs, disk, readyLine)",
-            );
-        }
+        b.only(
+            &["kernel", "initramfs", "disk", "readyLine"],
+            "not a boot field (kernel, initramfs, disk, readyLine)",
+        );
         Boot {
             kernel: b.string("kernel").unwrap_or_default(),
             initramfs: b.string("initramfs").unwrap_or_default(),

@@ -441,6 +441,19 @@ impl<'a> Fields<'a> {
     pub fn keys(&self) -> impl Iterator<Item = &'a String> {
         self.object.keys()
     }
+
+    /// Records the problem `why` for every field but those `allowed` (so that a
+    /// misspelt field is named, not silently dropped).
+    pub fn only(&mut self, allowed: &[&str], why: &str) {
+        let others: Vec<&String> = self
+            .object
+            .keys()
+            .filter(|k| !allowed.contains(&k.as_str()))
+            .collect();
+        for key in others {
+            self.problem(key, why);
+        }
+    }
 }
 
 fn has_nul(value: &Value) -> bool {

@@ -152,14 +152,7 @@ fn render(stored: &StoredTemplate) -> Value {
 
 /// What a body gives; problems are named by field.
 fn read_change(f: &mut Fields<'_>) -> ServiceTemplateChange {
-    let unknown: Vec<String> = f
-        .keys()
-        .filter(|k| !FIELDS.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for key in unknown {
-        f.problem(&key, "not a field of a service template");
-    }
+    f.only(FIELDS, "not a field of a service template");
     let kind = f.string("type").and_then(|text| {
         let kind = ServiceType::parse(&text);
         if kind.is_none() {
@@ -172,17 +165,10 @@ fn read_change(f: &mut Fields<'_>) -> ServiceTemplateChange {
     });
     let included_services = f
         .each("includedServices", |entry| {
-            let unknown: Vec<String> = entry
-                .keys()
-                .filter(|k| !["localName", "serviceTemplate"].contains(&k.as_str()))
-                .cloned()
-                .collect();
-            for key in unknown {
-                entry.problem(
-                    &key,
-                    "not a field of an included service (localName, serviceTemplate)",
-                );
-            }
+            entry.only(
+                &["localName", "serviceTemplate"],
+                "not a field of an included service (localName, serviceTemplate)",
+            );
             let local_name = entry.string("localName");
             if local_name.is_none() && !entry.has("localName") {
                 entry.problem("localName", "required: the service's name in the template");

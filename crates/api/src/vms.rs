@@ -214,17 +214,10 @@ fn node_of(f: &mut Fields<'_>) -> Option<String> {
 }
 
 fn refuse_others(f: &mut Fields<'_>, allowed: &[&str], what: &str) {
-    let others: Vec<String> = f
-        .keys()
-        .filter(|k| !allowed.contains(&k.as_str()))
-        .cloned()
-        .collect();
-    for key in others {
-        f.problem(
-            &key,
-            format!("cannot be given {what} (accepted: {})", allowed.join(", ")),
-        );
-    }
+    f.only(
+        allowed,
+        &format!("cannot be given {what} (accepted: {})", allowed.join(", ")),
+    );
 }
 
 fn size(f: &mut Fields<'_>, key: &str, max: i64) -> Option<u64> {
