@@ -479,6 +479,18 @@ impl TestServer {
         self
     }
 
+    /// Stops the server gracefully, waits `pause` (its jobs running on, or ending,
+    /// meanwhile), and starts it again as [`TestServer::restart`] does.
+    pub fn restart_after(mut self, pause: std::time::Duration) -> TestServer {
+        self.shut_down().expect("the server stops cleanly");
+        std::thread::sleep(pause);
+        let running = launch(self.config.clone(), drover_api::interface());
+        self.address = running.address;
+        self.stop = std::sync::Mutex::new(Some(running.stop));
+        self.thread = Some(running.thread);
+        self
+    }
+
     /// Sends the shutdown signal without waiting (for tests of graceful shutdown).
     pub fn signal_shutdown(&self) {
         if let Some(stop) = self.stop.lock().unwrap().take() {

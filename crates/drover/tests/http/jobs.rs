@@ -1525,3 +1525,23 @@ fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
         "{job}"
     );
 }
+
+#[test]
+fn a_job_that_ends_while_the_service_is_down_keeps_its_exit_code() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let command = script(work.path(), "seven.sh", "sleep 1\necho finished\nexit 7");
+    let id = submit_v2(
+        &server,
+        json!({"customName": "seven", "commandFile": command,
+               "initialWorkingDirectory": work.path()}),
+    );
+    wait_state_v2(&server, &id, "Running");
+    // Down for longer than the job has left: its shepherd records how it ended.
+    let server = server.restart_after(std::time::Duration::from_secs(3));
+    let job = wait_state_v2(&server, &id, "Completed");
+    assert_eq!(job["completionCode"], 7, "{job}");
+    let number = id.trim_start_matches("Drover.");
+    let out = std::fs::read_to_string(work.path().join(format!("seven.o{number}"))).unwrap();
+    assert_eq!(out.trim(), "finished");
+}

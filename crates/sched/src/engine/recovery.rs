@@ -1,9 +1,9 @@
 //! Rebuilding the engine's state from the store: at start, and after a failed journal
 //! write (the store is the truth; memory may have run ahead of it).
 //!
-//! A job recorded as running is adopted when its process still lives; otherwise it is
-//! requeued when RESTARTABLE, else ends `Vacated` (the exit status its shepherd wrote
-//! is not read back yet). A start that was recorded but never finished goes back to
+//! A job recorded as running is adopted when its process still lives; one whose process
+//! ended meanwhile ends with the exit status its shepherd recorded; otherwise (nothing
+//! recorded) it is requeued when RESTARTABLE, else ends `Vacated`. A start that was recorded but never finished goes back to
 //! the queue, and any process it left is killed. Array sub-jobs that were never stored
 //! are made again from their master.
 
@@ -108,6 +108,18 @@ impl Engine {
                 // old service, so start again.
                 let _ = self.terminate(process);
             }
+            return;
+        }
+        // It ended while the service was down, and its shepherd recorded how: it ends
+        // as if the service had seen it (Completed with its code, charged) — unless it
+        // was being requeued, which goes on below.
+        if let Some(process) = &job.status.process
+            && job.status.ending != Some(EndIntent::Requeue)
+            && let Some(exit) = self.rm.recorded_exit(process)
+        {
+            // `exited` gives back what the job holds: hold it first (nodes were reset).
+            self.nodes.charge(job, true);
+            self.exited(&job.id, process.pid, exit);
             return;
         }
         // Its run is over: charge it (up to now, the end being unknown).

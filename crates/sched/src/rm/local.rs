@@ -289,6 +289,15 @@ impl ResourceManager for LocalResourceManager {
         true
     }
 
+    fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
+        let (code, start_failure) = read_status(Path::new(&process.spool))?;
+        Some(Exit {
+            code: Some(code),
+            cpu_seconds: 0.0,
+            start_failure,
+        })
+    }
+
     fn abandon(&self, job_id: &str) {
         let Ok(text) = std::fs::read_to_string(self.pid_file(job_id)) else {
             return;

@@ -84,4 +84,10 @@ pub trait ResourceManager: Send + Sync {
 
     /// After a restart: stops whatever a start that was never recorded left running.
     fn abandon(&self, job_id: &str);
+
+    /// After a restart: how a recorded process that is gone ended, when that was
+    /// recorded where the service finds it (the local shepherd's status file).
+    fn recorded_exit(&self, _process: &ProcessRecord) -> Option<Exit> {
+        None
+    }
 }
