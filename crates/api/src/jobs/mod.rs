@@ -232,7 +232,7 @@ async fn list_all(
     params: ListParams,
     caller: Caller,
 ) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::All, owner_filter(&caller))
+    list(&state, &params, Listing::All, owner_filter(&caller)).await
 }
 
 async fn list_active(
@@ -240,7 +240,7 @@ async fn list_active(
     params: ListParams,
     caller: Caller,
 ) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::Active, owner_filter(&caller))
+    list(&state, &params, Listing::Active, owner_filter(&caller)).await
 }
 
 async fn list_complete(
@@ -248,10 +248,15 @@ async fn list_complete(
     params: ListParams,
     caller: Caller,
 ) -> ApiResult<Json<Value>> {
-    list(&state, &params, Listing::Complete, owner_filter(&caller))
+    list(&state, &params, Listing::Complete, owner_filter(&caller)).await
 }
 
-fn list(
+/// Lists whose filter or sort the job book's indexes cannot answer are evaluated one at
+/// a time, off the async workers: a slow one (seconds over a deep queue) then holds up
+/// only the slow ones after it, never the service's other answers.
+static SLOW_LISTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
+async fn list(
     state: &AppState,
     params: &ListParams,
     listing: Listing,
@@ -279,7 +284,21 @@ fn list(
         // The whole filter again: the index lookups are cheap to re-check and keep the
         // evaluator the judge.
         listing::Outcome::Evaluate(jobs) => {
-            listing::evaluate(&jobs, &params.query, &filter_render, &shown)
+            let _turn = SLOW_LISTS
+                .acquire()
+                .await
+                .map_err(|e| ApiError::internal(format!("the slow-list queue closed: {e}")))?;
+            let (state, query, api_version) =
+                (state.clone(), params.query.clone(), params.api_version);
+            tokio::task::spawn_blocking(move || {
+                let scheduler = state.scheduler();
+                let utc = WireDates::utc();
+                let filter_render = render_with(scheduler, api_version, &utc);
+                let shown = render_with(scheduler, api_version, &state.settings().dates);
+                listing::evaluate(&jobs, &query, &filter_render, &shown)
+            })
+            .await
+            .map_err(ApiError::internal)?
         }
     };
     Ok(envelope(page, params))
