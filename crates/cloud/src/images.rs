@@ -13,7 +13,6 @@ use std::sync::Arc;
 use drover_domain::image::{Image, ImageChange, ImageKey, Problem};
 use drover_query::{ListQuery, Page};
 use drover_store::{DocumentStore, StoreError, Write};
-use serde_json::Value;
 
 use crate::named::{Named, Stored};
 
@@ -92,15 +91,8 @@ impl Images {
             missing,
         )?;
         let id = ids.next_id();
-        self.named
-            .store
-            .write(&[Write::Insert {
-                collection: IMAGES.into(),
-                id: id.clone(),
-                name: Some(image.name.clone()),
-                body: body(&image).into(),
-            }])
-            .map_err(|e| taken(e, summary, &image.name))?;
+        let insert = self.named.put(&id, &image.name, &image, None);
+        self.named.commit(&[insert], summary, &image.name)?;
         drop(ids);
         self.get(&id)
     }
@@ -111,34 +103,18 @@ impl Images {
         let summary = format!("The image {key} was not changed");
         let _writes = self.named.lock();
         let current = self.get(key)?;
-        if let Some(version) = change.version
-            && version != current.version
-        {
-            return Err(CloudError::Conflict {
-                summary,
-                reason: format!(
-                    "version {version} is stale: the image is at version {}; read it again",
-                    current.version
-                ),
-                advice: None,
-            });
-        }
+        self.named
+            .check_version(change.version, current.version, &summary)?;
         let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
         let image = checked(
             &summary,
             current.value.changed(change, virtualized),
             missing,
         )?;
-        self.named
-            .store
-            .write(&[Write::Update {
-                collection: IMAGES.into(),
-                id: current.id.clone(),
-                name: Some(image.name.clone()),
-                body: body(&image).into(),
-                expected_version: Some(current.version),
-            }])
-            .map_err(|e| taken(e, &summary, &image.name))?;
+        let update = self
+            .named
+            .put(&current.id, &image.name, &image, Some(current.version));
+        self.named.commit(&[update], &summary, &image.name)?;
         self.get(&current.id)
     }
 
@@ -234,29 +210,10 @@ fn checked(
     }
 }
 
-fn body(image: &Image) -> Value {
-    serde_json::to_value(image).unwrap_or_default()
-}
-
 fn invalid(summary: &str, problems: Vec<Problem>) -> CloudError {
     CloudError::Invalid {
         summary: summary.into(),
         reasons: problems.iter().map(Problem::to_string).collect(),
-    }
-}
-
-/// A store conflict on writing the image named `name`: its name is taken (or, on an
-/// update, it changed meanwhile).
-fn taken(error: StoreError, summary: &str, name: &str) -> CloudError {
-    match error {
-        StoreError::Conflict(reason) => CloudError::Conflict {
-            summary: summary.into(),
-            reason: format!(
-                "the name '{name}' is taken, or the image changed meanwhile ({reason})"
-            ),
-            advice: None,
-        },
-        other => other.into(),
     }
 }
 

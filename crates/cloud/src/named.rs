@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use drover_domain::dates::Timestamp;
 use drover_domain::ids::IdSequence;
 use drover_query::{ListQuery, Page};
-use drover_store::{CollectionSpec, Document, DocumentStore};
+use drover_store::{CollectionSpec, Document, DocumentStore, StoreError, Write};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -127,5 +127,75 @@ impl Named {
                 .filter_map(|i| slots[i].take())
                 .collect(),
         })
+    }
+
+    /// A stale `version` (not the stored one) is a conflict.
+    pub(crate) fn check_version(
+        &self,
+        asked: Option<i64>,
+        stored: i64,
+        summary: &str,
+    ) -> Result<()> {
+        match asked {
+            Some(version) if version != stored => Err(CloudError::Conflict {
+                summary: summary.into(),
+                reason: format!(
+                    "version {version} is stale: the {} is at version {stored}",
+                    self.noun
+                ),
+                advice: Some(format!(
+                    "read the {} again and apply the change to it",
+                    self.noun
+                )),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The write of `value` under `id` and its name: an insert, or (with the version it
+    /// was read at) an update that fails if it changed meanwhile.
+    pub(crate) fn put<T: Serialize>(
+        &self,
+        id: &str,
+        name: &str,
+        value: &T,
+        read_at: Option<i64>,
+    ) -> Write {
+        let body = serde_json::to_value(value).unwrap_or_default().into();
+        let (collection, id, name) = (self.collection.into(), id.to_string(), Some(name.into()));
+        match read_at {
+            None => Write::Insert {
+                collection,
+                id,
+                name,
+                body,
+            },
+            Some(version) => Write::Update {
+                collection,
+                id,
+                name,
+                body,
+                expected_version: Some(version),
+            },
+        }
+    }
+
+    /// Writes `writes` in one batch; a store conflict means `name` is taken, or a
+    /// document changed meanwhile.
+    pub(crate) fn commit(&self, writes: &[Write], summary: &str, name: &str) -> Result<()> {
+        self.store
+            .write(writes)
+            .map(drop)
+            .map_err(|error| match error {
+                StoreError::Conflict(reason) => CloudError::Conflict {
+                    summary: summary.into(),
+                    reason: format!(
+                        "the name '{name}' is taken, or {} changed meanwhile ({reason})",
+                        self.noun
+                    ),
+                    advice: Some(format!("read the {}s again and retry", self.noun)),
+                },
+                other => other.into(),
+            })
     }
 }

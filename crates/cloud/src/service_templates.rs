@@ -19,8 +19,7 @@ use drover_domain::service_template::{
     IncludedService, Refusal, ServiceTemplate, ServiceTemplateChange, TemplateKey, TemplateRef,
 };
 use drover_query::{ListQuery, Page};
-use drover_store::{DocumentStore, StoreError, Write};
-use serde_json::Value;
+use drover_store::{DocumentStore, Write};
 
 use crate::images::{CloudError, Result};
 use crate::named::{Named, Stored};
@@ -68,15 +67,8 @@ impl ServiceTemplates {
         let template = checked(summary, made, &mut problems)?;
         taken_by(summary, &all, &template.name, None)?;
         let id = ids.next_id();
-        self.named
-            .store
-            .write(&[Write::Insert {
-                collection: SERVICE_TEMPLATES.into(),
-                id: id.clone(),
-                name: Some(template.name.clone()),
-                body: body(&template).into(),
-            }])
-            .map_err(|e| store_conflict(e, summary, &template.name))?;
+        let insert = self.named.put(&id, &template.name, &template, None);
+        self.named.commit(&[insert], summary, &template.name)?;
         drop(ids);
         self.get(&id)
     }
@@ -87,18 +79,8 @@ impl ServiceTemplates {
         let summary = format!("The service template {key} was not changed");
         let _writes = self.named.lock();
         let current = self.get(key)?;
-        if let Some(version) = change.version
-            && version != current.version
-        {
-            return Err(CloudError::Conflict {
-                summary,
-                reason: format!(
-                    "version {version} is stale: the template is at version {}",
-                    current.version
-                ),
-                advice: Some("read the template again and apply the change to it".into()),
-            });
-        }
+        self.named
+            .check_version(change.version, current.version, &summary)?;
         let all = self.named.all::<ServiceTemplate>()?;
         let (included, mut problems) = resolve(&all, change);
         if let Some(included) = &included {
@@ -107,13 +89,12 @@ impl ServiceTemplates {
         let made = current.value.changed(change, included, &now());
         let template = checked(&summary, made, &mut problems)?;
         taken_by(&summary, &all, &template.name, Some(&current.id))?;
-        let mut writes = vec![Write::Update {
-            collection: SERVICE_TEMPLATES.into(),
-            id: current.id.clone(),
-            name: Some(template.name.clone()),
-            body: body(&template).into(),
-            expected_version: Some(current.version),
-        }];
+        let mut writes = vec![self.named.put(
+            &current.id,
+            &template.name,
+            &template,
+            Some(current.version),
+        )];
         if template.name != current.value.name {
             for mut includer in all.into_iter().filter(|t| t.id != current.id) {
                 let mut renamed = false;
@@ -124,20 +105,16 @@ impl ServiceTemplates {
                     }
                 }
                 if renamed {
-                    writes.push(Write::Update {
-                        collection: SERVICE_TEMPLATES.into(),
-                        id: includer.id,
-                        name: Some(includer.value.name.clone()),
-                        body: body(&includer.value).into(),
-                        expected_version: Some(includer.version),
-                    });
+                    writes.push(self.named.put(
+                        &includer.id,
+                        &includer.value.name,
+                        &includer.value,
+                        Some(includer.version),
+                    ));
                 }
             }
         }
-        self.named
-            .store
-            .write(&writes)
-            .map_err(|e| store_conflict(e, &summary, &template.name))?;
+        self.named.commit(&writes, &summary, &template.name)?;
         self.get(&current.id)
     }
 
@@ -305,31 +282,12 @@ fn taken_by(summary: &str, all: &[StoredTemplate], name: &str, itself: Option<&s
     }
 }
 
-fn body(template: &ServiceTemplate) -> Value {
-    serde_json::to_value(template).unwrap_or_default()
-}
-
 fn invalid(summary: &str, problems: &[Refusal]) -> CloudError {
     let mut messages = Refusal::messages(summary, problems);
     let summary = messages.remove(0);
     CloudError::Invalid {
         summary,
         reasons: messages,
-    }
-}
-
-/// A store conflict on writing: a name taken meanwhile (another process), or a template
-/// changed meanwhile.
-fn store_conflict(error: StoreError, summary: &str, name: &str) -> CloudError {
-    match error {
-        StoreError::Conflict(reason) => CloudError::Conflict {
-            summary: summary.into(),
-            reason: format!(
-                "the name '{name}' is taken, or a template changed meanwhile ({reason})"
-            ),
-            advice: Some("read the templates again and retry".into()),
-        },
-        other => other.into(),
     }
 }
 
