@@ -442,6 +442,21 @@ impl<'a> Fields<'a> {
         self.object.keys()
     }
 
+    /// `genericEvents` of nodes and VMs: `[{name, message}]`, a name required.
+    pub fn generic_events(&mut self) -> Vec<(String, String)> {
+        self.each("genericEvents", |e| {
+            let name = e.string("name");
+            if name.is_none() {
+                e.problem("name", "required");
+            }
+            (
+                name.unwrap_or_default(),
+                e.string("message").unwrap_or_default(),
+            )
+        })
+        .unwrap_or_default()
+    }
+
     /// Records the problem `why` for every field but those `allowed` (so that a
     /// misspelt field is named, not silently dropped).
     pub fn only(&mut self, allowed: &[&str], why: &str) {

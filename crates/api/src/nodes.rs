@@ -214,18 +214,7 @@ fn changes(body: &Value) -> Result<NodeChanges, ApiError> {
             }
         }
         changes.messages = f.messages("messages");
-        changes.generic_events = f
-            .each("genericEvents", |e| {
-                let name = e.string("name");
-                if name.is_none() {
-                    e.problem("name", "required");
-                }
-                (
-                    name.unwrap_or_default(),
-                    e.string("message").unwrap_or_default(),
-                )
-            })
-            .unwrap_or_default();
+        changes.generic_events = f.generic_events();
         changes
     })
 }

@@ -327,18 +327,7 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
                 format!("'{s}' is not a node state (Idle, Busy, Down...)"),
             );
         }
-        let generic_events = f
-            .each("genericEvents", |e| {
-                let name = e.string("name");
-                if name.is_none() {
-                    e.problem("name", "required");
-                }
-                (
-                    name.unwrap_or_default(),
-                    e.string("message").unwrap_or_default(),
-                )
-            })
-            .unwrap_or_default();
+        let generic_events = f.generic_events();
         VmChange {
             generic_events,
             generic_metrics: f.number_map("genericMetrics").unwrap_or_default(),

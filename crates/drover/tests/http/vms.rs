@@ -100,6 +100,22 @@ pub(crate) fn start(
     Some((server, guard))
 }
 
+/// A server without a provisioner (no QEMU needed: every VM setup fails), with the image
+/// `guest` registered, and the local user `bob`.
+pub(crate) fn without_provisioner() -> TestServer {
+    let server = TestServer::builder()
+        .user("bob", false)
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
+        .start();
+    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
+                       "supportsVirtualMachine": true});
+    assert_eq!(
+        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
+        201
+    );
+    server
+}
+
 fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
     let bytes = body.to_string().into_bytes();
     server.call(method, path, auth, Some(("application/json", bytes)))
@@ -517,15 +533,7 @@ fn a_job_asking_for_a_vm_runs_its_command_inside_a_guest_made_for_it() {
 #[test]
 fn without_a_provisioner_a_vm_setup_fails_and_says_why() {
     // No QEMU needed: the setup job must fail, not pretend.
-    let server = TestServer::builder()
-        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
-        .start();
-    let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
-                       "supportsVirtualMachine": true});
-    assert_eq!(
-        send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
-        201
-    );
+    let server = without_provisioner();
     let setup = job_id(&send(
         &server,
         "POST",

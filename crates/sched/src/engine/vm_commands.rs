@@ -782,12 +782,14 @@ impl Engine {
             launch.guest = Some(Arc::new(agent));
             // The guest kills the command at the job's wall time (a week without one).
             let limit = job.spec.duration.filter(|d| *d > 0).unwrap_or(7 * 86_400);
-            launch
-                .environment
-                .push(("DROVER_GUEST_TIMEOUT".into(), limit.to_string()));
-            launch
-                .environment
-                .push(("DROVER_VM_ID".into(), vm.id.clone()));
+            for (name, value) in [
+                ("DROVER_GUEST_TIMEOUT", limit.to_string()),
+                ("DROVER_VM_ID", vm.id.clone()),
+            ] {
+                // The service's values, whatever the job's environment said.
+                launch.environment.retain(|(k, _)| k != name);
+                launch.environment.push((name.into(), value));
+            }
             Ok(launch)
         });
         self.start_process(position, launch);

@@ -113,7 +113,12 @@ impl LocalResourceManager {
                 let exit = Exit {
                     code,
                     cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-                    start_failure: read_status(&spool).and_then(|(_, reason)| reason),
+                    // A command that never started exits non-zero: only then is the
+                    // status file read for the reason (not on every job's end).
+                    start_failure: code
+                        .filter(|c| *c != 0)
+                        .and_then(|_| read_status(&spool))
+                        .and_then(|(_, reason)| reason),
                 };
                 events(RmEvent::Exited { job_id, pid, exit });
             })
