@@ -218,7 +218,13 @@ impl Engine {
             }
         }
         for vm in &members.virtual_machines {
-            problems.push(format!("virtualMachines: no virtual machine '{vm}'"));
+            let theirs = self
+                .vms
+                .position(vm)
+                .is_some_and(|p| by.admin || self.vms.get(p).owner == by.user);
+            if !theirs {
+                problems.push(format!("virtualMachines: no virtual machine '{vm}'"));
+            }
         }
         problems
     }
@@ -266,6 +272,27 @@ impl Engine {
             self.delete_container(position);
         }
         only_ended_jobs
+    }
+
+    /// A VM is gone: it is no longer a member of any container (and a DESTROYWHENEMPTY
+    /// container it was the last of goes).
+    pub(crate) fn vm_left_containers(&mut self, vm: &str) {
+        for position in (0..self.containers.len()).rev() {
+            if self
+                .containers
+                .get(position)
+                .members
+                .virtual_machines
+                .iter()
+                .any(|v| v == vm)
+            {
+                let container = self.containers.get_mut(position);
+                container.members.virtual_machines.retain(|v| v != vm);
+                let container = container.clone();
+                self.store_container(&container);
+                self.destroy_if_empty(position);
+            }
+        }
     }
 
     /// A job has ended: a DESTROYWHENEMPTY container it was the last of goes.

@@ -571,6 +571,7 @@ impl Engine {
                 id: id.to_string(),
                 expected_version: None,
             });
+            self.vm_left_containers(id);
         } else {
             self.store_vm(position);
         }
