@@ -234,7 +234,7 @@ impl acl::Governed for Containers {
 }
 
 /// The record of spec 2.10.
-fn render(c: &VirtualContainer, dates: &WireDates, version: u32) -> Value {
+pub(crate) fn render(c: &VirtualContainer, dates: &WireDates, version: u32) -> Value {
     let ids = |list: &[String]| list.iter().map(|id| json!({"id": id})).collect::<Vec<_>>();
     json!({
         "id": c.id,

@@ -52,6 +52,7 @@ pub mod reservations;
 pub mod roles;
 pub mod routes;
 pub mod service_templates;
+pub mod services;
 mod state;
 pub mod vms;
 pub mod wire;
@@ -81,6 +82,7 @@ pub fn interface() -> Routes {
     containers::register(&mut routes);
     images::register(&mut routes);
     service_templates::register(&mut routes);
+    services::register(&mut routes);
     vms::register(&mut routes);
     pending_actions::register(&mut routes);
     routes

@@ -293,9 +293,15 @@ async fn modify(ItemChange(state, _, _, key, body): ItemChange) -> ApiResult<Jso
 }
 
 async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {
-    // No service is made from a template yet (#28 item 2): when services exist, this
-    // closure names those made from the template, which then is not deleted.
-    blocking(&state, move |templates| templates.remove(&key, |_| None)).await?;
+    let records = state.service_records().clone();
+    blocking(&state, move |templates| {
+        // A store that cannot be read keeps the template: it may be in use.
+        templates.remove(&key, |template| match records.made_from(template) {
+            Ok(users) => users,
+            Err(e) => Some(format!("services (they could not be read: {e})")),
+        })
+    })
+    .await?;
     Ok(reply::deleted())
 }
 

@@ -3,7 +3,7 @@
 use std::sync::{Arc, OnceLock};
 
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
-use drover_cloud::{Images, ServiceTemplates};
+use drover_cloud::{Images, ServiceRecords, ServiceTemplates};
 
 use crate::access::AccessControl;
 use crate::error::{ApiError, ApiResult};
@@ -39,6 +39,10 @@ pub struct Services {
     pub images: Arc<Images>,
     /// The stored service templates (`drover-cloud`).
     pub service_templates: Arc<ServiceTemplates>,
+    /// The stored services (`drover-cloud`), and what wakes the controller that brings
+    /// them up and tears them down after a change.
+    pub service_records: Arc<ServiceRecords>,
+    pub service_wake: Arc<tokio::sync::Notify>,
 }
 
 /// Events and reports.
@@ -84,6 +88,8 @@ pub struct CloudSettings {
     /// `svc.pendingActions.displayGeneric`: whether the generic mapping of spec 2.13
     /// applies.
     pub display_generic: bool,
+    /// `[scheduler.limits] user_service_max_count`.
+    pub user_service_max_count: usize,
 }
 
 impl Default for CloudSettings {
@@ -92,6 +98,7 @@ impl Default for CloudSettings {
             default_image: "guest".into(),
             action_types: Vec::new(),
             display_generic: true,
+            user_service_max_count: drover_domain::limits::Limits::default().user_service_max_count,
         }
     }
 }
@@ -207,6 +214,14 @@ impl AppState {
     /// The stored service templates.
     pub fn service_templates(&self) -> &Arc<ServiceTemplates> {
         &self.0.services.service_templates
+    }
+
+    pub fn service_records(&self) -> &Arc<ServiceRecords> {
+        &self.0.services.service_records
+    }
+
+    pub fn service_wake(&self) -> &Arc<tokio::sync::Notify> {
+        &self.0.services.service_wake
     }
 
     pub fn events(&self) -> &EventRecorder {

@@ -248,6 +248,18 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     if request.image.is_empty() {
         request.image = state.settings().cloud.default_image.clone();
     }
+    // The VMs of services are found again by their id: nobody else may take one.
+    if let Some(id) = request.id.as_deref()
+        && id.starts_with(drover_domain::vm::SERVICE_VM_PREFIX)
+    {
+        return Err(ApiError::bad_request(
+            VM_NOT_CREATED,
+            format!(
+                "id: '{id}': ids starting with '{}' are the VMs of services",
+                drover_domain::vm::SERVICE_VM_PREFIX
+            ),
+        ));
+    }
     if request.node.as_deref() == Some("ANY") {
         request.node = None;
     }

@@ -357,6 +357,11 @@ fn grants_added_later() -> Vec<(&'static str, Grant)> {
     }
     // Service templates (#28).
     added.push((USER, Grant::new("service-templates", "read", Scope::All)));
+    // Services (#28).
+    added.push((USER, Grant::new("services", "*", Scope::Own)));
+    for action in ["create", "update", "delete"] {
+        added.push((OPERATOR, Grant::new("services", action, Scope::All)));
+    }
     added
 }
 

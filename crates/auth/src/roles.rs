@@ -141,6 +141,7 @@ pub fn built_in_roles() -> Vec<Role> {
         "reservations",
         "vcs",
         "vms",
+        "services",
         "events",
         "reports",
         "quotes",
@@ -152,6 +153,7 @@ pub fn built_in_roles() -> Vec<Role> {
         own("reservations"),
         own("vcs"),
         own("vms"),
+        own("services"),
         Grant::new("pending-actions", "read", Scope::Own),
         Grant::new("accounts", "read", Scope::Own),
         Grant::new("quotes", "create", Scope::Own),
@@ -180,15 +182,16 @@ pub fn built_in_roles() -> Vec<Role> {
             id: OPERATOR.into(),
             name: OPERATOR.into(),
             description:
-                "Reads everything; runs jobs, nodes, reservations, containers, VMs, events \
-                          and reports of every user; no security or accounting changes"
+                "Reads everything; runs jobs, nodes, reservations, containers, VMs, \
+                          services, events and reports of every user; no security or accounting changes"
                     .into(),
             grants: operator,
         },
         Role {
             id: USER.into(),
             name: USER.into(),
-            description: "Submits and manages their own jobs, reservations, containers and VMs; \
+            description: "Submits and manages their own jobs, reservations, containers, VMs and \
+                          services; \
                           reads nodes, images, templates, credentials, reports and their accounts"
                 .into(),
             grants: user,

@@ -4,7 +4,8 @@
 //! files, always inside the images directory (`[cloud] image_dir`). [`provision`] starts,
 //! powers, migrates and stops guests (QEMU, or the site's own commands) and runs commands
 //! inside QEMU guests through their agent. [`ServiceTemplates`] owns the stored
-//! collection `service_templates` (spec 2.12, 4.11); services come next.
+//! collection `service_templates` (spec 2.12, 4.11), and [`ServiceRecords`] the collection
+//! `services` (2.11, 4.10).
 //!
 //! Every call blocks (on the store, on a guest); async callers use `spawn_blocking`.
 
@@ -13,6 +14,8 @@ pub mod images;
 pub mod named;
 pub mod provision;
 pub mod service_templates;
+pub mod services;
 
 pub use images::{CloudError, IMAGES, Images, StoredImage};
 pub use service_templates::{SERVICE_TEMPLATES, ServiceTemplates, StoredTemplate};
+pub use services::{NewServices, SERVICES, ServiceRecords, StoredService};

@@ -47,6 +47,11 @@ impl ServiceTemplates {
         self.named.list(query)
     }
 
+    /// Every template, oldest first.
+    pub fn all(&self) -> Result<Vec<StoredTemplate>> {
+        self.named.all()
+    }
+
     /// The template whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredTemplate> {
         self.named.get(key)
@@ -119,9 +124,8 @@ impl ServiceTemplates {
     }
 
     /// Deletes the template `key`, unless another template includes it or what
-    /// `users_elsewhere` names is not empty. `users_elsewhere` is the hook for the
-    /// services made from the template (a phrase naming them): there are no services yet
-    /// (#28 item 2), so callers pass `|_| None` until there are.
+    /// `users_elsewhere` names is not empty. `users_elsewhere` names the
+    /// services made from the template (a phrase), if any.
     pub fn remove(
         &self,
         key: &str,

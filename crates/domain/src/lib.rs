@@ -17,6 +17,7 @@ pub mod limits;
 pub mod node;
 pub mod request;
 pub mod reservation;
+pub mod service;
 pub mod service_template;
 pub mod template;
 pub mod validate;

@@ -40,6 +40,8 @@ pub struct Limits {
     pub user_vm_max_count: usize,
     /// The most GB of extra disks (`storage`) one VM of an ordinary user may have.
     pub user_vm_max_storage_gb: u64,
+    /// The most services (nested ones included) one ordinary user may have at once.
+    pub user_service_max_count: usize,
 }
 
 impl Default for Limits {
@@ -54,6 +56,7 @@ impl Default for Limits {
             user_container_max_count: 100,
             user_vm_max_count: 8,
             user_vm_max_storage_gb: 64,
+            user_service_max_count: 64,
         }
     }
 }

@@ -177,7 +177,7 @@ pub const NAME_PUNCTUATION: &str = "-.?@~#[]<>|=&()*{}`$";
 
 /// Why `name` cannot name a service template (spec part 8, 4.11 (d)), with advice; the
 /// same rule holds for the local name of an included service (`what`).
-fn name_refusal(field: &str, name: &str, what: &str) -> Option<Refusal> {
+pub(crate) fn name_refusal(field: &str, name: &str, what: &str) -> Option<Refusal> {
     let advice = format!(
         "use only letters, digits, spaces and {NAME_PUNCTUATION}, 1 to {MAX_NAME} of them, \
          not beginning or ending with a space"
@@ -594,7 +594,7 @@ fn check_dependencies(
 }
 
 /// A cycle of `edges` (each node to the nodes it waits for), as the path that closes it.
-fn find_cycle<'a>(edges: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a str>> {
+pub(crate) fn find_cycle<'a>(edges: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a str>> {
     // Iterative depth-first search: 0 unvisited, 1 on the path, 2 done.
     let mut state: BTreeMap<&str, u8> = BTreeMap::new();
     for &start in edges.keys() {
@@ -629,7 +629,7 @@ fn find_cycle<'a>(edges: &BTreeMap<&'a str, Vec<&'a str>>) -> Option<Vec<&'a str
     None
 }
 
-fn check_job(job: &Map<String, Value>, problems: &mut Vec<Refusal>) {
+pub(crate) fn check_job(job: &Map<String, Value>, problems: &mut Vec<Refusal>) {
     let field = |key: &str| format!("attributes.sched.job.{key}");
     for key in job.keys().filter(|k| !JOB_KEYS.contains(&k.as_str())) {
         problems.push(Refusal::new(
@@ -698,7 +698,7 @@ fn check_job(job: &Map<String, Value>, problems: &mut Vec<Refusal>) {
 }
 
 /// `'a', 'b'`.
-fn quoted<'a>(names: impl Iterator<Item = &'a &'a str>) -> String {
+pub(crate) fn quoted<'a>(names: impl Iterator<Item = &'a &'a str>) -> String {
     names
         .map(|n| format!("'{n}'"))
         .collect::<Vec<_>>()

@@ -15,6 +15,8 @@ pub const DEFAULT_TEMPLATE: &str = "DEFAULT";
 pub const VM_SETUP: &str = "genericVM-setup";
 pub const VM_MIGRATE: &str = "genericVM-migrate";
 pub const VM_DESTROY: &str = "genericVM-destroy";
+/// The template of the job a `pm` service holds its node with.
+pub const PM_SETUP: &str = "genericPM-setup";
 
 /// Known template ids (spec 2.6) and what each is for.
 const BUILT_IN: &[(&str, &str)] = &[
@@ -24,7 +26,7 @@ const BUILT_IN: &[(&str, &str)] = &[
     (VM_DESTROY, "Destroys a virtual machine"),
     (VM_MIGRATE, "Migrates a virtual machine"),
     ("genericPM", "A physical machine"),
-    ("genericPM-setup", "Sets up a physical machine"),
+    (PM_SETUP, "Sets up a physical machine"),
     ("genericPM-destroy", "Releases a physical machine"),
     ("OSStorage", "Operating-system storage"),
     ("OSStorage-setup", "Creates operating-system storage"),

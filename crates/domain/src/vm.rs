@@ -282,6 +282,8 @@ impl Vm {
 
 /// The start of the ids of VMs made for jobs, which no request may choose.
 pub const JOB_VM_PREFIX: &str = "job-";
+/// The prefix of the VMs of services (`svc-<service id>`): no request may name one.
+pub const SERVICE_VM_PREFIX: &str = "svc-";
 
 /// The id of the VM made for job `job_id`: `job-` and the job's id, with what cannot be
 /// in a VM id (an array sub-job's brackets) made `-`.

@@ -7,6 +7,7 @@ pub mod guests;
 pub mod ledger_accountant;
 pub mod private;
 pub mod serve;
+pub mod service_control;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -148,6 +149,10 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         drover_cloud::ServiceTemplates::open(store.clone())
             .map_err(|e| format!("cannot open the service templates: {e}"))?,
     );
+    let service_records = Arc::new(
+        drover_cloud::ServiceRecords::open(store.clone())
+            .map_err(|e| format!("cannot open the services: {e}"))?,
+    );
     let vm_host = guests::vm_host(config, images.clone());
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let settings = Settings {
@@ -174,6 +179,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
                 .map(|(template, kind)| (template.clone(), kind.clone()))
                 .collect(),
             display_generic: config.cloud.pending_actions.display_generic,
+            user_service_max_count: config.scheduler.limits.user_service_max_count,
         },
     };
     let monitoring = Monitoring {
@@ -190,6 +196,8 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
                 monitoring,
                 images,
                 service_templates,
+                service_records,
+                service_wake: Arc::new(tokio::sync::Notify::new()),
             },
             settings,
         )
@@ -268,6 +276,15 @@ pub async fn launch_with(
     } = tokio::task::spawn_blocking(move || prepare(&config))
         .await
         .map_err(|e| e.to_string())??;
+    let services = tokio::spawn(
+        service_control::ServiceControl {
+            records: state.service_records().clone(),
+            scheduler: state.scheduler().clone(),
+            events: state.events().clone(),
+            wake: state.service_wake().clone(),
+        }
+        .run(),
+    );
     let app = drover_api::app(state.clone(), routes);
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     on_start(Started {
@@ -278,6 +295,9 @@ pub async fn launch_with(
     serve::serve(listener, app, header_timeout, shutdown)
         .await
         .map_err(|e| e.to_string())?;
+    // The controller's next start resumes what it was doing.
+    services.abort();
+    let _ = services.await;
     // Running jobs keep running; the next start adopts them again.
     state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client

@@ -17,5 +17,6 @@ mod review_vms;
 mod roles;
 mod security;
 mod service_templates;
+mod services;
 mod support;
 mod vms;

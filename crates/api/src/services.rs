@@ -1,0 +1,714 @@
+//! `/rest/services` (spec 2.11, 4.10): services made from templates or types, over the
+//! stored [`ServiceRecords`] of `drover-cloud`; the service controller
+//! (`drover::service_control`) brings them up and tears them down. `<key>` is an id or a
+//! name.
+//!
+//! - A creation plans the whole tree (`drover_domain::service::plan`: templates, their
+//!   included services, `extends`, dependencies), checks what it would make (images,
+//!   the user's limit, the account), stores it and answers `201 {"name"}` of the
+//!   top-level service; the controller sets it up from its start date on.
+//! - An ordinary user creates services for themselves only and sees and changes their
+//!   own; the others are answered as if they did not exist.
+//! - `PUT` changes `attributes` (each key given replaces that key, `null` removes it),
+//!   `status` and `statusCode`; a body that changes anything else, `attributes.sched`
+//!   included, is refused (400). Fields given with their stored value are accepted, so
+//!   that a client may send back what it read.
+//! - `DELETE` marks the service and what it holds for teardown and answers `{}`; the
+//!   record goes once everything it made is gone. A service others depend on is not
+//!   deleted (409) unless `force-delete=true`.
+//! - `show-vc=true` answers `attributes.sched.vc` as the virtual container itself;
+//!   `show-recursive-vc=true` also its nested containers, jobs and VMs, each in full.
+
+use axum::Json;
+use axum::extract::State;
+use axum::response::Response;
+use drover_auth::Permission;
+use drover_cloud::{CloudError, NewServices, ServiceRecords, StoredService};
+use drover_domain::dates::{Timestamp, WireDates};
+use drover_domain::service::{self, PlannedService, ServiceEntry};
+use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
+use drover_domain::vm::MAX_TIME_TO_LIVE;
+use drover_monitor::event::{Event, InitiatedBy, ObjectRef, PrimaryObject};
+use serde_json::{Map, Value, json};
+
+use crate::AppState;
+use crate::error::{ApiError, ApiResult, Kind};
+use crate::input::{Fields, read_object};
+use crate::openapi::schema::{integer, object, string, strings};
+use crate::params::{CommonParams, ListParams};
+use crate::reply::{self, parse_json};
+use crate::routes::{Access, Caller, ItemChange, ItemRead, Routes, Submission};
+
+const READ: Access = Access::Needs(Permission::read("services"));
+const CREATE: Access = Access::Needs(Permission::create("services"));
+const UPDATE: Access = Access::Needs(Permission::update("services"));
+const DELETE: Access = Access::Needs(Permission::delete("services"));
+
+const PATH: &str = "/rest/services";
+const NOT_CREATED: &str = "The service was not created";
+
+/// The fields of a creation body, and of an entry of its `data`.
+const CREATE_FIELDS: &[&str] = &[
+    "user",
+    "account",
+    "startDateRequested",
+    "earliestStartDateRequested",
+    "durationRequested",
+    "data",
+];
+const ENTRY_FIELDS: &[&str] = &[
+    "name",
+    "serviceTemplate",
+    "type",
+    "extends",
+    "label",
+    "includedServices",
+    "attributes",
+];
+/// What the system keeps for itself and never answers.
+const INTERNAL: &[&str] = &["startsAt", "endsAt", "removeWhenDown"];
+
+fn schema() -> Value {
+    object(&[
+        ("id", string()),
+        ("name", string()),
+        ("type", string()),
+        ("label", string()),
+        ("user", string()),
+        ("account", string()),
+        ("status", string()),
+        ("statusCode", integer()),
+        ("phase", string()),
+        ("parent", string()),
+        ("includedServices", strings()),
+        ("startDateRequested", string()),
+        ("startDateScheduled", string()),
+        ("durationRequested", integer()),
+        (
+            "serviceTemplate",
+            object(&[("id", string()), ("name", string())]),
+        ),
+        ("attributes", object(&[])),
+        ("version", integer()),
+    ])
+}
+
+pub(crate) fn register(routes: &mut Routes) {
+    let key = ("key", "The service's id or name");
+    routes
+        .get(PATH, READ, list)
+        .summary(
+            "Services: the caller's own, or all for an administrator (show-vc, show-recursive-vc)",
+        )
+        .list()
+        .response(
+            200,
+            "Services",
+            Some(crate::openapi::schema::envelope(schema())),
+        );
+    routes
+        .get("/rest/services/{key}", READ, one)
+        .summary("One service, by id or name (show-vc, show-recursive-vc)")
+        .path_param(key.0, key.1)
+        .response(200, "The service", Some(schema()))
+        .response(404, "No such service (or not the caller's)", None);
+    routes
+        .post(PATH, CREATE, create)
+        .summary("Creates a service from entries (data) naming templates or types")
+        .body(
+            "application/json",
+            object(&[("user", string()), ("data", json!({"type": "array"}))]),
+        )
+        .response(
+            201,
+            "The top-level service's name",
+            Some(object(&[("name", string())])),
+        )
+        .response(400, "An entry breaks a rule of 4.10", None);
+    routes
+        .put("/rest/services/{key}", UPDATE, modify)
+        .summary("Changes attributes (not sched), status and statusCode of a service")
+        .path_param(key.0, key.1)
+        .body("application/json", schema())
+        .response(200, "The changed service", Some(schema()))
+        .response(
+            400,
+            "A field other than attributes, status, statusCode is changed",
+            None,
+        )
+        .response(404, "No such service", None);
+    routes
+        .delete("/rest/services/{key}", DELETE, remove)
+        .summary("Tears a service down and deletes it (force-delete skips the dependency check)")
+        .path_param(key.0, key.1)
+        .response(200, "Teardown begun", Some(object(&[])))
+        .response(404, "No such service", None)
+        .response(409, "Other services depend on it", None);
+}
+
+fn visible(service: &StoredService, caller: &Caller) -> bool {
+    caller.over_all() || caller.effective_user.as_deref() == Some(service.value.user.as_str())
+}
+
+/// The wire shape: the stored form less the system's own fields.
+fn render(stored: &StoredService) -> Value {
+    let mut out = stored.document();
+    if let Some(map) = out.as_object_mut() {
+        for key in INTERNAL {
+            map.remove(*key);
+        }
+    }
+    out
+}
+
+async fn blocking<T: Send + 'static>(
+    state: &AppState,
+    work: impl FnOnce(&ServiceRecords) -> Result<T, CloudError> + Send + 'static,
+) -> ApiResult<T> {
+    crate::state::blocking_on(state.service_records().clone(), work).await
+}
+
+/// The service `key`, if the caller may see it.
+async fn find(state: &AppState, caller: &Caller, key: &str) -> ApiResult<StoredService> {
+    let owned = key.to_string();
+    let found = blocking(state, move |records| records.get(&owned)).await?;
+    if visible(&found, caller) {
+        Ok(found)
+    } else {
+        Err(ApiError::not_found(format!("No service '{key}'")))
+    }
+}
+
+/// What `show-vc` and `show-recursive-vc` ask for.
+#[derive(Clone, Copy)]
+enum ShowVc {
+    No,
+    Own,
+    Recursive,
+}
+
+fn show_vc(params: &CommonParams) -> ApiResult<ShowVc> {
+    Ok(if params.raw.flag("show-recursive-vc")? {
+        ShowVc::Recursive
+    } else if params.raw.flag("show-vc")? {
+        ShowVc::Own
+    } else {
+        ShowVc::No
+    })
+}
+
+async fn list(
+    State(state): State<AppState>,
+    common: CommonParams,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
+    let show = show_vc(&common)?;
+    let all = blocking(&state, |records| records.all()).await?;
+    let mine: Vec<Value> = all
+        .iter()
+        .filter(|s| visible(s, &caller))
+        .map(render)
+        .collect();
+    let page = params.query.run(&mine);
+    let items = page
+        .items
+        .into_iter()
+        .map(|s| with_vc(&state, s.clone(), show))
+        .collect();
+    Ok(reply::listed(page.total, items, &params))
+}
+
+async fn one(ItemRead(state, common, caller, key): ItemRead) -> ApiResult<Json<Value>> {
+    let show = show_vc(&common)?;
+    let found = find(&state, &caller, &key).await?;
+    Ok(Json(with_vc(&state, render(&found), show)))
+}
+
+/// `attributes.sched.vc` answered as the container itself (and, recursively, what it
+/// holds), when asked.
+fn with_vc(state: &AppState, mut service: Value, show: ShowVc) -> Value {
+    if matches!(show, ShowVc::No) {
+        return service;
+    }
+    let Some(vc) = service.pointer_mut("/attributes/sched/vc") else {
+        return service;
+    };
+    let Some(id) = vc.get("id").and_then(Value::as_str).map(String::from) else {
+        return service;
+    };
+    let dates = &state.settings().dates;
+    *vc = container_detail(state, &id, dates, matches!(show, ShowVc::Recursive), 0);
+    service
+}
+
+fn container_detail(
+    state: &AppState,
+    id: &str,
+    dates: &WireDates,
+    recursive: bool,
+    depth: usize,
+) -> Value {
+    let containers = state.scheduler().containers();
+    let Some(container) = containers.iter().find(|c| c.id == id) else {
+        return json!({"id": id});
+    };
+    let mut out = crate::containers::render(container, dates, 1);
+    if !recursive || depth > service::MAX_DEPTH {
+        return out;
+    }
+    let nested: Vec<Value> = container
+        .members
+        .virtual_containers
+        .iter()
+        .map(|c| container_detail(state, c, dates, true, depth + 1))
+        .collect();
+    let jobs: Vec<Value> = container
+        .members
+        .jobs
+        .iter()
+        .map(|j| match state.scheduler().job(j) {
+            Some(job) => json!({"id": job.id, "name": job.spec.custom_name,
+                                "state": format!("{:?}", job.status.state),
+                                "user": job.status.exec_user}),
+            None => json!({"id": j}),
+        })
+        .collect();
+    let vms = state.scheduler().vms();
+    let machines: Vec<Value> = container
+        .members
+        .virtual_machines
+        .iter()
+        .map(|v| match vms.iter().find(|vm| &vm.id == v) {
+            Some(vm) => {
+                json!({"id": vm.id, "state": vm.phase.state(), "substate": vm.phase.substate(),
+                               "node": {"id": vm.node}, "os": vm.image})
+            }
+            None => json!({"id": v}),
+        })
+        .collect();
+    out["virtualContainers"] = nested.into();
+    out["jobs"] = jobs.into();
+    out["virtualMachines"] = machines.into();
+    out
+}
+
+/// A creation body, read.
+struct Creation {
+    user: Option<String>,
+    account: Option<String>,
+    start: Option<i64>,
+    duration: Option<i64>,
+    entries: Vec<ServiceEntry>,
+}
+
+fn read_creation(f: &mut Fields<'_>, dates: &WireDates) -> Creation {
+    f.only(CREATE_FIELDS, "not a field of a service creation");
+    let start = match f.date("startDateRequested", dates) {
+        Some(start) => Some(start),
+        None => f.date("earliestStartDateRequested", dates),
+    };
+    let duration = f.integer_in("durationRequested", 1, MAX_TIME_TO_LIVE);
+    let entries = f
+        .each("data", read_entry)
+        .map(|e| e.into_iter().flatten().collect())
+        .unwrap_or_default();
+    if !f.has("data") {
+        f.problem("data", "required: the service entries");
+    }
+    Creation {
+        user: f.string("user"),
+        account: f.string("account"),
+        start,
+        duration,
+        entries,
+    }
+}
+
+fn read_entry(e: &mut Fields<'_>) -> Option<ServiceEntry> {
+    e.only(ENTRY_FIELDS, "not a field of a service entry");
+    let name = e.string("name");
+    if name.is_none() {
+        e.problem("name", "required");
+    }
+    let template = match e.raw("serviceTemplate") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(name)) => Some(TemplateKey::Name(name.clone())),
+        Some(Value::Object(_)) => e
+            .object("serviceTemplate", |t| {
+                match (t.string("id"), t.string("name")) {
+                    (Some(id), _) => Some(TemplateKey::Id(id)),
+                    (None, Some(name)) => Some(TemplateKey::Name(name)),
+                    _ => {
+                        t.problem("name", "give the template's name or id");
+                        None
+                    }
+                }
+            })
+            .flatten(),
+        Some(_) => {
+            e.problem(
+                "serviceTemplate",
+                "expected a template's name, {name} or {id}",
+            );
+            None
+        }
+    };
+    let kind = e.string("type").and_then(|text| {
+        let kind = ServiceType::parse(&text);
+        if kind.is_none() {
+            e.problem(
+                "type",
+                format!("'{text}' is not one of container, vm, storage, pm"),
+            );
+        }
+        kind
+    });
+    let attributes = match e.raw("attributes") {
+        None | Some(Value::Null) => Map::new(),
+        Some(Value::Object(a)) => a.clone(),
+        Some(_) => {
+            e.problem("attributes", "expected an object");
+            Map::new()
+        }
+    };
+    Some(ServiceEntry {
+        name: name?,
+        template,
+        kind,
+        extends: e.string("extends"),
+        label: e.string("label"),
+        included_services: e.strings("includedServices").unwrap_or_default(),
+        attributes,
+    })
+}
+
+async fn create(Submission(state, _params, caller, body): Submission) -> ApiResult<Response> {
+    reply::bounded_body(&state, &caller, &body, NOT_CREATED)?;
+    let body = parse_json(&body)?;
+    let dates = state.settings().dates.clone();
+    let creation = read_object(&body, NOT_CREATED, |f| read_creation(f, &dates))?;
+    let caller_name = caller.effective_user.clone().unwrap_or_default();
+    let user = creation.user.clone().unwrap_or_else(|| caller_name.clone());
+    if user != caller_name && !caller.over_all() {
+        return Err(ApiError::forbidden(
+            &caller_name,
+            format_args!("create services for {user}"),
+        ));
+    }
+    check_account(
+        &state,
+        &user,
+        creation.account.as_deref(),
+        caller.over_all(),
+    )?;
+    let templates = state.service_templates().clone();
+    let entries = creation.entries.clone();
+    let planned = tokio::task::spawn_blocking(move || {
+        let all = templates.all()?;
+        let lookup = |key: &TemplateKey| {
+            all.iter()
+                .find(|t| match key {
+                    TemplateKey::Id(id) => &t.id == id,
+                    TemplateKey::Name(name) => &t.value.name == name,
+                })
+                .map(|t| {
+                    let reference = TemplateRef {
+                        id: t.id.clone(),
+                        name: t.value.name.clone(),
+                    };
+                    (reference, t.value.clone())
+                })
+        };
+        Ok::<_, CloudError>(service::plan(&entries, &lookup))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    let planned = planned.map_err(|problems| refusal(&problems))?;
+    check_images(&state, &planned).await?;
+    let limit = state.settings().cloud.user_service_max_count;
+    let new = NewServices {
+        user: user.clone(),
+        account: creation.account,
+        created_by: caller
+            .identity
+            .as_ref()
+            .map(|i| i.name.clone())
+            .unwrap_or(caller_name),
+        start_requested: creation
+            .start
+            .and_then(|s| Timestamp::from_second(s).ok())
+            .map(drover_domain::dates::format_utc),
+        starts_at: creation.start.unwrap_or(0),
+        duration: creation.duration,
+    };
+    let admin = caller.over_all();
+    let top = blocking(&state, move |records| {
+        let have = records.count_of(&new.user)?;
+        if !admin && have + planned.len() > limit {
+            return Err(CloudError::Invalid {
+                summary: NOT_CREATED.into(),
+                reasons: vec![
+                    format!(
+                        "{} has {have} services; these {} would pass the {limit} an ordinary \
+                         user may have ([scheduler.limits] user_service_max_count)",
+                        new.user,
+                        planned.len()
+                    ),
+                    "delete services you no longer need".into(),
+                ],
+            });
+        }
+        records.create(&planned, &new)
+    })
+    .await?;
+    let message = format!(
+        "Service {} was created for {}",
+        top.value.name, top.value.user
+    );
+    record_event(
+        &state,
+        &top,
+        "servicecreate",
+        "Service Create",
+        "INFO",
+        &message,
+    );
+    state.service_wake().notify_one();
+    let location = format!("{PATH}/{}", top.id);
+    Ok(reply::created(
+        state.settings(),
+        &location,
+        json!({"name": top.value.name}),
+    ))
+}
+
+/// 400 with the summary, each problem and each piece of advice.
+fn refusal(problems: &[Refusal]) -> ApiError {
+    ApiError::new(Kind::BadRequest, Refusal::messages(NOT_CREATED, problems))
+}
+
+/// With accounting enabled, the account must exist and have the user as a member.
+fn check_account(
+    state: &AppState,
+    user: &str,
+    account: Option<&str>,
+    admin: bool,
+) -> ApiResult<()> {
+    let (Some(ledger), Some(account)) = (state.accounting(), account) else {
+        return Ok(());
+    };
+    if !ledger.enabled() {
+        return Ok(());
+    }
+    match ledger.account(account) {
+        Some(a) if admin || a.has_member(user) => Ok(()),
+        Some(_) => Err(ApiError::bad_request(
+            NOT_CREATED,
+            format!("account: {user} is not a member of the account '{account}'"),
+        )),
+        None => Err(ApiError::bad_request(
+            NOT_CREATED,
+            format!("account: there is no account '{account}'"),
+        )),
+    }
+}
+
+/// Every VM service's image must exist and support VMs.
+async fn check_images(state: &AppState, planned: &[PlannedService]) -> ApiResult<()> {
+    let images: Vec<String> = planned
+        .iter()
+        .filter(|p| p.kind == ServiceType::Vm)
+        .filter_map(|p| {
+            p.attributes
+                .get("sched")?
+                .pointer("/job/image")?
+                .as_str()
+                .map(String::from)
+        })
+        .collect();
+    let problems = crate::state::blocking_on(state.images().clone(), move |store| {
+        let mut problems = Vec::new();
+        for name in images {
+            match store.get(&name) {
+                Ok(image) if image.value.supports_virtual_machine => {}
+                Ok(_) => problems.push(format!(
+                    "attributes.sched.job.image: the image '{name}' does not support virtual machines"
+                )),
+                Err(CloudError::NotFound(_)) => problems.push(format!(
+                    "attributes.sched.job.image: no image '{name}' (GET /rest/images lists them)"
+                )),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(problems)
+    })
+    .await?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let mut messages = vec![NOT_CREATED.to_string()];
+    messages.extend(problems);
+    Err(ApiError::new(Kind::BadRequest, messages))
+}
+
+async fn modify(
+    ItemChange(state, _params, caller, key, body): ItemChange,
+) -> ApiResult<Json<Value>> {
+    let summary = format!("The service {key} was not changed");
+    reply::bounded_body(&state, &caller, &body, &summary)?;
+    let body = parse_json(&body)?;
+    let Some(given) = body.as_object().cloned() else {
+        return Err(ApiError::bad_request(
+            summary,
+            "the body must be a JSON object",
+        ));
+    };
+    let found = find(&state, &caller, &key).await?;
+    let id = found.id.clone();
+    let changed = blocking(&state, move |records| {
+        records.update(&id, |service| {
+            apply_change(service, &given).map_err(|mut reasons| {
+                reasons.push(
+                    "change only attributes (not attributes.sched), status and statusCode \
+                     (spec part 8)"
+                        .into(),
+                );
+                CloudError::Invalid {
+                    summary: summary.clone(),
+                    reasons,
+                }
+            })
+        })
+    })
+    .await?;
+    Ok(Json(render(&changed)))
+}
+
+/// Applies a `PUT` body; every field it would change but may not is named.
+fn apply_change(
+    service: &mut drover_domain::service::Service,
+    given: &Map<String, Value>,
+) -> Result<(), Vec<String>> {
+    let stored = serde_json::to_value(&*service).unwrap_or_default();
+    let mut problems = Vec::new();
+    for (key, value) in given {
+        match key.as_str() {
+            "status" => match value {
+                Value::String(text) if text.len() <= 1024 => service.status = text.clone(),
+                _ => problems.push("status: expected a string of at most 1024 bytes".into()),
+            },
+            "statusCode" => match value.as_i64() {
+                Some(code) => service.status_code = code,
+                None => problems.push("statusCode: expected an integer".into()),
+            },
+            "attributes" => match value {
+                Value::Object(attributes) => {
+                    for (name, value) in attributes {
+                        if name == "sched" {
+                            if Some(value) != service.attributes.get("sched") {
+                                problems.push(
+                                    "attributes.sched: is the system's and cannot be changed (4.10 rule 5)"
+                                        .into(),
+                                );
+                            }
+                        } else if value.is_null() {
+                            service.attributes.remove(name);
+                        } else {
+                            service.attributes.insert(name.clone(), value.clone());
+                        }
+                    }
+                }
+                _ => problems.push("attributes: expected an object".into()),
+            },
+            "id" | "version" => {}
+            other if stored.get(other) == Some(value) => {}
+            other => problems.push(format!(
+                "{other}: cannot be changed; only attributes, status and statusCode can"
+            )),
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems)
+    }
+}
+
+async fn remove(ItemRead(state, params, caller, key): ItemRead) -> ApiResult<Json<Value>> {
+    let force = params.raw.flag("force-delete")?;
+    let found = find(&state, &caller, &key).await?;
+    let summary = format!("The service {key} was not deleted");
+    blocking(&state, move |records| {
+        if !force {
+            let dependents = records.dependents(&found.value)?;
+            if !dependents.is_empty() {
+                return Err(CloudError::Conflict {
+                    summary,
+                    reason: format!(
+                        "the services {} depend on it",
+                        dependents
+                            .iter()
+                            .map(|d| format!("'{d}'"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    advice: Some("delete them first, or delete with force-delete=true".into()),
+                });
+            }
+        }
+        records.tear_down(&found.id, true, "deleted")
+    })
+    .await?;
+    state.service_wake().notify_one();
+    Ok(reply::deleted())
+}
+
+/// Records an event about a service (in both vocabularies, as for VMs), without holding
+/// up the request.
+fn record_event(
+    state: &AppState,
+    stored: &StoredService,
+    v1: &str,
+    v3: &str,
+    severity: &str,
+    message: &str,
+) {
+    let events: Vec<Event> = [v1, v3]
+        .into_iter()
+        .map(|kind| service_event(stored, kind, severity, message))
+        .collect();
+    let recorder = state.events().clone();
+    tokio::spawn(async move {
+        let _ = recorder.record(events).await;
+    });
+}
+
+/// An event about a service (object type `Service`, named by id).
+pub fn service_event(
+    stored: &StoredService,
+    event_type: &str,
+    severity: &str,
+    message: &str,
+) -> Event {
+    let mut event = Event::new(Timestamp::now(), event_type, severity);
+    event.origin = Some("drover/services".into());
+    event.facility = Some("service".into());
+    event.event_category = Some("service".into());
+    event.message = Some(message.to_string());
+    event.arguments = vec![stored.value.name.clone()];
+    event.associated_objects = vec![ObjectRef {
+        kind: "Service".into(),
+        id: stored.id.clone(),
+    }];
+    event.primary_object = Some(PrimaryObject {
+        kind: Some("Service".into()),
+        id: Some(stored.id.clone()),
+        serialization: None,
+    });
+    event.initiated_by = Some(InitiatedBy {
+        user: Some(stored.value.user.clone()),
+        proxy_user: None,
+    });
+    event
+}
