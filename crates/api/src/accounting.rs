@@ -348,6 +348,37 @@ fn quote_answer(answer: QuoteAnswer, instance: &str, itemize: bool) -> Value {
     Value::Object(out)
 }
 
+/// What a creation body (`{user, account, data: [entries]}`, 4.10) would make that costs
+/// something: each `vm`, `pm` and `storage` service of its tree, with the resources its
+/// template and entries give it, as a service body of its own.
+async fn services_made_by(
+    state: &AppState,
+    body: &Value,
+    proxy_user: &str,
+) -> ApiResult<Vec<Value>> {
+    let dates = state.settings().dates.clone();
+    let creation = read_object(body, QUOTE_FAILED, |f| {
+        crate::services::read_creation(f, &dates)
+    })?;
+    let planned = crate::services::plan_entries(state, creation.entries, QUOTE_FAILED).await?;
+    let user = creation.user.unwrap_or_else(|| proxy_user.to_string());
+    let priced: Vec<Value> = planned
+        .into_iter()
+        .filter(|p| p.kind != drover_domain::service_template::ServiceType::Container)
+        .map(|p| {
+            json!({"name": p.base, "user": user, "account": creation.account,
+                   "attributes": {"sched": p.attributes.get("sched").cloned().unwrap_or(json!({}))}})
+        })
+        .collect();
+    if priced.is_empty() {
+        return Err(ApiError::bad_request(
+            QUOTE_FAILED,
+            "the service makes nothing to price (only containers)",
+        ));
+    }
+    Ok(priced)
+}
+
 /// The services a quote's body names: one, or a list of at least one.
 fn services_of(body: Value) -> ApiResult<Vec<Value>> {
     let services: Vec<Value> = match body {
@@ -444,7 +475,10 @@ async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult
             answer_of(answer, &instance),
         )));
     }
-    let services = services_of(body)?;
+    let services = match body.get("data") {
+        Some(_) => services_made_by(&state, &body, &user).await?,
+        None => services_of(body)?,
+    };
     let mut names = Vec::new();
     let mut requests = Vec::new();
     for service in &services {

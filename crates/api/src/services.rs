@@ -294,15 +294,15 @@ fn container_detail(
 }
 
 /// A creation body, read.
-struct Creation {
-    user: Option<String>,
-    account: Option<String>,
+pub(crate) struct Creation {
+    pub(crate) user: Option<String>,
+    pub(crate) account: Option<String>,
     start: Option<i64>,
     duration: Option<i64>,
-    entries: Vec<ServiceEntry>,
+    pub(crate) entries: Vec<ServiceEntry>,
 }
 
-fn read_creation(f: &mut Fields<'_>, dates: &WireDates) -> Creation {
+pub(crate) fn read_creation(f: &mut Fields<'_>, dates: &WireDates) -> Creation {
     f.only(CREATE_FIELDS, "not a field of a service creation");
     let start = match f.date("startDateRequested", dates) {
         Some(start) => Some(start),
@@ -402,29 +402,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
         creation.account.as_deref(),
         caller.over_all(),
     )?;
-    let templates = state.service_templates().clone();
-    let entries = creation.entries.clone();
-    let planned = tokio::task::spawn_blocking(move || {
-        let all = templates.all()?;
-        let lookup = |key: &TemplateKey| {
-            all.iter()
-                .find(|t| match key {
-                    TemplateKey::Id(id) => &t.id == id,
-                    TemplateKey::Name(name) => &t.value.name == name,
-                })
-                .map(|t| {
-                    let reference = TemplateRef {
-                        id: t.id.clone(),
-                        name: t.value.name.clone(),
-                    };
-                    (reference, t.value.clone())
-                })
-        };
-        Ok::<_, CloudError>(service::plan(&entries, &lookup))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
-    let planned = planned.map_err(|problems| refusal(&problems))?;
+    let planned = plan_entries(&state, creation.entries.clone(), NOT_CREATED).await?;
     check_images(&state, &planned).await?;
     let limit = state.settings().cloud.user_service_max_count;
     let new = NewServices {
@@ -483,9 +461,36 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     ))
 }
 
-/// 400 with the summary, each problem and each piece of advice.
-fn refusal(problems: &[Refusal]) -> ApiError {
-    ApiError::new(Kind::BadRequest, Refusal::messages(NOT_CREATED, problems))
+/// The services `entries` make (the top-level one first), with the stored templates;
+/// refused (400, `summary` first) with every rule they break.
+pub(crate) async fn plan_entries(
+    state: &AppState,
+    entries: Vec<ServiceEntry>,
+    summary: &'static str,
+) -> ApiResult<Vec<PlannedService>> {
+    let templates = state.service_templates().clone();
+    let planned = tokio::task::spawn_blocking(move || {
+        let all = templates.all()?;
+        let lookup = |key: &TemplateKey| {
+            all.iter()
+                .find(|t| match key {
+                    TemplateKey::Id(id) => &t.id == id,
+                    TemplateKey::Name(name) => &t.value.name == name,
+                })
+                .map(|t| {
+                    let reference = TemplateRef {
+                        id: t.id.clone(),
+                        name: t.value.name.clone(),
+                    };
+                    (reference, t.value.clone())
+                })
+        };
+        Ok::<_, CloudError>(service::plan(&entries, &lookup))
+    })
+    .await
+    .map_err(|e| ApiError::internal(e.to_string()))??;
+    planned
+        .map_err(|problems| ApiError::new(Kind::BadRequest, Refusal::messages(summary, &problems)))
 }
 
 /// With accounting enabled, the account must exist and have the user as a member.

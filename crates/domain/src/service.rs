@@ -963,3 +963,148 @@ fn dependencies_shape(value: &Value) -> bool {
         _ => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn template(name: &str, body: Value) -> (TemplateRef, ServiceTemplate) {
+        let mut body = body;
+        body["name"] = json!(name);
+        for (key, empty) in [
+            ("label", Value::Null),
+            ("tags", json!([])),
+            ("includedServices", json!([])),
+            ("attributes", json!({})),
+        ] {
+            if body.get(key).is_none() {
+                body[key] = empty;
+            }
+        }
+        body["modified"] = json!("2026-11-26 10:00:00 UTC");
+        body["createdBy"] = json!("admin");
+        let reference = TemplateRef {
+            id: format!("id-{name}"),
+            name: name.into(),
+        };
+        (reference, serde_json::from_value(body).unwrap())
+    }
+
+    fn catalogue() -> Vec<(TemplateRef, ServiceTemplate)> {
+        let included = |local: &str, name: &str| json!({"localName": local, "serviceTemplate": {"id": format!("id-{name}"), "name": name}});
+        vec![
+            template(
+                "vm",
+                json!({"type": "vm", "attributes": {"sched": {"job": {
+                "image": "guest", "template": "genericVM", "features": ["a"],
+                "resources": {"procs": 1}}}}}),
+            ),
+            template(
+                "disk",
+                json!({"type": "storage", "attributes": {"sched": {"job": {
+                "resources": {"disk": 2}}}}}),
+            ),
+            template(
+                "tier",
+                json!({"type": "container",
+                "includedServices": [included("db", "vm"), included("data", "disk"), included("web", "vm")],
+                "attributes": {"sched": {"dependencies": [
+                    {"localName": "db", "dependency": ["data"]},
+                    {"localName": "web", "dependency": ["db"]}]}}}),
+            ),
+        ]
+    }
+
+    fn run(entries: Value) -> Result<Vec<PlannedService>, Vec<Refusal>> {
+        let all = catalogue();
+        let lookup = |key: &TemplateKey| {
+            all.iter()
+                .find(|(r, _)| match key {
+                    TemplateKey::Id(id) => &r.id == id,
+                    TemplateKey::Name(name) => &r.name == name,
+                })
+                .cloned()
+        };
+        let entries: Vec<ServiceEntry> = entries
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| ServiceEntry {
+                name: e["name"].as_str().unwrap().into(),
+                template: e["serviceTemplate"]
+                    .as_str()
+                    .map(|n| TemplateKey::Name(n.into())),
+                kind: e["type"].as_str().and_then(ServiceType::parse),
+                extends: e["extends"].as_str().map(String::from),
+                label: None,
+                included_services: e["includedServices"]
+                    .as_array()
+                    .map(|l| {
+                        l.iter()
+                            .filter_map(|n| n.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+                attributes: e["attributes"].as_object().cloned().unwrap_or_default(),
+            })
+            .collect();
+        plan(&entries, &lookup)
+    }
+
+    #[test]
+    fn a_template_becomes_its_tree_with_dependencies_and_the_disk_on_its_vm() {
+        let planned = run(json!([{"name": "site", "serviceTemplate": "tier"}])).unwrap();
+        let bases: Vec<&str> = planned.iter().map(|p| p.base.as_str()).collect();
+        assert_eq!(bases, ["site", "db", "data", "web"]);
+        assert_eq!(planned[0].children, [1, 2, 3]);
+        assert_eq!(planned[0].dependencies, [(1, vec![2]), (3, vec![1])]);
+        // The disk is db's: db depends on it.
+        assert_eq!(planned[2].storage_of, Some(1));
+        assert!(planned[0].attributes["sched"].get("dependencies").is_none());
+    }
+
+    #[test]
+    fn extensions_add_to_lists_and_maps_and_never_take_away() {
+        let planned = run(json!([
+            {"name": "site", "serviceTemplate": "tier"},
+            {"name": "more", "extends": "site::web", "attributes": {"sched": {"job": {
+                "features": ["b", "a"], "resources": {"mem": 512}, "image": "other"}}}}
+        ]))
+        .unwrap();
+        let web = &planned[3].attributes["sched"]["job"];
+        assert_eq!(web["features"], json!(["a", "b"]));
+        assert_eq!(web["resources"], json!({"procs": 1, "mem": 512}));
+        assert_eq!(web["image"], "other");
+        // db, made from the same template, is untouched.
+        assert_eq!(planned[1].attributes["sched"]["job"]["image"], "guest");
+    }
+
+    #[test]
+    fn the_top_level_entry_comes_first_whatever_the_order_of_entries() {
+        let planned = run(json!([
+            {"name": "inner", "serviceTemplate": "vm"},
+            {"name": "outer", "type": "container", "includedServices": ["inner"]}
+        ]))
+        .unwrap();
+        assert_eq!(planned[0].base, "outer");
+        assert_eq!(planned[0].children, [1]);
+        assert_eq!(planned[1].parent, Some(0));
+    }
+
+    #[test]
+    fn every_broken_rule_is_named() {
+        let problems = run(json!([
+            {"name": "site", "serviceTemplate": "tier"},
+            {"name": "bad", "extends": "site::web", "attributes": {"sched": {"job": {
+                "template": "x"}}, "free": 1}}
+        ]))
+        .unwrap_err();
+        let fields: Vec<&str> = problems.iter().map(|p| p.field.as_str()).collect();
+        assert!(
+            fields.contains(&"data[1].attributes.sched.job.template"),
+            "{fields:?}"
+        );
+        assert!(fields.contains(&"data[1].attributes.free"), "{fields:?}");
+    }
+}

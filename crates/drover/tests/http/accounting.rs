@@ -275,6 +275,37 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
     assert_eq!(priced["services"][0]["amount"], json!(12));
     assert_eq!(priced["services"][1]["amount"], json!(11.1));
     assert_eq!(priced["amount"], json!(23.1));
+
+    // A creation body is priced as what it would make: each VM of the tree, with the
+    // resources its template gives (containers cost nothing).
+    for template in [
+        json!({"name": "web vm", "type": "vm", "attributes": {"sched": {"job": {
+            "image": "guest", "template": "vm", "resources": {"processors": 2}}}}}),
+        json!({"name": "pair", "type": "container", "includedServices": [
+            {"localName": "a", "serviceTemplate": "web vm"},
+            {"localName": "b", "serviceTemplate": "web vm"}]}),
+    ] {
+        let made = server.send_json("POST", "/rest/service-templates", &template);
+        assert_eq!(made.status, 201, "{}", made.body);
+    }
+    let creation = json!({"user": "ann", "account": "physics",
+                          "data": [{"name": "site", "serviceTemplate": "pair"}]});
+    let priced = quote(
+        &server,
+        "object-type=service&proxy-user=ann&charge-duration=100",
+        creation,
+    )
+    .json();
+    assert_eq!(priced["services"].as_array().unwrap().len(), 2, "{priced}");
+    assert_eq!(priced["services"][0]["instance"], "a");
+    assert_eq!(priced["amount"], json!(24), "two of web's 12: {priced}");
+    let unknown = json!({"data": [{"name": "x", "serviceTemplate": "no such"}]});
+    let refused = quote(
+        &server,
+        "object-type=service&proxy-user=ann&charge-duration=100",
+        unknown.clone(),
+    );
+    refused.assert_refused(400, "no service template", &unknown);
 }
 
 fn balance(server: &TestServer, account: &str) -> Value {

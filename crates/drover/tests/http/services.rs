@@ -787,3 +787,37 @@ fn vm_services_with_a_data_disk_come_up_in_order_and_leave_nothing_behind() {
     let pending = server.get("/rest/pending-actions").json();
     assert_eq!(pending["totalCount"], 0, "{pending}");
 }
+
+#[test]
+fn a_restart_during_teardown_finishes_it() {
+    if !system_accounts() {
+        return;
+    }
+    let server = server();
+    stack_template(&server, "stack");
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [{"name": "s", "serviceTemplate": "stack"}]}),
+    );
+    let shop = wait_phase(&server, &top, "up");
+    let vc = shop["attributes"]["sched"]["vc"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
+    // Deleting again while it goes is no error (or it is gone already).
+    let again = server.call("DELETE", &item(&top), bob(), None).status;
+    assert!(again == 200 || again == 404, "{again}");
+    let server = server.restart();
+    wait_gone(&server, &top);
+    let jobs = server.get("/rest/jobs").json();
+    let running = jobs["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["state"] == "RUNNING")
+        .count();
+    assert_eq!(running, 0, "{jobs}");
+    assert_eq!(server.get(&format!("/rest/vcs/{vc}")).status, 404);
+}
