@@ -376,7 +376,13 @@ impl ServiceControl {
                 self.fail(stored, detail).await
             }
             None => {
-                let request = vm_request(stored, &vm_id, all);
+                let mut request = vm_request(stored, &vm_id, all);
+                if request.node.is_none() {
+                    match self.node_with_features(service, request.processors.unwrap_or(1)) {
+                        Ok(node) => request.node = node,
+                        Err(why) => return self.fail(stored, why).await,
+                    }
+                }
                 match self
                     .scheduler
                     .vm(VmCommand::Create(Box::new(request)), by)
@@ -399,6 +405,40 @@ impl ServiceControl {
                     Err(error) => self.refused(stored, "its VM", error).await,
                 }
             }
+        }
+    }
+
+    /// The node a VM with the service's `job.features` goes to: one that has them all
+    /// (one with `processors` free, if any); `None` when no feature is asked for.
+    fn node_with_features(
+        &self,
+        service: &Service,
+        processors: u32,
+    ) -> Result<Option<String>, String> {
+        let wanted: Vec<&str> = service
+            .job()
+            .and_then(|j| j.get("features"))
+            .and_then(Value::as_array)
+            .map(|f| f.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        if wanted.is_empty() {
+            return Ok(None);
+        }
+        let nodes = self.scheduler.nodes();
+        let fitting: Vec<_> = nodes
+            .iter()
+            .filter(|n| {
+                wanted
+                    .iter()
+                    .all(|f| n.config.features.iter().any(|h| h == f))
+            })
+            .collect();
+        let roomy = fitting
+            .iter()
+            .find(|n| n.config.processors.saturating_sub(n.used_processors) >= processors);
+        match roomy.or(fitting.first()) {
+            Some(node) => Ok(Some(node.id().to_string())),
+            None => Err(format!("no node has the features {}", wanted.join(", "))),
         }
     }
 

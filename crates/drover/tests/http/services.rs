@@ -676,6 +676,22 @@ fn a_vm_service_without_a_provisioner_fails_and_says_why() {
     );
     wait_gone(&server, &top);
     assert_eq!(server.get("/rest/vms").json()["totalCount"], 0);
+    // Features choose the VM's node; none has these.
+    let picky = create(
+        &server,
+        Auth::User,
+        &json!({"data": [{"name": "picky", "type": "vm",
+        "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
+                                         "features": ["gpu"]}}}}]}),
+    );
+    let failed = wait_phase(&server, &picky, "failed");
+    assert!(
+        failed["status"]
+            .as_str()
+            .unwrap()
+            .contains("no node has the features gpu"),
+        "{failed}"
+    );
 }
 
 #[test]
