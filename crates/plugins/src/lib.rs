@@ -1,0 +1,5 @@
+//! Plugins (spec 2.14, 4.12): plugin types uploaded as Rhai scripts (or a zip archive of
+//! them) and run in a sandbox, the built-in `Native` type, and plugin instances with
+//! their lifecycle (configure, start, poll, stop).
+
+pub mod native;

@@ -1,0 +1,1 @@
+//! The built-in `Native` plugin type (to be written).
