@@ -19,11 +19,15 @@
 //! - `show-vc=true` answers `attributes.sched.vc` as the virtual container itself;
 //!   `show-recursive-vc=true` also its nested containers, jobs and VMs, each in full.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_cloud::{CloudError, NewServices, ServiceRecords, StoredService};
+use drover_domain::container::VirtualContainer;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_domain::service::{self, PlannedService, ServiceEntry};
 use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
@@ -226,71 +230,96 @@ async fn one(ItemRead(state, common, caller, key): ItemRead) -> ApiResult<Json<V
 }
 
 /// `attributes.sched.vc` answered as the container itself (and, recursively, what it
-/// holds), when asked.
+/// holds), when asked. Only containers of the service's user are shown (a recorded id
+/// may have been given to another's container since), and each at most once (containers
+/// may hold each other in a ring).
 fn with_vc(state: &AppState, mut service: Value, show: ShowVc) -> Value {
     if matches!(show, ShowVc::No) {
         return service;
     }
+    let user = service
+        .get("user")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let Some(vc) = service.pointer_mut("/attributes/sched/vc") else {
         return service;
     };
     let Some(id) = vc.get("id").and_then(Value::as_str).map(String::from) else {
         return service;
     };
-    let dates = &state.settings().dates;
-    *vc = container_detail(state, &id, dates, matches!(show, ShowVc::Recursive), 0);
+    let shown = Shown {
+        state,
+        containers: state.scheduler().containers(),
+        user: &user,
+        dates: &state.settings().dates,
+        recursive: matches!(show, ShowVc::Recursive),
+    };
+    *vc = shown.container(&id, 0, &mut HashSet::new());
     service
 }
 
-fn container_detail(
-    state: &AppState,
-    id: &str,
-    dates: &WireDates,
+/// What `show-vc` and `show-recursive-vc` read from.
+struct Shown<'a> {
+    state: &'a AppState,
+    containers: Arc<Vec<VirtualContainer>>,
+    user: &'a str,
+    dates: &'a WireDates,
     recursive: bool,
-    depth: usize,
-) -> Value {
-    let containers = state.scheduler().containers();
-    let Some(container) = containers.iter().find(|c| c.id == id) else {
-        return json!({"id": id});
-    };
-    let mut out = crate::containers::render(container, dates, 1);
-    if !recursive || depth > service::MAX_DEPTH {
-        return out;
+}
+
+impl Shown<'_> {
+    fn container(&self, id: &str, depth: usize, seen: &mut HashSet<String>) -> Value {
+        let Some(container) = self
+            .containers
+            .iter()
+            .find(|c| c.id == id && c.belongs_to(self.user))
+        else {
+            return json!({"id": id});
+        };
+        if !seen.insert(id.to_string()) {
+            return json!({"id": id});
+        }
+        let mut out = crate::containers::render(container, self.dates, 1);
+        if !self.recursive || depth > service::MAX_DEPTH {
+            return out;
+        }
+        let state = self.state;
+        let nested: Vec<Value> = container
+            .members
+            .virtual_containers
+            .iter()
+            .map(|c| self.container(c, depth + 1, seen))
+            .collect();
+        let jobs: Vec<Value> = container
+            .members
+            .jobs
+            .iter()
+            .map(|j| match state.scheduler().job(j) {
+                Some(job) => json!({"id": job.id, "name": job.spec.custom_name,
+                                    "state": format!("{:?}", job.status.state),
+                                    "user": job.status.exec_user}),
+                None => json!({"id": j}),
+            })
+            .collect();
+        let vms = state.scheduler().vms();
+        let machines: Vec<Value> = container
+            .members
+            .virtual_machines
+            .iter()
+            .map(|v| match vms.iter().find(|vm| &vm.id == v) {
+                Some(vm) => {
+                    json!({"id": vm.id, "state": vm.phase.state(), "substate": vm.phase.substate(),
+                                   "node": {"id": vm.node}, "os": vm.image})
+                }
+                None => json!({"id": v}),
+            })
+            .collect();
+        out["virtualContainers"] = nested.into();
+        out["jobs"] = jobs.into();
+        out["virtualMachines"] = machines.into();
+        out
     }
-    let nested: Vec<Value> = container
-        .members
-        .virtual_containers
-        .iter()
-        .map(|c| container_detail(state, c, dates, true, depth + 1))
-        .collect();
-    let jobs: Vec<Value> = container
-        .members
-        .jobs
-        .iter()
-        .map(|j| match state.scheduler().job(j) {
-            Some(job) => json!({"id": job.id, "name": job.spec.custom_name,
-                                "state": format!("{:?}", job.status.state),
-                                "user": job.status.exec_user}),
-            None => json!({"id": j}),
-        })
-        .collect();
-    let vms = state.scheduler().vms();
-    let machines: Vec<Value> = container
-        .members
-        .virtual_machines
-        .iter()
-        .map(|v| match vms.iter().find(|vm| &vm.id == v) {
-            Some(vm) => {
-                json!({"id": vm.id, "state": vm.phase.state(), "substate": vm.phase.substate(),
-                               "node": {"id": vm.node}, "os": vm.image})
-            }
-            None => json!({"id": v}),
-        })
-        .collect();
-    out["virtualContainers"] = nested.into();
-    out["jobs"] = jobs.into();
-    out["virtualMachines"] = machines.into();
-    out
 }
 
 /// A creation body, read.

