@@ -595,6 +595,8 @@ async fn modify(
     };
     let found = find(&state, &caller, &key).await?;
     let id = found.id.clone();
+    let limit = state.settings().max_submission_bytes;
+    let admin = caller.over_all();
     let changed = blocking(&state, move |records| {
         records.update(&id, |service| {
             apply_change(service, &given).map_err(|mut reasons| {
@@ -607,11 +609,39 @@ async fn modify(
                     summary: summary.clone(),
                     reasons,
                 }
-            })
+            })?;
+            // What PUTs gather on a service stays within what one request may carry.
+            let carried = carried_bytes(service);
+            if !admin && carried > limit {
+                return Err(CloudError::Invalid {
+                    summary: summary.clone(),
+                    reasons: vec![
+                        format!(
+                            "its attributes and status would take {carried} bytes; an ordinary \
+                             user's service may carry {limit} ([scheduler.limits] \
+                             max_submission_bytes)"
+                        ),
+                        "remove attributes you no longer need (give them as null)".into(),
+                    ],
+                });
+            }
+            Ok(())
         })
     })
     .await?;
     Ok(Json(render(&changed)))
+}
+
+/// The bytes of what clients write on a service: its attributes but the system's
+/// `sched`, and its status.
+fn carried_bytes(service: &drover_domain::service::Service) -> usize {
+    let attributes: usize = service
+        .attributes
+        .iter()
+        .filter(|(key, _)| key.as_str() != "sched")
+        .map(|(key, value)| key.len() + serde_json::to_vec(value).map_or(0, |v| v.len()))
+        .sum();
+    attributes + service.status.len()
 }
 
 /// Applies a `PUT` body; every field it would change but may not is named.

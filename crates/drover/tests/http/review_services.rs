@@ -133,6 +133,62 @@ fn a_ring_of_containers_is_shown_once_each_with_show_recursive_vc() {
     assert!(listed.body.len() < 64 * 1024, "{} bytes", listed.body.len());
 }
 
+/// Each PUT may carry at most max_submission_bytes, but each adds its keys to the
+/// service's attributes: a loop of PUTs grew one record without bound (every
+/// controller pass and every list reads all of them). What gathers on a service of an
+/// ordinary user now stays within what one request may carry, as on a VM.
+#[test]
+fn what_puts_gather_on_a_service_stays_within_one_request() {
+    let server = server();
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [{"name": "grow", "type": "container"}]}),
+    );
+    let chunk = "x".repeat(40 * 1024);
+    let first = send(
+        &server,
+        "PUT",
+        &item(&top),
+        bob(),
+        &json!({"attributes": {"a": chunk}}),
+    );
+    assert_eq!(first.status, 200, "{}", first.body);
+    let second = send(
+        &server,
+        "PUT",
+        &item(&top),
+        bob(),
+        &json!({"attributes": {"b": chunk}}),
+    );
+    assert_eq!(second.status, 400, "a second 40 KiB key: {}", second.status);
+    assert!(
+        second.messages().contains("max_submission_bytes"),
+        "{}",
+        second.messages()
+    );
+    let kept = server.get(&item(&top)).json();
+    assert!(kept["attributes"].get("b").is_none(), "nothing changed");
+    // Replacing a key, or removing one, is still possible.
+    let replaced = send(
+        &server,
+        "PUT",
+        &item(&top),
+        bob(),
+        &json!({"attributes": {"a": null, "b": chunk}}),
+    );
+    assert_eq!(replaced.status, 200, "{}", replaced.body);
+    // An administrator is not bound.
+    let admin = send(
+        &server,
+        "PUT",
+        &item(&top),
+        Auth::Admin,
+        &json!({"attributes": {"c": chunk}}),
+    );
+    assert_eq!(admin.status, 200, "{}", admin.body);
+}
+
 /// Container ids go on from the highest one there is: after a restart, the id of a
 /// deleted container is given again. bob's service kept the id of its container, which
 /// bob deleted himself; carol's next container got that id, and `show-vc` on bob's
