@@ -734,6 +734,27 @@ impl Planner<'_> {
                 "make smaller services",
             );
         }
+        // However it was made (templates, entries including each other), the tree nests
+        // no deeper than a template may.
+        let deepest = (0..self.out.len())
+            .map(|index| {
+                let mut depth = 0;
+                let mut at = self.out[index].parent;
+                while let Some(parent) = at.filter(|_| depth <= self.out.len()) {
+                    depth += 1;
+                    at = self.out[parent].parent;
+                }
+                depth
+            })
+            .max()
+            .unwrap_or(0);
+        if deepest > MAX_DEPTH {
+            self.refuse(
+                "data".into(),
+                format!("the services nest {deepest} deep, deeper than {MAX_DEPTH}"),
+                "make flatter services",
+            );
+        }
         // Entries not reached from the top have a parent, so every service is in the tree.
         for index in 0..self.out.len() {
             let service = &self.out[index];

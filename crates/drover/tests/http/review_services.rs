@@ -189,6 +189,31 @@ fn what_puts_gather_on_a_service_stays_within_one_request() {
     assert_eq!(admin.status, 200, "{}", admin.body);
 }
 
+/// `MAX_DEPTH` bounded only templates that include templates: entries that include
+/// each other (includedServices) nested as deep as MAX_SERVICES, each level a virtual
+/// container joined to the one above. The finished tree is bounded now, whatever made it.
+#[test]
+fn entries_nest_no_deeper_than_templates_may() {
+    let server = server();
+    let chain = |depth: usize| -> Value {
+        let entries: Vec<Value> = (0..depth)
+            .map(|i| {
+                let mut entry = json!({"name": format!("level{i}"), "type": "container"});
+                if i + 1 < depth {
+                    entry["includedServices"] = json!([format!("level{}", i + 1)]);
+                }
+                entry
+            })
+            .collect();
+        json!({"data": entries})
+    };
+    let deep = chain(20);
+    send(&server, "POST", PATH, bob(), &deep).assert_refused(400, "deeper", &"20 levels");
+    assert_eq!(server.get_as(bob(), PATH).json()["totalCount"], 0);
+    // As deep as a template may nest is accepted.
+    create(&server, bob(), &chain(9));
+}
+
 /// Container ids go on from the highest one there is: after a restart, the id of a
 /// deleted container is given again. bob's service kept the id of its container, which
 /// bob deleted himself; carol's next container got that id, and `show-vc` on bob's
