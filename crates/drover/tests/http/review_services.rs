@@ -214,6 +214,26 @@ fn entries_nest_no_deeper_than_templates_may() {
     create(&server, bob(), &chain(9));
 }
 
+/// A VM request of an ordinary user is bounded (totalProcessors 4096, totalMemory 2^30
+/// MB, totalDisk 2^40 MB); a `vm` service's resources went to the engine as they were
+/// given (saturated to u32/u64::MAX), past those bounds: a node whose memory or disk is
+/// not known takes such a VM. Refused at creation now, with the field named.
+#[test]
+fn a_vm_service_asks_no_more_than_a_vm_request_may() {
+    let server = crate::vms::without_provisioner();
+    for (key, value) in [
+        ("procs", json!(1e9)),
+        ("mem", json!(1e18)),
+        ("disk", json!(1e300)),
+    ] {
+        let body = json!({"data": [{"name": "big", "type": "vm",
+            "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
+                                             "resources": {key: value}}}}}]});
+        send(&server, "POST", PATH, Auth::User, &body).assert_refused(400, key, &body);
+    }
+    assert_eq!(server.get(PATH).json()["totalCount"], 0);
+}
+
 /// Container ids go on from the highest one there is: after a restart, the id of a
 /// deleted container is given again. bob's service kept the id of its container, which
 /// bob deleted himself; carol's next container got that id, and `show-vc` on bob's
