@@ -455,7 +455,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     .map_err(|e| ApiError::internal(e.to_string()))??;
     let planned = planned.map_err(|problems| refusal(&problems))?;
     check_images(&state, &planned).await?;
-    let limit = state.settings().cloud.user_service_max_count;
+    let admin = caller.over_all();
     let new = NewServices {
         user: user.clone(),
         account: creation.account,
@@ -470,27 +470,9 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
             .map(drover_domain::dates::format_utc),
         starts_at: creation.start.unwrap_or(0),
         duration: creation.duration,
+        limit: (!admin).then_some(state.settings().cloud.user_service_max_count),
     };
-    let admin = caller.over_all();
-    let top = blocking(&state, move |records| {
-        let have = records.count_of(&new.user)?;
-        if !admin && have + planned.len() > limit {
-            return Err(CloudError::Invalid {
-                summary: NOT_CREATED.into(),
-                reasons: vec![
-                    format!(
-                        "{} has {have} services; these {} would pass the {limit} an ordinary \
-                         user may have ([scheduler.limits] user_service_max_count)",
-                        new.user,
-                        planned.len()
-                    ),
-                    "delete services you no longer need".into(),
-                ],
-            });
-        }
-        records.create(&planned, &new)
-    })
-    .await?;
+    let top = blocking(&state, move |records| records.create(&planned, &new)).await?;
     let message = format!(
         "Service {} was created for {}",
         top.value.name, top.value.user

@@ -280,3 +280,31 @@ fn a_container_id_given_again_shows_nothing_of_another_user() {
     }
     assert_eq!(server.get(&format!("/rest/vcs/{theirs}")).status, 200);
 }
+
+/// The count of a user's services was read, and the new ones written, in two steps:
+/// creations sent at once each saw the count before the others and passed
+/// user_service_max_count together. It is checked where they are written now.
+#[test]
+fn creations_at_once_stay_within_the_users_limit() {
+    let server = server();
+    let body = {
+        let mut entries = vec![json!({"name": "top", "type": "container",
+            "includedServices": (0..15).map(|i| format!("c{i}")).collect::<Vec<_>>()})];
+        entries.extend((0..15).map(|i| json!({"name": format!("c{i}"), "type": "container"})));
+        json!({"data": entries})
+    };
+    let statuses: Vec<u16> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..8)
+            .map(|_| scope.spawn(|| send(&server, "POST", PATH, bob(), &body).status))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let made = server.get_as(bob(), PATH).json()["totalCount"]
+        .as_u64()
+        .unwrap();
+    assert!(made <= 64, "{made} services: {statuses:?}");
+    assert!(
+        statuses.iter().all(|s| *s == 201 || *s == 400),
+        "{statuses:?}"
+    );
+}
