@@ -85,6 +85,23 @@ fn add_container(server: &TestServer, auth: Auth, to: &str, member: &str) {
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 
+/// An error answer is a 4xx with messages.
+fn assert_client_error(reply: &Reply, case: &dyn std::fmt::Display) {
+    assert!(
+        (400..500).contains(&reply.status),
+        "{case}: {} {}",
+        reply.status,
+        reply.body
+    );
+    assert!(
+        reply.json()["messages"]
+            .as_array()
+            .is_some_and(|m| !m.is_empty()),
+        "{case}: {}",
+        reply.body
+    );
+}
+
 /// bob's containers may contain each other (only containing itself is refused), and
 /// bob puts one of such a ring into his service's container. `show-recursive-vc` went
 /// down every member to depth 8 each time it met it: with 4 containers each holding
@@ -279,6 +296,186 @@ fn a_container_id_given_again_shows_nothing_of_another_user() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(server.get(&format!("/rest/vcs/{theirs}")).status, 200);
+}
+
+/// Odd and careless requests answer a 4xx with messages, never a 5xx.
+#[test]
+fn odd_requests_answer_4xx() {
+    let server = server();
+    let entry = json!({"name": "x", "type": "container"});
+    let mut deep = json!(1);
+    for _ in 0..200 {
+        deep = json!([deep]);
+    }
+    let creations = [
+        json!(null),
+        json!([]),
+        json!("text"),
+        json!({}),
+        json!({"data": null}),
+        json!({"data": {}}),
+        json!({"data": []}),
+        json!({"data": [1]}),
+        json!({"data": [null]}),
+        json!({"data": [{}]}),
+        json!({"data": [{"name": "", "type": "container"}]}),
+        json!({"data": [{"name": "a:b", "type": "container"}]}),
+        json!({"data": [{"name": "x".repeat(10_000), "type": "container"}]}),
+        json!({"data": [{"name": "x", "type": "nope"}]}),
+        json!({"data": [{"name": "x", "type": 7}]}),
+        json!({"data": [{"name": "x", "serviceTemplate": 7}]}),
+        json!({"data": [{"name": "x", "serviceTemplate": {}}]}),
+        json!({"data": [{"name": "x", "serviceTemplate": "none"}]}),
+        json!({"data": [{"name": "x", "serviceTemplate": "none", "type": "pm"}]}),
+        json!({"data": [entry, entry]}),
+        json!({"data": [entry], "durationRequested": 1e308}),
+        json!({"data": [entry], "durationRequested": -5}),
+        json!({"data": [entry], "durationRequested": 0}),
+        json!({"data": [entry], "durationRequested": "soon"}),
+        json!({"data": [entry], "startDateRequested": "yesterday"}),
+        json!({"data": [entry], "startDateRequested": 1e308}),
+        json!({"data": [entry], "user": 5}),
+        json!({"data": [entry], "user": CAROL}),
+        json!({"data": [entry], "bogus": 1}),
+        json!({"data": [{"name": "x", "type": "container", "includedServices": ["x"]}]}),
+        json!({"data": [{"name": "x", "type": "container", "includedServices": "y"}]}),
+        json!({"data": [{"name": "x", "type": "container", "extends": "x::y"}]}),
+        json!({"data": [entry, {"name": "y", "extends": "x::"}]}),
+        json!({"data": [entry, {"name": "y", "extends": "::::"}]}),
+        json!({"data": [{"name": "x", "type": "container", "attributes": 5}]}),
+        json!({"data": [{"name": "x", "type": "container",
+                         "attributes": {"sched": {"vc": {"id": "vc.1"}}}}]}),
+        json!({"data": [{"name": "x", "type": "pm",
+                         "attributes": {"sched": {"job": {"id": "Moab.1", "image": "i",
+                                                          "template": "t"}}}}]}),
+        json!({"data": [{"name": "x", "type": "pm",
+                         "attributes": {"sched": {"job": {"image": "i", "template": "t",
+                                                          "resources": {"procs": -1}}}}}]}),
+        json!({"data": [{"name": "x", "type": "pm",
+                         "attributes": {"sched": {"job": {"image": "i", "template": "t",
+                                                          "resources": {"mem": "lots"}}}}}]}),
+        json!({"data": [{"name": "x", "type": "container",
+                         "attributes": {"sched": {"dependencies": [{"service": "a",
+                                                                    "dependency": 5}]}}}]}),
+        json!({"data": [{"name": "x", "type": "container",
+                         "attributes": {"sched": {"dependencies": [{"service": "a",
+                                                                    "dependency": ["b"]}]}}}]}),
+        json!({"data": [{"name": "s", "type": "storage"}]}),
+        json!({"data": [entry], "padding": deep}),
+    ];
+    for body in &creations {
+        let reply = send(&server, "POST", PATH, bob(), body);
+        assert_client_error(&reply, body);
+    }
+    let raw = server.call(
+        "POST",
+        PATH,
+        bob(),
+        Some(("application/json", b"{\"data\": [".to_vec())),
+    );
+    assert_client_error(&raw, &"truncated JSON");
+    let huge = json!({"data": [entry], "padding": "x".repeat(200 * 1024)});
+    assert_client_error(&send(&server, "POST", PATH, bob(), &huge), &"200 KiB");
+
+    let top = create(&server, bob(), &json!({"data": [entry]}));
+    let changes = [
+        json!(null),
+        json!([]),
+        json!({"status": 5}),
+        json!({"status": "x".repeat(2000)}),
+        json!({"statusCode": 1e308}),
+        json!({"statusCode": 1.5}),
+        json!({"statusCode": "1"}),
+        json!({"attributes": 5}),
+        json!({"attributes": {"sched": null}}),
+        json!({"attributes": {"sched": {"vc": {"id": "vc.1"}}}}),
+        json!({"name": "other"}),
+        json!({"user": CAROL}),
+        json!({"phase": "up"}),
+        json!({"parent": "someone"}),
+    ];
+    for body in &changes {
+        let reply = send(&server, "PUT", &item(&top), bob(), body);
+        assert_client_error(&reply, body);
+    }
+    for query in [
+        "show-vc=maybe",
+        "show-recursive-vc=2",
+        "query=%7B",
+        "sort=x",
+        "max=-1",
+        "offset=1e308",
+    ] {
+        let reply = server.get_as(bob(), &format!("{PATH}?{query}"));
+        assert_client_error(&reply, &query);
+    }
+    let reply = server.call(
+        "DELETE",
+        &format!("{}?force-delete=maybe", item(&top)),
+        bob(),
+        None,
+    );
+    assert_client_error(&reply, &"force-delete=maybe");
+    // Deleting twice, and changing it while it goes, are answered plainly.
+    assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
+    let second = server.call("DELETE", &item(&top), bob(), None);
+    assert!(
+        second.status == 200 || second.status == 404,
+        "{}",
+        second.body
+    );
+    let late = send(&server, "PUT", &item(&top), bob(), &json!({"status": "x"}));
+    assert!(late.status == 200 || late.status == 404, "{}", late.body);
+    assert_client_error(
+        &server.call("DELETE", &item("no-such.1"), bob(), None),
+        &"missing",
+    );
+}
+
+/// What a service finds again by name (a container described `Service <name>`, a VM
+/// `svc-<id>`) is never another user's: bob's container described as carol's next
+/// service is not taken by it, and bob cannot name a VM `svc-`.
+#[test]
+fn lookups_by_name_take_nothing_of_another_user() {
+    let server = server();
+    let first = create(
+        &server,
+        carol(),
+        &json!({"data": [{"name": "web", "type": "container"}]}),
+    );
+    let number: u64 = first.rsplit_once('.').unwrap().1.parse().unwrap();
+    let next = format!("web.{}", number + 1);
+    let trap = container(&server, bob(), &format!("Service {next}"));
+    let second = create(
+        &server,
+        carol(),
+        &json!({"data": [{"name": "web", "type": "container"}]}),
+    );
+    assert_eq!(second, next);
+    let up = wait_phase(&server, &second, "up");
+    assert_ne!(up["attributes"]["sched"]["vc"]["id"], trap.as_str(), "{up}");
+    assert_eq!(
+        server.call("DELETE", &item(&second), carol(), None).status,
+        200
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get(&item(&second)).status != 404 {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        server.get(&format!("/rest/vcs/{trap}")).status,
+        200,
+        "bob's container stays"
+    );
+    // bob sees none of carol's services, by name or id.
+    let id = server.get(&item(&first)).json()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for key in [&first, &id] {
+        assert_eq!(server.get_as(bob(), &item(key)).status, 404);
+    }
 }
 
 /// The count of a user's services was read, and the new ones written, in two steps:
