@@ -505,3 +505,70 @@ fn creations_at_once_stay_within_the_users_limit() {
         "{statuses:?}"
     );
 }
+
+/// The VM of a service, torn from under it: deleted while its guest is being made, and
+/// destroyed by its user through /rest/vms once up. Each time the service ends plainly
+/// (failed, then deleted) and leaves no VM or guest behind.
+#[test]
+fn a_vm_service_survives_its_vm_going_at_any_time() {
+    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+        return;
+    };
+    let body = json!({"data": [{"name": "vm", "type": "vm",
+        "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
+                                         "resources": {"procs": 1, "mem": 128}}}}}]});
+    let gone = |name: &str| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        while server.get(&item(name)).status != 404 {
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                server.get(&item(name)).body
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while server.get("/rest/vms").json()["totalCount"] != 0
+            || !crate::vms::qemu_pids(server.data_dir(), None).is_empty()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{}",
+                server.get("/rest/vms").body
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    // Deleted while setting up.
+    let early = create(&server, Auth::User, &body);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while server.get(&item(&early)).json()["attributes"]["sched"]["job"]["vm"].is_null() {
+        assert!(Instant::now() < deadline);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        server
+            .call("DELETE", &item(&early), Auth::User, None)
+            .status,
+        200
+    );
+    let twice = server.call("DELETE", &item(&early), Auth::User, None);
+    assert!(twice.status == 200 || twice.status == 404, "{}", twice.body);
+    gone(&early);
+    // Its VM destroyed by its user once up.
+    let late = create(&server, Auth::User, &body);
+    let up = wait_phase(&server, &late, "up");
+    let vm = up["attributes"]["sched"]["job"]["vm"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let destroyed = server.call("DELETE", &format!("/rest/vms/{vm}"), Auth::User, None);
+    assert_eq!(destroyed.status, 202, "{}", destroyed.body);
+    let failed = wait_phase(&server, &late, "failed");
+    assert!(failed["status"].as_str().unwrap().contains(&vm), "{failed}");
+    assert_eq!(
+        server.call("DELETE", &item(&late), Auth::User, None).status,
+        200
+    );
+    gone(&late);
+}
