@@ -19,11 +19,15 @@
 //! - `show-vc=true` answers `attributes.sched.vc` as the virtual container itself;
 //!   `show-recursive-vc=true` also its nested containers, jobs and VMs, each in full.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_cloud::{CloudError, NewServices, ServiceRecords, StoredService};
+use drover_domain::container::VirtualContainer;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_domain::service::{self, PlannedService, ServiceEntry};
 use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
@@ -226,71 +230,96 @@ async fn one(ItemRead(state, common, caller, key): ItemRead) -> ApiResult<Json<V
 }
 
 /// `attributes.sched.vc` answered as the container itself (and, recursively, what it
-/// holds), when asked.
+/// holds), when asked. Only containers of the service's user are shown (a recorded id
+/// may have been given to another's container since), and each at most once (containers
+/// may hold each other in a ring).
 fn with_vc(state: &AppState, mut service: Value, show: ShowVc) -> Value {
     if matches!(show, ShowVc::No) {
         return service;
     }
+    let user = service
+        .get("user")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
     let Some(vc) = service.pointer_mut("/attributes/sched/vc") else {
         return service;
     };
     let Some(id) = vc.get("id").and_then(Value::as_str).map(String::from) else {
         return service;
     };
-    let dates = &state.settings().dates;
-    *vc = container_detail(state, &id, dates, matches!(show, ShowVc::Recursive), 0);
+    let shown = Shown {
+        state,
+        containers: state.scheduler().containers(),
+        user: &user,
+        dates: &state.settings().dates,
+        recursive: matches!(show, ShowVc::Recursive),
+    };
+    *vc = shown.container(&id, 0, &mut HashSet::new());
     service
 }
 
-fn container_detail(
-    state: &AppState,
-    id: &str,
-    dates: &WireDates,
+/// What `show-vc` and `show-recursive-vc` read from.
+struct Shown<'a> {
+    state: &'a AppState,
+    containers: Arc<Vec<VirtualContainer>>,
+    user: &'a str,
+    dates: &'a WireDates,
     recursive: bool,
-    depth: usize,
-) -> Value {
-    let containers = state.scheduler().containers();
-    let Some(container) = containers.iter().find(|c| c.id == id) else {
-        return json!({"id": id});
-    };
-    let mut out = crate::containers::render(container, dates, 1);
-    if !recursive || depth > service::MAX_DEPTH {
-        return out;
+}
+
+impl Shown<'_> {
+    fn container(&self, id: &str, depth: usize, seen: &mut HashSet<String>) -> Value {
+        let Some(container) = self
+            .containers
+            .iter()
+            .find(|c| c.id == id && c.belongs_to(self.user))
+        else {
+            return json!({"id": id});
+        };
+        if !seen.insert(id.to_string()) {
+            return json!({"id": id});
+        }
+        let mut out = crate::containers::render(container, self.dates, 1);
+        if !self.recursive || depth > service::MAX_DEPTH {
+            return out;
+        }
+        let state = self.state;
+        let nested: Vec<Value> = container
+            .members
+            .virtual_containers
+            .iter()
+            .map(|c| self.container(c, depth + 1, seen))
+            .collect();
+        let jobs: Vec<Value> = container
+            .members
+            .jobs
+            .iter()
+            .map(|j| match state.scheduler().job(j) {
+                Some(job) => json!({"id": job.id, "name": job.spec.custom_name,
+                                    "state": format!("{:?}", job.status.state),
+                                    "user": job.status.exec_user}),
+                None => json!({"id": j}),
+            })
+            .collect();
+        let vms = state.scheduler().vms();
+        let machines: Vec<Value> = container
+            .members
+            .virtual_machines
+            .iter()
+            .map(|v| match vms.iter().find(|vm| &vm.id == v) {
+                Some(vm) => {
+                    json!({"id": vm.id, "state": vm.phase.state(), "substate": vm.phase.substate(),
+                                   "node": {"id": vm.node}, "os": vm.image})
+                }
+                None => json!({"id": v}),
+            })
+            .collect();
+        out["virtualContainers"] = nested.into();
+        out["jobs"] = jobs.into();
+        out["virtualMachines"] = machines.into();
+        out
     }
-    let nested: Vec<Value> = container
-        .members
-        .virtual_containers
-        .iter()
-        .map(|c| container_detail(state, c, dates, true, depth + 1))
-        .collect();
-    let jobs: Vec<Value> = container
-        .members
-        .jobs
-        .iter()
-        .map(|j| match state.scheduler().job(j) {
-            Some(job) => json!({"id": job.id, "name": job.spec.custom_name,
-                                "state": format!("{:?}", job.status.state),
-                                "user": job.status.exec_user}),
-            None => json!({"id": j}),
-        })
-        .collect();
-    let vms = state.scheduler().vms();
-    let machines: Vec<Value> = container
-        .members
-        .virtual_machines
-        .iter()
-        .map(|v| match vms.iter().find(|vm| &vm.id == v) {
-            Some(vm) => {
-                json!({"id": vm.id, "state": vm.phase.state(), "substate": vm.phase.substate(),
-                               "node": {"id": vm.node}, "os": vm.image})
-            }
-            None => json!({"id": v}),
-        })
-        .collect();
-    out["virtualContainers"] = nested.into();
-    out["jobs"] = jobs.into();
-    out["virtualMachines"] = machines.into();
-    out
 }
 
 /// A creation body, read.
@@ -404,7 +433,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     )?;
     let planned = plan_entries(&state, creation.entries.clone(), NOT_CREATED).await?;
     check_images(&state, &planned).await?;
-    let limit = state.settings().cloud.user_service_max_count;
+    let admin = caller.over_all();
     let new = NewServices {
         user: user.clone(),
         account: creation.account,
@@ -419,27 +448,9 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
             .map(drover_domain::dates::format_utc),
         starts_at: creation.start.unwrap_or(0),
         duration: creation.duration,
+        limit: (!admin).then_some(state.settings().cloud.user_service_max_count),
     };
-    let admin = caller.over_all();
-    let top = blocking(&state, move |records| {
-        let have = records.count_of(&new.user)?;
-        if !admin && have + planned.len() > limit {
-            return Err(CloudError::Invalid {
-                summary: NOT_CREATED.into(),
-                reasons: vec![
-                    format!(
-                        "{} has {have} services; these {} would pass the {limit} an ordinary \
-                         user may have ([scheduler.limits] user_service_max_count)",
-                        new.user,
-                        planned.len()
-                    ),
-                    "delete services you no longer need".into(),
-                ],
-            });
-        }
-        records.create(&planned, &new)
-    })
-    .await?;
+    let top = blocking(&state, move |records| records.create(&planned, &new)).await?;
     let message = format!(
         "Service {} was created for {}",
         top.value.name, top.value.user
@@ -571,6 +582,8 @@ async fn modify(
     };
     let found = find(&state, &caller, &key).await?;
     let id = found.id.clone();
+    let limit = state.settings().max_submission_bytes;
+    let admin = caller.over_all();
     let changed = blocking(&state, move |records| {
         records.update(&id, |service| {
             apply_change(service, &given).map_err(|mut reasons| {
@@ -583,11 +596,39 @@ async fn modify(
                     summary: summary.clone(),
                     reasons,
                 }
-            })
+            })?;
+            // What PUTs gather on a service stays within what one request may carry.
+            let carried = carried_bytes(service);
+            if !admin && carried > limit {
+                return Err(CloudError::Invalid {
+                    summary: summary.clone(),
+                    reasons: vec![
+                        format!(
+                            "its attributes and status would take {carried} bytes; an ordinary \
+                             user's service may carry {limit} ([scheduler.limits] \
+                             max_submission_bytes)"
+                        ),
+                        "remove attributes you no longer need (give them as null)".into(),
+                    ],
+                });
+            }
+            Ok(())
         })
     })
     .await?;
     Ok(Json(render(&changed)))
+}
+
+/// The bytes of what clients write on a service: its attributes but the system's
+/// `sched`, and its status.
+fn carried_bytes(service: &drover_domain::service::Service) -> usize {
+    let attributes: usize = service
+        .attributes
+        .iter()
+        .filter(|(key, _)| key.as_str() != "sched")
+        .map(|(key, value)| key.len() + serde_json::to_vec(value).map_or(0, |v| v.len()))
+        .sum();
+    attributes + service.status.len()
 }
 
 /// Applies a `PUT` body; every field it would change but may not is named.

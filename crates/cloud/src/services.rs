@@ -17,7 +17,7 @@ use drover_query::{ListQuery, Page};
 use drover_store::{CollectionSpec, DocumentStore, Write};
 use serde_json::{Map, Value, json};
 
-use crate::images::Result;
+use crate::images::{CloudError, Result};
 use crate::named::{Named, Stored};
 
 pub const SERVICES: &str = "services";
@@ -38,6 +38,9 @@ pub struct NewServices {
     /// Epoch seconds: when setup may begin (never before the creation).
     pub starts_at: i64,
     pub duration: Option<i64>,
+    /// The most services the user may have, these included (`None`: no limit, an
+    /// administrator's creation); checked as they are written.
+    pub limit: Option<usize>,
 }
 
 /// The service of the stored services. Blocking.
@@ -72,6 +75,26 @@ impl ServiceRecords {
     pub fn create(&self, planned: &[PlannedService], new: &NewServices) -> Result<StoredService> {
         let summary = "The service was not created";
         let mut ids = self.named.lock();
+        // Counted under the lock the services are written with: creations at once do
+        // not each see the count before the others.
+        if let Some(limit) = new.limit {
+            let have = self.count_of(&new.user)?;
+            if have + planned.len() > limit {
+                return Err(CloudError::Invalid {
+                    summary: summary.into(),
+                    reasons: vec![
+                        format!(
+                            "{} has {have} services; these {} would pass the {limit} an \
+                             ordinary user may have ([scheduler.limits] \
+                             user_service_max_count)",
+                            new.user,
+                            planned.len()
+                        ),
+                        "delete services you no longer need".into(),
+                    ],
+                });
+            }
+        }
         let counter = self.named.store.get(NAMES, COUNTER_ID)?;
         let first = counter
             .as_ref()

@@ -194,6 +194,12 @@ pub const PROCESSORS: &[&str] = &["procs", "processors"];
 pub const MEMORY: &[&str] = &["mem", "memory"];
 pub const DISK: &[&str] = &["disk"];
 
+/// The most processors, MB of memory and MB of disk a service may ask for: what a VM
+/// request may (`totalProcessors`, `totalMemory`, `totalDisk`).
+pub const MAX_PROCESSORS: u64 = 4096;
+pub const MAX_MEMORY_MB: u64 = 1 << 30;
+pub const MAX_DISK_MB: u64 = 1 << 40;
+
 /// The most services one creation may make, and the deepest nesting.
 pub const MAX_SERVICES: usize = 64;
 pub const MAX_DEPTH: usize = 8;
@@ -734,6 +740,27 @@ impl Planner<'_> {
                 "make smaller services",
             );
         }
+        // However it was made (templates, entries including each other), the tree nests
+        // no deeper than a template may.
+        let deepest = (0..self.out.len())
+            .map(|index| {
+                let mut depth = 0;
+                let mut at = self.out[index].parent;
+                while let Some(parent) = at.filter(|_| depth <= self.out.len()) {
+                    depth += 1;
+                    at = self.out[parent].parent;
+                }
+                depth
+            })
+            .max()
+            .unwrap_or(0);
+        if deepest > MAX_DEPTH {
+            self.refuse(
+                "data".into(),
+                format!("the services nest {deepest} deep, deeper than {MAX_DEPTH}"),
+                "make flatter services",
+            );
+        }
         // Entries not reached from the top have a parent, so every service is in the tree.
         for index in 0..self.out.len() {
             let service = &self.out[index];
@@ -792,6 +819,25 @@ impl Planner<'_> {
                 self.refuse(
                     format!("{base}: attributes.sched.job.resources.{key}"),
                     "must be a number, zero or more".into(),
+                    FIX,
+                );
+                continue;
+            }
+            // No more than a VM request may ask for (`POST /rest/vms`).
+            let most = [
+                (PROCESSORS, MAX_PROCESSORS),
+                (MEMORY, MAX_MEMORY_MB),
+                (DISK, MAX_DISK_MB),
+            ]
+            .into_iter()
+            .find(|(keys, _)| keys.iter().any(|k| key.eq_ignore_ascii_case(k)))
+            .map(|(_, most)| most);
+            if let Some(most) = most
+                && value.as_f64().is_some_and(|n| n > most as f64)
+            {
+                self.refuse(
+                    format!("{base}: attributes.sched.job.resources.{key}"),
+                    format!("must be at most {most}"),
                     FIX,
                 );
             }

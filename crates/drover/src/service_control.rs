@@ -67,10 +67,14 @@ impl ServiceControl {
         }
     }
 
-    /// One pass over every service whose phase is not settled.
+    /// One pass over every service that is not failed or ended.
     pub async fn pass(&self) -> Result<(), String> {
         let all = self.read_all().await?;
-        if all.iter().all(|s| s.value.settled()) && !self.any_due(&all) {
+        // Up services are watched too: their VM or job may go at any time (check_up).
+        if all
+            .iter()
+            .all(|s| matches!(s.value.phase, ServicePhase::Failed | ServicePhase::Ended))
+        {
             return Ok(());
         }
         let by_name: HashMap<&str, &StoredService> =
@@ -106,15 +110,6 @@ impl ServiceControl {
             }
         }
         Ok(())
-    }
-
-    fn any_due(&self, all: &[StoredService]) -> bool {
-        let now = self.scheduler.now();
-        all.iter().any(|s| {
-            s.value.parent.is_none()
-                && s.value.phase == ServicePhase::Up
-                && s.value.ends_at.is_some_and(|end| end <= now)
-        })
     }
 
     async fn read_all(&self) -> Result<Vec<StoredService>, String> {
@@ -256,14 +251,15 @@ impl ServiceControl {
     }
 
     /// The virtual container the service made: the one recorded, else the one described
-    /// as its own (made just before a restart, not yet recorded).
+    /// as its own (made just before a restart, not yet recorded). Either is its user's:
+    /// the id of a container deleted meanwhile may have been given to another's.
     fn container_of(&self, service: &Service) -> Option<String> {
         let description = format!("Service {}", service.name);
         let containers = self.scheduler.containers();
         let recorded = service.container();
         containers
             .iter()
-            .find(|c| Some(c.id.as_str()) == recorded)
+            .find(|c| Some(c.id.as_str()) == recorded && c.belongs_to(&service.user))
             .or_else(|| {
                 containers.iter().find(|c| {
                     c.description.as_deref() == Some(description.as_str())

@@ -13,6 +13,7 @@ mod monitoring;
 mod openapi;
 mod principals;
 mod reservations;
+mod review_services;
 mod review_vms;
 mod roles;
 mod security;
