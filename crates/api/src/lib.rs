@@ -51,6 +51,7 @@ pub mod reports;
 pub mod reservations;
 pub mod roles;
 pub mod routes;
+pub mod plugins;
 pub mod service_templates;
 pub mod services;
 mod state;
@@ -83,6 +84,7 @@ pub fn interface() -> Routes {
     images::register(&mut routes);
     service_templates::register(&mut routes);
     services::register(&mut routes);
+    plugins::register(&mut routes);
     vms::register(&mut routes);
     pending_actions::register(&mut routes);
     routes

@@ -99,6 +99,11 @@ impl RawParams {
         Ok(first)
     }
 
+    /// Every parameter as given, in order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// `true`/`false` (any case) or `1`/`0` (the quote's `cost-only` is documented as an
     /// integer); absent is `false`.
     pub fn flag(&self, name: &str) -> Result<bool, ApiError> {

@@ -43,6 +43,8 @@ pub struct Services {
     /// them up and tears them down after a change.
     pub service_records: Arc<ServiceRecords>,
     pub service_wake: Arc<tokio::sync::Notify>,
+    /// Plugin types and plugins (`drover-plugins`).
+    pub plugins: Arc<drover_plugins::registry::Plugins>,
 }
 
 /// Events and reports.
@@ -218,6 +220,10 @@ impl AppState {
 
     pub fn service_records(&self) -> &Arc<ServiceRecords> {
         &self.0.services.service_records
+    }
+
+    pub fn plugins(&self) -> &Arc<drover_plugins::registry::Plugins> {
+        &self.0.services.plugins
     }
 
     pub fn service_wake(&self) -> &Arc<tokio::sync::Notify> {

@@ -23,7 +23,7 @@ use drover_domain::ids::IdSequence;
 use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
 use drover_store::{Body, CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
-use tokio::sync::oneshot;
+use tokio::sync::{broadcast, oneshot};
 
 use crate::event::{COLLECTION, Event, InitiatedBy, ObjectRef, PrimaryObject, Tenant};
 use crate::log::{EventLog, LogSettings};
@@ -73,7 +73,13 @@ enum Message {
 pub struct EventRecorder {
     inbox: Sender<Message>,
     ids: Arc<Mutex<IdSequence>>,
+    /// Every event once stored, for those who follow them as they happen (plugins). A
+    /// follower that falls more than [`FOLLOWER_BACKLOG`] behind misses the oldest.
+    followers: broadcast::Sender<Arc<Event>>,
 }
+
+/// How many stored events a follower may have yet to read.
+pub const FOLLOWER_BACKLOG: usize = 4096;
 
 impl EventRecorder {
     /// Prepares the collection and starts the recorder thread (it stops when every
@@ -94,11 +100,25 @@ impl EventRecorder {
             .map_err(|e| format!("cannot open the event log {}: {e}", log.path.display()))?;
         let (inbox, messages) = std::sync::mpsc::channel();
         let thread_ids = ids.clone();
+        let (followers, _) = broadcast::channel(FOLLOWER_BACKLOG);
+        let thread_followers = followers.clone();
         let thread = std::thread::Builder::new()
             .name("events".into())
-            .spawn(move || run(store, messages, thread_ids, log))
+            .spawn(move || run(store, messages, thread_ids, log, thread_followers))
             .map_err(|e| e.to_string())?;
-        Ok((Self { inbox, ids }, thread))
+        Ok((
+            Self {
+                inbox,
+                ids,
+                followers,
+            },
+            thread,
+        ))
+    }
+
+    /// The events stored from now on, in the order they were stored.
+    pub fn follow(&self) -> broadcast::Receiver<Arc<Event>> {
+        self.followers.subscribe()
     }
 
     /// Records `events` (ids assigned, tenants inherited) and answers them as stored.
@@ -194,6 +214,7 @@ fn run(
     messages: Receiver<Message>,
     ids: Arc<Mutex<IdSequence>>,
     mut log: EventLog,
+    followers: broadcast::Sender<Arc<Event>>,
 ) {
     while let Ok(first) = messages.recv() {
         let mut group = vec![first];
@@ -247,6 +268,9 @@ fn run(
             for event in events {
                 if logged.is_ok() {
                     logged = log.append(event, now);
+                }
+                if followers.receiver_count() > 0 {
+                    let _ = followers.send(Arc::new(event.clone()));
                 }
             }
         }

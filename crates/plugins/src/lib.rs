@@ -2,4 +2,7 @@
 //! them) and run in a sandbox, the built-in `Native` type, and plugin instances with
 //! their lifecycle (configure, start, poll, stop).
 
+pub mod archive;
 pub mod native;
+pub mod registry;
+pub mod script;
