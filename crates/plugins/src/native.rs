@@ -25,8 +25,18 @@
 //! guard against what a URL can name, not against someone who can rename files there.
 
 use std::collections::BTreeMap;
+use std::ffi::{CString, OsString};
+use std::fs::{File, OpenOptions};
+use std::io::{self, Read};
 use std::num::{IntErrorKind, ParseIntError};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::str::FromStr;
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
@@ -403,9 +413,663 @@ fn short(text: &str) -> String {
     }
 }
 
+// ---------------------------------------------------------------------------------------
+// Reading URLs
+// ---------------------------------------------------------------------------------------
+
+/// Where URLs of a plugin's configuration may point (from the operator's configuration
+/// only, never from a request).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Locations {
+    /// Absolute directories; a URL's path must resolve inside one. Empty refuses all.
+    pub directories: Vec<PathBuf>,
+    /// the user exec:// programs run as and file:// files are read as; None = the
+    /// service's own user
+    pub run_as: Option<String>,
+    pub timeout: Duration,
+    /// Bytes; a file or an output larger than this is refused.
+    pub max_output: usize,
+    /// `run_as: Some("root")` is refused unless this is true (and any other name with
+    /// uid 0 always is), so that root is never chosen by mistake.
+    pub allow_root: bool,
+}
+
+impl Locations {
+    /// The given directories, run as the service's user, 30 s, 4 MiB.
+    pub fn new(directories: Vec<PathBuf>) -> Self {
+        Locations {
+            directories,
+            run_as: None,
+            timeout: Duration::from_secs(30),
+            max_output: 4 << 20,
+            allow_root: false,
+        }
+    }
+}
+
+/// Why a URL was refused or could not be read; each message is a sentence for the user.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("The URL contains a NUL byte.")]
+    Nul,
+    #[error("An argument contains a NUL byte.")]
+    NulArgument,
+    #[error("`{0}` is not a URL: write file:///absolute/path or exec:///absolute/path.")]
+    NotAUrl(String),
+    #[error("The scheme `{0}` is not supported: only file:// and exec:// URLs are.")]
+    Scheme(String),
+    #[error("An action must be an exec:// URL.")]
+    ActionNotExec,
+    #[error(
+        "The path `{0}` is not absolute: write three slashes, as in exec:///opt/site/nodes.sh."
+    )]
+    NotAbsolute(String),
+    #[error("The path `{0}` contains `..`, which is not allowed.")]
+    ParentDir(String),
+    #[error("A file:// URL takes no arguments (`?...`).")]
+    FileArguments,
+    #[error(
+        "No usable directory is configured for this plugin's URLs (none is set, or none exists)."
+    )]
+    NoDirectories,
+    #[error("The path `{0}` is outside the directories allowed for this plugin.")]
+    Outside(String),
+    #[error("The path `{path}` cannot be resolved: {reason}.")]
+    Unresolved { path: String, reason: String },
+    #[error("`{0}` is not a regular file.")]
+    NotRegular(String),
+    #[error("`{0}` is not executable.")]
+    NotExecutable(String),
+    #[error("The user `{0}` does not exist.")]
+    UnknownUser(String),
+    #[error("Running as `{0}` (uid 0 or a member of group 0) is not allowed.")]
+    RootRefused(String),
+    #[error("`{path}` could not be read: {source}.")]
+    Io { path: String, source: io::Error },
+    #[error("`{path}` could not be started: {source}.")]
+    Spawn { path: String, source: io::Error },
+    #[error("`{path}` did not finish within {} s and was stopped (timeout).", .after.as_secs_f64())]
+    Timeout { path: String, after: Duration },
+    #[error("The output of `{path}` is larger than {limit} bytes.")]
+    TooLarge { path: String, limit: usize },
+    #[error("`{path}` failed ({status}){}", stderr_suffix(.stderr))]
+    Failed {
+        path: String,
+        status: String,
+        stderr: String,
+    },
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() {
+        ".".to_owned()
+    } else {
+        format!(": {stderr}")
+    }
+}
+
+/// Reads `url`: `file:///abs/path` (the file's content) or
+/// `exec:///abs/path/program?arg1&arg2` (its standard output). Anything else is refused.
+///
+/// The URL is taken literally (no percent-decoding); arguments are split at `&` and
+/// empty ones dropped. A program that exits with a non-zero status is an error, as is
+/// a file or an output larger than `max_output` (a cut-off answer would silently lose
+/// nodes). Processes the program leaves behind in its process group are killed when
+/// it ends.
+pub fn read_url(url: &str, locations: &Locations) -> Result<String, UrlError> {
+    let target = parse_url(url)?;
+    match target.scheme {
+        Scheme::File => read_file(&target, locations),
+        Scheme::Exec => execute(&target, &[], locations),
+    }
+}
+
+/// Runs an action URL (`exec://...`, e.g. jobStart) with extra arguments (a job id...),
+/// answering its output.
+pub fn run_action(url: &str, args: &[&str], locations: &Locations) -> Result<String, UrlError> {
+    let target = parse_url(url)?;
+    if target.scheme != Scheme::Exec {
+        return Err(UrlError::ActionNotExec);
+    }
+    if args.iter().any(|arg| arg.contains('\0')) {
+        return Err(UrlError::NulArgument);
+    }
+    execute(&target, args, locations)
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Scheme {
+    File,
+    Exec,
+}
+
+struct Target {
+    scheme: Scheme,
+    /// As written in the URL: messages show this, not where symlinks lead.
+    path: String,
+    args: Vec<String>,
+}
+
+fn parse_url(url: &str) -> Result<Target, UrlError> {
+    if url.contains('\0') {
+        return Err(UrlError::Nul);
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(match url.split_once(':') {
+            Some((scheme, _)) if !scheme.is_empty() => UrlError::Scheme(short(scheme)),
+            _ => UrlError::NotAUrl(short(url)),
+        });
+    };
+    let scheme = match scheme.to_ascii_lowercase().as_str() {
+        "file" => Scheme::File,
+        "exec" => Scheme::Exec,
+        _ => return Err(UrlError::Scheme(short(scheme))),
+    };
+    let (path, query) = match rest.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (rest, None),
+    };
+    if !path.starts_with('/') {
+        return Err(UrlError::NotAbsolute(short(path)));
+    }
+    // Refused outright rather than resolved: a `..` in a URL is never needed.
+    if path.split('/').any(|part| part == "..") {
+        return Err(UrlError::ParentDir(short(path)));
+    }
+    if scheme == Scheme::File && query.is_some() {
+        return Err(UrlError::FileArguments);
+    }
+    let args = query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|arg| !arg.is_empty())
+        .map(str::to_owned)
+        .collect();
+    Ok(Target {
+        scheme,
+        path: path.to_owned(),
+        args,
+    })
+}
+
+/// The configured directories, resolved; relative or missing ones are ignored.
+fn allowed_roots(locations: &Locations) -> Result<Vec<(PathBuf, PathBuf)>, UrlError> {
+    let roots: Vec<_> = locations
+        .directories
+        .iter()
+        .filter(|dir| dir.is_absolute())
+        .filter_map(|dir| Some((dir.clone(), std::fs::canonicalize(dir).ok()?)))
+        .collect();
+    if roots.is_empty() {
+        return Err(UrlError::NoDirectories);
+    }
+    Ok(roots)
+}
+
+/// The path with symlinks resolved, if it lies inside an allowed directory. A path
+/// outside them is refused before the filesystem is touched, so that the answer does
+/// not tell whether a file exists elsewhere.
+fn resolve(target: &Target, roots: &[(PathBuf, PathBuf)]) -> Result<PathBuf, UrlError> {
+    let given = Path::new(&target.path);
+    if !roots
+        .iter()
+        .any(|(written, real)| given.starts_with(written) || given.starts_with(real))
+    {
+        return Err(UrlError::Outside(short(&target.path)));
+    }
+    let real = std::fs::canonicalize(given).map_err(|e| UrlError::Unresolved {
+        path: short(&target.path),
+        reason: e.kind().to_string(),
+    })?;
+    if !inside(&real, roots) {
+        return Err(UrlError::Outside(short(&target.path)));
+    }
+    Ok(real)
+}
+
+fn inside(path: &Path, roots: &[(PathBuf, PathBuf)]) -> bool {
+    roots.iter().any(|(_, real)| path.starts_with(real))
+}
+
+/// Opens the resolved path without following a symlink and checks, on the open file,
+/// that it is a regular file still inside the directories: the path may have changed
+/// since it was resolved.
+fn open_checked(
+    real: &Path,
+    target: &Target,
+    roots: &[(PathBuf, PathBuf)],
+) -> Result<File, UrlError> {
+    let io_error = |source| UrlError::Io {
+        path: short(&target.path),
+        source,
+    };
+    // lstat first so that a FIFO or a device is never opened (opening one can block or
+    // act); O_NONBLOCK covers a swap between this check and the open.
+    let before = std::fs::symlink_metadata(real).map_err(io_error)?;
+    if !before.file_type().is_file() {
+        return Err(UrlError::NotRegular(short(&target.path)));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(real)
+        .map_err(io_error)?;
+    let after = file.metadata().map_err(io_error)?;
+    if !after.file_type().is_file() || (after.dev(), after.ino()) != (before.dev(), before.ino()) {
+        return Err(UrlError::NotRegular(short(&target.path)));
+    }
+    let opened =
+        std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())).map_err(io_error)?;
+    if !inside(&opened, roots) {
+        return Err(UrlError::Outside(short(&target.path)));
+    }
+    Ok(file)
+}
+
+fn read_file(target: &Target, locations: &Locations) -> Result<String, UrlError> {
+    let roots = allowed_roots(locations)?;
+    let real = resolve(target, &roots)?;
+    let identity = identity(locations)?;
+    let file = open_checked(&real, target, &roots)?;
+    let Some(identity) = identity else {
+        return read_open_file(file, target, locations.max_output);
+    };
+    drop(file);
+    // Reading as another user: that user's own `cat` opens the file, so the kernel
+    // applies that user's permissions, not root's.
+    let program = Program {
+        path: PathBuf::from("/bin/cat"),
+        shown: target.path.clone(),
+    };
+    let args = [OsString::from("--"), real.into_os_string()];
+    run(&program, &args, Some(&identity), locations)
+}
+
+fn read_open_file(file: File, target: &Target, limit: usize) -> Result<String, UrlError> {
+    let capture = read_capped(file, limit).map_err(|source| UrlError::Io {
+        path: short(&target.path),
+        source,
+    })?;
+    if capture.overflowed {
+        return Err(UrlError::TooLarge {
+            path: short(&target.path),
+            limit,
+        });
+    }
+    Ok(String::from_utf8_lossy(&capture.bytes).into_owned())
+}
+
+fn execute(target: &Target, extra: &[&str], locations: &Locations) -> Result<String, UrlError> {
+    let roots = allowed_roots(locations)?;
+    let real = resolve(target, &roots)?;
+    let identity = identity(locations)?;
+    let file = open_checked(&real, target, &roots)?;
+    let mode = file
+        .metadata()
+        .map_err(|source| UrlError::Io {
+            path: short(&target.path),
+            source,
+        })?
+        .mode();
+    if mode & 0o111 == 0 {
+        return Err(UrlError::NotExecutable(short(&target.path)));
+    }
+    drop(file);
+    let args: Vec<OsString> = target
+        .args
+        .iter()
+        .map(String::as_str)
+        .chain(extra.iter().copied())
+        .map(OsString::from)
+        .collect();
+    let program = Program {
+        path: real,
+        shown: target.path.clone(),
+    };
+    run(&program, &args, identity.as_ref(), locations)
+}
+
+// ---------------------------------------------------------------------------------------
+// Users
+// ---------------------------------------------------------------------------------------
+
+/// Who a child runs as, looked up in the parent: between fork and exec only
+/// async-signal-safe calls are allowed, so no name lookups there.
+#[derive(Debug, Clone)]
+struct Identity {
+    uid: libc::uid_t,
+    gid: libc::gid_t,
+    groups: Vec<libc::gid_t>,
+}
+
+fn identity(locations: &Locations) -> Result<Option<Identity>, UrlError> {
+    let Some(name) = &locations.run_as else {
+        return Ok(None);
+    };
+    let cname = CString::new(name.as_str()).map_err(|_| UrlError::Nul)?;
+    let (uid, gid) = lookup_user(&cname, name)?;
+    let groups = group_list(&cname, gid);
+    // Group 0 opens root's files as surely as uid 0 does.
+    let rooted = uid == 0 || gid == 0 || groups.contains(&0);
+    if rooted && !(name == "root" && locations.allow_root) {
+        return Err(UrlError::RootRefused(short(name)));
+    }
+    Ok(Some(Identity { uid, gid, groups }))
+}
+
+fn lookup_user(cname: &CString, name: &str) -> Result<(libc::uid_t, libc::gid_t), UrlError> {
+    let mut buffer = vec![0 as libc::c_char; 1024];
+    loop {
+        // SAFETY: passwd is plain data; getpwnam_r writes into it and into `buffer`,
+        // whose length is given, and sets `result` to null or to `passwd`.
+        let mut passwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        let rc = unsafe {
+            libc::getpwnam_r(
+                cname.as_ptr(),
+                &mut passwd,
+                buffer.as_mut_ptr(),
+                buffer.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buffer.len() < 1 << 20 {
+            buffer.resize(buffer.len() * 2, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() {
+            return Err(UrlError::UnknownUser(short(name)));
+        }
+        return Ok((passwd.pw_uid, passwd.pw_gid));
+    }
+}
+
+/// The user's supplementary groups (at least the primary group).
+fn group_list(cname: &CString, gid: libc::gid_t) -> Vec<libc::gid_t> {
+    let mut groups: Vec<libc::gid_t> = vec![0; 32];
+    for _ in 0..8 {
+        let mut count = groups.len() as libc::c_int;
+        // SAFETY: `groups` holds `count` entries; getgrouplist writes at most that many
+        // and sets `count` to the number it needs.
+        let rc =
+            unsafe { libc::getgrouplist(cname.as_ptr(), gid, groups.as_mut_ptr(), &mut count) };
+        let count = usize::try_from(count).unwrap_or(0);
+        if rc >= 0 {
+            groups.truncate(count);
+            return groups;
+        }
+        groups.resize(count.max(groups.len() * 2), 0);
+    }
+    vec![gid]
+}
+
+/// Runs in the child after fork: groups and gid can only change while still root, so
+/// the uid goes last.
+fn drop_privileges(identity: &Identity) -> io::Result<()> {
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    };
+    // SAFETY: plain system calls on data prepared before fork.
+    unsafe {
+        check(libc::setgroups(
+            identity.groups.len(),
+            identity.groups.as_ptr(),
+        ))?;
+        check(libc::setgid(identity.gid))?;
+        check(libc::setuid(identity.uid))?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// Running programs
+// ---------------------------------------------------------------------------------------
+
+/// What stderr keeps for the error message.
+const STDERR_KEEP: usize = 400;
+
+struct Program {
+    /// What is executed (resolved).
+    path: PathBuf,
+    /// What messages name (as written in the URL).
+    shown: String,
+}
+
+fn run(
+    program: &Program,
+    args: &[OsString],
+    identity: Option<&Identity>,
+    locations: &Locations,
+) -> Result<String, UrlError> {
+    let mut child = spawn(program, args, identity).map_err(|source| UrlError::Spawn {
+        path: short(&program.shown),
+        source,
+    })?;
+    let (stdout, stderr) = match readers(&mut child, locations.max_output) {
+        Ok(readers) => readers,
+        Err(source) => {
+            kill_group(&child);
+            let _ = child.wait();
+            let path = short(&program.shown);
+            return Err(UrlError::Spawn { path, source });
+        }
+    };
+    let result = wait_for(&mut child, stdout, locations);
+    // Whatever happened, nothing the program started outlives it.
+    kill_group(&child);
+    let status = child.wait();
+    let stdout = result.map_err(|failure| failure.into_error(program, locations))?;
+    let stderr = stderr_text(stderr);
+    match status {
+        Ok(status) if status.success() => Ok(String::from_utf8_lossy(&stdout).into_owned()),
+        Ok(status) => Err(UrlError::Failed {
+            path: short(&program.shown),
+            status: describe(status),
+            stderr,
+        }),
+        Err(source) => Err(UrlError::Spawn {
+            path: short(&program.shown),
+            source,
+        }),
+    }
+}
+
+fn spawn(program: &Program, args: &[OsString], identity: Option<&Identity>) -> io::Result<Child> {
+    let mut command = Command::new(&program.path);
+    command
+        .args(args)
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    if let Some(identity) = identity.cloned() {
+        // SAFETY: the closure only makes async-signal-safe system calls.
+        unsafe { command.pre_exec(move || drop_privileges(&identity)) };
+    }
+    let mut attempt = 0;
+    loop {
+        match command.spawn() {
+            // Another thread forking while a program file was being written leaves it
+            // briefly "busy"; that passes.
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 5 => {
+                attempt += 1;
+                thread::sleep(Duration::from_millis(20));
+            }
+            spawned => return spawned,
+        }
+    }
+}
+
+struct Capture {
+    bytes: Vec<u8>,
+    overflowed: bool,
+}
+
+/// Reads at most `limit` bytes, and one more to tell whether there was more.
+fn read_capped(from: impl Read, limit: usize) -> io::Result<Capture> {
+    let mut bytes = Vec::new();
+    from.take(limit as u64 + 1).read_to_end(&mut bytes)?;
+    let overflowed = bytes.len() > limit;
+    bytes.truncate(limit);
+    Ok(Capture { bytes, overflowed })
+}
+
+type Reader = JoinHandle<io::Result<Capture>>;
+
+/// Threads reading stdout (stopping past the limit) and stderr (keeping its start and
+/// draining the rest so that the program never blocks on it).
+fn readers(child: &mut Child, max_output: usize) -> io::Result<(Option<Reader>, Option<Reader>)> {
+    let stdout = child
+        .stdout
+        .take()
+        .map(|out| spawn_reader(move || read_capped(out, max_output)))
+        .transpose()?;
+    let stderr = child
+        .stderr
+        .take()
+        .map(|mut err| {
+            spawn_reader(move || {
+                let kept = read_capped(&mut err, STDERR_KEEP)?;
+                io::copy(&mut err, &mut io::sink())?;
+                Ok(kept)
+            })
+        })
+        .transpose()?;
+    Ok((stdout, stderr))
+}
+
+/// A reader thread; failing to start one is an error, not a panic of the poller.
+fn spawn_reader(read: impl FnOnce() -> io::Result<Capture> + Send + 'static) -> io::Result<Reader> {
+    thread::Builder::new()
+        .name("native-output".to_owned())
+        .spawn(read)
+}
+
+enum Failure {
+    Timeout,
+    TooLarge,
+    Io(io::Error),
+}
+
+impl Failure {
+    fn into_error(self, program: &Program, locations: &Locations) -> UrlError {
+        let path = short(&program.shown);
+        match self {
+            Failure::Timeout => UrlError::Timeout {
+                path,
+                after: locations.timeout,
+            },
+            Failure::TooLarge => UrlError::TooLarge {
+                path,
+                limit: locations.max_output,
+            },
+            Failure::Io(source) => UrlError::Io { path, source },
+        }
+    }
+}
+
+/// Waits until the program has exited and its stdout is read, or the timeout.
+fn wait_for(
+    child: &mut Child,
+    stdout: Option<Reader>,
+    locations: &Locations,
+) -> Result<Vec<u8>, Failure> {
+    let deadline = Instant::now() + locations.timeout;
+    let mut stdout = stdout;
+    let mut output: Option<Vec<u8>> = None;
+    loop {
+        if let Some(reader) = stdout.take_if(|reader| reader.is_finished()) {
+            let capture = join(reader).map_err(Failure::Io)?;
+            if capture.overflowed {
+                return Err(Failure::TooLarge);
+            }
+            output = Some(capture.bytes);
+        }
+        if stdout.is_none() && has_exited(child) {
+            return Ok(output.unwrap_or_default());
+        }
+        if Instant::now() >= deadline {
+            // The reader thread is left behind: a process that escaped the group may
+            // hold the pipe, and waiting for it would defeat the timeout.
+            return Err(Failure::Timeout);
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn join(reader: Reader) -> io::Result<Capture> {
+    reader
+        .join()
+        .unwrap_or_else(|_| Err(io::Error::other("the output reader panicked")))
+}
+
+/// Whether the child has exited, without reaping it: while it is a zombie its pid (the
+/// process group's id) cannot be reused, so killing the group stays safe.
+fn has_exited(child: &Child) -> bool {
+    // SAFETY: siginfo_t is plain data that waitid fills in.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
+    let rc = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
+    // With WNOHANG and nothing to report, si_pid stays 0. An error (no such child)
+    // counts as exited so that the loop ends.
+    rc != 0 || unsafe { info.si_pid() } != 0
+}
+
+fn kill_group(child: &Child) {
+    if let Ok(group) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: the group is the child's own, and the child is not reaped yet.
+        unsafe { libc::killpg(group, libc::SIGKILL) };
+    }
+}
+
+/// The start of stderr on one line, if its reader is done (it is not waited for).
+fn stderr_text(reader: Option<Reader>) -> String {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    let Some(reader) = reader else {
+        return String::new();
+    };
+    while !reader.is_finished() && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    if !reader.is_finished() {
+        return String::new();
+    }
+    let Ok(capture) = join(reader) else {
+        return String::new();
+    };
+    let text = String::from_utf8_lossy(&capture.bytes);
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let one_line = one_line.split_whitespace().collect::<Vec<_>>().join(" ");
+    if capture.overflowed {
+        format!("{one_line}...")
+    } else {
+        one_line
+    }
+}
+
+fn describe(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        _ => status.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use tempfile::TempDir;
 
     // ---- parsing -------------------------------------------------------------------
 
@@ -543,5 +1207,297 @@ mod tests {
         assert_eq!(job.fields["TASKS"], "4");
         assert_eq!(job.fields["WCLIMIT"], "3600");
         assert_eq!(job.fields["GNAME"], "staff");
+    }
+
+    // ---- URLs ----------------------------------------------------------------------
+
+    /// An allowed directory (traversable by other users, for the run_as tests).
+    fn allowed() -> (TempDir, Locations) {
+        let dir = TempDir::new().expect("temp dir");
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+            .expect("chmod");
+        let mut locations = Locations::new(vec![dir.path().to_path_buf()]);
+        locations.timeout = Duration::from_secs(10);
+        (dir, locations)
+    }
+
+    fn url(scheme: &str, path: &Path) -> String {
+        format!("{scheme}://{}", path.display())
+    }
+
+    fn write(path: &Path, text: &str, mode: u32) {
+        std::fs::write(path, text).expect("write");
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).expect("chmod");
+    }
+
+    fn script(dir: &TempDir, name: &str, body: &str) -> PathBuf {
+        let path = dir.path().join(name);
+        write(&path, &format!("#!/bin/sh\n{body}\n"), 0o755);
+        path
+    }
+
+    #[test]
+    fn a_file_inside_is_read() {
+        let (dir, locations) = allowed();
+        let path = dir.path().join("nodes.txt");
+        write(&path, "n1 STATE=Idle\n", 0o644);
+        let text = read_url(&url("file", &path), &locations).expect("read");
+        assert_eq!(text, "n1 STATE=Idle\n");
+    }
+
+    #[test]
+    fn a_file_outside_is_refused() {
+        let (_dir, locations) = allowed();
+        let other = TempDir::new().expect("temp dir");
+        let path = other.path().join("secret");
+        write(&path, "x", 0o644);
+        let error = read_url(&url("file", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::Outside(_)), "{error}");
+        let error = read_url("file:///etc/shadow", &locations).unwrap_err();
+        assert!(matches!(error, UrlError::Outside(_)), "{error}");
+    }
+
+    #[test]
+    fn a_symlink_pointing_outside_is_refused() {
+        let (dir, locations) = allowed();
+        let other = TempDir::new().expect("temp dir");
+        write(&other.path().join("secret"), "x", 0o644);
+        symlink(other.path().join("secret"), dir.path().join("link")).expect("symlink");
+        symlink(other.path(), dir.path().join("subdir")).expect("symlink");
+        for path in [dir.path().join("link"), dir.path().join("subdir/secret")] {
+            let error = read_url(&url("file", &path), &locations).unwrap_err();
+            assert!(matches!(error, UrlError::Outside(_)), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_symlink_inside_is_followed() {
+        let (dir, locations) = allowed();
+        write(&dir.path().join("real.txt"), "ok", 0o644);
+        symlink(dir.path().join("real.txt"), dir.path().join("link")).expect("symlink");
+        let text = read_url(&url("file", &dir.path().join("link")), &locations).expect("read");
+        assert_eq!(text, "ok");
+    }
+
+    #[test]
+    fn parent_components_relative_paths_and_other_schemes_are_refused() {
+        let (dir, locations) = allowed();
+        let sneaky = format!("file://{}/../../etc/passwd", dir.path().display());
+        type Check = fn(&UrlError) -> bool;
+        let cases: &[(&str, Check)] = &[
+            (&sneaky, |e| matches!(e, UrlError::ParentDir(_))),
+            ("file://nodes.txt", |e| {
+                matches!(e, UrlError::NotAbsolute(_))
+            }),
+            ("exec://host/bin/true", |e| {
+                matches!(e, UrlError::NotAbsolute(_))
+            }),
+            ("http://example.com/nodes", |e| {
+                matches!(e, UrlError::Scheme(_))
+            }),
+            ("ftp://example.com/nodes", |e| {
+                matches!(e, UrlError::Scheme(_))
+            }),
+            ("data:text/plain,n1", |e| matches!(e, UrlError::Scheme(_))),
+            ("/etc/passwd", |e| matches!(e, UrlError::NotAUrl(_))),
+            ("file:///etc/passwd\0", |e| matches!(e, UrlError::Nul)),
+            ("file:///etc/passwd?x", |e| {
+                matches!(e, UrlError::FileArguments)
+            }),
+        ];
+        for (url, expected) in cases {
+            let error = read_url(url, &locations).unwrap_err();
+            assert!(expected(&error), "{url}: {error}");
+        }
+    }
+
+    #[test]
+    fn no_directories_refuse_everything() {
+        let (dir, mut locations) = allowed();
+        let path = dir.path().join("nodes.txt");
+        write(&path, "n1", 0o644);
+        locations.directories.clear();
+        let error = read_url(&url("file", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::NoDirectories), "{error}");
+    }
+
+    #[test]
+    fn only_regular_files_are_read() {
+        let (dir, locations) = allowed();
+        let fifo = dir.path().join("fifo");
+        let name = CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(name.as_ptr(), 0o644) }, 0);
+        std::fs::create_dir(dir.path().join("sub")).expect("mkdir");
+        for path in [fifo, dir.path().join("sub")] {
+            let error = read_url(&url("file", &path), &locations).unwrap_err();
+            assert!(matches!(error, UrlError::NotRegular(_)), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_file_larger_than_max_output_is_refused() {
+        let (dir, mut locations) = allowed();
+        let path = dir.path().join("big.txt");
+        write(&path, &"x".repeat(100), 0o644);
+        locations.max_output = 99;
+        let error = read_url(&url("file", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::TooLarge { .. }), "{error}");
+        locations.max_output = 100;
+        assert_eq!(
+            read_url(&url("file", &path), &locations)
+                .expect("read")
+                .len(),
+            100
+        );
+    }
+
+    #[test]
+    fn exec_passes_arguments_without_a_shell_and_an_empty_environment() {
+        let (dir, locations) = allowed();
+        let program = script(
+            &dir,
+            "args.sh",
+            "for a in \"$@\"; do echo \"[$a]\"; done\necho \"PATH=$PATH HOME=$HOME\"\ncat",
+        );
+        let base = url("exec", &program);
+        let text = read_url(&format!("{base}?-a&two words&$(id)"), &locations).expect("run");
+        assert_eq!(
+            text,
+            "[-a]\n[two words]\n[$(id)]\nPATH=/usr/bin:/bin HOME=\n"
+        );
+        let text =
+            run_action(&format!("{base}?start"), &["job;1", "`x`"], &locations).expect("run");
+        assert_eq!(text, "[start]\n[job;1]\n[`x`]\nPATH=/usr/bin:/bin HOME=\n");
+        let error = run_action(&base, &["a\0b"], &locations).unwrap_err();
+        assert!(matches!(error, UrlError::NulArgument), "{error}");
+        let error = run_action(&url("file", &program), &[], &locations).unwrap_err();
+        assert!(matches!(error, UrlError::ActionNotExec), "{error}");
+    }
+
+    #[test]
+    fn a_failing_program_reports_its_status_and_stderr() {
+        let (dir, locations) = allowed();
+        let program = script(&dir, "fail.sh", "echo 'no such cluster' >&2\nexit 3");
+        let error = read_url(&url("exec", &program), &locations).unwrap_err();
+        let message = error.to_string();
+        assert!(matches!(error, UrlError::Failed { .. }), "{message}");
+        assert!(
+            message.contains("(exit status 3): no such cluster"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn a_program_past_the_timeout_is_killed_with_its_group() {
+        let (dir, mut locations) = allowed();
+        let pid_file = dir.path().join("pid");
+        let program = script(
+            &dir,
+            "slow.sh",
+            &format!("sleep 30 &\necho $! > {}\nwait", pid_file.display()),
+        );
+        locations.timeout = Duration::from_millis(500);
+        let started = Instant::now();
+        let error = read_url(&url("exec", &program), &locations).unwrap_err();
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(matches!(error, UrlError::Timeout { .. }), "{error}");
+        assert!(error.to_string().contains("timeout"), "{error}");
+        let pid = std::fs::read_to_string(&pid_file).expect("pid");
+        assert!(gone(pid.trim()), "the background sleep survived");
+    }
+
+    /// Whether a process is gone or a zombie (killed, not yet reaped by init).
+    fn gone(pid: &str) -> bool {
+        for _ in 0..100 {
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Err(_) => return true,
+                Ok(stat)
+                    if stat
+                        .rsplit(')')
+                        .next()
+                        .is_some_and(|s| s.trim_start().starts_with('Z')) =>
+                {
+                    return true;
+                }
+                Ok(_) => thread::sleep(Duration::from_millis(20)),
+            }
+        }
+        false
+    }
+
+    #[test]
+    fn output_beyond_max_output_is_refused_promptly() {
+        let (dir, mut locations) = allowed();
+        let program = script(&dir, "yes.sh", "exec yes");
+        locations.max_output = 1000;
+        let started = Instant::now();
+        let error = read_url(&url("exec", &program), &locations).unwrap_err();
+        assert!(
+            matches!(error, UrlError::TooLarge { limit: 1000, .. }),
+            "{error}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn programs_outside_or_not_executable_are_refused() {
+        let (dir, locations) = allowed();
+        let error = read_url("exec:///bin/echo?hi", &locations).unwrap_err();
+        assert!(matches!(error, UrlError::Outside(_)), "{error}");
+        symlink("/bin/echo", dir.path().join("echo")).expect("symlink");
+        let error = read_url(&url("exec", &dir.path().join("echo")), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::Outside(_)), "{error}");
+        let path = dir.path().join("plain.sh");
+        write(&path, "#!/bin/sh\necho hi\n", 0o644);
+        let error = read_url(&url("exec", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::NotExecutable(_)), "{error}");
+    }
+
+    #[test]
+    fn run_as_drops_to_the_user_for_programs_and_files() {
+        let (dir, mut locations) = allowed();
+        locations.run_as = Some("drover-bob".to_owned());
+        let program = script(&dir, "who.sh", "id -u; id -G");
+        let text = read_url(&url("exec", &program), &locations).expect("run");
+        let uid = text.lines().next().unwrap_or_default();
+        assert_ne!(uid, "0");
+        assert!(
+            !text
+                .lines()
+                .nth(1)
+                .unwrap_or_default()
+                .split(' ')
+                .any(|g| g == "0")
+        );
+        let public = dir.path().join("public.txt");
+        write(&public, "n1\n", 0o644);
+        assert_eq!(
+            read_url(&url("file", &public), &locations).expect("read"),
+            "n1\n"
+        );
+        let private = dir.path().join("private.txt");
+        write(&private, "secret\n", 0o600);
+        let error = read_url(&url("file", &private), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::Failed { .. }), "{error}");
+        assert!(error.to_string().contains("Permission denied"), "{error}");
+    }
+
+    #[test]
+    fn run_as_refuses_root_and_unknown_users() {
+        let (dir, mut locations) = allowed();
+        let path = dir.path().join("nodes.txt");
+        write(&path, "n1\n", 0o644);
+        locations.run_as = Some("root".to_owned());
+        let error = read_url(&url("file", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::RootRefused(_)), "{error}");
+        locations.allow_root = true;
+        assert_eq!(
+            read_url(&url("file", &path), &locations).expect("read"),
+            "n1\n"
+        );
+        locations.run_as = Some("drover-nobody-such".to_owned());
+        let error = read_url(&url("file", &path), &locations).unwrap_err();
+        assert!(matches!(error, UrlError::UnknownUser(_)), "{error}");
     }
 }
