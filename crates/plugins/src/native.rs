@@ -96,9 +96,9 @@ pub struct NodeReport {
     pub features: Vec<String>,
     pub partition: Option<String>,
     pub cpu_load: Option<f64>,
-    /// GMETRIC[name]=value
+    /// `GMETRIC[name]=value`
     pub generic_metrics: BTreeMap<String, f64>,
-    /// GEVENT[name]=text
+    /// `GEVENT[name]=text`
     pub generic_events: Vec<(String, String)>,
     /// MESSAGE (may be repeated)
     pub messages: Vec<String>,
@@ -1460,8 +1460,10 @@ mod tests {
         locations.run_as = Some("drover-bob".to_owned());
         let program = script(&dir, "who.sh", "id -u; id -G");
         let text = read_url(&url("exec", &program), &locations).expect("run");
-        let uid = text.lines().next().unwrap_or_default();
-        assert_ne!(uid, "0");
+        let name = CString::new("drover-bob").expect("name");
+        let (bob, _) = lookup_user(&name, "drover-bob").expect("drover-bob exists");
+        assert_eq!(text.lines().next(), Some(bob.to_string().as_str()));
+        assert_ne!(bob, 0);
         assert!(
             !text
                 .lines()
