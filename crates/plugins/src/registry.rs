@@ -662,7 +662,8 @@ impl Plugins {
         let Some(url) = plugin.config.get("getNodes").and_then(Value::as_str) else {
             return Ok("no getNodes URL is configured".into());
         };
-        let text = native::read_url(url, &self.factory.locations()).map_err(|e| format!("getNodes: {e}"))?;
+        let text = native::read_url(url, &self.factory.locations())
+            .map_err(|e| format!("getNodes: {e}"))?;
         let (reports, problems) = native::parse_nodes(&text);
         let mut said = self.factory.apply_nodes(plugin, reports)?;
         if !problems.is_empty() {
