@@ -18,7 +18,9 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use drover_auth::{Action, Permission};
-use drover_plugins::registry::{self, NewPlugin, PluginChange, PluginError, PluginState, Plugins, TypeView};
+use drover_plugins::registry::{
+    self, NewPlugin, PluginChange, PluginError, PluginState, Plugins, TypeView,
+};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -56,7 +58,10 @@ fn type_schema() -> Value {
         ("id", string()),
         ("author", string()),
         ("description", string()),
-        ("instances", json!({"type": "array", "items": object(&[("id", string())])})),
+        (
+            "instances",
+            json!({"type": "array", "items": object(&[("id", string())])}),
+        ),
     ])
 }
 
@@ -66,7 +71,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .get("/rest/plugin-types", TYPES_READ, list_types)
         .summary("Plugin types: the built-in Native and those uploaded")
         .list()
-        .response(200, "Plugin types", Some(crate::openapi::schema::envelope(type_schema())));
+        .response(
+            200,
+            "Plugin types",
+            Some(crate::openapi::schema::envelope(type_schema())),
+        );
     routes
         .get("/rest/plugin-types/{id}", TYPES_READ, one_type)
         .summary("One plugin type")
@@ -83,7 +92,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .get("/rest/plugins", READ, list)
         .summary("Plugins")
         .list()
-        .response(200, "Plugins", Some(crate::openapi::schema::envelope(plugin_schema())));
+        .response(
+            200,
+            "Plugins",
+            Some(crate::openapi::schema::envelope(plugin_schema())),
+        );
     routes
         .get("/rest/plugins/{id}", READ, one)
         .summary("One plugin")
@@ -95,7 +108,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .summary("Creates a plugin (id and pluginType required); an autoStart one starts")
         .body("application/json", plugin_schema())
         .response(201, "The plugin's id", Some(object(&[("id", string())])))
-        .response(400, "A field is wrong, the type does not exist or the configuration is invalid", None)
+        .response(
+            400,
+            "A field is wrong, the type does not exist or the configuration is invalid",
+            None,
+        )
         .response(409, "The id is taken", None);
     routes
         .put("/rest/plugins/{id}", UPDATE, modify)
@@ -103,7 +120,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The plugin's id")
         .body("application/json", plugin_schema())
         .response(200, "What was done", messages())
-        .response(400, "A field is wrong, or the configuration is refused", None)
+        .response(
+            400,
+            "A field is wrong, or the configuration is refused",
+            None,
+        )
         .response(404, "No such plugin", None);
     routes
         .post("/rest/plugins/{id}/poll", UPDATE, poll)
@@ -118,9 +139,20 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The plugin's id")
         .response(200, "Deleted", Some(object(&[])))
         .response(404, "No such plugin", None);
-    for method in [Method::GET, Method::POST, Method::PUT, Method::DELETE, Method::PATCH] {
+    for method in [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+    ] {
         routes
-            .add(method, "/rest/plugins/{id}/services/{service}", SERVICES, call_service)
+            .add(
+                method,
+                "/rest/plugins/{id}/services/{service}",
+                SERVICES,
+                call_service,
+            )
             .summary("Calls a plugin's web service (camelCase or hyphenated name)")
             .path_param("id", "The plugin's id")
             .path_param("service", "The service's name")
@@ -186,7 +218,10 @@ async fn one_type(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Json<Value>>
 
 const NOT_UPLOADED: &str = "The plugin type was not uploaded";
 
-async fn upload(headers: HeaderMap, Submission(state, params, _caller, body): Submission) -> ApiResult<Json<Value>> {
+async fn upload(
+    headers: HeaderMap,
+    Submission(state, params, _caller, body): Submission,
+) -> ApiResult<Json<Value>> {
     let reload = match params.raw.get("reload-plugins")? {
         None => true,
         Some(_) => params.raw.flag("reload-plugins")?,
@@ -194,18 +229,30 @@ async fn upload(headers: HeaderMap, Submission(state, params, _caller, body): Su
     let content_type = headers
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
         .unwrap_or_default();
     let jar = params.raw.get("jar-filename")?.map(String::from);
     match (content_type.as_str(), jar) {
         ("application/x-jar" | "application/java-archive" | "application/zip", Some(name)) => {
             if !name.ends_with(".jar") && !name.ends_with(".zip") {
-                return Err(ApiError::bad_request(NOT_UPLOADED, "jar-filename: must end in .jar"));
+                return Err(ApiError::bad_request(
+                    NOT_UPLOADED,
+                    "jar-filename: must end in .jar",
+                ));
             }
             blocking(&state, move |p| p.upload_archive(&body, &name, reload)).await?;
         }
         ("application/x-jar" | "application/java-archive" | "application/zip", None) => {
-            return Err(ApiError::bad_request(NOT_UPLOADED, "jar-filename: required with an archive"));
+            return Err(ApiError::bad_request(
+                NOT_UPLOADED,
+                "jar-filename: required with an archive",
+            ));
         }
         ("text/plain" | "application/x-groovy" | "text/x-rhai" | "application/x-rhai", _) => {
             let source = String::from_utf8(body.to_vec())
@@ -215,7 +262,9 @@ async fn upload(headers: HeaderMap, Submission(state, params, _caller, body): Su
         _ => {
             // Read as JSON, as the spec says, and refused either way.
             let reason = match parse_json(&body) {
-                Err(_) => "the body is read as JSON (its content type is not a script's) and is not JSON",
+                Err(_) => {
+                    "the body is read as JSON (its content type is not a script's) and is not JSON"
+                }
                 Ok(_) => "a JSON body is not a plugin type",
             };
             return Err(ApiError::new(
@@ -231,7 +280,9 @@ async fn upload(headers: HeaderMap, Submission(state, params, _caller, body): Su
     }
     let types = blocking(&state, |p| Ok(p.types())).await?;
     let documents: Vec<Value> = types.iter().map(type_wire).collect();
-    Ok(Json(json!({"totalCount": documents.len(), "resultCount": documents.len(), "results": documents})))
+    Ok(Json(
+        json!({"totalCount": documents.len(), "resultCount": documents.len(), "results": documents}),
+    ))
 }
 
 async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
@@ -259,8 +310,12 @@ fn read_config(f: &mut Fields<'_>) -> Option<Map<String, Value>> {
 }
 
 fn read_interval(f: &mut Fields<'_>) -> Option<u64> {
-    f.integer_in("pollInterval", registry::MIN_POLL_INTERVAL as i64, registry::MAX_POLL_INTERVAL as i64)
-        .map(|n| n as u64)
+    f.integer_in(
+        "pollInterval",
+        registry::MIN_POLL_INTERVAL as i64,
+        registry::MAX_POLL_INTERVAL as i64,
+    )
+    .map(|n| n as u64)
 }
 
 async fn create(Submission(state, _params, caller, body): Submission) -> ApiResult<Response> {
@@ -268,7 +323,14 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     let body = parse_json(&body)?;
     let new = read_object(&body, NOT_CREATED, |f| {
         f.only(
-            &["id", "pluginType", "pollInterval", "autoStart", "config", "state"],
+            &[
+                "id",
+                "pluginType",
+                "pollInterval",
+                "autoStart",
+                "config",
+                "state",
+            ],
             "not a field of a plugin",
         );
         let id = f.string("id");
@@ -286,10 +348,31 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
             config: read_config(f).unwrap_or_default(),
         }
     })?;
-    let by = acting_user(&caller);
+    let by = match &caller.identity {
+        // Acting for someone else (proxy-user) is acting as them, without their groups.
+        Some(identity) if Some(&identity.name) == caller.effective_user.as_ref() => {
+            registry::Acting {
+                user: identity.name.clone(),
+                admin: identity.admin,
+                groups: identity
+                    .groups
+                    .iter()
+                    .map(|g| (g.kind.clone(), g.name.clone()))
+                    .collect(),
+            }
+        }
+        _ => registry::Acting {
+            user: acting_user(&caller),
+            ..registry::Acting::default()
+        },
+    };
     let id = new.id.clone();
-    blocking(&state, move |p| p.create(new, &by)).await?;
-    Ok(reply::created(state.settings(), &format!("/rest/plugins/{id}"), json!({"id": id})))
+    blocking(&state, move |p| p.create(new, by)).await?;
+    Ok(reply::created(
+        state.settings(),
+        &format!("/rest/plugins/{id}"),
+        json!({"id": id}),
+    ))
 }
 
 fn acting_user(caller: &Caller) -> String {
@@ -300,16 +383,31 @@ fn acting_user(caller: &Caller) -> String {
         .unwrap_or_default()
 }
 
-async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
+async fn modify(
+    ItemChange(state, _params, caller, id, body): ItemChange,
+) -> ApiResult<Json<Value>> {
     let summary = format!("The plugin {id} was not changed");
     reply::bounded_body(&state, &caller, &body, &summary)?;
     let body = parse_json(&body)?;
     let change = read_object(&body, &summary, |f| {
-        f.only(&["state", "pollInterval", "autoStart", "config", "id", "pluginType"], "not a field a change may give");
+        f.only(
+            &[
+                "state",
+                "pollInterval",
+                "autoStart",
+                "config",
+                "id",
+                "pluginType",
+            ],
+            "not a field a change may give",
+        );
         let state = f.string("state").and_then(|text| {
             let state = PluginState::parse(&text);
             if state.is_none() {
-                f.problem("state", format!("'{text}' is not STARTED, STOPPED or PAUSED"));
+                f.problem(
+                    "state",
+                    format!("'{text}' is not STARTED, STOPPED or PAUSED"),
+                );
             }
             state
         });
@@ -330,13 +428,15 @@ async fn poll(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Json<Value>> {
 }
 
 async fn remove(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Response> {
-    let message = blocking(&state, move |p| p.delete(&id)).await.map_err(|mut e| {
-        // A failure is `{messages: [summary, reason]}` (4.12).
-        if e.messages.len() == 1 {
-            e.messages.insert(0, "The plugin was not deleted".into());
-        }
-        e
-    })?;
+    let message = blocking(&state, move |p| p.delete(&id))
+        .await
+        .map_err(|mut e| {
+            // A failure is `{messages: [summary, reason]}` (4.12).
+            if e.messages.len() == 1 {
+                e.messages.insert(0, "The plugin was not deleted".into());
+            }
+            e
+        })?;
     let mut response = reply::deleted().into_response();
     if let Ok(value) = HeaderValue::from_str(&message) {
         response.headers_mut().insert("X-SVC-Message", value);

@@ -78,8 +78,25 @@ pub struct Config {
     pub standing_reservations: Vec<StandingReservation>,
     /// The embedded accounting manager.
     pub accounting: AccountingConfig,
-    /// Images and, to come, VMs.
+    /// Images and VMs.
     pub cloud: CloudConfig,
+    /// Plugins.
+    pub plugins: PluginsConfig,
+}
+
+/// `[plugins]`: where the built-in `Native` type's URLs may point and as whom they run.
+/// Only this file names them: a plugin's configuration (from a request) is refused
+/// outside these directories.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PluginsConfig {
+    /// Absolute directories `file://` and `exec://` URLs may name; none: Native plugins
+    /// read nothing.
+    pub native_directories: Vec<PathBuf>,
+    /// The system user Native URLs are read and run as; none: the service's own user.
+    pub native_user: Option<String>,
+    /// Whether `native_user = "root"` is allowed.
+    pub native_allow_root: bool,
 }
 
 /// `[cloud]`: where images' boot material lives, and what makes the guests of VMs.
@@ -386,6 +403,7 @@ impl Default for Config {
             standing_reservations: Vec::new(),
             accounting: AccountingConfig::default(),
             cloud: CloudConfig::default(),
+            plugins: PluginsConfig::default(),
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod config;
 pub mod guest_run;
 pub mod guests;
 pub mod ledger_accountant;
+pub mod plugin_host;
 pub mod private;
 pub mod serve;
 pub mod service_control;
@@ -92,6 +93,9 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), St
 /// What [`prepare`] builds.
 struct Prepared {
     state: AppState,
+    /// The state as plugins' hosts reach it; emptied at shutdown (the state holds the
+    /// plugins, which would otherwise keep it alive).
+    plugin_state: Arc<std::sync::Mutex<Option<AppState>>>,
     generated: Option<GeneratedAdmin>,
     /// The event recorder's thread: it ends once every handle is dropped, after
     /// storing what was sent.
@@ -153,6 +157,21 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         drover_cloud::ServiceRecords::open(store.clone())
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
+    let plugin_state = Arc::new(std::sync::Mutex::new(None));
+    let hosts = plugin_host::PluginHosts {
+        state: plugin_state.clone(),
+        runtime: tokio::runtime::Handle::current(),
+        config: config.plugins.clone(),
+    };
+    let (plugins, warnings) = drover_plugins::registry::Plugins::open(
+        store.clone(),
+        Arc::new(hosts),
+        drover_plugins::script::Limits::default(),
+    )
+    .map_err(|e| format!("cannot open the plugins: {e}"))?;
+    for warning in warnings {
+        eprintln!("drover: warning: {warning}");
+    }
     let vm_host = guests::vm_host(config, images.clone());
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let settings = Settings {
@@ -186,22 +205,26 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
         events,
         reports: Arc::new(reports),
     };
+    let state = AppState::new(
+        Services {
+            store,
+            auth: Arc::new(auth),
+            access,
+            scheduler,
+            monitoring,
+            images,
+            service_templates,
+            service_records,
+            service_wake: Arc::new(tokio::sync::Notify::new()),
+            plugins: Arc::new(plugins),
+        },
+        settings,
+    )
+    .with_accounting(ledger);
+    *plugin_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
     Ok(Prepared {
-        state: AppState::new(
-            Services {
-                store,
-                auth: Arc::new(auth),
-                access,
-                scheduler,
-                monitoring,
-                images,
-                service_templates,
-                service_records,
-                service_wake: Arc::new(tokio::sync::Notify::new()),
-            },
-            settings,
-        )
-        .with_accounting(ledger),
+        state,
+        plugin_state,
         generated,
         recorder,
     })
@@ -271,6 +294,7 @@ pub async fn launch_with(
     let config_header_timeout = config.header_timeout_seconds;
     let Prepared {
         state,
+        plugin_state,
         generated: generated_admin,
         recorder,
     } = tokio::task::spawn_blocking(move || prepare(&config))
@@ -285,6 +309,17 @@ pub async fn launch_with(
         }
         .run(),
     );
+    let plugins = state.plugins().clone();
+    for failure in tokio::task::spawn_blocking(move || plugins.start_automatically())
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        eprintln!("drover: warning: {failure}");
+    }
+    let plugin_loops = [
+        tokio::spawn(plugin_host::poll_loop(state.plugins().clone())),
+        tokio::spawn(plugin_host::event_loop(state.clone())),
+    ];
     let app = drover_api::app(state.clone(), routes);
     let address = listener.local_addr().map_err(|e| e.to_string())?;
     on_start(Started {
@@ -298,6 +333,14 @@ pub async fn launch_with(
     // The controller's next start resumes what it was doing.
     services.abort();
     let _ = services.await;
+    for task in plugin_loops {
+        task.abort();
+        let _ = task.await;
+    }
+    plugin_state
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
     // Running jobs keep running; the next start adopts them again.
     state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client

@@ -38,7 +38,8 @@ pub fn entries(data: &[u8]) -> Result<Vec<Entry>, String> {
         let comment_len = u16_at(data, at + 32)? as usize;
         let local = u32_at(data, at + 42)? as usize;
         let name_bytes = slice(data, at + 46, name_len)?;
-        let name = String::from_utf8(name_bytes.to_vec()).map_err(|_| "an entry name is not UTF-8")?;
+        let name =
+            String::from_utf8(name_bytes.to_vec()).map_err(|_| "an entry name is not UTF-8")?;
         at += 46 + name_len + extra_len + comment_len;
         if name.ends_with('/') {
             continue;
@@ -49,13 +50,19 @@ pub fn entries(data: &[u8]) -> Result<Vec<Entry>, String> {
         if u32_at(data, local)? != 0x0403_4b50 {
             return Err(format!("{name}: its local header is damaged"));
         }
-        let start = local + 30 + u16_at(data, local + 26)? as usize + u16_at(data, local + 28)? as usize;
+        let start =
+            local + 30 + u16_at(data, local + 26)? as usize + u16_at(data, local + 28)? as usize;
         let raw = slice(data, start, compressed)?;
         let bytes = match method {
             0 => raw.to_vec(),
-            8 => decompress_to_vec_with_limit(raw, MAX_ENTRY_BYTES)
-                .map_err(|_| format!("{name}: cannot be inflated, or inflates past {MAX_ENTRY_BYTES} bytes"))?,
-            other => return Err(format!("{name}: compression method {other} is not read (only stored and deflated)")),
+            8 => decompress_to_vec_with_limit(raw, MAX_ENTRY_BYTES).map_err(|_| {
+                format!("{name}: cannot be inflated, or inflates past {MAX_ENTRY_BYTES} bytes")
+            })?,
+            other => {
+                return Err(format!(
+                    "{name}: compression method {other} is not read (only stored and deflated)"
+                ));
+            }
         };
         out.push(Entry { name, bytes });
     }
@@ -67,7 +74,9 @@ pub fn entries(data: &[u8]) -> Result<Vec<Entry>, String> {
 fn find_end(data: &[u8]) -> Option<usize> {
     let last = data.len().checked_sub(22)?;
     let first = last.saturating_sub(65_535);
-    (first..=last).rev().find(|&i| data[i..i + 4] == [0x50, 0x4b, 0x05, 0x06])
+    (first..=last)
+        .rev()
+        .find(|&i| data[i..i + 4] == [0x50, 0x4b, 0x05, 0x06])
 }
 
 fn slice(data: &[u8], at: usize, len: usize) -> Result<&[u8], String> {
@@ -137,7 +146,11 @@ fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         crc ^= b as u32;
         for _ in 0..8 {
-            crc = if crc & 1 == 1 { (crc >> 1) ^ 0xEDB8_8320 } else { crc >> 1 };
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
         }
     }
     !crc

@@ -72,14 +72,24 @@ pub struct Plugin {
     pub next_poll_date: Option<String>,
     /// Why it is ERRORED.
     pub error: Option<String>,
-    /// The user it acts as (who created it).
-    pub created_by: String,
+    /// Who it acts as: who created it, as they were then (their roles are read at each
+    /// call).
+    pub created_by: Acting,
     /// What its script kept (`data_set`), surviving restarts.
     #[serde(default)]
     pub data: Map<String, Value>,
     /// Epoch seconds of the next poll (the wire date is `nextPollDate`).
     #[serde(default)]
     pub next_poll_at: Option<i64>,
+}
+
+/// A user as a plugin acts for them: name, local administrator or not, and the groups
+/// principals may name them by (`(type, name)`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acting {
+    pub user: String,
+    pub admin: bool,
+    pub groups: Vec<(String, String)>,
 }
 
 /// A plugin type as stored: the raw upload and what it said of itself.
@@ -136,7 +146,11 @@ pub trait HostFactory: Send + Sync {
     /// The host `plugin`'s script calls, keeping its data in `data`.
     fn host(&self, plugin: &Plugin, data: Arc<Mutex<Map<String, Value>>>) -> Arc<dyn Host>;
     /// Applies a Native plugin's node reports; answers what was done.
-    fn apply_nodes(&self, plugin: &Plugin, reports: Vec<native::NodeReport>) -> Result<String, String>;
+    fn apply_nodes(
+        &self,
+        plugin: &Plugin,
+        reports: Vec<native::NodeReport>,
+    ) -> Result<String, String>;
     /// Where Native URLs may point and as whom they run (the operator's configuration).
     fn locations(&self) -> native::Locations;
 }
@@ -241,7 +255,12 @@ impl Plugins {
     pub fn types(&self) -> Vec<TypeView> {
         let inner = self.inner();
         let instances = |ty: &str| -> Vec<String> {
-            inner.plugins.values().filter(|p| p.plugin_type == ty).map(|p| p.id.clone()).collect()
+            inner
+                .plugins
+                .values()
+                .filter(|p| p.plugin_type == ty)
+                .map(|p| p.id.clone())
+                .collect()
         };
         let mut out = vec![TypeView {
             id: NATIVE.into(),
@@ -272,9 +291,15 @@ impl Plugins {
     }
 
     /// Every `*.rhai` entry of a zip archive is a type; all are stored, or none.
-    pub fn upload_archive(&self, bytes: &[u8], filename: &str, reload: bool) -> Result<Vec<String>> {
-        let entries = archive::entries(bytes)
-            .map_err(|e| PluginError::Invalid(vec![format!("The archive {filename} was not read"), e]))?;
+    pub fn upload_archive(
+        &self,
+        bytes: &[u8],
+        filename: &str,
+        reload: bool,
+    ) -> Result<Vec<String>> {
+        let entries = archive::entries(bytes).map_err(|e| {
+            PluginError::Invalid(vec![format!("The archive {filename} was not read"), e])
+        })?;
         let scripts: Vec<(String, Option<String>)> = entries
             .into_iter()
             .filter(|e| e.name.ends_with(".rhai"))
@@ -299,7 +324,9 @@ impl Plugins {
         for (source, origin) in scripts {
             match script::compile(&source, &self.limits) {
                 Ok(script) if script.description.id == NATIVE => {
-                    problems.push(format!("{NATIVE} is the built-in type's id; choose another"));
+                    problems.push(format!(
+                        "{NATIVE} is the built-in type's id; choose another"
+                    ));
                 }
                 Ok(script) => compiled.push((source, origin, script)),
                 Err(e) => problems.push(match &origin {
@@ -345,7 +372,9 @@ impl Plugins {
                     archive: origin,
                     uploaded: now.clone(),
                 };
-                inner.types.insert(stored.id.clone(), (stored, Arc::new(script)));
+                inner
+                    .types
+                    .insert(stored.id.clone(), (stored, Arc::new(script)));
             }
         }
         if reload {
@@ -371,7 +400,10 @@ impl Plugins {
         if id == NATIVE {
             return Some(native_description());
         }
-        self.inner().types.get(id).map(|(_, s)| s.description.clone())
+        self.inner()
+            .types
+            .get(id)
+            .map(|(_, s)| s.description.clone())
     }
 
     fn script_of(&self, ty: &str) -> Option<Arc<Script>> {
@@ -392,7 +424,7 @@ impl Plugins {
             .ok_or_else(|| PluginError::NotFound(format!("No plugin '{id}'")))
     }
 
-    pub fn create(&self, new: NewPlugin, by: &str) -> Result<Vec<String>> {
+    pub fn create(&self, new: NewPlugin, by: Acting) -> Result<Vec<String>> {
         let summary = "The plugin was not created".to_string();
         let invalid = |reason: String| PluginError::Invalid(vec![summary.clone(), reason]);
         if let Some(why) = script::id_problem(&new.id) {
@@ -407,11 +439,13 @@ impl Plugins {
                 new.plugin_type
             )));
         };
-        let config = description.checked_config(&new.config).map_err(|problems| {
-            let mut messages = vec![summary.clone()];
-            messages.extend(problems);
-            PluginError::Invalid(messages)
-        })?;
+        let config = description
+            .checked_config(&new.config)
+            .map_err(|problems| {
+                let mut messages = vec![summary.clone()];
+                messages.extend(problems);
+                PluginError::Invalid(messages)
+            })?;
         let poll_interval = new.poll_interval.unwrap_or(DEFAULT_POLL_INTERVAL);
         check_interval(poll_interval, &summary)?;
         let plugin = Plugin {
@@ -424,7 +458,7 @@ impl Plugins {
             last_poll_date: None,
             next_poll_date: None,
             error: None,
-            created_by: by.to_string(),
+            created_by: by,
             data: Map::new(),
             next_poll_at: None,
         };
@@ -436,7 +470,8 @@ impl Plugins {
                     format!("id: a plugin '{}' exists already", plugin.id),
                 ]));
             }
-            self.store.write(&[upsert(PLUGINS, &plugin.id, to_body(&plugin), false)])?;
+            self.store
+                .write(&[upsert(PLUGINS, &plugin.id, to_body(&plugin), false)])?;
             inner.plugins.insert(plugin.id.clone(), plugin.clone());
         }
         let mut messages = vec![format!("Plugin {} was created", plugin.id)];
@@ -458,9 +493,9 @@ impl Plugins {
         }
         let config = match &change.config {
             Some(config) => {
-                let description = self
-                    .description(&current.plugin_type)
-                    .ok_or_else(|| PluginError::Invalid(vec![summary.clone(), "its plugin type is gone".into()]))?;
+                let description = self.description(&current.plugin_type).ok_or_else(|| {
+                    PluginError::Invalid(vec![summary.clone(), "its plugin type is gone".into()])
+                })?;
                 Some(description.checked_config(config).map_err(|problems| {
                     let mut messages = vec![summary.clone()];
                     messages.extend(problems);
@@ -478,7 +513,8 @@ impl Plugins {
         {
             let mut trial = current.clone();
             trial.config = config.clone();
-            self.configure(&trial).map_err(|e| PluginError::Invalid(vec![summary.clone(), e]))?;
+            self.configure(&trial)
+                .map_err(|e| PluginError::Invalid(vec![summary.clone(), e]))?;
         }
         self.update(id, |p| {
             if let Some(interval) = change.poll_interval {
@@ -494,12 +530,22 @@ impl Plugins {
         let mut messages = vec![format!("Plugin {id} was updated")];
         match change.state {
             Some(PluginState::Started) => {
-                self.start(id, None).map_err(|e| PluginError::Invalid(vec![format!("The plugin {id} was not started"), e.to_string()]))?;
+                self.start(id, None).map_err(|e| {
+                    PluginError::Invalid(vec![
+                        format!("The plugin {id} was not started"),
+                        e.to_string(),
+                    ])
+                })?;
                 messages.push(format!("Plugin {id} was started"));
             }
             Some(PluginState::Paused) => {
                 if !running {
-                    self.start(id, None).map_err(|e| PluginError::Invalid(vec![format!("The plugin {id} was not started"), e.to_string()]))?;
+                    self.start(id, None).map_err(|e| {
+                        PluginError::Invalid(vec![
+                            format!("The plugin {id} was not started"),
+                            e.to_string(),
+                        ])
+                    })?;
                 }
                 self.update(id, |p| p.state = PluginState::Paused)?;
                 messages.push(format!("Plugin {id} was paused"));
@@ -515,7 +561,8 @@ impl Plugins {
             Some(PluginState::Errored) => {
                 return Err(PluginError::Invalid(vec![
                     summary,
-                    "state: ERRORED is the service's to set; give STARTED, STOPPED or PAUSED".into(),
+                    "state: ERRORED is the service's to set; give STARTED, STOPPED or PAUSED"
+                        .into(),
                 ]));
             }
             None if config.is_some() && running => {
@@ -580,27 +627,45 @@ impl Plugins {
             }
             return Ok(());
         }
-        let script = self
-            .script_of(&plugin.plugin_type)
-            .ok_or_else(|| format!("its plugin type '{}' does not exist (or no longer compiles)", plugin.plugin_type))?;
+        let script = self.script_of(&plugin.plugin_type).ok_or_else(|| {
+            format!(
+                "its plugin type '{}' does not exist (or no longer compiles)",
+                plugin.plugin_type
+            )
+        })?;
         if !script.defines("configure", 1) {
             return Ok(());
         }
-        self.run(plugin, &script, "configure", vec![Value::Object(plugin.config.clone())])
-            .map(drop)
-            .map_err(|e| format!("configure: {e}"))
+        self.run(
+            plugin,
+            &script,
+            "configure",
+            vec![Value::Object(plugin.config.clone())],
+        )
+        .map(drop)
+        .map_err(|e| format!("configure: {e}"))
     }
 
     /// Calls `function` of the plugin's script; what it kept with `data_set` is stored.
-    fn run(&self, plugin: &Plugin, script: &Script, function: &str, args: Vec<Value>) -> Result<Value, String> {
+    fn run(
+        &self,
+        plugin: &Plugin,
+        script: &Script,
+        function: &str,
+        args: Vec<Value>,
+    ) -> Result<Value, String> {
         let data = Arc::new(Mutex::new(plugin.data.clone()));
         let host = self.factory.host(plugin, data.clone());
         let answer = script::call(script, function, args, Some(host), &self.limits);
         let data = data.lock().unwrap_or_else(|e| e.into_inner()).clone();
         if data != plugin.data {
-            let size = serde_json::to_vec(&data).map(|b| b.len()).unwrap_or(usize::MAX);
+            let size = serde_json::to_vec(&data)
+                .map(|b| b.len())
+                .unwrap_or(usize::MAX);
             if size > MAX_DATA_BYTES {
-                return Err(format!("its data grew past {MAX_DATA_BYTES} bytes and was not kept"));
+                return Err(format!(
+                    "its data grew past {MAX_DATA_BYTES} bytes and was not kept"
+                ));
             }
             let _ = self.update(&plugin.id, |p| p.data = data);
         }
@@ -612,7 +677,9 @@ impl Plugins {
         self.inner()
             .plugins
             .values()
-            .filter(|p| p.state == PluginState::Started && p.next_poll_at.is_some_and(|at| at <= now))
+            .filter(|p| {
+                p.state == PluginState::Started && p.next_poll_at.is_some_and(|at| at <= now)
+            })
             .map(|p| p.id.clone())
             .collect()
     }
@@ -626,13 +693,18 @@ impl Plugins {
             self.poll_native(&plugin)
         } else {
             match self.script_of(&plugin.plugin_type) {
-                None => Err(format!("its plugin type '{}' does not exist", plugin.plugin_type)),
+                None => Err(format!(
+                    "its plugin type '{}' does not exist",
+                    plugin.plugin_type
+                )),
                 Some(script) if !script.defines("poll", 0) => Ok("it has nothing to poll".into()),
-                Some(script) => self.run(&plugin, &script, "poll", Vec::new()).map(|v| match v {
-                    Value::Null => "polled".to_string(),
-                    Value::String(s) => s,
-                    other => other.to_string(),
-                }),
+                Some(script) => self
+                    .run(&plugin, &script, "poll", Vec::new())
+                    .map(|v| match v {
+                        Value::Null => "polled".to_string(),
+                        Value::String(s) => s,
+                        other => other.to_string(),
+                    }),
             }
         };
         let now = Timestamp::now().as_second();
@@ -654,7 +726,10 @@ impl Plugins {
         })?;
         match outcome {
             Ok(said) => Ok(vec![format!("Plugin {id} was polled: {said}")]),
-            Err(why) => Err(PluginError::Invalid(vec![format!("The plugin {id} failed to poll and is now ERRORED"), why])),
+            Err(why) => Err(PluginError::Invalid(vec![
+                format!("The plugin {id} failed to poll and is now ERRORED"),
+                why,
+            ])),
         }
     }
 
@@ -667,7 +742,11 @@ impl Plugins {
         let (reports, problems) = native::parse_nodes(&text);
         let mut said = self.factory.apply_nodes(plugin, reports)?;
         if !problems.is_empty() {
-            said.push_str(&format!("; {} lines not read ({})", problems.len(), problems.join("; ")));
+            said.push_str(&format!(
+                "; {} lines not read ({})",
+                problems.len(),
+                problems.join("; ")
+            ));
         }
         Ok(said)
     }
@@ -706,7 +785,9 @@ impl Plugins {
         let script = self
             .script_of(&plugin.plugin_type)
             .filter(|s| s.description.services.contains(&function))
-            .ok_or_else(|| PluginError::NotFound(format!("Plugin {id} has no web service '{name}'")))?;
+            .ok_or_else(|| {
+                PluginError::NotFound(format!("Plugin {id} has no web service '{name}'"))
+            })?;
         if plugin.state == PluginState::Stopped || plugin.state == PluginState::Errored {
             return Err(PluginError::Conflict(vec![
                 format!("The web service {name} of plugin {id} was not called"),
@@ -716,7 +797,12 @@ impl Plugins {
         let lock = self.lock_of(id);
         let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
         self.run(&plugin, &script, &function, vec![request])
-            .map_err(|why| PluginError::Invalid(vec![format!("The web service {name} of plugin {id} failed"), why]))
+            .map_err(|why| {
+                PluginError::Invalid(vec![
+                    format!("The web service {name} of plugin {id} failed"),
+                    why,
+                ])
+            })
     }
 
     /// Changes the plugin `id` in memory and in the store.
@@ -727,7 +813,8 @@ impl Plugins {
         };
         let mut changed = plugin.clone();
         change(&mut changed);
-        self.store.write(&[upsert(PLUGINS, id, to_body(&changed), true)])?;
+        self.store
+            .write(&[upsert(PLUGINS, id, to_body(&changed), true)])?;
         *plugin = changed;
         Ok(())
     }
@@ -802,10 +889,20 @@ fn native_description() -> Description {
         id: NATIVE.into(),
         author: Some("Drover".into()),
         description: None,
-        config: ["getNodes", "getJobs", "getCluster", "jobStart", "jobCancel", "jobModify", "jobRequeue", "jobSuspend", "jobResume"]
-            .into_iter()
-            .map(url)
-            .collect(),
+        config: [
+            "getNodes",
+            "getJobs",
+            "getCluster",
+            "jobStart",
+            "jobCancel",
+            "jobModify",
+            "jobRequeue",
+            "jobSuspend",
+            "jobResume",
+        ]
+        .into_iter()
+        .map(url)
+        .collect(),
         services: Vec::new(),
     }
 }

@@ -45,6 +45,8 @@ pub const HOST_FUNCTIONS: &[(&str, usize)] = &[
     ("post_sample", 2),
     ("data_get", 1),
     ("data_set", 2),
+    ("config", 0),
+    ("read_url", 1),
 ];
 
 /// The bounds of one call.
@@ -147,7 +149,10 @@ pub struct Description {
 impl Description {
     /// `config` with the declared defaults added, or every problem with it. Keys the type
     /// does not declare are kept (a type may read what it likes).
-    pub fn checked_config(&self, config: &Map<String, Value>) -> Result<Map<String, Value>, Vec<String>> {
+    pub fn checked_config(
+        &self,
+        config: &Map<String, Value>,
+    ) -> Result<Map<String, Value>, Vec<String>> {
         let mut out = config.clone();
         let mut problems = Vec::new();
         for key in &self.config {
@@ -170,7 +175,11 @@ impl Description {
                 },
             }
         }
-        if problems.is_empty() { Ok(out) } else { Err(problems) }
+        if problems.is_empty() {
+            Ok(out)
+        } else {
+            Err(problems)
+        }
     }
 }
 
@@ -183,7 +192,9 @@ pub struct Script {
 
 impl std::fmt::Debug for Script {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Script").field("description", &self.description).finish()
+        f.debug_struct("Script")
+            .field("description", &self.description)
+            .finish()
     }
 }
 
@@ -228,10 +239,11 @@ pub fn compile(source: &str, limits: &Limits) -> Result<Script, CompileError> {
         ast: Arc::new(ast),
         description: Description::default(),
     };
-    let described = call(&script, "describe", Vec::new(), None, limits).map_err(|e| CompileError {
-        message: format!("describe() failed: {e}"),
-        line: None,
-    })?;
+    let described =
+        call(&script, "describe", Vec::new(), None, limits).map_err(|e| CompileError {
+            message: format!("describe() failed: {e}"),
+            line: None,
+        })?;
     let description = read_description(&described).map_err(|message| CompileError {
         message,
         line: None,
@@ -239,7 +251,9 @@ pub fn compile(source: &str, limits: &Limits) -> Result<Script, CompileError> {
     for service in &description.services {
         if !defines(&script.ast, service, 1) {
             return Err(CompileError {
-                message: format!("describe() names the service '{service}', but there is no fn {service}(request)"),
+                message: format!(
+                    "describe() names the service '{service}', but there is no fn {service}(request)"
+                ),
                 line: None,
             });
         }
@@ -252,7 +266,8 @@ pub fn compile(source: &str, limits: &Limits) -> Result<Script, CompileError> {
 
 /// Whether the script defines `name` with `arity` parameters.
 pub fn defines(ast: &AST, name: &str, arity: usize) -> bool {
-    ast.iter_functions().any(|f| f.name == name && f.params.len() == arity)
+    ast.iter_functions()
+        .any(|f| f.name == name && f.params.len() == arity)
 }
 
 impl Script {
@@ -285,7 +300,9 @@ fn read_description(value: &Value) -> Result<Description, String> {
     let mut config = Vec::new();
     if let Some(keys) = map.get("config") {
         let Some(keys) = keys.as_object() else {
-            return Err("describe().config must be a map of key: #{type, required, default}".into());
+            return Err(
+                "describe().config must be a map of key: #{type, required, default}".into(),
+            );
         };
         for (name, spec) in keys {
             let kind = match spec.get("type").and_then(Value::as_str) {
@@ -296,7 +313,10 @@ fn read_description(value: &Value) -> Result<Description, String> {
             config.push(ConfigKey {
                 name: name.clone(),
                 kind,
-                required: spec.get("required").and_then(Value::as_bool).unwrap_or(false),
+                required: spec
+                    .get("required")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(false),
                 default: spec.get("default").cloned(),
             });
         }
@@ -305,7 +325,11 @@ fn read_description(value: &Value) -> Result<Description, String> {
         None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(names)) => names
             .iter()
-            .map(|n| n.as_str().map(String::from).ok_or("describe().services must be a list of function names"))
+            .map(|n| {
+                n.as_str()
+                    .map(String::from)
+                    .ok_or("describe().services must be a list of function names")
+            })
             .collect::<Result<_, _>>()?,
         Some(_) => return Err("describe().services must be a list of function names".into()),
     };
@@ -327,7 +351,10 @@ pub fn id_problem(id: &str) -> Option<&'static str> {
     if !id.starts_with(|c: char| c.is_ascii_alphabetic()) {
         return Some("it must start with a letter");
     }
-    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')) {
+    if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+    {
         return Some("only letters, digits, '_', '-' and '.' are allowed");
     }
     None
@@ -365,7 +392,10 @@ fn describe_error(error: &EvalAltResult, limits: &Limits) -> String {
             limits.wall_time.as_millis()
         ),
         EvalAltResult::ErrorTooManyOperations(_) => {
-            format!("it ran past {} operations and was stopped", limits.operations)
+            format!(
+                "it ran past {} operations and was stopped",
+                limits.operations
+            )
         }
         EvalAltResult::ErrorStackOverflow(_) => {
             format!("it called functions deeper than {}", limits.call_depth)
@@ -398,7 +428,9 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
     let debugger = host.clone();
     engine.on_debug(move |text, _, _| debugger.log("debug", text));
     let logger = host.clone();
-    engine.register_fn("log", move |level: &str, message: &str| logger.log(level, message));
+    engine.register_fn("log", move |level: &str, message: &str| {
+        logger.log(level, message)
+    });
     for &(name, arity) in HOST_FUNCTIONS {
         let host = host.clone();
         match arity {
@@ -409,21 +441,30 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
                 engine.register_fn(name, move |a: Dynamic| host_call(&host, name, vec![a]));
             }
             _ => {
-                engine.register_fn(name, move |a: Dynamic, b: Dynamic| host_call(&host, name, vec![a, b]));
+                engine.register_fn(name, move |a: Dynamic, b: Dynamic| {
+                    host_call(&host, name, vec![a, b])
+                });
             }
         }
     }
     engine
 }
 
-fn host_call(host: &Arc<dyn Host>, name: &str, args: Vec<Dynamic>) -> Result<Dynamic, Box<EvalAltResult>> {
+fn host_call(
+    host: &Arc<dyn Host>,
+    name: &str,
+    args: Vec<Dynamic>,
+) -> Result<Dynamic, Box<EvalAltResult>> {
     let args: Vec<Value> = args
         .iter()
         .map(rhai::serde::from_dynamic::<Value>)
         .collect::<Result<_, _>>()?;
-    let answer = host
-        .call(name, args)
-        .map_err(|why| Box::new(EvalAltResult::ErrorRuntime(format!("{name}: {why}").into(), Position::NONE)))?;
+    let answer = host.call(name, args).map_err(|why| {
+        Box::new(EvalAltResult::ErrorRuntime(
+            format!("{name}: {why}").into(),
+            Position::NONE,
+        ))
+    })?;
     rhai::serde::to_dynamic(&answer)
 }
 
@@ -449,7 +490,10 @@ mod tests {
         fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String> {
             let mut data = self.0.lock().unwrap();
             match name {
-                "data_get" => Ok(data.get(args[0].as_str().unwrap()).cloned().unwrap_or(Value::Null)),
+                "data_get" => Ok(data
+                    .get(args[0].as_str().unwrap())
+                    .cloned()
+                    .unwrap_or(Value::Null)),
                 "data_set" => {
                     data.insert(args[0].as_str().unwrap().into(), args[1].clone());
                     Ok(Value::Null)
@@ -466,27 +510,61 @@ mod tests {
         let script = compile(TYPE, &limits).unwrap();
         assert_eq!(script.description.id, "Counter");
         assert_eq!(script.description.services, ["bump"]);
-        let config = script.description.checked_config(json!({"url": "x"}).as_object().unwrap()).unwrap();
+        let config = script
+            .description
+            .checked_config(json!({"url": "x"}).as_object().unwrap())
+            .unwrap();
         assert_eq!(config["step"], 1);
         let missing = script.description.checked_config(&Map::new()).unwrap_err();
         assert!(missing[0].contains("config.url"), "{missing:?}");
         let host: Arc<dyn Host> = Arc::new(Recording(Mutex::new(Map::new())));
-        assert_eq!(call(&script, "poll", vec![], Some(host.clone()), &limits).unwrap(), 1);
-        assert_eq!(call(&script, "poll", vec![], Some(host.clone()), &limits).unwrap(), 2);
-        let answer = call(&script, "bump", vec![json!({"params": {"by": "3"}})], Some(host), &limits).unwrap();
+        assert_eq!(
+            call(&script, "poll", vec![], Some(host.clone()), &limits).unwrap(),
+            1
+        );
+        assert_eq!(
+            call(&script, "poll", vec![], Some(host.clone()), &limits).unwrap(),
+            2
+        );
+        let answer = call(
+            &script,
+            "bump",
+            vec![json!({"params": {"by": "3"}})],
+            Some(host),
+            &limits,
+        )
+        .unwrap();
         assert_eq!(answer, json!({"got": "3"}));
     }
 
     #[test]
     fn compile_errors_name_the_line_and_classes_are_told_what_is_accepted() {
         let limits = Limits::default();
-        let error = compile("fn describe() {\n  #{ id: \"x\" \n}\nfn poll( {", &limits).unwrap_err();
+        let error =
+            compile("fn describe() {\n  #{ id: \"x\" \n}\nfn poll( {", &limits).unwrap_err();
         assert!(error.line.is_some(), "{error}");
         let groovy = "package x\nimport y.Z\nclass Native extends AbstractPlugin {\n}\n";
         let error = compile(groovy, &limits).unwrap_err();
         assert!(error.message.contains("Groovy"), "{error}");
         let error = compile("fn poll() { 1 }", &limits).unwrap_err();
         assert!(error.message.contains("describe"), "{error}");
+    }
+
+    #[test]
+    fn the_example_types_compile() {
+        for (source, id) in [
+            (
+                include_str!("../../../examples/plugins/node_health.rhai"),
+                "NodeHealth",
+            ),
+            (
+                include_str!("../../../examples/plugins/notifier.rhai"),
+                "Notifier",
+            ),
+        ] {
+            let script = compile(source, &Limits::default()).unwrap();
+            assert_eq!(script.description.id, id);
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod images;
 mod jobs;
 mod monitoring;
 mod openapi;
+mod plugins;
 mod principals;
 mod reservations;
 mod review_services;

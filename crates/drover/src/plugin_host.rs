@@ -1,0 +1,527 @@
+//! What plugins reach of the service: the host functions of their scripts, the node
+//! changes of the Native type, and the loops that poll plugins and hand them events.
+//!
+//! Every host function is checked against the permissions the plugin's user holds now
+//! (its roles are read at each call) and done as that user (`Requester`), so a plugin can
+//! do nothing its user could not do through the interface. Scripts run on blocking
+//! threads; the engine's async calls are awaited there with the runtime's handle.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_api::AppState;
+use drover_auth::roles::Scope;
+use drover_auth::{Identity, Origin, Permission};
+use drover_domain::dates::Timestamp;
+use drover_domain::request::{JobAction, JobChanges, NodeChanges, Requester};
+use drover_monitor::event::{Event, ObjectRef};
+use drover_plugins::native::{Locations, NodeReport};
+use drover_plugins::registry::{HostFactory, Plugin, Plugins};
+use drover_plugins::script::Host;
+use drover_sched::job::JobSpec;
+use drover_sched::node::NodeState;
+use serde_json::{Map, Value, json};
+use tokio::runtime::Handle;
+
+use crate::config::PluginsConfig;
+
+/// The most jobs `jobs()` answers (the latest not yet ended).
+const MAX_LISTED_JOBS: usize = 1000;
+
+/// Builds the hosts of plugins. The registry of plugins is part of the state the hosts
+/// reach, so the state is given once it exists (`state`); until then a host can do
+/// nothing (no plugin runs before the server has started).
+pub struct PluginHosts {
+    pub state: Arc<Mutex<Option<AppState>>>,
+    pub runtime: Handle,
+    pub config: PluginsConfig,
+}
+
+impl PluginHosts {
+    fn host_of(
+        &self,
+        plugin: &Plugin,
+        data: Arc<Mutex<Map<String, Value>>>,
+    ) -> Result<PluginHost, String> {
+        let state = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or("the server is starting or stopping")?;
+        Ok(PluginHost {
+            plugin: plugin.id.clone(),
+            config: plugin.config.clone(),
+            locations: self.locations(),
+            identity: identity_of(plugin),
+            state,
+            runtime: self.runtime.clone(),
+            data,
+        })
+    }
+}
+
+impl HostFactory for PluginHosts {
+    fn host(&self, plugin: &Plugin, data: Arc<Mutex<Map<String, Value>>>) -> Arc<dyn Host> {
+        match self.host_of(plugin, data) {
+            Ok(host) => Arc::new(host),
+            Err(why) => Arc::new(NoHost(why)),
+        }
+    }
+
+    fn apply_nodes(&self, plugin: &Plugin, reports: Vec<NodeReport>) -> Result<String, String> {
+        let host = self.host_of(plugin, Arc::default())?;
+        let by = host.allowed(Permission::update("nodes"))?;
+        let scheduler = host.state.scheduler();
+        let known: HashSet<String> = scheduler
+            .nodes()
+            .iter()
+            .map(|n| n.id().to_string())
+            .collect();
+        let (mut changed, mut unknown, mut refused) = (0, Vec::new(), Vec::new());
+        for report in reports {
+            if !known.contains(&report.id) {
+                unknown.push(report.id);
+                continue;
+            }
+            let changes = NodeChanges {
+                state: report.state.as_deref().and_then(NodeState::parse),
+                os: report.os.clone(),
+                partition: report.partition.clone(),
+                messages: report.messages.clone(),
+                generic_events: report.generic_events.clone(),
+                generic_metrics: report.generic_metrics.clone(),
+                ..NodeChanges::default()
+            };
+            match self
+                .runtime
+                .block_on(scheduler.modify_node(&report.id, changes, by.clone()))
+            {
+                Ok(_) => changed += 1,
+                Err(e) => refused.push(format!("{}: {e}", report.id)),
+            }
+        }
+        let mut said = format!("{changed} nodes updated");
+        if !unknown.is_empty() {
+            // Nodes come from the configuration here; a report cannot add one.
+            said.push_str(&format!(
+                "; not nodes of this server: {}",
+                unknown.join(", ")
+            ));
+        }
+        if !refused.is_empty() {
+            said.push_str(&format!("; refused: {}", refused.join("; ")));
+        }
+        Ok(said)
+    }
+
+    fn locations(&self) -> Locations {
+        let mut locations = Locations::new(self.config.native_directories.clone());
+        locations.run_as = self.config.native_user.clone();
+        locations.allow_root = self.config.native_allow_root;
+        locations
+    }
+}
+
+fn identity_of(plugin: &Plugin) -> Identity {
+    let acting = &plugin.created_by;
+    let directory = acting
+        .groups
+        .iter()
+        .any(|(kind, _)| kind.starts_with("LDAP"));
+    Identity {
+        name: acting.user.clone(),
+        admin: acting.admin,
+        origin: if directory {
+            Origin::Directory
+        } else {
+            Origin::Local
+        },
+        groups: acting
+            .groups
+            .iter()
+            .map(|(kind, name)| drover_auth::roles::Member::new(kind, name))
+            .collect(),
+    }
+}
+
+/// A host before the server has started: every call is refused.
+struct NoHost(String);
+
+impl Host for NoHost {
+    fn call(&self, _: &str, _: Vec<Value>) -> Result<Value, String> {
+        Err(self.0.clone())
+    }
+
+    fn log(&self, _: &str, _: &str) {}
+}
+
+struct PluginHost {
+    plugin: String,
+    config: Map<String, Value>,
+    locations: Locations,
+    identity: Identity,
+    state: AppState,
+    runtime: Handle,
+    data: Arc<Mutex<Map<String, Value>>>,
+}
+
+impl PluginHost {
+    /// The plugin's user as the engine sees them, if they hold `permission` now.
+    fn allowed(&self, permission: Permission) -> Result<Requester, String> {
+        let scope = if self.identity.admin {
+            Some(Scope::All)
+        } else {
+            self.state
+                .access()
+                .authority()
+                .scope_of(&self.identity, permission)
+        };
+        match scope {
+            Some(scope) => Ok(Requester {
+                user: self.identity.name.clone(),
+                proxy_user: None,
+                admin: scope == Scope::All,
+            }),
+            None => Err(format!(
+                "{} (the plugin's user) may not {} {}",
+                self.identity.name,
+                permission.action.as_str(),
+                permission.resource
+            )),
+        }
+    }
+
+    fn nodes(&self, only: Option<&str>) -> Result<Value, String> {
+        self.allowed(Permission::read("nodes"))?;
+        let nodes: Vec<Value> = self
+            .state
+            .scheduler()
+            .nodes()
+            .iter()
+            .filter(|n| only.is_none_or(|id| n.id() == id))
+            .map(|n| {
+                json!({"id": n.id(), "state": format!("{:?}", n.state()),
+                       "processors": n.config.processors,
+                       "availableProcessors": n.config.processors.saturating_sub(n.used_processors),
+                       "memory": n.config.memory, "features": n.config.features,
+                       "genericMetrics": n.overrides.generic_metrics})
+            })
+            .collect();
+        match only {
+            Some(id) => nodes
+                .into_iter()
+                .next()
+                .ok_or_else(|| format!("no node '{id}'")),
+            None => Ok(Value::Array(nodes)),
+        }
+    }
+
+    fn jobs(&self, only: Option<&str>) -> Result<Value, String> {
+        let by = self.allowed(Permission::read("jobs"))?;
+        let visible = |job: &drover_sched::job::Job| by.admin || job.user() == by.user;
+        let render = |job: &drover_sched::job::Job| {
+            json!({"id": job.id, "name": job.spec.custom_name, "user": job.user(),
+                   "account": job.spec.account, "state": format!("{:?}", job.status.state),
+                   "nodes": job.status.allocation.iter().map(|a| a.node.clone()).collect::<Vec<_>>(),
+                   "completionCode": job.status.completion_code})
+        };
+        if let Some(id) = only {
+            return match self.state.scheduler().job(id) {
+                Some(job) if visible(&job) => Ok(render(&job)),
+                _ => Err(format!("no job '{id}'")),
+            };
+        }
+        let listed: Vec<Value> = self.state.scheduler().with_jobs(|book| {
+            book.all()
+                .iter()
+                .rev()
+                .filter(|j| !j.status.state.is_final() && visible(j))
+                .take(MAX_LISTED_JOBS)
+                .map(|j| render(j))
+                .collect()
+        });
+        Ok(Value::Array(listed))
+    }
+
+    fn set_node(&self, id: &str, change: &Value) -> Result<Value, String> {
+        let by = self.allowed(Permission::update("nodes"))?;
+        let state = match change.get("state").and_then(Value::as_str) {
+            Some(text) => Some(
+                NodeState::parse(text)
+                    .ok_or_else(|| format!("state '{text}' is not a node state"))?,
+            ),
+            None => None,
+        };
+        let mut messages: Vec<String> = strings(change.get("messages"));
+        messages.extend(
+            change
+                .get("message")
+                .and_then(Value::as_str)
+                .map(String::from),
+        );
+        let generic_metrics: BTreeMap<String, f64> = change
+            .get("metrics")
+            .and_then(Value::as_object)
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_f64()?)))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let changes = NodeChanges {
+            state,
+            messages,
+            generic_metrics,
+            ..NodeChanges::default()
+        };
+        let said = self
+            .runtime
+            .block_on(self.state.scheduler().modify_node(id, changes, by))
+            .map_err(|e| e.to_string())?;
+        Ok(json!(said))
+    }
+
+    fn submit_job(&self, request: &Value) -> Result<Value, String> {
+        let by = self.allowed(Permission::create("jobs"))?;
+        let text = |key: &str| request.get(key).and_then(Value::as_str).map(String::from);
+        let command = text("command").ok_or("submit_job needs #{command}")?;
+        let mut spec = JobSpec {
+            custom_name: text("name"),
+            user: Some(text("user").unwrap_or_else(|| by.user.clone())),
+            account: text("account"),
+            command_file: command,
+            arguments: text("arguments").unwrap_or_default(),
+            working_directory: text("directory"),
+            duration: request.get("duration").and_then(Value::as_i64),
+            ..JobSpec::default()
+        };
+        spec.request.task_count = 1;
+        spec.request.processors_per_task = request
+            .get("processors")
+            .and_then(Value::as_u64)
+            .map_or(1, |n| n.clamp(1, 4096) as u32);
+        spec.variables
+            .insert("DROVER_PLUGIN".into(), self.plugin.clone());
+        self.runtime
+            .block_on(self.state.scheduler().submit(spec, by))
+            .map(Value::String)
+            .map_err(|e| e.to_string())
+    }
+
+    fn modify_job(&self, id: &str, change: &Value) -> Result<Value, String> {
+        let by = self.allowed(Permission::update("jobs"))?;
+        let changes = JobChanges {
+            custom_name: change.get("name").and_then(Value::as_str).map(String::from),
+            account: change
+                .get("account")
+                .and_then(Value::as_str)
+                .map(String::from),
+            ..JobChanges::default()
+        };
+        let said = self
+            .runtime
+            .block_on(self.state.scheduler().modify(id, changes, by))
+            .map_err(|e| e.to_string())?;
+        Ok(json!(said))
+    }
+
+    fn cancel_job(&self, id: &str) -> Result<Value, String> {
+        let by = self.allowed(Permission::delete("jobs"))?;
+        self.runtime
+            .block_on(self.state.scheduler().act(id, JobAction::Cancel, by))
+            .map(Value::String)
+            .map_err(|e| e.to_string())
+    }
+
+    fn create_event(&self, request: &Value) -> Result<Value, String> {
+        self.allowed(Permission::create("events"))?;
+        let text = |key: &str| request.get(key).and_then(Value::as_str).map(String::from);
+        let kind = text("type").ok_or("create_event needs #{type}")?;
+        let severity = text("severity")
+            .unwrap_or_else(|| "INFO".into())
+            .to_ascii_uppercase();
+        if !["INFO", "WARN", "ERROR", "FATAL"].contains(&severity.as_str()) {
+            return Err(format!(
+                "severity '{severity}' is not INFO, WARN, ERROR or FATAL"
+            ));
+        }
+        let mut event = Event::new(Timestamp::now(), kind, &severity);
+        event.origin = Some(format!("plugin/{}", self.plugin));
+        event.message = text("message");
+        event.arguments = strings(request.get("arguments"));
+        event.associated_objects = request
+            .get("associatedObjects")
+            .and_then(Value::as_array)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter_map(|o| {
+                        Some(ObjectRef {
+                            kind: o.get("type")?.as_str()?.into(),
+                            id: o.get("id")?.as_str()?.into(),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let recorded = self
+            .runtime
+            .block_on(self.state.events().record(vec![event]))
+            .map_err(|e| e.to_string())?;
+        Ok(json!(recorded.first().map(|e| e.id.clone())))
+    }
+
+    fn post_sample(&self, report: &str, data: &Value) -> Result<Value, String> {
+        self.allowed(Permission::update("reports"))?;
+        let Some(data) = data.as_object() else {
+            return Err("post_sample needs a map of numbers".into());
+        };
+        let sample = drover_monitor::reports::Sample {
+            at: Timestamp::now().as_second(),
+            data: data.clone(),
+        };
+        self.state
+            .reports()
+            .add_samples(report, &[sample], Timestamp::now().as_second())
+            .map(|_| Value::Null)
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl Host for PluginHost {
+    fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String> {
+        let text = |i: usize| {
+            args.get(i)
+                .and_then(Value::as_str)
+                .ok_or_else(|| format!("argument {} must be a string", i + 1))
+        };
+        let null = Value::Null;
+        let arg = |i: usize| args.get(i).unwrap_or(&null);
+        match name {
+            "nodes" => self.nodes(None),
+            "node" => self.nodes(Some(text(0)?)),
+            "jobs" => self.jobs(None),
+            "job" => self.jobs(Some(text(0)?)),
+            "vms" => {
+                let by = self.allowed(Permission::read("vms"))?;
+                let vms: Vec<Value> = self
+                    .state
+                    .scheduler()
+                    .vms()
+                    .iter()
+                    .filter(|v| by.admin || v.owner == by.user)
+                    .map(|v| json!({"id": v.id, "owner": v.owner, "node": v.node, "state": v.phase.state(),
+                                    "substate": v.phase.substate(), "os": v.image}))
+                    .collect();
+                Ok(Value::Array(vms))
+            }
+            "reservations" => {
+                self.allowed(Permission::read("reservations"))?;
+                let ids: Vec<Value> = self
+                    .state
+                    .scheduler()
+                    .reservations()
+                    .iter()
+                    .map(|r| json!({"id": r.id}))
+                    .collect();
+                Ok(Value::Array(ids))
+            }
+            "set_node" => self.set_node(text(0)?, arg(1)),
+            "submit_job" => self.submit_job(arg(0)),
+            "modify_job" => self.modify_job(text(0)?, arg(1)),
+            "cancel_job" => self.cancel_job(text(0)?),
+            "create_event" => self.create_event(arg(0)),
+            "post_sample" => self.post_sample(text(0)?, arg(1)),
+            "data_get" => Ok(self
+                .data
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(text(0)?)
+                .cloned()
+                .unwrap_or(Value::Null)),
+            "data_set" => {
+                let key = text(0)?.to_string();
+                self.data
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(key, arg(1).clone());
+                Ok(Value::Null)
+            }
+            "config" => Ok(Value::Object(self.config.clone())),
+            // Only inside the directories the operator configured for Native URLs, as
+            // the user configured there.
+            "read_url" => drover_plugins::native::read_url(text(0)?, &self.locations)
+                .map(Value::String)
+                .map_err(|e| e.to_string()),
+            other => Err(format!("no host function '{other}'")),
+        }
+    }
+
+    fn log(&self, level: &str, message: &str) {
+        let message: String = message.chars().take(1024).collect();
+        eprintln!("drover: plugin {} [{level}]: {message}", self.plugin);
+    }
+}
+
+fn strings(value: Option<&Value>) -> Vec<String> {
+    value
+        .and_then(Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Polls every STARTED plugin when it is due, each on a blocking thread, never two polls
+/// of one plugin at once; runs until aborted.
+pub async fn poll_loop(plugins: Arc<Plugins>) {
+    let in_flight: Arc<Mutex<HashSet<String>>> = Arc::default();
+    loop {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = Timestamp::now().as_second();
+        for id in plugins.due(now) {
+            if !in_flight
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id.clone())
+            {
+                continue;
+            }
+            let (plugins, in_flight) = (plugins.clone(), in_flight.clone());
+            tokio::task::spawn_blocking(move || {
+                let _ = plugins.poll(&id);
+                in_flight
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+            });
+        }
+    }
+}
+
+/// Hands every stored event (but those plugins made) to the plugins that take events.
+pub async fn event_loop(state: AppState) {
+    let mut events = state.events().follow();
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        };
+        if event
+            .origin
+            .as_deref()
+            .is_some_and(|o| o.starts_with("plugin/"))
+        {
+            continue;
+        }
+        let value = serde_json::to_value(&*event).unwrap_or_default();
+        let plugins = state.plugins().clone();
+        let _ = tokio::task::spawn_blocking(move || plugins.deliver(&value)).await;
+    }
+}

@@ -1,0 +1,538 @@
+//! Plugins over HTTP (spec 2.14, 4.12, part 3, the decisions page): plugin types uploaded
+//! as Rhai scripts or archives, the built-in Native type, plugins and their lifecycle,
+//! host functions, events, web services, and hostile scripts that must leave the service
+//! answering. The two example types of `examples/plugins/` are the ones tested.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use drover_sched::node::NodeConfig;
+use drover_testkit::{Auth, Reply, TestServer};
+use serde_json::{Value, json};
+
+const NODE_HEALTH: &str = include_str!("../../../../examples/plugins/node_health.rhai");
+const NOTIFIER: &str = include_str!("../../../../examples/plugins/notifier.rhai");
+
+/// A server whose Native URLs may point into `probes`.
+fn server(probes: &Path) -> TestServer {
+    let probes = probes.to_path_buf();
+    TestServer::builder()
+        .config(move |c| {
+            c.nodes = vec![NodeConfig::new("n1", 2), NodeConfig::new("n2", 2)];
+            c.plugins.native_directories = vec![probes];
+        })
+        .start()
+}
+
+fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> Reply {
+    server.call(
+        "PUT",
+        &format!("/rest/plugin-types{query}"),
+        Auth::Admin,
+        Some((content_type, body.to_vec())),
+    )
+}
+
+fn uploaded(server: &TestServer, source: &str) {
+    let reply = upload(server, "text/plain", source.as_bytes(), "");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+fn send(server: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
+    server.send_json(method, path, body)
+}
+
+fn plugin(server: &TestServer, id: &str) -> Value {
+    let reply = server.get(&format!("/rest/plugins/{id}"));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()
+}
+
+/// A probe program in `dir` printing `output`.
+fn probe(dir: &Path, name: &str, output: &str) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("#!/bin/sh\ncat <<'EOF'\n{output}\nEOF\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    format!("exec://{}", path.display())
+}
+
+#[test]
+fn plugin_types_are_uploaded_as_scripts_or_archives_and_refused_with_reasons() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    // The built-in type is there from the start.
+    let types = server.get("/rest/plugin-types").json();
+    assert_eq!(types["results"][0]["id"], "Native", "{types}");
+
+    let reply = upload(&server, "text/plain", NODE_HEALTH.as_bytes(), "");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let listed = reply.json();
+    let ids: Vec<&str> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["id"].as_str())
+        .collect();
+    assert_eq!(ids, ["Native", "NodeHealth"]);
+    let one = server.get("/rest/plugin-types/NodeHealth").json();
+    assert_eq!(one["author"], "Drover examples");
+    assert_eq!(one["instances"], json!([]));
+    assert_eq!(one["config"]["url"]["required"], true);
+    // Idempotent: the same upload again changes nothing but its date.
+    assert_eq!(
+        upload(&server, "application/x-groovy", NODE_HEALTH.as_bytes(), "").status,
+        200
+    );
+
+    // An archive of several types at once.
+    let archive = drover_plugins::archive::stored_zip(&[
+        ("META-INF/MANIFEST.MF", b"Manifest-Version: 1.0\n"),
+        ("notifier.rhai", NOTIFIER.as_bytes()),
+        ("other.rhai", b"fn describe() { #{ id: \"Other\" } }"),
+    ]);
+    let reply = upload(
+        &server,
+        "application/x-jar",
+        &archive,
+        "?jar-filename=site.jar",
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["totalCount"], 4);
+
+    let groovy = "package site\nimport com.x.AbstractPlugin\nclass Probe extends AbstractPlugin {\n  def poll() {}\n}\n";
+    for (content_type, body, query, words) in [
+        ("text/plain", groovy.as_bytes(), "", "Groovy"),
+        (
+            "text/plain",
+            b"fn describe() {\n  #{ id: \"X\" \n}\nfn poll( {" as &[u8],
+            "",
+            "line",
+        ),
+        ("text/plain", b"fn poll() { 1 }", "", "describe"),
+        (
+            "text/plain",
+            b"fn describe() { #{ id: \"Native\" } }",
+            "",
+            "built-in",
+        ),
+        (
+            "text/plain",
+            b"fn describe() { #{ id: \"9lives\" } }",
+            "",
+            "letter",
+        ),
+        (
+            "application/json",
+            br#"{"id": "X"}"#,
+            "",
+            "not a plugin type",
+        ),
+        ("application/octet-stream", b"\x00\x01", "", "not JSON"),
+        ("application/x-jar", &archive, "", "jar-filename"),
+        (
+            "application/x-jar",
+            b"not a zip",
+            "?jar-filename=x.jar",
+            "zip",
+        ),
+    ] {
+        let reply = upload(&server, content_type, body, query);
+        reply.assert_refused(400, words, &format!("{content_type} {query}"));
+    }
+    // Only administrators upload or read them.
+    let user = server.call(
+        "PUT",
+        "/rest/plugin-types",
+        Auth::User,
+        Some(("text/plain", NOTIFIER.as_bytes().to_vec())),
+    );
+    assert_eq!(user.status, 403, "{}", user.body);
+    assert_eq!(server.get_as(Auth::User, "/rest/plugins").status, 403);
+}
+
+#[test]
+fn a_plugin_is_created_configured_started_polled_stopped_and_deleted() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    uploaded(&server, NODE_HEALTH);
+    let url = probe(
+        probes.path(),
+        "health.sh",
+        "n1 temp=51.5 watts=300\nn2 temp=40 down=\"fan\"",
+    );
+    for (body, status, words) in [
+        (json!({"pluginType": "NodeHealth"}), 400, "id"),
+        (json!({"id": "h"}), 400, "pluginType"),
+        (
+            json!({"id": "1h", "pluginType": "NodeHealth", "config": {"url": url}}),
+            400,
+            "letter",
+        ),
+        (
+            json!({"id": "all", "pluginType": "NodeHealth", "config": {"url": url}}),
+            400,
+            "reserved",
+        ),
+        (
+            json!({"id": "h", "pluginType": "Nothing"}),
+            400,
+            "no plugin type",
+        ),
+        (
+            json!({"id": "h", "pluginType": "NodeHealth"}),
+            400,
+            "config.url",
+        ),
+        (
+            json!({"id": "h", "pluginType": "NodeHealth", "config": {"url": "http://x"}}),
+            400,
+            "file:// or exec://",
+        ),
+        (
+            json!({"id": "h", "pluginType": "NodeHealth", "config": {"url": url}, "pollInterval": 0}),
+            400,
+            "pollInterval",
+        ),
+        (
+            json!({"id": "h", "pluginType": "NodeHealth", "config": {"url": url}, "colour": 1}),
+            400,
+            "colour",
+        ),
+    ] {
+        let reply = send(&server, "POST", "/rest/plugins", &body);
+        if status == 400 && words == "file:// or exec://" {
+            // Created, but its start failed: it is ERRORED with the reason.
+            assert_eq!(reply.status, 201, "{}", reply.body);
+            let made = plugin(&server, "h");
+            assert_eq!(made["state"], "ERRORED", "{made}");
+            assert!(
+                made["errorMessage"].as_str().unwrap().contains(words),
+                "{made}"
+            );
+            assert_eq!(
+                server
+                    .call("DELETE", "/rest/plugins/h", Auth::Admin, None)
+                    .status,
+                200
+            );
+            continue;
+        }
+        reply.assert_refused(status, words, &body);
+    }
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "health", "pluginType": "NodeHealth", "pollInterval": 3600, "config": {"url": url}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert_eq!(created.json(), json!({"id": "health"}));
+    send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "health", "pluginType": "NodeHealth", "config": {"url": url}}),
+    )
+    .assert_refused(409, "exists", &"again");
+    let health = plugin(&server, "health");
+    assert_eq!(health["state"], "STARTED", "{health}");
+    assert_eq!(health["autoStart"], true);
+    assert_eq!(health["config"]["prefix"], "", "the default is kept");
+    assert!(health["nextPollDate"].is_string(), "{health}");
+    assert_eq!(
+        server.get("/rest/plugin-types/NodeHealth").json()["instances"],
+        json!([{"id": "health"}])
+    );
+
+    // A poll now: the probe's metrics reach the nodes.
+    let polled = server.call("POST", "/rest/plugins/health/poll", Auth::Admin, None);
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    assert!(polled.messages().contains("2 nodes"), "{}", polled.body);
+    let n1 = server.get("/rest/nodes/n1").json();
+    assert_eq!(n1["genericMetrics"]["temp"], 51.5, "{n1}");
+    assert_eq!(n1["genericMetrics"]["watts"], 300.0);
+    let n2 = server.get("/rest/nodes/n2").json();
+    assert!(
+        n2.to_string().contains("probe: \\\"fan\\\"") || n2.to_string().contains("probe: \"fan\""),
+        "{n2}"
+    );
+    assert!(plugin(&server, "health")["lastPollDate"].is_string());
+
+    // Changes: stop, start (the messages say so), an invalid configuration refused.
+    let stopped = send(
+        &server,
+        "PUT",
+        "/rest/plugins/health",
+        &json!({"state": "STOPPED"}),
+    );
+    assert_eq!(stopped.status, 200, "{}", stopped.body);
+    assert!(stopped.messages().contains("stopped"), "{}", stopped.body);
+    assert_eq!(plugin(&server, "health")["state"], "STOPPED");
+    let started = send(
+        &server,
+        "PUT",
+        "/rest/plugins/health",
+        &json!({"state": "STARTED", "pollInterval": 60}),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let said = started.json()["messages"].to_string();
+    assert!(
+        said.contains("updated") && said.contains("started"),
+        "{said}"
+    );
+    assert_eq!(plugin(&server, "health")["pollInterval"], 60);
+    send(
+        &server,
+        "PUT",
+        "/rest/plugins/health",
+        &json!({"config": {"url": "ftp://x"}}),
+    )
+    .assert_refused(400, "file:// or exec://", &"a bad url");
+    assert_eq!(plugin(&server, "health")["config"]["url"], url.as_str());
+    send(
+        &server,
+        "PUT",
+        "/rest/plugins/health",
+        &json!({"state": "ASLEEP"}),
+    )
+    .assert_refused(400, "state", &"state");
+    let paused = send(
+        &server,
+        "PUT",
+        "/rest/plugins/health",
+        &json!({"state": "PAUSED"}),
+    );
+    assert_eq!(paused.status, 200, "{}", paused.body);
+    assert_eq!(plugin(&server, "health")["state"], "PAUSED");
+
+    let deleted = server.call("DELETE", "/rest/plugins/health", Auth::Admin, None);
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    assert_eq!(deleted.json(), json!({}));
+    assert!(
+        deleted
+            .header("X-SVC-Message")
+            .is_some_and(|m| m.contains("health")),
+        "{:?}",
+        deleted.header("X-SVC-Message")
+    );
+    let again = server.call("DELETE", "/rest/plugins/health", Auth::Admin, None);
+    again.assert_refused(404, "health", &"gone");
+    assert!(
+        again.json()["messages"].as_array().unwrap().len() >= 2,
+        "{}",
+        again.body
+    );
+}
+
+#[test]
+fn the_native_type_reads_node_reports_only_inside_the_configured_directories() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let report = probes.path().join("nodes.txt");
+    std::fs::write(
+        &report,
+        "# site nodes\nn1 STATE=Drained CPROC=2 GMETRIC[temp]=70 OS=linux\nn9 STATE=Idle\n",
+    )
+    .unwrap();
+    let url = format!("file://{}", report.display());
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "native", "pluginType": "Native", "pollInterval": 3600, "config": {"getNodes": url, "site": "kept"}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let polled = server.call("POST", "/rest/plugins/native/poll", Auth::Admin, None);
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    assert!(
+        polled.messages().contains("n9"),
+        "n9 is not a node here: {}",
+        polled.body
+    );
+    let n1 = server.get("/rest/nodes/n1").json();
+    assert_eq!(n1["genericMetrics"]["temp"], 70.0, "{n1}");
+    assert_eq!(plugin(&server, "native")["config"]["site"], "kept");
+    // Outside the directories, or another scheme: refused before it is kept.
+    for bad in [
+        "file:///etc/shadow",
+        "exec:///bin/sh",
+        "http://example.com/nodes",
+        "file://relative",
+    ] {
+        let reply = send(
+            &server,
+            "PUT",
+            "/rest/plugins/native",
+            &json!({"config": {"getNodes": bad}}),
+        );
+        reply.assert_refused(400, "getNodes", &bad);
+    }
+    let link = probes.path().join("escape.txt");
+    std::os::unix::fs::symlink("/etc/passwd", &link).unwrap();
+    let reply = send(
+        &server,
+        "PUT",
+        "/rest/plugins/native",
+        &json!({"config": {"getNodes": format!("file://{}", link.display())}}),
+    );
+    reply.assert_refused(400, "getNodes", &"a symlink out");
+}
+
+#[test]
+fn scripts_get_events_and_answer_web_services() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    uploaded(&server, NOTIFIER);
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "notes", "pluginType": "Notifier",
+        "config": {"kinds": "jobsubmit,custom"}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    // A web service, by its hyphenated name: it records an event as the plugin.
+    let posted = send(
+        &server,
+        "POST",
+        "/rest/plugins/notes/services/notify-event",
+        &json!({"type": "custom", "message": "hello", "severity": "WARN"}),
+    );
+    assert_eq!(posted.status, 200, "{}", posted.body);
+    assert_eq!(posted.json()["by"], "admin");
+    let events = server.get("/rest/events?api-version=3").json();
+    let mine = events["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["eventType"] == "custom")
+        .cloned();
+    assert_eq!(
+        mine.as_ref().map(|e| e["origin"].clone()),
+        Some(json!("plugin/notes")),
+        "{events}"
+    );
+    // Service events reach it (its own do not come back).
+    drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let recent = server.get("/rest/plugins/notes/services/recent").json();
+        if recent
+            .as_array()
+            .is_some_and(|r| r.iter().any(|e| e["type"] == "jobsubmit"))
+        {
+            assert!(
+                !recent.to_string().contains("\"custom\""),
+                "its own event came back: {recent}"
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no jobsubmit event reached the plugin: {recent}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    send(
+        &server,
+        "POST",
+        "/rest/plugins/notes/services/nothing",
+        &json!({}),
+    )
+    .assert_refused(404, "nothing", &"unknown");
+    send(
+        &server,
+        "POST",
+        "/rest/plugins/notes/services/configure",
+        &json!({}),
+    )
+    .assert_refused(404, "configure", &"not a service");
+    send(
+        &server,
+        "POST",
+        "/rest/plugins/notes/services/notifyEvent",
+        &json!({"message": "no type"}),
+    )
+    .assert_refused(400, "type", &"no type");
+    // Types and plugins survive a restart, and autoStart plugins start again.
+    let server = server.restart();
+    assert_eq!(plugin(&server, "notes")["state"], "STARTED");
+    assert_eq!(server.get("/rest/plugin-types/Notifier").status, 200);
+}
+
+#[test]
+fn hostile_scripts_are_stopped_and_the_service_keeps_answering() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Hostile", services: ["spin", "grow", "deep"] } }
+        fn poll() { loop { } }
+        fn spin(request) { let x = 0; while true { x += 1; } }
+        fn grow(request) { let a = []; loop { a.push("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" + a.len()); } }
+        fn deep(request) { deep(request) }
+    "#,
+    );
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "bad", "pluginType": "Hostile", "pollInterval": 3600}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    for service in ["spin", "grow", "deep"] {
+        let started = Instant::now();
+        let reply = send(
+            &server,
+            "POST",
+            &format!("/rest/plugins/bad/services/{service}"),
+            &json!({}),
+        );
+        reply.assert_refused(400, "failed", &service);
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{service} took {:?}",
+            started.elapsed()
+        );
+        assert_eq!(server.get("/rest/diag/about").status, 200);
+    }
+    let polled = server.call("POST", "/rest/plugins/bad/poll", Auth::Admin, None);
+    polled.assert_refused(400, "ERRORED", &"an endless poll");
+    let bad = plugin(&server, "bad");
+    assert_eq!(bad["state"], "ERRORED");
+    assert!(
+        bad["errorMessage"].as_str().unwrap().contains("stopped"),
+        "{bad}"
+    );
+    // While one runs away, others are answered.
+    assert_eq!(
+        send(
+            &server,
+            "PUT",
+            "/rest/plugins/bad",
+            &json!({"state": "STARTED"})
+        )
+        .status,
+        200
+    );
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            send(
+                &server,
+                "POST",
+                "/rest/plugins/bad/services/spin",
+                &json!({}),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        let started = Instant::now();
+        assert_eq!(server.get("/rest/diag/about").status, 200);
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "{:?}",
+            started.elapsed()
+        );
+    });
+}
