@@ -620,7 +620,17 @@ impl Plugins {
     fn configure(&self, plugin: &Plugin) -> Result<(), String> {
         if plugin.plugin_type == NATIVE {
             let locations = self.factory.locations();
-            for key in ["getNodes", "getJobs", "getCluster"] {
+            for key in [
+                "getNodes",
+                "getJobs",
+                "getCluster",
+                "jobStart",
+                "jobCancel",
+                "jobModify",
+                "jobRequeue",
+                "jobSuspend",
+                "jobResume",
+            ] {
                 if let Some(url) = plugin.config.get(key).and_then(Value::as_str) {
                     native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
                 }
@@ -751,9 +761,41 @@ impl Plugins {
         Ok(said)
     }
 
-    /// Hands `event` to every STARTED plugin whose script has `on_event(event)`; a
-    /// failure leaves that plugin ERRORED.
+    /// Runs the action URL a STARTED Native plugin configures for a job event
+    /// (`jobStart` for `jobstart`...), with the job's id as its argument.
+    fn run_native_actions(&self, event: &Value) {
+        let Some(kind) = event.get("eventType").and_then(Value::as_str) else {
+            return;
+        };
+        let Some(key) = native_action(kind) else {
+            return;
+        };
+        let Some(job) = event.pointer("/arguments/0").and_then(Value::as_str) else {
+            return;
+        };
+        let actions: Vec<(String, String)> = self
+            .inner()
+            .plugins
+            .values()
+            .filter(|p| p.plugin_type == NATIVE && p.state == PluginState::Started)
+            .filter_map(|p| Some((p.id.clone(), p.config.get(key)?.as_str()?.to_string())))
+            .collect();
+        for (id, url) in actions {
+            let lock = self.lock_of(&id);
+            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            if let Err(why) = native::run_action(&url, &[job], &self.factory.locations()) {
+                let _ = self.update(&id, |p| {
+                    p.state = PluginState::Errored;
+                    p.error = Some(format!("{key}: {why}"));
+                });
+            }
+        }
+    }
+
+    /// Hands `event` to every STARTED plugin whose script has `on_event(event)`, and
+    /// runs the Native plugins' action URLs; a failure leaves that plugin ERRORED.
     pub fn deliver(&self, event: &Value) {
+        self.run_native_actions(event);
         let targets: Vec<(Plugin, Arc<Script>)> = {
             let inner = self.inner();
             inner
@@ -875,6 +917,19 @@ pub fn camel_case(name: &str) -> String {
         }
     }
     out
+}
+
+/// The Native configuration key whose action URL runs for a job event of `kind`.
+fn native_action(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "jobstart" => "jobStart",
+        "jobcancel" => "jobCancel",
+        "jobmodify" => "jobModify",
+        "jobrequeue" => "jobRequeue",
+        "jobsuspend" => "jobSuspend",
+        "jobresume" => "jobResume",
+        _ => return None,
+    })
 }
 
 /// The built-in type's configuration: its URLs, all optional strings.

@@ -536,3 +536,120 @@ fn hostile_scripts_are_stopped_and_the_service_keeps_answering() {
         );
     });
 }
+
+#[test]
+fn started_plugins_are_polled_on_their_interval_and_paused_ones_are_not() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Ticker", services: ["count"] } }
+        fn poll() { let n = data_get("polls") ?? 0; data_set("polls", n + 1); }
+        fn on_event(event) { let n = data_get("events") ?? 0; data_set("events", n + 1); }
+        fn count(request) { #{ polls: data_get("polls") ?? 0, events: data_get("events") ?? 0 } }
+    "#,
+    );
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "tick", "pluginType": "Ticker", "pollInterval": 1}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let count = |key: &str| {
+        server.get("/rest/plugins/tick/services/count").json()[key]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count("polls") < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "never polled twice: {}",
+            plugin(&server, "tick")
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Paused: neither polls nor events; its web services still answer.
+    assert_eq!(
+        send(
+            &server,
+            "PUT",
+            "/rest/plugins/tick",
+            &json!({"state": "PAUSED"})
+        )
+        .status,
+        200
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let (polls, events) = (count("polls"), count("events"));
+    drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        (count("polls"), count("events")),
+        (polls, events),
+        "a paused plugin ran"
+    );
+    assert_eq!(plugin(&server, "tick")["state"], "PAUSED");
+    // Started again, it gets the events that come.
+    assert_eq!(
+        send(
+            &server,
+            "PUT",
+            "/rest/plugins/tick",
+            &json!({"state": "STARTED"})
+        )
+        .status,
+        200
+    );
+    drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while count("events") <= events {
+        assert!(Instant::now() < deadline, "no event reached the plugin");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn native_action_urls_run_for_job_events_with_the_job_id() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let log = probes.path().join("started.log");
+    let action = probes.path().join("started.sh");
+    std::fs::write(
+        &action,
+        format!("#!/bin/sh\necho \"$1\" >> {}\n", log.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&action, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "actions", "pluginType": "Native",
+        "pollInterval": 3600, "config": {"jobStart": format!("exec://{}", action.display())}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    send(
+        &server,
+        "PUT",
+        "/rest/plugins/actions",
+        &json!({"config": {"jobCancel": "exec:///bin/rm"}}),
+    )
+    .assert_refused(400, "jobCancel", &"an action outside the directories");
+    let job = drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let written = std::fs::read_to_string(&log).unwrap_or_default();
+        if written.lines().any(|l| l == job) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "jobStart never ran for {job}: {written:?} {}",
+            plugin(&server, "actions")
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
