@@ -30,6 +30,19 @@ pub const PLUGINS: &str = "plugins";
 /// The id of the built-in type.
 pub const NATIVE: &str = "Native";
 
+/// The configuration keys of the Native type: the URLs it reads and runs.
+const NATIVE_URLS: [&str; 9] = [
+    "getNodes",
+    "getJobs",
+    "getCluster",
+    "jobStart",
+    "jobCancel",
+    "jobModify",
+    "jobRequeue",
+    "jobSuspend",
+    "jobResume",
+];
+
 /// The default and the bounds of `pollInterval`, in seconds.
 pub const DEFAULT_POLL_INTERVAL: u64 = 30;
 pub const MIN_POLL_INTERVAL: u64 = 1;
@@ -620,17 +633,7 @@ impl Plugins {
     fn configure(&self, plugin: &Plugin) -> Result<(), String> {
         if plugin.plugin_type == NATIVE {
             let locations = self.factory.locations();
-            for key in [
-                "getNodes",
-                "getJobs",
-                "getCluster",
-                "jobStart",
-                "jobCancel",
-                "jobModify",
-                "jobRequeue",
-                "jobSuspend",
-                "jobResume",
-            ] {
+            for key in NATIVE_URLS {
                 if let Some(url) = plugin.config.get(key).and_then(Value::as_str) {
                     native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
                 }
@@ -944,18 +947,8 @@ fn native_description() -> Description {
         id: NATIVE.into(),
         author: Some("Drover".into()),
         description: None,
-        config: [
-            "getNodes",
-            "getJobs",
-            "getCluster",
-            "jobStart",
-            "jobCancel",
-            "jobModify",
-            "jobRequeue",
-            "jobSuspend",
-            "jobResume",
-        ]
-        .into_iter()
+        config: NATIVE_URLS
+            .into_iter()
         .map(url)
         .collect(),
         services: Vec::new(),
