@@ -947,10 +947,7 @@ fn native_description() -> Description {
         id: NATIVE.into(),
         author: Some("Drover".into()),
         description: None,
-        config: NATIVE_URLS
-            .into_iter()
-        .map(url)
-        .collect(),
+        config: NATIVE_URLS.into_iter().map(url).collect(),
         services: Vec::new(),
     }
 }

@@ -477,6 +477,9 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
     wait_until("the engine says it cannot record", || {
         h.scheduler.degraded().is_some()
     });
+    // What the client was told was not made is not seen, even before the reload.
+    assert!(h.scheduler.job("Drover.2").is_none());
+    assert_eq!(h.scheduler.jobs().len(), 1);
     let again = h.scheduler.submit(spec(true, 0), admin()).await;
     assert!(
         matches!(again, Err(drover_sched::SchedError::Unavailable(_))),
@@ -488,11 +491,12 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
     wait_until("the engine has reloaded", || {
         h.scheduler.degraded().is_none()
     });
-    // What was refused is gone; what was answered stays; ids go on from the store.
+    // What was refused is gone; what was answered stays; the refused job's name, which
+    // may have been seen, is not given again.
     assert!(h.scheduler.job(&kept).is_some());
     assert!(h.scheduler.job("Drover.2").is_none());
     let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
-    assert_eq!(next, "Drover.2");
+    assert_eq!(next, "Drover.3");
     assert_eq!(h.scheduler.jobs().len(), 2);
 }
 

@@ -166,6 +166,7 @@ pub(super) fn plan(
     query: &ListQuery,
     version: u32,
     shown: &Render,
+    hidden: &std::collections::HashSet<String>,
 ) -> Outcome {
     let (mut lookups, covered) = split(&query.filter, version);
     if let Some(owner) = owner {
@@ -181,7 +182,9 @@ pub(super) fn plan(
     };
     let page = &query.paging;
     match (covered, by_position) {
-        (true, Some(descending)) => {
+        // Jobs readers must not see (a failed write) exist only during a store failure:
+        // the evaluator's path then, which can leave them out.
+        (true, Some(descending)) if hidden.is_empty() => {
             let total = candidates
                 .as_ref()
                 .map_or(book.len(), |set| set.len() as usize);
@@ -202,7 +205,9 @@ pub(super) fn plan(
         }
         _ => Outcome::Evaluate(
             positions(book, &candidates, false)
-                .map(|p| book.at(p as usize).clone())
+                .map(|p| book.at(p as usize))
+                .filter(|job| hidden.is_empty() || !hidden.contains(&job.id))
+                .cloned()
                 .collect(),
         ),
     }

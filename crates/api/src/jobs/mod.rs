@@ -269,6 +269,7 @@ async fn list(
     let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
     let version = filter_render.version;
+    let hidden = scheduler.phantoms();
     let outcome = scheduler.with_jobs(|book| {
         listing::plan(
             book,
@@ -277,6 +278,7 @@ async fn list(
             &params.query,
             version,
             &shown,
+            &hidden,
         )
     });
     let page = match outcome {

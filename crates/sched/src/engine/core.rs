@@ -158,9 +158,10 @@ impl Engine {
             rm_name: rm.name().to_string(),
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
+            phantoms: Arc::default(),
         });
         let engine = Engine {
-            journal: JournalHandoff::new(&store, journaled, inbox),
+            journal: JournalHandoff::new(&store, journaled, inbox, shared.phantoms.clone()),
             usage: Usage::new(config.policy.fairshare_half_life),
             config,
             shared,

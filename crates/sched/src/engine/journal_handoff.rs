@@ -2,8 +2,9 @@
 //! handed to the journal thread at the end of the step. In the simulator there is no
 //! journal: writes are dropped and every step counts as committed at once.
 
-use std::sync::Arc;
+use std::collections::HashSet;
 use std::sync::mpsc::Sender;
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use drover_store::journal::{self, Batch};
@@ -25,6 +26,8 @@ pub(crate) struct JournalHandoff {
     events: Vec<SchedEvent>,
     /// The engine's own inbox: completions report there (launches, a failed journal).
     inbox: Sender<Inbox>,
+    /// Where the jobs of a batch whose write failed are hidden from readers.
+    phantoms: Arc<RwLock<HashSet<String>>>,
 }
 
 impl JournalHandoff {
@@ -32,6 +35,7 @@ impl JournalHandoff {
         store: &Arc<dyn DocumentStore>,
         journaled: bool,
         inbox: Sender<Inbox>,
+        phantoms: Arc<RwLock<HashSet<String>>>,
     ) -> JournalHandoff {
         let (journal, thread) = if journaled {
             let (journal, thread) = journal::start(store.clone(), "journal");
@@ -46,6 +50,7 @@ impl JournalHandoff {
             batch: Batch::default(),
             events: Vec::new(),
             inbox,
+            phantoms,
         }
     }
 
@@ -138,6 +143,29 @@ impl JournalHandoff {
             return;
         }
         let mut batch = std::mem::take(&mut self.batch);
+        // First of the completions, so that a job is hidden before its submitter is
+        // told it was not made.
+        let submitted: Vec<String> = batch
+            .writes
+            .iter()
+            .filter_map(|w| match w {
+                Write::Insert { collection, id, .. } if collection == super::core::JOBS => {
+                    Some(id.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        if !submitted.is_empty() {
+            let phantoms = self.phantoms.clone();
+            batch.completions.insert(
+                0,
+                Box::new(move |committed| {
+                    if committed.is_err() {
+                        phantoms.write().unwrap().extend(submitted);
+                    }
+                }),
+            );
+        }
         let inbox = self.inbox.clone();
         batch.completions.push(Box::new(move |committed| {
             if let Err(e) = committed {

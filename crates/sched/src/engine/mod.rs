@@ -33,7 +33,7 @@ mod submission;
 mod system_accounts;
 mod vm_commands;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -152,6 +152,9 @@ pub(crate) struct Shared {
     rm_name: String,
     clock: Arc<dyn Clock>,
     degraded: RwLock<Option<String>>,
+    /// Jobs whose submission was answered "not made" (their write failed): readers do
+    /// not see them until the engine has reloaded from the store, which forgets them.
+    phantoms: Arc<RwLock<HashSet<String>>>,
 }
 
 /// The engine's inbox.
@@ -278,12 +281,36 @@ impl Scheduler {
 
     /// One job, as it is now.
     pub fn job(&self, id: &str) -> Option<Arc<Job>> {
+        if self.is_phantom(id) {
+            return None;
+        }
         self.shared.jobs.read().unwrap().get(id).cloned()
     }
 
     /// Every job, in submission order (a copy of the references, taken under a read lock).
     pub fn jobs(&self) -> Vec<Arc<Job>> {
-        self.shared.jobs.read().unwrap().all().to_vec()
+        let mut jobs = self.shared.jobs.read().unwrap().all().to_vec();
+        let phantoms = self.phantoms();
+        if !phantoms.is_empty() {
+            jobs.retain(|j| !phantoms.contains(&j.id));
+        }
+        jobs
+    }
+
+    /// The jobs of the book that readers must not see (their submission failed to be
+    /// written; see `Shared::phantoms`); empty but during a store failure.
+    pub fn phantoms(&self) -> HashSet<String> {
+        let phantoms = self.shared.phantoms.read().unwrap();
+        if phantoms.is_empty() {
+            HashSet::new()
+        } else {
+            phantoms.clone()
+        }
+    }
+
+    fn is_phantom(&self, id: &str) -> bool {
+        let phantoms = self.shared.phantoms.read().unwrap();
+        !phantoms.is_empty() && phantoms.contains(id)
     }
 
     /// Reads the job book under its read lock.

@@ -45,6 +45,12 @@ impl Queue {
         self.next_seq = next_seq;
     }
 
+    /// The number the next submission will take.
+    #[inline]
+    pub(super) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
     /// The number of the next submission, taken.
     #[inline]
     pub(super) fn take_seq(&mut self) -> u64 {

@@ -32,8 +32,11 @@ impl Engine {
             .filter_map(|d| serde_json::from_value(d.body).ok().map(|o| (d.id, o)))
             .collect();
 
-        // Start from a clean slate.
-        self.queue.reset(jobs.last().map_or(1, |j| j.seq + 1));
+        // Start from a clean slate, but never give a job number twice: one taken by a
+        // submission whose write failed was seen (answered 503, perhaps read meanwhile).
+        let stored_next = jobs.last().map_or(1, |j| j.seq + 1);
+        self.queue.reset(stored_next.max(self.queue.next_seq()));
+        self.shared.phantoms.write().unwrap().clear();
         self.arrays.clear();
         self.nodes.reset(&overrides);
         self.credentials.clear();
