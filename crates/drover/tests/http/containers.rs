@@ -285,3 +285,22 @@ fn the_creator_follows_the_proxy_rules_and_containers_survive_a_restart() {
     let next = create(&server, "/rest/vcs", json!({}));
     assert!(next != owned && next != proxied, "ids are not reused");
 }
+
+#[test]
+fn a_deleted_containers_id_is_not_given_again_after_a_restart() {
+    let server = TestServer::start();
+    let first = create(&server, "/rest/vcs", json!({"description": "first"}));
+    let deleted = server.call(
+        "DELETE",
+        &format!("/rest/vcs/{first}"),
+        drover_testkit::Auth::Admin,
+        None,
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    let server = server.restart();
+    let second = create(&server, "/rest/vcs", json!({"description": "second"}));
+    assert_ne!(first, second, "a deleted container's id was given again");
+    // A container another user's service or client remembers by id is never someone
+    // else's: the id of what is gone answers 404.
+    assert_eq!(server.get(&format!("/rest/vcs/{first}")).status, 404);
+}

@@ -35,6 +35,7 @@ impl Engine {
             ));
         }
         let id = self.containers.new_id();
+        self.remember_number(CONTAINERS, &id);
         let container = VirtualContainer {
             id: id.clone(),
             created: self.now(),
@@ -328,6 +329,7 @@ impl Engine {
         let number = |c: &VirtualContainer| super::recovery::id_number(&c.id);
         containers.sort_by_key(number);
         let last_number = containers.iter().map(number).max().unwrap_or(0);
+        let last_number = last_number.max(self.remembered_number(CONTAINERS)?);
         self.containers.replace_all(containers, last_number);
         self.needs_schedule = true;
         Ok(())

@@ -90,6 +90,7 @@ impl Engine {
             super::reservation_commands::RESERVATIONS,
             super::container_commands::CONTAINERS,
             super::vm_commands::VMS,
+            super::recovery::ID_NUMBERS,
         ] {
             parts
                 .store

@@ -118,10 +118,12 @@ impl<T: Entry> IdTable<T> {
         self.last_number
     }
 
-    /// Replaces the whole list (loaded from the store); numbers go on after `last_number`.
+    /// Replaces the whole list (loaded from the store); numbers go on after `last_number`
+    /// (or after the last given, if higher).
     pub(super) fn replace_all(&mut self, list: Vec<T>, last_number: u64) {
         self.list = list;
-        self.last_number = last_number;
+        // Never lower: a number given before a reload was seen.
+        self.last_number = self.last_number.max(last_number);
         self.changed = true;
     }
 

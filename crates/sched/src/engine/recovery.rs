@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use drover_query::ListQuery;
+use drover_store::{Body, Write};
 
 use super::core::{Engine, JOBS, NODES};
 use crate::job::{EndIntent, Job, JobMessage, JobState};
@@ -215,6 +216,34 @@ fn usage_of(jobs: &[Job], half_life: crate::clock::Seconds) -> Usage {
 }
 
 /// The number `n` of an id `<prefix>.<n>` (0 when there is none).
+/// The collection of the last numbers given to containers, reservations and VMs, one
+/// document per collection (`{"last": n}`), written with each creation: a number is
+/// never given twice, even once the object is gone and the service restarted.
+pub(crate) const ID_NUMBERS: &str = "id_numbers";
+
+impl Engine {
+    /// Records, with this step's writes, that `number` was given in `collection`.
+    pub(super) fn remember_number(&mut self, collection: &str, id: &str) {
+        self.journal.write(Write::Put {
+            collection: ID_NUMBERS.into(),
+            id: collection.into(),
+            name: None,
+            body: Body::from(serde_json::json!({"last": id_number(id)})),
+        });
+    }
+
+    /// The last number recorded as given in `collection` (0 if none).
+    pub(super) fn remembered_number(&self, collection: &str) -> Result<u64, String> {
+        let document = self
+            .store
+            .get(ID_NUMBERS, collection)
+            .map_err(|e| format!("cannot read the numbers given: {e}"))?;
+        Ok(document
+            .and_then(|d| d.body.get("last").and_then(serde_json::Value::as_u64))
+            .unwrap_or(0))
+    }
+}
+
 pub(crate) fn id_number(id: &str) -> u64 {
     id.rsplit_once('.')
         .and_then(|(_, n)| n.parse::<u64>().ok())

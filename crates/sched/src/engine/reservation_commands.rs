@@ -50,6 +50,7 @@ impl Engine {
         let id = self
             .reservations
             .new_id(request.id_prefix.as_deref().unwrap_or("res"));
+        self.remember_number(RESERVATIONS, &id);
         let reservation = Reservation {
             id: id.clone(),
             created: now,
@@ -387,6 +388,7 @@ impl Engine {
         let number = |r: &Reservation| super::recovery::id_number(&r.id);
         reservations.sort_by_key(|r| (r.created, number(r)));
         let last_number = reservations.iter().map(number).max().unwrap_or(0);
+        let last_number = last_number.max(self.remembered_number(RESERVATIONS)?);
         self.reservations.replace_all(reservations, last_number);
         self.needs_schedule = true;
         let now = self.now();

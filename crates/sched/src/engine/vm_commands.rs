@@ -124,7 +124,11 @@ impl Engine {
                 }
                 id
             }
-            None => self.vms.new_vm_id(),
+            None => {
+                let id = self.vms.new_vm_id();
+                self.remember_number(VMS, &id);
+                id
+            }
         };
         let (size, disks) = self.new_vm_size(&request, by)?;
         let node = self.host_for(size, request.node.as_deref())?;
@@ -827,7 +831,8 @@ impl Engine {
             .iter()
             .map(|v| super::recovery::id_number(&v.id))
             .max()
-            .unwrap_or(0);
+            .unwrap_or(0)
+            .max(self.remembered_number(VMS)?);
         self.vms.replace_all(vms, last);
         let now = self.now();
         let in_flight: HashSet<String> = self.vms_in_flight.clone();
