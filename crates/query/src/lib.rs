@@ -69,6 +69,37 @@ impl ListQuery {
         }
     }
 
+    /// [`ListQuery::run_positions`] over `count` documents made one at a time by
+    /// `document` and dropped once judged: what is kept is each match's position and
+    /// sort values, so the memory a list takes follows its matches' sort values, not the
+    /// documents (a list over every job of a deep queue).
+    pub fn run_streamed(
+        &self,
+        count: usize,
+        mut document: impl FnMut(usize) -> Value,
+    ) -> Page<usize> {
+        let mut matched: Vec<(Vec<Option<Value>>, usize)> = Vec::new();
+        for i in 0..count {
+            let doc = document(i);
+            if self.filter.matches(&doc) {
+                matched.push((self.sort.keys_of(&doc), i));
+            }
+        }
+        if !self.sort.is_empty() {
+            // Stable: ties keep their input order.
+            matched.sort_by(|(a, _), (b, _)| self.sort.compare_keys(a, b));
+        }
+        Page {
+            total: matched.len(),
+            items: self
+                .paging
+                .cut(matched)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+        }
+    }
+
     /// [`ListQuery::run`] over `documents`, answering the positions of the page's
     /// documents (for callers that render something else than what they filter).
     pub fn run_positions(&self, documents: &[Value]) -> Page<usize> {

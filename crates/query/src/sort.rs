@@ -89,6 +89,21 @@ impl Sort {
         Ordering::Equal
     }
 
+    /// The values `doc` sorts by, owned (so that the document itself can go).
+    pub fn keys_of(&self, doc: &Value) -> Vec<Option<Value>> {
+        self.keys
+            .iter()
+            .map(|(path, _)| path.first_value(doc).value.cloned())
+            .collect()
+    }
+
+    /// Compares the keys [`Sort::keys_of`] took of two documents (equal when they tie).
+    pub fn compare_keys(&self, a: &[Option<Value>], b: &[Option<Value>]) -> Ordering {
+        let a: Vec<Option<&Value>> = a.iter().map(Option::as_ref).collect();
+        let b: Vec<Option<&Value>> = b.iter().map(Option::as_ref).collect();
+        self.compare_resolved(&a, &b)
+    }
+
     /// Sorts `items` stably by the documents `doc` gives for them.
     pub fn sort<T>(&self, items: &mut [T], doc: impl Fn(&T) -> &Value) {
         if self.is_empty() {

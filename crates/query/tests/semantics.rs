@@ -350,3 +350,32 @@ fn malformed_fields_are_named() {
     let e = Projection::parse(None, Some("x,")).unwrap_err().message;
     assert!(e.starts_with("exclude-fields: empty field name"), "{e}");
 }
+
+#[test]
+fn a_streamed_run_answers_what_a_run_over_all_documents_does() {
+    let docs = jobs();
+    for (filter, sort, max, offset) in [
+        ("{}", "{}", None, None),
+        (r#"{"state": "Idle"}"#, r#"{"procs": -1}"#, Some("2"), None),
+        ("{}", r#"{"user": 1, "procs": -1}"#, Some("3"), Some("1")),
+        (
+            r#"{"procs": {"$gte": 0}}"#,
+            r#"{"nothing": 1}"#,
+            None,
+            Some("1"),
+        ),
+    ] {
+        let query = ListQuery {
+            filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
+            sort: Sort::parse_str(sort).unwrap(),
+            paging: Paging::parse(max, offset).unwrap(),
+        };
+        let all = query.run_positions(&docs);
+        let streamed = query.run_streamed(docs.len(), |i| docs[i].clone());
+        assert_eq!(
+            (all.total, all.items),
+            (streamed.total, streamed.items),
+            "{filter} {sort}"
+        );
+    }
+}

@@ -221,8 +221,7 @@ pub(super) fn evaluate(
     filter_render: &Render,
     shown: &Render,
 ) -> Page<Value> {
-    let documents: Vec<Value> = jobs.iter().map(|j| filter_render.job(j)).collect();
-    let found = query.run_positions(&documents);
+    let found = query.run_streamed(jobs.len(), |i| filter_render.job(&jobs[i]));
     Page {
         total: found.total,
         items: found
