@@ -1,5 +1,5 @@
 //! The Slurm resource manager against a real Slurm (`scripts/services/slurm.sh start`),
-//! as root, jobs run as `drover-bob`. Runs only with `DROVER_TEST_SLURM=1`.
+//! as root, jobs run as `drover-bob` (Slurm knows the user: the nodes are this host). Runs only with `DROVER_TEST_SLURM=1`.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -98,7 +98,7 @@ fn config(state: &Path) -> SlurmConfig {
 }
 
 #[test]
-fn jobs_run_end_are_cancelled_and_adopted() {
+fn jobs_run_end_are_suspended_cancelled_and_adopted() {
     if !enabled() {
         return;
     }
@@ -171,6 +171,15 @@ fn jobs_run_end_are_cancelled_and_adopted() {
     let rm = SlurmResourceManager::new(config(state.path()), events).unwrap();
     assert!(rm.adopt(&long, &record), "adopted after a restart");
     assert!(!rm.adopt("another.1", &record), "not another job's");
+    let slurm_state = |rm: &SlurmResourceManager| {
+        let jobs = rm.config().jobs().unwrap();
+        let job = jobs.items.iter().find(|j| j.job_id == slurm_id).unwrap();
+        job.state.clone()
+    };
+    rm.signal(&record, JobSignal::Suspend).unwrap();
+    assert_eq!(slurm_state(&rm), "SUSPENDED");
+    rm.signal(&record, JobSignal::Resume).unwrap();
+    assert_eq!(slurm_state(&rm), "RUNNING");
     rm.signal(&record, JobSignal::Terminate { grace_seconds: 2 })
         .unwrap();
     let exit = ended(&received, &long, record.pid);
