@@ -481,6 +481,11 @@ pub struct ProcessRecord {
     pub start_ticks: u64,
     /// The job's spool directory (exit status of a re-adopted process).
     pub spool: String,
+    /// The job's id in an external resource manager (Slurm's job id), whose records
+    /// have `pid` = that id and `start_ticks` = 0. Absent for local processes (and in
+    /// records stored before it existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rm_job_id: Option<String>,
 }
 
 /// The job life cycle.

@@ -77,6 +77,7 @@ impl ResourceManager for FakeRm {
             pid,
             start_ticks: 1,
             spool: String::new(),
+            rm_job_id: None,
         })
     }
 

@@ -94,6 +94,10 @@ impl Engine {
                 job.default_output_name(Output::Stdout),
                 job.default_output_name(Output::Stderr),
             ),
+            placement: job.status.allocation.clone(),
+            processors_per_task: job.spec.request.processors_per_task,
+            memory_per_task: job.spec.request.memory_per_task,
+            wall_seconds: job.spec.duration.and_then(|d| u64::try_from(d).ok()),
         })
     }
 }

@@ -237,6 +237,7 @@ impl ResourceManager for LocalResourceManager {
             pid,
             start_ticks: start_ticks(pid).unwrap_or(0),
             spool: spool.to_string_lossy().into_owned(),
+            rm_job_id: None,
         };
         // In the service's own directory: a restart kills what this names.
         std::fs::write(self.pid_file(&launch.job_id), pid.to_string()).ok();

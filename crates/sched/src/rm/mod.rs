@@ -1,9 +1,10 @@
 //! Resource managers: what starts, signals and watches a job's processes. The engine
 //! talks to one through [`ResourceManager`]; `local` (this machine) is the embedded
-//! default; the simulator (`sim`) implements it too, and a Slurm backend will.
+//! default; the simulator (`sim`) implements it too, and `slurm` runs jobs as Slurm jobs.
 
 pub mod local;
 pub mod shepherd;
+pub mod slurm;
 
 use std::path::PathBuf;
 
@@ -30,6 +31,14 @@ pub struct Launch {
     /// The default file names of its output and error (`<name>.o<n>`, `<name>.e<n>`),
     /// for an output path that names a directory.
     pub output_names: (String, String),
+    /// The nodes the engine chose and the tasks on each (the local manager runs
+    /// everything here; Slurm pins the job to them).
+    pub placement: Vec<crate::job::Allocation>,
+    pub processors_per_task: u32,
+    /// Megabytes per task, when asked for.
+    pub memory_per_task: Option<u64>,
+    /// The wall-time limit (the engine enforces it too).
+    pub wall_seconds: Option<u64>,
 }
 
 /// Signals the engine sends to a job.

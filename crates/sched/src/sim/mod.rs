@@ -327,6 +327,7 @@ impl ResourceManager for SimulatedRm {
             pid,
             start_ticks: 0,
             spool: String::new(),
+            rm_job_id: None,
         })
     }
 

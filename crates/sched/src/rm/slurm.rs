@@ -1,0 +1,767 @@
+//! The Slurm resource manager: the engine still decides what runs where; Slurm runs it.
+//!
+//! A job is submitted with `sbatch` pinned to the nodes the engine chose (`--nodelist`,
+//! `--nodes`, `--ntasks`, `--cpus-per-task`), as its user (`--uid`/`--gid`, the service
+//! being root), named `drover-<job id>` so that a restarted service finds it again. Its
+//! [`ProcessRecord`] carries the Slurm job id (`rm_job_id`, and as `pid`, which is what
+//! [`RmEvent::Exited`] reports). One watcher thread polls `squeue --json` every
+//! [`SlurmConfig::poll`] for the jobs started or adopted here and reports their ends.
+//!
+//! Safety: Slurm's programs are run directly (no shell), from a fixed directory, with a
+//! clean environment, each bounded by [`SlurmConfig::command_timeout`]. Nothing reaches
+//! their arguments unchecked: job ids, node names and Slurm job ids are checked against
+//! a strict character set, paths must not hold Slurm's `%` patterns, and the job's
+//! command and arguments reach the batch script only as its positional parameters.
+//!
+//! Limits (for now): without `slurmdbd`, an ended job is known only while slurmctld keeps
+//! it (`MinJobAge`); `sacct` is tried after that. Slurm places tasks among the nodes it is
+//! given by itself (the engine's per-node task counts are not forced). An output path
+//! naming an existing directory is not resolved to its default file name (only a path
+//! ending in `/` is).
+
+mod json;
+
+pub use json::{Parsed, SlurmJob, SlurmNode, parse_jobs, parse_nodes};
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
+use crate::job::ProcessRecord;
+
+/// The batch script of every job: becomes the job's command (its positional parameters),
+/// as the local resource manager's wrapper does.
+const BATCH_SCRIPT: &str = r#"#!/bin/sh
+# Drover's batch script: runs "$@" (the job's command and arguments).
+if [ ! -r "$1" ] && [ ! -x "$1" ]; then
+  echo "the command file $1 cannot be read by the user $(id -un)" >&2; exit 126
+fi
+if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
+"#;
+
+/// The prefix of the Slurm job name of a Drover job.
+pub const JOB_NAME_PREFIX: &str = "drover-";
+
+/// Where Slurm is and how to use it.
+#[derive(Debug, Clone)]
+pub struct SlurmConfig {
+    /// The name jobs report as their resource manager.
+    pub name: String,
+    /// The directory of `sbatch`, `squeue`, `scancel`, `scontrol`, `sinfo`, `sacct`.
+    pub bin_dir: PathBuf,
+    /// `SLURM_CONF` for the clients, when not the default `/etc/slurm/slurm.conf`.
+    pub slurm_conf: Option<PathBuf>,
+    /// The partition jobs are submitted to (Slurm's default when none).
+    pub partition: Option<String>,
+    /// A directory of the service's (the batch script lives there).
+    pub state_dir: PathBuf,
+    /// How often the watcher asks Slurm about the jobs it watches.
+    pub poll: Duration,
+    /// The longest any Slurm command may take.
+    pub command_timeout: Duration,
+}
+
+impl SlurmConfig {
+    /// Debian's paths, a poll every second, commands bounded by 30 s.
+    pub fn new(state_dir: PathBuf) -> SlurmConfig {
+        SlurmConfig {
+            name: "slurm".to_string(),
+            bin_dir: PathBuf::from("/usr/bin"),
+            slurm_conf: None,
+            partition: None,
+            state_dir,
+            poll: Duration::from_secs(1),
+            command_timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn program(&self, name: &str) -> PathBuf {
+        self.bin_dir.join(name)
+    }
+
+    /// Runs a Slurm client with `args`, its environment only `extra_env` (and `PATH`,
+    /// `SLURM_CONF`); its standard output, or why it failed.
+    fn run(
+        &self,
+        program: &str,
+        args: &[String],
+        extra_env: &[(String, String)],
+    ) -> Result<String, String> {
+        let mut command = Command::new(self.program(program));
+        command
+            .args(args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(extra_env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        if let Some(conf) = &self.slurm_conf {
+            command.env("SLURM_CONF", conf);
+        }
+        run_bounded(command, self.command_timeout).map_err(|e| format!("{program}: {e}"))
+    }
+
+    /// `squeue --json`: every job slurmctld knows (22.05 ignores `--jobs` with
+    /// `--json`, so the listing is filtered here).
+    pub fn jobs(&self) -> Result<Parsed<SlurmJob>, String> {
+        let out = self.run("squeue", &["--json".into()], &[])?;
+        parse_jobs(&out)
+    }
+
+    /// `sacct --json` for one job: for a job slurmctld has forgotten (needs accounting).
+    pub fn accounted_job(&self, slurm_id: u64) -> Result<Option<SlurmJob>, String> {
+        let out = self.run(
+            "sacct",
+            &["--json".into(), format!("--jobs={slurm_id}")],
+            &[],
+        )?;
+        Ok(parse_jobs(&out)?
+            .items
+            .into_iter()
+            .find(|j| j.job_id == slurm_id))
+    }
+}
+
+/// Slurm's nodes (`sinfo --json`) as the domain's nodes, with their Slurm state.
+pub fn slurm_nodes(config: &SlurmConfig) -> Result<Parsed<SlurmNode>, String> {
+    let out = config.run("sinfo", &["--json".into()], &[])?;
+    parse_nodes(&out)
+}
+
+/// Runs a command, reading its output in threads (no pipe fills up), killing it at
+/// `timeout`. Output beyond 256 MB is cut (squeue of a very large cluster).
+fn run_bounded(mut command: Command, timeout: Duration) -> Result<String, String> {
+    const LIMIT: u64 = 256 << 20;
+    let mut child = command.spawn().map_err(|e| e.to_string())?;
+    let read = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buffer = Vec::new();
+            if let Some(pipe) = pipe {
+                let _ = pipe.take(LIMIT).read_to_end(&mut buffer);
+            }
+            buffer
+        })
+    };
+    let stdout = read(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = read(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("no answer within {} s", timeout.as_secs()));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    };
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    if status.success() {
+        String::from_utf8(stdout).map_err(|_| "output is not UTF-8".to_string())
+    } else {
+        let stderr = String::from_utf8_lossy(&stderr);
+        let first = stderr.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        Err(format!(
+            "{status}: {}",
+            first.chars().take(300).collect::<String>()
+        ))
+    }
+}
+
+/// A name Slurm gets as an argument: letters, digits, `.`, `_`, `-`, not first `-`,
+/// at most 200 bytes (Drover job ids, node names, partitions).
+pub fn is_safe_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// A Slurm job id as it was recorded (digits only).
+pub fn parse_slurm_id(text: &str) -> Option<u64> {
+    if text.is_empty() || text.len() > 19 || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}
+
+/// `sbatch --parsable` answers `<id>` or `<id>;<cluster>`.
+fn parse_submitted(out: &str) -> Option<u64> {
+    let line = out.lines().find(|l| !l.trim().is_empty())?.trim();
+    parse_slurm_id(line.split(';').next()?)
+}
+
+/// A path for `sbatch --output` and the like: absolute, and free of what Slurm would
+/// read as a pattern (`%j`...) or that cannot be an argument.
+fn slurm_path(path: &Path, default_name: &str) -> Result<String, String> {
+    let mut text = path
+        .to_str()
+        .ok_or_else(|| format!("the path {} is not UTF-8", path.display()))?
+        .to_string();
+    if text.ends_with('/') {
+        text.push_str(default_name);
+    }
+    if !text.starts_with('/') || text.contains(['%', '\\', '\n', '\0']) {
+        return Err(format!(
+            "the path {text} cannot be given to Slurm (relative, or holds %, \\ or a line break)"
+        ));
+    }
+    Ok(text)
+}
+
+/// Slurm's `--time`: days-hours:minutes:seconds (Slurm rounds up to the minute).
+fn wall_time(seconds: u64) -> String {
+    let seconds = seconds.max(1);
+    format!(
+        "{}-{:02}:{:02}:{:02}",
+        seconds / 86400,
+        seconds % 86400 / 3600,
+        seconds % 3600 / 60,
+        seconds % 60
+    )
+}
+
+/// Environment variables, in order.
+type Environment = Vec<(String, String)>;
+
+/// The `sbatch` arguments for a launch (after the checks), and the environment to run
+/// it with (which `--export=ALL`, Slurm's default, hands to the job).
+fn sbatch_command(
+    config: &SlurmConfig,
+    script: &Path,
+    launch: &Launch,
+) -> Result<(Vec<String>, Environment), String> {
+    if !is_safe_name(&launch.job_id) {
+        return Err(format!(
+            "the job id {:?} cannot be given to Slurm",
+            launch.job_id
+        ));
+    }
+    let nodes: Vec<&str> = launch.placement.iter().map(|a| a.node.as_str()).collect();
+    if let Some(bad) = nodes.iter().find(|n| !is_safe_name(n)) {
+        return Err(format!("the node name {bad:?} cannot be given to Slurm"));
+    }
+    let tasks: u32 = launch.placement.iter().map(|a| a.tasks).sum::<u32>().max(1);
+    let mut args = vec![
+        "--parsable".to_string(),
+        format!("--job-name={JOB_NAME_PREFIX}{}", launch.job_id),
+        format!("--uid={}", launch.user.uid),
+        format!("--gid={}", launch.gid.unwrap_or(launch.user.gid)),
+        format!("--ntasks={tasks}"),
+        format!("--cpus-per-task={}", launch.processors_per_task.max(1)),
+        // The engine decides on requeues, not Slurm (after a node failure, say).
+        "--no-requeue".to_string(),
+        "--open-mode=append".to_string(),
+        format!("--chdir={}", slurm_path(&launch.working_directory, "")?),
+    ];
+    if !nodes.is_empty() {
+        args.push(format!("--nodes={}", nodes.len()));
+        args.push(format!("--nodelist={}", nodes.join(",")));
+    }
+    if let Some(partition) = &config.partition {
+        if !is_safe_name(partition) {
+            return Err(format!(
+                "the partition {partition:?} cannot be given to Slurm"
+            ));
+        }
+        args.push(format!("--partition={partition}"));
+    }
+    if let Some(mb) = launch.memory_per_task {
+        let per_cpu = mb.div_ceil(u64::from(launch.processors_per_task.max(1)));
+        args.push(format!("--mem-per-cpu={}", per_cpu.max(1)));
+    }
+    if let Some(seconds) = launch.wall_seconds {
+        args.push(format!("--time={}", wall_time(seconds)));
+    }
+    let stdout = slurm_path(&launch.stdout, &launch.output_names.0)?;
+    let stderr = slurm_path(&launch.stderr, &launch.output_names.1)?;
+    args.push(format!("--output={stdout}"));
+    // Without --error, Slurm writes both to --output (a joined output).
+    if stderr != stdout {
+        args.push(format!("--error={stderr}"));
+    }
+    if let Some(stdin) = &launch.stdin {
+        args.push(format!("--input={}", slurm_path(stdin, "")?));
+    }
+    args.push(
+        script
+            .to_str()
+            .ok_or("the batch script's path is not UTF-8")?
+            .to_string(),
+    );
+    let command = launch
+        .command_file
+        .to_str()
+        .ok_or("the command file's path is not UTF-8")?;
+    args.push(command.to_string());
+    args.extend(launch.arguments.iter().cloned());
+    // sbatch reads SBATCH_* and SLURM_* variables as options: the job's own never reach it.
+    let environment = launch
+        .environment
+        .iter()
+        .filter(|(k, v)| {
+            !k.is_empty()
+                && !k.contains(['=', '\0'])
+                && !v.contains('\0')
+                && !k.starts_with("SBATCH_")
+                && !k.starts_with("SLURM_")
+        })
+        .cloned()
+        .collect();
+    Ok((args, environment))
+}
+
+/// A job the watcher follows.
+#[derive(Debug, Clone)]
+struct Watched {
+    job_id: String,
+    /// When to `scancel` it (the end of a termination's grace period).
+    kill_at: Option<Instant>,
+    /// Successful listings in a row that did not show it.
+    missing: u32,
+}
+
+struct Shared {
+    config: SlurmConfig,
+    events: RmNotify,
+    watched: Mutex<HashMap<u64, Watched>>,
+    stop: AtomicBool,
+    /// The last listing and when it was read: the many `adopt`s of a restart share one.
+    cache: Mutex<Option<(Instant, Arc<Parsed<SlurmJob>>)>>,
+}
+
+impl Shared {
+    fn listing(&self, fresh_within: Duration) -> Result<Arc<Parsed<SlurmJob>>, String> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((at, jobs)) = cache.as_ref()
+            && at.elapsed() < fresh_within
+        {
+            return Ok(jobs.clone());
+        }
+        let jobs = Arc::new(self.config.jobs()?);
+        if !jobs.problems.is_empty() {
+            eprintln!("slurm: squeue --json: skipped {}", jobs.problems.join("; "));
+        }
+        *cache = Some((Instant::now(), jobs.clone()));
+        Ok(jobs)
+    }
+
+    fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
+        self.watched.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One look at the watched jobs: reports those that ended.
+    fn poll(&self) {
+        if self.watched().is_empty() {
+            return;
+        }
+        let jobs = match self.listing(Duration::ZERO) {
+            Ok(jobs) => jobs,
+            // slurmctld away (restarting?): try again next time; nothing is lost.
+            Err(e) => {
+                eprintln!("slurm: cannot list jobs: {e}");
+                return;
+            }
+        };
+        let by_id: HashMap<u64, &SlurmJob> = jobs.items.iter().map(|j| (j.job_id, j)).collect();
+        let mut ended = Vec::new();
+        let mut kill = Vec::new();
+        {
+            let mut watched = self.watched();
+            let now = Instant::now();
+            for (&slurm_id, entry) in watched.iter_mut() {
+                match by_id.get(&slurm_id) {
+                    Some(job) if job.is_finished() => ended.push((slurm_id, Some((*job).clone()))),
+                    Some(_) => {
+                        entry.missing = 0;
+                        if entry.kill_at.is_some_and(|at| at <= now) {
+                            entry.kill_at = None;
+                            kill.push(slurm_id);
+                        }
+                    }
+                    None => {
+                        // Gone from slurmctld (purged after MinJobAge, or its state lost):
+                        // a few listings in a row before believing it.
+                        entry.missing += 1;
+                        if entry.missing >= 3 {
+                            ended.push((slurm_id, None));
+                        }
+                    }
+                }
+            }
+        }
+        for slurm_id in kill {
+            if let Err(e) = self.config.run("scancel", &[slurm_id.to_string()], &[]) {
+                eprintln!("slurm: scancel {slurm_id}: {e}");
+            }
+        }
+        for (slurm_id, job) in ended {
+            let Some(entry) = self.watched().remove(&slurm_id) else {
+                continue;
+            };
+            let job = job.or_else(|| self.config.accounted_job(slurm_id).ok().flatten());
+            let exit = exit_of(job.as_ref());
+            (self.events)(RmEvent::Exited {
+                job_id: entry.job_id,
+                pid: pid_of(slurm_id),
+                exit,
+            });
+        }
+    }
+}
+
+/// How an ended Slurm job ended, as the engine hears it.
+fn exit_of(job: Option<&SlurmJob>) -> Exit {
+    let start_failure = job.and_then(|j| match j.state.as_str() {
+        "BOOT_FAIL" | "NODE_FAIL" => Some(format!(
+            "Slurm: {}{}",
+            j.state,
+            j.state_reason
+                .as_deref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        )),
+        _ => None,
+    });
+    Exit {
+        code: job.and_then(|j| j.exit_code),
+        cpu_seconds: 0.0,
+        start_failure,
+    }
+}
+
+/// The `pid` of a Slurm job's record (what [`RmEvent::Exited`] names it by).
+fn pid_of(slurm_id: u64) -> i32 {
+    i32::try_from(slurm_id).unwrap_or(i32::MAX)
+}
+
+/// The Slurm job id of a record this resource manager made.
+pub fn slurm_id_of(process: &ProcessRecord) -> Option<u64> {
+    match process.rm_job_id.as_deref() {
+        Some(id) => parse_slurm_id(id),
+        None => u64::try_from(process.pid).ok().filter(|id| *id > 0),
+    }
+}
+
+pub struct SlurmResourceManager {
+    shared: Arc<Shared>,
+    script: PathBuf,
+}
+
+impl SlurmResourceManager {
+    /// Writes the batch script into `config.state_dir` and starts the watcher thread;
+    /// ends are reported on `events`.
+    pub fn new(config: SlurmConfig, events: RmNotify) -> std::io::Result<Self> {
+        std::fs::create_dir_all(&config.state_dir)?;
+        let script = config.state_dir.join("drover-batch.sh");
+        // Written anew each time (atomically): its content is the code's, not the disk's.
+        let temporary = config.state_dir.join("drover-batch.sh.new");
+        {
+            let mut file = std::fs::File::create(&temporary)?;
+            file.write_all(BATCH_SCRIPT.as_bytes())?;
+            file.set_permissions(std::fs::Permissions::from_mode(0o644))?;
+        }
+        std::fs::rename(&temporary, &script)?;
+        let shared = Arc::new(Shared {
+            config,
+            events,
+            watched: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            cache: Mutex::new(None),
+        });
+        let watcher = shared.clone();
+        std::thread::Builder::new()
+            .name("slurm-watcher".into())
+            .spawn(move || {
+                while !watcher.stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(watcher.config.poll);
+                    if watcher.stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    watcher.poll();
+                }
+            })?;
+        Ok(SlurmResourceManager { shared, script })
+    }
+
+    pub fn config(&self) -> &SlurmConfig {
+        &self.shared.config
+    }
+
+    fn watch(&self, slurm_id: u64, job_id: &str) {
+        self.shared.watched().insert(
+            slurm_id,
+            Watched {
+                job_id: job_id.to_string(),
+                kill_at: None,
+                missing: 0,
+            },
+        );
+    }
+
+    fn scontrol(&self, verb: &str, slurm_id: u64) -> Result<(), String> {
+        self.shared
+            .config
+            .run("scontrol", &[verb.to_string(), slurm_id.to_string()], &[])
+            .map(drop)
+    }
+}
+
+impl Drop for SlurmResourceManager {
+    fn drop(&mut self) {
+        // The watcher stops at its next wake-up: a re-created manager watches alone.
+        self.shared.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl ResourceManager for SlurmResourceManager {
+    fn name(&self) -> &str {
+        &self.shared.config.name
+    }
+
+    fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
+        let (args, environment) = sbatch_command(&self.shared.config, &self.script, &launch)?;
+        let out = self.shared.config.run("sbatch", &args, &environment)?;
+        let slurm_id = parse_submitted(&out)
+            .ok_or_else(|| format!("sbatch answered no job id: {:?}", out.trim()))?;
+        self.watch(slurm_id, &launch.job_id);
+        Ok(ProcessRecord {
+            pid: pid_of(slurm_id),
+            start_ticks: 0,
+            spool: String::new(),
+            rm_job_id: Some(slurm_id.to_string()),
+        })
+    }
+
+    fn signal(&self, process: &ProcessRecord, signal: JobSignal) -> Result<(), String> {
+        let slurm_id = slurm_id_of(process).ok_or("the process record names no Slurm job")?;
+        match signal {
+            JobSignal::Suspend => self.scontrol("suspend", slurm_id),
+            JobSignal::Resume => self.scontrol("resume", slurm_id),
+            JobSignal::Terminate { grace_seconds: 0 } => self
+                .shared
+                .config
+                .run("scancel", &[slurm_id.to_string()], &[])
+                .map(drop),
+            JobSignal::Terminate { grace_seconds } => {
+                // SIGTERM to every step and the batch shell now; the watcher cancels it
+                // (Slurm's SIGKILL) when the grace period is over.
+                self.shared.config.run(
+                    "scancel",
+                    &[
+                        "--full".into(),
+                        "--signal=TERM".into(),
+                        slurm_id.to_string(),
+                    ],
+                    &[],
+                )?;
+                if let Some(entry) = self.shared.watched().get_mut(&slurm_id) {
+                    entry.kill_at = Some(Instant::now() + Duration::from_secs(grace_seconds));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool {
+        let Some(slurm_id) = slurm_id_of(process) else {
+            return false;
+        };
+        match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
+                Some(job)
+                    if job.name == format!("{JOB_NAME_PREFIX}{job_id}") && !job.is_finished() =>
+                {
+                    self.watch(slurm_id, job_id);
+                    true
+                }
+                // Ended (then `recorded_exit` tells how), unknown, or another's job.
+                _ => false,
+            },
+            // Slurm does not answer: the job may well run on; watch it until it does.
+            Err(e) => {
+                eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
+                self.watch(slurm_id, job_id);
+                true
+            }
+        }
+    }
+
+    fn abandon(&self, job_id: &str) {
+        let name = format!("{JOB_NAME_PREFIX}{job_id}");
+        let jobs = match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                eprintln!("slurm: cannot look for an orphan of {job_id}: {e}");
+                return;
+            }
+        };
+        for job in jobs
+            .items
+            .iter()
+            .filter(|j| j.name == name && !j.is_finished())
+        {
+            if let Err(e) = self
+                .shared
+                .config
+                .run("scancel", &[job.job_id.to_string()], &[])
+            {
+                eprintln!("slurm: scancel {} (orphan of {job_id}): {e}", job.job_id);
+            }
+        }
+    }
+
+    fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
+        let slurm_id = slurm_id_of(process)?;
+        let job = match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
+            Err(_) => None,
+        };
+        let job = job.or_else(|| self.shared.config.accounted_job(slurm_id).ok().flatten())?;
+        job.is_finished().then(|| exit_of(Some(&job)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Allocation;
+    use crate::sysuser::SystemUser;
+
+    fn launch() -> Launch {
+        Launch {
+            job_id: "job.7".into(),
+            command_file: "/bin/echo".into(),
+            arguments: vec!["a b".into(), "$(rm -rf /)".into()],
+            working_directory: "/tmp".into(),
+            environment: vec![
+                ("HOME".into(), "/home/bob".into()),
+                ("SBATCH_PARTITION".into(), "x".into()),
+                ("BAD=NAME".into(), "x".into()),
+            ],
+            stdout: "/tmp/out/".into(),
+            stderr: "/tmp/err".into(),
+            stdin: None,
+            user: SystemUser {
+                name: "bob".into(),
+                uid: 1001,
+                gid: 1002,
+                home: "/home/bob".into(),
+                shell: "/bin/sh".into(),
+                groups: vec![1002],
+            },
+            gid: None,
+            guest: None,
+            output_names: ("job.o7".into(), "job.e7".into()),
+            placement: vec![
+                Allocation {
+                    node: "node1".into(),
+                    tasks: 2,
+                },
+                Allocation {
+                    node: "node3".into(),
+                    tasks: 1,
+                },
+            ],
+            processors_per_task: 2,
+            memory_per_task: Some(300),
+            wall_seconds: Some(3661),
+        }
+    }
+
+    #[test]
+    fn sbatch_arguments() {
+        let config = SlurmConfig::new("/var/lib/drover/slurm".into());
+        let (args, env) = sbatch_command(&config, Path::new("/s/batch.sh"), &launch()).unwrap();
+        for expected in [
+            "--job-name=drover-job.7",
+            "--uid=1001",
+            "--gid=1002",
+            "--ntasks=3",
+            "--cpus-per-task=2",
+            "--nodes=2",
+            "--nodelist=node1,node3",
+            "--mem-per-cpu=150",
+            "--time=0-01:01:01",
+            "--output=/tmp/out/job.o7",
+            "--error=/tmp/err",
+            "--chdir=/tmp",
+        ] {
+            assert!(args.iter().any(|a| a == expected), "{expected} in {args:?}");
+        }
+        // The command and its arguments come last, as they are, after the script.
+        let tail = &args[args.len() - 4..];
+        assert_eq!(tail, ["/s/batch.sh", "/bin/echo", "a b", "$(rm -rf /)"]);
+        assert_eq!(env, [("HOME".to_string(), "/home/bob".to_string())]);
+    }
+
+    #[test]
+    fn unsafe_text_is_refused() {
+        let config = SlurmConfig::new("/x".into());
+        let mut bad = launch();
+        bad.placement[0].node = "node1,node2".into();
+        assert!(sbatch_command(&config, Path::new("/s"), &bad).is_err());
+        let mut bad = launch();
+        bad.job_id = "--uid=0".into();
+        assert!(sbatch_command(&config, Path::new("/s"), &bad).is_err());
+        let mut bad = launch();
+        bad.stdout = "/tmp/out-%j".into();
+        assert!(sbatch_command(&config, Path::new("/s"), &bad).is_err());
+        assert!(!is_safe_name("a b") && !is_safe_name("") && !is_safe_name("-x"));
+        assert!(is_safe_name("node-01.rack_2"));
+        assert_eq!(parse_slurm_id("123"), Some(123));
+        assert_eq!(parse_slurm_id("12;3"), None);
+        assert_eq!(parse_submitted("42;cluster\n"), Some(42));
+        assert_eq!(parse_submitted("42\n"), Some(42));
+        assert_eq!(parse_submitted("sbatch: error"), None);
+    }
+
+    #[test]
+    fn records_name_their_slurm_job() {
+        let mut record = ProcessRecord {
+            pid: 42,
+            start_ticks: 0,
+            spool: String::new(),
+            rm_job_id: Some("42".into()),
+        };
+        assert_eq!(slurm_id_of(&record), Some(42));
+        record.rm_job_id = Some("4;2".into());
+        assert_eq!(slurm_id_of(&record), None);
+        assert_eq!(wall_time(59), "0-00:00:59");
+        assert_eq!(wall_time(90061), "1-01:01:01");
+    }
+
+    #[test]
+    fn bounded_commands() {
+        let mut sleep = Command::new("/bin/sleep");
+        sleep.arg("5").stdout(Stdio::piped()).stderr(Stdio::piped());
+        let started = Instant::now();
+        assert!(run_bounded(sleep, Duration::from_millis(200)).is_err());
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let mut echo = Command::new("/bin/echo");
+        echo.arg("hi").stdout(Stdio::piped()).stderr(Stdio::piped());
+        assert_eq!(run_bounded(echo, Duration::from_secs(5)).unwrap(), "hi\n");
+    }
+}

@@ -1,0 +1,217 @@
+//! The Slurm resource manager against a real Slurm (`scripts/services/slurm.sh start`),
+//! as root, jobs run as `drover-bob` (Slurm knows the user: the nodes are this host). Runs only with `DROVER_TEST_SLURM=1`.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, channel};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use drover_sched::job::{Allocation, ProcessRecord};
+use drover_sched::rm::slurm::{self, SlurmConfig, SlurmResourceManager};
+use drover_sched::rm::{JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
+use drover_sched::sysuser::SystemUser;
+
+const USER: &str = "drover-bob";
+
+fn enabled() -> bool {
+    if std::env::var("DROVER_TEST_SLURM").as_deref() == Ok("1") {
+        return true;
+    }
+    println!("skipped: set DROVER_TEST_SLURM=1 with Slurm up (scripts/services/slurm.sh start)");
+    false
+}
+
+fn notify() -> (RmNotify, Receiver<RmEvent>) {
+    let (sender, receiver) = channel();
+    let sender = Mutex::new(sender);
+    let notify: RmNotify = Arc::new(move |event| {
+        let _ = sender.lock().unwrap().send(event);
+    });
+    (notify, receiver)
+}
+
+fn launch(job_id: &str, dir: &Path, node: &str, command: &str, args: &[&str]) -> Launch {
+    let user = SystemUser::lookup(USER).expect("the user drover-bob");
+    Launch {
+        job_id: job_id.into(),
+        command_file: command.into(),
+        arguments: args.iter().map(|a| a.to_string()).collect(),
+        working_directory: dir.into(),
+        environment: vec![
+            ("HOME".into(), user.home.clone()),
+            ("USER".into(), user.name.clone()),
+            ("PATH".into(), "/usr/bin:/bin".into()),
+            ("DROVER_JOB_ID".into(), job_id.into()),
+        ],
+        stdout: dir.join(format!("{job_id}.out")),
+        stderr: dir.join(format!("{job_id}.err")),
+        stdin: None,
+        user,
+        gid: None,
+        guest: None,
+        output_names: (format!("{job_id}.o"), format!("{job_id}.e")),
+        placement: vec![Allocation {
+            node: node.into(),
+            tasks: 1,
+        }],
+        processors_per_task: 1,
+        memory_per_task: None,
+        wall_seconds: Some(600),
+    }
+}
+
+fn ended(events: &Receiver<RmEvent>, job_id: &str, pid: i32) -> drover_sched::rm::Exit {
+    loop {
+        match events.recv_timeout(Duration::from_secs(60)) {
+            Ok(RmEvent::Exited {
+                job_id: id,
+                pid: p,
+                exit,
+            }) if id == job_id => {
+                assert_eq!(p, pid);
+                return exit;
+            }
+            Ok(_) => continue,
+            Err(e) => panic!("no end of {job_id}: {e}"),
+        }
+    }
+}
+
+/// A directory the job's user writes its output into.
+fn job_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix("drover-slurm-test")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let user = SystemUser::lookup(USER).unwrap();
+    std::os::unix::fs::chown(dir.path(), Some(user.uid), Some(user.gid)).unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = dir.path().to_path_buf();
+    (dir, path)
+}
+
+fn config(state: &Path) -> SlurmConfig {
+    let mut config = SlurmConfig::new(state.to_path_buf());
+    config.command_timeout = Duration::from_secs(20);
+    config
+}
+
+#[test]
+fn jobs_run_end_are_suspended_cancelled_and_adopted() {
+    if !enabled() {
+        return;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let (dir, path) = job_dir();
+    let tag = std::process::id();
+
+    let nodes = slurm::slurm_nodes(&config(state.path())).expect("sinfo --json");
+    assert!(nodes.problems.is_empty(), "{:?}", nodes.problems);
+    let names: Vec<&str> = nodes.items.iter().map(|n| n.config.id.as_str()).collect();
+    assert!(
+        names.contains(&"node2") && names.contains(&"node3"),
+        "{names:?}"
+    );
+    assert!(nodes.items.iter().all(|n| n.config.processors > 0));
+
+    let (events, received) = notify();
+    let rm = SlurmResourceManager::new(config(state.path()), events).unwrap();
+
+    // A job that ends by itself, with 0, on the node chosen.
+    let quick = format!("quick.{tag}");
+    let record = rm
+        .start(launch(&quick, &path, "node2", "/bin/true", &[]))
+        .expect("sbatch");
+    let slurm_id = slurm::slurm_id_of(&record).expect("a Slurm job id");
+    assert_eq!(record.rm_job_id, Some(slurm_id.to_string()));
+    let exit = ended(&received, &quick, record.pid);
+    assert_eq!(exit.code, Some(0), "{exit:?}");
+    let seen = rm.config().jobs().unwrap();
+    let job = seen.items.iter().find(|j| j.job_id == slurm_id).unwrap();
+    assert_eq!(job.nodes, "node2");
+    assert_eq!(job.user_name.as_deref(), Some(USER));
+    assert_eq!(job.name, format!("drover-{quick}"));
+    // ...which a restarted service reads back.
+    assert_eq!(rm.recorded_exit(&record).map(|e| e.code), Some(Some(0)));
+
+    // Output comes back, written as the user, arguments as they were.
+    let echo = format!("echo.{tag}");
+    let record = rm
+        .start(launch(
+            &echo,
+            &path,
+            "node1",
+            "/bin/echo",
+            &["a  b", "$USER"],
+        ))
+        .unwrap();
+    assert_eq!(ended(&received, &echo, record.pid).code, Some(0));
+    let out = path.join(format!("{echo}.out"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "a  b $USER\n");
+    let owner = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&out).unwrap());
+    assert_eq!(owner, SystemUser::lookup(USER).unwrap().uid);
+
+    // A long job, adopted by a new manager (a restart), then cancelled.
+    let long = format!("long.{tag}");
+    let record: ProcessRecord = rm
+        .start(launch(&long, &path, "node3", "/bin/sleep", &["30"]))
+        .unwrap();
+    let slurm_id = slurm::slurm_id_of(&record).unwrap();
+    wait_until(|| {
+        rm.config()
+            .jobs()
+            .unwrap()
+            .items
+            .iter()
+            .any(|j| j.job_id == slurm_id && j.state == "RUNNING" && j.nodes == "node3")
+    });
+    drop(rm);
+    let (events, received) = notify();
+    let rm = SlurmResourceManager::new(config(state.path()), events).unwrap();
+    assert!(rm.adopt(&long, &record), "adopted after a restart");
+    assert!(!rm.adopt("another.1", &record), "not another job's");
+    let slurm_state = |rm: &SlurmResourceManager| {
+        let jobs = rm.config().jobs().unwrap();
+        let job = jobs.items.iter().find(|j| j.job_id == slurm_id).unwrap();
+        job.state.clone()
+    };
+    rm.signal(&record, JobSignal::Suspend).unwrap();
+    assert_eq!(slurm_state(&rm), "SUSPENDED");
+    rm.signal(&record, JobSignal::Resume).unwrap();
+    assert_eq!(slurm_state(&rm), "RUNNING");
+    rm.signal(&record, JobSignal::Terminate { grace_seconds: 2 })
+        .unwrap();
+    let exit = ended(&received, &long, record.pid);
+    assert!(exit.code.is_some_and(|c| c != 0), "{exit:?}");
+
+    // A start that was never recorded is cancelled by `abandon`.
+    let orphan = format!("orphan.{tag}");
+    let record = rm
+        .start(launch(&orphan, &path, "node1", "/bin/sleep", &["30"]))
+        .unwrap();
+    let slurm_id = slurm::slurm_id_of(&record).unwrap();
+    let (quiet, _ignored) = notify();
+    let fresh = SlurmResourceManager::new(config(state.path()), quiet).unwrap();
+    fresh.abandon(&orphan);
+    wait_until(|| {
+        fresh
+            .config()
+            .jobs()
+            .unwrap()
+            .items
+            .iter()
+            .any(|j| j.job_id == slurm_id && j.state == "CANCELLED")
+    });
+    drop(dir);
+}
+
+fn wait_until(mut condition: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if condition() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("condition not met within 60 s");
+}

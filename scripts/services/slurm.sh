@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# A private single-host Slurm for tests (no systemd): munged, slurmctld, and $NODES slurmd
+# "nodes" (node1..N, all on 127.0.0.1, each slurmd on its own port, each claiming $CPUS
+# processors and $MEMORY MB whatever the hardware). Adapted from ../shared/services/slurm.sh.
+#
+# Usage (as root):  scripts/services/slurm.sh [install|start|stop|status|nodes|conf]...
+#                   (default: install start)
+#   install  apt-get install munge, slurmctld, slurmd and the clients if missing
+#   start    write /etc/slurm/slurm.conf, start the daemons (stopping ours first) and wait
+#            until every node is idle; Slurm's saved state (jobs) is kept across restarts
+#   stop     stop those daemons (by the PIDs in $RUN, checking each PID's program)
+#   status   exit 0 when slurmctld answers and every node is up; print sinfo
+#   nodes    print the node names, one a line
+#   conf     print the path of slurm.conf (the clients' SLURM_CONF)
+# Env: NODES (3), CPUS (4), MEMORY (2000), CTLD_PORT (6817), SLURMD_BASE_PORT (17001),
+#      RUN (/tmp/drover-slurm: PID files and daemon logs)
+#
+# Slurm needs the job's user known with the same uid on every node: here the nodes are
+# this host, so any local account works. There is no slurmdbd: `sacct` is unavailable and
+# ended jobs stay visible to `squeue`/`scontrol` for MinJobAge (1 h) only.
+set -euo pipefail
+
+NODES=${NODES:-3}
+CPUS=${CPUS:-4}
+MEMORY=${MEMORY:-2000}
+CTLD_PORT=${CTLD_PORT:-6817}
+SLURMD_BASE_PORT=${SLURMD_BASE_PORT:-17001}
+RUN=${RUN:-/tmp/drover-slurm}
+CONF=/etc/slurm/slurm.conf
+export SLURM_CONF=$CONF
+export DEBIAN_FRONTEND=noninteractive
+
+. "$(dirname "$0")/steps.sh"
+
+# alive <pid> <comm>: running, not a zombie, and the program we started (a stale PID file
+# may name a PID reused by something else)
+alive() {
+  local s
+  s=$(ps -o stat= -p "$1" 2>/dev/null) || return 1
+  [[ $s != Z* ]] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ]
+}
+
+wait_for() {  # wait_for <timeout_s> <command...>
+  local end=$(( $(date +%s) + $1 )); shift
+  until "$@" >/dev/null 2>&1; do
+    [ "$(date +%s)" -lt "$end" ] || return 1
+    sleep 0.2
+  done
+}
+
+do_install() {
+  if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] \
+     && [ -x /usr/sbin/munged ]; then
+    return 0
+  fi
+  log "installing munge and slurm"
+  apt_install --no-install-recommends munge slurmctld slurmd slurm-client
+  log "installed slurm $(dpkg-query -W -f='${Version}' slurmctld)"
+}
+
+write_conf() {
+  mkdir -p "$RUN" /run/munge /run/slurm /var/lib/slurm/slurmctld /var/log/slurm /etc/slurm
+  chown munge:munge /run/munge; chmod 0755 /run/munge
+  chown slurm:slurm /run/slurm /var/lib/slurm/slurmctld /var/log/slurm
+  # munge's post-install makes the key; make one if it did not.
+  if [ ! -s /etc/munge/munge.key ]; then
+    mungekey --create --keyfile=/etc/munge/munge.key
+    chown munge:munge /etc/munge/munge.key; chmod 0400 /etc/munge/munge.key
+  fi
+  local last=$(( SLURMD_BASE_PORT + NODES - 1 )) n
+  for n in $(seq 1 "$NODES"); do mkdir -p "/var/lib/slurm/slurmd/node$n"; done
+  # Written before any client runs: without it they try DNS SRV records ("configless").
+  cat > "$CONF.new" <<EOF
+# Written by drover's scripts/services/slurm.sh: a single-host test cluster.
+ClusterName=drover
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmUser=slurm
+AuthType=auth/munge
+CredType=cred/munge
+StateSaveLocation=/var/lib/slurm/slurmctld
+SlurmdSpoolDir=/var/lib/slurm/slurmd/%n
+SlurmctldPidFile=/run/slurm/slurmctld.pid
+SlurmdPidFile=/run/slurm/slurmd-%n.pid
+SlurmctldLogFile=/var/log/slurm/slurmctld.log
+SlurmdLogFile=/var/log/slurm/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+# No cgroups, no systemd: job processes tracked through /proc, no binding, no accounting.
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+MailProg=/bin/true
+SchedulerType=sched/backfill
+SchedulerParameters=sched_interval=1
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+ReturnToService=2
+# slurmd reports the configured (fake) processors and memory, not the hardware's.
+SlurmdParameters=config_overrides
+# Without slurmdbd, an ended job is known only while slurmctld keeps it: an hour.
+MinJobAge=3600
+KillWait=5
+NodeName=node[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_BASE_PORT-$last] CPUs=$CPUS RealMemory=$MEMORY State=UNKNOWN
+PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+EOF
+  mv "$CONF.new" "$CONF"
+}
+
+start_bg() {  # start_bg <name> <comm> <command...>: in the background, its PID in $RUN
+  local name=$1 comm=$2; shift 2
+  if [ -f "$RUN/$name.pid" ] && alive "$(cat "$RUN/$name.pid")" "$comm"; then return 0; fi
+  "$@" >"$RUN/$name.log" 2>&1 </dev/null &
+  echo $! >"$RUN/$name.pid"
+}
+
+nodes_idle() { [ "$(sinfo -h -t idle -o %D 2>/dev/null)" = "$NODES" ]; }
+
+do_start() {
+  do_stop
+  write_conf
+  # munged runs as munge, the key's owner; setpriv execs, so $! is munged itself.
+  start_bg munged munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged -F
+  wait_for 10 test -S /run/munge/munge.socket.2 || { log "munged did not start: $(cat "$RUN/munged.log")"; exit 1; }
+  # -D: in the foreground (we keep its PID). No -c: jobs saved before a stop are recovered.
+  start_bg slurmctld slurmctld /usr/sbin/slurmctld -D
+  wait_for 30 scontrol ping || { log "slurmctld did not start: $(tail -20 "$RUN/slurmctld.log")"; exit 1; }
+  local n
+  for n in $(seq 1 "$NODES"); do
+    start_bg "slurmd-node$n" slurmd /usr/sbin/slurmd -D -N "node$n"
+  done
+  wait_for 60 nodes_idle || { log "nodes not idle: $(sinfo 2>&1)"; exit 1; }
+  log "slurm up: slurmctld on 127.0.0.1:$CTLD_PORT, $NODES nodes of $CPUS CPUs"
+}
+
+do_stop() {
+  local name pid comm i
+  [ -d "$RUN" ] || return 0
+  for name in $(for n in $(seq "$NODES" -1 1); do echo "slurmd-node$n"; done) slurmctld munged; do
+    [ -f "$RUN/$name.pid" ] || continue
+    pid=$(cat "$RUN/$name.pid"); comm=${name%%-*}
+    if alive "$pid" "$comm"; then
+      kill "$pid"
+      for i in $(seq 1 100); do alive "$pid" "$comm" || break; sleep 0.1; done
+      alive "$pid" "$comm" && kill -9 "$pid"
+      log "stopped $comm (pid $pid)"
+    fi
+    rm -f "$RUN/$name.pid"
+  done
+}
+
+do_status() {
+  scontrol ping >/dev/null 2>&1 || { log "slurmctld is not answering"; return 1; }
+  sinfo
+  # up: every node idle, allocated or mixed (none down, drained or not responding)
+  [ "$(sinfo -h -N -t idle,alloc,mix,comp -o %N | sort -u | wc -l)" = "$NODES" ]
+}
+
+do_nodes() { seq 1 "$NODES" | sed 's/^/node/'; }
+do_conf() { echo "$CONF"; }
+
+run_steps "$@"
