@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use drover_api::AppState;
 use drover_auth::roles::Scope;
-use drover_auth::{Identity, Origin, Permission};
+use drover_auth::{Identity, Permission};
 use drover_domain::dates::Timestamp;
 use drover_domain::request::{JobAction, JobChanges, NodeChanges, Requester};
 use drover_monitor::event::{Event, ObjectRef};
@@ -50,11 +50,17 @@ impl PluginHosts {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or("the server is starting or stopping")?;
+        // Who the creator is now, not as they were at creation: an administrator
+        // demoted since, or a user who left a group, no longer lends those rights.
+        let identity = self
+            .runtime
+            .block_on(drover_api::identity_now(&state, &plugin.created_by.user))
+            .map_err(|e| e.messages.join("; "))?;
         Ok(PluginHost {
             plugin: plugin.id.clone(),
             config: plugin.config.clone(),
             locations: self.locations(),
-            identity: identity_of(plugin),
+            identity,
             state,
             runtime: self.runtime.clone(),
             data,
@@ -121,28 +127,6 @@ impl HostFactory for PluginHosts {
         locations.run_as = self.config.native_user.clone();
         locations.allow_root = self.config.native_allow_root;
         locations
-    }
-}
-
-fn identity_of(plugin: &Plugin) -> Identity {
-    let acting = &plugin.created_by;
-    let directory = acting
-        .groups
-        .iter()
-        .any(|(kind, _)| kind.starts_with("LDAP"));
-    Identity {
-        name: acting.user.clone(),
-        admin: acting.admin,
-        origin: if directory {
-            Origin::Directory
-        } else {
-            Origin::Local
-        },
-        groups: acting
-            .groups
-            .iter()
-            .map(|(kind, name)| drover_auth::roles::Member::new(kind, name))
-            .collect(),
     }
 }
 

@@ -72,8 +72,8 @@ pub struct Plugin {
     pub next_poll_date: Option<String>,
     /// Why it is ERRORED.
     pub error: Option<String>,
-    /// Who it acts as: who created it, as they were then (their roles are read at each
-    /// call).
+    /// Who it acts as: who created it. Only the name counts: whether they are an
+    /// administrator, their groups and their roles are read again at each call.
     pub created_by: Acting,
     /// What its script kept (`data_set`), surviving restarts.
     #[serde(default)]

@@ -1,0 +1,102 @@
+//! Review of plugins (spec 2.14, 4.12, part 3, the decisions page): attacks on the sandbox,
+//! the rights plugins act with, their bounds and their lifecycle, kept as regression tests.
+
+use std::path::Path;
+
+use drover_sched::node::NodeConfig;
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer};
+use serde_json::{Value, json};
+
+fn server() -> TestServer {
+    TestServer::builder()
+        .config(|c| c.nodes = vec![NodeConfig::new("n1", 2)])
+        .start()
+}
+
+fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> Reply {
+    server.call(
+        "PUT",
+        &format!("/rest/plugin-types{query}"),
+        Auth::Admin,
+        Some((content_type, body.to_vec())),
+    )
+}
+
+fn uploaded(server: &TestServer, source: &str) {
+    let reply = upload(server, "text/plain", source.as_bytes(), "");
+    assert_eq!(reply.status, 200, "{}", reply.body);
+}
+
+fn send(server: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
+    server.send_json(method, path, body)
+}
+
+fn created(server: &TestServer, body: &Value) {
+    let reply = send(server, "POST", "/rest/plugins", body);
+    assert_eq!(reply.status, 201, "{}", reply.body);
+}
+
+fn plugin(server: &TestServer, id: &str) -> Value {
+    let reply = server.get(&format!("/rest/plugins/{id}"));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    reply.json()
+}
+
+const PRIVILEGED: &str = r#"
+    fn describe() { #{ id: "Privileged", services: ["shout"] } }
+    fn shout(request) { create_event(#{ type: "shout", message: "as my creator" }) }
+"#;
+
+/// A server whose data lives in `dir`, with the local user `boss` (an administrator or
+/// not).
+fn server_in(dir: &Path, boss_admin: bool) -> TestServer {
+    let dir = dir.to_path_buf();
+    TestServer::builder()
+        .user("boss", boss_admin)
+        .config(move |c| {
+            c.data_dir = dir;
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+        })
+        .sqlite()
+        .start()
+}
+
+/// A plugin acts with the rights its creator holds now: an administrator who is no
+/// longer one does not leave plugins behind that still act as an administrator.
+#[test]
+fn a_plugin_loses_the_administrator_rights_its_creator_lost() {
+    let data = tempfile::tempdir().unwrap();
+    let server = server_in(data.path(), true);
+    uploaded(&server, PRIVILEGED);
+    let boss = Auth::Basic("boss".into(), PASSWORD.into());
+    let reply = server.call(
+        "POST",
+        "/rest/plugins",
+        boss,
+        Some((
+            "application/json",
+            json!({"id": "loud", "pluginType": "Privileged"})
+                .to_string()
+                .into_bytes(),
+        )),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let shouted = send(
+        &server,
+        "POST",
+        "/rest/plugins/loud/services/shout",
+        &json!({}),
+    );
+    assert_eq!(shouted.status, 200, "{}", shouted.body);
+    server.stop().unwrap();
+
+    // boss is an ordinary user now (operators may not create events... nor may users).
+    let server = server_in(data.path(), false);
+    let shouted = send(
+        &server,
+        "POST",
+        "/rest/plugins/loud/services/shout",
+        &json!({}),
+    );
+    shouted.assert_refused(400, "may not", &"a demoted creator's plugin");
+}
