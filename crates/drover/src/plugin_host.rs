@@ -17,7 +17,7 @@ use drover_domain::dates::Timestamp;
 use drover_domain::request::{JobAction, JobChanges, NodeChanges, Requester};
 use drover_monitor::event::{Event, ObjectRef};
 use drover_plugins::native::{Locations, NodeReport};
-use drover_plugins::registry::{HostFactory, Plugin, Plugins};
+use drover_plugins::registry::{HostFactory, MAX_DATA_BYTES, Plugin, Plugins};
 use drover_plugins::script::Host;
 use drover_sched::job::JobSpec;
 use drover_sched::node::NodeState;
@@ -427,10 +427,20 @@ impl Host for PluginHost {
                 .unwrap_or(Value::Null)),
             "data_set" => {
                 let key = text(0)?.to_string();
-                self.data
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, arg(1).clone());
+                let mut data = self.data.lock().unwrap_or_else(|e| e.into_inner());
+                let before = data.insert(key.clone(), arg(1).clone());
+                // Bounded as it grows, not only when the call ends: a script looping
+                // over new keys would otherwise hold gigabytes until then.
+                let size = serde_json::to_vec(&*data).map_or(usize::MAX, |b| b.len());
+                if size > MAX_DATA_BYTES {
+                    match before {
+                        Some(value) => data.insert(key, value),
+                        None => data.remove(&key),
+                    };
+                    return Err(format!(
+                        "the plugin's data would take {size} bytes, more than {MAX_DATA_BYTES}"
+                    ));
+                }
                 Ok(Value::Null)
             }
             "config" => Ok(Value::Object(self.config.clone())),

@@ -100,3 +100,36 @@ fn a_plugin_loses_the_administrator_rights_its_creator_lost() {
     );
     shouted.assert_refused(400, "may not", &"a demoted creator's plugin");
 }
+
+/// `data_set` is bounded while the script runs, not only once it has ended: a script
+/// cannot make the service hold gigabytes before its call ends.
+#[test]
+fn data_set_is_refused_once_the_plugin_data_is_full() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Hoarder", services: ["fill"] } }
+        fn fill(request) {
+            let s = "x";
+            while s.len() < 32768 { s += s; }
+            for i in 0..200 {
+                try { data_set("k" + i, s); } catch (e) { return #{ refusedAt: i, why: `${e}` }; }
+            }
+            #{ refusedAt: () }
+        }
+    "#,
+    );
+    created(&server, &json!({"id": "hoard", "pluginType": "Hoarder"}));
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/plugins/hoard/services/fill",
+        &json!({}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let at = reply.json()["refusedAt"].as_i64();
+    // 256 KiB of data hold 7 strings of 32 KiB and their keys.
+    assert!(at.is_some_and(|i| i <= 8), "{}", reply.body);
+    assert!(reply.body.contains("bytes"), "{}", reply.body);
+}
