@@ -511,7 +511,10 @@ impl Plugins {
         if let Some(config) = &config
             && matches!(target, PluginState::Started | PluginState::Paused)
         {
-            let mut trial = current.clone();
+            // Under the plugin's lock, as every call into it is, and from what it is now.
+            let lock = self.lock_of(id);
+            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let mut trial = self.plugin(id)?;
             trial.config = config.clone();
             self.configure(&trial)
                 .map_err(|e| PluginError::Invalid(vec![summary.clone(), e]))?;
@@ -594,9 +597,10 @@ impl Plugins {
     /// Configures `id` and makes it STARTED (or `keep`, PAUSED); a failure leaves it
     /// ERRORED with the reason, and is answered.
     fn start(&self, id: &str, keep: Option<PluginState>) -> Result<(), String> {
-        let plugin = self.plugin(id).map_err(|e| e.to_string())?;
         let lock = self.lock_of(id);
         let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: a call that ran meanwhile may have changed its data.
+        let plugin = self.plugin(id).map_err(|e| e.to_string())?;
         let outcome = self.configure(&plugin);
         let now = Timestamp::now().as_second();
         let state = keep.unwrap_or(PluginState::Started);
@@ -686,9 +690,12 @@ impl Plugins {
 
     /// Polls `id` now (its next poll is scheduled from now); a failure leaves it ERRORED.
     pub fn poll(&self, id: &str) -> Result<Vec<String>> {
-        let plugin = self.plugin(id)?;
+        // Known first: no lock is made for an id that names no plugin.
+        self.plugin(id)?;
         let lock = self.lock_of(id);
         let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: a call that ran meanwhile may have changed its data.
+        let plugin = self.plugin(id)?;
         let outcome = if plugin.plugin_type == NATIVE {
             self.poll_native(&plugin)
         } else {
@@ -754,21 +761,32 @@ impl Plugins {
     /// Hands `event` to every STARTED plugin whose script has `on_event(event)`; a
     /// failure leaves that plugin ERRORED.
     pub fn deliver(&self, event: &Value) {
-        let targets: Vec<(Plugin, Arc<Script>)> = {
+        let targets: Vec<String> = {
             let inner = self.inner();
             inner
                 .plugins
                 .values()
                 .filter(|p| p.state == PluginState::Started)
-                .filter_map(|p| {
-                    let script = inner.types.get(&p.plugin_type)?.1.clone();
-                    script.defines("on_event", 1).then(|| (p.clone(), script))
-                })
+                .map(|p| p.id.clone())
                 .collect()
         };
-        for (plugin, script) in targets {
-            let lock = self.lock_of(&plugin.id);
+        for id in targets {
+            let lock = self.lock_of(&id);
             let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            // Read again under the lock: it may have been paused, stopped, changed or
+            // deleted, or its data changed, while the plugins before it ran.
+            let Ok(plugin) = self.plugin(&id) else {
+                continue;
+            };
+            if plugin.state != PluginState::Started {
+                continue;
+            }
+            let Some(script) = self
+                .script_of(&plugin.plugin_type)
+                .filter(|s| s.defines("on_event", 1))
+            else {
+                continue;
+            };
             if let Err(why) = self.run(&plugin, &script, "on_event", vec![event.clone()]) {
                 let _ = self.update(&plugin.id, |p| {
                     p.state = PluginState::Errored;
@@ -780,6 +798,11 @@ impl Plugins {
 
     /// Calls the web service `name` (camelCase or hyphenated) of plugin `id`.
     pub fn call_service(&self, id: &str, name: &str, request: Value) -> Result<Value> {
+        // Known first: no lock is made for an id that names no plugin.
+        self.plugin(id)?;
+        let lock = self.lock_of(id);
+        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        // Read under the lock: a call that ran meanwhile may have changed its data.
         let plugin = self.plugin(id)?;
         let function = camel_case(name);
         let script = self
@@ -794,8 +817,6 @@ impl Plugins {
                 format!("the plugin is {:?}; start it first", plugin.state).to_uppercase(),
             ]));
         }
-        let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
         self.run(&plugin, &script, &function, vec![request])
             .map_err(|why| {
                 PluginError::Invalid(vec![

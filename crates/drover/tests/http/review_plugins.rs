@@ -133,3 +133,48 @@ fn data_set_is_refused_once_the_plugin_data_is_full() {
     assert!(at.is_some_and(|i| i <= 8), "{}", reply.body);
     assert!(reply.body.contains("bytes"), "{}", reply.body);
 }
+
+/// Calls into one plugin never overlap, and each sees what the one before it kept: two
+/// polls at once both count.
+#[test]
+fn concurrent_polls_do_not_lose_the_data_each_keeps() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Counter", services: ["count"] } }
+        fn poll() {
+            let n = data_get("n");
+            if n == () { n = 0 }
+            let i = 0;
+            while i < 20000 { i += 1; }
+            data_set("n", n + 1);
+            n + 1
+        }
+        fn count(request) { data_get("n") }
+    "#,
+    );
+    created(
+        &server,
+        &json!({"id": "counter", "pluginType": "Counter", "pollInterval": 86400}),
+    );
+    std::thread::scope(|scope| {
+        for _ in 0..4 {
+            scope.spawn(|| {
+                for _ in 0..3 {
+                    let reply =
+                        server.call("POST", "/rest/plugins/counter/poll", Auth::Admin, None);
+                    assert_eq!(reply.status, 200, "{}", reply.body);
+                }
+            });
+        }
+    });
+    let count = send(
+        &server,
+        "GET",
+        "/rest/plugins/counter/services/count",
+        &json!(null),
+    );
+    assert_eq!(count.status, 200, "{}", count.body);
+    assert_eq!(count.json(), json!(12), "polls were lost");
+}
