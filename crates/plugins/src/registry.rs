@@ -517,6 +517,7 @@ impl Plugins {
             let mut trial = self.plugin(id)?;
             trial.config = config.clone();
             self.configure(&trial)
+                .map(drop)
                 .map_err(|e| PluginError::Invalid(vec![summary.clone(), e]))?;
         }
         self.update(id, |p| {
@@ -605,7 +606,8 @@ impl Plugins {
         let now = Timestamp::now().as_second();
         let state = keep.unwrap_or(PluginState::Started);
         let _ = self.update(id, |p| match &outcome {
-            Ok(()) => {
+            Ok(config) => {
+                p.config = config.clone();
                 p.state = state;
                 p.error = None;
                 schedule(p, now);
@@ -617,37 +619,47 @@ impl Plugins {
                 p.next_poll_date = None;
             }
         });
-        outcome
+        outcome.map(drop)
     }
 
     /// Runs the type's `configure(config)` (or checks a Native plugin's URLs).
-    fn configure(&self, plugin: &Plugin) -> Result<(), String> {
-        if plugin.plugin_type == NATIVE {
-            let locations = self.factory.locations();
-            for key in ["getNodes", "getJobs", "getCluster"] {
-                if let Some(url) = plugin.config.get(key).and_then(Value::as_str) {
-                    native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
-                }
-            }
-            return Ok(());
-        }
-        let script = self.script_of(&plugin.plugin_type).ok_or_else(|| {
+    /// The configuration is checked against the type as it is now (a type uploaded again
+    /// may require what the plugin's configuration lacks) and answered with the type's
+    /// defaults added.
+    fn configure(&self, plugin: &Plugin) -> Result<Map<String, Value>, String> {
+        let gone = || {
             format!(
                 "its plugin type '{}' does not exist (or no longer compiles)",
                 plugin.plugin_type
             )
-        })?;
-        if !script.defines("configure", 1) {
-            return Ok(());
+        };
+        let description = self.description(&plugin.plugin_type).ok_or_else(gone)?;
+        let config = description
+            .checked_config(&plugin.config)
+            .map_err(|problems| problems.join("; "))?;
+        if plugin.plugin_type == NATIVE {
+            let locations = self.factory.locations();
+            for key in ["getNodes", "getJobs", "getCluster"] {
+                if let Some(url) = config.get(key).and_then(Value::as_str) {
+                    native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
+                }
+            }
+            return Ok(config);
         }
+        let script = self.script_of(&plugin.plugin_type).ok_or_else(gone)?;
+        if !script.defines("configure", 1) {
+            return Ok(config);
+        }
+        let mut checked = plugin.clone();
+        checked.config = config.clone();
         self.run(
-            plugin,
+            &checked,
             &script,
             "configure",
-            vec![Value::Object(plugin.config.clone())],
+            vec![Value::Object(config.clone())],
         )
-        .map(drop)
-        .map_err(|e| format!("configure: {e}"))
+        .map_err(|e| format!("configure: {e}"))?;
+        Ok(config)
     }
 
     /// Calls `function` of the plugin's script; what it kept with `data_set` is stored.

@@ -178,3 +178,39 @@ fn concurrent_polls_do_not_lose_the_data_each_keeps() {
     assert_eq!(count.status, 200, "{}", count.body);
     assert_eq!(count.json(), json!(12), "polls were lost");
 }
+
+/// A type uploaded again with a configuration its plugins' configurations no longer
+/// satisfy: reloaded plugins are ERRORED with the reason, not left STARTED unchecked;
+/// and the new defaults reach configure().
+#[test]
+fn a_reload_checks_plugin_configurations_against_the_new_type() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Shifting", config: #{ a: #{ type: "string" } } } }"#,
+    );
+    created(&server, &json!({"id": "shifty", "pluginType": "Shifting"}));
+    assert_eq!(plugin(&server, "shifty")["state"], "STARTED");
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Shifting", config: #{ b: #{ type: "string", required: true } } } }"#,
+    );
+    let shifty = plugin(&server, "shifty");
+    assert_eq!(shifty["state"], "ERRORED", "{shifty}");
+    assert!(
+        shifty["errorMessage"]
+            .as_str()
+            .unwrap_or("")
+            .contains("config.b"),
+        "{shifty}"
+    );
+    // With the required key given it starts again.
+    let reply = send(
+        &server,
+        "PUT",
+        "/rest/plugins/shifty",
+        &json!({"state": "STARTED", "config": {"b": "x"}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(plugin(&server, "shifty")["state"], "STARTED");
+}
