@@ -328,6 +328,19 @@ impl Plugins {
                         "{NATIVE} is the built-in type's id; choose another"
                     ));
                 }
+                Ok(script)
+                    if compiled
+                        .iter()
+                        .any(|(_, _, c): &(String, Option<String>, Script)| {
+                            c.description.id == script.description.id
+                        }) =>
+                {
+                    problems.push(format!(
+                        "{}: another script of the archive is the plugin type {} too",
+                        origin.as_deref().unwrap_or("the script"),
+                        script.description.id
+                    ));
+                }
                 Ok(script) => compiled.push((source, origin, script)),
                 Err(e) => problems.push(match &origin {
                     Some(name) => format!("{name}: {e}"),

@@ -214,3 +214,114 @@ fn a_reload_checks_plugin_configurations_against_the_new_type() {
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(plugin(&server, "shifty")["state"], "STARTED");
 }
+
+/// Bad requests are answered 4xx with messages, never 500.
+#[test]
+fn bad_requests_are_refused_with_reasons() {
+    let server = server();
+    // Two scripts of one archive naming one type.
+    let archive = drover_plugins::archive::stored_zip(&[
+        ("a.rhai", b"fn describe() { #{ id: \"Twin\" } }"),
+        ("b.rhai", b"fn describe() { #{ id: \"Twin\" } }"),
+    ]);
+    let reply = upload(
+        &server,
+        "application/x-jar",
+        &archive,
+        "?jar-filename=twins.jar",
+    );
+    reply.assert_refused(400, "Twin", &"two scripts of one type");
+    assert_eq!(server.get("/rest/plugin-types/Twin").status, 404);
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Plain", services: ["echo"] } }
+           fn echo(request) { request }"#,
+    );
+    created(&server, &json!({"id": "plain", "pluginType": "Plain"}));
+    for (method, path, body, status) in [
+        (
+            "POST",
+            "/rest/plugins",
+            json!({"id": "all", "pluginType": "Plain"}),
+            400,
+        ),
+        (
+            "POST",
+            "/rest/plugins",
+            json!({"id": "x", "pluginType": "Nope"}),
+            400,
+        ),
+        (
+            "POST",
+            "/rest/plugins",
+            json!({"id": "plain", "pluginType": "Plain"}),
+            409,
+        ),
+        (
+            "POST",
+            "/rest/plugins",
+            json!({"id": "y", "pluginType": "Plain", "pollInterval": 0}),
+            400,
+        ),
+        (
+            "POST",
+            "/rest/plugins",
+            json!({"id": "y", "pluginType": "Plain", "config": [1]}),
+            400,
+        ),
+        ("POST", "/rest/plugins", json!([]), 400),
+        (
+            "PUT",
+            "/rest/plugins/plain",
+            json!({"state": "ERRORED"}),
+            400,
+        ),
+        (
+            "PUT",
+            "/rest/plugins/plain",
+            json!({"state": "RUNNING"}),
+            400,
+        ),
+        (
+            "PUT",
+            "/rest/plugins/plain",
+            json!({"pollInterval": -1}),
+            400,
+        ),
+        (
+            "PUT",
+            "/rest/plugins/nope",
+            json!({"state": "STARTED"}),
+            404,
+        ),
+        ("POST", "/rest/plugins/nope/poll", json!(null), 404),
+        ("DELETE", "/rest/plugins/nope", json!(null), 404),
+        ("POST", "/rest/plugins/nope/services/echo", json!({}), 404),
+        ("POST", "/rest/plugins/plain/services/-", json!({}), 404),
+        (
+            "POST",
+            "/rest/plugins/plain/services/describe",
+            json!({}),
+            404,
+        ),
+    ] {
+        let reply = send(&server, method, path, &body);
+        assert_eq!(
+            reply.status, status,
+            "{method} {path} {body}: {}",
+            reply.body
+        );
+        assert!(
+            reply.json()["messages"].is_array(),
+            "{method} {path}: {}",
+            reply.body
+        );
+    }
+    let reply = server.call(
+        "POST",
+        "/rest/plugins/plain/services/echo",
+        Auth::Admin,
+        Some(("application/json", b"{not json".to_vec())),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+}
