@@ -26,6 +26,9 @@ use tokio::runtime::Handle;
 
 use crate::config::PluginsConfig;
 
+/// How plugins are named as the origin of events, and as who acts for their user.
+const PLUGIN_ORIGIN: &str = "plugin/";
+
 /// The most jobs `jobs()` answers (the latest not yet ended).
 const MAX_LISTED_JOBS: usize = 1000;
 
@@ -165,7 +168,9 @@ impl PluginHost {
         match scope {
             Some(scope) => Ok(Requester {
                 user: self.identity.name.clone(),
-                proxy_user: None,
+                // What it does is recorded as done by the plugin for its user, and the
+                // events of it are not handed back to plugins (`event_loop`).
+                proxy_user: Some(format!("{PLUGIN_ORIGIN}{}", self.plugin)),
                 admin: scope == Scope::All,
             }),
             None => Err(format!(
@@ -332,7 +337,7 @@ impl PluginHost {
             ));
         }
         let mut event = Event::new(Timestamp::now(), kind, &severity);
-        event.origin = Some(format!("plugin/{}", self.plugin));
+        event.origin = Some(format!("{PLUGIN_ORIGIN}{}", self.plugin));
         event.message = text("message");
         event.arguments = strings(request.get("arguments"));
         event.associated_objects = request
@@ -498,7 +503,9 @@ pub async fn poll_loop(plugins: Arc<Plugins>) {
     }
 }
 
-/// Hands every stored event (but those plugins made) to the plugins that take events.
+/// Hands every stored event (but those plugins made, or that what plugins did caused) to
+/// the plugins that take events: a plugin submitting a job for each job submitted would
+/// otherwise be handed its own submissions, without end.
 pub async fn event_loop(state: AppState) {
     let mut events = state.events().follow();
     loop {
@@ -507,10 +514,14 @@ pub async fn event_loop(state: AppState) {
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        if event
-            .origin
-            .as_deref()
-            .is_some_and(|o| o.starts_with("plugin/"))
+        let by_plugin = |name: Option<&str>| name.is_some_and(|o| o.starts_with(PLUGIN_ORIGIN));
+        if by_plugin(event.origin.as_deref())
+            || by_plugin(
+                event
+                    .initiated_by
+                    .as_ref()
+                    .and_then(|i| i.proxy_user.as_deref()),
+            )
         {
             continue;
         }

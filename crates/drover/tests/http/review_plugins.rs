@@ -325,3 +325,50 @@ fn bad_requests_are_refused_with_reasons() {
     );
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
+
+/// A plugin that submits a job for each job submitted is not handed the events of the
+/// jobs it submitted itself: one submission is not an endless chain of jobs.
+#[test]
+fn a_plugin_is_not_handed_the_events_of_its_own_jobs() {
+    if !crate::security::system_accounts() {
+        return;
+    }
+    let server = server();
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Echo", services: ["count"] } }
+        fn on_event(event) {
+            if event.eventType != "jobsubmit" { return; }
+            let n = data_get("n");
+            if n == () { n = 0 }
+            data_set("n", n + 1);
+            submit_job(#{ command: "/bin/true", user: "drover-bob", duration: 1 });
+        }
+        fn count(request) { data_get("n") }
+    "#,
+    );
+    created(
+        &server,
+        &json!({"id": "echo", "pluginType": "Echo", "pollInterval": 86400}),
+    );
+    drover_testkit::submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "user": crate::security::BOB}),
+    );
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let count = send(
+        &server,
+        "GET",
+        "/rest/plugins/echo/services/count",
+        &json!(null),
+    );
+    assert_eq!(
+        count.status,
+        200,
+        "{} {}",
+        count.body,
+        plugin(&server, "echo")
+    );
+    assert_eq!(count.json(), json!(1), "the plugin reacted to its own jobs");
+}
