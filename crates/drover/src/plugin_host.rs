@@ -7,6 +7,7 @@
 //! threads; the engine's async calls are awaited there with the runtime's handle.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +29,12 @@ use crate::config::PluginsConfig;
 
 /// How plugins are named as the origin of events, and as who acts for their user.
 const PLUGIN_ORIGIN: &str = "plugin/";
+
+/// The most host functions that act (submit, change, record, run a URL) one call of a
+/// script may make, and the most lines it may log: a script looping over them would
+/// otherwise flood the store, the scheduler or the log for its whole wall time.
+const MAX_ACTIONS_PER_CALL: usize = 100;
+const MAX_LOG_LINES_PER_CALL: usize = 100;
 
 /// The most jobs `jobs()` answers (the latest not yet ended).
 const MAX_LISTED_JOBS: usize = 1000;
@@ -67,6 +74,8 @@ impl PluginHosts {
             state,
             runtime: self.runtime.clone(),
             data,
+            actions: AtomicUsize::new(0),
+            logged: AtomicUsize::new(0),
         })
     }
 }
@@ -152,6 +161,9 @@ struct PluginHost {
     state: AppState,
     runtime: Handle,
     data: Arc<Mutex<Map<String, Value>>>,
+    /// What this call of the script has done so far (a host serves one call).
+    actions: AtomicUsize,
+    logged: AtomicUsize,
 }
 
 impl PluginHost {
@@ -388,6 +400,21 @@ impl Host for PluginHost {
         };
         let null = Value::Null;
         let arg = |i: usize| args.get(i).unwrap_or(&null);
+        if matches!(
+            name,
+            "set_node"
+                | "submit_job"
+                | "modify_job"
+                | "cancel_job"
+                | "create_event"
+                | "post_sample"
+                | "read_url"
+        ) && self.actions.fetch_add(1, Ordering::Relaxed) >= MAX_ACTIONS_PER_CALL
+        {
+            return Err(format!(
+                "a call may act at most {MAX_ACTIONS_PER_CALL} times (submit, change, record, read a URL)"
+            ));
+        }
         match name {
             "nodes" => self.nodes(None),
             "node" => self.nodes(Some(text(0)?)),
@@ -459,7 +486,24 @@ impl Host for PluginHost {
     }
 
     fn log(&self, level: &str, message: &str) {
-        let message: String = message.chars().take(1024).collect();
+        let logged = self.logged.fetch_add(1, Ordering::Relaxed);
+        if logged == MAX_LOG_LINES_PER_CALL {
+            eprintln!(
+                "drover: plugin {}: more than {MAX_LOG_LINES_PER_CALL} lines in one call; the rest are dropped",
+                self.plugin
+            );
+        }
+        if logged >= MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        // One line each: a newline in a message would forge lines of the service's log.
+        let line = |text: &str, most: usize| -> String {
+            text.chars()
+                .take(most)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect()
+        };
+        let (level, message) = (line(level, 16), line(message, 1024));
         eprintln!("drover: plugin {} [{level}]: {message}", self.plugin);
     }
 }

@@ -372,3 +372,34 @@ fn a_plugin_is_not_handed_the_events_of_its_own_jobs() {
     );
     assert_eq!(count.json(), json!(1), "the plugin reacted to its own jobs");
 }
+
+/// One call of a script acts a bounded number of times: a loop over create_event (or
+/// submit_job, set_node...) does not flood the events for its whole wall time.
+#[test]
+fn one_call_of_a_script_acts_a_bounded_number_of_times() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Flood", services: ["flood"] } }
+        fn flood(request) {
+            let done = 0;
+            for i in 0..5000 {
+                log("info", "line " + i);
+                try { create_event(#{ type: "flood" }); done += 1; } catch (e) { return #{ done: done, why: `${e}` }; }
+            }
+            #{ done: done }
+        }
+    "#,
+    );
+    created(&server, &json!({"id": "flood", "pluginType": "Flood"}));
+    let reply = send(
+        &server,
+        "POST",
+        "/rest/plugins/flood/services/flood",
+        &json!({}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.json()["done"], 100, "{}", reply.body);
+    assert!(reply.body.contains("at most"), "{}", reply.body);
+}
