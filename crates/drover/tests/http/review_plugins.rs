@@ -403,3 +403,33 @@ fn one_call_of_a_script_acts_a_bounded_number_of_times() {
     assert_eq!(reply.json()["done"], 100, "{}", reply.body);
     assert!(reply.body.contains("at most"), "{}", reply.body);
 }
+
+/// A service running as root with no `native_user` does not run Native programs as
+/// root unless the operator allowed root (`native_allow_root`), as for `native_user =
+/// "root"`.
+#[test]
+fn native_programs_do_not_run_as_root_by_default() {
+    use std::os::unix::fs::PermissionsExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let probes = tempfile::tempdir().unwrap();
+    let probe = probes.path().join("whoami");
+    std::fs::write(&probe, "#!/bin/sh\necho n1 STATE=Idle\n").unwrap();
+    std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = probes.path().to_path_buf();
+    let server = TestServer::builder()
+        .config(move |c| {
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+            c.plugins.native_directories = vec![dir];
+        })
+        .start();
+    created(
+        &server,
+        &json!({"id": "rooted", "pluginType": "Native", "pollInterval": 86400,
+                "config": {"getNodes": format!("exec://{}", probe.display())}}),
+    );
+    let polled = server.call("POST", "/rest/plugins/rooted/poll", Auth::Admin, None);
+    polled.assert_refused(400, "root", &"a program run as root by default");
+}
