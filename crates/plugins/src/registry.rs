@@ -234,16 +234,25 @@ impl Plugins {
     /// Starts the plugins marked `autoStart` (at the service's start); answers what
     /// failed.
     pub fn start_automatically(&self) -> Vec<String> {
-        let ids: Vec<String> = self
+        let ids: Vec<(String, Option<PluginState>)> = self
             .inner()
             .plugins
             .values()
-            .filter(|p| p.auto_start || p.state == PluginState::Started)
-            .map(|p| p.id.clone())
+            .filter(|p| {
+                p.auto_start || matches!(p.state, PluginState::Started | PluginState::Paused)
+            })
+            // A paused plugin is configured again and stays paused: a restart is no
+            // resume.
+            .map(|p| {
+                (
+                    p.id.clone(),
+                    (p.state == PluginState::Paused).then_some(PluginState::Paused),
+                )
+            })
             .collect();
         let mut failures = Vec::new();
-        for id in ids {
-            if let Err(e) = self.start(&id, None) {
+        for (id, keep) in ids {
+            if let Err(e) = self.start(&id, keep) {
                 failures.push(format!("plugin {id}: {e}"));
             }
         }

@@ -433,3 +433,25 @@ fn native_programs_do_not_run_as_root_by_default() {
     let polled = server.call("POST", "/rest/plugins/rooted/poll", Auth::Admin, None);
     polled.assert_refused(400, "root", &"a program run as root by default");
 }
+
+/// A restart keeps a PAUSED plugin PAUSED (configured again); it does not start it.
+#[test]
+fn a_restart_keeps_paused_plugins_paused() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Quiet" } }
+           fn on_event(event) { }"#,
+    );
+    created(&server, &json!({"id": "quiet", "pluginType": "Quiet"}));
+    let reply = send(
+        &server,
+        "PUT",
+        "/rest/plugins/quiet",
+        &json!({"state": "PAUSED"}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(plugin(&server, "quiet")["state"], "PAUSED");
+    let server = server.restart();
+    assert_eq!(plugin(&server, "quiet")["state"], "PAUSED");
+}
