@@ -14,6 +14,7 @@
 //! Every method blocks (store writes, script calls).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use drover_domain::dates::{self, Timestamp};
@@ -166,7 +167,42 @@ pub struct Plugins {
     factory: Arc<dyn HostFactory>,
     inner: Mutex<Inner>,
     /// One per plugin: its calls never overlap.
-    calls: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    calls: Mutex<HashMap<String, Arc<CallLock>>>,
+}
+
+/// The most callers a request may find waiting for one plugin's lock before it is
+/// refused: a plugin that answers slowly, asked many times at once, would otherwise hold
+/// every blocking thread of the service (logins, the store) waiting for it.
+pub const MAX_WAITING_CALLS: usize = 8;
+
+/// The lock that keeps calls into one plugin from overlapping, and how many wait for it.
+#[derive(Default)]
+struct CallLock {
+    lock: Mutex<()>,
+    waiting: AtomicUsize,
+}
+
+impl CallLock {
+    fn hold(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the lock, unless `MAX_WAITING_CALLS` callers wait for it already.
+    fn hold_unless_crowded(&self, id: &str) -> Result<MutexGuard<'_, ()>> {
+        if let Ok(guard) = self.lock.try_lock() {
+            return Ok(guard);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING_CALLS {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(PluginError::Conflict(vec![
+                format!("The plugin {id} was not called"),
+                format!("{MAX_WAITING_CALLS} calls wait for it already; try again later"),
+            ]));
+        }
+        let guard = self.hold();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        Ok(guard)
+    }
 }
 
 /// A plugin type as answered: `id`, `author`, `description`, `instances`.
@@ -226,7 +262,7 @@ impl Plugins {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_of(&self, id: &str) -> Arc<Mutex<()>> {
+    fn lock_of(&self, id: &str) -> Arc<CallLock> {
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.entry(id.to_string()).or_default().clone()
     }
@@ -535,7 +571,7 @@ impl Plugins {
         {
             // Under the plugin's lock, as every call into it is, and from what it is now.
             let lock = self.lock_of(id);
-            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _calls = lock.hold();
             let mut trial = self.plugin(id)?;
             trial.config = config.clone();
             self.configure(&trial)
@@ -603,7 +639,7 @@ impl Plugins {
 
     pub fn delete(&self, id: &str) -> Result<String> {
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold();
         let mut inner = self.inner();
         if !inner.plugins.contains_key(id) {
             return Err(PluginError::NotFound(format!("No plugin '{id}'")));
@@ -621,7 +657,7 @@ impl Plugins {
     /// ERRORED with the reason, and is answered.
     fn start(&self, id: &str, keep: Option<PluginState>) -> Result<(), String> {
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold();
         // Read under the lock: a call that ran meanwhile may have changed its data.
         let plugin = self.plugin(id).map_err(|e| e.to_string())?;
         let outcome = self.configure(&plugin);
@@ -727,7 +763,7 @@ impl Plugins {
         // Known first: no lock is made for an id that names no plugin.
         self.plugin(id)?;
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold_unless_crowded(id)?;
         // Read under the lock: a call that ran meanwhile may have changed its data.
         let plugin = self.plugin(id)?;
         let outcome = if plugin.plugin_type == NATIVE {
@@ -806,7 +842,7 @@ impl Plugins {
         };
         for id in targets {
             let lock = self.lock_of(&id);
-            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _calls = lock.hold();
             // Read again under the lock: it may have been paused, stopped, changed or
             // deleted, or its data changed, while the plugins before it ran.
             let Ok(plugin) = self.plugin(&id) else {
@@ -835,7 +871,7 @@ impl Plugins {
         // Known first: no lock is made for an id that names no plugin.
         self.plugin(id)?;
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold_unless_crowded(id)?;
         // Read under the lock: a call that ran meanwhile may have changed its data.
         let plugin = self.plugin(id)?;
         let function = camel_case(name);

@@ -455,3 +455,49 @@ fn a_restart_keeps_paused_plugins_paused() {
     let server = server.restart();
     assert_eq!(plugin(&server, "quiet")["state"], "PAUSED");
 }
+
+/// Many requests at once to a plugin that answers slowly are not all left waiting for
+/// it (each holding one of the service's blocking threads): those past a few are
+/// refused at once.
+#[test]
+fn requests_piling_up_on_a_slow_plugin_are_refused() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Slow", services: ["spin"] } }
+           fn spin(request) { loop { } }"#,
+    );
+    created(
+        &server,
+        &json!({"id": "slow", "pluginType": "Slow", "pollInterval": 86400}),
+    );
+    let replies: Vec<(u16, std::time::Duration)> = std::thread::scope(|scope| {
+        let calls: Vec<_> = (0..20)
+            .map(|_| {
+                scope.spawn(|| {
+                    let started = std::time::Instant::now();
+                    let reply = send(
+                        &server,
+                        "POST",
+                        "/rest/plugins/slow/services/spin",
+                        &json!({}),
+                    );
+                    (reply.status, started.elapsed())
+                })
+            })
+            .collect();
+        calls.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+    let refused: Vec<_> = replies
+        .iter()
+        .filter(|(status, _)| *status == 409)
+        .collect();
+    assert!(refused.len() >= 8, "{replies:?}");
+    assert!(
+        refused
+            .iter()
+            .all(|(_, took)| *took < std::time::Duration::from_secs(2)),
+        "{replies:?}"
+    );
+    assert_eq!(server.get("/rest/diag/about").status, 200);
+}
