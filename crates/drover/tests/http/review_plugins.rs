@@ -501,3 +501,73 @@ fn requests_piling_up_on_a_slow_plugin_are_refused() {
     );
     assert_eq!(server.get("/rest/diag/about").status, 200);
 }
+
+/// A role granting plugins over one's own objects (scope OWN) reaches only one's own
+/// plugins: not an administrator's, whose configuration would then drive what it does
+/// with the administrator's rights.
+#[test]
+fn plugins_over_ones_own_objects_reach_only_ones_own_plugins() {
+    let server = TestServer::builder()
+        .user("olga", false)
+        .config(|c| c.nodes = vec![NodeConfig::new("n1", 2)])
+        .start();
+    let role = send(
+        &server,
+        "POST",
+        "/rest/roles",
+        &json!({"name": "plugin-owners", "permissions": [
+            {"id": "plugins:*", "scope": "OWN"},
+            {"id": "plugin-types:read", "scope": "ALL"},
+            {"id": "plugin-services:use", "scope": "OWN"}]}),
+    );
+    assert_eq!(role.status, 201, "{}", role.body);
+    let principal = send(
+        &server,
+        "POST",
+        "/rest/principals",
+        &json!({"name": "owners", "attachedRoles": [{"name": "plugin-owners"}],
+                "users": [{"name": "olga", "type": "PAM"}]}),
+    );
+    assert_eq!(principal.status, 201, "{}", principal.body);
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Relay", config: #{ say: #{ type: "string" } }, services: ["say"] } }
+           fn say(request) { config().say }"#,
+    );
+    created(&server, &json!({"id": "admins", "pluginType": "Relay"}));
+    let olga = Auth::Basic("olga".into(), PASSWORD.into());
+    let as_olga = |method: &str, path: &str, body: Option<Value>| {
+        server.call(
+            method,
+            path,
+            olga.clone(),
+            body.map(|b| ("application/json", b.to_string().into_bytes())),
+        )
+    };
+    let mine = as_olga(
+        "POST",
+        "/rest/plugins",
+        Some(json!({"id": "olgas", "pluginType": "Relay", "config": {"say": "hi"}})),
+    );
+    assert_eq!(mine.status, 201, "{}", mine.body);
+    let listed = as_olga("GET", "/rest/plugins", None).json();
+    assert_eq!(listed["totalCount"], 1, "{listed}");
+    assert_eq!(as_olga("GET", "/rest/plugins/olgas", None).status, 200);
+    for (method, path, body) in [
+        ("GET", "/rest/plugins/admins", None),
+        (
+            "PUT",
+            "/rest/plugins/admins",
+            Some(json!({"config": {"say": "mine now"}})),
+        ),
+        ("POST", "/rest/plugins/admins/poll", None),
+        ("POST", "/rest/plugins/admins/services/say", Some(json!({}))),
+        ("DELETE", "/rest/plugins/admins", None),
+    ] {
+        let reply = as_olga(method, path, body);
+        reply.assert_refused(404, "admins", &format!("{method} {path}"));
+    }
+    assert_eq!(plugin(&server, "admins")["config"], json!({}));
+    let said = as_olga("POST", "/rest/plugins/olgas/services/say", Some(json!({})));
+    assert_eq!(said.status, 200, "{}", said.body);
+}
