@@ -134,6 +134,11 @@ impl HostFactory for PluginHosts {
         Ok(said)
     }
 
+    fn may_read_events(&self, plugin: &Plugin) -> bool {
+        self.host_of(plugin, Arc::default())
+            .is_ok_and(|host| host.allowed(Permission::read("events")).is_ok())
+    }
+
     fn locations(&self) -> Locations {
         let mut locations = Locations::new(self.config.native_directories.clone());
         locations.run_as = self.config.native_user.clone();

@@ -154,6 +154,8 @@ pub trait HostFactory: Send + Sync {
     ) -> Result<String, String>;
     /// Where Native URLs may point and as whom they run (the operator's configuration).
     fn locations(&self) -> native::Locations;
+    /// Whether `plugin`'s user may read events now (only then is it handed them).
+    fn may_read_events(&self, plugin: &Plugin) -> bool;
 }
 
 struct Inner {
@@ -848,7 +850,7 @@ impl Plugins {
             let Ok(plugin) = self.plugin(&id) else {
                 continue;
             };
-            if plugin.state != PluginState::Started {
+            if plugin.state != PluginState::Started || !self.factory.may_read_events(&plugin) {
                 continue;
             }
             let Some(script) = self

@@ -507,28 +507,7 @@ fn requests_piling_up_on_a_slow_plugin_are_refused() {
 /// with the administrator's rights.
 #[test]
 fn plugins_over_ones_own_objects_reach_only_ones_own_plugins() {
-    let server = TestServer::builder()
-        .user("olga", false)
-        .config(|c| c.nodes = vec![NodeConfig::new("n1", 2)])
-        .start();
-    let role = send(
-        &server,
-        "POST",
-        "/rest/roles",
-        &json!({"name": "plugin-owners", "permissions": [
-            {"id": "plugins:*", "scope": "OWN"},
-            {"id": "plugin-types:read", "scope": "ALL"},
-            {"id": "plugin-services:use", "scope": "OWN"}]}),
-    );
-    assert_eq!(role.status, 201, "{}", role.body);
-    let principal = send(
-        &server,
-        "POST",
-        "/rest/principals",
-        &json!({"name": "owners", "attachedRoles": [{"name": "plugin-owners"}],
-                "users": [{"name": "olga", "type": "PAM"}]}),
-    );
-    assert_eq!(principal.status, 201, "{}", principal.body);
+    let server = server_with_plugin_owner();
     uploaded(
         &server,
         r#"fn describe() { #{ id: "Relay", config: #{ say: #{ type: "string" } }, services: ["say"] } }
@@ -570,4 +549,89 @@ fn plugins_over_ones_own_objects_reach_only_ones_own_plugins() {
     assert_eq!(plugin(&server, "admins")["config"], json!({}));
     let said = as_olga("POST", "/rest/plugins/olgas/services/say", Some(json!({})));
     assert_eq!(said.status, 200, "{}", said.body);
+}
+
+/// A server where `olga` holds plugins over her own objects (scope OWN), and reads
+/// plugin types, but nothing else of plugins or events.
+fn server_with_plugin_owner() -> TestServer {
+    let server = TestServer::builder()
+        .user("olga", false)
+        .config(|c| c.nodes = vec![NodeConfig::new("n1", 2)])
+        .start();
+    let role = send(
+        &server,
+        "POST",
+        "/rest/roles",
+        &json!({"name": "plugin-owners", "permissions": [
+            {"id": "plugins:*", "scope": "OWN"},
+            {"id": "plugin-types:read", "scope": "ALL"},
+            {"id": "plugin-services:use", "scope": "OWN"}]}),
+    );
+    assert_eq!(role.status, 201, "{}", role.body);
+    let principal = send(
+        &server,
+        "POST",
+        "/rest/principals",
+        &json!({"name": "owners", "attachedRoles": [{"name": "plugin-owners"}],
+                "users": [{"name": "olga", "type": "PAM"}]}),
+    );
+    assert_eq!(principal.status, 201, "{}", principal.body);
+    server
+}
+
+const NOTIFIER: &str = include_str!("../../../../examples/plugins/notifier.rhai");
+
+/// Events go to plugins whose user may read events: a user without that permission does
+/// not read everybody's events through a plugin of theirs.
+#[test]
+fn plugins_get_only_the_events_their_user_may_read() {
+    let server = server_with_plugin_owner();
+    uploaded(&server, NOTIFIER);
+    let config = json!({"kinds": "secret"});
+    created(
+        &server,
+        &json!({"id": "admins", "pluginType": "Notifier", "config": config}),
+    );
+    let olga = Auth::Basic("olga".into(), PASSWORD.into());
+    let call = |method: &str, path: &str, body: Option<Value>| {
+        server.call(
+            method,
+            path,
+            olga.clone(),
+            body.map(|b| ("application/json", b.to_string().into_bytes())),
+        )
+    };
+    let mine = call(
+        "POST",
+        "/rest/plugins",
+        Some(json!({"id": "olgas", "pluginType": "Notifier", "config": config})),
+    );
+    assert_eq!(mine.status, 201, "{}", mine.body);
+    let posted = send(
+        &server,
+        "POST",
+        "/rest/events?api-version=3",
+        &json!({"eventType": "secret", "message": "for administrators"}),
+    );
+    assert!(posted.status < 300, "{}", posted.body);
+    // The administrator's plugin gets it...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let recent = send(
+            &server,
+            "GET",
+            "/rest/plugins/admins/services/recent",
+            &json!(null),
+        );
+        if recent.body.contains("secret") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", recent.body);
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // ... and olga's, handed events before or after it, does not.
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let recent = call("GET", "/rest/plugins/olgas/services/recent", None);
+    assert_eq!(recent.status, 200, "{}", recent.body);
+    assert!(!recent.body.contains("secret"), "{}", recent.body);
 }
