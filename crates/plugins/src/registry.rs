@@ -863,6 +863,9 @@ impl Plugins {
                 let _ = self.update(&plugin.id, |p| {
                     p.state = PluginState::Errored;
                     p.error = Some(format!("on_event: {why}"));
+                    // Not polled any more, as after any other failure.
+                    p.next_poll_at = None;
+                    p.next_poll_date = None;
                 });
             }
         }

@@ -635,3 +635,35 @@ fn plugins_get_only_the_events_their_user_may_read() {
     assert_eq!(recent.status, 200, "{}", recent.body);
     assert!(!recent.body.contains("secret"), "{}", recent.body);
 }
+
+/// A plugin ERRORED by a failing on_event says it has no next poll, as any other
+/// ERRORED plugin does.
+#[test]
+fn a_plugin_errored_by_an_event_has_no_next_poll() {
+    let server = server();
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Touchy" } }
+           fn on_event(event) { if event.eventType == "poke" { throw "poked"; } }"#,
+    );
+    created(&server, &json!({"id": "touchy", "pluginType": "Touchy"}));
+    assert!(plugin(&server, "touchy")["nextPollDate"].is_string());
+    let posted = send(
+        &server,
+        "POST",
+        "/rest/events?api-version=3",
+        &json!({"eventType": "poke"}),
+    );
+    assert!(posted.status < 300, "{}", posted.body);
+    let touchy = server.wait_for("/rest/plugins/touchy", "ERRORED", |p| {
+        p["state"] == "ERRORED"
+    });
+    assert!(
+        touchy["errorMessage"]
+            .as_str()
+            .unwrap_or("")
+            .contains("poked"),
+        "{touchy}"
+    );
+    assert_eq!(touchy["nextPollDate"], Value::Null, "{touchy}");
+}
