@@ -439,12 +439,14 @@ impl Host for PluginHost {
                 Ok(Value::Array(vms))
             }
             "reservations" => {
-                self.allowed(Permission::read("reservations"))?;
+                let by = self.allowed(Permission::read("reservations"))?;
+                // Those its user may see, as GET /rest/reservations answers them.
                 let ids: Vec<Value> = self
                     .state
                     .scheduler()
                     .reservations()
                     .iter()
+                    .filter(|r| by.admin || r.belongs_to(&by.user))
                     .map(|r| json!({"id": r.id}))
                     .collect();
                 Ok(Value::Array(ids))

@@ -667,3 +667,40 @@ fn a_plugin_errored_by_an_event_has_no_next_poll() {
     );
     assert_eq!(touchy["nextPollDate"], Value::Null, "{touchy}");
 }
+
+/// reservations() answers the reservations the plugin's user may see, not everybody's.
+#[test]
+fn reservations_answers_only_those_the_plugins_user_may_see() {
+    let server = server_with_plugin_owner();
+    let reserved = send(
+        &server,
+        "POST",
+        "/rest/reservations",
+        &json!({"duration": 600}),
+    );
+    assert_eq!(reserved.status, 201, "{}", reserved.body);
+    let id = reserved.json()["id"].as_str().unwrap().to_string();
+    uploaded(
+        &server,
+        r#"fn describe() { #{ id: "Spy", services: ["look"] } }
+           fn look(request) { reservations() }"#,
+    );
+    let olga = Auth::Basic("olga".into(), PASSWORD.into());
+    let call = |method: &str, path: &str, body: Value| {
+        server.call(
+            method,
+            path,
+            olga.clone(),
+            Some(("application/json", body.to_string().into_bytes())),
+        )
+    };
+    let mine = call(
+        "POST",
+        "/rest/plugins",
+        json!({"id": "spy", "pluginType": "Spy"}),
+    );
+    assert_eq!(mine.status, 201, "{}", mine.body);
+    let seen = call("POST", "/rest/plugins/spy/services/look", json!({}));
+    assert!(seen.status == 200 || seen.status == 400, "{}", seen.body);
+    assert!(!seen.body.contains(&id), "{}", seen.body);
+}
