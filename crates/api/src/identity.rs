@@ -196,6 +196,13 @@ pub(crate) async fn proxied_identity(state: &AppState, name: &str) -> Result<Ide
     Ok(identity)
 }
 
+/// Who `name` is now (local administrator or not, their directory or system groups), as
+/// a proxied name is resolved: what plugins acting for `name` are checked against, so
+/// that rights `name` lost since are lost by their plugins too.
+pub async fn identity_now(state: &AppState, name: &str) -> Result<Identity, ApiError> {
+    proxied_identity(state, name).await
+}
+
 /// A local user, else a directory user, else a system account's user, as the doc of
 /// [`proxied_identity`] says.
 async fn find_proxied(state: &AppState, name: &str) -> Result<Identity, ApiError> {

@@ -35,6 +35,7 @@ pub mod diag;
 pub mod error;
 pub mod events;
 mod identity;
+pub use identity::identity_now;
 pub mod images;
 pub mod input;
 pub mod jobs;

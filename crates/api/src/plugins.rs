@@ -285,14 +285,40 @@ async fn upload(
     ))
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+/// Whether `caller` may see and manage `plugin`: with their permission over everybody's
+/// objects, or over their own and it is theirs (it acts with its creator's rights: anyone
+/// else changing it would act with them).
+fn theirs(caller: &Caller, plugin: &registry::Plugin) -> bool {
+    caller.over_all() || caller.effective_user.as_deref() == Some(plugin.created_by.user.as_str())
+}
+
+/// The plugin `id`, if `caller` may reach it (else, as if there were none, 404).
+async fn reachable(state: &AppState, caller: &Caller, id: &str) -> ApiResult<registry::Plugin> {
+    let wanted = id.to_string();
+    let plugin = blocking(state, move |p| p.plugin(&wanted)).await?;
+    if theirs(caller, &plugin) {
+        Ok(plugin)
+    } else {
+        Err(ApiError::not_found(format!("No plugin '{id}'")))
+    }
+}
+
+async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    params: ListParams,
+) -> ApiResult<Json<Value>> {
     let plugins = blocking(&state, |p| Ok(p.plugins())).await?;
-    let documents: Vec<Value> = plugins.iter().map(registry::wire).collect();
+    let documents: Vec<Value> = plugins
+        .iter()
+        .filter(|p| theirs(&caller, p))
+        .map(registry::wire)
+        .collect();
     Ok(reply::list_in_memory(&documents, &params))
 }
 
-async fn one(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Json<Value>> {
-    let plugin = blocking(&state, move |p| p.plugin(&id)).await?;
+async fn one(ItemRead(state, _, caller, id): ItemRead) -> ApiResult<Json<Value>> {
+    let plugin = reachable(&state, &caller, &id).await?;
     Ok(Json(registry::wire(&plugin)))
 }
 
@@ -388,6 +414,7 @@ async fn modify(
 ) -> ApiResult<Json<Value>> {
     let summary = format!("The plugin {id} was not changed");
     reply::bounded_body(&state, &caller, &body, &summary)?;
+    reachable(&state, &caller, &id).await?;
     let body = parse_json(&body)?;
     let change = read_object(&body, &summary, |f| {
         f.only(
@@ -422,21 +449,26 @@ async fn modify(
     Ok(reply::messages(messages))
 }
 
-async fn poll(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Json<Value>> {
+async fn poll(ItemRead(state, _, caller, id): ItemRead) -> ApiResult<Json<Value>> {
+    reachable(&state, &caller, &id).await?;
     let messages = blocking(&state, move |p| p.poll(&id)).await?;
     Ok(reply::messages(messages))
 }
 
-async fn remove(ItemRead(state, _, _, id): ItemRead) -> ApiResult<Response> {
+async fn remove(ItemRead(state, _, caller, id): ItemRead) -> ApiResult<Response> {
+    // A failure is `{messages: [summary, reason]}` (4.12).
+    let with_summary = |mut e: ApiError| {
+        if e.messages.len() == 1 {
+            e.messages.insert(0, "The plugin was not deleted".into());
+        }
+        e
+    };
+    reachable(&state, &caller, &id)
+        .await
+        .map_err(with_summary)?;
     let message = blocking(&state, move |p| p.delete(&id))
         .await
-        .map_err(|mut e| {
-            // A failure is `{messages: [summary, reason]}` (4.12).
-            if e.messages.len() == 1 {
-                e.messages.insert(0, "The plugin was not deleted".into());
-            }
-            e
-        })?;
+        .map_err(with_summary)?;
     let mut response = reply::deleted().into_response();
     if let Ok(value) = HeaderValue::from_str(&message) {
         response.headers_mut().insert("X-SVC-Message", value);
@@ -450,6 +482,7 @@ async fn call_service(
     Submission(state, params, caller, body): Submission,
 ) -> ApiResult<Json<Value>> {
     reply::bounded_body(&state, &caller, &body, "The web service was not called")?;
+    reachable(&state, &caller, &id).await?;
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null
     } else {

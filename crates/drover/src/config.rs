@@ -95,7 +95,8 @@ pub struct PluginsConfig {
     pub native_directories: Vec<PathBuf>,
     /// The system user Native URLs are read and run as; none: the service's own user.
     pub native_user: Option<String>,
-    /// Whether `native_user = "root"` is allowed.
+    /// Whether `native_user = "root"` is allowed, and whether, without `native_user`,
+    /// a service running as root runs `exec://` programs (as root).
     pub native_allow_root: bool,
 }
 

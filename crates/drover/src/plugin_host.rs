@@ -7,17 +7,18 @@
 //! threads; the engine's async calls are awaited there with the runtime's handle.
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use drover_api::AppState;
 use drover_auth::roles::Scope;
-use drover_auth::{Identity, Origin, Permission};
+use drover_auth::{Identity, Permission};
 use drover_domain::dates::Timestamp;
 use drover_domain::request::{JobAction, JobChanges, NodeChanges, Requester};
 use drover_monitor::event::{Event, ObjectRef};
 use drover_plugins::native::{Locations, NodeReport};
-use drover_plugins::registry::{HostFactory, Plugin, Plugins};
+use drover_plugins::registry::{HostFactory, MAX_DATA_BYTES, Plugin, Plugins};
 use drover_plugins::script::Host;
 use drover_sched::job::JobSpec;
 use drover_sched::node::NodeState;
@@ -25,6 +26,15 @@ use serde_json::{Map, Value, json};
 use tokio::runtime::Handle;
 
 use crate::config::PluginsConfig;
+
+/// How plugins are named as the origin of events, and as who acts for their user.
+const PLUGIN_ORIGIN: &str = "plugin/";
+
+/// The most host functions that act (submit, change, record, run a URL) one call of a
+/// script may make, and the most lines it may log: a script looping over them would
+/// otherwise flood the store, the scheduler or the log for its whole wall time.
+const MAX_ACTIONS_PER_CALL: usize = 100;
+const MAX_LOG_LINES_PER_CALL: usize = 100;
 
 /// The most jobs `jobs()` answers (the latest not yet ended).
 const MAX_LISTED_JOBS: usize = 1000;
@@ -50,14 +60,22 @@ impl PluginHosts {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
             .ok_or("the server is starting or stopping")?;
+        // Who the creator is now, not as they were at creation: an administrator
+        // demoted since, or a user who left a group, no longer lends those rights.
+        let identity = self
+            .runtime
+            .block_on(drover_api::identity_now(&state, &plugin.created_by.user))
+            .map_err(|e| e.messages.join("; "))?;
         Ok(PluginHost {
             plugin: plugin.id.clone(),
             config: plugin.config.clone(),
             locations: self.locations(),
-            identity: identity_of(plugin),
+            identity,
             state,
             runtime: self.runtime.clone(),
             data,
+            actions: AtomicUsize::new(0),
+            logged: AtomicUsize::new(0),
         })
     }
 }
@@ -116,33 +134,16 @@ impl HostFactory for PluginHosts {
         Ok(said)
     }
 
+    fn may_read_events(&self, plugin: &Plugin) -> bool {
+        self.host_of(plugin, Arc::default())
+            .is_ok_and(|host| host.allowed(Permission::read("events")).is_ok())
+    }
+
     fn locations(&self) -> Locations {
         let mut locations = Locations::new(self.config.native_directories.clone());
         locations.run_as = self.config.native_user.clone();
         locations.allow_root = self.config.native_allow_root;
         locations
-    }
-}
-
-fn identity_of(plugin: &Plugin) -> Identity {
-    let acting = &plugin.created_by;
-    let directory = acting
-        .groups
-        .iter()
-        .any(|(kind, _)| kind.starts_with("LDAP"));
-    Identity {
-        name: acting.user.clone(),
-        admin: acting.admin,
-        origin: if directory {
-            Origin::Directory
-        } else {
-            Origin::Local
-        },
-        groups: acting
-            .groups
-            .iter()
-            .map(|(kind, name)| drover_auth::roles::Member::new(kind, name))
-            .collect(),
     }
 }
 
@@ -165,6 +166,9 @@ struct PluginHost {
     state: AppState,
     runtime: Handle,
     data: Arc<Mutex<Map<String, Value>>>,
+    /// What this call of the script has done so far (a host serves one call).
+    actions: AtomicUsize,
+    logged: AtomicUsize,
 }
 
 impl PluginHost {
@@ -181,7 +185,9 @@ impl PluginHost {
         match scope {
             Some(scope) => Ok(Requester {
                 user: self.identity.name.clone(),
-                proxy_user: None,
+                // What it does is recorded as done by the plugin for its user, and the
+                // events of it are not handed back to plugins (`event_loop`).
+                proxy_user: Some(format!("{PLUGIN_ORIGIN}{}", self.plugin)),
                 admin: scope == Scope::All,
             }),
             None => Err(format!(
@@ -348,7 +354,7 @@ impl PluginHost {
             ));
         }
         let mut event = Event::new(Timestamp::now(), kind, &severity);
-        event.origin = Some(format!("plugin/{}", self.plugin));
+        event.origin = Some(format!("{PLUGIN_ORIGIN}{}", self.plugin));
         event.message = text("message");
         event.arguments = strings(request.get("arguments"));
         event.associated_objects = request
@@ -399,6 +405,21 @@ impl Host for PluginHost {
         };
         let null = Value::Null;
         let arg = |i: usize| args.get(i).unwrap_or(&null);
+        if matches!(
+            name,
+            "set_node"
+                | "submit_job"
+                | "modify_job"
+                | "cancel_job"
+                | "create_event"
+                | "post_sample"
+                | "read_url"
+        ) && self.actions.fetch_add(1, Ordering::Relaxed) >= MAX_ACTIONS_PER_CALL
+        {
+            return Err(format!(
+                "a call may act at most {MAX_ACTIONS_PER_CALL} times (submit, change, record, read a URL)"
+            ));
+        }
         match name {
             "nodes" => self.nodes(None),
             "node" => self.nodes(Some(text(0)?)),
@@ -418,12 +439,14 @@ impl Host for PluginHost {
                 Ok(Value::Array(vms))
             }
             "reservations" => {
-                self.allowed(Permission::read("reservations"))?;
+                let by = self.allowed(Permission::read("reservations"))?;
+                // Those its user may see, as GET /rest/reservations answers them.
                 let ids: Vec<Value> = self
                     .state
                     .scheduler()
                     .reservations()
                     .iter()
+                    .filter(|r| by.admin || r.belongs_to(&by.user))
                     .map(|r| json!({"id": r.id}))
                     .collect();
                 Ok(Value::Array(ids))
@@ -443,10 +466,20 @@ impl Host for PluginHost {
                 .unwrap_or(Value::Null)),
             "data_set" => {
                 let key = text(0)?.to_string();
-                self.data
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(key, arg(1).clone());
+                let mut data = self.data.lock().unwrap_or_else(|e| e.into_inner());
+                let before = data.insert(key.clone(), arg(1).clone());
+                // Bounded as it grows, not only when the call ends: a script looping
+                // over new keys would otherwise hold gigabytes until then.
+                let size = serde_json::to_vec(&*data).map_or(usize::MAX, |b| b.len());
+                if size > MAX_DATA_BYTES {
+                    match before {
+                        Some(value) => data.insert(key, value),
+                        None => data.remove(&key),
+                    };
+                    return Err(format!(
+                        "the plugin's data would take {size} bytes, more than {MAX_DATA_BYTES}"
+                    ));
+                }
                 Ok(Value::Null)
             }
             "config" => Ok(Value::Object(self.config.clone())),
@@ -460,7 +493,24 @@ impl Host for PluginHost {
     }
 
     fn log(&self, level: &str, message: &str) {
-        let message: String = message.chars().take(1024).collect();
+        let logged = self.logged.fetch_add(1, Ordering::Relaxed);
+        if logged == MAX_LOG_LINES_PER_CALL {
+            eprintln!(
+                "drover: plugin {}: more than {MAX_LOG_LINES_PER_CALL} lines in one call; the rest are dropped",
+                self.plugin
+            );
+        }
+        if logged >= MAX_LOG_LINES_PER_CALL {
+            return;
+        }
+        // One line each: a newline in a message would forge lines of the service's log.
+        let line = |text: &str, most: usize| -> String {
+            text.chars()
+                .take(most)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect()
+        };
+        let (level, message) = (line(level, 16), line(message, 1024));
         eprintln!("drover: plugin {} [{level}]: {message}", self.plugin);
     }
 }
@@ -504,7 +554,9 @@ pub async fn poll_loop(plugins: Arc<Plugins>) {
     }
 }
 
-/// Hands every stored event (but those plugins made) to the plugins that take events.
+/// Hands every stored event (but those plugins made, or that what plugins did caused) to
+/// the plugins that take events: a plugin submitting a job for each job submitted would
+/// otherwise be handed its own submissions, without end.
 pub async fn event_loop(state: AppState) {
     let mut events = state.events().follow();
     loop {
@@ -513,10 +565,14 @@ pub async fn event_loop(state: AppState) {
             Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
             Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
         };
-        if event
-            .origin
-            .as_deref()
-            .is_some_and(|o| o.starts_with("plugin/"))
+        let by_plugin = |name: Option<&str>| name.is_some_and(|o| o.starts_with(PLUGIN_ORIGIN));
+        if by_plugin(event.origin.as_deref())
+            || by_plugin(
+                event
+                    .initiated_by
+                    .as_ref()
+                    .and_then(|i| i.proxy_user.as_deref()),
+            )
         {
             continue;
         }

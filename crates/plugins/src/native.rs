@@ -430,7 +430,8 @@ pub struct Locations {
     /// Bytes; a file or an output larger than this is refused.
     pub max_output: usize,
     /// `run_as: Some("root")` is refused unless this is true (and any other name with
-    /// uid 0 always is), so that root is never chosen by mistake.
+    /// uid 0 always is), as are programs run without `run_as` by a service running as
+    /// root, so that root is never chosen by mistake.
     pub allow_root: bool,
 }
 
@@ -710,6 +711,16 @@ fn execute(target: &Target, extra: &[&str], locations: &Locations) -> Result<Str
     let roots = allowed_roots(locations)?;
     let real = resolve(target, &roots)?;
     let identity = identity(locations)?;
+    // Without a user to run as, a program runs as the service's own user: when that is
+    // root, only if the operator said root may run them (as for `run_as = "root"`), so
+    // that a root service does not run plugins' programs, with the arguments their
+    // URLs give, as root by default.
+    // SAFETY: geteuid has no preconditions.
+    if identity.is_none() && unsafe { libc::geteuid() } == 0 && !locations.allow_root {
+        return Err(UrlError::RootRefused(
+            "root (the service's own user: no user to run as is configured)".into(),
+        ));
+    }
     let file = open_checked(&real, target, &roots)?;
     let mode = file
         .metadata()
@@ -1225,6 +1236,8 @@ mod tests {
             .expect("chmod");
         let mut locations = Locations::new(vec![dir.path().to_path_buf()]);
         locations.timeout = Duration::from_secs(10);
+        // The tests run programs as the service's own user, root in the test runs.
+        locations.allow_root = true;
         (dir, locations)
     }
 
@@ -1497,6 +1510,7 @@ mod tests {
         let (dir, mut locations) = allowed();
         let path = dir.path().join("nodes.txt");
         write(&path, "n1\n", 0o644);
+        locations.allow_root = false;
         locations.run_as = Some("root".to_owned());
         let error = read_url(&url("file", &path), &locations).unwrap_err();
         assert!(matches!(error, UrlError::RootRefused(_)), "{error}");

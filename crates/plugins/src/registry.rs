@@ -14,6 +14,7 @@
 //! Every method blocks (store writes, script calls).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use drover_domain::dates::{self, Timestamp};
@@ -85,8 +86,8 @@ pub struct Plugin {
     pub next_poll_date: Option<String>,
     /// Why it is ERRORED.
     pub error: Option<String>,
-    /// Who it acts as: who created it, as they were then (their roles are read at each
-    /// call).
+    /// Who it acts as: who created it. Only the name counts: whether they are an
+    /// administrator, their groups and their roles are read again at each call.
     pub created_by: Acting,
     /// What its script kept (`data_set`), surviving restarts.
     #[serde(default)]
@@ -166,6 +167,8 @@ pub trait HostFactory: Send + Sync {
     ) -> Result<String, String>;
     /// Where Native URLs may point and as whom they run (the operator's configuration).
     fn locations(&self) -> native::Locations;
+    /// Whether `plugin`'s user may read events now (only then is it handed them).
+    fn may_read_events(&self, plugin: &Plugin) -> bool;
 }
 
 struct Inner {
@@ -179,7 +182,42 @@ pub struct Plugins {
     factory: Arc<dyn HostFactory>,
     inner: Mutex<Inner>,
     /// One per plugin: its calls never overlap.
-    calls: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    calls: Mutex<HashMap<String, Arc<CallLock>>>,
+}
+
+/// The most callers a request may find waiting for one plugin's lock before it is
+/// refused: a plugin that answers slowly, asked many times at once, would otherwise hold
+/// every blocking thread of the service (logins, the store) waiting for it.
+pub const MAX_WAITING_CALLS: usize = 8;
+
+/// The lock that keeps calls into one plugin from overlapping, and how many wait for it.
+#[derive(Default)]
+struct CallLock {
+    lock: Mutex<()>,
+    waiting: AtomicUsize,
+}
+
+impl CallLock {
+    fn hold(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds the lock, unless `MAX_WAITING_CALLS` callers wait for it already.
+    fn hold_unless_crowded(&self, id: &str) -> Result<MutexGuard<'_, ()>> {
+        if let Ok(guard) = self.lock.try_lock() {
+            return Ok(guard);
+        }
+        if self.waiting.fetch_add(1, Ordering::SeqCst) >= MAX_WAITING_CALLS {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Err(PluginError::Conflict(vec![
+                format!("The plugin {id} was not called"),
+                format!("{MAX_WAITING_CALLS} calls wait for it already; try again later"),
+            ]));
+        }
+        let guard = self.hold();
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        Ok(guard)
+    }
 }
 
 /// A plugin type as answered: `id`, `author`, `description`, `instances`.
@@ -239,7 +277,7 @@ impl Plugins {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_of(&self, id: &str) -> Arc<Mutex<()>> {
+    fn lock_of(&self, id: &str) -> Arc<CallLock> {
         let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.entry(id.to_string()).or_default().clone()
     }
@@ -247,16 +285,25 @@ impl Plugins {
     /// Starts the plugins marked `autoStart` (at the service's start); answers what
     /// failed.
     pub fn start_automatically(&self) -> Vec<String> {
-        let ids: Vec<String> = self
+        let ids: Vec<(String, Option<PluginState>)> = self
             .inner()
             .plugins
             .values()
-            .filter(|p| p.auto_start || p.state == PluginState::Started)
-            .map(|p| p.id.clone())
+            .filter(|p| {
+                p.auto_start || matches!(p.state, PluginState::Started | PluginState::Paused)
+            })
+            // A paused plugin is configured again and stays paused: a restart is no
+            // resume.
+            .map(|p| {
+                (
+                    p.id.clone(),
+                    (p.state == PluginState::Paused).then_some(PluginState::Paused),
+                )
+            })
             .collect();
         let mut failures = Vec::new();
-        for id in ids {
-            if let Err(e) = self.start(&id, None) {
+        for (id, keep) in ids {
+            if let Err(e) = self.start(&id, keep) {
                 failures.push(format!("plugin {id}: {e}"));
             }
         }
@@ -339,6 +386,19 @@ impl Plugins {
                 Ok(script) if script.description.id == NATIVE => {
                     problems.push(format!(
                         "{NATIVE} is the built-in type's id; choose another"
+                    ));
+                }
+                Ok(script)
+                    if compiled
+                        .iter()
+                        .any(|(_, _, c): &(String, Option<String>, Script)| {
+                            c.description.id == script.description.id
+                        }) =>
+                {
+                    problems.push(format!(
+                        "{}: another script of the archive is the plugin type {} too",
+                        origin.as_deref().unwrap_or("the script"),
+                        script.description.id
                     ));
                 }
                 Ok(script) => compiled.push((source, origin, script)),
@@ -524,9 +584,13 @@ impl Plugins {
         if let Some(config) = &config
             && matches!(target, PluginState::Started | PluginState::Paused)
         {
-            let mut trial = current.clone();
+            // Under the plugin's lock, as every call into it is, and from what it is now.
+            let lock = self.lock_of(id);
+            let _calls = lock.hold();
+            let mut trial = self.plugin(id)?;
             trial.config = config.clone();
             self.configure(&trial)
+                .map(drop)
                 .map_err(|e| PluginError::Invalid(vec![summary.clone(), e]))?;
         }
         self.update(id, |p| {
@@ -590,7 +654,7 @@ impl Plugins {
 
     pub fn delete(&self, id: &str) -> Result<String> {
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold();
         let mut inner = self.inner();
         if !inner.plugins.contains_key(id) {
             return Err(PluginError::NotFound(format!("No plugin '{id}'")));
@@ -607,14 +671,16 @@ impl Plugins {
     /// Configures `id` and makes it STARTED (or `keep`, PAUSED); a failure leaves it
     /// ERRORED with the reason, and is answered.
     fn start(&self, id: &str, keep: Option<PluginState>) -> Result<(), String> {
-        let plugin = self.plugin(id).map_err(|e| e.to_string())?;
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold();
+        // Read under the lock: a call that ran meanwhile may have changed its data.
+        let plugin = self.plugin(id).map_err(|e| e.to_string())?;
         let outcome = self.configure(&plugin);
         let now = Timestamp::now().as_second();
         let state = keep.unwrap_or(PluginState::Started);
         let _ = self.update(id, |p| match &outcome {
-            Ok(()) => {
+            Ok(config) => {
+                p.config = config.clone();
                 p.state = state;
                 p.error = None;
                 schedule(p, now);
@@ -626,37 +692,47 @@ impl Plugins {
                 p.next_poll_date = None;
             }
         });
-        outcome
+        outcome.map(drop)
     }
 
     /// Runs the type's `configure(config)` (or checks a Native plugin's URLs).
-    fn configure(&self, plugin: &Plugin) -> Result<(), String> {
-        if plugin.plugin_type == NATIVE {
-            let locations = self.factory.locations();
-            for key in NATIVE_URLS {
-                if let Some(url) = plugin.config.get(key).and_then(Value::as_str) {
-                    native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
-                }
-            }
-            return Ok(());
-        }
-        let script = self.script_of(&plugin.plugin_type).ok_or_else(|| {
+    /// The configuration is checked against the type as it is now (a type uploaded again
+    /// may require what the plugin's configuration lacks) and answered with the type's
+    /// defaults added.
+    fn configure(&self, plugin: &Plugin) -> Result<Map<String, Value>, String> {
+        let gone = || {
             format!(
                 "its plugin type '{}' does not exist (or no longer compiles)",
                 plugin.plugin_type
             )
-        })?;
-        if !script.defines("configure", 1) {
-            return Ok(());
+        };
+        let description = self.description(&plugin.plugin_type).ok_or_else(gone)?;
+        let config = description
+            .checked_config(&plugin.config)
+            .map_err(|problems| problems.join("; "))?;
+        if plugin.plugin_type == NATIVE {
+            let locations = self.factory.locations();
+            for key in NATIVE_URLS {
+                if let Some(url) = config.get(key).and_then(Value::as_str) {
+                    native::check_url(url, &locations).map_err(|e| format!("config.{key}: {e}"))?;
+                }
+            }
+            return Ok(config);
         }
+        let script = self.script_of(&plugin.plugin_type).ok_or_else(gone)?;
+        if !script.defines("configure", 1) {
+            return Ok(config);
+        }
+        let mut checked = plugin.clone();
+        checked.config = config.clone();
         self.run(
-            plugin,
+            &checked,
             &script,
             "configure",
-            vec![Value::Object(plugin.config.clone())],
+            vec![Value::Object(config.clone())],
         )
-        .map(drop)
-        .map_err(|e| format!("configure: {e}"))
+        .map_err(|e| format!("configure: {e}"))?;
+        Ok(config)
     }
 
     /// Calls `function` of the plugin's script; what it kept with `data_set` is stored.
@@ -699,9 +775,12 @@ impl Plugins {
 
     /// Polls `id` now (its next poll is scheduled from now); a failure leaves it ERRORED.
     pub fn poll(&self, id: &str) -> Result<Vec<String>> {
-        let plugin = self.plugin(id)?;
+        // Known first: no lock is made for an id that names no plugin.
+        self.plugin(id)?;
         let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        let _calls = lock.hold_unless_crowded(id)?;
+        // Read under the lock: a call that ran meanwhile may have changed its data.
+        let plugin = self.plugin(id)?;
         let outcome = if plugin.plugin_type == NATIVE {
             self.poll_native(&plugin)
         } else {
@@ -785,7 +864,7 @@ impl Plugins {
             .collect();
         for (id, url) in actions {
             let lock = self.lock_of(&id);
-            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+            let _calls = lock.hold();
             if let Err(why) = native::run_action(&url, &[job], &self.factory.locations()) {
                 let _ = self.update(&id, |p| {
                     p.state = PluginState::Errored;
@@ -799,25 +878,39 @@ impl Plugins {
     /// runs the Native plugins' action URLs; a failure leaves that plugin ERRORED.
     pub fn deliver(&self, event: &Value) {
         self.run_native_actions(event);
-        let targets: Vec<(Plugin, Arc<Script>)> = {
+        let targets: Vec<String> = {
             let inner = self.inner();
             inner
                 .plugins
                 .values()
                 .filter(|p| p.state == PluginState::Started)
-                .filter_map(|p| {
-                    let script = inner.types.get(&p.plugin_type)?.1.clone();
-                    script.defines("on_event", 1).then(|| (p.clone(), script))
-                })
+                .map(|p| p.id.clone())
                 .collect()
         };
-        for (plugin, script) in targets {
-            let lock = self.lock_of(&plugin.id);
-            let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
+        for id in targets {
+            let lock = self.lock_of(&id);
+            let _calls = lock.hold();
+            // Read again under the lock: it may have been paused, stopped, changed or
+            // deleted, or its data changed, while the plugins before it ran.
+            let Ok(plugin) = self.plugin(&id) else {
+                continue;
+            };
+            if plugin.state != PluginState::Started || !self.factory.may_read_events(&plugin) {
+                continue;
+            }
+            let Some(script) = self
+                .script_of(&plugin.plugin_type)
+                .filter(|s| s.defines("on_event", 1))
+            else {
+                continue;
+            };
             if let Err(why) = self.run(&plugin, &script, "on_event", vec![event.clone()]) {
                 let _ = self.update(&plugin.id, |p| {
                     p.state = PluginState::Errored;
                     p.error = Some(format!("on_event: {why}"));
+                    // Not polled any more, as after any other failure.
+                    p.next_poll_at = None;
+                    p.next_poll_date = None;
                 });
             }
         }
@@ -825,6 +918,11 @@ impl Plugins {
 
     /// Calls the web service `name` (camelCase or hyphenated) of plugin `id`.
     pub fn call_service(&self, id: &str, name: &str, request: Value) -> Result<Value> {
+        // Known first: no lock is made for an id that names no plugin.
+        self.plugin(id)?;
+        let lock = self.lock_of(id);
+        let _calls = lock.hold_unless_crowded(id)?;
+        // Read under the lock: a call that ran meanwhile may have changed its data.
         let plugin = self.plugin(id)?;
         let function = camel_case(name);
         let script = self
@@ -839,8 +937,6 @@ impl Plugins {
                 format!("the plugin is {:?}; start it first", plugin.state).to_uppercase(),
             ]));
         }
-        let lock = self.lock_of(id);
-        let _calls = lock.lock().unwrap_or_else(|e| e.into_inner());
         self.run(&plugin, &script, &function, vec![request])
             .map_err(|why| {
                 PluginError::Invalid(vec![

@@ -14,6 +14,7 @@ mod openapi;
 mod plugins;
 mod principals;
 mod reservations;
+mod review_plugins;
 mod review_services;
 mod review_vms;
 mod roles;

@@ -21,6 +21,8 @@ fn server(probes: &Path) -> TestServer {
         .config(move |c| {
             c.nodes = vec![NodeConfig::new("n1", 2), NodeConfig::new("n2", 2)];
             c.plugins.native_directories = vec![probes];
+            // The probes run as the service's own user (root in the test runs).
+            c.plugins.native_allow_root = true;
         })
         .start()
 }
