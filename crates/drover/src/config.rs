@@ -82,6 +82,41 @@ pub struct Config {
     pub cloud: CloudConfig,
     /// Plugins.
     pub plugins: PluginsConfig,
+    /// What runs the jobs: this machine (`local`, the default) or a Slurm cluster.
+    pub resource_manager: ResourceManagerConfig,
+}
+
+/// `[resource_manager]`: `kind = "local"` (jobs are processes of this machine) or
+/// `"slurm"` (jobs are Slurm jobs pinned to the nodes chosen here; the nodes are Slurm's
+/// unless `[[nodes]]` names them).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ResourceManagerConfig {
+    pub kind: ResourceManagerKind,
+    /// The directory of Slurm's commands (`sbatch`, `squeue`, `sinfo`...).
+    pub slurm_bin_dir: PathBuf,
+    /// `SLURM_CONF` for those commands, when not `/etc/slurm/slurm.conf`.
+    pub slurm_conf: Option<PathBuf>,
+    /// The partition jobs are submitted to (Slurm's default when none).
+    pub slurm_partition: Option<String>,
+}
+
+impl Default for ResourceManagerConfig {
+    fn default() -> Self {
+        Self {
+            kind: ResourceManagerKind::Local,
+            slurm_bin_dir: PathBuf::from("/usr/bin"),
+            slurm_conf: None,
+            slurm_partition: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResourceManagerKind {
+    Local,
+    Slurm,
 }
 
 /// `[plugins]`: where the built-in `Native` type's URLs may point and as whom they run.
@@ -405,6 +440,7 @@ impl Default for Config {
             accounting: AccountingConfig::default(),
             cloud: CloudConfig::default(),
             plugins: PluginsConfig::default(),
+            resource_manager: ResourceManagerConfig::default(),
         }
     }
 }

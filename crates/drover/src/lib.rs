@@ -230,8 +230,9 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
     })
 }
 
-/// Recovers the scheduler's state from the store and starts its engine, with the local
-/// resource manager running jobs as processes of this machine.
+/// Recovers the scheduler's state from the store and starts its engine, with the
+/// configured resource manager: the local one (jobs are processes of this machine) or
+/// Slurm (its nodes, unless `[[nodes]]` names them).
 fn start_scheduler(
     config: &Config,
     store: Arc<dyn DocumentStore>,
@@ -239,6 +240,26 @@ fn start_scheduler(
     ledger: Arc<drover_accounting::Ledger>,
     vm_host: Arc<dyn drover_sched::vm_host::VmHost>,
 ) -> Result<Scheduler, String> {
+    let (resource_manager, nodes) = match config.resource_manager.kind {
+        config::ResourceManagerKind::Local => {
+            (local_resource_manager(config), config.nodes.clone())
+        }
+        config::ResourceManagerKind::Slurm => slurm_resource_manager(config)?,
+    };
+    let parts = EngineParts {
+        store,
+        resource_manager,
+        clock: Arc::new(SystemClock),
+        events,
+        accountant: Arc::new(ledger_accountant::LedgerAccountant(ledger)),
+        vm_host,
+    };
+    let mut engine = config.scheduler.engine(&nodes);
+    engine.standing_reservations = config.standing_reservations.clone();
+    Scheduler::start(engine, parts).map_err(|e| format!("cannot start the scheduler: {e}"))
+}
+
+fn local_resource_manager(config: &Config) -> drover_sched::engine::MakeResourceManager {
     let spool = config.data_dir.join("spool");
     // This very program, even after its file is replaced by an upgrade.
     let shepherd = config
@@ -246,21 +267,46 @@ fn start_scheduler(
         .shepherd
         .clone()
         .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"));
-    let parts = EngineParts {
-        store,
-        resource_manager: Box::new(move |notify| {
-            LocalResourceManager::new(spool.clone(), notify, shepherd.clone())
-                .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
-                .map_err(|e| format!("cannot prepare the job spool {}: {e}", spool.display()))
-        }),
-        clock: Arc::new(SystemClock),
-        events,
-        accountant: Arc::new(ledger_accountant::LedgerAccountant(ledger)),
-        vm_host,
+    Box::new(move |notify| {
+        LocalResourceManager::new(spool.clone(), notify, shepherd.clone())
+            .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
+            .map_err(|e| format!("cannot prepare the job spool {}: {e}", spool.display()))
+    })
+}
+
+/// The Slurm resource manager, and the nodes: those of `[[nodes]]`, else Slurm's.
+fn slurm_resource_manager(
+    config: &Config,
+) -> Result<
+    (
+        drover_sched::engine::MakeResourceManager,
+        Vec<drover_sched::node::NodeConfig>,
+    ),
+    String,
+> {
+    use drover_sched::rm::slurm::{SlurmConfig, SlurmResourceManager, slurm_nodes};
+    let mut slurm = SlurmConfig::new(config.data_dir.join("slurm"));
+    slurm.bin_dir = config.resource_manager.slurm_bin_dir.clone();
+    slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
+    slurm.partition = config.resource_manager.slurm_partition.clone();
+    let nodes = if config.nodes.is_empty() {
+        let found = slurm_nodes(&slurm).map_err(|e| format!("cannot read Slurm's nodes: {e}"))?;
+        for problem in &found.problems {
+            eprintln!("drover: warning: a Slurm node was not read: {problem}");
+        }
+        if found.items.is_empty() {
+            return Err("Slurm reports no node".into());
+        }
+        found.items.into_iter().map(|n| n.config).collect()
+    } else {
+        config.nodes.clone()
     };
-    let mut engine = config.scheduler.engine(&config.nodes);
-    engine.standing_reservations = config.standing_reservations.clone();
-    Scheduler::start(engine, parts).map_err(|e| format!("cannot start the scheduler: {e}"))
+    let make: drover_sched::engine::MakeResourceManager = Box::new(move |notify| {
+        SlurmResourceManager::new(slurm, notify)
+            .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
+            .map_err(|e| format!("cannot prepare the Slurm resource manager: {e}"))
+    });
+    Ok((make, nodes))
 }
 
 /// Serves the interface on `listener` until `shutdown` completes, then finishes the

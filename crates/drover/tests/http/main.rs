@@ -21,5 +21,6 @@ mod roles;
 mod security;
 mod service_templates;
 mod services;
+mod slurm;
 mod support;
 mod vms;
