@@ -401,6 +401,10 @@ pub struct JobStatus {
     /// The running process, so that a restarted service can find it again.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub process: Option<ProcessRecord>,
+    /// The id an external resource manager gave its last run (Slurm's job id); kept
+    /// once the run ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rm_job_id: Option<String>,
     /// The process is being stopped, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ending: Option<EndIntent>,

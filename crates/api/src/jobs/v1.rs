@@ -116,8 +116,10 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
     );
     put("standardErrorFilePath", json!(spec.stderr_path));
     put("standardOutputFilePath", json!(spec.stdout_path));
-    put("sourceRmJobId", json!(job.id));
-    put("destinationRmJobId", json!(job.id));
+    // The resource manager's own id of the job (Slurm's job id), else ours.
+    let rm_job_id = rm_job_id(job);
+    put("sourceRmJobId", json!(rm_job_id));
+    put("destinationRmJobId", json!(rm_job_id));
     put(
         "reservationRequested",
         json!(spec.extra.reservation_requested),
@@ -393,4 +395,10 @@ pub fn hold_names(holds: &[String]) -> Result<Vec<Hold>, ApiError> {
         }
     }
     Ok(out)
+}
+
+/// The id the resource manager knows the job by: Slurm's job id for a job it ran (or
+/// runs), else the job's own id (the local manager's jobs are ours).
+pub(super) fn rm_job_id(job: &drover_sched::job::Job) -> &str {
+    job.status.rm_job_id.as_deref().unwrap_or(&job.id)
 }

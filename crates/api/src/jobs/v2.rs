@@ -216,7 +216,8 @@ fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
     put("resourceManagerExtension", json!(spec.extra.rm_extension));
     put(
         "resourceManagers",
-        json!([{ "isDestination": true, "isSource": true, "jobName": job.id, "name": r.rm_name }]),
+        json!([{ "isDestination": true, "isSource": true,
+                 "jobName": super::v1::rm_job_id(job), "name": r.rm_name }]),
     );
     put("schedName", json!(r.sched_name));
     put(

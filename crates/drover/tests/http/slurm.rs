@@ -72,6 +72,22 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
     let job = wait_state(&server, &id, "COMPLETED");
     assert_eq!(job["completionCode"], 3, "{job}");
     assert_eq!(job["rmName"], "slurm", "{job}");
+    // Slurm's own job id, a number, as the resource manager's job id.
+    let slurm_id = job["sourceRmJobId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        !slurm_id.is_empty() && slurm_id.bytes().all(|b| b.is_ascii_digit()),
+        "{job}"
+    );
+    assert_eq!(job["destinationRmJobId"], slurm_id.as_str());
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(
+        v2["resourceManagers"][0]["jobName"],
+        slurm_id.as_str(),
+        "{v2}"
+    );
     assert!(ids.contains(&job["hosts"][0].as_str().unwrap()), "{job}");
     let out = std::fs::read_to_string(work.path().join("out.txt")).unwrap_or_default();
     assert!(out.contains(&format!("user={BOB}")), "{out:?}");

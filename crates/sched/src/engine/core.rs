@@ -675,6 +675,7 @@ impl Engine {
             Ok(process) => {
                 self.update(position, |job| {
                     job.status.state = JobState::Running;
+                    job.status.rm_job_id = process.rm_job_id.clone();
                     job.status.process = Some(process);
                     job.status.dates.start = Some(now);
                     job.status.counts.start += 1;
