@@ -837,3 +837,43 @@ fn a_restart_during_teardown_finishes_it() {
     assert_eq!(running, 0, "{jobs}");
     assert_eq!(server.get(&format!("/rest/vcs/{vc}")).status, 404);
 }
+
+/// The order assertions of the bring-up tests compare dates to the second, which a
+/// violation within one second would pass: here the service depended on never comes up
+/// (its job asks for a feature no node has), so the one that waits must never be made.
+#[test]
+fn a_service_is_not_set_up_while_one_it_depends_on_is_not_up() {
+    if !system_accounts() {
+        return;
+    }
+    let server = server();
+    stack_template(&server, "stack");
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [
+        {"name": "s", "serviceTemplate": "stack"},
+        {"name": "stuck", "extends": "s::db",
+         "attributes": {"sched": {"job": {"features": ["no-such-feature"]}}}}]}),
+    );
+    let shop = server.get(&item(&top)).json();
+    let (db, web) = (
+        included(&shop, "db").to_string(),
+        included(&shop, "web").to_string(),
+    );
+    wait_service(&server, &db, "given its job", |s| {
+        s["attributes"]["sched"]["job"]["id"].is_string()
+    });
+    // Many controller passes later, db is still setting up and web was never started.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(server.get(&item(&db)).json()["phase"], "settingUp");
+    let web = server.get(&item(&web)).json();
+    assert_eq!(web["phase"], "pending", "{web}");
+    assert!(
+        web["attributes"]["sched"]["job"].get("id").is_none(),
+        "{web}"
+    );
+    assert!(web["status"].as_str().unwrap().contains(&db), "{web}");
+    assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
+    wait_gone(&server, &top);
+}
