@@ -85,7 +85,7 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
         "configuredClasses": [],
         "cpuLoad": -1,
         "dynamic": false,
-        "externalLoad": -1,
+        "externalLoad": node.external_processors.map_or(-1, i64::from),
         "features": config.features,
         "flags": ["RM_DETECTED"],
         "genericEvents": o.generic_events.iter().map(|e| json!({ "name": e.name, "message": e.message, "date": date(dates, version, e.created) })).collect::<Vec<_>>(),

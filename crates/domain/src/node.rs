@@ -55,6 +55,69 @@ impl NodeConfig {
     }
 }
 
+/// What a resource-manager plugin (the Native type's `getNodes`) reported of a node's
+/// description, kept in the `reported_nodes` collection. It is laid over the configured
+/// node of that id, or describes a node the configuration does not have.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ReportedNode {
+    pub id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub processors: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub architecture: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub features: Option<Vec<String>>,
+    /// Who reported it (a plugin id).
+    pub reporter: String,
+}
+
+impl ReportedNode {
+    /// Whether the report says anything of the node's description.
+    pub fn describes(&self) -> bool {
+        self.processors.is_some()
+            || self.memory.is_some()
+            || self.disk.is_some()
+            || self.architecture.is_some()
+            || self.features.is_some()
+    }
+
+    /// Lays the report over `config`; answers whether anything changed.
+    pub fn apply_to(&self, config: &mut NodeConfig) -> bool {
+        let before = config.clone();
+        if let Some(processors) = self.processors {
+            config.processors = processors;
+        }
+        if self.memory.is_some() {
+            config.memory = self.memory;
+        }
+        if self.disk.is_some() {
+            config.disk = self.disk;
+        }
+        if self.architecture.is_some() {
+            config.architecture = self.architecture.clone();
+        }
+        if let Some(features) = &self.features {
+            config.features = features.clone();
+        }
+        *config != before
+    }
+
+    /// A node the configuration does not have, described by this report alone.
+    pub fn new_config(&self) -> Result<NodeConfig, String> {
+        let processors = self
+            .processors
+            .ok_or("a node that is not configured needs CPROC (its processors) to be added")?;
+        let mut config = NodeConfig::new(&self.id, processors);
+        self.apply_to(&mut config);
+        Ok(config)
+    }
+}
+
 /// Node states (decisions.md). Parsing is case-insensitive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeState {
@@ -161,6 +224,9 @@ pub struct Node {
     pub jobs: Vec<String>,
     /// VMs holding processors and memory here (jobs cannot use them).
     pub vms: Vec<String>,
+    /// Processors that work outside this service uses, as a resource-manager plugin
+    /// reported it (the Native type's `getJobs`); `None` when nothing reported any.
+    pub external_processors: Option<u32>,
 }
 
 impl Node {
@@ -174,6 +240,7 @@ impl Node {
             used_disk: 0,
             jobs: Vec::new(),
             vms: Vec::new(),
+            external_processors: None,
         }
     }
 
@@ -195,8 +262,12 @@ impl Node {
             Some(NodeState::Draining) => NodeState::Drained,
             Some(state) if !state.follows_load() => state,
             _ if !self.powered_on() => NodeState::Down,
-            _ if self.jobs.is_empty() && self.vms.is_empty() => NodeState::Idle,
-            _ if self.used_processors >= self.config.processors => NodeState::Busy,
+            _ if self.jobs.is_empty() && self.vms.is_empty() && self.external() == 0 => {
+                NodeState::Idle
+            }
+            _ if self.used_processors + self.external() >= self.config.processors => {
+                NodeState::Busy
+            }
             _ => NodeState::Running,
         }
     }
@@ -207,7 +278,14 @@ impl Node {
     }
 
     pub fn free_processors(&self) -> u32 {
-        self.config.processors.saturating_sub(self.used_processors)
+        self.config
+            .processors
+            .saturating_sub(self.used_processors.saturating_add(self.external()))
+    }
+
+    /// Processors work outside this service uses here (0 when unknown).
+    pub fn external(&self) -> u32 {
+        self.external_processors.unwrap_or(0)
     }
 
     /// Free memory in megabytes, if the node's memory is known.

@@ -123,6 +123,36 @@ pub struct NodeChanges {
     pub variables: BTreeMap<String, Option<String>>,
 }
 
+/// One node of a resource-manager plugin's report: what it says of the node's
+/// description, and the state, messages and metrics to set like a `PUT` would.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeReportItem {
+    pub node: crate::node::ReportedNode,
+    pub changes: NodeChanges,
+}
+
+/// What a resource-manager plugin reported of work outside this service: the processors
+/// it uses on each node named (nodes it named before and not now use none any more).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExternalUse {
+    /// Who reported it (a plugin id).
+    pub reporter: String,
+    pub processors: std::collections::BTreeMap<String, u32>,
+}
+
+/// What a report of nodes did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct NodeReportOutcome {
+    /// Known nodes whose description or overrides changed.
+    pub updated: usize,
+    /// Nodes the report added.
+    pub added: Vec<String>,
+    /// Nodes it reported as they were.
+    pub unchanged: usize,
+    /// `<id>: <why>` for each node the report could not apply.
+    pub refused: Vec<String>,
+}
+
 /// Why the engine refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SchedError {

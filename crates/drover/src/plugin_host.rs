@@ -15,9 +15,12 @@ use drover_api::AppState;
 use drover_auth::roles::Scope;
 use drover_auth::{Identity, Permission};
 use drover_domain::dates::Timestamp;
-use drover_domain::request::{JobAction, JobChanges, NodeChanges, Requester};
+use drover_domain::node::ReportedNode;
+use drover_domain::request::{
+    ExternalUse, JobAction, JobChanges, NodeChanges, NodeReportItem, Requester,
+};
 use drover_monitor::event::{Event, ObjectRef};
-use drover_plugins::native::{Locations, NodeReport};
+use drover_plugins::native::{JobReport, Locations, NodeReport};
 use drover_plugins::registry::{HostFactory, MAX_DATA_BYTES, Plugin, Plugins};
 use drover_plugins::script::Host;
 use drover_sched::job::JobSpec;
@@ -80,6 +83,57 @@ impl PluginHosts {
     }
 }
 
+/// A Native node line as the engine takes it: its description (CPROC, CMEMORY, CDISK,
+/// ARCH, FEATURE) and what a `PUT` would set (state, os, partition, messages, metrics).
+fn report_item(plugin: &str, report: NodeReport) -> NodeReportItem {
+    NodeReportItem {
+        node: ReportedNode {
+            id: report.id,
+            processors: report.processors,
+            memory: report.memory,
+            disk: report.disk,
+            architecture: report.architecture,
+            features: (!report.features.is_empty()).then_some(report.features),
+            reporter: plugin.to_string(),
+        },
+        changes: NodeChanges {
+            state: report.state.as_deref().and_then(NodeState::parse),
+            os: report.os,
+            partition: report.partition,
+            messages: report.messages,
+            generic_events: report.generic_events,
+            generic_metrics: report.generic_metrics,
+            ..NodeChanges::default()
+        },
+    }
+}
+
+/// The processors outside work holds on each node: every active job (Running, Starting,
+/// Suspended) holds `DPROCS` processors (1 if not given) for each entry of its
+/// `TASKLIST` (one node id per task, comma-separated: `n1,n1,n2`).
+fn external_processors(jobs: &[JobReport]) -> BTreeMap<String, u32> {
+    let mut held = BTreeMap::new();
+    for job in jobs {
+        let active = matches!(
+            job.state.as_deref(),
+            Some("Running" | "Starting" | "Suspended")
+        );
+        let Some(tasks) = job.fields.get("TASKLIST").filter(|_| active) else {
+            continue;
+        };
+        let per_task = job
+            .fields
+            .get("DPROCS")
+            .and_then(|p| p.parse::<u32>().ok())
+            .unwrap_or(1);
+        for node in tasks.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            let total: &mut u32 = held.entry(node.to_string()).or_default();
+            *total = total.saturating_add(per_task);
+        }
+    }
+    held
+}
+
 impl HostFactory for PluginHosts {
     fn host(&self, plugin: &Plugin, data: Arc<Mutex<Map<String, Value>>>) -> Arc<dyn Host> {
         match self.host_of(plugin, data) {
@@ -92,44 +146,51 @@ impl HostFactory for PluginHosts {
         let host = self.host_of(plugin, Arc::default())?;
         let by = host.allowed(Permission::update("nodes"))?;
         let scheduler = host.state.scheduler();
-        let known: HashSet<String> = scheduler
-            .nodes()
-            .iter()
-            .map(|n| n.id().to_string())
+        let items = reports
+            .into_iter()
+            .map(|report| report_item(&plugin.id, report))
             .collect();
-        let (mut changed, mut unknown, mut refused) = (0, Vec::new(), Vec::new());
-        for report in reports {
-            if !known.contains(&report.id) {
-                unknown.push(report.id);
-                continue;
-            }
-            let changes = NodeChanges {
-                state: report.state.as_deref().and_then(NodeState::parse),
-                os: report.os.clone(),
-                partition: report.partition.clone(),
-                messages: report.messages.clone(),
-                generic_events: report.generic_events.clone(),
-                generic_metrics: report.generic_metrics.clone(),
-                ..NodeChanges::default()
-            };
-            match self
-                .runtime
-                .block_on(scheduler.modify_node(&report.id, changes, by.clone()))
-            {
-                Ok(_) => changed += 1,
-                Err(e) => refused.push(format!("{}: {e}", report.id)),
-            }
+        let outcome = self
+            .runtime
+            .block_on(scheduler.report_nodes(items, by))
+            .map_err(|e| e.to_string())?;
+        let mut said = format!(
+            "{} nodes updated, {} unchanged",
+            outcome.updated, outcome.unchanged
+        );
+        if !outcome.added.is_empty() {
+            said.push_str(&format!("; added: {}", outcome.added.join(", ")));
         }
-        let mut said = format!("{changed} nodes updated");
+        if !outcome.refused.is_empty() {
+            said.push_str(&format!("; refused: {}", outcome.refused.join("; ")));
+        }
+        Ok(said)
+    }
+
+    fn apply_jobs(&self, plugin: &Plugin, reports: Vec<JobReport>) -> Result<String, String> {
+        let host = self.host_of(plugin, Arc::default())?;
+        let by = host.allowed(Permission::update("nodes"))?;
+        let scheduler = host.state.scheduler();
+        // This service's own jobs are not outside work, whatever the report says.
+        let outside: Vec<JobReport> = reports
+            .into_iter()
+            .filter(|job| scheduler.job(&job.id).is_none())
+            .collect();
+        let count = outside.len();
+        let report = ExternalUse {
+            reporter: plugin.id.clone(),
+            processors: external_processors(&outside),
+        };
+        let unknown = self
+            .runtime
+            .block_on(scheduler.report_external_use(report, by))
+            .map_err(|e| e.to_string())?;
+        let mut said = format!("{count} jobs of other work read");
         if !unknown.is_empty() {
-            // Nodes come from the configuration here; a report cannot add one.
             said.push_str(&format!(
-                "; not nodes of this server: {}",
+                "; their nodes not known here: {}",
                 unknown.join(", ")
             ));
-        }
-        if !refused.is_empty() {
-            said.push_str(&format!("; refused: {}", refused.join("; ")));
         }
         Ok(said)
     }

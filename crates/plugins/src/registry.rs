@@ -165,6 +165,13 @@ pub trait HostFactory: Send + Sync {
         plugin: &Plugin,
         reports: Vec<native::NodeReport>,
     ) -> Result<String, String>;
+    /// Applies a Native plugin's job reports (work outside this service on the nodes);
+    /// answers what was done.
+    fn apply_jobs(
+        &self,
+        plugin: &Plugin,
+        reports: Vec<native::JobReport>,
+    ) -> Result<String, String>;
     /// Where Native URLs may point and as whom they run (the operator's configuration).
     fn locations(&self) -> native::Locations;
     /// Whether `plugin`'s user may read events now (only then is it handed them).
@@ -174,6 +181,10 @@ pub trait HostFactory: Send + Sync {
 struct Inner {
     types: BTreeMap<String, (StoredType, Arc<Script>)>,
     plugins: BTreeMap<String, Plugin>,
+    /// The script each plugin was last configured with: a type uploaded again with
+    /// `reload-plugins=false` reaches a plugin only when it is configured again (started,
+    /// or its configuration changed).
+    loaded: BTreeMap<String, Arc<Script>>,
 }
 
 pub struct Plugins {
@@ -267,7 +278,11 @@ impl Plugins {
             store,
             limits,
             factory,
-            inner: Mutex::new(Inner { types, plugins }),
+            inner: Mutex::new(Inner {
+                types,
+                plugins,
+                loaded: BTreeMap::new(),
+            }),
             calls: Mutex::new(HashMap::new()),
         };
         Ok((registry, warnings))
@@ -483,6 +498,17 @@ impl Plugins {
         self.inner().types.get(ty).map(|(_, s)| s.clone())
     }
 
+    /// The script `plugin` runs: the one it was configured with, while its type exists.
+    fn script_for(&self, plugin: &Plugin) -> Option<Arc<Script>> {
+        let inner = self.inner();
+        inner.types.get(&plugin.plugin_type)?;
+        inner
+            .loaded
+            .get(&plugin.id)
+            .cloned()
+            .or_else(|| inner.types.get(&plugin.plugin_type).map(|(_, s)| s.clone()))
+    }
+
     // Plugins.
 
     pub fn plugins(&self) -> Vec<Plugin> {
@@ -665,6 +691,7 @@ impl Plugins {
             expected_version: None,
         }])?;
         inner.plugins.remove(id);
+        inner.loaded.remove(id);
         Ok(format!("Plugin {id} was stopped and deleted"))
     }
 
@@ -720,18 +747,18 @@ impl Plugins {
             return Ok(config);
         }
         let script = self.script_of(&plugin.plugin_type).ok_or_else(gone)?;
-        if !script.defines("configure", 1) {
-            return Ok(config);
+        if script.defines("configure", 1) {
+            let mut checked = plugin.clone();
+            checked.config = config.clone();
+            self.run(
+                &checked,
+                &script,
+                "configure",
+                vec![Value::Object(config.clone())],
+            )
+            .map_err(|e| format!("configure: {e}"))?;
         }
-        let mut checked = plugin.clone();
-        checked.config = config.clone();
-        self.run(
-            &checked,
-            &script,
-            "configure",
-            vec![Value::Object(config.clone())],
-        )
-        .map_err(|e| format!("configure: {e}"))?;
+        self.inner().loaded.insert(plugin.id.clone(), script);
         Ok(config)
     }
 
@@ -784,7 +811,7 @@ impl Plugins {
         let outcome = if plugin.plugin_type == NATIVE {
             self.poll_native(&plugin)
         } else {
-            match self.script_of(&plugin.plugin_type) {
+            match self.script_for(&plugin) {
                 None => Err(format!(
                     "its plugin type '{}' does not exist",
                     plugin.plugin_type
@@ -825,14 +852,37 @@ impl Plugins {
         }
     }
 
+    /// Reads the node lines of `getCluster` and `getNodes` (the cluster query and the
+    /// node query of the original's native interface: the same line format) and applies
+    /// them.
     fn poll_native(&self, plugin: &Plugin) -> Result<String, String> {
-        let Some(url) = plugin.config.get("getNodes").and_then(Value::as_str) else {
-            return Ok("no getNodes URL is configured".into());
+        let mut reports = Vec::new();
+        let mut problems = Vec::new();
+        let mut read_any = false;
+        for key in ["getCluster", "getNodes"] {
+            let Some(url) = plugin.config.get(key).and_then(Value::as_str) else {
+                continue;
+            };
+            read_any = true;
+            let text = native::read_url(url, &self.factory.locations())
+                .map_err(|e| format!("{key}: {e}"))?;
+            let (more, bad) = native::parse_nodes(&text);
+            reports.extend(more);
+            problems.extend(bad.into_iter().map(|p| format!("{key}: {p}")));
+        }
+        let mut said = if read_any {
+            self.factory.apply_nodes(plugin, reports)?
+        } else {
+            "no getNodes or getCluster URL is configured".to_string()
         };
-        let text = native::read_url(url, &self.factory.locations())
-            .map_err(|e| format!("getNodes: {e}"))?;
-        let (reports, problems) = native::parse_nodes(&text);
-        let mut said = self.factory.apply_nodes(plugin, reports)?;
+        if let Some(url) = plugin.config.get("getJobs").and_then(Value::as_str) {
+            let text = native::read_url(url, &self.factory.locations())
+                .map_err(|e| format!("getJobs: {e}"))?;
+            let (jobs, bad) = native::parse_jobs(&text);
+            problems.extend(bad.into_iter().map(|p| format!("getJobs: {p}")));
+            said.push_str("; ");
+            said.push_str(&self.factory.apply_jobs(plugin, jobs)?);
+        }
         if !problems.is_empty() {
             said.push_str(&format!(
                 "; {} lines not read ({})",
@@ -899,7 +949,7 @@ impl Plugins {
                 continue;
             }
             let Some(script) = self
-                .script_of(&plugin.plugin_type)
+                .script_for(&plugin)
                 .filter(|s| s.defines("on_event", 1))
             else {
                 continue;
@@ -926,7 +976,7 @@ impl Plugins {
         let plugin = self.plugin(id)?;
         let function = camel_case(name);
         let script = self
-            .script_of(&plugin.plugin_type)
+            .script_for(&plugin)
             .filter(|s| s.description.services.contains(&function))
             .ok_or_else(|| {
                 PluginError::NotFound(format!("Plugin {id} has no web service '{name}'"))

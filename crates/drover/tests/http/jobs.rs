@@ -760,6 +760,25 @@ fn nodes_are_readable_and_an_administrator_can_drain_them() {
         Some(("application/json", b"{\"state\":\"Down\"}".to_vec())),
     );
     assert_eq!(reply.status, 403);
+
+    // A node keeps its newest 100 messages and generic events, however many are sent.
+    for round in 0..3 {
+        let texts: Vec<String> = (0..50).map(|i| format!("m{round}-{i}")).collect();
+        let events: Vec<Value> = (0..50)
+            .map(|i| json!({"name": "fan", "message": format!("e{round}-{i}")}))
+            .collect();
+        let reply = server.send_json(
+            "PUT",
+            "/rest/nodes/n1",
+            &json!({"messages": texts, "genericEvents": events}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let node = server.get("/rest/nodes/n1").json();
+    let messages = node["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 100);
+    assert_eq!(messages[99]["message"], "m2-49");
+    assert_eq!(node["genericEvents"].as_array().unwrap().len(), 100);
 }
 
 #[test]

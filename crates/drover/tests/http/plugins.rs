@@ -655,3 +655,242 @@ fn native_action_urls_run_for_job_events_with_the_job_id() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn the_native_type_adds_the_nodes_it_reports_and_jobs_run_on_them_across_a_restart() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    // The cluster query describes a node of the configuration and one it lacks; the node
+    // query adds state, messages and metrics (the same line format).
+    let cluster = probes.path().join("cluster.txt");
+    std::fs::write(
+        &cluster,
+        "n2 CPROC=6 CMEMORY=2048\nrack7 CPROC=4 CMEMORY=8192 FEATURE=gpu:fast ARCH=x86_64\n",
+    )
+    .unwrap();
+    let nodes = probe(
+        probes.path(),
+        "nodes.sh",
+        "rack7 STATE=Idle GMETRIC[temp]=41.5 MESSAGE=\"fans replaced\"\n\
+         bad/id CPROC=2\nnoproc STATE=Idle\n",
+    );
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "cluster", "pluginType": "Native", "pollInterval": 3600,
+                "config": {"getCluster": format!("file://{}", cluster.display()), "getNodes": nodes}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let polled = server.call("POST", "/rest/plugins/cluster/poll", Auth::Admin, None);
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    let said = polled.messages();
+    assert!(said.contains("added: rack7"), "{said}");
+    assert!(said.contains("bad/id: not added"), "{said}");
+    assert!(
+        said.contains("noproc: a node that is not configured needs CPROC"),
+        "{said}"
+    );
+    let rack7 = server.get("/rest/nodes/rack7").json();
+    assert_eq!(rack7["totalProcessors"], 4, "{rack7}");
+    assert_eq!(rack7["totalMemory"], 8192, "{rack7}");
+    assert_eq!(rack7["features"], json!(["gpu", "fast"]), "{rack7}");
+    assert_eq!(rack7["genericMetrics"]["temp"], 41.5, "{rack7}");
+    assert_eq!(server.get("/rest/nodes/n2").json()["totalProcessors"], 6);
+    assert!(server.get("/rest/nodes/noproc").status == 404);
+
+    // The same report again changes nothing and adds no message twice.
+    for _ in 0..2 {
+        let again = server.call("POST", "/rest/plugins/cluster/poll", Auth::Admin, None);
+        assert!(
+            again.messages().contains("0 nodes updated"),
+            "{}",
+            again.body
+        );
+    }
+    let messages = server.get("/rest/nodes/rack7").json()["messages"].clone();
+    assert_eq!(messages.as_array().map(Vec::len), Some(1), "{messages}");
+
+    // The scheduler places work on the added node.
+    let job = drover_testkit::submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "requirements": [{"features": ["gpu"]}]}),
+    );
+    let ended = drover_testkit::wait_state_v2(&server, &job, "Completed");
+    assert_eq!(
+        ended["requirements"][0]["nodes"],
+        json!([{"name": "rack7"}]),
+        "{ended}"
+    );
+
+    // A restart keeps the node (nothing has polled yet) and what was reported of n2.
+    let server = server.restart();
+    let rack7 = server.get("/rest/nodes/rack7");
+    assert_eq!(rack7.status, 200, "{}", rack7.body);
+    assert_eq!(rack7.json()["features"], json!(["gpu", "fast"]));
+    assert_eq!(server.get("/rest/nodes/n2").json()["totalProcessors"], 6);
+}
+
+#[test]
+fn a_type_uploaded_without_reload_reaches_a_started_plugin_only_when_it_is_configured_again() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let version = |v: &str| {
+        format!(
+            "fn describe() {{ #{{ id: \"Versioned\", services: [\"which\"] }} }}\n\
+             fn which(request) {{ #{{ version: \"{v}\" }} }}\n"
+        )
+    };
+    uploaded(&server, &version("one"));
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "versioned", "pluginType": "Versioned", "autoStart": true}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let started = send(
+        &server,
+        "PUT",
+        "/rest/plugins/versioned",
+        &json!({"state": "STARTED"}),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let which = || server.get("/rest/plugins/versioned/services/which").json()["version"].clone();
+    assert_eq!(which(), "one");
+
+    let reply = upload(
+        &server,
+        "text/plain",
+        version("two").as_bytes(),
+        "?reload-plugins=false",
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(
+        which(),
+        "one",
+        "a running plugin keeps the script it was started with"
+    );
+    let restarted = send(
+        &server,
+        "PUT",
+        "/rest/plugins/versioned",
+        &json!({"state": "STARTED"}),
+    );
+    assert_eq!(restarted.status, 200, "{}", restarted.body);
+    assert_eq!(which(), "two");
+
+    // With the default, the change reaches it at once.
+    uploaded(&server, &version("three"));
+    assert_eq!(which(), "three");
+}
+
+/// Attack: a user who may own plugins (but not change nodes) makes a Native plugin whose
+/// report would add a node and drain a real one. The poll is refused; nothing changes.
+#[test]
+fn an_ordinary_users_native_plugin_neither_adds_nor_changes_nodes() {
+    let probes = tempfile::tempdir().unwrap();
+    let dir = probes.path().to_path_buf();
+    let server = TestServer::builder()
+        .user("olga", false)
+        .config(move |c| {
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+            c.plugins.native_directories = vec![dir];
+            c.plugins.native_allow_root = true;
+        })
+        .start();
+    let role = send(
+        &server,
+        "POST",
+        "/rest/roles",
+        &json!({"name": "plugin-owners", "permissions": [
+            {"id": "plugins:*", "scope": "OWN"}, {"id": "plugin-types:read", "scope": "ALL"}]}),
+    );
+    assert_eq!(role.status, 201, "{}", role.body);
+    let principal = send(
+        &server,
+        "POST",
+        "/rest/principals",
+        &json!({"name": "owners", "attachedRoles": [{"name": "plugin-owners"}],
+                "users": [{"name": "olga", "type": "PAM"}]}),
+    );
+    assert_eq!(principal.status, 201, "{}", principal.body);
+    let report = probes.path().join("nodes.txt");
+    std::fs::write(&report, "mine CPROC=64\nn1 STATE=Drained CPROC=1\n").unwrap();
+    let olga = Auth::Basic("olga".into(), drover_testkit::PASSWORD.into());
+    let as_olga = |method: &str, path: &str, body: Option<Value>| {
+        server.call(
+            method,
+            path,
+            olga.clone(),
+            body.map(|b| ("application/json", b.to_string().into_bytes())),
+        )
+    };
+    let created = as_olga(
+        "POST",
+        "/rest/plugins",
+        Some(
+            json!({"id": "olgas", "pluginType": "Native", "pollInterval": 3600,
+                    "config": {"getNodes": format!("file://{}", report.display())}}),
+        ),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let polled = as_olga("POST", "/rest/plugins/olgas/poll", None);
+    polled.assert_refused(400, "may not", &"a poll adding nodes as an ordinary user");
+    assert_eq!(server.get("/rest/nodes/mine").status, 404);
+    let n1 = server.get("/rest/nodes/n1").json();
+    assert_eq!(n1["totalProcessors"], 2, "{n1}");
+    assert_ne!(n1["state"], "Drained", "{n1}");
+}
+
+/// getJobs: work another resource manager runs on the nodes holds their processors, so
+/// the scheduler does not place jobs over it; once the report drops it, they run.
+#[test]
+fn the_native_type_keeps_jobs_off_processors_that_outside_work_holds() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let jobs = probes.path().join("jobs.txt");
+    // A finished job holds nothing; a job id of this service is not outside work.
+    std::fs::write(
+        &jobs,
+        "ext.1 STATE=Running UNAME=alice TASKLIST=n1,n1\n\
+         ext.2 STATE=Running TASKLIST=n2 DPROCS=2\n\
+         ext.3 STATE=Completed TASKLIST=n2\n\
+         ext.4 STATE=Running TASKLIST=elsewhere\n",
+    )
+    .unwrap();
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "outside", "pluginType": "Native", "pollInterval": 3600,
+                "config": {"getJobs": format!("file://{}", jobs.display())}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let polled = server.call("POST", "/rest/plugins/outside/poll", Auth::Admin, None);
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    assert!(
+        polled.messages().contains("not known here: elsewhere"),
+        "{}",
+        polled.body
+    );
+    for node in ["n1", "n2"] {
+        let n = server.get(&format!("/rest/nodes/{node}")).json();
+        assert_eq!(n["externalLoad"], 2, "{n}");
+        assert_eq!(n["availableProcessors"], 0, "{n}");
+        assert_eq!(n["state"], "Busy", "{n}");
+    }
+    let job = drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    std::thread::sleep(Duration::from_millis(500));
+    let waiting = server
+        .get(&format!("/rest/jobs/{job}?api-version=2"))
+        .json();
+    assert_ne!(waiting["states"]["state"], "Completed", "{waiting}");
+
+    // The outside work ended: the report no longer names n1 or n2.
+    std::fs::write(&jobs, format!("{job} STATE=Running TASKLIST=n1,n1\n")).unwrap();
+    let polled = server.call("POST", "/rest/plugins/outside/poll", Auth::Admin, None);
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    drover_testkit::wait_state_v2(&server, &job, "Completed");
+    assert_eq!(server.get("/rest/nodes/n1").json()["externalLoad"], 0);
+}

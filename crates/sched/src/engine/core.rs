@@ -91,6 +91,7 @@ impl Engine {
             super::container_commands::CONTAINERS,
             super::vm_commands::VMS,
             super::recovery::ID_NUMBERS,
+            super::node_reports::REPORTED_NODES,
         ] {
             parts
                 .store
@@ -299,6 +300,12 @@ impl Engine {
                 by,
                 reply,
             } => self.command(reply, |e| e.modify_node(&id, *changes, &by)),
+            Inbox::ReportNodes { items, by, reply } => {
+                self.command(reply, |e| e.report_nodes(items, &by))
+            }
+            Inbox::ReportExternalUse { report, by, reply } => {
+                self.command(reply, |e| e.report_external_use(report, &by))
+            }
             Inbox::Vm { command, by, reply } => self.command(reply, |e| e.vm_command(command, &by)),
             Inbox::VmDone {
                 vm,

@@ -24,6 +24,7 @@ mod journal_handoff;
 mod launch;
 mod node_changes;
 mod node_pool;
+mod node_reports;
 mod preempt;
 mod queue;
 mod recovery;
@@ -207,6 +208,16 @@ pub(crate) enum Inbox {
     ModifyNode {
         id: String,
         changes: Box<NodeChanges>,
+        by: Requester,
+        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
+    },
+    ReportNodes {
+        items: Vec<crate::request::NodeReportItem>,
+        by: Requester,
+        reply: oneshot::Sender<Result<crate::request::NodeReportOutcome, SchedError>>,
+    },
+    ReportExternalUse {
+        report: crate::request::ExternalUse,
         by: Requester,
         reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
     },
@@ -491,6 +502,28 @@ impl Scheduler {
             reply,
         })
         .await
+    }
+
+    /// Applies a resource-manager plugin's report of nodes (descriptions, states,
+    /// messages, metrics), adding the nodes it reports that are not known yet.
+    pub async fn report_nodes(
+        &self,
+        items: Vec<crate::request::NodeReportItem>,
+        by: Requester,
+    ) -> Result<crate::request::NodeReportOutcome, SchedError> {
+        self.ask(|reply| Inbox::ReportNodes { items, by, reply })
+            .await
+    }
+
+    /// Sets the processors work outside this service uses on the nodes a plugin's
+    /// report names; answers the names that are no nodes here.
+    pub async fn report_external_use(
+        &self,
+        report: crate::request::ExternalUse,
+        by: Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        self.ask(|reply| Inbox::ReportExternalUse { report, by, reply })
+            .await
     }
 
     /// Stops the engine once the journal has written everything; running jobs keep

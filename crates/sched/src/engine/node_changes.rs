@@ -30,26 +30,7 @@ impl Engine {
             validate::variable_name(name)
                 .map_err(|p| SchedError::invalid(summary::node_not_modified(id), p))?;
         }
-        let now = self.now();
-        let overrides = &mut self.nodes.node_mut(index).overrides;
-        let changed = apply_node_changes(overrides, changes, now);
-        overrides.version += 1;
-        overrides.last_update = now;
-        let body = drover_store::Body::serialize(&*overrides).expect("node overrides serialize");
-        self.journal.write(drover_store::Write::Put {
-            collection: super::core::NODES.into(),
-            id: id.to_string(),
-            name: None,
-            body,
-        });
-        self.needs_schedule = true;
-        self.emit(
-            "nodemodify",
-            "node",
-            id,
-            Some(by),
-            vec![("fields".into(), changed.join(","))],
-        );
+        let changed = self.change_overrides(index, changes, by);
         Ok(vec![if changed.is_empty() {
             format!("Node {id} was not changed: the request named nothing to modify")
         } else {
@@ -57,6 +38,46 @@ impl Engine {
         }])
     }
 }
+
+impl Engine {
+    /// Applies `changes` to the overrides of the node at `index`, journals them and says
+    /// so in a `nodemodify` event; answers the names of the fields changed.
+    pub(super) fn change_overrides(
+        &mut self,
+        index: usize,
+        changes: NodeChanges,
+        by: &Requester,
+    ) -> Vec<&'static str> {
+        let now = self.now();
+        let node = self.nodes.node_mut(index);
+        let id = node.id().to_string();
+        let overrides = &mut node.overrides;
+        let changed = apply_node_changes(overrides, changes, now);
+        overrides.version += 1;
+        overrides.last_update = now;
+        let body = drover_store::Body::serialize(&*overrides).expect("node overrides serialize");
+        self.journal.write(drover_store::Write::Put {
+            collection: super::core::NODES.into(),
+            id: id.clone(),
+            name: None,
+            body,
+        });
+        self.needs_schedule = true;
+        self.emit(
+            "nodemodify",
+            "node",
+            &id,
+            Some(by),
+            vec![("fields".into(), changed.join(","))],
+        );
+        changed
+    }
+}
+
+/// The most messages and generic events a node keeps (the newest): they come from
+/// administrators and from plugins that report on every poll, and must not grow without
+/// bound.
+pub(super) const MAX_NODE_MESSAGES: usize = 100;
 
 /// Applies `changes` to a node's overrides; answers the names of the fields changed.
 fn apply_node_changes(
@@ -93,6 +114,8 @@ fn apply_node_changes(
                 .into_iter()
                 .map(|text| NodeMessage { text, created: now }),
         );
+        let excess = overrides.messages.len().saturating_sub(MAX_NODE_MESSAGES);
+        overrides.messages.drain(..excess);
         changed.push("messages");
     }
     if !changes.generic_events.is_empty() {
@@ -108,6 +131,11 @@ fn apply_node_changes(
                         created: now,
                     }),
             );
+        let excess = overrides
+            .generic_events
+            .len()
+            .saturating_sub(MAX_NODE_MESSAGES);
+        overrides.generic_events.drain(..excess);
         changed.push("genericEvents");
     }
     if !changes.generic_metrics.is_empty() {

@@ -1,9 +1,9 @@
 //! The node part of the engine: the nodes with what jobs use of them, found by id.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::job::Job;
-use crate::node::{Node, NodeConfig, NodeOverrides};
+use crate::node::{Node, NodeConfig, NodeOverrides, ReportedNode};
 use crate::vm::Vm;
 
 pub(crate) struct NodePool {
@@ -12,6 +12,12 @@ pub(crate) struct NodePool {
     index: HashMap<String, usize, foldhash::fast::FixedState>,
     /// Changed since readers last saw the nodes.
     changed: bool,
+    /// How many nodes the configuration has (the first ones); reports added the others.
+    configured: usize,
+    /// What reports said of nodes' descriptions, by index.
+    reported: HashMap<usize, ReportedNode>,
+    /// The nodes each reporter of outside work last named.
+    external_by: HashMap<String, HashSet<usize>>,
 }
 
 impl NodePool {
@@ -22,10 +28,53 @@ impl NodePool {
             .map(|(i, n)| (n.id().to_string(), i))
             .collect();
         NodePool {
+            configured: nodes.len(),
             nodes,
             index,
             changed: false,
+            reported: HashMap::new(),
+            external_by: HashMap::new(),
         }
+    }
+
+    /// Keeps `named` as the nodes `reporter` reports outside work on; answers those it
+    /// named before and not now.
+    pub(super) fn externally_used_by(
+        &mut self,
+        reporter: &str,
+        named: HashSet<usize>,
+    ) -> Vec<usize> {
+        let before = self
+            .external_by
+            .insert(reporter.to_string(), named)
+            .unwrap_or_default();
+        let now = &self.external_by[reporter];
+        before.into_iter().filter(|i| !now.contains(i)).collect()
+    }
+
+    /// How many nodes reports added.
+    pub(super) fn added_count(&self) -> usize {
+        self.nodes.len() - self.configured
+    }
+
+    /// Adds a node; answers its index.
+    pub(super) fn add(&mut self, config: NodeConfig) -> usize {
+        let index = self.nodes.len();
+        self.index.insert(config.id.clone(), index);
+        self.nodes.push(Node::new(index, config));
+        self.changed = true;
+        index
+    }
+
+    /// What reports said of the description of the node at `index`.
+    pub(super) fn reported(&self, index: usize) -> Option<&ReportedNode> {
+        self.reported.get(&index)
+    }
+
+    /// Keeps `report` of the node at `index` and lays it over its description.
+    pub(super) fn set_reported(&mut self, index: usize, report: ReportedNode) {
+        report.apply_to(&mut self.node_mut(index).config);
+        self.reported.insert(index, report);
     }
 
     #[inline]

@@ -39,6 +39,7 @@ impl Engine {
         self.queue.reset(stored_next.max(self.queue.next_seq()));
         self.shared.phantoms.write().unwrap().clear();
         self.arrays.clear();
+        self.restore_reported_nodes()?;
         self.nodes.reset(&overrides);
         self.credentials.clear();
         self.credentials

@@ -1,0 +1,288 @@
+//! Nodes as a resource-manager plugin reports them (the Native type's `getNodes`):
+//! a report lays its description (processors, memory, disk, architecture, features)
+//! over the configured node of that id, or adds a node the configuration lacks, and sets
+//! state, messages and metrics as an administrator's `PUT` would. What was reported of
+//! descriptions is kept in the `reported_nodes` collection, so that added nodes (and the
+//! jobs placed on them) are there again after a restart.
+//!
+//! A report repeats itself on every poll: only what differs from the node as it is is
+//! applied, so an unchanged report writes nothing, and a message or generic event equal
+//! to the node's newest one is not added again.
+
+use std::collections::{HashMap, HashSet};
+
+use drover_query::ListQuery;
+use drover_store::{Body, Write};
+
+use super::core::Engine;
+use crate::node::{Node, ReportedNode};
+use crate::request::{
+    ExternalUse, NodeChanges, NodeReportItem, NodeReportOutcome, Requester, SchedError,
+};
+
+/// The store collection of reported node descriptions (one document per node id).
+pub(crate) const REPORTED_NODES: &str = "reported_nodes";
+/// The most nodes reports may add beyond the configured ones: each costs every pass.
+pub const MAX_ADDED_NODES: usize = 1024;
+/// The longest node id a report may add.
+const MAX_NODE_ID: usize = 64;
+
+impl Engine {
+    /// Applies a plugin's report of nodes, as `by` (an administrator).
+    pub(crate) fn report_nodes(
+        &mut self,
+        items: Vec<NodeReportItem>,
+        by: &Requester,
+    ) -> Result<NodeReportOutcome, SchedError> {
+        if !by.admin {
+            return Err(SchedError::Forbidden(format!(
+                "{} may not change nodes",
+                by.user
+            )));
+        }
+        let mut outcome = NodeReportOutcome::default();
+        for item in items {
+            let id = item.node.id.clone();
+            match self.report_node(item, by) {
+                Ok(Reported::Added) => outcome.added.push(id),
+                Ok(Reported::Updated) => outcome.updated += 1,
+                Ok(Reported::Unchanged) => outcome.unchanged += 1,
+                Err(why) => outcome.refused.push(format!("{id}: {why}")),
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn report_node(&mut self, item: NodeReportItem, by: &Requester) -> Result<Reported, String> {
+        let NodeReportItem {
+            node: report,
+            changes,
+        } = item;
+        let (index, added) = match self.nodes.index_of(&report.id) {
+            Some(index) => (index, false),
+            None => (self.add_reported_node(&report)?, true),
+        };
+        let described = self.describe_node(index, report);
+        let changes = news(&self.nodes.all()[index], changes);
+        let changed = !changes_nothing(&changes);
+        if changed {
+            self.change_overrides(index, changes, by);
+        }
+        if described {
+            self.needs_schedule = true;
+        }
+        Ok(if added {
+            Reported::Added
+        } else if described || changed {
+            Reported::Updated
+        } else {
+            Reported::Unchanged
+        })
+    }
+
+    /// Sets the processors work outside this service uses on the nodes `report` names,
+    /// as `by` (an administrator); nodes its reporter named before and not now use none.
+    /// Answers the ids it names that are no nodes here.
+    pub(crate) fn report_external_use(
+        &mut self,
+        report: ExternalUse,
+        by: &Requester,
+    ) -> Result<Vec<String>, SchedError> {
+        if !by.admin {
+            return Err(SchedError::Forbidden(format!(
+                "{} may not change nodes",
+                by.user
+            )));
+        }
+        let mut named = HashSet::new();
+        let mut unknown = Vec::new();
+        for (id, processors) in report.processors {
+            match self.nodes.index_of(&id) {
+                Some(index) => {
+                    named.insert(index);
+                    self.set_external(index, processors);
+                }
+                None => unknown.push(id),
+            }
+        }
+        for index in self.nodes.externally_used_by(&report.reporter, named) {
+            self.set_external(index, 0);
+        }
+        Ok(unknown)
+    }
+
+    fn set_external(&mut self, index: usize, processors: u32) {
+        if self.nodes.all()[index].external_processors != Some(processors) {
+            self.nodes.node_mut(index).external_processors = Some(processors);
+            self.needs_schedule = true;
+        }
+    }
+
+    /// Adds the node `report` describes; answers its index.
+    fn add_reported_node(&mut self, report: &ReportedNode) -> Result<usize, String> {
+        node_id(&report.id)?;
+        if self.nodes.added_count() >= MAX_ADDED_NODES {
+            return Err(format!(
+                "not added: reports may add at most {MAX_ADDED_NODES} nodes"
+            ));
+        }
+        let config = report.new_config()?;
+        self.emit(
+            "nodemodify",
+            "node",
+            &report.id,
+            None,
+            vec![("fields".into(), "added".into())],
+        );
+        Ok(self.nodes.add(config))
+    }
+
+    /// Merges `report` into what was reported of the node at `index` before, lays it
+    /// over the node's description and keeps it; answers whether anything changed.
+    fn describe_node(&mut self, index: usize, report: ReportedNode) -> bool {
+        if !report.describes() && self.nodes.reported(index).is_some() {
+            return false;
+        }
+        let merged = match self.nodes.reported(index) {
+            Some(before) => merge(before, report),
+            None => report,
+        };
+        if self.nodes.reported(index) == Some(&merged) {
+            return false;
+        }
+        let id = merged.id.clone();
+        let body = Body::serialize(&merged).expect("a reported node serializes");
+        self.nodes.set_reported(index, merged);
+        self.journal.write(Write::Put {
+            collection: REPORTED_NODES.into(),
+            id,
+            name: None,
+            body,
+        });
+        true
+    }
+
+    /// The reported descriptions, from the store: laid over their nodes again, and the
+    /// nodes only reports know added (after a restart, or a reload after a failure).
+    pub(super) fn restore_reported_nodes(&mut self) -> Result<(), String> {
+        let stored = self
+            .store
+            .list(REPORTED_NODES, &ListQuery::default())
+            .map_err(|e| format!("cannot read the reported nodes: {e}"))?;
+        let reports: HashMap<String, ReportedNode> = stored
+            .items
+            .into_iter()
+            .filter_map(|d| serde_json::from_value(d.body).ok().map(|r| (d.id, r)))
+            .collect();
+        for (id, report) in reports {
+            let index = match self.nodes.index_of(&id) {
+                Some(index) => index,
+                None => match report.new_config() {
+                    Ok(config) => self.nodes.add(config),
+                    Err(_) => continue,
+                },
+            };
+            self.nodes.set_reported(index, report);
+        }
+        Ok(())
+    }
+}
+
+enum Reported {
+    Added,
+    Updated,
+    Unchanged,
+}
+
+/// A node id a report may add: a host name's characters, not too long.
+fn node_id(id: &str) -> Result<(), String> {
+    let fine = !id.is_empty()
+        && id.len() <= MAX_NODE_ID
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'));
+    if fine {
+        Ok(())
+    } else {
+        Err(format!(
+            "not added: a node id is 1 to {MAX_NODE_ID} letters, digits, '.', '-' or '_', \
+             starting with a letter or digit"
+        ))
+    }
+}
+
+/// What was reported before, with what `now` reports in its place.
+fn merge(before: &ReportedNode, now: ReportedNode) -> ReportedNode {
+    ReportedNode {
+        id: now.id,
+        processors: now.processors.or(before.processors),
+        memory: now.memory.or(before.memory),
+        disk: now.disk.or(before.disk),
+        architecture: now.architecture.or_else(|| before.architecture.clone()),
+        features: now.features.or_else(|| before.features.clone()),
+        reporter: now.reporter,
+    }
+}
+
+/// Of `changes`, what would change `node`: a state it is not in, messages and generic
+/// events other than its newest, metrics of other values, an os or partition of another.
+fn news(node: &Node, mut changes: NodeChanges) -> NodeChanges {
+    let overrides = &node.overrides;
+    if let Some(state) = changes.state {
+        let kept = if state.follows_load() {
+            None
+        } else {
+            Some(state)
+        };
+        if kept == overrides.state {
+            changes.state = None;
+        }
+    }
+    if changes
+        .os
+        .as_deref()
+        .is_some_and(|os| node.os() == Some(os))
+    {
+        changes.os = None;
+    }
+    if changes
+        .partition
+        .as_deref()
+        .is_some_and(|p| node.partition() == p)
+    {
+        changes.partition = None;
+    }
+    // The same messages as the node's newest: the report repeats itself.
+    let tail = overrides
+        .messages
+        .len()
+        .checked_sub(changes.messages.len())
+        .map(|from| &overrides.messages[from..]);
+    if tail.is_some_and(|tail| tail.iter().map(|m| &m.text).eq(changes.messages.iter())) {
+        changes.messages.clear();
+    }
+    changes.generic_events.retain(|(name, message)| {
+        overrides
+            .generic_events
+            .iter()
+            .rev()
+            .find(|e| e.name == *name)
+            .is_none_or(|e| e.message != *message)
+    });
+    changes
+        .generic_metrics
+        .retain(|name, value| overrides.generic_metrics.get(name) != Some(value));
+    changes
+}
+
+fn changes_nothing(changes: &NodeChanges) -> bool {
+    changes.state.is_none()
+        && changes.power_off.is_none()
+        && changes.os.is_none()
+        && changes.partition.is_none()
+        && changes.messages.is_empty()
+        && changes.generic_events.is_empty()
+        && changes.generic_metrics.is_empty()
+        && changes.variables.is_empty()
+}
