@@ -779,6 +779,17 @@ fn nodes_are_readable_and_an_administrator_can_drain_them() {
     assert_eq!(messages.len(), 100);
     assert_eq!(messages[99]["message"], "m2-49");
     assert_eq!(node["genericEvents"].as_array().unwrap().len(), 100);
+    // Metric and variable names stay for good: a node holds at most 256 of each.
+    let metrics: serde_json::Map<String, Value> =
+        (0..300).map(|i| (format!("m{i}"), json!(1.0))).collect();
+    server
+        .send_json("PUT", "/rest/nodes/n1", &json!({"genericMetrics": metrics}))
+        .assert_refused(400, "genericMetrics", &"300 metric names");
+    let variables: serde_json::Map<String, Value> =
+        (0..300).map(|i| (format!("v{i}"), json!("x"))).collect();
+    server
+        .send_json("PUT", "/rest/nodes/n1", &json!({"variables": variables}))
+        .assert_refused(400, "variables", &"300 variables");
 }
 
 #[test]

@@ -672,7 +672,7 @@ fn the_native_type_adds_the_nodes_it_reports_and_jobs_run_on_them_across_a_resta
         probes.path(),
         "nodes.sh",
         "rack7 STATE=Idle GMETRIC[temp]=41.5 MESSAGE=\"fans replaced\"\n\
-         bad/id CPROC=2\nnoproc STATE=Idle\n",
+         bad/id CPROC=2\nnoproc STATE=Idle\nhuge CPROC=99999999\n",
     );
     let created = send(
         &server,
@@ -687,6 +687,7 @@ fn the_native_type_adds_the_nodes_it_reports_and_jobs_run_on_them_across_a_resta
     let said = polled.messages();
     assert!(said.contains("added: rack7"), "{said}");
     assert!(said.contains("bad/id: not added"), "{said}");
+    assert!(said.contains("huge: CPROC: at most"), "{said}");
     assert!(
         said.contains("noproc: a node that is not configured needs CPROC"),
         "{said}"

@@ -30,6 +30,8 @@ impl Engine {
             validate::variable_name(name)
                 .map_err(|p| SchedError::invalid(summary::node_not_modified(id), p))?;
         }
+        room_for(&self.nodes.all()[index].overrides, &changes)
+            .map_err(|p| SchedError::invalid(summary::node_not_modified(id), p))?;
         let changed = self.change_overrides(index, changes, by);
         Ok(vec![if changed.is_empty() {
             format!("Node {id} was not changed: the request named nothing to modify")
@@ -78,6 +80,36 @@ impl Engine {
 /// administrators and from plugins that report on every poll, and must not grow without
 /// bound.
 pub(super) const MAX_NODE_MESSAGES: usize = 100;
+
+/// The most generic metrics and variables a node holds: each new name stays for good.
+pub(super) const MAX_NODE_NAMES: usize = 256;
+
+/// Whether `changes` leaves a node within [`MAX_NODE_NAMES`] metrics and variables.
+pub(super) fn room_for(overrides: &NodeOverrides, changes: &NodeChanges) -> Result<(), String> {
+    let metrics = overrides.generic_metrics.len()
+        + changes
+            .generic_metrics
+            .keys()
+            .filter(|name| !overrides.generic_metrics.contains_key(*name))
+            .count();
+    if metrics > MAX_NODE_NAMES {
+        return Err(format!(
+            "genericMetrics: a node holds at most {MAX_NODE_NAMES} metrics; this would make {metrics}"
+        ));
+    }
+    let variables = overrides.variables.len()
+        + changes
+            .variables
+            .iter()
+            .filter(|(name, value)| value.is_some() && !overrides.variables.contains_key(*name))
+            .count();
+    if variables > MAX_NODE_NAMES {
+        return Err(format!(
+            "variables: a node holds at most {MAX_NODE_NAMES} variables; this would make {variables}"
+        ));
+    }
+    Ok(())
+}
 
 /// Applies `changes` to a node's overrides; answers the names of the fields changed.
 fn apply_node_changes(

@@ -58,12 +58,14 @@ impl Engine {
             node: report,
             changes,
         } = item;
+        sizes(&report)?;
         let (index, added) = match self.nodes.index_of(&report.id) {
             Some(index) => (index, false),
             None => (self.add_reported_node(&report)?, true),
         };
         let described = self.describe_node(index, report);
         let changes = news(&self.nodes.all()[index], changes);
+        super::node_changes::room_for(&self.nodes.all()[index].overrides, &changes)?;
         let changed = !changes_nothing(&changes);
         if changed {
             self.change_overrides(index, changes, by);
@@ -210,6 +212,37 @@ fn node_id(id: &str) -> Result<(), String> {
              starting with a letter or digit"
         ))
     }
+}
+
+/// The most processors, and megabytes of memory or disk, a report may give a node.
+const MAX_REPORTED_PROCESSORS: u32 = 1 << 20;
+const MAX_REPORTED_MEGABYTES: u64 = 1 << 40;
+/// The most features a report may give a node.
+const MAX_REPORTED_FEATURES: usize = 256;
+
+/// Whether the sizes `report` gives are within reason (sums of them must not overflow).
+fn sizes(report: &ReportedNode) -> Result<(), String> {
+    if report
+        .processors
+        .is_some_and(|p| p > MAX_REPORTED_PROCESSORS)
+    {
+        return Err(format!(
+            "CPROC: at most {MAX_REPORTED_PROCESSORS} processors"
+        ));
+    }
+    for (key, value) in [("CMEMORY", report.memory), ("CDISK", report.disk)] {
+        if value.is_some_and(|v| v > MAX_REPORTED_MEGABYTES) {
+            return Err(format!("{key}: at most {MAX_REPORTED_MEGABYTES} MB"));
+        }
+    }
+    if report
+        .features
+        .as_ref()
+        .is_some_and(|f| f.len() > MAX_REPORTED_FEATURES)
+    {
+        return Err(format!("FEATURE: at most {MAX_REPORTED_FEATURES} features"));
+    }
+    Ok(())
 }
 
 /// What was reported before, with what `now` reports in its place.
