@@ -174,11 +174,21 @@ async fn health_summary(State(state): State<AppState>) -> Json<Value> {
     };
     let (sched, journal, _) = scheduler_health(&state);
     let (acct, _) = accounting_health(&state);
-    Json(json!({
+    let mut answer = json!({
         "acct": {"connected": acct.as_str()},
         "datastore": {"connected": datastore.as_str()},
         "sched": {"connected": sched.as_str(), "datastoreConnected": journal.as_str()},
-    }))
+    });
+    with_role(&state, &mut answer);
+    Json(answer)
+}
+
+/// With several servers sharing the store: `ha` says this one is the active one (a
+/// standby answers the summary itself with `role` `STANDBY`).
+fn with_role(state: &AppState, answer: &mut Value) {
+    if let Some(server) = &state.settings().active_server {
+        answer["ha"] = json!({"role": "ACTIVE", "server": server, "active": server});
+    }
 }
 
 async fn health_detail(State(state): State<AppState>) -> Json<Value> {
@@ -208,7 +218,7 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
     };
     let (sched, journal, reason) = scheduler_health(&state);
     let (acct, about) = accounting_health(&state);
-    Json(json!({
+    let mut answer = json!({
         "acct": {
             "connected": acct.as_str(),
             "host": null,
@@ -230,7 +240,9 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
             "datastoreHost": info.and_then(|i| i.host.clone()),
             "datastorePort": info.and_then(|i| i.port),
         },
-    }))
+    });
+    with_role(&state, &mut answer);
+    Json(answer)
 }
 
 async fn ldap(State(state): State<AppState>) -> Json<Value> {

@@ -77,6 +77,8 @@ pub struct Settings {
     pub job_arrays: bool,
     /// VMs and pending actions.
     pub cloud: CloudSettings,
+    /// This server's name when it is the active one of several sharing the store.
+    pub active_server: Option<String>,
 }
 
 /// `[cloud]`, as the VM and pending-action routes need it.

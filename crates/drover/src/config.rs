@@ -84,6 +84,22 @@ pub struct Config {
     pub plugins: PluginsConfig,
     /// What runs the jobs: this machine (`local`, the default) or a Slurm cluster.
     pub resource_manager: ResourceManagerConfig,
+    /// Several servers sharing one PostgreSQL store, one of them active.
+    pub high_availability: HighAvailabilityConfig,
+}
+
+/// `[high_availability]`: several servers share one PostgreSQL store; the one holding the
+/// store's lease is active (runs the engine), the others are standbys that forward
+/// requests to it and take over when it dies.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HighAvailabilityConfig {
+    pub enabled: bool,
+    /// This server's name in the lease and in health answers; the host name by default.
+    pub server_name: Option<String>,
+    /// Where the other servers reach this one (`http://host:port`); by default the
+    /// listen address (which must then not be a wildcard).
+    pub advertise_url: Option<String>,
 }
 
 /// `[resource_manager]`: `kind = "local"` (jobs are processes of this machine) or
@@ -441,6 +457,7 @@ impl Default for Config {
             cloud: CloudConfig::default(),
             plugins: PluginsConfig::default(),
             resource_manager: ResourceManagerConfig::default(),
+            high_availability: HighAvailabilityConfig::default(),
         }
     }
 }
@@ -528,6 +545,47 @@ impl Config {
         self.event_log()?;
         self.templates()?;
         self.validate_scheduler()
+    }
+
+    /// With `[high_availability]`: a store the servers share, and an address others
+    /// reach this one at. Checked at launch, once command-line flags have been applied.
+    pub fn check_high_availability(&self) -> Result<(), String> {
+        if !self.high_availability.enabled {
+            return Ok(());
+        }
+        if !self
+            .store
+            .as_deref()
+            .is_some_and(|s| s.starts_with("postgres"))
+        {
+            return Err(
+                "high_availability needs a PostgreSQL store the servers share \
+                 (store = \"postgres://...\")"
+                    .into(),
+            );
+        }
+        self.advertised_url(self.listen_address()?).map(drop)
+    }
+
+    /// Where the other servers of a highly available group reach this one, listening
+    /// on `address`.
+    pub fn advertised_url(&self, address: SocketAddr) -> Result<String, String> {
+        if let Some(url) = &self.high_availability.advertise_url {
+            let address = url.strip_prefix("http://").unwrap_or_default();
+            if address.is_empty() || address.contains('/') {
+                return Err(format!(
+                    "high_availability.advertise_url must be http://host:port, not '{url}'"
+                ));
+            }
+            return Ok(url.clone());
+        }
+        if address.ip().is_unspecified() {
+            return Err(format!(
+                "high_availability.advertise_url is needed: the listen address {address} \
+                 does not say where other servers reach this one"
+            ));
+        }
+        Ok(format!("http://{address}"))
     }
 
     fn validate_scheduler(&self) -> Result<(), String> {

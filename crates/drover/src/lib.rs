@@ -9,6 +9,7 @@ pub mod plugin_host;
 pub mod private;
 pub mod serve;
 pub mod service_control;
+pub mod standby;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -102,10 +103,9 @@ struct Prepared {
     recorder: std::thread::JoinHandle<()>,
 }
 
-/// Opens the store and builds the shared state. Blocking (store connections, argon2):
-/// run it off the async runtime. The PostgreSQL client must also be dropped off it,
-/// which running here ensures when a later step fails.
-fn prepare(config: &Config) -> Result<Prepared, String> {
+/// Prepares the data directory and opens the store. Blocking: run it off the async
+/// runtime.
+fn open_store(config: &Config) -> Result<Arc<dyn DocumentStore>, String> {
     // Also with PostgreSQL: users.toml, the event log and the job spools live there.
     let sqlite = config
         .store
@@ -114,9 +114,19 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
     for warning in private::prepare_data_dir(&config.data_dir, sqlite.as_deref())? {
         eprintln!("drover: warning: {warning}");
     }
-    let store: Arc<dyn DocumentStore> = drover_store::open(&config.store_location())
+    Ok(drover_store::open(&config.store_location())
         .map_err(|e| format!("cannot open the store: {e}"))?
-        .into();
+        .into())
+}
+
+/// Builds the shared state over `store`. Blocking (store connections, argon2): run it
+/// off the async runtime. The PostgreSQL client must also be dropped off it, which
+/// running here ensures when a later step fails.
+fn prepare(
+    config: &Config,
+    store: Arc<dyn DocumentStore>,
+    active_server: Option<String>,
+) -> Result<Prepared, String> {
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
         .map_err(|e| e.to_string())?;
@@ -200,6 +210,7 @@ fn prepare(config: &Config) -> Result<Prepared, String> {
             display_generic: config.cloud.pending_actions.display_generic,
             user_service_max_count: config.scheduler.limits.user_service_max_count,
         },
+        active_server,
     };
     let monitoring = Monitoring {
         events,
@@ -337,13 +348,44 @@ pub async fn launch_with(
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
     config.validate()?;
+    config.check_high_availability()?;
     let config_header_timeout = config.header_timeout_seconds;
+    let mut shutdown = Box::pin(shutdown);
+    let store = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || open_store(&config))
+            .await
+            .map_err(|e| e.to_string())??
+    };
+    let active_server = if config.high_availability.enabled {
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        let me = standby::Member {
+            name: config
+                .high_availability
+                .server_name
+                .clone()
+                .unwrap_or_else(|| standby::default_name(address.port())),
+            url: config.advertised_url(address)?,
+            base_url: config.normalized_base_url()?,
+        };
+        if !standby::stand_by(store.clone(), &me, &listener, shutdown.as_mut()).await? {
+            // Stopped while a standby: nothing was built, nothing to finish.
+            tokio::task::spawn_blocking(move || drop(store))
+                .await
+                .map_err(|e| e.to_string())?;
+            return Ok(());
+        }
+        standby::watch_lease(store.clone(), me.name.clone());
+        Some(me.name)
+    } else {
+        None
+    };
     let Prepared {
         state,
         plugin_state,
         generated: generated_admin,
         recorder,
-    } = tokio::task::spawn_blocking(move || prepare(&config))
+    } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server))
         .await
         .map_err(|e| e.to_string())??;
     let services = tokio::spawn(

@@ -51,9 +51,10 @@ fn serve(data_dir: &Path, args: &[&str]) -> Server {
             break;
         }
     }
-    let url = banner[0]
-        .split_whitespace()
-        .find(|w| w.starts_with("http://"))
+    let url = banner
+        .iter()
+        .find(|l| l.starts_with("drover listening on"))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
         .unwrap_or_else(|| panic!("no address in {banner:?}"))
         .to_string();
     Server {
@@ -490,4 +491,196 @@ fn replay_prints_the_three_policies_side_by_side() {
     .unwrap();
     let too_wide = drover().arg("replay").arg(&trace).output().unwrap();
     assert!(String::from_utf8_lossy(&too_wide.stderr).contains("asks for 3 processors"));
+}
+
+/// Hashes `secret` with the command operators use for configured users.
+fn hash_password(secret: &str) -> String {
+    let mut hash = drover()
+        .arg("hash-password")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    hash.stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{secret}\n").as_bytes())
+        .unwrap();
+    let output = hash.wait_with_output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+/// Starts `drover serve` as a standby of a group whose active server runs: answers it
+/// with the address it serves on.
+fn serve_standby(data_dir: &Path, args: &[&str]) -> Server {
+    let mut child = drover()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .args(args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("drover starts");
+    let mut output = BufReader::new(child.stdout.take().unwrap());
+    let mut banner = Vec::new();
+    let url = loop {
+        let mut line = String::new();
+        assert!(
+            output.read_line(&mut line).unwrap() > 0,
+            "drover exited: {banner:?}"
+        );
+        banner.push(line.trim_end().to_string());
+        if line.contains("standby") {
+            break line
+                .split_whitespace()
+                .find(|w| w.starts_with("http://"))
+                .unwrap_or_else(|| panic!("no address in {line}"))
+                .trim_end_matches(';')
+                .to_string();
+        }
+    };
+    Server {
+        child,
+        url,
+        banner,
+        output,
+    }
+}
+
+fn health(url: &str) -> serde_json::Value {
+    let (status, body) = get(&format!("{url}/rest/diag/health/summary"), "", "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+/// Issue #30's failover test: two servers share one PostgreSQL store; the standby
+/// forwards to the active one; clients submit to the active one while it is killed with
+/// SIGKILL; the standby is active within 10 s and every answered submission is there once.
+#[test]
+fn a_standby_takes_over_within_seconds_when_the_active_server_is_killed() {
+    let Some(url) = drover_store::test_postgres_url() else {
+        eprintln!("no PostgreSQL for the test run; skipped");
+        return;
+    };
+    let schema = format!("ha{}_{}", std::process::id(), roll(1_000_000));
+    let separator = if url.contains('?') { '&' } else { '?' };
+    let store = format!("{url}{separator}schema={schema}");
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let work = tempfile::tempdir().unwrap();
+    let command = work.path().join("short.sh");
+    std::fs::write(&command, "#!/bin/sh\nsleep 0.1\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&command, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let command = command.to_string_lossy().into_owned();
+    let config = work.path().join("drover.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[users]]\nname = \"admin\"\npassword_hash = \"{}\"\nadmin = true\n\n\
+             [[nodes]]\nid = \"n1\"\nprocessors = 64\n\n[high_availability]\nenabled = true\n",
+            hash_password("group-secret")
+        ),
+    )
+    .unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let args = ["--store", store.as_str(), "--config", config.as_str()];
+    let password = "group-secret";
+
+    let active = serve(dir_a.path(), &args);
+    let first = health(&active.url);
+    assert_eq!(first["ha"]["role"], "ACTIVE", "{first}");
+    let standby = serve_standby(dir_b.path(), &args);
+    let seen = health(&standby.url);
+    assert_eq!(seen["ha"]["role"], "STANDBY", "{seen}");
+    assert_eq!(seen["ha"]["active"], first["ha"]["server"], "{seen}");
+    // The standby forwards: a read, and a submission made through it.
+    let (status, body) = get(
+        &format!("{}/rest/diag/about", standby.url),
+        "admin",
+        password,
+    );
+    assert_eq!(status, 200, "{body}");
+    let through = submit_until_killed_once(&standby.url, password, &command);
+    assert!(
+        all_jobs(&active.url, password)
+            .iter()
+            .any(|(name, _)| *name == through),
+        "the job submitted through the standby is not on the active server"
+    );
+
+    let pid = active.child.id() as i32;
+    let delay = 300 + roll(700);
+    let killed_at = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let killer = {
+        let killed_at = killed_at.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(delay));
+            unsafe_kill(pid);
+            *killed_at.lock().unwrap() = Some(Instant::now());
+        })
+    };
+    let answered = submit_until_killed(&active.url, password, 0, 8, &command);
+    killer.join().unwrap();
+    let killed_at = killed_at.lock().unwrap().unwrap();
+    let took_over = loop {
+        let now = health(&standby.url);
+        if now["ha"]["role"] == "ACTIVE" {
+            break killed_at.elapsed();
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(30),
+            "the standby never took over: {now}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        took_over < Duration::from_secs(10),
+        "the standby took {took_over:?} to become active"
+    );
+    let jobs = all_jobs(&standby.url, password);
+    let mut counts = std::collections::HashMap::new();
+    for (name, _) in &jobs {
+        *counts.entry(name.clone()).or_insert(0) += 1;
+    }
+    for name in answered.iter().chain([&through]) {
+        assert_eq!(counts.get(name), Some(&1), "answered submission {name}");
+    }
+    assert!(
+        counts.values().all(|&n| n == 1),
+        "a submission is there twice"
+    );
+    assert!(
+        answered.len() > 20,
+        "too few submissions: {}",
+        answered.len()
+    );
+    eprintln!(
+        "failover: {} answered submissions, all present once; the standby was active {took_over:?} after the kill",
+        answered.len()
+    );
+}
+
+/// Submits one held version-2 job; answers its custom name.
+fn submit_until_killed_once(url: &str, password: &str, command: &str) -> String {
+    let name = "through-the-standby".to_string();
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let body = format!(
+        r#"{{"customName":"{name}","commandFile":"{command}","initialWorkingDirectory":"/tmp","holds":["User"]}}"#
+    );
+    let mut response = agent
+        .post(&format!("{url}/rest/jobs?api-version=2"))
+        .header("Authorization", &basic("admin", password))
+        .header("Content-Type", "application/json")
+        .send(body.as_bytes())
+        .expect("the standby answers");
+    let status = response.status().as_u16();
+    let text = response.body_mut().read_to_string().unwrap();
+    assert_eq!(status, 201, "{text}");
+    name
 }

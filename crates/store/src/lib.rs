@@ -209,6 +209,32 @@ impl<'a> Find<'a> {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
+/// Which of the servers sharing a store is the active one. The active server holds a
+/// lock of the database for as long as its session lives (a server killed loses it at
+/// once), and a number, the epoch, that each new holder increments: once a server
+/// holds the lease, the store refuses its writes as soon as the epoch is not its own, so
+/// that a server that lost the lease without noticing cannot write beside the new one.
+pub trait ActiveLease: Send + Sync {
+    /// Tries to become the active server, recording who (`holder`) and where others
+    /// reach it (`url`); answers the new epoch when it did, `None` when another holds it.
+    fn try_acquire(&self, holder: &str, url: &str) -> Result<Option<i64>>;
+    /// Whether this server still holds the lease: its lock session answers and the
+    /// recorded epoch is its own.
+    fn still_held(&self) -> Result<bool>;
+    /// The active server as last recorded, if any was.
+    fn holder(&self) -> Result<Option<LeaseHolder>>;
+}
+
+/// The active server as recorded by the lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseHolder {
+    pub holder: String,
+    pub url: String,
+    pub epoch: i64,
+    /// Epoch seconds when it became active.
+    pub since: i64,
+}
+
 /// Durable collections of JSON documents. See the crate documentation.
 pub trait DocumentStore: Send + Sync {
     /// `"sqlite"` or `"postgresql"`.
@@ -253,6 +279,12 @@ pub trait DocumentStore: Send + Sync {
     /// Where the data lives and what serves it, for the health detail; asks the server
     /// for its version, so it fails like [`DocumentStore::ping`] when the database is down.
     fn describe(&self) -> Result<StoreInfo>;
+
+    /// The lease that makes one of several servers sharing this store the active one,
+    /// where the store can be shared (PostgreSQL).
+    fn lease(&self) -> Option<&dyn ActiveLease> {
+        None
+    }
 
     /// Makes the on-disk state self-contained before the process exits (SQLite folds its
     /// write-ahead log into the main file). Every answered write is durable without it.

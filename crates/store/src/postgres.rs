@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, Ordering};
 
 use drover_query::{ListQuery, Page};
 use postgres::error::SqlState;
@@ -16,7 +17,8 @@ use postgres::{Client, NoTls, Statement, Transaction};
 use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
 use crate::plan::{self, Dialect, ReadConn, Row};
 use crate::{
-    Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
+    ActiveLease, Body, CollectionSpec, Document, DocumentStore, Find, LeaseHolder, Result,
+    StoreError, StoreInfo, Write,
 };
 
 /// Serialises schema changes between Drover processes sharing one database.
@@ -32,7 +34,17 @@ pub struct PostgresStore {
     schema: Option<String>,
     idle: Mutex<Vec<Conn>>,
     collections: Catalog,
+    /// The session holding the active server's lock (see [`ActiveLease`]).
+    lease_session: Mutex<Option<Client>>,
+    /// The epoch this server holds the lease at; 0 while it holds none (writes are then
+    /// not fenced: a store no server shares has no lease).
+    fence: AtomicI64,
 }
+
+/// The advisory lock of the active server: this number and the schema's hash.
+const ACTIVE_LOCK: i32 = 0x0d0e;
+const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS drover_lease (id INTEGER PRIMARY KEY, \
+     epoch BIGINT NOT NULL, holder TEXT NOT NULL, url TEXT NOT NULL, since BIGINT NOT NULL)";
 
 struct Conn {
     client: Client,
@@ -46,10 +58,15 @@ struct Conn {
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         let idle = std::mem::take(self.idle.get_mut().unwrap_or_else(|e| e.into_inner()));
-        if idle.is_empty() {
+        let session = self
+            .lease_session
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if idle.is_empty() && session.is_none() {
             return;
         }
-        let closing = std::thread::spawn(move || drop(idle));
+        let closing = std::thread::spawn(move || drop((idle, session)));
         let _ = closing.join();
     }
 }
@@ -77,6 +94,8 @@ impl PostgresStore {
             schema: schema.map(Into::into),
             idle: Mutex::new(Vec::new()),
             collections: Catalog::default(),
+            lease_session: Mutex::new(None),
+            fence: AtomicI64::new(0),
         };
         store.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
@@ -152,6 +171,104 @@ impl PostgresStore {
             }
         }
         out
+    }
+}
+
+/// Refuses the transaction unless this server's epoch is still the lease's. The row is
+/// read `FOR SHARE`: a new holder's increment waits for the writes in flight, and every
+/// write after it sees the new epoch.
+fn check_fence(
+    tx: &mut Transaction<'_>,
+    statements: &mut HashMap<String, Statement>,
+    fence: i64,
+) -> Result<()> {
+    let statement = prepare(
+        statements,
+        tx,
+        "SELECT epoch FROM drover_lease WHERE id = 1 FOR SHARE",
+    )?;
+    let epoch: Option<i64> = tx
+        .query_opt(&statement, &[])
+        .map_err(backend)?
+        .map(|row| row.get(0));
+    if epoch == Some(fence) {
+        Ok(())
+    } else {
+        Err(StoreError::Backend(
+            "this server is no longer the active one: another server holds the lease".into(),
+        ))
+    }
+}
+
+impl ActiveLease for PostgresStore {
+    fn try_acquire(&self, holder: &str, url: &str) -> Result<Option<i64>> {
+        let mut session = self.lease_session.lock().unwrap_or_else(|e| e.into_inner());
+        if session.as_ref().is_none_or(|c| c.is_closed()) {
+            *session = Some(self.open_conn()?.client);
+        }
+        let client = session.as_mut().expect("opened above");
+        let locked: bool = client
+            .query_one(
+                "SELECT pg_try_advisory_lock($1, hashtext(current_schema()))",
+                &[&ACTIVE_LOCK],
+            )
+            .map_err(backend)?
+            .get(0);
+        if !locked {
+            return Ok(None);
+        }
+        client.batch_execute(LEASE_TABLE).map_err(backend)?;
+        let since = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        let epoch: i64 = client
+            .query_one(
+                "INSERT INTO drover_lease (id, epoch, holder, url, since) VALUES (1, 1, $1, $2, $3) \
+                 ON CONFLICT (id) DO UPDATE SET epoch = drover_lease.epoch + 1, \
+                 holder = EXCLUDED.holder, url = EXCLUDED.url, since = EXCLUDED.since \
+                 RETURNING epoch",
+                &[&holder, &url, &since],
+            )
+            .map_err(backend)?
+            .get(0);
+        self.fence.store(epoch, Ordering::SeqCst);
+        Ok(Some(epoch))
+    }
+
+    fn still_held(&self) -> Result<bool> {
+        let fence = self.fence.load(Ordering::SeqCst);
+        let mut session = self.lease_session.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(client) = session.as_mut().filter(|c| !c.is_closed()) else {
+            return Ok(false);
+        };
+        let epoch: Option<i64> =
+            match client.query_opt("SELECT epoch FROM drover_lease WHERE id = 1", &[]) {
+                Ok(row) => row.map(|row| row.get(0)),
+                // The session, and with it the lock, is gone.
+                Err(_) if client.is_closed() => return Ok(false),
+                Err(e) => return Err(backend(e)),
+            };
+        Ok(fence != 0 && epoch == Some(fence))
+    }
+
+    fn holder(&self) -> Result<Option<LeaseHolder>> {
+        self.with_conn(|conn| {
+            let row = match conn.client.query_opt(
+                "SELECT holder, url, epoch, since FROM drover_lease WHERE id = 1",
+                &[],
+            ) {
+                Ok(row) => row,
+                // No server has held the lease yet.
+                Err(e) if e.code() == Some(&SqlState::UNDEFINED_TABLE) => None,
+                Err(e) => return Err(backend(e)),
+            };
+            Ok(row.map(|row| LeaseHolder {
+                holder: row.get(0),
+                url: row.get(1),
+                epoch: row.get(2),
+                since: row.get(3),
+            }))
+        })
     }
 }
 
@@ -496,8 +613,12 @@ impl DocumentStore for PostgresStore {
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
         let collections = self.collections.for_batch(batch)?;
         let order = by_collection(batch);
+        let fence = self.fence.load(Ordering::SeqCst);
         self.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
+            if fence != 0 {
+                check_fence(&mut tx, &mut conn.statements, fence)?;
+            }
             let mut versions = vec![0; batch.len()];
             let mut k = 0;
             while k < order.len() {
@@ -620,6 +741,10 @@ impl DocumentStore for PostgresStore {
 
     fn flush(&self) -> Result<()> {
         Ok(()) // every commit is already on the server
+    }
+
+    fn lease(&self) -> Option<&dyn ActiveLease> {
+        Some(self)
     }
 
     fn ping(&self) -> Result<()> {
