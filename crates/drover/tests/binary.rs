@@ -657,6 +657,16 @@ fn a_standby_takes_over_within_seconds_when_the_active_server_is_killed() {
         "too few submissions: {}",
         answered.len()
     );
+    // The killed server, started again, is a standby of the new active one.
+    drop(active);
+    let again = serve_standby(dir_a.path(), &args);
+    let seen = health(&again.url);
+    assert_eq!(seen["ha"]["role"], "STANDBY", "{seen}");
+    assert_eq!(
+        seen["ha"]["active"],
+        health(&standby.url)["ha"]["server"],
+        "{seen}"
+    );
     eprintln!(
         "failover: {} answered submissions, all present once; the standby was active {took_over:?} after the kill",
         answered.len()
