@@ -3,9 +3,9 @@
 //! server is a standby: it has built nothing (no engine, no plugins, no writes), answers
 //! the health summary itself (with `ha.role` `STANDBY` and who is active), and forwards
 //! every other request to the active server the lease names, or answers 503 with
-//! `Retry-After` when none answers. It tries to take the lease every second: the active
-//! server's lock lives as long as its database session, so a server killed loses it at
-//! once and a standby takes over within about a second, then starts as any server does
+//! `Retry-After` when none answers. It tries to take the lease four times a second: the
+//! active server's lock lives as long as its database session, so a server killed loses
+//! it at once and a standby takes over within about a second, then starts as any server does
 //! (the engine rebuilt from the store, running jobs adopted).
 //!
 //! Once active, a watchdog checks the lease every second; a server that lost it (its
@@ -24,7 +24,9 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::json;
 use tokio::net::{TcpListener, TcpStream};
 
-/// How often a standby tries to take the lease, and the active one checks it holds it.
+/// How often a standby tries to take the lease (a cheap query).
+const TAKEOVER_PERIOD: Duration = Duration::from_millis(250);
+/// How often the active server checks it still holds the lease.
 const LEASE_PERIOD: Duration = Duration::from_secs(1);
 /// How long a forwarded request may take to reach the active server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -44,7 +46,7 @@ pub struct Member {
     pub base_url: String,
 }
 
-/// What a standby knows of the group, refreshed every [`LEASE_PERIOD`].
+/// What a standby knows of the group, refreshed every [`TAKEOVER_PERIOD`].
 #[derive(Debug, Clone, Default)]
 struct View {
     active: Option<LeaseHolder>,
@@ -66,7 +68,7 @@ pub async fn stand_by(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(Duration::from_secs(30));
-    let mut tick = tokio::time::interval(LEASE_PERIOD);
+    let mut tick = tokio::time::interval(TAKEOVER_PERIOD);
     let mut announced = false;
     loop {
         tokio::select! {
