@@ -36,7 +36,7 @@ use crate::place;
 use crate::policy::planner::{Decision, Held, Planner};
 use crate::policy::priority::Usage;
 use crate::request::{Requester, SchedError};
-use crate::rm::{Exit, JobSignal, Launch, ResourceManager, RmEvent};
+use crate::rm::{Exit, JobSignal, ResourceManager, RmEvent};
 use crate::sysuser::{self, SystemUser};
 
 /// The store collection of jobs (one document per job, the [`Job`] model as JSON).
@@ -72,6 +72,8 @@ pub(crate) struct Engine {
     /// VMs with an operation handed to the VM host and not yet reported (kept across a
     /// reload, so that an operation is not handed over twice).
     pub(super) vms_in_flight: std::collections::HashSet<String>,
+    /// Processes being started off the engine thread.
+    pub(super) launchers: super::launcher::Launchers,
     pub(super) credentials: CredentialNames,
     pub(super) accounts: SystemAccounts,
     /// Recent usage per user: the fair-share factor.
@@ -162,6 +164,8 @@ impl Engine {
             degraded: RwLock::new(None),
             phantoms: Arc::default(),
         });
+        let launchers =
+            super::launcher::Launchers::new(journaled.then(|| (rm.clone(), inbox.clone())));
         let engine = Engine {
             journal: JournalHandoff::new(&store, journaled, inbox, shared.phantoms.clone()),
             usage: Usage::new(config.policy.fairshare_half_life),
@@ -180,6 +184,7 @@ impl Engine {
             vms: super::id_table::IdTable::new(),
             vm_host: parts.vm_host,
             vms_in_flight: Default::default(),
+            launchers,
             credentials: CredentialNames::new(),
             accounts: SystemAccounts::new(service_user),
             degraded: None,
@@ -327,6 +332,11 @@ impl Engine {
                 }
             }
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
+            Inbox::Started {
+                job_id,
+                number,
+                outcome,
+            } => self.started(&job_id, number, outcome),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }
@@ -671,14 +681,19 @@ impl Engine {
             return self.launch_in_vm(position, &job);
         }
         let launch = self.launch_of(&job);
-        self.start_process(position, launch);
+        self.hand_to_launcher(position, launch);
     }
 
-    /// Hands a launch to the resource manager: the job runs, or is held saying why.
-    pub(super) fn start_process(&mut self, position: usize, launch: Result<Launch, String>) {
+    /// What came of handing a job to the resource manager: it runs, or is held saying
+    /// why.
+    pub(super) fn start_process(
+        &mut self,
+        position: usize,
+        outcome: Result<ProcessRecord, String>,
+    ) {
         let job = self.job_at(position);
         let now = self.now();
-        match launch.and_then(|l| self.rm.start(l)) {
+        match outcome {
             Ok(process) => {
                 self.update(position, |job| {
                     job.status.state = JobState::Running;
@@ -742,6 +757,12 @@ impl Engine {
             return;
         };
         let job = self.job_at(position);
+        if job.status.process.is_none()
+            && job.status.state == JobState::Starting
+            && self.hold_early_end(job_id, pid, &exit)
+        {
+            return; // it ended before its start was heard: applied once it is
+        }
         if job.status.process.as_ref().map(|p| p.pid) != Some(pid) {
             return; // a process of an earlier run
         }

@@ -22,6 +22,7 @@ mod job_actions;
 mod job_changes;
 mod journal_handoff;
 mod launch;
+mod launcher;
 mod node_changes;
 mod node_pool;
 mod node_reports;
@@ -232,6 +233,12 @@ pub(crate) enum Inbox {
         job: Option<String>,
         operation: crate::vm_host::VmOperation,
         outcome: crate::vm_host::Outcome,
+    },
+    /// A launcher's answer: the process of the job's launch `number`, or why not.
+    Started {
+        job_id: String,
+        number: u64,
+        outcome: Result<crate::job::ProcessRecord, String>,
     },
     /// The journal made these job starts durable: launch their processes.
     Launch(Vec<usize>),

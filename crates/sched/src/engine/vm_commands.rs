@@ -797,7 +797,7 @@ impl Engine {
             }
             Ok(launch)
         });
-        self.start_process(position, launch);
+        self.hand_to_launcher(position, launch);
     }
 
     /// The job a VM was made for has ended (or will not start): its VM is destroyed,

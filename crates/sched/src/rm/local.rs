@@ -54,20 +54,29 @@ const EXIT_STATUS: &str = "exit_status";
 pub struct LocalResourceManager {
     spool: PathBuf,
     events: RmNotify,
-    /// The program that runs [`shepherd::run`] (`drover job-shepherd`).
+    /// The program that runs [`shepherd::run`] (`drover-shepherd`, or `drover
+    /// job-shepherd`).
     shepherd: PathBuf,
+    /// The `drover` program, which a job in a guest runs (`guest-run`).
+    guest_program: PathBuf,
 }
 
 impl LocalResourceManager {
     /// Jobs get spool directories under `spool`, which only the service enters, and
     /// are started by `shepherd` (the `drover` binary); ends are reported on `events`.
-    pub fn new(spool: PathBuf, events: RmNotify, shepherd: PathBuf) -> std::io::Result<Self> {
+    pub fn new(
+        spool: PathBuf,
+        events: RmNotify,
+        shepherd: PathBuf,
+        guest_program: PathBuf,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&spool)?;
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
         Ok(LocalResourceManager {
             spool,
             events,
             shepherd,
+            guest_program,
         })
     }
 
@@ -176,8 +185,8 @@ impl ResourceManager for LocalResourceManager {
         // runs (`guest-run`), become fds 5 and 6 of the shepherd and of the job.
         let program = match &launch.guest {
             Some(_) => Some(
-                std::fs::File::open(&self.shepherd)
-                    .map_err(|e| format!("cannot open {}: {e}", self.shepherd.display()))?,
+                std::fs::File::open(&self.guest_program)
+                    .map_err(|e| format!("cannot open {}: {e}", self.guest_program.display()))?,
             ),
             None => None,
         };

@@ -3,7 +3,7 @@
 //! default; the simulator (`sim`) implements it too, and `slurm` runs jobs as Slurm jobs.
 
 pub mod local;
-pub mod shepherd;
+pub use drover_shepherd as shepherd;
 pub mod slurm;
 
 use std::path::PathBuf;

@@ -1,0 +1,155 @@
+//! Starting processes off the engine thread. Handing a job to the resource manager
+//! forks, execs and writes files: milliseconds the engine would otherwise spend not
+//! answering. Launcher threads do it and tell the engine how it went (`Inbox::Started`);
+//! meanwhile the job stays `Starting`, holding its nodes.
+//!
+//! Every hand-over carries a number: an answer whose number is not the job's latest
+//! (the job was cancelled or requeued meanwhile, perhaps started again) is stale, and
+//! the process it made, if any, is stopped. A process that ended before the engine
+//! heard it had started (a `/bin/true`) is held back until it has.
+
+use std::collections::HashMap;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+
+use super::Inbox;
+use super::core::Engine;
+use crate::job::JobState;
+use crate::job::ProcessRecord;
+use crate::rm::{Exit, JobSignal, Launch, ResourceManager};
+
+/// Launcher threads: process starts overlap, a slow one (a full disk, a slow name
+/// service) does not hold up the others.
+const LAUNCHER_THREADS: usize = 2;
+
+/// A launch handed to the launchers.
+struct Order {
+    job_id: String,
+    number: u64,
+    launch: Launch,
+}
+
+/// The launchers, and the launches handed to them and not yet answered.
+pub(crate) struct Launchers {
+    orders: Option<Sender<Order>>,
+    next_number: u64,
+    /// Job ids to the number of their latest launch not yet answered.
+    in_flight: HashMap<String, u64>,
+    /// Ends heard before the start they end was: job id to `(pid, exit)`.
+    early_ends: HashMap<String, (i32, Exit)>,
+}
+
+impl Launchers {
+    /// Launchers starting processes with `rm`, answering on `inbox`; `None`: launches
+    /// run on the engine thread (the simulator, which steps the engine itself).
+    pub(super) fn new(rm: Option<(Arc<dyn ResourceManager>, Sender<Inbox>)>) -> Launchers {
+        let orders = rm.map(|(rm, inbox)| {
+            let (orders, taken) = std::sync::mpsc::channel::<Order>();
+            let taken = Arc::new(Mutex::new(taken));
+            for n in 0..LAUNCHER_THREADS {
+                let (rm, inbox, taken) = (rm.clone(), inbox.clone(), taken.clone());
+                std::thread::Builder::new()
+                    .name(format!("launcher-{n}"))
+                    .spawn(move || serve_orders(&*rm, &inbox, &taken))
+                    .expect("cannot start a launcher thread");
+            }
+            orders
+        });
+        Launchers {
+            orders,
+            next_number: 0,
+            in_flight: HashMap::new(),
+            early_ends: HashMap::new(),
+        }
+    }
+}
+
+fn serve_orders(rm: &dyn ResourceManager, inbox: &Sender<Inbox>, orders: &Mutex<Receiver<Order>>) {
+    loop {
+        let order = match orders.lock().unwrap_or_else(|e| e.into_inner()).recv() {
+            Ok(order) => order,
+            Err(_) => return,
+        };
+        let outcome = rm.start(order.launch);
+        let answer = Inbox::Started {
+            job_id: order.job_id,
+            number: order.number,
+            outcome,
+        };
+        if inbox.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+impl Engine {
+    /// Hands `launch` of the job at `position` to a launcher, or starts it here when
+    /// there are none.
+    pub(super) fn hand_to_launcher(&mut self, position: usize, launch: Result<Launch, String>) {
+        let job = self.job_at(position);
+        let (launch, orders) = match (launch, &self.launchers.orders) {
+            (Ok(launch), Some(orders)) => (launch, orders.clone()),
+            (launch, _) => {
+                return self.start_process(position, launch.and_then(|l| self.rm.start(l)));
+            }
+        };
+        self.launchers.next_number += 1;
+        let number = self.launchers.next_number;
+        self.launchers.in_flight.insert(job.id.clone(), number);
+        let order = Order {
+            job_id: job.id.clone(),
+            number,
+            launch,
+        };
+        if let Err(failed) = orders.send(order) {
+            self.launchers.in_flight.remove(&job.id);
+            let launch = failed.0.launch;
+            self.start_process(position, self.rm.start(launch));
+        }
+    }
+
+    /// A launcher's answer.
+    pub(super) fn started(
+        &mut self,
+        job_id: &str,
+        number: u64,
+        outcome: Result<ProcessRecord, String>,
+    ) {
+        let current = self.launchers.in_flight.get(job_id) == Some(&number);
+        let position = self.position(job_id);
+        let starting = position.is_some_and(|p| self.job_at(p).status.state == JobState::Starting);
+        if !(current && starting) {
+            // Cancelled or requeued while it started: its process must not run on.
+            if current {
+                self.launchers.in_flight.remove(job_id);
+            }
+            self.launchers.early_ends.remove(job_id);
+            if let Ok(process) = outcome {
+                let _ = self
+                    .rm
+                    .signal(&process, JobSignal::Terminate { grace_seconds: 0 });
+            }
+            return;
+        }
+        self.launchers.in_flight.remove(job_id);
+        let position = position.expect("checked above");
+        let pid = outcome.as_ref().ok().map(|p| p.pid);
+        self.start_process(position, outcome);
+        if let Some((ended_pid, exit)) = self.launchers.early_ends.remove(job_id)
+            && Some(ended_pid) == pid
+        {
+            self.exited(job_id, ended_pid, exit);
+        }
+    }
+
+    /// Keeps an end heard for a job whose start is not heard yet; answers whether it did.
+    pub(super) fn hold_early_end(&mut self, job_id: &str, pid: i32, exit: &Exit) -> bool {
+        if !self.launchers.in_flight.contains_key(job_id) {
+            return false;
+        }
+        self.launchers
+            .early_ends
+            .insert(job_id.to_string(), (pid, exit.clone()));
+        true
+    }
+}
