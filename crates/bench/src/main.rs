@@ -523,6 +523,8 @@ fn schedule(nodes: u32, waiting: &[usize]) {
     }
 }
 
+mod throughput;
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
@@ -539,9 +541,36 @@ fn main() {
                 .map(|n| n.parse().unwrap())
                 .collect::<Vec<_>>(),
         ),
+        Some("throughput") => {
+            let number = |name: &str, default: usize| {
+                arg(&args, name).map_or(default, |d| d.parse().unwrap())
+            };
+            let options = throughput::Options {
+                url: arg(&args, "--url").expect("--url"),
+                authorization: arg(&args, "--authorization").expect("--authorization"),
+                jobs: number("--jobs", 10_000),
+                held: number("--held", 0),
+                clients: number("--clients", 16),
+                command: arg(&args, "--command").unwrap_or_else(|| "/bin/true".into()),
+            };
+            let figures = throughput::run(&options);
+            if let Some(rate) = figures.held_per_second {
+                println!("  {} held submissions: {rate:.0}/s", options.held);
+            }
+            let [p50, p90, p99] = figures.latency_ms;
+            println!(
+                "  {} runnable submissions: {:.0}/s (latency p50 {p50:.1} ms, p90 {p90:.1} ms, p99 {p99:.1} ms)",
+                options.jobs, figures.submitted_per_second
+            );
+            println!(
+                "  end to end (first submission to last completion): {:.0} jobs/s (target 1,000: ratio {:.2})",
+                figures.completed_per_second,
+                figures.completed_per_second / 1000.0
+            );
+        }
         _ => {
             eprintln!(
-                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N] | schedule [--nodes N] [--jobs N,N,..]"
+                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N] | schedule [--nodes N] [--jobs N,N,..] | throughput --url URL --authorization HEADER [--jobs N] [--held N] [--clients N] [--command PATH]"
             );
             std::process::exit(2);
         }
