@@ -2,6 +2,11 @@
 //! sent as strings, one object where a list is expected) and strictly about types: a
 //! field of the wrong type is a problem named by its path. Problems are collected so
 //! that one answer lists them all.
+//!
+//! A field of the body that no reader asked for is never dropped silently: [`read_object`]
+//! names it, in the 400 when there are problems, else as a warning the gate adds to the
+//! answer's `messages` (see [`Warnings`]). What a reader asks for *is* the set of
+//! known fields, so the list cannot drift from the handlers.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +20,50 @@ pub struct Fields<'a> {
     object: &'a Map<String, Value>,
     path: String,
     problems: &'a mut Vec<String>,
+    /// The fields of the whole body nobody asked for, by path.
+    unknown: &'a mut Vec<String>,
+    /// The keys of `object` a reader asked for.
+    seen: Vec<&'a str>,
+    /// Every key was read (a map, or `only` named the others already).
+    all_seen: bool,
+}
+
+tokio::task_local! {
+    /// The warnings of the request being answered (the gate opens the scope).
+    static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// The warnings a request's handling collected, for the gate to add to its answer.
+pub struct Warnings;
+
+impl Warnings {
+    /// Runs `future` (a request's handling) collecting warnings; answers them with its
+    /// output.
+    pub async fn collect<F: std::future::Future>(future: F) -> (F::Output, Vec<String>) {
+        WARNINGS
+            .scope(std::cell::RefCell::new(Vec::new()), async move {
+                let output = future.await;
+                let warnings = WARNINGS.with(|w| std::mem::take(&mut *w.borrow_mut()));
+                (output, warnings)
+            })
+            .await
+    }
+
+    /// Adds `text` to the current request's warnings (outside a request, where there
+    /// is nobody to tell, it is written to the service log).
+    pub fn add(text: String) {
+        if WARNINGS
+            .try_with(|w| w.borrow_mut().push(text.clone()))
+            .is_err()
+        {
+            eprintln!("drover: warning outside a request: {text}");
+        }
+    }
+}
+
+/// The message naming a field that is not read.
+fn unknown_field(path: &str) -> String {
+    format!("{path}: unknown field, ignored")
 }
 
 /// Parses `body` as an object and hands its fields to `read`; problems become one 400
@@ -31,22 +80,25 @@ pub fn read_object<T>(
         ));
     };
     let mut problems = Vec::new();
+    let mut unknown = Vec::new();
     // The stores cannot keep U+0000 (PostgreSQL's jsonb refuses it): refuse it here, by
     // field, rather than fail when the change is written. (Paths are spelled out only
     // when there is one to name: a string per member costs every request.)
     if has_nul(body) {
         find_nul(body, "", &mut problems);
     }
-    let value = read(&mut Fields {
-        object,
-        path: String::new(),
-        problems: &mut problems,
-    });
+    let mut fields = Fields::new(object, String::new(), &mut problems, &mut unknown);
+    let value = read(&mut fields);
+    fields.finish();
     if problems.is_empty() {
+        for path in unknown {
+            Warnings::add(unknown_field(&path));
+        }
         Ok(value)
     } else {
         let mut messages = vec![summary.to_string()];
         messages.extend(problems);
+        messages.extend(unknown.iter().map(|path| unknown_field(path)));
         Err(ApiError::new(crate::Kind::BadRequest, messages))
     }
 }
@@ -63,6 +115,39 @@ fn describe(value: &Value) -> &'static str {
 }
 
 impl<'a> Fields<'a> {
+    fn new(
+        object: &'a Map<String, Value>,
+        path: String,
+        problems: &'a mut Vec<String>,
+        unknown: &'a mut Vec<String>,
+    ) -> Self {
+        Self {
+            object,
+            path,
+            problems,
+            unknown,
+            seen: Vec::new(),
+            all_seen: false,
+        }
+    }
+
+    /// Records the keys of the object no reader asked for.
+    fn finish(self) {
+        if self.all_seen || self.seen.len() == self.object.len() {
+            return;
+        }
+        for key in self.object.keys() {
+            if !self.seen.contains(&key.as_str()) {
+                let name = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                self.unknown.push(name);
+            }
+        }
+    }
+
     fn name(&self, key: &str) -> String {
         if self.path.is_empty() {
             key.to_string()
@@ -77,19 +162,24 @@ impl<'a> Fields<'a> {
         self.problems.push(format!("{name}: {text}"));
     }
 
-    pub fn has(&self, key: &str) -> bool {
+    pub fn has(&mut self, key: &str) -> bool {
         self.get(key).is_some()
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    fn get(&mut self, key: &str) -> Option<&'a Value> {
         // A reader asks for every field it knows (dozens) of a body that names a few: a
         // scan of a small object is cheaper than hashing each name (SipHash, in serde_json).
-        let found = if self.object.len() <= 8 {
-            self.object.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let object = self.object;
+        let found = if object.len() <= 8 {
+            object.iter().find(|(k, _)| *k == key)
         } else {
-            self.object.get(key)
+            object.get_key_value(key)
         };
-        found.filter(|v| !v.is_null())
+        let (key, value) = found?;
+        if !self.seen.contains(&key.as_str()) {
+            self.seen.push(key.as_str());
+        }
+        Some(value).filter(|v| !v.is_null())
     }
 
     /// A string; numbers and booleans are taken as their text.
@@ -292,11 +382,7 @@ impl<'a> Fields<'a> {
             return None;
         };
         let mut out = BTreeMap::new();
-        let mut inner = Fields {
-            object,
-            path: self.name(key),
-            problems: self.problems,
-        };
+        let mut inner = Fields::new(object, self.name(key), self.problems, self.unknown);
         for name in object.keys() {
             if let Some(n) = inner.number(name) {
                 out.insert(name.clone(), n);
@@ -343,11 +429,10 @@ impl<'a> Fields<'a> {
                 return None;
             }
         };
-        Some(read(&mut Fields {
-            object,
-            path,
-            problems: self.problems,
-        }))
+        let mut inner = Fields::new(object, path, self.problems, self.unknown);
+        let value = read(&mut inner);
+        inner.finish();
+        Some(value)
     }
 
     /// Each object of the list at `key` (a single object counts as a list of one).
@@ -386,11 +471,11 @@ impl<'a> Fields<'a> {
                 .into_iter()
                 .enumerate()
                 .map(|(i, object)| {
-                    read(&mut Fields {
-                        object,
-                        path: format!("{base}[{i}]"),
-                        problems: self.problems,
-                    })
+                    let path = format!("{base}[{i}]");
+                    let mut inner = Fields::new(object, path, self.problems, self.unknown);
+                    let value = read(&mut inner);
+                    inner.finish();
+                    value
                 })
                 .collect(),
         )
@@ -434,11 +519,13 @@ impl<'a> Fields<'a> {
     }
 
     /// The raw value at `key`.
-    pub fn raw(&self, key: &str) -> Option<&'a Value> {
+    pub fn raw(&mut self, key: &str) -> Option<&'a Value> {
         self.get(key)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &'a String> {
+    /// Every key of the object (the reader takes them all as read).
+    pub fn keys(&mut self) -> impl Iterator<Item = &'a String> + use<'a> {
+        self.all_seen = true;
         self.object.keys()
     }
 
@@ -468,6 +555,7 @@ impl<'a> Fields<'a> {
         for key in others {
             self.problem(key, why);
         }
+        self.all_seen = true;
     }
 }
 

@@ -27,6 +27,7 @@ use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
 use crate::identity::{authenticate, may_proxy, proxied_identity};
+use crate::input::Warnings;
 use crate::layers::Authenticated;
 use crate::params::CommonParams;
 use crate::{AppState, layers, openapi};
@@ -441,7 +442,8 @@ struct Gate {
 
 /// Authenticates (HTTP Basic, local users then the directory), parses the common
 /// parameters, resolves `proxy-user`, authorizes the effective user against the route's
-/// declared permission through their roles, and pretty-prints on request.
+/// declared permission through their roles, adds the warnings of the handling (fields of
+/// the body nobody read) to the answer, and pretty-prints on request.
 async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     let state = &gate.state;
     let source = request
@@ -507,7 +509,12 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     let pretty = params.pretty;
     request.extensions_mut().insert(caller);
     request.extensions_mut().insert(params);
-    let response = next.run(request).await;
+    let (response, warnings) = Warnings::collect(next.run(request)).await;
+    let response = if warnings.is_empty() {
+        response
+    } else {
+        layers::with_warnings(response, warnings).await
+    };
     if pretty {
         layers::pretty_print(response).await
     } else {
