@@ -2,7 +2,7 @@
 //! the routes that exist), served at `GET /rest/openapi.json` without authentication.
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
@@ -13,7 +13,11 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/openapi.json", Access::Public, serve)
         .summary("This OpenAPI document")
-        .response(200, "The OpenAPI 3 description of every route", None);
+        .response(
+            200,
+            "The OpenAPI 3.1 description of every route",
+            Some(schema::any_object()),
+        );
 }
 
 async fn serve(State(state): State<AppState>) -> impl IntoResponse {
@@ -50,6 +54,44 @@ pub mod schema {
     /// A date string `yyyy-MM-dd HH:mm:ss ZZZ`, or null.
     pub fn date() -> Value {
         json!({"type": ["string", "null"], "description": "yyyy-MM-dd HH:mm:ss ZZZ"})
+    }
+
+    /// `schema`, or null (3.1: `"null"` joins its `type`).
+    pub fn nullable(mut schema: Value) -> Value {
+        match schema.get_mut("type") {
+            Some(Value::String(t)) => {
+                let t = t.clone();
+                schema["type"] = json!([t, "null"]);
+            }
+            Some(Value::Array(types)) => {
+                if !types.contains(&json!("null")) {
+                    types.push(json!("null"));
+                }
+            }
+            _ => return json!({"anyOf": [schema, {"type": "null"}]}),
+        }
+        schema
+    }
+
+    /// A string or null.
+    pub fn string_or_null() -> Value {
+        nullable(string())
+    }
+
+    /// An object schema whose properties `names` must be present.
+    pub fn required(mut schema: Value, names: &[&str]) -> Value {
+        schema["required"] = json!(names);
+        schema
+    }
+
+    /// A list of `item`.
+    pub fn array(item: Value) -> Value {
+        json!({"type": "array", "items": item})
+    }
+
+    /// An object of any properties.
+    pub fn any_object() -> Value {
+        json!({"type": "object"})
     }
 
     /// An object with these properties.
@@ -155,13 +197,17 @@ fn operation(doc: &RouteDoc) -> Value {
         }
         responses.insert(r.status.to_string(), response);
     }
-    let error = |description: &str| {
-        json!({"description": description,
-               "content": {"application/json": {"schema": schema::messages()}}})
-    };
-    responses
-        .entry("400")
-        .or_insert_with(|| error("Bad parameters or body"));
+    for (status, description) in error_statuses(doc) {
+        responses
+            .entry(status.to_string())
+            .or_insert_with(|| json!({"description": description}));
+    }
+    // Every error answers `{"messages": [...]}`, whatever a route said of it.
+    for (status, response) in responses.iter_mut() {
+        if status.starts_with('4') || status.starts_with('5') {
+            response["content"] = json!({"application/json": {"schema": {"$ref": ERROR}}});
+        }
+    }
     let mut op = json!({
         "summary": doc.summary,
         "operationId": format!("{} {}", doc.method, doc.path),
@@ -170,17 +216,59 @@ fn operation(doc: &RouteDoc) -> Value {
     match doc.access {
         Access::Public => op["security"] = json!([]),
         Access::Needs(permission) => {
-            responses.insert("401".into(), error("Missing or wrong credentials"));
-            responses.insert("403".into(), error("Not permitted"));
             op["x-drover-permission"] = json!(permission.to_string());
         }
     }
     op["responses"] = Value::Object(responses);
     if let Some((content_type, schema)) = &doc.body {
         op["requestBody"] =
-            json!({"required": true, "content": {*content_type: {"schema": schema}}});
+            json!({"required": !doc.body_optional, "content": {*content_type: {"schema": schema}}});
     }
     op
+}
+
+/// Where the shared error schema is.
+const ERROR: &str = "#/components/schemas/Error";
+
+/// The error statuses `doc`'s operation can answer, from what it is: every one may
+/// be a bad parameter (400) or find a dependency down (503); one that needs a login may
+/// be refused it (401, 429 when logins from the source or for the name failed too often
+/// lately) or the permission (403); one with a key in its path may find nothing (404);
+/// one that changes something may conflict (409); one with a body may find it too large
+/// (413) or of a content type it does not read (415). (405 is the answer of a method a
+/// path does not have, so of no operation; 408, 414 and 431, of the transport, to any.)
+pub(crate) fn error_statuses(doc: &RouteDoc) -> Vec<(u16, &'static str)> {
+    let mut statuses = vec![(400, "Bad parameters or body")];
+    if let Access::Needs(_) = doc.access {
+        statuses.extend([
+            (401, "Missing or wrong credentials"),
+            (403, "Not permitted"),
+            (
+                429,
+                "Too many failed logins lately from this source or for this name",
+            ),
+        ]);
+    }
+    if doc.path.contains('{') {
+        statuses.push((404, "No such resource"));
+    }
+    if doc.method != Method::GET {
+        statuses.push((
+            409,
+            "A conflicting change (a taken name, a stale version...)",
+        ));
+    }
+    if doc.body.is_some() {
+        statuses.extend([
+            (413, "The body is larger than the service reads"),
+            (415, "A body of a content type the operation does not read"),
+        ]);
+    }
+    statuses.push((
+        503,
+        "A dependency (the datastore, the directory) does not answer",
+    ));
+    statuses
 }
 
 /// The OpenAPI document of `docs`, deployed under `base_url`.
@@ -201,9 +289,100 @@ pub(crate) fn document(docs: &[RouteDoc], base_url: &str) -> String {
             "version": env!("CARGO_PKG_VERSION"),
         },
         "servers": [{"url": server}],
-        "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+        "components": {
+            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "schemas": {"Error": schema::required(schema::messages(), &["messages"])},
+        },
         "security": [{"basic": []}],
         "paths": paths,
     });
     serde_json::to_string(&document).expect("a JSON value serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every registered route is in the document, with its parameters, its body where it
+    /// reads one, its answer, and every error status it can answer.
+    #[test]
+    fn every_registered_route_is_documented_whole() {
+        let docs = crate::interface().docs();
+        assert!(docs.len() > 70, "{}", docs.len());
+        let document: Value = serde_json::from_str(&document(&docs, "")).unwrap();
+        let mut missing = Vec::new();
+        for doc in &docs {
+            let name = format!("{} {}", doc.method, doc.path);
+            let op = &document["paths"][doc.path][doc.method.as_str().to_ascii_lowercase()];
+            if !op.is_object() {
+                missing.push(format!("{name}: not in the document"));
+                continue;
+            }
+            let changes = doc.method == Method::POST || doc.method == Method::PUT;
+            if changes && doc.body.is_none() && !doc.no_body {
+                missing.push(format!("{name}: no body schema (or .no_body())"));
+            }
+            if doc.body.is_some() {
+                let body = &op["requestBody"]["content"];
+                let schema = body.as_object().and_then(|c| c.values().next());
+                if schema.is_none_or(|s| !s["schema"].is_object()) {
+                    missing.push(format!("{name}: an empty body schema"));
+                }
+            }
+            let answers = op["responses"].as_object().unwrap();
+            let success = answers.iter().find(|(status, _)| status.starts_with('2'));
+            match success {
+                None => missing.push(format!("{name}: no success answer")),
+                Some((status, answer)) => {
+                    if status != "204"
+                        && !answer["content"]
+                            .as_object()
+                            .is_some_and(|c| c.values().all(|c| c["schema"].is_object()))
+                    {
+                        missing.push(format!("{name}: answer {status} without a schema"));
+                    }
+                }
+            }
+            for (status, _) in error_statuses(doc) {
+                let answer = &answers[&status.to_string()];
+                if answer["content"]["application/json"]["schema"]["$ref"] != ERROR {
+                    missing.push(format!("{name}: {status} not documented as an error"));
+                }
+            }
+            for segment in doc.path.split('/') {
+                if let Some(param) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                    let declared =
+                        op["parameters"].as_array().unwrap().iter().any(|p| {
+                            p["name"] == param && p["in"] == "path" && p["required"] == true
+                        });
+                    if !declared {
+                        missing.push(format!("{name}: path parameter {param} undeclared"));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "{} gaps:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+        assert_eq!(
+            document["components"]["schemas"]["Error"]["required"],
+            json!(["messages"])
+        );
+    }
+
+    #[test]
+    fn nullable_schemas_in_the_3_1_style() {
+        assert_eq!(
+            schema::nullable(schema::string()),
+            json!({"type": ["string", "null"]})
+        );
+        assert_eq!(schema::nullable(schema::date()), schema::date());
+        assert_eq!(
+            schema::nullable(json!({"$ref": "#/x"})),
+            json!({"anyOf": [{"$ref": "#/x"}, {"type": "null"}]})
+        );
+    }
 }

@@ -130,6 +130,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .post("/rest/plugins/{id}/poll", UPDATE, poll)
         .summary("Polls a plugin now")
         .path_param("id", "The plugin's id")
+        .no_body()
         .response(200, "Polled", messages())
         .response(400, "The poll failed (the plugin is ERRORED)", None)
         .response(404, "No such plugin", None);
@@ -146,7 +147,8 @@ pub(crate) fn register(routes: &mut Routes) {
         Method::DELETE,
         Method::PATCH,
     ] {
-        routes
+        let reads_body = [Method::POST, Method::PUT, Method::PATCH].contains(&method);
+        let route = routes
             .add(
                 method,
                 "/rest/plugins/{id}/services/{service}",
@@ -155,8 +157,14 @@ pub(crate) fn register(routes: &mut Routes) {
             )
             .summary("Calls a plugin's web service (camelCase or hyphenated name)")
             .path_param("id", "The plugin's id")
-            .path_param("service", "The service's name")
-            .response(200, "What the service answered", None)
+            .path_param("service", "The service's name");
+        let route = if reads_body {
+            route.optional_json_body(json!({}))
+        } else {
+            route
+        };
+        route
+            .response(200, "What the service answered", Some(json!({})))
             .response(404, "No such plugin or service", None);
     }
 }

@@ -83,6 +83,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(409, "Principals attach the role", None);
     routes
         .post("/rest/roles/{key}/reset", UPDATE, reset)
+        .no_body()
         .summary("Gives a built-in role back its default permissions and description")
         .path_param("key", "The built-in role's id or name")
         .response(200, "The reset role", Some(role()));

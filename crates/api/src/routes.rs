@@ -79,6 +79,10 @@ pub struct RouteDoc {
     pub params: Vec<ParamDoc>,
     /// Content type and schema of the request body.
     pub body: Option<(&'static str, Value)>,
+    /// A `POST` or `PUT` that reads no body (declared, so that one forgotten is noticed).
+    pub no_body: bool,
+    /// The body may be left out.
+    pub body_optional: bool,
     pub responses: Vec<ResponseDoc>,
 }
 
@@ -146,6 +150,23 @@ impl RouteBuilder<'_> {
         self
     }
 
+    /// A JSON body of `schema`.
+    pub fn json_body(self, schema: Value) -> Self {
+        self.body("application/json", schema)
+    }
+
+    /// A JSON body of `schema` that may be left out.
+    pub fn optional_json_body(self, schema: Value) -> Self {
+        self.doc.body_optional = true;
+        self.json_body(schema)
+    }
+
+    /// A `POST` or `PUT` that reads no body.
+    pub fn no_body(self) -> Self {
+        self.doc.no_body = true;
+        self
+    }
+
     pub fn response(self, status: u16, description: &'static str, schema: Option<Value>) -> Self {
         self.doc.responses.push(ResponseDoc {
             status,
@@ -183,6 +204,8 @@ impl Routes {
                 list: false,
                 params: Vec::new(),
                 body: None,
+                no_body: false,
+                body_optional: false,
                 responses: Vec::new(),
             },
             handler: on(filter, handler),

@@ -85,7 +85,16 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/jobs/{id}/{action}", UPDATE, act)
         .summary("hold, unhold, suspend, resume, cancel, requeue, execute, checkpoint")
         .path_param("id", "The job's id")
-        .path_param("action", "The action")
+        .param(crate::routes::ParamDoc {
+            name: "action",
+            location: crate::routes::ParamIn::Path,
+            required: true,
+            description: "The action",
+            schema: serde_json::json!({"type": "string", "enum": [
+                "hold", "unhold", "release", "suspend", "resume", "cancel", "requeue",
+                "execute", "checkpoint"]}),
+        })
+        .optional_json_body(object(&[("holds", strings())]))
         .response(200, "Done", Some(object(&[("messages", strings())])));
     routes
         .delete("/rest/jobs/{id}", DELETE, cancel)
