@@ -652,7 +652,8 @@ mod tests {
     #[test]
     fn nul_characters_are_refused_by_path_wherever_they_are() {
         let body = json!({"a": ["x", "y\u{0}"], "m": {"k\u{0}": 1}, "n": [{"s": "\u{0}"}]});
-        let e = read_object(&body, "Nope", |_| ()).unwrap_err();
+        let read = |f: &mut Fields<'_>| f.keys().count();
+        let e = read_object(&body, "Nope", read).unwrap_err();
         assert_eq!(
             e.messages[1..],
             [
@@ -661,6 +662,39 @@ mod tests {
                 "n[0].s: must not contain NUL characters",
             ]
         );
-        assert!(read_object(&json!({"a": ["x"], "m": {"k": "v"}}), "Nope", |_| ()).is_ok());
+        assert!(read_object(&json!({"a": ["x"], "m": {"k": "v"}}), "Nope", read).is_ok());
+    }
+
+    #[test]
+    fn fields_nobody_reads_are_named_by_path() {
+        let body = json!({"a": 1, "args": [], "r": {"n": 1, "x": 2}, "l": [{"n": 1}, {"y": 3}]});
+        let read = |f: &mut Fields<'_>| {
+            f.integer("a");
+            f.object("r", |r| r.integer("n"));
+            f.each("l", |l| l.integer("n"));
+        };
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&body, "Nope", read).unwrap()
+        }))
+        .unwrap();
+        assert_eq!(
+            warnings,
+            [
+                // Inner objects are done first.
+                "r.x: unknown field, ignored",
+                "l[1].y: unknown field, ignored",
+                "args: unknown field, ignored",
+            ]
+        );
+        // Beside the problems of a refusal.
+        let e = read_object(&json!({"a": "x", "b": 1}), "Nope", |f| f.integer("a")).unwrap_err();
+        assert_eq!(
+            e.messages,
+            [
+                "Nope",
+                "a: expected an integer, got 'x'",
+                "b: unknown field, ignored"
+            ]
+        );
     }
 }

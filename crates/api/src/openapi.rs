@@ -84,6 +84,27 @@ pub mod schema {
         schema
     }
 
+    /// One of `values`.
+    pub fn one_of(values: &[&str]) -> Value {
+        json!({"type": "string", "enum": values})
+    }
+
+    /// A string of at least one character.
+    pub fn text() -> Value {
+        json!({"type": "string", "minLength": 1})
+    }
+
+    /// An integer within `min..=max`.
+    pub fn integer_in(min: i64, max: i64) -> Value {
+        json!({"type": "integer", "minimum": min, "maximum": max})
+    }
+
+    /// `schema`, answered but never read (3.1 `readOnly`: clients need not send it).
+    pub fn read_only(mut schema: Value) -> Value {
+        schema["readOnly"] = json!(true);
+        schema
+    }
+
     /// A list of `item`.
     pub fn array(item: Value) -> Value {
         json!({"type": "array", "items": item})
@@ -92,6 +113,13 @@ pub mod schema {
     /// An object of any properties.
     pub fn any_object() -> Value {
         json!({"type": "object"})
+    }
+
+    /// A date the service reads: `yyyy-MM-dd HH:mm:ss` and a zone (UTC always works).
+    pub fn date_input() -> Value {
+        json!({"type": "string",
+               "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8]) ([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9] UTC$",
+               "description": "yyyy-MM-dd HH:mm:ss ZZZ (any zone the deployment knows; UTC shown)"})
     }
 
     /// An object with these properties.
@@ -105,22 +133,39 @@ pub mod schema {
 
     /// `{"messages":[...]}`.
     pub fn messages() -> Value {
-        object(&[("messages", strings())])
+        required(object(&[("messages", strings())]), &["messages"])
     }
 
     /// The list envelope around `item`.
     pub fn envelope(item: Value) -> Value {
-        object(&[
-            ("totalCount", integer()),
-            ("resultCount", integer()),
-            ("results", json!({"type": "array", "items": item})),
-        ])
+        required(
+            object(&[
+                ("totalCount", integer()),
+                ("resultCount", integer()),
+                ("results", json!({"type": "array", "items": item})),
+            ]),
+            &["totalCount", "resultCount", "results"],
+        )
     }
 }
 
 fn query_param(name: &str, description: &str, schema: Value) -> Value {
     json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema})
 }
+
+/// A query parameter whose value is JSON text of `schema`.
+fn json_query_param(name: &str, description: &str, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": false, "description": description,
+           "content": {"application/json": {"schema": schema}}})
+}
+
+/// A dotted field path as `fields` reads one: trimmed, then `.`-separated segments, none
+/// empty (a segment may hold spaces inside a name).
+const FIELD_PATH: &str =
+    "\\s*([^,.\\s]([^,.]*[^,.\\s])?|[^,.\\s][^,.]*(\\.[^,.]+)*\\.[^,.]*[^,.\\s])\\s*";
+
+/// A field path as a key of `query` or `sort`.
+const KEY_PATH: &str = "[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*";
 
 fn common_params(list: bool) -> Vec<Value> {
     let mut params = vec![
@@ -137,32 +182,42 @@ fn common_params(list: bool) -> Vec<Value> {
         ),
     ];
     if list {
+        let fields = json!({"type": "string",
+                            "pattern": format!("^{FIELD_PATH}(,{FIELD_PATH})*$")});
+        let names = json!({"pattern": format!("^{KEY_PATH}$")});
         params.extend([
-            query_param(
+            json_query_param(
                 "query",
-                "Filter, as a JSON object (document-store syntax)",
-                schema::string(),
+                "Filter, as a JSON object (document-store syntax: field paths to values or \
+                 operator objects such as {\"$gt\": 1})",
+                json!({"type": "object", "propertyNames": names,
+                       "additionalProperties": {"type": ["string", "number", "boolean"]}}),
             ),
-            query_param(
+            json_query_param(
                 "sort",
                 "Sort keys, as a JSON object of 1 / -1",
-                schema::string(),
+                json!({"type": "object", "propertyNames": names,
+                       "additionalProperties": {"enum": [1, -1]}}),
             ),
-            query_param("max", "At most this many results", schema::integer()),
+            query_param(
+                "max",
+                "At most this many results",
+                json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
+            ),
             query_param(
                 "offset",
                 "Skip this many leading results",
-                schema::integer(),
+                json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
             ),
             query_param(
                 "fields",
                 "Comma-separated dotted paths to keep",
-                schema::string(),
+                fields.clone(),
             ),
             query_param(
                 "exclude-fields",
                 "Comma-separated dotted paths to drop",
-                schema::string(),
+                fields,
             ),
         ]);
     }
@@ -170,7 +225,11 @@ fn common_params(list: bool) -> Vec<Value> {
 }
 
 fn operation(doc: &RouteDoc) -> Value {
-    let mut params = common_params(doc.list);
+    // A route's own declaration of a common parameter replaces the common one.
+    let mut params: Vec<Value> = common_params(doc.list)
+        .into_iter()
+        .filter(|common| !doc.params.iter().any(|p| common["name"] == p.name))
+        .collect();
     for p in &doc.params {
         params.push(json!({
             "name": p.name,

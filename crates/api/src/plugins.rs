@@ -39,6 +39,31 @@ const TYPES_READ: Access = Access::Needs(Permission::read("plugin-types"));
 const TYPES_UPLOAD: Access = Access::Needs(Permission::update("plugin-types"));
 const SERVICES: Access = Access::Needs(Permission::new("plugin-services", Action::Use));
 
+/// What creating (`new`) or changing a plugin reads.
+fn plugin_input(new: bool) -> Value {
+    let interval = crate::openapi::schema::integer_in(
+        registry::MIN_POLL_INTERVAL as i64,
+        registry::MAX_POLL_INTERVAL as i64,
+    );
+    let mut input = object(&[
+        ("id", crate::openapi::schema::text()),
+        ("pluginType", crate::openapi::schema::text()),
+        (
+            "state",
+            crate::openapi::schema::one_of(&["STARTED", "STOPPED", "PAUSED"]),
+        ),
+        ("pollInterval", interval),
+        ("autoStart", json!({"type": "boolean"})),
+        ("config", object(&[])),
+    ]);
+    input["additionalProperties"] = json!(false);
+    if new {
+        crate::openapi::schema::required(input, &["id", "pluginType"])
+    } else {
+        input
+    }
+}
+
 fn plugin_schema() -> Value {
     object(&[
         ("id", string()),
@@ -106,7 +131,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/plugins", CREATE, create)
         .summary("Creates a plugin (id and pluginType required); an autoStart one starts")
-        .body("application/json", plugin_schema())
+        .json_body(plugin_input(true))
         .response(201, "The plugin's id", Some(object(&[("id", string())])))
         .response(
             400,
@@ -118,7 +143,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/plugins/{id}", UPDATE, modify)
         .summary("Changes state (STARTED, STOPPED, PAUSED), pollInterval, autoStart or config")
         .path_param("id", "The plugin's id")
-        .body("application/json", plugin_schema())
+        .json_body(plugin_input(false))
         .response(200, "What was done", messages())
         .response(
             400,

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named::{self, change_list, stored};
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
@@ -32,9 +32,29 @@ const GROUP_TYPES: [&str; 3] = ["LDAPGROUP", "LDAPOU", "PAMGROUP"];
 pub(crate) fn register(routes: &mut Routes) {
     let principal = || {
         object(&[
-            ("id", string()),
-            ("name", string()),
-            ("attachedRoles", strings()),
+            ("id", read_only(string())),
+            (
+                "name",
+                serde_json::json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}),
+            ),
+            (
+                "attachedRoles",
+                array(object(&[("id", string()), ("name", string())])),
+            ),
+            (
+                "users",
+                array(required(
+                    object(&[("name", text()), ("type", one_of(&USER_TYPES))]),
+                    &["name", "type"],
+                )),
+            ),
+            (
+                "groups",
+                array(required(
+                    object(&[("name", text()), ("type", one_of(&GROUP_TYPES))]),
+                    &["name", "type"],
+                )),
+            ),
         ])
     };
     routes.collection(
@@ -78,7 +98,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/principals", CREATE, create)
         .summary("Creates a principal")
-        .body("application/json", principal())
+        .json_body(required(principal(), &["name"]))
         .response(201, "The created principal", Some(principal()))
         .response(409, "The name is taken", None);
 }

@@ -21,7 +21,7 @@ use crate::AppState;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named::{self, change_list, stored};
-use crate::openapi::schema::{object, string};
+use crate::openapi::schema::*;
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
@@ -32,8 +32,11 @@ const DELETE: Access = Access::Needs(Permission::delete("roles"));
 pub(crate) fn register(routes: &mut Routes) {
     let role = || {
         object(&[
-            ("id", string()),
-            ("name", string()),
+            ("id", read_only(string())),
+            (
+                "name",
+                serde_json::json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}),
+            ),
             ("description", string()),
             (
                 "permissions",
@@ -65,7 +68,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/roles", CREATE, create)
         .summary("Creates a role")
-        .body("application/json", role())
+        .json_body(required(role(), &["name"]))
         .response(201, "The created role", Some(role()))
         .response(409, "The name is taken", None);
     routes

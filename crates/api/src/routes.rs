@@ -150,6 +150,28 @@ impl RouteBuilder<'_> {
         self
     }
 
+    /// The `change-mode` query parameter (`add`, `remove`, `set`), `required` or not.
+    pub fn change_mode(self, required: bool, description: &'static str) -> Self {
+        self.param(ParamDoc {
+            name: "change-mode",
+            location: ParamIn::Query,
+            required,
+            description,
+            schema: serde_json::json!({"type": "string", "enum": ["add", "remove", "set"]}),
+        })
+    }
+
+    /// The operation is served only with `api-version` one of `versions`.
+    pub fn api_versions(self, versions: &'static [&'static str]) -> Self {
+        self.param(ParamDoc {
+            name: "api-version",
+            location: ParamIn::Query,
+            required: true,
+            description: "The representation versions this operation serves",
+            schema: serde_json::json!({"type": "string", "enum": versions}),
+        })
+    }
+
     /// A JSON body of `schema`.
     pub fn json_body(self, schema: Value) -> Self {
         self.body("application/json", schema)

@@ -119,10 +119,24 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post(PATH, CREATE, create)
         .summary("Creates a service from entries (data) naming templates or types")
-        .body(
-            "application/json",
-            object(&[("user", string()), ("data", json!({"type": "array"}))]),
-        )
+        .body("application/json", {
+            let mut body = object(&[
+                ("user", string()),
+                ("account", string()),
+                ("startDateRequested", crate::openapi::schema::date_input()),
+                (
+                    "earliestStartDateRequested",
+                    crate::openapi::schema::date_input(),
+                ),
+                ("durationRequested", integer()),
+                (
+                    "data",
+                    crate::openapi::schema::array(crate::openapi::schema::any_object()),
+                ),
+            ]);
+            body["additionalProperties"] = json!(false);
+            crate::openapi::schema::required(body, &["data"])
+        })
         .response(
             201,
             "The top-level service's name",

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, Kind};
 use crate::input::Fields;
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, envelope, parse_json};
 use crate::routes::{Access, Caller, ItemChange, ItemRead, Routes, Submission};
@@ -65,10 +65,22 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/jobs", CREATE, submit)
         .summary("Submits a job: version 1 answers {id}, version 2 {name}")
-        .body(
-            "application/json",
-            object(&[("commandFile", string()), ("holds", strings())]),
-        )
+        .json_body(required(
+            object(&[
+                ("commandFile", text()),
+                ("commandLineArguments", strings()),
+                (
+                    "holds",
+                    array(one_of(&["User", "System", "Batch", "Defer", "All"])),
+                ),
+                ("environmentVariables", any_object()),
+                ("initialWorkingDirectory", text()),
+                ("standardOutputFilePath", text()),
+                ("standardErrorFilePath", text()),
+                ("variables", any_object()),
+            ]),
+            &["commandFile"],
+        ))
         .response(
             201,
             "Submitted",
@@ -94,7 +106,10 @@ pub(crate) fn register(routes: &mut Routes) {
                 "hold", "unhold", "release", "suspend", "resume", "cancel", "requeue",
                 "execute", "checkpoint"]}),
         })
-        .optional_json_body(object(&[("holds", strings())]))
+        .optional_json_body(object(&[(
+            "holds",
+            array(one_of(&["User", "System", "Batch", "Defer", "All"])),
+        )]))
         .response(200, "Done", Some(object(&[("messages", strings())])));
     routes
         .delete("/rest/jobs/{id}", DELETE, cancel)
