@@ -294,8 +294,9 @@ const ERROR: &str = "#/components/schemas/Error";
 /// be refused it (401, 429 when logins from the source or for the name failed too often
 /// lately) or the permission (403); one with a key in its path may find nothing (404);
 /// one that changes something may conflict (409); one with a body may find it too large
-/// (413) or of a content type it does not read (415). (405 is the answer of a method a
-/// path does not have, so of no operation; 408, 414 and 431, of the transport, to any.)
+/// (413). (No operation answers 415: bodies are read as JSON whatever type they declare,
+/// see docs/decisions.md. 405 is the answer of a method a path does not have, so of no
+/// operation; 408, 414 and 431, of the transport, to any request.)
 pub(crate) fn error_statuses(doc: &RouteDoc) -> Vec<(u16, &'static str)> {
     let mut statuses = vec![(400, "Bad parameters or body")];
     if let Access::Needs(_) = doc.access {
@@ -318,10 +319,7 @@ pub(crate) fn error_statuses(doc: &RouteDoc) -> Vec<(u16, &'static str)> {
         ));
     }
     if doc.body.is_some() {
-        statuses.extend([
-            (413, "The body is larger than the service reads"),
-            (415, "A body of a content type the operation does not read"),
-        ]);
+        statuses.push((413, "The body is larger than the service reads"));
     }
     statuses.push((
         503,
