@@ -20,12 +20,14 @@ pub struct Fields<'a> {
     object: &'a Map<String, Value>,
     path: String,
     problems: &'a mut Vec<String>,
-    /// The fields of the whole body nobody asked for, by path.
+    /// What is said of the fields of the whole body nobody asked for.
     unknown: &'a mut Vec<String>,
     /// The keys of `object` a reader asked for.
     seen: Vec<&'a str>,
     /// Every key was read (a map, or `only` named the others already).
     all_seen: bool,
+    /// Why the keys not asked for are ignored, when they are known (`None`: unknown).
+    ignored_because: Option<&'static str>,
 }
 
 tokio::task_local! {
@@ -91,14 +93,14 @@ pub fn read_object<T>(
     let value = read(&mut fields);
     fields.finish();
     if problems.is_empty() {
-        for path in unknown {
-            Warnings::add(unknown_field(&path));
+        for warning in unknown {
+            Warnings::add(warning);
         }
         Ok(value)
     } else {
         let mut messages = vec![summary.to_string()];
         messages.extend(problems);
-        messages.extend(unknown.iter().map(|path| unknown_field(path)));
+        messages.extend(unknown);
         Err(ApiError::new(crate::Kind::BadRequest, messages))
     }
 }
@@ -128,6 +130,7 @@ impl<'a> Fields<'a> {
             unknown,
             seen: Vec::new(),
             all_seen: false,
+            ignored_because: None,
         }
     }
 
@@ -143,7 +146,10 @@ impl<'a> Fields<'a> {
                 } else {
                     format!("{}.{key}", self.path)
                 };
-                self.unknown.push(name);
+                self.unknown.push(match self.ignored_because {
+                    None => unknown_field(&name),
+                    Some(why) => format!("{name}: ignored, {why}"),
+                });
             }
         }
     }
@@ -544,18 +550,37 @@ impl<'a> Fields<'a> {
         .unwrap_or_default()
     }
 
+    /// Names the fields not read (yet, or later) as ignored `because` (known fields the
+    /// operation passes over), rather than as unknown.
+    pub fn ignore_others(&mut self, because: &'static str) {
+        self.ignored_because = Some(because);
+    }
+
     /// Records the problem `why` for every field but those `allowed` (so that a
     /// misspelt field is named, not silently dropped).
+    /// A null field is not given, here as everywhere: one not allowed is left to be
+    /// named as unknown (a warning), not refused.
     pub fn only(&mut self, allowed: &[&str], why: &str) {
-        let others: Vec<&String> = self
-            .object
-            .keys()
-            .filter(|k| !allowed.contains(&k.as_str()))
-            .collect();
-        for key in others {
+        let object = self.object;
+        for (key, value) in object {
+            if allowed.contains(&key.as_str()) {
+                continue;
+            }
+            if value.is_null() {
+                continue;
+            }
             self.problem(key, why);
+            if !self.seen.contains(&key.as_str()) {
+                self.seen.push(key.as_str());
+            }
         }
-        self.all_seen = true;
+        for key in allowed {
+            if let Some((key, _)) = object.get_key_value(*key)
+                && !self.seen.contains(&key.as_str())
+            {
+                self.seen.push(key.as_str());
+            }
+        }
     }
 }
 
@@ -686,6 +711,30 @@ mod tests {
                 "args: unknown field, ignored",
             ]
         );
+        // Where only some fields are allowed, another is refused, or named when null.
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&json!({"a": 1, "z": null}), "Nope", |f| {
+                f.only(&["a"], "not a field");
+                f.integer("a")
+            })
+            .unwrap()
+        }))
+        .unwrap();
+        assert_eq!(warnings, ["z: unknown field, ignored"]);
+        // Known fields an operation passes over say why.
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&json!({"node": "n", "os": "x"}), "Nope", |f| {
+                f.ignore_others("a migration reads only node");
+                f.string("node")
+            })
+            .unwrap()
+        }))
+        .unwrap();
+        assert_eq!(warnings, ["os: ignored, a migration reads only node"]);
+        let e = read_object(&json!({"a": 1, "z": 2}), "Nope", |f| {
+            f.only(&["a"], "not a field")
+        });
+        assert_eq!(e.unwrap_err().messages, ["Nope", "z: not a field"]);
         // Beside the problems of a refusal.
         let e = read_object(&json!({"a": "x", "b": 1}), "Nope", |f| f.integer("a")).unwrap_err();
         assert_eq!(

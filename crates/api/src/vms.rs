@@ -354,11 +354,15 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
     reply::bounded_body(&state, &caller, &body, &summary::vm_not_changed(&id))?;
     let body: Value = parse_json(&body)?;
     let by = requester(&caller);
-    if body.get("node").is_some() {
+    // A null node is not given, as any null field.
+    if body.get("node").is_some_and(|node| !node.is_null()) {
         // A migration: every other field is ignored (spec 4.7).
         let summary = summary::vm_not_migrated(&id);
-        let node = read_object(&body, &summary, node_of)?
-            .ok_or_else(|| ApiError::bad_request(&summary, "node: required: {id} or ANY"))?;
+        let node = read_object(&body, &summary, |f| {
+            f.ignore_others("a body with node is a migration, which reads only node");
+            node_of(f)
+        })?
+        .ok_or_else(|| ApiError::bad_request(&summary, "node: required: {id} or ANY"))?;
         let to = (node != "ANY").then_some(node);
         let answer = state.scheduler().vm(VmCommand::Migrate(id, to), by).await?;
         return Ok(job_accepted(answer));
@@ -366,6 +370,8 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
     let summary = summary::vm_not_changed(&id);
     let change = read_object(&body, &summary, |f| {
         refuse_others(f, MODIFY_FIELDS, "when changing a VM");
+        // `node` is known: given (not null) it makes the body a migration, read above.
+        f.has("node");
         let power_on = f
             .string("powerState")
             .and_then(|p| match p.to_ascii_uppercase().as_str() {
