@@ -41,6 +41,11 @@ pub(crate) fn register(routes: &mut Routes) {
             "Accounts of the accounting user named by proxy-user (all for an accounting admin)",
         )
         .list()
+        .query(
+            "custom-fields",
+            "Comma-separated custom fields to add to each account",
+            string(),
+        )
         .response(200, "Accounts", Some(envelope(account())))
         .response(
             400,
@@ -52,6 +57,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .get("/rest/accounts/{id}", READ, one_account)
         .summary("One account")
         .path_param("id", "The account's id")
+        .query(
+            "custom-fields",
+            "Comma-separated custom fields to add",
+            string(),
+        )
         .response(200, "The account", Some(account()))
         .response(
             404,
@@ -61,6 +71,36 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/quotes/standard/quote", QUOTE, quote)
         .summary("Prices a job or services (object-type, proxy-user, charge-duration required)")
+        .param(crate::routes::ParamDoc {
+            name: "object-type",
+            location: crate::routes::ParamIn::Query,
+            required: true,
+            description: "What is priced: a job or services",
+            schema: json!({"type": "string", "enum": ["job", "service"]}),
+        })
+        .param(crate::routes::ParamDoc {
+            name: "charge-duration",
+            location: crate::routes::ParamIn::Query,
+            required: true,
+            description: "Seconds charged",
+            schema: integer(),
+        })
+        .query("grace-duration", "Seconds of grace", integer())
+        .query("description", "The quote's description", string())
+        .query(
+            "start-time",
+            "When the quote starts (a wire date)",
+            string(),
+        )
+        .query("end-time", "When the quote ends (a wire date)", string())
+        .query(
+            "rate",
+            "Rate overrides (accounting administrators)",
+            string(),
+        )
+        .flag("itemize", "Answer the quote's components")
+        .flag("guarantee", "Guarantee the quote (a lien)")
+        .flag("cost-only", "Only the cost")
         .body(
             "application/json",
             object(&[("account", string()), ("user", string())]),

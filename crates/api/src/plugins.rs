@@ -110,6 +110,8 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .put("/rest/plugin-types", TYPES_UPLOAD, upload)
         .summary("Uploads a Rhai script (text/plain, application/x-groovy) or a zip archive of them (application/x-jar, jar-filename)")
+        .flag("reload-plugins", "Reload the plugins of the uploaded types (default true)")
+        .query("jar-filename", "The name of an uploaded archive (application/x-jar)", string())
         .body("text/plain", string())
         .response(200, "Every plugin type", Some(crate::openapi::schema::envelope(type_schema())))
         .response(400, "The script does not compile, or the content type is not accepted", None);

@@ -85,6 +85,7 @@ pub(crate) fn register(routes: &mut Routes) {
         routes
             .put(path, UPDATE, modify)
             .summary("Modifies a principal; change-mode add, remove or set (the default)")
+            .change_mode(false, "add, remove or set (the default) the lists given")
             .path_param("key", "The principal's id or name")
             .body("application/json", principal())
             .response(200, "The modified principal", Some(principal()))

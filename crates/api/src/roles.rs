@@ -74,6 +74,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .put("/rest/roles/{key}", UPDATE, modify)
         .summary("Modifies a role; change-mode add, remove or set (the default) for permissions")
+        .change_mode(false, "add, remove or set (the default) the lists given")
         .path_param("key", "The role's id or name")
         .body("application/json", role())
         .response(200, "The modified role", Some(role()))

@@ -150,6 +150,26 @@ impl RouteBuilder<'_> {
         self
     }
 
+    /// An optional query parameter the handler reads.
+    pub fn query(self, name: &'static str, description: &'static str, schema: Value) -> Self {
+        self.param(ParamDoc {
+            name,
+            location: ParamIn::Query,
+            required: false,
+            description,
+            schema,
+        })
+    }
+
+    /// An optional `true`/`false` query parameter (given empty: true).
+    pub fn flag(self, name: &'static str, description: &'static str) -> Self {
+        self.query(
+            name,
+            description,
+            serde_json::json!({"type": "string", "enum": ["true", "false", "1", "0", ""]}),
+        )
+    }
+
     /// The `change-mode` query parameter (`add`, `remove`, `set`), `required` or not.
     pub fn change_mode(self, required: bool, description: &'static str) -> Self {
         self.param(ParamDoc {
