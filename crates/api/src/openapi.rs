@@ -280,10 +280,54 @@ fn operation(doc: &RouteDoc) -> Value {
     }
     op["responses"] = Value::Object(responses);
     if let Some((content_type, schema)) = &doc.body {
+        let mut schema = schema.clone();
+        without_nul(&mut schema);
         op["requestBody"] =
             json!({"required": !doc.body_optional, "content": {*content_type: {"schema": schema}}});
     }
     op
+}
+
+/// The stores cannot keep U+0000, so a body holding it anywhere is refused
+/// (`input::read_object`): every string and field name of a request schema says so.
+fn without_nul(schema: &mut Value) {
+    const NO_NUL: &str = "^[^\\u0000]*$";
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let types: Vec<String> = match object.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if types.iter().any(|t| t == "string")
+        && !object.contains_key("pattern")
+        && !object.contains_key("enum")
+    {
+        object.insert("pattern".into(), json!(NO_NUL));
+    }
+    if types.iter().any(|t| t == "object") && !object.contains_key("propertyNames") {
+        object.insert("propertyNames".into(), json!({"pattern": NO_NUL}));
+    }
+    for (key, value) in object.iter_mut() {
+        match key.as_str() {
+            "properties" => {
+                if let Some(properties) = value.as_object_mut() {
+                    properties.values_mut().for_each(without_nul);
+                }
+            }
+            "items" | "additionalProperties" => without_nul(value),
+            "anyOf" | "oneOf" | "allOf" => {
+                if let Some(list) = value.as_array_mut() {
+                    list.iter_mut().for_each(without_nul);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Where the shared error schema is.
@@ -428,6 +472,21 @@ mod tests {
             document["components"]["schemas"]["Error"]["required"],
             json!(["messages"])
         );
+    }
+
+    #[test]
+    fn request_strings_and_names_refuse_nul() {
+        let mut schema = schema::object(&[
+            ("a", schema::string()),
+            ("b", schema::array(schema::string())),
+            ("c", schema::one_of(&["x"])),
+        ]);
+        without_nul(&mut schema);
+        let no_nul = json!("^[^\\u0000]*$");
+        assert_eq!(schema["propertyNames"]["pattern"], no_nul);
+        assert_eq!(schema["properties"]["a"]["pattern"], no_nul);
+        assert_eq!(schema["properties"]["b"]["items"]["pattern"], no_nul);
+        assert!(schema["properties"]["c"].get("pattern").is_none());
     }
 
     #[test]

@@ -138,7 +138,10 @@ pub(crate) fn register(routes: &mut Routes) {
                     "earliestStartDateRequested",
                     crate::openapi::schema::date_input(),
                 ),
-                ("durationRequested", integer()),
+                (
+                    "durationRequested",
+                    crate::openapi::schema::integer_in(1, MAX_TIME_TO_LIVE),
+                ),
                 (
                     "data",
                     crate::openapi::schema::array(crate::openapi::schema::any_object()),

@@ -30,6 +30,21 @@ pub(crate) fn register(routes: &mut Routes) {
                     "slotLimit",
                     crate::openapi::schema::integer_in(1, i64::from(u32::MAX)),
                 ),
+                (
+                    "indexRanges",
+                    crate::openapi::schema::array(crate::openapi::schema::required(
+                        object(&[
+                            ("startIndex", crate::openapi::schema::integer()),
+                            ("endIndex", crate::openapi::schema::integer()),
+                            ("increment", crate::openapi::schema::integer()),
+                        ]),
+                        &["startIndex", "endIndex"],
+                    )),
+                ),
+                (
+                    "indexValues",
+                    crate::openapi::schema::array(crate::openapi::schema::integer()),
+                ),
             ]),
         )
         .response(201, "Submitted", Some(object(&[("name", string())])))
