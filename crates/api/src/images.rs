@@ -59,7 +59,8 @@ fn input(new: bool) -> Value {
     let mut input = schema();
     input["properties"]["type"] =
         crate::openapi::schema::one_of(&ImageType::ALL.map(ImageType::as_str));
-    input["properties"]["name"] = crate::openapi::schema::text();
+    input["properties"]["name"] =
+        json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN});
     input["properties"]["osType"] = json!({"type": "string", "minLength": 1, "maxLength": 255});
     input["properties"]["virtualizedImages"]["items"]["anyOf"] =
         json!([{"required": ["id"]}, {"required": ["name"]}]);

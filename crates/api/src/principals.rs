@@ -35,7 +35,7 @@ pub(crate) fn register(routes: &mut Routes) {
             ("id", read_only(string())),
             (
                 "name",
-                serde_json::json!({"type": "string", "pattern": "^[A-Za-z0-9._-]{1,128}$"}),
+                serde_json::json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN}),
             ),
             (
                 "attachedRoles",
