@@ -56,7 +56,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/vcs",
             item_path: "/rest/vcs/{id}",
             access: READ,
-            schema: container(),
+            schema: crate::openapi::schema::required(container(), &["id"]),
             list: (
                 "Virtual containers: the caller's own, or all for an administrator",
                 "Virtual containers",

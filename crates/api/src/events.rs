@@ -45,7 +45,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/events",
             item_path: "/rest/events/{id}",
             access: READ,
-            schema: event(),
+            schema: crate::openapi::schema::required(event(), &["id"]),
             list: (
                 "Events: version-1 shape, or version 3 with api-version=3",
                 "Events",

@@ -117,7 +117,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/images",
             item_path: "/rest/images/{key}",
             access: READ,
-            schema: schema(),
+            schema: crate::openapi::schema::required(schema(), &["id"]),
             list: ("Images", "Images"),
             item: (
                 "One image, by id or name",

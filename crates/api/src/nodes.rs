@@ -37,7 +37,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/nodes",
             item_path: "/rest/nodes/{id}",
             access: READ,
-            schema: node(),
+            schema: crate::openapi::schema::required(node(), &["id"]),
             list: ("Every node", "Nodes"),
             item: ("One node", "The node's id", "The node", "No such node"),
         },

@@ -62,7 +62,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/principals",
             item_path: "/rest/principals/{key}",
             access: READ,
-            schema: principal(),
+            schema: crate::openapi::schema::required(principal(), &["id"]),
             list: ("Every principal", "Principals"),
             item: (
                 "One principal, by id or name",

@@ -74,7 +74,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/reservations",
             item_path: "/rest/reservations/{id}",
             access: READ,
-            schema: reservation(),
+            schema: crate::openapi::schema::required(reservation(), &["id"]),
             list: (
                 "Reservations: the caller's own, or all for an administrator",
                 "Reservations",

@@ -53,7 +53,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/roles",
             item_path: "/rest/roles/{key}",
             access: READ,
-            schema: role(),
+            schema: crate::openapi::schema::required(role(), &["id"]),
             list: ("Every role", "Roles"),
             item: (
                 "One role, by id or name",

@@ -133,7 +133,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/vms",
             item_path: "/rest/vms/{id}",
             access: READ,
-            schema: schema(),
+            schema: crate::openapi::schema::required(schema(), &["id"]),
             list: (
                 "Virtual machines: the caller's own, or all for an administrator",
                 "VMs",

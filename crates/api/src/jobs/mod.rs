@@ -35,7 +35,13 @@ const DELETE: Access = Access::Needs(Permission::delete("jobs"));
 pub(crate) fn register(routes: &mut Routes) {
     templates::register(routes);
     arrays::register(routes);
-    let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
+    let job = || {
+        object(&[
+            ("id", string()),
+            ("name", string_or_null()),
+            ("state", string()),
+        ])
+    };
     let list_doc = |route: crate::routes::RouteBuilder<'_>, which: &'static str| {
         route.summary(which).list().response(
             200,

@@ -38,7 +38,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/job-templates",
             item_path: "/rest/job-templates/{id}",
             access: READ,
-            schema: template(),
+            schema: crate::openapi::schema::required(template(), &["id"]),
             list: (
                 "The job templates (the known ids of spec 2.6 and configured ones)",
                 "Job templates",
