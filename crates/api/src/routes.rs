@@ -314,10 +314,15 @@ impl Routes {
             list: (list_summary, items),
             item: (summary, key, answer, missing),
         } = collection;
+        // `fields` and `exclude-fields` may leave any property out of a listed item.
+        let mut listed = schema.clone();
+        if let Some(listed) = listed.as_object_mut() {
+            listed.remove("required");
+        }
         self.get(path, access, list)
             .summary(list_summary)
             .list()
-            .response(200, items, Some(openapi::schema::envelope(schema.clone())));
+            .response(200, items, Some(openapi::schema::envelope(listed)));
         let name = item_path
             .rsplit_once('{')
             .and_then(|(_, name)| name.strip_suffix('}'))
