@@ -58,6 +58,11 @@ pub mod schema {
 
     /// `schema`, or null (3.1: `"null"` joins its `type`).
     pub fn nullable(mut schema: Value) -> Value {
+        if let Some(Value::Array(values)) = schema.get_mut("enum")
+            && !values.contains(&Value::Null)
+        {
+            values.push(Value::Null);
+        }
         match schema.get_mut("type") {
             Some(Value::String(t)) => {
                 let t = t.clone();
@@ -288,8 +293,9 @@ fn operation(doc: &RouteDoc) -> Value {
     op
 }
 
-/// The stores cannot keep U+0000, so a body holding it anywhere is refused
-/// (`input::read_object`): every string and field name of a request schema says so.
+/// A request schema as the readers take it: the stores cannot keep U+0000, so a body
+/// holding it anywhere is refused (`input::read_object`), and every string and field
+/// name says so; a null field is not given, so every optional property may be null.
 fn without_nul(schema: &mut Value) {
     const NO_NUL: &str = "^[^\\u0000]*$";
     let Some(object) = schema.as_object_mut() else {
@@ -312,11 +318,27 @@ fn without_nul(schema: &mut Value) {
     if types.iter().any(|t| t == "object") && !object.contains_key("propertyNames") {
         object.insert("propertyNames".into(), json!({"pattern": NO_NUL}));
     }
+    let required: Vec<String> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
     for (key, value) in object.iter_mut() {
         match key.as_str() {
             "properties" => {
                 if let Some(properties) = value.as_object_mut() {
-                    properties.values_mut().for_each(without_nul);
+                    for (name, property) in properties.iter_mut() {
+                        without_nul(property);
+                        // A null field is not given: any optional one may be null.
+                        if !required.contains(name) {
+                            *property = schema::nullable(property.take());
+                        }
+                    }
                 }
             }
             "items" | "additionalProperties" => without_nul(value),
@@ -496,6 +518,10 @@ mod tests {
             json!({"type": ["string", "null"]})
         );
         assert_eq!(schema::nullable(schema::date()), schema::date());
+        assert_eq!(
+            schema::nullable(schema::one_of(&["a"])),
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
         assert_eq!(
             schema::nullable(json!({"$ref": "#/x"})),
             json!({"anyOf": [{"$ref": "#/x"}, {"type": "null"}]})
