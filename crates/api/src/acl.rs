@@ -171,7 +171,7 @@ pub(crate) fn register<G: Governed>(routes: &mut Routes) {
 
 /// `{aclRules: [{type, value, affinity, comparator}]}`, one rule or more.
 fn rules_schema() -> Value {
-    use crate::openapi::schema::{array, object, one_of, required, string, text};
+    use crate::openapi::schema::{array, object, one_of, required, text};
     use drover_domain::reservation::{AFFINITIES, COMPARATORS, RULE_TYPES};
     let rule = required(
         object(&[
@@ -184,7 +184,6 @@ fn rules_schema() -> Value {
     );
     let mut rules = array(rule);
     rules["minItems"] = serde_json::json!(1);
-    let _ = string;
     required(object(&[("aclRules", rules)]), &["aclRules"])
 }
 
