@@ -282,3 +282,46 @@ pub(crate) async fn pretty_print(response: Response) -> Response {
         .insert(header::CONTENT_LENGTH, HeaderValue::from(pretty.len()));
     Response::from_parts(parts, Body::from(pretty))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn answer(body: &str) -> Response {
+        Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    fn warned(response: Response) -> (Response, Value) {
+        let response = with_warnings(response, vec!["args: unknown field, ignored".into()])
+            .now_or_never()
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = to_bytes(body, usize::MAX).now_or_never().unwrap().unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (Response::from_parts(parts, Body::empty()), value)
+    }
+
+    #[test]
+    fn warnings_join_the_messages_or_go_in_warning_headers() {
+        let (_, value) = warned(answer(r#"{"messages":["Job modified"]}"#));
+        assert_eq!(
+            value,
+            json!({"messages": ["Job modified", "args: unknown field, ignored"]})
+        );
+        let (_, value) = warned(answer(r#"{"id":"j1"}"#));
+        assert_eq!(
+            value,
+            json!({"id": "j1", "messages": ["args: unknown field, ignored"]})
+        );
+        let (response, value) = warned(answer(r#"[1]"#));
+        assert_eq!(value, json!([1]));
+        assert_eq!(
+            response.headers()[header::WARNING],
+            "299 drover \"args: unknown field, ignored\""
+        );
+    }
+}
