@@ -30,6 +30,9 @@ const ADMIN_CREATE: Access = Access::Needs(Permission::create("accounting"));
 
 const QUOTE_FAILED: &str = "No quote was made";
 
+/// The 404 of every accounting route where accounting is not enabled.
+const ACCOUNTING_OFF: &str = "Accounting is not enabled on this server";
+
 pub(crate) fn register(routes: &mut Routes) {
     let account = || object(&[("id", string()), ("active", string()), ("users", strings())]);
     routes
@@ -38,21 +41,66 @@ pub(crate) fn register(routes: &mut Routes) {
             "Accounts of the accounting user named by proxy-user (all for an accounting admin)",
         )
         .list()
+        .query(
+            "custom-fields",
+            "Comma-separated custom fields to add to each account",
+            string(),
+        )
         .response(200, "Accounts", Some(envelope(account())))
         .response(
             400,
             "No proxy-user, or a query that is not a simple object",
             None,
-        );
+        )
+        .response(404, ACCOUNTING_OFF, None);
     routes
         .get("/rest/accounts/{id}", READ, one_account)
         .summary("One account")
         .path_param("id", "The account's id")
+        .query(
+            "custom-fields",
+            "Comma-separated custom fields to add",
+            string(),
+        )
         .response(200, "The account", Some(account()))
-        .response(404, "No such account (or not the user's)", None);
+        .response(
+            404,
+            "No such account (or not the user's), or accounting is not enabled",
+            None,
+        );
     routes
         .post("/rest/quotes/standard/quote", QUOTE, quote)
         .summary("Prices a job or services (object-type, proxy-user, charge-duration required)")
+        .param(crate::routes::ParamDoc {
+            name: "object-type",
+            location: crate::routes::ParamIn::Query,
+            required: true,
+            description: "What is priced: a job or services",
+            schema: json!({"type": "string", "enum": ["job", "service"]}),
+        })
+        .param(crate::routes::ParamDoc {
+            name: "charge-duration",
+            location: crate::routes::ParamIn::Query,
+            required: true,
+            description: "Seconds charged",
+            schema: integer(),
+        })
+        .query("grace-duration", "Seconds of grace", integer())
+        .query("description", "The quote's description", string())
+        .query(
+            "start-time",
+            "When the quote starts (a wire date)",
+            string(),
+        )
+        .query("end-time", "When the quote ends (a wire date)", string())
+        .query(
+            "rate",
+            "Rate overrides (accounting administrators)",
+            string(),
+        )
+        .flag("itemize", "Answer the quote's components")
+        .flag("guarantee", "Guarantee the quote (a lien)")
+        .flag("cost-only", "Only the cost")
         .body(
             "application/json",
             object(&[("account", string()), ("user", string())]),
@@ -66,7 +114,8 @@ pub(crate) fn register(routes: &mut Routes) {
             400,
             "Refused (bad parameters, insufficient funds); the messages say why",
             None,
-        );
+        )
+        .response(404, ACCOUNTING_OFF, None);
     routes
         .get(
             "/rest/accounting/accounts/{id}/balance",
@@ -75,7 +124,8 @@ pub(crate) fn register(routes: &mut Routes) {
         )
         .summary("An account's money now: allocated, charged, held, available")
         .path_param("id", "The account's id")
-        .response(200, "The balance", Some(object(&[("available", number())])));
+        .response(200, "The balance", Some(object(&[("available", number())])))
+        .response(404, ACCOUNTING_OFF, None);
     routes
         .get("/rest/accounting/allocations", ADMIN_READ, list_allocations)
         .summary("Allocations: configured (id 0) and added")
@@ -84,7 +134,8 @@ pub(crate) fn register(routes: &mut Routes) {
             200,
             "Allocations",
             Some(envelope(object(&[("account", string())]))),
-        );
+        )
+        .response(404, ACCOUNTING_OFF, None);
     routes
         .post("/rest/accounting/allocations", ADMIN_CREATE, allocate)
         .summary("Adds funds to an account: {account, amount, startTime?, endTime?}")
@@ -92,7 +143,8 @@ pub(crate) fn register(routes: &mut Routes) {
             "application/json",
             object(&[("account", string()), ("amount", number())]),
         )
-        .response(201, "Added", Some(object(&[("id", integer())])));
+        .response(201, "Added", Some(object(&[("id", integer())])))
+        .response(404, ACCOUNTING_OFF, None);
     routes
         .get("/rest/accounting/usage-records", ADMIN_READ, list_usage)
         .summary("Usage records: guaranteed quotes and the charges of jobs")
@@ -101,7 +153,8 @@ pub(crate) fn register(routes: &mut Routes) {
             200,
             "Usage records",
             Some(envelope(object(&[("charge", number())]))),
-        );
+        )
+        .response(404, ACCOUNTING_OFF, None);
 }
 
 /// The ledger; with accounting disabled (a lasting choice of the configuration, not an

@@ -153,14 +153,38 @@ pub(crate) fn register<G: Governed>(routes: &mut Routes) {
         .put(rules, update, put_rules::<G>)
         .summary(docs.put_rules)
         .path_param("id", docs.id)
-        .body("application/json", object(&[("aclRules", strings())]))
+        .json_body(rules_schema())
         .response(200, "Written", Some(object(&[("messages", strings())])));
     routes
         .delete(rule, update, delete_rule::<G>)
         .summary("Removes the ACL rule <type>:<value>")
         .path_param("id", docs.id)
-        .path_param("rule", "<type>:<value>")
+        .param(crate::routes::ParamDoc {
+            name: "rule",
+            location: crate::routes::ParamIn::Path,
+            required: true,
+            description: "<type>:<value>",
+            schema: serde_json::json!({"type": "string", "pattern": "^[A-Za-z]+:.+$"}),
+        })
         .response(200, "Removed", Some(object(&[("messages", strings())])));
+}
+
+/// `{aclRules: [{type, value, affinity, comparator}]}`, one rule or more.
+fn rules_schema() -> Value {
+    use crate::openapi::schema::{array, object, one_of, required, text};
+    use drover_domain::reservation::{AFFINITIES, COMPARATORS, RULE_TYPES};
+    let rule = required(
+        object(&[
+            ("type", one_of(&RULE_TYPES)),
+            ("value", text()),
+            ("affinity", one_of(&AFFINITIES)),
+            ("comparator", one_of(&COMPARATORS)),
+        ]),
+        &["type", "value"],
+    );
+    let mut rules = array(rule);
+    rules["minItems"] = serde_json::json!(1);
+    required(object(&[("aclRules", rules)]), &["aclRules"])
 }
 
 fn unchanged<G: Governed>(id: &str) -> String {

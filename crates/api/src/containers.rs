@@ -20,7 +20,7 @@ use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
 use crate::jobs::requester;
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes};
@@ -47,7 +47,7 @@ pub(crate) fn register(routes: &mut Routes) {
     let container = || {
         object(&[
             ("id", string()),
-            ("description", string()),
+            ("description", string_or_null()),
             ("creator", string()),
         ])
     };
@@ -56,7 +56,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/vcs",
             item_path: "/rest/vcs/{id}",
             access: READ,
-            schema: container(),
+            schema: crate::openapi::schema::required(container(), &["id"]),
             list: (
                 "Virtual containers: the caller's own, or all for an administrator",
                 "Virtual containers",
@@ -76,16 +76,37 @@ pub(crate) fn register(routes: &mut Routes) {
         .summary("Creates a virtual container")
         .body(
             "application/json",
-            object(&[("description", string()), ("owner", object(&[]))]),
+            object(&[("description", string()), ("owner", owner())]),
         )
         .response(201, "Created", Some(object(&[("id", string())])));
     routes
         .put("/rest/vcs/{id}", UPDATE, modify)
         .summary("add/remove members (jobs, nodes, reservations, virtualContainers, virtualMachines) or set description, flags, owner, variables; change-mode required")
         .path_param("id", "The container's id")
-        .body("application/json", object(&[("jobs", strings())]))
+        .change_mode(true, "add or remove members, or set the container's own attributes")
+        .json_body(object(&[
+            ("jobs", references()),
+            ("nodes", references()),
+            ("reservations", references()),
+            ("virtualContainers", references()),
+            ("virtualMachines", references()),
+            ("description", string()),
+            ("flags", strings()),
+            ("owner", owner()),
+            ("variables", any_object()),
+        ]))
         .response(200, "Changed", Some(object(&[("messages", strings())])));
     acl::register::<Containers>(routes);
+}
+
+/// `{name, type}`, the name required.
+fn owner() -> serde_json::Value {
+    required(object(&[("name", text()), ("type", string())]), &["name"])
+}
+
+/// `[{id}]`.
+fn references() -> serde_json::Value {
+    array(required(object(&[("id", text())]), &["id"]))
 }
 
 fn visible(container: &VirtualContainer, caller: &Caller) -> bool {

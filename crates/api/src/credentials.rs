@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::openapi::schema::{envelope, object, string};
+use crate::openapi::schema::*;
 use crate::params::ListParams;
 use crate::reply::list_in_memory;
 use crate::routes::{Access, Routes};
@@ -20,6 +20,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/credentials/accounts", READ, accounts)
         .summary("Accounts the scheduler knows (api-version=2)")
+        .api_versions(&["2"])
         .list()
         .response(
             200,
@@ -29,6 +30,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/credentials/classes", READ, classes)
         .summary("Classes (queues) the scheduler knows (api-version=2)")
+        .api_versions(&["2"])
         .list()
         .response(
             200,
@@ -38,16 +40,19 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/credentials/groups", READ, groups)
         .summary("Groups the scheduler knows (api-version=2)")
+        .api_versions(&["2"])
         .list()
         .response(200, "Groups", Some(envelope(object(&[("name", string())]))));
     routes
         .get("/rest/credentials/qoses", READ, qoses)
         .summary("QoS the scheduler knows (api-version=2)")
+        .api_versions(&["2"])
         .list()
         .response(200, "QoS", Some(envelope(object(&[("name", string())]))));
     routes
         .get("/rest/credentials/users", READ, users)
         .summary("Users the scheduler knows (api-version=2)")
+        .api_versions(&["2"])
         .list()
         .response(200, "Users", Some(envelope(object(&[("name", string())]))));
 }

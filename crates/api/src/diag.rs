@@ -10,7 +10,7 @@ use drover_monitor::health;
 use drover_store::StoreInfo;
 use serde_json::{Value, json};
 
-use crate::openapi::schema::{boolean, integer, object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams};
 use crate::routes::{Access, Routes};
 use crate::{AppState, Health};
@@ -66,10 +66,10 @@ pub(crate) fn register(routes: &mut Routes) {
     let detailed = |extra: &[(&str, Value)]| {
         let mut fields = vec![
             ("connected", string()),
-            ("host", string()),
-            ("port", integer()),
-            ("message", string()),
-            ("version", string()),
+            ("host", nullable(string())),
+            ("port", nullable(integer())),
+            ("message", nullable(string())),
+            ("version", nullable(string())),
         ];
         fields.extend(extra.iter().cloned());
         object(&fields)
@@ -85,9 +85,9 @@ pub(crate) fn register(routes: &mut Routes) {
                 (
                     "datastore",
                     detailed(&[
-                        ("databaseName", string()),
-                        ("replicaSet", string()),
-                        ("username", string()),
+                        ("databaseName", nullable(string())),
+                        ("replicaSet", nullable(string())),
+                        ("username", nullable(string())),
                     ]),
                 ),
                 (
@@ -97,8 +97,8 @@ pub(crate) fn register(routes: &mut Routes) {
                         ("licensedFeatures", strings()),
                         ("state", string()),
                         ("datastoreCredentialsSet", boolean()),
-                        ("datastoreHost", string()),
-                        ("datastorePort", integer()),
+                        ("datastoreHost", nullable(string())),
+                        ("datastorePort", nullable(integer())),
                     ]),
                 ),
             ])),
@@ -110,13 +110,13 @@ pub(crate) fn register(routes: &mut Routes) {
             200,
             "Directory information",
             Some(object(&[
-                ("server", string()),
-                ("port", integer()),
-                ("securityType", string()),
+                ("server", nullable(string())),
+                ("port", nullable(integer())),
+                ("securityType", nullable(string())),
                 ("baseDNs", strings()),
-                ("bindUser", string()),
-                ("userObjectClass", string()),
-                ("userNameAttribute", string()),
+                ("bindUser", nullable(string())),
+                ("userObjectClass", nullable(string())),
+                ("userNameAttribute", nullable(string())),
             ])),
         );
 }

@@ -18,7 +18,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, NOT_CREATED};
 use crate::input::read_object;
-use crate::openapi::schema::{integer, object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Collection, ItemRead, Routes};
@@ -35,8 +35,8 @@ pub(crate) fn register(routes: &mut Routes) {
             ("eventType", string()),
             ("severity", string()),
             ("code", integer()),
-            ("origin", string()),
-            ("message", string()),
+            ("origin", string_or_null()),
+            ("message", string_or_null()),
             ("arguments", strings()),
         ])
     };
@@ -45,7 +45,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/events",
             item_path: "/rest/events/{id}",
             access: READ,
-            schema: event(),
+            schema: crate::openapi::schema::required(event(), &["id"]),
             list: (
                 "Events: version-1 shape, or version 3 with api-version=3",
                 "Events",
@@ -58,7 +58,26 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/events", CREATE, create)
         .summary("Creates events: version 1 from <Events> XML, version 3 (api-version=3) from JSON")
-        .body("application/json", event())
+        .api_versions(&["3"])
+        .json_body(required(
+            object(&[
+                ("eventType", text()),
+                ("severity", one_of(drover_monitor::event::SEVERITIES)),
+                ("eventDate", date_input()),
+                ("code", integer_in(0, i64::from(u32::MAX))),
+                ("origin", string()),
+                ("message", string()),
+                ("arguments", strings()),
+                (
+                    "associatedObjects",
+                    array(required(
+                        object(&[("type", text()), ("id", text())]),
+                        &["type", "id"],
+                    )),
+                ),
+            ]),
+            &["eventType"],
+        ))
         .response(
             201,
             "Created (v3: the event; v1: messages and ids)",

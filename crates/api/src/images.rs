@@ -53,6 +53,34 @@ const FIELDS: &[&str] = &[
     "version",
 ];
 
+/// What creating (`new`: name, hypervisor and osType required) or changing an image
+/// reads: the fields of [`schema`], no others.
+fn input(new: bool) -> Value {
+    let mut input = schema();
+    input["properties"]["type"] =
+        crate::openapi::schema::one_of(&ImageType::ALL.map(ImageType::as_str));
+    input["properties"]["name"] =
+        json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN});
+    input["properties"]["osType"] = json!({"type": "string", "minLength": 1, "maxLength": 255});
+    input["properties"]["virtualizedImages"]["items"]["anyOf"] =
+        json!([{"required": ["id"]}, {"required": ["name"]}]);
+    input["additionalProperties"] = json!(false);
+    if new {
+        // An image supports a physical machine, a virtual machine or both.
+        input["anyOf"] = json!([
+            {"properties": {"supportsPhysicalMachine": {"const": true}}, "required": ["supportsPhysicalMachine"]},
+            {"properties": {"supportsVirtualMachine": {"const": true}}, "required": ["supportsVirtualMachine"]},
+        ]);
+        input["properties"]
+            .as_object_mut()
+            .expect("an object schema")
+            .remove("version");
+        crate::openapi::schema::required(input, &["name", "hypervisor", "osType"])
+    } else {
+        input
+    }
+}
+
 fn schema() -> Value {
     object(&[
         ("id", string()),
@@ -89,7 +117,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/images",
             item_path: "/rest/images/{key}",
             access: READ,
-            schema: schema(),
+            schema: crate::openapi::schema::required(schema(), &["id"]),
             list: ("Images", "Images"),
             item: (
                 "One image, by id or name",
@@ -110,7 +138,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/images", CREATE, create)
         .summary("Creates an image (name, hypervisor, osType and a support flag required)")
-        .body("application/json", schema())
+        .json_body(input(true))
         .response(201, "The created image", Some(schema()))
         .response(400, "A rule of the image is broken", None)
         .response(409, "The name is taken", None);
@@ -119,7 +147,7 @@ pub(crate) fn register(routes: &mut Routes) {
             .put(path, UPDATE, modify)
             .summary("Modifies an image; the fields given replace the stored ones")
             .path_param("key", "The image's id or name")
-            .body("application/json", schema())
+            .json_body(input(false))
             .response(200, "The modified image", Some(schema()))
             .response(400, "A rule of the image is broken", None)
             .response(409, "Stale version, or the name is taken", None);

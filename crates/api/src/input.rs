@@ -2,6 +2,11 @@
 //! sent as strings, one object where a list is expected) and strictly about types: a
 //! field of the wrong type is a problem named by its path. Problems are collected so
 //! that one answer lists them all.
+//!
+//! A field of the body that no reader asked for is never dropped silently: [`read_object`]
+//! names it, in the 400 when there are problems, else as a warning the gate adds to the
+//! answer's `messages` (see [`Warnings`]). What a reader asks for *is* the set of
+//! known fields, so the list cannot drift from the handlers.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +20,52 @@ pub struct Fields<'a> {
     object: &'a Map<String, Value>,
     path: String,
     problems: &'a mut Vec<String>,
+    /// What is said of the fields of the whole body nobody asked for.
+    unknown: &'a mut Vec<String>,
+    /// The keys of `object` a reader asked for.
+    seen: Vec<&'a str>,
+    /// Every key was read (a map, or `only` named the others already).
+    all_seen: bool,
+    /// Why the keys not asked for are ignored, when they are known (`None`: unknown).
+    ignored_because: Option<&'static str>,
+}
+
+tokio::task_local! {
+    /// The warnings of the request being answered (the gate opens the scope).
+    static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// The warnings a request's handling collected, for the gate to add to its answer.
+pub struct Warnings;
+
+impl Warnings {
+    /// Runs `future` (a request's handling) collecting warnings; answers them with its
+    /// output.
+    pub async fn collect<F: std::future::Future>(future: F) -> (F::Output, Vec<String>) {
+        WARNINGS
+            .scope(std::cell::RefCell::new(Vec::new()), async move {
+                let output = future.await;
+                let warnings = WARNINGS.with(|w| std::mem::take(&mut *w.borrow_mut()));
+                (output, warnings)
+            })
+            .await
+    }
+
+    /// Adds `text` to the current request's warnings (outside a request, where there
+    /// is nobody to tell, it is written to the service log).
+    pub fn add(text: String) {
+        if WARNINGS
+            .try_with(|w| w.borrow_mut().push(text.clone()))
+            .is_err()
+        {
+            eprintln!("drover: warning outside a request: {text}");
+        }
+    }
+}
+
+/// The message naming a field that is not read.
+fn unknown_field(path: &str) -> String {
+    format!("{path}: unknown field, ignored")
 }
 
 /// Parses `body` as an object and hands its fields to `read`; problems become one 400
@@ -31,22 +82,25 @@ pub fn read_object<T>(
         ));
     };
     let mut problems = Vec::new();
+    let mut unknown = Vec::new();
     // The stores cannot keep U+0000 (PostgreSQL's jsonb refuses it): refuse it here, by
     // field, rather than fail when the change is written. (Paths are spelled out only
     // when there is one to name: a string per member costs every request.)
     if has_nul(body) {
         find_nul(body, "", &mut problems);
     }
-    let value = read(&mut Fields {
-        object,
-        path: String::new(),
-        problems: &mut problems,
-    });
+    let mut fields = Fields::new(object, String::new(), &mut problems, &mut unknown);
+    let value = read(&mut fields);
+    fields.finish();
     if problems.is_empty() {
+        for warning in unknown {
+            Warnings::add(warning);
+        }
         Ok(value)
     } else {
         let mut messages = vec![summary.to_string()];
         messages.extend(problems);
+        messages.extend(unknown);
         Err(ApiError::new(crate::Kind::BadRequest, messages))
     }
 }
@@ -63,6 +117,43 @@ fn describe(value: &Value) -> &'static str {
 }
 
 impl<'a> Fields<'a> {
+    fn new(
+        object: &'a Map<String, Value>,
+        path: String,
+        problems: &'a mut Vec<String>,
+        unknown: &'a mut Vec<String>,
+    ) -> Self {
+        Self {
+            object,
+            path,
+            problems,
+            unknown,
+            seen: Vec::new(),
+            all_seen: false,
+            ignored_because: None,
+        }
+    }
+
+    /// Records the keys of the object no reader asked for.
+    fn finish(self) {
+        if self.all_seen || self.seen.len() == self.object.len() {
+            return;
+        }
+        for key in self.object.keys() {
+            if !self.seen.contains(&key.as_str()) {
+                let name = if self.path.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{}.{key}", self.path)
+                };
+                self.unknown.push(match self.ignored_because {
+                    None => unknown_field(&name),
+                    Some(why) => format!("{name}: ignored, {why}"),
+                });
+            }
+        }
+    }
+
     fn name(&self, key: &str) -> String {
         if self.path.is_empty() {
             key.to_string()
@@ -77,19 +168,24 @@ impl<'a> Fields<'a> {
         self.problems.push(format!("{name}: {text}"));
     }
 
-    pub fn has(&self, key: &str) -> bool {
+    pub fn has(&mut self, key: &str) -> bool {
         self.get(key).is_some()
     }
 
-    fn get(&self, key: &str) -> Option<&'a Value> {
+    fn get(&mut self, key: &str) -> Option<&'a Value> {
         // A reader asks for every field it knows (dozens) of a body that names a few: a
         // scan of a small object is cheaper than hashing each name (SipHash, in serde_json).
-        let found = if self.object.len() <= 8 {
-            self.object.iter().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let object = self.object;
+        let found = if object.len() <= 8 {
+            object.iter().find(|(k, _)| *k == key)
         } else {
-            self.object.get(key)
+            object.get_key_value(key)
         };
-        found.filter(|v| !v.is_null())
+        let (key, value) = found?;
+        if !self.seen.contains(&key.as_str()) {
+            self.seen.push(key.as_str());
+        }
+        Some(value).filter(|v| !v.is_null())
     }
 
     /// A string; numbers and booleans are taken as their text.
@@ -292,11 +388,7 @@ impl<'a> Fields<'a> {
             return None;
         };
         let mut out = BTreeMap::new();
-        let mut inner = Fields {
-            object,
-            path: self.name(key),
-            problems: self.problems,
-        };
+        let mut inner = Fields::new(object, self.name(key), self.problems, self.unknown);
         for name in object.keys() {
             if let Some(n) = inner.number(name) {
                 out.insert(name.clone(), n);
@@ -343,11 +435,10 @@ impl<'a> Fields<'a> {
                 return None;
             }
         };
-        Some(read(&mut Fields {
-            object,
-            path,
-            problems: self.problems,
-        }))
+        let mut inner = Fields::new(object, path, self.problems, self.unknown);
+        let value = read(&mut inner);
+        inner.finish();
+        Some(value)
     }
 
     /// Each object of the list at `key` (a single object counts as a list of one).
@@ -386,11 +477,11 @@ impl<'a> Fields<'a> {
                 .into_iter()
                 .enumerate()
                 .map(|(i, object)| {
-                    read(&mut Fields {
-                        object,
-                        path: format!("{base}[{i}]"),
-                        problems: self.problems,
-                    })
+                    let path = format!("{base}[{i}]");
+                    let mut inner = Fields::new(object, path, self.problems, self.unknown);
+                    let value = read(&mut inner);
+                    inner.finish();
+                    value
                 })
                 .collect(),
         )
@@ -434,11 +525,13 @@ impl<'a> Fields<'a> {
     }
 
     /// The raw value at `key`.
-    pub fn raw(&self, key: &str) -> Option<&'a Value> {
+    pub fn raw(&mut self, key: &str) -> Option<&'a Value> {
         self.get(key)
     }
 
-    pub fn keys(&self) -> impl Iterator<Item = &'a String> {
+    /// Every key of the object (the reader takes them all as read).
+    pub fn keys(&mut self) -> impl Iterator<Item = &'a String> + use<'a> {
+        self.all_seen = true;
         self.object.keys()
     }
 
@@ -457,16 +550,36 @@ impl<'a> Fields<'a> {
         .unwrap_or_default()
     }
 
+    /// Names the fields not read (yet, or later) as ignored `because` (known fields the
+    /// operation passes over), rather than as unknown.
+    pub fn ignore_others(&mut self, because: &'static str) {
+        self.ignored_because = Some(because);
+    }
+
     /// Records the problem `why` for every field but those `allowed` (so that a
     /// misspelt field is named, not silently dropped).
+    /// A null field is not given, here as everywhere: one not allowed is left to be
+    /// named as unknown (a warning), not refused.
     pub fn only(&mut self, allowed: &[&str], why: &str) {
-        let others: Vec<&String> = self
-            .object
-            .keys()
-            .filter(|k| !allowed.contains(&k.as_str()))
-            .collect();
-        for key in others {
+        let object = self.object;
+        for (key, value) in object {
+            if allowed.contains(&key.as_str()) {
+                continue;
+            }
+            if value.is_null() {
+                continue;
+            }
             self.problem(key, why);
+            if !self.seen.contains(&key.as_str()) {
+                self.seen.push(key.as_str());
+            }
+        }
+        for key in allowed {
+            if let Some((key, _)) = object.get_key_value(*key)
+                && !self.seen.contains(&key.as_str())
+            {
+                self.seen.push(key.as_str());
+            }
         }
     }
 }
@@ -564,7 +677,8 @@ mod tests {
     #[test]
     fn nul_characters_are_refused_by_path_wherever_they_are() {
         let body = json!({"a": ["x", "y\u{0}"], "m": {"k\u{0}": 1}, "n": [{"s": "\u{0}"}]});
-        let e = read_object(&body, "Nope", |_| ()).unwrap_err();
+        let read = |f: &mut Fields<'_>| f.keys().count();
+        let e = read_object(&body, "Nope", read).unwrap_err();
         assert_eq!(
             e.messages[1..],
             [
@@ -573,6 +687,63 @@ mod tests {
                 "n[0].s: must not contain NUL characters",
             ]
         );
-        assert!(read_object(&json!({"a": ["x"], "m": {"k": "v"}}), "Nope", |_| ()).is_ok());
+        assert!(read_object(&json!({"a": ["x"], "m": {"k": "v"}}), "Nope", read).is_ok());
+    }
+
+    #[test]
+    fn fields_nobody_reads_are_named_by_path() {
+        let body = json!({"a": 1, "args": [], "r": {"n": 1, "x": 2}, "l": [{"n": 1}, {"y": 3}]});
+        let read = |f: &mut Fields<'_>| {
+            f.integer("a");
+            f.object("r", |r| r.integer("n"));
+            f.each("l", |l| l.integer("n"));
+        };
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&body, "Nope", read).unwrap()
+        }))
+        .unwrap();
+        assert_eq!(
+            warnings,
+            [
+                // Inner objects are done first.
+                "r.x: unknown field, ignored",
+                "l[1].y: unknown field, ignored",
+                "args: unknown field, ignored",
+            ]
+        );
+        // Where only some fields are allowed, another is refused, or named when null.
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&json!({"a": 1, "z": null}), "Nope", |f| {
+                f.only(&["a"], "not a field");
+                f.integer("a")
+            })
+            .unwrap()
+        }))
+        .unwrap();
+        assert_eq!(warnings, ["z: unknown field, ignored"]);
+        // Known fields an operation passes over say why.
+        let (_, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&json!({"node": "n", "os": "x"}), "Nope", |f| {
+                f.ignore_others("a migration reads only node");
+                f.string("node")
+            })
+            .unwrap()
+        }))
+        .unwrap();
+        assert_eq!(warnings, ["os: ignored, a migration reads only node"]);
+        let e = read_object(&json!({"a": 1, "z": 2}), "Nope", |f| {
+            f.only(&["a"], "not a field")
+        });
+        assert_eq!(e.unwrap_err().messages, ["Nope", "z: not a field"]);
+        // Beside the problems of a refusal.
+        let e = read_object(&json!({"a": "x", "b": 1}), "Nope", |f| f.integer("a")).unwrap_err();
+        assert_eq!(
+            e.messages,
+            [
+                "Nope",
+                "a: expected an integer, got 'x'",
+                "b: unknown field, ignored"
+            ]
+        );
     }
 }

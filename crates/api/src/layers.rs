@@ -187,11 +187,7 @@ fn closing(error: ApiError) -> Response {
 }
 
 fn is_json(response: &Response) -> bool {
-    response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"))
+    is_json_parts(response.headers())
 }
 
 /// An error response without a JSON body (an extractor's rejection, hyper's own) with one.
@@ -220,6 +216,54 @@ async fn with_json_error_body(response: Response) -> Response {
     rewritten
 }
 
+/// `response` telling the client `warnings` too: appended to the `messages` of a JSON
+/// object answer (added when it has none), else, for an answer of another shape, in
+/// `Warning: 299` headers (RFC 9111's form, as Kubernetes warns of unknown fields).
+pub(crate) async fn with_warnings(response: Response, warnings: Vec<String>) -> Response {
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = to_bytes(body, usize::MAX).await else {
+        return ApiError::internal("cannot read a response body").into_response();
+    };
+    let object = if is_json_parts(&parts.headers) {
+        match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(serde_json::Value::Object(object)) => Some(object),
+            _ => None,
+        }
+    } else {
+        None
+    };
+    let Some(mut object) = object else {
+        for warning in warnings {
+            let text = format!("299 drover {:?}", warning.replace(['\r', '\n'], " "));
+            if let Ok(value) = HeaderValue::from_str(&text) {
+                parts.headers.append(header::WARNING, value);
+            }
+        }
+        return Response::from_parts(parts, Body::from(bytes));
+    };
+    let messages = object
+        .entry("messages")
+        .or_insert_with(|| serde_json::Value::Array(Vec::new()));
+    if !messages.is_array() {
+        *messages = serde_json::Value::Array(vec![messages.clone()]);
+    }
+    if let serde_json::Value::Array(list) = messages {
+        list.extend(warnings.into_iter().map(serde_json::Value::String));
+    }
+    let body = serde_json::to_vec(&object).expect("a JSON value serializes");
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(body.len()));
+    Response::from_parts(parts, Body::from(body))
+}
+
+fn is_json_parts(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"))
+}
+
 /// Re-renders a JSON response indented (`pretty=true`).
 pub(crate) async fn pretty_print(response: Response) -> Response {
     if !is_json(&response) {
@@ -237,4 +281,47 @@ pub(crate) async fn pretty_print(response: Response) -> Response {
         .headers
         .insert(header::CONTENT_LENGTH, HeaderValue::from(pretty.len()));
     Response::from_parts(parts, Body::from(pretty))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn answer(body: &str) -> Response {
+        Response::builder()
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap()
+    }
+
+    fn warned(response: Response) -> (Response, Value) {
+        let response = with_warnings(response, vec!["args: unknown field, ignored".into()])
+            .now_or_never()
+            .unwrap();
+        let (parts, body) = response.into_parts();
+        let bytes = to_bytes(body, usize::MAX).now_or_never().unwrap().unwrap();
+        let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (Response::from_parts(parts, Body::empty()), value)
+    }
+
+    #[test]
+    fn warnings_join_the_messages_or_go_in_warning_headers() {
+        let (_, value) = warned(answer(r#"{"messages":["Job modified"]}"#));
+        assert_eq!(
+            value,
+            json!({"messages": ["Job modified", "args: unknown field, ignored"]})
+        );
+        let (_, value) = warned(answer(r#"{"id":"j1"}"#));
+        assert_eq!(
+            value,
+            json!({"id": "j1", "messages": ["args: unknown field, ignored"]})
+        );
+        let (response, value) = warned(answer(r#"[1]"#));
+        assert_eq!(value, json!([1]));
+        assert_eq!(
+            response.headers()[header::WARNING],
+            "299 drover \"args: unknown field, ignored\""
+        );
+    }
 }

@@ -15,7 +15,7 @@ use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
 use crate::jobs::requester;
-use crate::openapi::schema::{integer, object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Collection, ItemRead, Routes};
@@ -37,7 +37,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/nodes",
             item_path: "/rest/nodes/{id}",
             access: READ,
-            schema: node(),
+            schema: crate::openapi::schema::required(node(), &["id"]),
             list: ("Every node", "Nodes"),
             item: ("One node", "The node's id", "The node", "No such node"),
         },
@@ -48,7 +48,20 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/nodes/{id}", UPDATE, modify)
         .summary("Modifies state, power, os, partition, messages, genericEvents, genericMetrics, variables")
         .path_param("id", "The node's id")
-        .body("application/json", object(&[("state", string()), ("power", string()), ("messages", strings())]))
+        .json_body(object(&[
+            ("state", one_of(&NodeState::ALL.map(NodeState::as_str))),
+            ("power", one_of(&["on", "off"])),
+            ("messages", strings()),
+            ("os", string()),
+            ("partition", string()),
+            ("genericMetrics", json!({"type": "object", "additionalProperties": number()})),
+            ("variables", json!({"type": "object",
+                                 "additionalProperties": {"type": ["string", "number", "boolean", "null"]}})),
+            ("genericEvents", array(required(
+                object(&[("name", text()), ("message", string())]),
+                &["name"],
+            ))),
+        ]))
         .response(200, "Modified", Some(object(&[("messages", strings())])));
 }
 

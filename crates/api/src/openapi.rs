@@ -2,7 +2,7 @@
 //! the routes that exist), served at `GET /rest/openapi.json` without authentication.
 
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{Method, header};
 use axum::response::IntoResponse;
 use serde_json::{Map, Value, json};
 
@@ -13,7 +13,11 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/openapi.json", Access::Public, serve)
         .summary("This OpenAPI document")
-        .response(200, "The OpenAPI 3 description of every route", None);
+        .response(
+            200,
+            "The OpenAPI 3.1 description of every route",
+            Some(schema::any_object()),
+        );
 }
 
 async fn serve(State(state): State<AppState>) -> impl IntoResponse {
@@ -52,6 +56,77 @@ pub mod schema {
         json!({"type": ["string", "null"], "description": "yyyy-MM-dd HH:mm:ss ZZZ"})
     }
 
+    /// `schema`, or null (3.1: `"null"` joins its `type`).
+    pub fn nullable(mut schema: Value) -> Value {
+        if let Some(Value::Array(values)) = schema.get_mut("enum")
+            && !values.contains(&Value::Null)
+        {
+            values.push(Value::Null);
+        }
+        match schema.get_mut("type") {
+            Some(Value::String(t)) => {
+                let t = t.clone();
+                schema["type"] = json!([t, "null"]);
+            }
+            Some(Value::Array(types)) => {
+                if !types.contains(&json!("null")) {
+                    types.push(json!("null"));
+                }
+            }
+            _ => return json!({"anyOf": [schema, {"type": "null"}]}),
+        }
+        schema
+    }
+
+    /// A string or null.
+    pub fn string_or_null() -> Value {
+        nullable(string())
+    }
+
+    /// An object schema whose properties `names` must be present.
+    pub fn required(mut schema: Value, names: &[&str]) -> Value {
+        schema["required"] = json!(names);
+        schema
+    }
+
+    /// One of `values`.
+    pub fn one_of(values: &[&str]) -> Value {
+        json!({"type": "string", "enum": values})
+    }
+
+    /// A string of at least one character.
+    pub fn text() -> Value {
+        json!({"type": "string", "minLength": 1})
+    }
+
+    /// An integer within `min..=max`.
+    pub fn integer_in(min: i64, max: i64) -> Value {
+        json!({"type": "integer", "minimum": min, "maximum": max})
+    }
+
+    /// `schema`, answered but never read (3.1 `readOnly`: clients need not send it).
+    pub fn read_only(mut schema: Value) -> Value {
+        schema["readOnly"] = json!(true);
+        schema
+    }
+
+    /// A list of `item`.
+    pub fn array(item: Value) -> Value {
+        json!({"type": "array", "items": item})
+    }
+
+    /// An object of any properties.
+    pub fn any_object() -> Value {
+        json!({"type": "object"})
+    }
+
+    /// A date the service reads: `yyyy-MM-dd HH:mm:ss` and a zone (UTC always works).
+    pub fn date_input() -> Value {
+        json!({"type": "string",
+               "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8]) ([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9] UTC$",
+               "description": "yyyy-MM-dd HH:mm:ss ZZZ (any zone the deployment knows; UTC shown)"})
+    }
+
     /// An object with these properties.
     pub fn object(properties: &[(&str, Value)]) -> Value {
         let properties: serde_json::Map<String, Value> = properties
@@ -63,22 +138,39 @@ pub mod schema {
 
     /// `{"messages":[...]}`.
     pub fn messages() -> Value {
-        object(&[("messages", strings())])
+        required(object(&[("messages", strings())]), &["messages"])
     }
 
     /// The list envelope around `item`.
     pub fn envelope(item: Value) -> Value {
-        object(&[
-            ("totalCount", integer()),
-            ("resultCount", integer()),
-            ("results", json!({"type": "array", "items": item})),
-        ])
+        required(
+            object(&[
+                ("totalCount", integer()),
+                ("resultCount", integer()),
+                ("results", json!({"type": "array", "items": item})),
+            ]),
+            &["totalCount", "resultCount", "results"],
+        )
     }
 }
 
 fn query_param(name: &str, description: &str, schema: Value) -> Value {
     json!({"name": name, "in": "query", "required": false, "description": description, "schema": schema})
 }
+
+/// A query parameter whose value is JSON text of `schema`.
+fn json_query_param(name: &str, description: &str, schema: Value) -> Value {
+    json!({"name": name, "in": "query", "required": false, "description": description,
+           "content": {"application/json": {"schema": schema}}})
+}
+
+/// A dotted field path as `fields` reads one: trimmed, then `.`-separated segments, none
+/// empty (a segment may hold spaces inside a name).
+const FIELD_PATH: &str =
+    "\\s*([^,.\\s]([^,.]*[^,.\\s])?|[^,.\\s][^,.]*(\\.[^,.]+)*\\.[^,.]*[^,.\\s])\\s*";
+
+/// A field path as a key of `query` or `sort`.
+const KEY_PATH: &str = "[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*";
 
 fn common_params(list: bool) -> Vec<Value> {
     let mut params = vec![
@@ -95,32 +187,42 @@ fn common_params(list: bool) -> Vec<Value> {
         ),
     ];
     if list {
+        let fields = json!({"type": "string",
+                            "pattern": format!("^{FIELD_PATH}(,{FIELD_PATH})*$")});
+        let names = json!({"pattern": format!("^{KEY_PATH}$")});
         params.extend([
-            query_param(
+            json_query_param(
                 "query",
-                "Filter, as a JSON object (document-store syntax)",
-                schema::string(),
+                "Filter, as a JSON object (document-store syntax: field paths to values or \
+                 operator objects such as {\"$gt\": 1})",
+                json!({"type": "object", "propertyNames": names,
+                       "additionalProperties": {"type": ["string", "number", "boolean"]}}),
             ),
-            query_param(
+            json_query_param(
                 "sort",
                 "Sort keys, as a JSON object of 1 / -1",
-                schema::string(),
+                json!({"type": "object", "propertyNames": names,
+                       "additionalProperties": {"enum": [1, -1]}}),
             ),
-            query_param("max", "At most this many results", schema::integer()),
+            query_param(
+                "max",
+                "At most this many results",
+                json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
+            ),
             query_param(
                 "offset",
                 "Skip this many leading results",
-                schema::integer(),
+                json!({"type": "integer", "minimum": 0, "maximum": u64::MAX}),
             ),
             query_param(
                 "fields",
                 "Comma-separated dotted paths to keep",
-                schema::string(),
+                fields.clone(),
             ),
             query_param(
                 "exclude-fields",
                 "Comma-separated dotted paths to drop",
-                schema::string(),
+                fields,
             ),
         ]);
     }
@@ -128,7 +230,11 @@ fn common_params(list: bool) -> Vec<Value> {
 }
 
 fn operation(doc: &RouteDoc) -> Value {
-    let mut params = common_params(doc.list);
+    // A route's own declaration of a common parameter replaces the common one.
+    let mut params: Vec<Value> = common_params(doc.list)
+        .into_iter()
+        .filter(|common| !doc.params.iter().any(|p| common["name"] == p.name))
+        .collect();
     for p in &doc.params {
         params.push(json!({
             "name": p.name,
@@ -155,13 +261,17 @@ fn operation(doc: &RouteDoc) -> Value {
         }
         responses.insert(r.status.to_string(), response);
     }
-    let error = |description: &str| {
-        json!({"description": description,
-               "content": {"application/json": {"schema": schema::messages()}}})
-    };
-    responses
-        .entry("400")
-        .or_insert_with(|| error("Bad parameters or body"));
+    for (status, description) in error_statuses(doc) {
+        responses
+            .entry(status.to_string())
+            .or_insert_with(|| json!({"description": description}));
+    }
+    // Every error answers `{"messages": [...]}`, whatever a route said of it.
+    for (status, response) in responses.iter_mut() {
+        if status.starts_with('4') || status.starts_with('5') {
+            response["content"] = json!({"application/json": {"schema": {"$ref": ERROR}}});
+        }
+    }
     let mut op = json!({
         "summary": doc.summary,
         "operationId": format!("{} {}", doc.method, doc.path),
@@ -170,17 +280,118 @@ fn operation(doc: &RouteDoc) -> Value {
     match doc.access {
         Access::Public => op["security"] = json!([]),
         Access::Needs(permission) => {
-            responses.insert("401".into(), error("Missing or wrong credentials"));
-            responses.insert("403".into(), error("Not permitted"));
             op["x-drover-permission"] = json!(permission.to_string());
         }
     }
     op["responses"] = Value::Object(responses);
     if let Some((content_type, schema)) = &doc.body {
+        let mut schema = schema.clone();
+        without_nul(&mut schema);
         op["requestBody"] =
-            json!({"required": true, "content": {*content_type: {"schema": schema}}});
+            json!({"required": !doc.body_optional, "content": {*content_type: {"schema": schema}}});
     }
     op
+}
+
+/// A request schema as the readers take it: the stores cannot keep U+0000, so a body
+/// holding it anywhere is refused (`input::read_object`), and every string and field
+/// name says so; a null field is not given, so every optional property may be null.
+fn without_nul(schema: &mut Value) {
+    const NO_NUL: &str = "^[^\\u0000]*$";
+    let Some(object) = schema.as_object_mut() else {
+        return;
+    };
+    let types: Vec<String> = match object.get("type") {
+        Some(Value::String(t)) => vec![t.clone()],
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(|t| t.as_str().map(String::from))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if types.iter().any(|t| t == "string")
+        && !object.contains_key("pattern")
+        && !object.contains_key("enum")
+    {
+        object.insert("pattern".into(), json!(NO_NUL));
+    }
+    if types.iter().any(|t| t == "object") && !object.contains_key("propertyNames") {
+        object.insert("propertyNames".into(), json!({"pattern": NO_NUL}));
+    }
+    let required: Vec<String> = object
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|names| {
+            names
+                .iter()
+                .filter_map(|n| n.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (key, value) in object.iter_mut() {
+        match key.as_str() {
+            "properties" => {
+                if let Some(properties) = value.as_object_mut() {
+                    for (name, property) in properties.iter_mut() {
+                        without_nul(property);
+                        // A null field is not given: any optional one may be null.
+                        if !required.contains(name) {
+                            *property = schema::nullable(property.take());
+                        }
+                    }
+                }
+            }
+            "items" | "additionalProperties" => without_nul(value),
+            "anyOf" | "oneOf" | "allOf" => {
+                if let Some(list) = value.as_array_mut() {
+                    list.iter_mut().for_each(without_nul);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Where the shared error schema is.
+const ERROR: &str = "#/components/schemas/Error";
+
+/// The error statuses `doc`'s operation can answer, from what it is: every one may
+/// be a bad parameter (400) or find a dependency down (503); one that needs a login may
+/// be refused it (401, 429 when logins from the source or for the name failed too often
+/// lately) or the permission (403); one with a key in its path may find nothing (404);
+/// one that changes something may conflict (409); one with a body may find it too large
+/// (413). (No operation answers 415: bodies are read as JSON whatever type they declare,
+/// see docs/decisions.md. 405 is the answer of a method a path does not have, so of no
+/// operation; 408, 414 and 431, of the transport, to any request.)
+pub(crate) fn error_statuses(doc: &RouteDoc) -> Vec<(u16, &'static str)> {
+    let mut statuses = vec![(400, "Bad parameters or body")];
+    if let Access::Needs(_) = doc.access {
+        statuses.extend([
+            (401, "Missing or wrong credentials"),
+            (403, "Not permitted"),
+            (
+                429,
+                "Too many failed logins lately from this source or for this name",
+            ),
+        ]);
+    }
+    if doc.path.contains('{') {
+        statuses.push((404, "No such resource"));
+    }
+    if doc.method != Method::GET {
+        statuses.push((
+            409,
+            "A conflicting change (a taken name, a stale version...)",
+        ));
+    }
+    if doc.body.is_some() {
+        statuses.push((413, "The body is larger than the service reads"));
+    }
+    statuses.push((
+        503,
+        "A dependency (the datastore, the directory) does not answer",
+    ));
+    statuses
 }
 
 /// The OpenAPI document of `docs`, deployed under `base_url`.
@@ -201,9 +412,119 @@ pub(crate) fn document(docs: &[RouteDoc], base_url: &str) -> String {
             "version": env!("CARGO_PKG_VERSION"),
         },
         "servers": [{"url": server}],
-        "components": {"securitySchemes": {"basic": {"type": "http", "scheme": "basic"}}},
+        "components": {
+            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "schemas": {"Error": schema::required(schema::messages(), &["messages"])},
+        },
         "security": [{"basic": []}],
         "paths": paths,
     });
     serde_json::to_string(&document).expect("a JSON value serializes")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every registered route is in the document, with its parameters, its body where it
+    /// reads one, its answer, and every error status it can answer.
+    #[test]
+    fn every_registered_route_is_documented_whole() {
+        let docs = crate::interface().docs();
+        assert!(docs.len() > 70, "{}", docs.len());
+        let document: Value = serde_json::from_str(&document(&docs, "")).unwrap();
+        let mut missing = Vec::new();
+        for doc in &docs {
+            let name = format!("{} {}", doc.method, doc.path);
+            let op = &document["paths"][doc.path][doc.method.as_str().to_ascii_lowercase()];
+            if !op.is_object() {
+                missing.push(format!("{name}: not in the document"));
+                continue;
+            }
+            let changes = doc.method == Method::POST || doc.method == Method::PUT;
+            if changes && doc.body.is_none() && !doc.no_body {
+                missing.push(format!("{name}: no body schema (or .no_body())"));
+            }
+            if doc.body.is_some() {
+                let body = &op["requestBody"]["content"];
+                let schema = body.as_object().and_then(|c| c.values().next());
+                if schema.is_none_or(|s| !s["schema"].is_object()) {
+                    missing.push(format!("{name}: an empty body schema"));
+                }
+            }
+            let answers = op["responses"].as_object().unwrap();
+            let success = answers.iter().find(|(status, _)| status.starts_with('2'));
+            match success {
+                None => missing.push(format!("{name}: no success answer")),
+                Some((status, answer)) => {
+                    if status != "204"
+                        && !answer["content"]
+                            .as_object()
+                            .is_some_and(|c| c.values().all(|c| c["schema"].is_object()))
+                    {
+                        missing.push(format!("{name}: answer {status} without a schema"));
+                    }
+                }
+            }
+            for (status, _) in error_statuses(doc) {
+                let answer = &answers[&status.to_string()];
+                if answer["content"]["application/json"]["schema"]["$ref"] != ERROR {
+                    missing.push(format!("{name}: {status} not documented as an error"));
+                }
+            }
+            for segment in doc.path.split('/') {
+                if let Some(param) = segment.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                    let declared =
+                        op["parameters"].as_array().unwrap().iter().any(|p| {
+                            p["name"] == param && p["in"] == "path" && p["required"] == true
+                        });
+                    if !declared {
+                        missing.push(format!("{name}: path parameter {param} undeclared"));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "{} gaps:\n{}",
+            missing.len(),
+            missing.join("\n")
+        );
+        assert_eq!(
+            document["components"]["schemas"]["Error"]["required"],
+            json!(["messages"])
+        );
+    }
+
+    #[test]
+    fn request_strings_and_names_refuse_nul() {
+        let mut schema = schema::object(&[
+            ("a", schema::string()),
+            ("b", schema::array(schema::string())),
+            ("c", schema::one_of(&["x"])),
+        ]);
+        without_nul(&mut schema);
+        let no_nul = json!("^[^\\u0000]*$");
+        assert_eq!(schema["propertyNames"]["pattern"], no_nul);
+        assert_eq!(schema["properties"]["a"]["pattern"], no_nul);
+        assert_eq!(schema["properties"]["b"]["items"]["pattern"], no_nul);
+        assert!(schema["properties"]["c"].get("pattern").is_none());
+    }
+
+    #[test]
+    fn nullable_schemas_in_the_3_1_style() {
+        assert_eq!(
+            schema::nullable(schema::string()),
+            json!({"type": ["string", "null"]})
+        );
+        assert_eq!(schema::nullable(schema::date()), schema::date());
+        assert_eq!(
+            schema::nullable(schema::one_of(&["a"])),
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
+        assert_eq!(
+            schema::nullable(json!({"$ref": "#/x"})),
+            json!({"anyOf": [{"$ref": "#/x"}, {"type": "null"}]})
+        );
+    }
 }

@@ -30,7 +30,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/permissions",
             item_path: "/rest/permissions/{id}",
             access: READ,
-            schema: permission(),
+            schema: crate::openapi::schema::required(permission(), &["id"]),
             list: (
                 "Every permission a route of this service requires",
                 "Permissions",

@@ -39,6 +39,31 @@ const TYPES_READ: Access = Access::Needs(Permission::read("plugin-types"));
 const TYPES_UPLOAD: Access = Access::Needs(Permission::update("plugin-types"));
 const SERVICES: Access = Access::Needs(Permission::new("plugin-services", Action::Use));
 
+/// What creating (`new`) or changing a plugin reads.
+fn plugin_input(new: bool) -> Value {
+    let interval = crate::openapi::schema::integer_in(
+        registry::MIN_POLL_INTERVAL as i64,
+        registry::MAX_POLL_INTERVAL as i64,
+    );
+    let mut input = object(&[
+        ("id", crate::openapi::schema::text()),
+        ("pluginType", crate::openapi::schema::text()),
+        (
+            "state",
+            crate::openapi::schema::one_of(&["STARTED", "STOPPED", "PAUSED"]),
+        ),
+        ("pollInterval", interval),
+        ("autoStart", json!({"type": "boolean"})),
+        ("config", object(&[])),
+    ]);
+    input["additionalProperties"] = json!(false);
+    if new {
+        crate::openapi::schema::required(input, &["id", "pluginType"])
+    } else {
+        input
+    }
+}
+
 fn plugin_schema() -> Value {
     object(&[
         ("id", string()),
@@ -85,6 +110,8 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .put("/rest/plugin-types", TYPES_UPLOAD, upload)
         .summary("Uploads a Rhai script (text/plain, application/x-groovy) or a zip archive of them (application/x-jar, jar-filename)")
+        .flag("reload-plugins", "Reload the plugins of the uploaded types (default true)")
+        .query("jar-filename", "The name of an uploaded archive (application/x-jar)", string())
         .body("text/plain", string())
         .response(200, "Every plugin type", Some(crate::openapi::schema::envelope(type_schema())))
         .response(400, "The script does not compile, or the content type is not accepted", None);
@@ -106,7 +133,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/plugins", CREATE, create)
         .summary("Creates a plugin (id and pluginType required); an autoStart one starts")
-        .body("application/json", plugin_schema())
+        .json_body(plugin_input(true))
         .response(201, "The plugin's id", Some(object(&[("id", string())])))
         .response(
             400,
@@ -118,7 +145,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/plugins/{id}", UPDATE, modify)
         .summary("Changes state (STARTED, STOPPED, PAUSED), pollInterval, autoStart or config")
         .path_param("id", "The plugin's id")
-        .body("application/json", plugin_schema())
+        .json_body(plugin_input(false))
         .response(200, "What was done", messages())
         .response(
             400,
@@ -130,6 +157,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .post("/rest/plugins/{id}/poll", UPDATE, poll)
         .summary("Polls a plugin now")
         .path_param("id", "The plugin's id")
+        .no_body()
         .response(200, "Polled", messages())
         .response(400, "The poll failed (the plugin is ERRORED)", None)
         .response(404, "No such plugin", None);
@@ -146,7 +174,8 @@ pub(crate) fn register(routes: &mut Routes) {
         Method::DELETE,
         Method::PATCH,
     ] {
-        routes
+        let reads_body = [Method::POST, Method::PUT, Method::PATCH].contains(&method);
+        let route = routes
             .add(
                 method,
                 "/rest/plugins/{id}/services/{service}",
@@ -155,8 +184,14 @@ pub(crate) fn register(routes: &mut Routes) {
             )
             .summary("Calls a plugin's web service (camelCase or hyphenated name)")
             .path_param("id", "The plugin's id")
-            .path_param("service", "The service's name")
-            .response(200, "What the service answered", None)
+            .path_param("service", "The service's name");
+        let route = if reads_body {
+            route.optional_json_body(json!({}))
+        } else {
+            route
+        };
+        route
+            .response(200, "What the service answered", Some(json!({})))
             .response(404, "No such plugin or service", None);
     }
 }

@@ -17,7 +17,7 @@ use crate::AppState;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named::{self, change_list, stored};
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
@@ -32,9 +32,29 @@ const GROUP_TYPES: [&str; 3] = ["LDAPGROUP", "LDAPOU", "PAMGROUP"];
 pub(crate) fn register(routes: &mut Routes) {
     let principal = || {
         object(&[
-            ("id", string()),
-            ("name", string()),
-            ("attachedRoles", strings()),
+            ("id", read_only(string())),
+            (
+                "name",
+                serde_json::json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN}),
+            ),
+            (
+                "attachedRoles",
+                array(object(&[("id", string()), ("name", string())])),
+            ),
+            (
+                "users",
+                array(required(
+                    object(&[("name", text()), ("type", one_of(&USER_TYPES))]),
+                    &["name", "type"],
+                )),
+            ),
+            (
+                "groups",
+                array(required(
+                    object(&[("name", text()), ("type", one_of(&GROUP_TYPES))]),
+                    &["name", "type"],
+                )),
+            ),
         ])
     };
     routes.collection(
@@ -42,7 +62,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/principals",
             item_path: "/rest/principals/{key}",
             access: READ,
-            schema: principal(),
+            schema: crate::openapi::schema::required(principal(), &["id"]),
             list: ("Every principal", "Principals"),
             item: (
                 "One principal, by id or name",
@@ -65,6 +85,7 @@ pub(crate) fn register(routes: &mut Routes) {
         routes
             .put(path, UPDATE, modify)
             .summary("Modifies a principal; change-mode add, remove or set (the default)")
+            .change_mode(false, "add, remove or set (the default) the lists given")
             .path_param("key", "The principal's id or name")
             .body("application/json", principal())
             .response(200, "The modified principal", Some(principal()))
@@ -78,7 +99,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/principals", CREATE, create)
         .summary("Creates a principal")
-        .body("application/json", principal())
+        .json_body(required(principal(), &["name"]))
         .response(201, "The created principal", Some(principal()))
         .response(409, "The name is taken", None);
 }

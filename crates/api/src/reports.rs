@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{boolean, envelope, integer, object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::ListParams;
 use crate::reply::{self, list_in_memory, parse_json};
 use crate::routes::{Access, ItemRead, Routes};
@@ -37,7 +37,7 @@ pub(crate) fn register(routes: &mut Routes) {
         object(&[
             ("id", string()),
             ("name", string()),
-            ("description", string()),
+            ("description", string_or_null()),
             ("consolidationFunction", string()),
             ("datapointDuration", integer()),
             ("minimumSampleSize", integer()),
@@ -63,7 +63,19 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/reports", CREATE, create)
         .summary("Creates a report (name, datapointDuration and reportSize required; optional historical datapoints)")
-        .body("application/json", report())
+        .json_body(required(
+            object(&[
+                ("name", json!({"type": "string", "pattern": "^[^/\\u0000-\\u001f]*[^/\\s][^/\\u0000-\\u001f]*$"})),
+                ("description", string()),
+                ("consolidationFunction", one_of(&["average"])),
+                ("datapointDuration", integer_in(1, 100 * 366 * 86_400)),
+                ("minimumSampleSize", integer_in(0, i64::from(u32::MAX))),
+                ("reportSize", integer_in(1, drover_monitor::report::MAX_REPORT_SIZE)),
+                ("keepSamples", boolean()),
+                ("datapoints", array(any_object())),
+            ]),
+            &["name", "datapointDuration", "reportSize"],
+        ))
         .response(201, "Created", Some(object(&[("messages", strings()), ("id", string()), ("name", string())])))
         .response(409, "A report of that name exists", None);
     routes
@@ -104,7 +116,10 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("key", key)
         .body(
             "application/json",
-            object(&[("timestamp", string()), ("data", object(&[]))]),
+            required(
+                object(&[("timestamp", date_input()), ("data", any_object())]),
+                &["data"],
+            ),
         )
         .response(201, "Added", Some(object(&[("messages", strings())])));
     routes

@@ -19,7 +19,7 @@ use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::jobs::requester;
-use crate::openapi::schema::{integer, object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes};
@@ -65,7 +65,7 @@ pub(crate) fn register(routes: &mut Routes) {
         object(&[
             ("id", string()),
             ("startDate", string()),
-            ("endDate", string()),
+            ("endDate", string_or_null()),
             ("allocatedProcessorCount", integer()),
         ])
     };
@@ -74,7 +74,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/reservations",
             item_path: "/rest/reservations/{id}",
             access: READ,
-            schema: reservation(),
+            schema: crate::openapi::schema::required(reservation(), &["id"]),
             list: (
                 "Reservations: the caller's own, or all for an administrator",
                 "Reservations",
@@ -95,7 +95,9 @@ pub(crate) fn register(routes: &mut Routes) {
         .body(
             "application/json",
             object(&[
-                ("duration", integer()),
+                ("duration", integer_in(1, i64::MAX / 4)),
+                ("startDate", date_input()),
+                ("endDate", date_input()),
                 ("hostListExpression", string()),
                 ("flags", strings()),
             ]),
@@ -111,7 +113,12 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/reservations/{id}", UPDATE, modify)
         .summary("Changes variables; change-mode add, remove or set is required")
         .path_param("id", "The reservation's id")
-        .body("application/json", object(&[("variables", object(&[]))]))
+        .change_mode(true, "add, remove or set the given variables")
+        .json_body({
+            let mut body = required(object(&[("variables", any_object())]), &["variables"]);
+            body["additionalProperties"] = serde_json::json!(false);
+            body
+        })
         .response(200, "Changed", Some(object(&[("messages", strings())])));
     acl::register::<Reservations>(routes);
 }

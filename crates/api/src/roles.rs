@@ -21,7 +21,7 @@ use crate::AppState;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
 use crate::named::{self, change_list, stored};
-use crate::openapi::schema::{object, string};
+use crate::openapi::schema::*;
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
 const READ: Access = Access::Needs(Permission::read("roles"));
@@ -32,8 +32,11 @@ const DELETE: Access = Access::Needs(Permission::delete("roles"));
 pub(crate) fn register(routes: &mut Routes) {
     let role = || {
         object(&[
-            ("id", string()),
-            ("name", string()),
+            ("id", read_only(string())),
+            (
+                "name",
+                serde_json::json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN}),
+            ),
             ("description", string()),
             (
                 "permissions",
@@ -50,7 +53,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/roles",
             item_path: "/rest/roles/{key}",
             access: READ,
-            schema: role(),
+            schema: crate::openapi::schema::required(role(), &["id"]),
             list: ("Every role", "Roles"),
             item: (
                 "One role, by id or name",
@@ -65,12 +68,13 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/roles", CREATE, create)
         .summary("Creates a role")
-        .body("application/json", role())
+        .json_body(required(role(), &["name"]))
         .response(201, "The created role", Some(role()))
         .response(409, "The name is taken", None);
     routes
         .put("/rest/roles/{key}", UPDATE, modify)
         .summary("Modifies a role; change-mode add, remove or set (the default) for permissions")
+        .change_mode(false, "add, remove or set (the default) the lists given")
         .path_param("key", "The role's id or name")
         .body("application/json", role())
         .response(200, "The modified role", Some(role()))
@@ -83,6 +87,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(409, "Principals attach the role", None);
     routes
         .post("/rest/roles/{key}/reset", UPDATE, reset)
+        .no_body()
         .summary("Gives a built-in role back its default permissions and description")
         .path_param("key", "The built-in role's id or name")
         .response(200, "The reset role", Some(role()));

@@ -27,6 +27,7 @@ use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
 use crate::identity::{authenticate, may_proxy, proxied_identity};
+use crate::input::Warnings;
 use crate::layers::Authenticated;
 use crate::params::CommonParams;
 use crate::{AppState, layers, openapi};
@@ -78,6 +79,10 @@ pub struct RouteDoc {
     pub params: Vec<ParamDoc>,
     /// Content type and schema of the request body.
     pub body: Option<(&'static str, Value)>,
+    /// A `POST` or `PUT` that reads no body (declared, so that one forgotten is noticed).
+    pub no_body: bool,
+    /// The body may be left out.
+    pub body_optional: bool,
     pub responses: Vec<ResponseDoc>,
 }
 
@@ -145,6 +150,65 @@ impl RouteBuilder<'_> {
         self
     }
 
+    /// An optional query parameter the handler reads.
+    pub fn query(self, name: &'static str, description: &'static str, schema: Value) -> Self {
+        self.param(ParamDoc {
+            name,
+            location: ParamIn::Query,
+            required: false,
+            description,
+            schema,
+        })
+    }
+
+    /// An optional `true`/`false` query parameter (given empty: true).
+    pub fn flag(self, name: &'static str, description: &'static str) -> Self {
+        self.query(
+            name,
+            description,
+            serde_json::json!({"type": "string", "enum": ["true", "false", "1", "0", ""]}),
+        )
+    }
+
+    /// The `change-mode` query parameter (`add`, `remove`, `set`), `required` or not.
+    pub fn change_mode(self, required: bool, description: &'static str) -> Self {
+        self.param(ParamDoc {
+            name: "change-mode",
+            location: ParamIn::Query,
+            required,
+            description,
+            schema: serde_json::json!({"type": "string", "enum": ["add", "remove", "set"]}),
+        })
+    }
+
+    /// The operation is served only with `api-version` one of `versions`.
+    pub fn api_versions(self, versions: &'static [&'static str]) -> Self {
+        self.param(ParamDoc {
+            name: "api-version",
+            location: ParamIn::Query,
+            required: true,
+            description: "The representation versions this operation serves",
+            schema: serde_json::json!({"type": "string", "enum": versions}),
+        })
+    }
+
+    /// A JSON body of `schema`.
+    pub fn json_body(self, schema: Value) -> Self {
+        self.body("application/json", schema)
+    }
+
+    /// A JSON body of `schema` that may be left out.
+    pub fn optional_json_body(self, schema: Value) -> Self {
+        self.doc.body_optional = true;
+        self.json_body(schema)
+    }
+
+    /// A `POST` or `PUT` that reads no body.
+    pub fn no_body(self) -> Self {
+        self.doc.no_body = true;
+        self
+    }
+
     pub fn response(self, status: u16, description: &'static str, schema: Option<Value>) -> Self {
         self.doc.responses.push(ResponseDoc {
             status,
@@ -182,6 +246,8 @@ impl Routes {
                 list: false,
                 params: Vec::new(),
                 body: None,
+                no_body: false,
+                body_optional: false,
                 responses: Vec::new(),
             },
             handler: on(filter, handler),
@@ -248,10 +314,15 @@ impl Routes {
             list: (list_summary, items),
             item: (summary, key, answer, missing),
         } = collection;
+        // `fields` and `exclude-fields` may leave any property out of a listed item.
+        let mut listed = schema.clone();
+        if let Some(listed) = listed.as_object_mut() {
+            listed.remove("required");
+        }
         self.get(path, access, list)
             .summary(list_summary)
             .list()
-            .response(200, items, Some(openapi::schema::envelope(schema.clone())));
+            .response(200, items, Some(openapi::schema::envelope(listed)));
         let name = item_path
             .rsplit_once('{')
             .and_then(|(_, name)| name.strip_suffix('}'))
@@ -441,7 +512,8 @@ struct Gate {
 
 /// Authenticates (HTTP Basic, local users then the directory), parses the common
 /// parameters, resolves `proxy-user`, authorizes the effective user against the route's
-/// declared permission through their roles, and pretty-prints on request.
+/// declared permission through their roles, adds the warnings of the handling (fields of
+/// the body nobody read) to the answer, and pretty-prints on request.
 async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
     let state = &gate.state;
     let source = request
@@ -507,7 +579,12 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     let pretty = params.pretty;
     request.extensions_mut().insert(caller);
     request.extensions_mut().insert(params);
-    let response = next.run(request).await;
+    let (response, warnings) = Warnings::collect(next.run(request)).await;
+    let response = if warnings.is_empty() {
+        response
+    } else {
+        layers::with_warnings(response, warnings).await
+    };
     if pretty {
         layers::pretty_print(response).await
     } else {

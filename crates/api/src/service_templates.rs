@@ -54,6 +54,34 @@ const FIELDS: &[&str] = &[
     "version",
 ];
 
+/// What creating or changing a template reads: the fields of [`schema`] a client sets.
+fn input(new: bool) -> Value {
+    let mut input = schema();
+    let properties = input["properties"]
+        .as_object_mut()
+        .expect("an object schema");
+    for set_by_the_service in ["id", "modified", "createdBy"] {
+        properties[set_by_the_service] =
+            crate::openapi::schema::read_only(properties[set_by_the_service].clone());
+    }
+    properties.insert(
+        "type".into(),
+        crate::openapi::schema::one_of(&["container", "vm", "storage", "pm"]),
+    );
+    // Part 8's names: 1 to 128 of these, not beginning or ending with a space.
+    let c = r"A-Za-z0-9\-.?@~#\[\]<>|=&()*{}`$";
+    properties.insert(
+        "name".into(),
+        json!({"type": "string", "pattern": format!("^[{c}]([{c} ]{{0,126}}[{c}])?$")}),
+    );
+    if new {
+        properties.remove("version");
+        crate::openapi::schema::required(input, &["name", "type"])
+    } else {
+        input
+    }
+}
+
 fn schema() -> Value {
     let reference = object(&[("id", string()), ("name", string())]);
     object(&[
@@ -121,7 +149,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post(PATH, CREATE, create)
         .summary("Creates a service template (name and type required)")
-        .body("application/json", schema())
+        .json_body(input(true))
         .response(
             201,
             "The new template's id",
@@ -133,7 +161,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/service-templates/{key}", UPDATE, modify)
         .summary("Modifies a service template; the fields given replace the stored ones")
         .path_param("key", "The template's id or name")
-        .body("application/json", schema())
+        .json_body(input(false))
         .response(200, "The modified template", Some(schema()))
         .response(400, "A rule of the template is broken", None)
         .response(409, "Stale version, or the name is not unique", None);

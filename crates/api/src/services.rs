@@ -101,6 +101,11 @@ pub(crate) fn register(routes: &mut Routes) {
     let key = ("key", "The service's id or name");
     routes
         .get(PATH, READ, list)
+        .flag("show-vc", "Also answer each service's virtual container")
+        .flag(
+            "show-recursive-vc",
+            "Also answer the containers of included services",
+        )
         .summary(
             "Services: the caller's own, or all for an administrator (show-vc, show-recursive-vc)",
         )
@@ -113,16 +118,38 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/rest/services/{key}", READ, one)
         .summary("One service, by id or name (show-vc, show-recursive-vc)")
+        .flag("show-vc", "Also answer the service's virtual container")
+        .flag(
+            "show-recursive-vc",
+            "Also answer the containers of included services",
+        )
         .path_param(key.0, key.1)
         .response(200, "The service", Some(schema()))
         .response(404, "No such service (or not the caller's)", None);
     routes
         .post(PATH, CREATE, create)
         .summary("Creates a service from entries (data) naming templates or types")
-        .body(
-            "application/json",
-            object(&[("user", string()), ("data", json!({"type": "array"}))]),
-        )
+        .body("application/json", {
+            let mut body = object(&[
+                ("user", string()),
+                ("account", string()),
+                ("startDateRequested", crate::openapi::schema::date_input()),
+                (
+                    "earliestStartDateRequested",
+                    crate::openapi::schema::date_input(),
+                ),
+                (
+                    "durationRequested",
+                    crate::openapi::schema::integer_in(1, MAX_TIME_TO_LIVE),
+                ),
+                (
+                    "data",
+                    crate::openapi::schema::array(crate::openapi::schema::any_object()),
+                ),
+            ]);
+            body["additionalProperties"] = json!(false);
+            crate::openapi::schema::required(body, &["data"])
+        })
         .response(
             201,
             "The top-level service's name",
@@ -143,6 +170,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(404, "No such service", None);
     routes
         .delete("/rest/services/{key}", DELETE, remove)
+        .flag("force-delete", "Skip the check of services depending on it")
         .summary("Tears a service down and deletes it (force-delete skips the dependency check)")
         .path_param(key.0, key.1)
         .response(200, "Teardown begun", Some(object(&[])))

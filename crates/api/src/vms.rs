@@ -64,6 +64,52 @@ const MODIFY_FIELDS: &[&str] = &[
     "variables",
 ];
 
+/// What creating a VM (`new`) or changing one reads: those fields, no others (a change
+/// with `node` is a migration, which reads only `node`).
+fn input(new: bool) -> Value {
+    use crate::openapi::schema::{any_object, array, boolean, integer_in, one_of};
+    let node = crate::openapi::schema::required(object(&[("id", string())]), &["id"]);
+    let mut input = if new {
+        object(&[
+            ("id", string()),
+            ("totalProcessors", integer_in(0, 4096)),
+            ("totalMemory", integer_in(0, 1 << 30)),
+            ("totalDisk", integer_in(0, 1 << 40)),
+            ("node", node),
+            ("os", string()),
+            ("sovereign", boolean()),
+            ("storage", string()),
+            ("template", string()),
+            ("requestedTimeToLive", integer()),
+            ("triggers", array(any_object())),
+            (
+                "variables",
+                json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            ),
+            ("description", string()),
+        ])
+    } else {
+        object(&[
+            ("node", node),
+            ("genericEvents", array(any_object())),
+            (
+                "genericMetrics",
+                json!({"type": "object", "additionalProperties": {"type": "number"}}),
+            ),
+            ("os", string()),
+            ("powerState", one_of(&["ON", "OFF"])),
+            ("state", string()),
+            ("triggers", array(any_object())),
+            (
+                "variables",
+                json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            ),
+        ])
+    };
+    input["additionalProperties"] = json!(false);
+    input
+}
+
 fn schema() -> Value {
     object(&[
         ("id", string()),
@@ -87,7 +133,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/vms",
             item_path: "/rest/vms/{id}",
             access: READ,
-            schema: schema(),
+            schema: crate::openapi::schema::required(schema(), &["id"]),
             list: (
                 "Virtual machines: the caller's own, or all for an administrator",
                 "VMs",
@@ -113,7 +159,7 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/vms", CREATE, create)
         .summary("Creates a VM: a genericVM-setup system job boots its guest")
-        .body("application/json", schema())
+        .json_body(input(true))
         .response(202, "The setup job", Some(job()))
         .response(400, "A field is wrong, or no node has room", None)
         .response(409, "The id is taken", None);
@@ -121,7 +167,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/vms/{id}", UPDATE, modify)
         .summary("Changes a VM (powerState, state, variables...), or migrates it when the body has node ({id} or ANY)")
         .path_param("id", "The VM's id")
-        .body("application/json", schema())
+        .json_body(input(false))
         .response(200, "Changed", Some(object(&[("messages", strings())])))
         .response(202, "A migration: the genericVM-migrate job", Some(job()))
         .response(409, "Another operation on the VM is under way", None);
@@ -308,11 +354,15 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
     reply::bounded_body(&state, &caller, &body, &summary::vm_not_changed(&id))?;
     let body: Value = parse_json(&body)?;
     let by = requester(&caller);
-    if body.get("node").is_some() {
+    // A null node is not given, as any null field.
+    if body.get("node").is_some_and(|node| !node.is_null()) {
         // A migration: every other field is ignored (spec 4.7).
         let summary = summary::vm_not_migrated(&id);
-        let node = read_object(&body, &summary, node_of)?
-            .ok_or_else(|| ApiError::bad_request(&summary, "node: required: {id} or ANY"))?;
+        let node = read_object(&body, &summary, |f| {
+            f.ignore_others("a body with node is a migration, which reads only node");
+            node_of(f)
+        })?
+        .ok_or_else(|| ApiError::bad_request(&summary, "node: required: {id} or ANY"))?;
         let to = (node != "ANY").then_some(node);
         let answer = state.scheduler().vm(VmCommand::Migrate(id, to), by).await?;
         return Ok(job_accepted(answer));
@@ -320,6 +370,8 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
     let summary = summary::vm_not_changed(&id);
     let change = read_object(&body, &summary, |f| {
         refuse_others(f, MODIFY_FIELDS, "when changing a VM");
+        // `node` is known: given (not null) it makes the body a migration, read above.
+        f.has("node");
         let power_on = f
             .string("powerState")
             .and_then(|p| match p.to_ascii_uppercase().as_str() {

@@ -198,6 +198,9 @@ pub const MANAGERS: &[ManagerProperties] = &[ManagerProperties {
 pub const MAX_TEXT: usize = 255;
 pub const MAX_PATH: usize = 4096;
 
+/// [`simple_name_problem`]'s rule as a regular expression (for the OpenAPI document).
+pub const SIMPLE_NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,128}$";
+
 /// Why `name` is not a name of spec part 8 (image and principal names): letters,
 /// digits, period, dash, underscore, 1 to 128 of them.
 pub fn simple_name_problem(name: &str) -> Option<String> {

@@ -133,7 +133,7 @@ pub enum NodeState {
 }
 
 impl NodeState {
-    const ALL: [NodeState; 9] = [
+    pub const ALL: [NodeState; 9] = [
         NodeState::Idle,
         NodeState::Busy,
         NodeState::Running,

@@ -542,9 +542,11 @@ pub(crate) fn list(
                 items: Vec::new(),
             });
         }
-        let limit = paging
-            .max
-            .map_or(dialect.no_limit().to_string(), |m| m.to_string());
+        // No more than are left: a `max` beyond SQL's 64-bit signed LIMIT is refused by
+        // the database (SQLite: "datatype mismatch").
+        let limit = paging.max.map_or(dialect.no_limit().to_string(), |m| {
+            m.min(total - paging.offset).to_string()
+        });
         let sql = format!(
             "{select} WHERE {condition} {order_by} LIMIT {limit} OFFSET {}",
             paging.offset

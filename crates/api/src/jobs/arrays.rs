@@ -13,7 +13,7 @@ use super::{CREATE, requester, templates, v2};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::openapi::schema::{integer, object, string};
+use crate::openapi::schema::{object, string};
 use crate::reply::{self, parse_json};
 use crate::routes::{Caller, Routes};
 
@@ -26,7 +26,25 @@ pub(crate) fn register(routes: &mut Routes) {
             object(&[
                 ("name", string()),
                 ("jobPrototype", object(&[("commandFile", string())])),
-                ("slotLimit", integer()),
+                (
+                    "slotLimit",
+                    crate::openapi::schema::integer_in(1, i64::from(u32::MAX)),
+                ),
+                (
+                    "indexRanges",
+                    crate::openapi::schema::array(crate::openapi::schema::required(
+                        object(&[
+                            ("startIndex", crate::openapi::schema::integer()),
+                            ("endIndex", crate::openapi::schema::integer()),
+                            ("increment", crate::openapi::schema::integer()),
+                        ]),
+                        &["startIndex", "endIndex"],
+                    )),
+                ),
+                (
+                    "indexValues",
+                    crate::openapi::schema::array(crate::openapi::schema::integer()),
+                ),
             ]),
         )
         .response(201, "Submitted", Some(object(&[("name", string())])))

@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, Kind};
 use crate::input::Fields;
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, envelope, parse_json};
 use crate::routes::{Access, Caller, ItemChange, ItemRead, Routes, Submission};
@@ -35,7 +35,13 @@ const DELETE: Access = Access::Needs(Permission::delete("jobs"));
 pub(crate) fn register(routes: &mut Routes) {
     templates::register(routes);
     arrays::register(routes);
-    let job = || object(&[("id", string()), ("name", string()), ("state", string())]);
+    let job = || {
+        object(&[
+            ("id", string()),
+            ("name", string_or_null()),
+            ("state", string()),
+        ])
+    };
     let list_doc = |route: crate::routes::RouteBuilder<'_>, which: &'static str| {
         route.summary(which).list().response(
             200,
@@ -65,10 +71,22 @@ pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/jobs", CREATE, submit)
         .summary("Submits a job: version 1 answers {id}, version 2 {name}")
-        .body(
-            "application/json",
-            object(&[("commandFile", string()), ("holds", strings())]),
-        )
+        .json_body(required(
+            object(&[
+                ("commandFile", text()),
+                ("commandLineArguments", strings()),
+                (
+                    "holds",
+                    array(one_of(&["User", "System", "Batch", "Defer", "All"])),
+                ),
+                ("environmentVariables", any_object()),
+                ("initialWorkingDirectory", text()),
+                ("standardOutputFilePath", text()),
+                ("standardErrorFilePath", text()),
+                ("variables", any_object()),
+            ]),
+            &["commandFile"],
+        ))
         .response(
             201,
             "Submitted",
@@ -85,7 +103,19 @@ pub(crate) fn register(routes: &mut Routes) {
         .put("/rest/jobs/{id}/{action}", UPDATE, act)
         .summary("hold, unhold, suspend, resume, cancel, requeue, execute, checkpoint")
         .path_param("id", "The job's id")
-        .path_param("action", "The action")
+        .param(crate::routes::ParamDoc {
+            name: "action",
+            location: crate::routes::ParamIn::Path,
+            required: true,
+            description: "The action",
+            schema: serde_json::json!({"type": "string", "enum": [
+                "hold", "unhold", "release", "suspend", "resume", "cancel", "requeue",
+                "execute", "checkpoint"]}),
+        })
+        .optional_json_body(object(&[(
+            "holds",
+            array(one_of(&["User", "System", "Batch", "Defer", "All"])),
+        )]))
         .response(200, "Done", Some(object(&[("messages", strings())])));
     routes
         .delete("/rest/jobs/{id}", DELETE, cancel)

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
-use crate::openapi::schema::{object, string, strings};
+use crate::openapi::schema::*;
 use crate::params::ListParams;
 use crate::reply::list_in_memory;
 use crate::routes::{Access, Collection, Routes};
@@ -26,10 +26,10 @@ pub(crate) fn register(routes: &mut Routes) {
     let template = || {
         object(&[
             ("id", string()),
-            ("description", string()),
-            ("account", string()),
-            ("queue", string()),
-            ("qos", string()),
+            ("description", string_or_null()),
+            ("account", string_or_null()),
+            ("queue", string_or_null()),
+            ("qos", string_or_null()),
             ("jobFlags", strings()),
         ])
     };
@@ -38,7 +38,7 @@ pub(crate) fn register(routes: &mut Routes) {
             path: "/rest/job-templates",
             item_path: "/rest/job-templates/{id}",
             access: READ,
-            schema: template(),
+            schema: crate::openapi::schema::required(template(), &["id"]),
             list: (
                 "The job templates (the known ids of spec 2.6 and configured ones)",
                 "Job templates",

@@ -274,3 +274,19 @@ fn shutdown_finishes_requests_in_flight() {
         "still listening"
     );
 }
+
+/// Found by Schemathesis: a `max` beyond SQL's signed 64-bit LIMIT answered 503
+/// ("datatype mismatch") where the store paged in SQL.
+#[test]
+fn a_max_beyond_64_bit_signed_is_all_there_is() {
+    let server = TestServer::start();
+    let report = json!({"name": "r", "datapointDuration": 60, "reportSize": 10});
+    let created = server.send_json("POST", "/rest/reports", &report);
+    assert_eq!(created.status, 201, "{}", created.body);
+    for path in ["/rest/reports", "/rest/events", "/rest/jobs"] {
+        let reply = server.get(&format!(
+            "{path}?query=%7B%7D&sort=%7B%7D&max=18446744073709551614&offset=0"
+        ));
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+}

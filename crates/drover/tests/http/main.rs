@@ -23,4 +23,5 @@ mod service_templates;
 mod services;
 mod slurm;
 mod support;
+mod unknown_fields;
 mod vms;
