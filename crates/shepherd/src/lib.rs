@@ -179,8 +179,26 @@ fn close_from(first: u32) {
     unsafe { libc::syscall(libc::SYS_close_range, first, u32::MAX, 0) };
 }
 
+/// The signals the shepherd ignores ignored, and those it passes on blocked: done by the
+/// shepherd itself when the service spawned it without running [`prepare`] (a signal
+/// sent before this runs ends the shepherd before it has started the job).
+fn settle_signals() {
+    unsafe {
+        for signal in IGNORED {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+        let mut blocked: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut blocked);
+        for signal in PASSED_ON {
+            libc::sigaddset(&mut blocked, signal);
+        }
+        libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+    }
+}
+
 /// The shepherd's `main`: its exit code is the job's (128 + the signal that ended it).
 pub fn run() -> i32 {
+    settle_signals();
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
     close_from(GUEST_PROGRAM_FD as u32 + 1);
     let mut plan_bytes = Vec::new();

@@ -48,6 +48,110 @@ unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR DROVER_JOB_STDOUT_NAME DRO
 if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 "#;
 
+/// Starts `program job-shepherd` with the status file as fd 3 and the plan as fd 4, in a
+/// session of its own, in `/`, with an empty environment and `/dev/null` on 0, 1 and 2.
+/// `posix_spawn` (glibc: `clone` with the parent's memory shared until the exec), not
+/// fork: a fork copies the page tables of the whole service, which grow with its jobs,
+/// and would make every start slower the more jobs are queued. The shepherd ignores and
+/// blocks its signals itself (`shepherd::run`).
+fn spawn_shepherd(program: &Path, status_fd: i32, plan_fd: i32) -> std::io::Result<i32> {
+    use std::ffi::CString;
+    let program = CString::new(program.as_os_str().as_encoded_bytes())
+        .map_err(|_| std::io::Error::other("the shepherd's path holds a NUL"))?;
+    let subcommand = CString::new(shepherd::SUBCOMMAND).expect("no NUL");
+    let argv = [program.as_ptr(), subcommand.as_ptr(), std::ptr::null()];
+    let envp: [*const libc::c_char; 1] = [std::ptr::null()];
+    let null = c"/dev/null";
+    let root = c"/";
+    let check = |rc: libc::c_int| {
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::from_raw_os_error(rc))
+        }
+    };
+    // Copies above 10 (close-on-exec here) first, so that moving them to 3 and 4 cannot
+    // overwrite one with the other whatever their numbers.
+    let high = |fd: i32| {
+        let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if copy < 0 {
+            Err(std::io::Error::last_os_error())
+        } else {
+            Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
+        }
+    };
+    let (status, plan) = (high(status_fd)?, high(plan_fd)?);
+    // SAFETY: the attribute and action objects are initialised before use and destroyed
+    // on every path; every pointer handed over outlives the call.
+    unsafe {
+        let mut actions: libc::posix_spawn_file_actions_t = std::mem::zeroed();
+        let mut attributes: libc::posix_spawnattr_t = std::mem::zeroed();
+        check(libc::posix_spawn_file_actions_init(&mut actions))?;
+        if let Err(e) = check(libc::posix_spawnattr_init(&mut attributes)) {
+            libc::posix_spawn_file_actions_destroy(&mut actions);
+            return Err(e);
+        }
+        let outcome = (|| {
+            for (fd, flags) in [
+                (0, libc::O_RDONLY),
+                (1, libc::O_WRONLY),
+                (2, libc::O_WRONLY),
+            ] {
+                check(libc::posix_spawn_file_actions_addopen(
+                    &mut actions,
+                    fd,
+                    null.as_ptr(),
+                    flags,
+                    0,
+                ))?;
+            }
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut actions,
+                status.as_raw_fd(),
+                shepherd::STATUS_FD,
+            ))?;
+            check(libc::posix_spawn_file_actions_adddup2(
+                &mut actions,
+                plan.as_raw_fd(),
+                shepherd::PLAN_FD,
+            ))?;
+            check(libc::posix_spawn_file_actions_addchdir_np(
+                &mut actions,
+                root.as_ptr(),
+            ))?;
+            // Every signal at its default (the service ignores SIGPIPE), none blocked.
+            let mut defaults: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut defaults);
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut none);
+            check(libc::posix_spawnattr_setsigdefault(
+                &mut attributes,
+                &defaults,
+            ))?;
+            check(libc::posix_spawnattr_setsigmask(&mut attributes, &none))?;
+            check(libc::posix_spawnattr_setflags(
+                &mut attributes,
+                (libc::POSIX_SPAWN_SETSID
+                    | libc::POSIX_SPAWN_SETSIGDEF as libc::c_short
+                    | libc::POSIX_SPAWN_SETSIGMASK as libc::c_short) as _,
+            ))?;
+            let mut pid: libc::pid_t = 0;
+            check(libc::posix_spawn(
+                &mut pid,
+                program.as_ptr(),
+                &actions,
+                &attributes,
+                argv.as_ptr() as *const *mut libc::c_char,
+                envp.as_ptr() as *const *mut libc::c_char,
+            ))?;
+            Ok(pid)
+        })();
+        libc::posix_spawn_file_actions_destroy(&mut actions);
+        libc::posix_spawnattr_destroy(&mut attributes);
+        outcome
+    }
+}
+
 /// The file of a job's spool directory that receives its exit status.
 const EXIT_STATUS: &str = "exit_status";
 
@@ -134,6 +238,59 @@ impl LocalResourceManager {
             .expect("cannot start a job watcher thread");
     }
 
+    /// Starts the shepherd of a job in a guest by fork and exec: it gets four
+    /// descriptors (status, plan, the agent's connection, the `drover` program).
+    fn fork_shepherd(
+        &self,
+        job_id: &str,
+        status_fd: i32,
+        plan_fd: i32,
+        (agent, program): (i32, i32),
+    ) -> Result<i32, String> {
+        let mut command = Command::new(&self.shepherd);
+        command
+            .arg(shepherd::SUBCOMMAND)
+            .env_clear()
+            .current_dir("/")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // The status file, the plan, the agent's connection and the program become the
+        // shepherd's fds 3 to 6: all copied above 10 first (close-on-exec), then moved
+        // (dup2 clears close-on-exec), so that none can overwrite another whatever their
+        // numbers.
+        let moves = [
+            (status_fd, shepherd::STATUS_FD),
+            (plan_fd, shepherd::PLAN_FD),
+            (agent, shepherd::GUEST_AGENT_FD),
+            (program, shepherd::GUEST_PROGRAM_FD),
+        ];
+        // SAFETY: only async-signal-safe system calls between fork and exec (`high` is
+        // filled in place, no allocation).
+        let mut high = [0; 4];
+        unsafe {
+            command.pre_exec(move || {
+                for (slot, (from, _)) in high.iter_mut().zip(&moves) {
+                    *slot = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 10);
+                    if *slot < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                for (copy, (_, to)) in high.iter().zip(&moves) {
+                    if libc::dup2(*copy, *to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                shepherd::prepare()
+            });
+        }
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot start the shepherd of {job_id}: {e}"))?;
+        // The watcher thread reaps it; the Child handle is not needed.
+        Ok(child.id() as i32)
+    }
+
     /// Polls a process that is not our child (re-adopted after a restart).
     fn watch_adopted(&self, job_id: String, process: ProcessRecord) {
         let events = self.events.clone();
@@ -195,53 +352,13 @@ impl ResourceManager for LocalResourceManager {
             .as_ref()
             .zip(program.as_ref())
             .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
-        let mut command = Command::new(&self.shepherd);
-        command
-            .arg(shepherd::SUBCOMMAND)
-            .env_clear()
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        // The status file and the plan become the shepherd's fds 3 and 4 (a job in a
-        // guest's agent connection and program 5 and 6): all copied above 10 first
-        // (close-on-exec), then moved (dup2 clears close-on-exec), so that none can
-        // overwrite another whatever their numbers.
-        let mut moves = vec![
-            (status_fd, shepherd::STATUS_FD),
-            (plan_fd, shepherd::PLAN_FD),
-        ];
-        if let Some((agent, program)) = guest_fds {
-            moves.push((agent, shepherd::GUEST_AGENT_FD));
-            moves.push((program, shepherd::GUEST_PROGRAM_FD));
-        }
-        // SAFETY: only async-signal-safe system calls between fork and exec (the
-        // vectors are made before the fork; `high` is filled in place, no allocation).
-        let mut high = [0; 4];
-        unsafe {
-            command.pre_exec(move || {
-                for (slot, (from, _)) in high.iter_mut().zip(&moves) {
-                    *slot = libc::fcntl(*from, libc::F_DUPFD_CLOEXEC, 10);
-                    if *slot < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                for (copy, (_, to)) in high.iter().zip(&moves) {
-                    if libc::dup2(*copy, *to) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                shepherd::prepare()
-            });
-        }
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot start the shepherd of {}: {e}", launch.job_id))?;
+        let pid = match guest_fds {
+            None => spawn_shepherd(&self.shepherd, status_fd, plan_fd)
+                .map_err(|e| format!("cannot start the shepherd of {}: {e}", launch.job_id))?,
+            Some(guest_fds) => self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?,
+        };
         // The shepherd has its own copies.
         drop((status_file, plan, program));
-        let pid = child.id() as i32;
-        // The watcher thread reaps it; the Child handle is not needed.
-        drop(child);
         let record = ProcessRecord {
             pid,
             start_ticks: start_ticks(pid).unwrap_or(0),
