@@ -161,6 +161,11 @@ pub struct Node {
     pub jobs: Vec<String>,
     /// VMs holding processors and memory here (jobs cannot use them).
     pub vms: Vec<String>,
+    /// What the resource manager says of it (Slurm: `Down` or `Drained`), when it
+    /// takes no work there; not stored: read again from the resource manager.
+    pub rm_state: Option<NodeState>,
+    /// Why, as the resource manager says.
+    pub rm_reason: Option<String>,
 }
 
 impl Node {
@@ -174,6 +179,8 @@ impl Node {
             used_disk: 0,
             jobs: Vec::new(),
             vms: Vec::new(),
+            rm_state: None,
+            rm_reason: None,
         }
     }
 
@@ -186,15 +193,21 @@ impl Node {
     }
 
     /// The state reported: an administrator's state wins (a drained node with jobs
-    /// still running is Draining); otherwise the load decides.
+    /// still running is Draining), then the resource manager's; otherwise the load
+    /// decides.
     pub fn state(&self) -> NodeState {
-        match self.overrides.state {
-            Some(NodeState::Drained) | Some(NodeState::Draining) if !self.jobs.is_empty() => {
-                NodeState::Draining
+        let drained = |state| match state {
+            NodeState::Drained | NodeState::Draining if !self.jobs.is_empty() => {
+                Some(NodeState::Draining)
             }
-            Some(NodeState::Draining) => NodeState::Drained,
-            Some(state) if !state.follows_load() => state,
-            _ if !self.powered_on() => NodeState::Down,
+            NodeState::Draining => Some(NodeState::Drained),
+            state if !state.follows_load() => Some(state),
+            _ => None,
+        };
+        let overridden = self.overrides.state.and_then(drained);
+        match overridden.or_else(|| self.rm_state.and_then(drained)) {
+            Some(state) => state,
+            None if !self.powered_on() => NodeState::Down,
             _ if self.jobs.is_empty() && self.vms.is_empty() => NodeState::Idle,
             _ if self.used_processors >= self.config.processors => NodeState::Busy,
             _ => NodeState::Running,
@@ -203,7 +216,9 @@ impl Node {
 
     /// Whether new jobs may be placed here at all.
     pub fn accepts_jobs(&self) -> bool {
-        self.powered_on() && self.overrides.state.is_none_or(|s| s.follows_load())
+        self.powered_on()
+            && self.overrides.state.is_none_or(|s| s.follows_load())
+            && self.rm_state.is_none_or(|s| s.follows_load())
     }
 
     pub fn free_processors(&self) -> u32 {

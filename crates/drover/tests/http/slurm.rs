@@ -3,10 +3,134 @@
 //! as their user, and end with their exit code. Runs with `DROVER_TEST_SLURM=1` (as
 //! `scripts/test` sets after starting `scripts/services/slurm.sh`), else is skipped.
 
-use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
-use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use crate::security::{BOB, system_accounts};
+use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
+use serde_json::{Value, json};
+
+use crate::security::{BOB, CAROL, system_accounts};
+
+/// Slurm is one cluster: its tests take turns (a node drained by one would slow the
+/// others, and every server sees the jobs of the others as submitted directly).
+static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A server on Slurm that reads Slurm's nodes (and looks for jobs) every second.
+fn slurm_server() -> TestServer {
+    TestServer::builder()
+        .user(BOB, false)
+        .user(CAROL, false)
+        .config(|c| {
+            c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm;
+            c.resource_manager.slurm_node_poll_seconds = 1;
+        })
+        .start()
+}
+
+/// Runs a Slurm command (or another), which must succeed; its output.
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Slurm's state of one of its jobs (empty once it forgot it).
+fn slurm_state(slurm_id: &str) -> String {
+    let out = Command::new("squeue")
+        .args([
+            "-h",
+            "--states=all",
+            "-o",
+            "%T",
+            &format!("--jobs={slurm_id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Submits `sleep <seconds>` to Slurm directly, as drover-bob; Slurm's job id.
+fn sbatch_by_hand(name: &str, seconds: u32) -> String {
+    let out = run(
+        "runuser",
+        &[
+            "-u",
+            BOB,
+            "--",
+            "sbatch",
+            "--parsable",
+            "--chdir=/tmp",
+            "--output=/dev/null",
+            &format!("--job-name={name}"),
+            &format!("--wrap=sleep {seconds}"),
+        ],
+    );
+    let id = out.trim().split(';').next().unwrap().to_string();
+    assert!(
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+        "{out}"
+    );
+    id
+}
+
+/// Polls `check` every 200 ms for at most `seconds`; panics with `what` if it never
+/// gives a value.
+fn wait<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The job Drover shows for a Slurm job, once it shows one.
+fn shown_job(server: &TestServer, slurm_id: &str) -> Option<Value> {
+    let list = server.get("/rest/jobs?fields=id,sourceRmJobId").json();
+    let id = list["results"]
+        .as_array()?
+        .iter()
+        .find(|j| j["sourceRmJobId"] == slurm_id)?["id"]
+        .as_str()?
+        .to_string();
+    Some(server.get(&format!("/rest/jobs/{id}")).json())
+}
+
+/// Resumes a drained node when dropped (the test passed or not).
+struct Resume(&'static str);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.0), "state=resume"])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn submit_as_bob(server: &TestServer, body: Value) -> String {
+    let reply = server.call(
+        "POST",
+        "/rest/jobs",
+        Auth::Basic(BOB.into(), PASSWORD.into()),
+        Some(("application/json", body.to_string().into_bytes())),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
 
 fn slurm() -> bool {
     if std::env::var("DROVER_TEST_SLURM").as_deref() == Ok("1") {
@@ -36,6 +160,7 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
     if !slurm() {
         return;
     }
+    let _turn = turn();
     let server = TestServer::builder()
         .user(BOB, false)
         .config(|c| c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm)
@@ -118,4 +243,232 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
         assert!(std::time::Instant::now() < deadline, "{long} still runs");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// A node Slurm drains is Drained here and gets no new job; resumed, it takes work again.
+#[test]
+fn nodes_slurm_drains_take_no_work_until_resumed() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let node_state = |server: &TestServer| server.get("/rest/nodes/node3").json()["state"].clone();
+    assert_ne!(node_state(&server), "Drained");
+    let _resume = Resume("node3");
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node3",
+            "state=drain",
+            "reason=drover test",
+        ],
+    );
+    wait("node3 shows Drained", 30, || {
+        (node_state(&server) == "Drained").then_some(())
+    });
+    let node = server.get("/rest/nodes/node3").json();
+    assert_eq!(node["availableProcessors"], 0, "{node}");
+
+    // Three jobs of a whole node each (4 processors): two run on node1 and node2, the
+    // third waits rather than go to node3.
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleep.sh", "sleep 60");
+    let body = json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(),
+        "requirements": {"requiredProcessorsPerTask": 4}});
+    let jobs: Vec<String> = (0..3)
+        .map(|_| submit_as_bob(&server, body.clone()))
+        .collect();
+    let hosts = |server: &TestServer, id: &str| {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (
+            job["state"].as_str().unwrap_or_default().to_string(),
+            job["hosts"].clone(),
+        )
+    };
+    wait("two jobs run", 30, || {
+        let running = jobs
+            .iter()
+            .filter(|id| hosts(&server, id).0 == "RUNNING")
+            .count();
+        (running == 2).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let mut waiting = Vec::new();
+    for id in &jobs {
+        let (state, on) = hosts(&server, id);
+        assert!(
+            !on.to_string().contains("node3"),
+            "{id} went to node3: {on}"
+        );
+        if state != "RUNNING" {
+            waiting.push(id.clone());
+        }
+    }
+    assert_eq!(waiting.len(), 1, "one job waits: {waiting:?}");
+
+    // Resumed: node3 is back, and the waiting job runs there.
+    run("scontrol", &["update", "nodename=node3", "state=resume"]);
+    wait("node3 is back", 30, || {
+        (node_state(&server) != "Drained").then_some(())
+    });
+    let on = wait("the third job runs", 30, || {
+        let (state, on) = hosts(&server, &waiting[0]);
+        (state == "RUNNING").then_some(on)
+    });
+    assert_eq!(on, json!(["node3"]));
+    for id in &jobs {
+        server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    }
+}
+
+/// A job sbatch'ed by hand shows here as its user's, holds its node, may be cancelled
+/// by an administrator (not by another user) and ends; its number is never given again.
+#[test]
+fn jobs_submitted_to_slurm_directly_show_and_an_administrator_cancels_them() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let slurm_id = sbatch_by_hand("by-hand", 120);
+    let job = wait("the job shows", 30, || {
+        shown_job(&server, &slurm_id).filter(|j| j["state"] == "RUNNING")
+    });
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["user"], BOB, "{job}");
+    assert_eq!(job["destinationRmJobId"], slurm_id.as_str(), "{job}");
+    assert_eq!(job["rmName"], "slurm", "{job}");
+    assert!(
+        job["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("RM_DETECTED")),
+        "{job}"
+    );
+    let host = job["hosts"][0].as_str().unwrap().to_string();
+    assert!(host.starts_with("node"), "{job}");
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(v2["customName"], "by-hand", "{v2}");
+    // Its node holds it (its processor is taken).
+    let node = server.get(&format!("/rest/nodes/{host}")).json();
+    assert!(node["jobs"].to_string().contains(&id), "{node}");
+    assert!(node["availableProcessors"].as_i64().unwrap() < 4, "{node}");
+
+    // Its user reads it; another user neither reads nor cancels it.
+    let bob = Auth::Basic(BOB.into(), PASSWORD.into());
+    let carol = Auth::Basic(CAROL.into(), PASSWORD.into());
+    assert_eq!(
+        server
+            .get_as(bob.clone(), &format!("/rest/jobs/{id}"))
+            .status,
+        200
+    );
+    assert_eq!(
+        server
+            .get_as(carol.clone(), &format!("/rest/jobs/{id}"))
+            .status,
+        404
+    );
+    let reply = server.call("DELETE", &format!("/rest/jobs/{id}"), carol, None);
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(slurm_state(&slurm_id), "RUNNING");
+    // It is Slurm's to run: not changed here (only cancelled).
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{id}"),
+        bob,
+        Some((
+            "application/json",
+            json!({"holds": ["user"]}).to_string().into_bytes(),
+        )),
+    );
+    assert!(reply.status >= 400, "{}", reply.body);
+
+    // Seen again and again, it stays one job.
+    std::thread::sleep(Duration::from_secs(3));
+    let list = server.get("/rest/jobs?fields=id,sourceRmJobId").json();
+    let copies = list["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["sourceRmJobId"] == slurm_id.as_str())
+        .count();
+    assert_eq!(copies, 1, "{list}");
+
+    // An administrator cancels it: scancel, and it ends here.
+    let reply = server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // (SIGTERM first: it ends FAILED, or CANCELLED once the grace period is over.)
+    wait("Slurm ends it", 30, || {
+        matches!(slurm_state(&slurm_id).as_str(), "FAILED" | "CANCELLED").then_some(())
+    });
+    wait("its node is free of it", 30, || {
+        let node = server.get(&format!("/rest/nodes/{host}")).json();
+        (!node["jobs"].to_string().contains(&id)).then_some(())
+    });
+    let job = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_ne!(job["state"], "RUNNING", "{job}");
+
+    // A later submission gets a later number.
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "true");
+    let next = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let number = |id: &str| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap();
+    assert!(number(&next) > number(&id), "{next} after {id}");
+}
+
+/// A restart of the service adopts its running Slurm jobs (and the one submitted
+/// directly), and reads back the end of one that ended while it was down.
+#[test]
+fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "sleep 2\nexit 5");
+    let long = script(work.path(), "long.sh", "sleep 20\nexit 6");
+    let quick = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let long = submit_as_bob(
+        &server,
+        json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
+    );
+    let by_hand = sbatch_by_hand("by-hand-restart", 120);
+    let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
+    for id in [&quick, &long] {
+        wait(&format!("{id} runs"), 30, || {
+            (server.get(&format!("/rest/jobs/{id}")).json()["state"] == "RUNNING").then_some(())
+        });
+    }
+    let long_slurm = server.get(&format!("/rest/jobs/{long}")).json()["sourceRmJobId"].clone();
+
+    // Down long enough for the quick one to end.
+    let server = server.restart_after(Duration::from_secs(6));
+    let job = server.get(&format!("/rest/jobs/{quick}")).json();
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    assert_eq!(job["completionCode"], 5, "{job}");
+    let job = server.get(&format!("/rest/jobs/{long}")).json();
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    assert_eq!(job["sourceRmJobId"], long_slurm, "{job}");
+    let again = shown_job(&server, &by_hand).expect("still shown");
+    assert_eq!(again["id"], shown["id"], "the same job, not a new one");
+    assert_eq!(again["state"], "RUNNING", "{again}");
+
+    // The adopted job's end is read when it comes.
+    let job = wait("the long job ends", 60, || {
+        let job = server.get(&format!("/rest/jobs/{long}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 6, "{job}");
+    let id = again["id"].as_str().unwrap();
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
 }

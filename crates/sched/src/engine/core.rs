@@ -320,6 +320,8 @@ impl Engine {
                 }
             }
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
+            Inbox::Rm(RmEvent::Nodes(nodes)) => self.rm_nodes(nodes),
+            Inbox::Rm(RmEvent::Detected(jobs)) => self.rm_detected(jobs),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }

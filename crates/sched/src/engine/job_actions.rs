@@ -63,6 +63,12 @@ impl Engine {
                 "it is a job array master, which does not run itself: act on its sub-jobs, or cancel the array",
             ));
         }
+        if job.spec.extra.rm_detected && !matches!(action, JobAction::Cancel) {
+            return Err(target.refuse(format!(
+                "it was submitted to the resource manager ({}) directly: it may only be cancelled here",
+                self.shared.rm_name
+            )));
+        }
         if target.state().is_final() {
             return Err(target.refuse(format!(
                 "the job has already ended ({})",

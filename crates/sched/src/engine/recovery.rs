@@ -102,8 +102,15 @@ impl Engine {
 
     /// A job that had a process when the service stopped.
     fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
+        let adopted = |engine: &Self, process| {
+            if job.spec.extra.rm_detected {
+                engine.rm.adopt_detected(&job.id, job.user(), process)
+            } else {
+                engine.rm.adopt(&job.id, process)
+            }
+        };
         if let Some(process) = &job.status.process
-            && self.rm.adopt(&job.id, process)
+            && adopted(self, process)
         {
             self.charge_nodes(job, true);
             self.queue.keep_running(position);

@@ -20,8 +20,10 @@
 //! ending in `/` is).
 
 mod json;
+mod text;
 
 pub use json::{Parsed, SlurmJob, SlurmNode, parse_jobs, parse_nodes};
+pub use text::{expand_hostlist, parse_queue};
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -32,8 +34,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
-use crate::job::ProcessRecord;
+use super::{DetectedJob, Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNode, RmNotify};
+use crate::job::{Allocation, ProcessRecord};
+use crate::node::NodeState;
 
 /// The batch script of every job: becomes the job's command (its positional parameters),
 /// as the local resource manager's wrapper does.
@@ -63,6 +66,9 @@ pub struct SlurmConfig {
     pub state_dir: PathBuf,
     /// How often the watcher asks Slurm about the jobs it watches.
     pub poll: Duration,
+    /// How often the nodes' states are read again, and jobs submitted to Slurm directly
+    /// looked for.
+    pub node_poll: Duration,
     /// The longest any Slurm command may take.
     pub command_timeout: Duration,
 }
@@ -77,6 +83,7 @@ impl SlurmConfig {
             partition: None,
             state_dir,
             poll: Duration::from_secs(1),
+            node_poll: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
         }
     }
@@ -109,10 +116,57 @@ impl SlurmConfig {
     }
 
     /// `squeue --json`: every job slurmctld knows (22.05 ignores `--jobs` with
-    /// `--json`, so the listing is filtered here).
+    /// `--json`: the watcher reads [`SlurmConfig::queue`] instead).
     pub fn jobs(&self) -> Result<Parsed<SlurmJob>, String> {
         let out = self.run("squeue", &["--json".into()], &[])?;
         parse_jobs(&out)
+    }
+
+    /// `squeue -h -O ...`: the jobs slurmctld holds in `states` (Slurm's `--states`
+    /// names, or `all`), only those of `ids` when given (in runs of 500 ids), only those
+    /// of `partition` when given. Ids Slurm no longer knows are simply absent.
+    pub fn queue(
+        &self,
+        ids: Option<&[u64]>,
+        states: &str,
+        partition: Option<&str>,
+    ) -> Result<Parsed<SlurmJob>, String> {
+        let mut all = Parsed::default();
+        let chunks: Vec<Option<&[u64]>> = match ids {
+            Some([]) => return Ok(all),
+            Some(ids) => ids.chunks(500).map(Some).collect(),
+            None => vec![None],
+        };
+        for chunk in chunks {
+            let nonce = text::nonce();
+            let mut args = vec![
+                "--noheader".to_string(),
+                format!("--states={states}"),
+                format!("--Format={}", text::queue_format(&nonce)),
+            ];
+            if let Some(ids) = chunk {
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                args.push(format!("--jobs={}", ids.join(",")));
+            }
+            if let Some(partition) = partition {
+                if !is_safe_name(partition) {
+                    return Err(format!(
+                        "the partition {partition:?} cannot be given to Slurm"
+                    ));
+                }
+                args.push(format!("--partition={partition}"));
+            }
+            let out = match self.run("squeue", &args, &[("TZ".into(), "UTC".into())]) {
+                Ok(out) => out,
+                // Every id asked for is gone: squeue fails rather than list nothing.
+                Err(e) if chunk.is_some() && e.contains("Invalid job id") => continue,
+                Err(e) => return Err(e),
+            };
+            let parsed = text::parse_queue(&out, &nonce);
+            all.items.extend(parsed.items);
+            all.problems.extend(parsed.problems);
+        }
+        Ok(all)
     }
 
     /// `sacct --json` for one job: for a job slurmctld has forgotten (needs accounting).
@@ -348,8 +402,14 @@ struct Shared {
     events: RmNotify,
     watched: Mutex<HashMap<u64, Watched>>,
     stop: AtomicBool,
-    /// The last listing and when it was read: the many `adopt`s of a restart share one.
+    /// The last listing of every job and when it was read: the many `adopt`s of a
+    /// restart share one.
     cache: Mutex<Option<(Instant, Arc<Parsed<SlurmJob>>)>>,
+    /// Held while a job is submitted and until it is watched, and while jobs submitted
+    /// directly are looked for: a job of ours is never taken for one of those.
+    submitting: Mutex<()>,
+    /// The nodes' states last reported (reported again only when they change).
+    nodes: Mutex<Option<Vec<RmNode>>>,
 }
 
 impl Shared {
@@ -360,9 +420,9 @@ impl Shared {
         {
             return Ok(jobs.clone());
         }
-        let jobs = Arc::new(self.config.jobs()?);
+        let jobs = Arc::new(self.config.queue(None, "all", None)?);
         if !jobs.problems.is_empty() {
-            eprintln!("slurm: squeue --json: skipped {}", jobs.problems.join("; "));
+            eprintln!("slurm: squeue: skipped {}", jobs.problems.join("; "));
         }
         *cache = Some((Instant::now(), jobs.clone()));
         Ok(jobs)
@@ -372,12 +432,14 @@ impl Shared {
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One look at the watched jobs: reports those that ended.
+    /// One look at the watched jobs (`squeue --jobs=<them>`): reports those that ended.
     fn poll(&self) {
-        if self.watched().is_empty() {
+        let mut ids: Vec<u64> = self.watched().keys().copied().collect();
+        if ids.is_empty() {
             return;
         }
-        let jobs = match self.listing(Duration::ZERO) {
+        ids.sort_unstable();
+        let jobs = match self.config.queue(Some(&ids), "all", None) {
             Ok(jobs) => jobs,
             // slurmctld away (restarting?): try again next time; nothing is lost.
             Err(e) => {
@@ -385,6 +447,9 @@ impl Shared {
                 return;
             }
         };
+        if !jobs.problems.is_empty() {
+            eprintln!("slurm: squeue: skipped {}", jobs.problems.join("; "));
+        }
         let by_id: HashMap<u64, &SlurmJob> = jobs.items.iter().map(|j| (j.job_id, j)).collect();
         let mut ended = Vec::new();
         let mut kill = Vec::new();
@@ -421,6 +486,7 @@ impl Shared {
             let Some(entry) = self.watched().remove(&slurm_id) else {
                 continue;
             };
+            // sacct only for a job that left squeue.
             let job = job.or_else(|| self.config.accounted_job(slurm_id).ok().flatten());
             let exit = exit_of(job.as_ref());
             (self.events)(RmEvent::Exited {
@@ -430,6 +496,99 @@ impl Shared {
             });
         }
     }
+
+    /// Reads the nodes' states (`sinfo --json`) and reports them if they changed.
+    fn refresh_nodes(&self) {
+        let nodes = match slurm_nodes(&self.config) {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                eprintln!("slurm: cannot read the nodes: {e}");
+                return;
+            }
+        };
+        let states: Vec<RmNode> = nodes.items.iter().map(rm_node).collect();
+        let mut last = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_ref() != Some(&states) {
+            *last = Some(states.clone());
+            (self.events)(RmEvent::Nodes(states));
+        }
+    }
+
+    /// Looks for running jobs not started (or adopted) here, and reports them.
+    fn detect(&self) {
+        let _submitting = self.submitting.lock().unwrap_or_else(|e| e.into_inner());
+        let jobs =
+            match self
+                .config
+                .queue(None, "RUNNING,SUSPENDED", self.config.partition.as_deref())
+            {
+                Ok(jobs) => jobs,
+                Err(e) => {
+                    eprintln!("slurm: cannot look for jobs submitted directly: {e}");
+                    return;
+                }
+            };
+        let detected: Vec<DetectedJob> = {
+            let watched = self.watched();
+            jobs.items
+                .iter()
+                .filter(|j| !watched.contains_key(&j.job_id))
+                .filter_map(detected_job)
+                .collect()
+        };
+        if !detected.is_empty() {
+            (self.events)(RmEvent::Detected(detected));
+        }
+    }
+}
+
+/// A node's state as the engine hears it.
+fn rm_node(node: &SlurmNode) -> RmNode {
+    RmNode {
+        id: node.config.id.clone(),
+        state: if node.down {
+            Some(NodeState::Down)
+        } else if node.drained {
+            Some(NodeState::Drained)
+        } else {
+            None
+        },
+        reason: node.reason.clone(),
+    }
+}
+
+/// A running job of Slurm's as the engine hears of it: its processors spread over its
+/// nodes (Slurm's text listing gives only the total). None when it names no user or
+/// its nodes cannot be read.
+fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
+    let user = job.user_name.clone().filter(|u| is_safe_name(u))?;
+    let nodes = expand_hostlist(&job.nodes).ok()?;
+    if nodes.is_empty() {
+        return None;
+    }
+    let count = u32::try_from(nodes.len()).ok()?;
+    let cpus = job.cpus.unwrap_or(count).max(count);
+    let placement = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| Allocation {
+            node,
+            tasks: cpus / count + u32::from((i as u32) < cpus % count),
+        })
+        .collect();
+    Some(DetectedJob {
+        process: ProcessRecord {
+            pid: pid_of(job.job_id),
+            start_ticks: 0,
+            spool: String::new(),
+            rm_job_id: Some(job.job_id.to_string()),
+        },
+        name: job.name.clone(),
+        user,
+        suspended: job.state == "SUSPENDED",
+        placement,
+        start: job.start_time,
+    })
 }
 
 /// How an ended Slurm job ended, as the engine hears it.
@@ -490,17 +649,26 @@ impl SlurmResourceManager {
             watched: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             cache: Mutex::new(None),
+            submitting: Mutex::new(()),
+            nodes: Mutex::new(None),
         });
         let watcher = shared.clone();
         std::thread::Builder::new()
             .name("slurm-watcher".into())
             .spawn(move || {
+                // The nodes were read at start: the first refresh comes a period later.
+                let mut nodes_read = Instant::now();
                 while !watcher.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(watcher.config.poll);
                     if watcher.stop.load(Ordering::Relaxed) {
                         break;
                     }
                     watcher.poll();
+                    if nodes_read.elapsed() >= watcher.config.node_poll {
+                        nodes_read = Instant::now();
+                        watcher.refresh_nodes();
+                        watcher.detect();
+                    }
                 }
             })?;
         Ok(SlurmResourceManager { shared, script })
@@ -543,10 +711,16 @@ impl ResourceManager for SlurmResourceManager {
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
         let (args, environment) = sbatch_command(&self.shared.config, &self.script, &launch)?;
+        let submitting = self
+            .shared
+            .submitting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let out = self.shared.config.run("sbatch", &args, &environment)?;
         let slurm_id = parse_submitted(&out)
             .ok_or_else(|| format!("sbatch answered no job id: {:?}", out.trim()))?;
         self.watch(slurm_id, &launch.job_id);
+        drop(submitting);
         Ok(ProcessRecord {
             pid: pid_of(slurm_id),
             start_ticks: 0,
@@ -601,6 +775,27 @@ impl ResourceManager for SlurmResourceManager {
                 _ => false,
             },
             // Slurm does not answer: the job may well run on; watch it until it does.
+            Err(e) => {
+                eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
+                self.watch(slurm_id, job_id);
+                true
+            }
+        }
+    }
+
+    fn adopt_detected(&self, job_id: &str, user: &str, process: &ProcessRecord) -> bool {
+        let Some(slurm_id) = slurm_id_of(process) else {
+            return false;
+        };
+        match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
+                // Still there, still that user's (Slurm's ids may start again at 1).
+                Some(job) if job.user_name.as_deref() == Some(user) && !job.is_finished() => {
+                    self.watch(slurm_id, job_id);
+                    true
+                }
+                _ => false,
+            },
             Err(e) => {
                 eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
                 self.watch(slurm_id, job_id);

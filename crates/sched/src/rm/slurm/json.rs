@@ -45,6 +45,8 @@ pub struct SlurmJob {
     pub exit_code: Option<i32>,
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
+    /// The processors it holds (all nodes together), when known.
+    pub cpus: Option<u32>,
 }
 
 impl SlurmJob {
@@ -175,6 +177,10 @@ fn parse_job(job: &Value) -> Result<SlurmJob, String> {
         exit_code,
         start_time: time("start_time", "start"),
         end_time: time("end_time", "end"),
+        cpus: job
+            .get("cpus")
+            .and_then(number)
+            .and_then(|n| u32::try_from(n).ok()),
     })
 }
 
