@@ -472,3 +472,123 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     let id = again["id"].as_str().unwrap();
     server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
 }
+
+/// Where `scripts/services/slurm.sh` keeps its daemons' PID files and logs.
+fn slurm_run_dir() -> std::path::PathBuf {
+    std::env::var_os("RUN").map_or_else(|| "/tmp/drover-slurm".into(), Into::into)
+}
+
+/// Stops slurmctld (the one `scripts/services/slurm.sh` started), leaving munged and
+/// the slurmd nodes (and their jobs) running.
+fn stop_slurmctld() {
+    let pid_file = slurm_run_dir().join("slurmctld.pid");
+    let pid = std::fs::read_to_string(&pid_file).expect("slurmctld's PID file");
+    let pid = pid.trim().to_string();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "slurmctld", "PID {pid} is slurmctld");
+    run("kill", &[&pid]);
+    wait("slurmctld stops", 30, || {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        (comm.trim() != "slurmctld" || state.contains(") Z ")).then_some(())
+    });
+}
+
+/// Starts slurmctld again as the script does (its saved state recovered), and waits
+/// until it answers.
+fn start_slurmctld() {
+    let dir = slurm_run_dir();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("slurmctld.log"))
+        .unwrap();
+    let mut child = Command::new("/usr/sbin/slurmctld")
+        .arg("-D")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("slurmctld starts");
+    std::fs::write(dir.join("slurmctld.pid"), format!("{}\n", child.id())).unwrap();
+    // It outlives the test (the script stops it); reaped here should it end before.
+    std::thread::spawn(move || child.wait());
+    wait("slurmctld answers", 60, || {
+        Command::new("scontrol")
+            .arg("ping")
+            .output()
+            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"))
+            .then_some(())
+    });
+}
+
+/// Starts slurmctld again when dropped, should the test fail while it is stopped.
+struct Restart(bool);
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        if self.0 {
+            start_slurmctld();
+        }
+    }
+}
+
+/// slurmctld stopped and started again while jobs run (one ending meanwhile) loses
+/// nothing: the ends are read back, the job by hand is the same job.
+#[test]
+fn a_restart_of_slurmctld_loses_nothing() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "sleep 4\nexit 4");
+    let quick = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let by_hand = sbatch_by_hand("by-hand-ctld", 120);
+    let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
+    let quick_slurm = wait("the job runs", 30, || {
+        let job = server.get(&format!("/rest/jobs/{quick}")).json();
+        (job["state"] == "RUNNING").then(|| job["sourceRmJobId"].as_str().unwrap().to_string())
+    });
+    // Running in Slurm too (Drover's RUNNING begins when sbatch answers).
+    wait("both run in Slurm", 30, || {
+        (slurm_state(&quick_slurm) == "RUNNING" && slurm_state(&by_hand) == "RUNNING").then_some(())
+    });
+
+    stop_slurmctld();
+    let mut restart = Restart(true);
+    // The quick job ends while slurmctld is away; the service keeps asking.
+    std::thread::sleep(Duration::from_secs(8));
+    let job = server.get(&format!("/rest/jobs/{quick}")).json();
+    assert_eq!(job["state"], "RUNNING", "no end is made up: {job}");
+    start_slurmctld();
+    restart.0 = false;
+
+    let job = wait("the quick job's end is read", 60, || {
+        let job = server.get(&format!("/rest/jobs/{quick}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 4, "{job}");
+    let again = shown_job(&server, &by_hand).expect("still shown");
+    assert_eq!(again["id"], shown["id"]);
+    assert_eq!(again["state"], "RUNNING", "{again}");
+    assert_eq!(slurm_state(&by_hand), "RUNNING");
+
+    // And work goes on.
+    let next = script(work.path(), "next.sh", "exit 0");
+    let next = submit_as_bob(
+        &server,
+        json!({"commandFile": next, "initialWorkingDirectory": work.path()}),
+    );
+    let job = wait("a new job runs and ends", 60, || {
+        let job = server.get(&format!("/rest/jobs/{next}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let id = again["id"].as_str().unwrap();
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
