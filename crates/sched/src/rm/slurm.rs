@@ -4,8 +4,20 @@
 //! `--nodes`, `--ntasks`, `--cpus-per-task`), as its user (`--uid`/`--gid`, the service
 //! being root), named `drover-<job id>` so that a restarted service finds it again. Its
 //! [`ProcessRecord`] carries the Slurm job id (`rm_job_id`, and as `pid`, which is what
-//! [`RmEvent::Exited`] reports). One watcher thread polls `squeue --json` every
-//! [`SlurmConfig::poll`] for the jobs started or adopted here and reports their ends.
+//! [`RmEvent::Exited`] reports). One watcher thread asks `squeue --jobs=<them>` every
+//! [`SlurmConfig::poll`] about the jobs started or adopted here (nothing when there are
+//! none; `squeue --json` of 22.05 would list every job whatever it is asked) and reports
+//! their ends, with `sacct` only for a job that left squeue. Every
+//! [`SlurmConfig::node_poll`] it reads the nodes (`sinfo --json`) and reports their
+//! states when they change ([`RmEvent::Nodes`]), and lists the running jobs it does not
+//! watch: jobs submitted to Slurm directly ([`RmEvent::Detected`]; the engine adopts
+//! each through [`ResourceManager::adopt_detected`]). A submission holds a lock until
+//! its job is watched, and that listing takes it too: a job of ours is never reported.
+//!
+//! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
+//! a job's name is the one field its user chooses, and it cannot forge a listing's
+//! record (see `text`). A job submitted directly is its Slurm user's, and a restart
+//! adopts it only if Slurm still shows it as that user's.
 //!
 //! Safety: Slurm's programs are run directly (no shell), from a fixed directory, with a
 //! clean environment, each bounded by [`SlurmConfig::command_timeout`]. Nothing reaches
