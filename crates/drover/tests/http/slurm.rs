@@ -561,8 +561,15 @@ fn a_restart_of_slurmctld_loses_nothing() {
 
     stop_slurmctld();
     let mut restart = Restart(true);
-    // The quick job ends while slurmctld is away; the service keeps asking.
-    std::thread::sleep(Duration::from_secs(8));
+    // A job submitted meanwhile cannot start: it waits (it is not held).
+    let during = script(work.path(), "during.sh", "exit 7");
+    let during = submit_as_bob(
+        &server,
+        json!({"commandFile": during, "initialWorkingDirectory": work.path()}),
+    );
+    // The quick job ends while slurmctld is away; the service keeps asking. (sbatch
+    // gives up after about 9 s.)
+    std::thread::sleep(Duration::from_secs(12));
     let job = server.get(&format!("/rest/jobs/{quick}")).json();
     assert_eq!(job["state"], "RUNNING", "no end is made up: {job}");
     start_slurmctld();
@@ -573,6 +580,13 @@ fn a_restart_of_slurmctld_loses_nothing() {
         (job["state"] == "COMPLETED").then_some(job)
     });
     assert_eq!(job["completionCode"], 4, "{job}");
+    let job = wait("the job submitted meanwhile runs and ends", 90, || {
+        let job = server.get(&format!("/rest/jobs/{during}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 7, "{job}");
+    assert_eq!(job["holds"], json!([]), "{job}");
+    assert!(job["messages"].to_string().contains("waits again"), "{job}");
     let again = shown_job(&server, &by_hand).expect("still shown");
     assert_eq!(again["id"], shown["id"]);
     assert_eq!(again["state"], "RUNNING", "{again}");

@@ -485,6 +485,10 @@ impl Engine {
         if self.queue.is_empty() {
             return;
         }
+        // Nothing could start (slurmctld away): the jobs wait; a tick tries again.
+        if self.rm.unavailable().is_some() {
+            return;
+        }
         let now = self.now();
         let mut order = {
             let book = self.shared.jobs.read().unwrap();
@@ -691,8 +695,33 @@ impl Engine {
                     vec![("nodes".into(), nodes)],
                 );
             }
+            // The resource manager does not answer (slurmctld away): not the job's
+            // fault; it waits again, and starts once the manager is back.
+            Err(reason) if self.rm.unavailable().is_some() => {
+                self.requeue_unstarted(position, reason)
+            }
             Err(reason) => self.hold_unstarted(position, reason),
         }
+    }
+
+    /// A job whose start failed because its resource manager is away: its resources go
+    /// back and it waits in the queue again, saying why.
+    fn requeue_unstarted(&mut self, position: usize, reason: String) {
+        let job = self.job_at(position);
+        let now = self.now();
+        self.charge_nodes(&job, false);
+        self.update(position, |job| {
+            job.status.state = JobState::Idle;
+            job.status.allocation.clear();
+            job.status.messages.push(JobMessage {
+                text: format!(
+                    "The job could not be started now and waits again (the resource manager does not answer): {reason}"
+                ),
+                author: None,
+                created: now,
+            });
+        });
+        self.job_left_its_vm(&job.id);
     }
 
     /// A job that could not start: its resources go back and it is held, saying why.

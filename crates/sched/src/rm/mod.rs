@@ -122,6 +122,12 @@ pub trait ResourceManager: Send + Sync {
     /// reported like that of a process started here.
     fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool;
 
+    /// Why no job can be started now (the resource manager does not answer), if so: the
+    /// engine then starts none, and they wait in the queue rather than fail.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
     /// Watches a job submitted to the resource manager directly (told of by
     /// [`RmEvent::Detected`], or recorded as such before a restart), now the engine's
     /// `job_id`, whose user is `user`: whether it still runs as that user. Its end is

@@ -422,9 +422,43 @@ struct Shared {
     submitting: Mutex<()>,
     /// The nodes' states last reported (reported again only when they change).
     nodes: Mutex<Option<Vec<RmNode>>>,
+    /// Why slurmctld is taken to be away: its last answer was a failure to reach it.
+    away: Mutex<Option<String>>,
+}
+
+/// Whether a client's failure says that slurmctld could not be reached (rather than
+/// that it refused something).
+fn unreachable(error: &str) -> bool {
+    [
+        "Unable to contact",
+        "no answer within",
+        "Socket timed out",
+        "Connection refused",
+    ]
+    .iter()
+    .any(|words| error.contains(words))
 }
 
 impl Shared {
+    /// Notes how the last exchange with slurmctld went.
+    fn heard(&self, outcome: Result<(), &str>) {
+        let mut away = self.away.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(()) => {
+                if away.take().is_some() {
+                    eprintln!("slurm: slurmctld answers again");
+                }
+            }
+            Err(e) if unreachable(e) => {
+                if away.is_none() {
+                    eprintln!("slurm: slurmctld does not answer; no job starts until it does: {e}");
+                }
+                *away = Some(e.to_string());
+            }
+            Err(_) => {}
+        }
+    }
+
     fn listing(&self, fresh_within: Duration) -> Result<Arc<Parsed<SlurmJob>>, String> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, jobs)) = cache.as_ref()
@@ -456,9 +490,11 @@ impl Shared {
             // slurmctld away (restarting?): try again next time; nothing is lost.
             Err(e) => {
                 eprintln!("slurm: cannot list jobs: {e}");
+                self.heard(Err(&e));
                 return;
             }
         };
+        self.heard(Ok(()));
         if !jobs.problems.is_empty() {
             eprintln!("slurm: squeue: skipped {}", jobs.problems.join("; "));
         }
@@ -515,9 +551,11 @@ impl Shared {
             Ok(nodes) => nodes,
             Err(e) => {
                 eprintln!("slurm: cannot read the nodes: {e}");
+                self.heard(Err(&e));
                 return;
             }
         };
+        self.heard(Ok(()));
         let states: Vec<RmNode> = nodes.items.iter().map(rm_node).collect();
         let mut last = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_ref() != Some(&states) {
@@ -663,6 +701,7 @@ impl SlurmResourceManager {
             cache: Mutex::new(None),
             submitting: Mutex::new(()),
             nodes: Mutex::new(None),
+            away: Mutex::new(None),
         });
         let watcher = shared.clone();
         std::thread::Builder::new()
@@ -728,7 +767,11 @@ impl ResourceManager for SlurmResourceManager {
             .submitting
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let out = self.shared.config.run("sbatch", &args, &environment)?;
+        let out = self
+            .shared
+            .config
+            .run("sbatch", &args, &environment)
+            .inspect_err(|e| self.shared.heard(Err(e)))?;
         let slurm_id = parse_submitted(&out)
             .ok_or_else(|| format!("sbatch answered no job id: {:?}", out.trim()))?;
         self.watch(slurm_id, &launch.job_id);
@@ -793,6 +836,15 @@ impl ResourceManager for SlurmResourceManager {
                 true
             }
         }
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.shared
+            .away
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|why| format!("slurmctld does not answer: {why}"))
     }
 
     fn adopt_detected(&self, job_id: &str, user: &str, process: &ProcessRecord) -> bool {

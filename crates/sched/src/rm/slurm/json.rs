@@ -224,6 +224,11 @@ pub fn parse_nodes(text: &str) -> Result<Parsed<SlurmNode>, String> {
             format!("Slurm answered: {}", errors.join("; "))
         });
     };
+    // sinfo --json answers no node and an error (and exits 0) when slurmctld is away.
+    let errors = errors(&doc);
+    if nodes.is_empty() && !errors.is_empty() {
+        return Err(format!("Slurm answered: {}", errors.join("; ")));
+    }
     let mut parsed: Parsed<SlurmNode> = Parsed::default();
     for (i, node) in nodes.iter().enumerate() {
         match parse_node(node) {
@@ -462,5 +467,8 @@ mod tests {
                 .contains("down")
         );
         assert!(parse_nodes("{}").is_err());
+        // sinfo --json of 22.05 while slurmctld is away (exit status 0).
+        let away = r#"{"errors":[{"error":"Unspecified error","errno":-1}],"nodes":[]}"#;
+        assert!(parse_nodes(away).is_err());
     }
 }
