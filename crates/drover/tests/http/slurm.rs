@@ -321,6 +321,24 @@ fn nodes_slurm_drains_take_no_work_until_resumed() {
     for id in &jobs {
         server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
     }
+
+    // Down in Slurm: Down here; resumed: back.
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node3",
+            "state=down",
+            "reason=drover test",
+        ],
+    );
+    wait("node3 shows Down", 30, || {
+        (node_state(&server) == "Down").then_some(())
+    });
+    run("scontrol", &["update", "nodename=node3", "state=resume"]);
+    wait("node3 is up again", 30, || {
+        (node_state(&server) != "Down").then_some(())
+    });
 }
 
 /// A job sbatch'ed by hand shows here as its user's, holds its node, may be cancelled
@@ -444,6 +462,10 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     );
     let by_hand = sbatch_by_hand("by-hand-restart", 120);
     let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
+    let short_by_hand = sbatch_by_hand("by-hand-short", 4);
+    let short = wait("the short job by hand shows", 30, || {
+        shown_job(&server, &short_by_hand)
+    });
     for id in [&quick, &long] {
         wait(&format!("{id} runs"), 30, || {
             (server.get(&format!("/rest/jobs/{id}")).json()["state"] == "RUNNING").then_some(())
@@ -462,6 +484,11 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     let again = shown_job(&server, &by_hand).expect("still shown");
     assert_eq!(again["id"], shown["id"], "the same job, not a new one");
     assert_eq!(again["state"], "RUNNING", "{again}");
+    // The short one by hand ended meanwhile: its end is read back too.
+    let id = short["id"].as_str().unwrap();
+    let short = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_eq!(short["state"], "COMPLETED", "{short}");
+    assert_eq!(short["completionCode"], 0, "{short}");
 
     // The adopted job's end is read when it comes.
     let job = wait("the long job ends", 60, || {
