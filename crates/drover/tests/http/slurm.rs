@@ -62,20 +62,26 @@ fn slurm_state(slurm_id: &str) -> String {
 
 /// Submits `sleep <seconds>` to Slurm directly, as drover-bob; Slurm's job id.
 fn sbatch_by_hand(name: &str, seconds: u32) -> String {
-    let out = run(
-        "runuser",
-        &[
-            "-u",
-            BOB,
-            "--",
-            "sbatch",
-            "--parsable",
-            "--chdir=/tmp",
-            "--output=/dev/null",
-            &format!("--job-name={name}"),
-            &format!("--wrap=sleep {seconds}"),
-        ],
-    );
+    sbatch_by_hand_with(name, seconds, &[])
+}
+
+/// [`sbatch_by_hand`] with more of sbatch's options.
+fn sbatch_by_hand_with(name: &str, seconds: u32, options: &[&str]) -> String {
+    let name = format!("--job-name={name}");
+    let wrap = format!("--wrap=sleep {seconds}");
+    let mut args = vec![
+        "-u",
+        BOB,
+        "--",
+        "sbatch",
+        "--parsable",
+        "--chdir=/tmp",
+        "--output=/dev/null",
+        &name,
+        &wrap,
+    ];
+    args.extend(options);
+    let out = run("runuser", &args);
     let id = out.trim().split(';').next().unwrap().to_string();
     assert!(
         !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
@@ -631,5 +637,53 @@ fn a_restart_of_slurmctld_loses_nothing() {
     });
     assert_eq!(job["completionCode"], 0, "{job}");
     let id = again["id"].as_str().unwrap();
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
+
+/// A job by hand that waits in Slurm shows waiting (holding nothing, never scheduled
+/// here); once Slurm runs it, it holds its node; one cancelled while it waits is
+/// cancelled in Slurm.
+#[test]
+fn jobs_submitted_to_slurm_directly_that_wait_show_waiting_then_running() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let held = sbatch_by_hand_with("by-hand-held", 120, &["--hold"]);
+    let job = wait("the waiting job shows", 30, || shown_job(&server, &held));
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["state"], "IDLE", "{job}");
+    assert_eq!(job["user"], BOB, "{job}");
+    assert_eq!(job["hosts"], json!([]), "{job}");
+    // Never started here.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        server.get(&format!("/rest/jobs/{id}")).json()["state"],
+        "IDLE"
+    );
+    assert_eq!(slurm_state(&held), "PENDING");
+
+    run("scontrol", &["release", &held]);
+    let job = wait("it runs", 30, || {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (job["state"] == "RUNNING").then_some(job)
+    });
+    let host = job["hosts"][0].as_str().expect("a host").to_string();
+    let node = server.get(&format!("/rest/nodes/{host}")).json();
+    assert!(node["jobs"].to_string().contains(&id), "{node}");
+
+    // Another, cancelled while it waits: cancelled in Slurm too.
+    let waiting = sbatch_by_hand_with("by-hand-held-2", 120, &["--hold"]);
+    let other = wait("the second shows", 30, || shown_job(&server, &waiting));
+    let other = other["id"].as_str().unwrap().to_string();
+    let reply = server.call("DELETE", &format!("/rest/jobs/{other}"), Auth::Admin, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait("Slurm cancels it", 30, || {
+        matches!(slurm_state(&waiting).as_str(), "CANCELLED" | "").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let job = server.get(&format!("/rest/jobs/{other}")).json();
+    assert_eq!(job["state"], "REMOVED", "{job}");
     server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
 }

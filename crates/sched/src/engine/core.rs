@@ -322,6 +322,12 @@ impl Engine {
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
             Inbox::Rm(RmEvent::Nodes(nodes)) => self.rm_nodes(nodes),
             Inbox::Rm(RmEvent::Detected(jobs)) => self.rm_detected(jobs),
+            Inbox::Rm(RmEvent::Started {
+                job_id,
+                pid,
+                placement,
+                start,
+            }) => self.rm_started(&job_id, pid, placement, start),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }

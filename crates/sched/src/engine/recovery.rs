@@ -77,6 +77,10 @@ impl Engine {
             return; // its VM's recovery hands its work over again (`load_vms`)
         }
         match job.status.state {
+            // Submitted to the resource manager directly, waiting there.
+            JobState::Idle if job.spec.extra.rm_detected => {
+                self.recover_running(position, job, now)
+            }
             JobState::Idle => self.requeue_index(position, job),
             // Node configuration may have changed: judge blocked jobs again.
             JobState::Blocked => self.update(position, |job| {
@@ -113,7 +117,9 @@ impl Engine {
             && adopted(self, process)
         {
             self.charge_nodes(job, true);
-            self.queue.keep_running(position);
+            if job.status.state != JobState::Idle {
+                self.queue.keep_running(position);
+            }
             if job.status.ending.is_some() {
                 // It was being stopped; the SIGKILL after the grace period went with the
                 // old service, so start again.

@@ -6,9 +6,11 @@
 //! administrator's state set here still wins. A job submitted directly becomes a job
 //! of the book with the next job number (so no id is ever given twice), its user the
 //! resource manager's (checked to be a safe name), `RM_DETECTED` among its flags and
-//! `rm_detected` in its spec: it is never queued, planned, changed or requeued here;
-//! it holds its nodes' processors while it runs; its user or an administrator may
-//! cancel it (through the resource manager); its end is read back like any other.
+//! `rm_detected` in its spec: it is never queued, planned, changed or requeued here
+//! (Idle while it waits there, out of the queue); it holds its nodes' processors while
+//! it runs (from [`RmEvent::Started`](crate::rm::RmEvent) when it waited); its user or
+//! an administrator may cancel it (through the resource manager, waiting or running);
+//! its end is read back like any other.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -54,12 +56,18 @@ impl Engine {
         if self.degraded.is_some() {
             return; // told again later, once changes can be recorded
         }
+        // Those running here (ours and those submitted directly), and those submitted
+        // directly that wait (a scan of the book: only when there is news).
         let known: HashSet<String> = {
             let book = self.shared.jobs.read().unwrap();
-            self.queue
-                .running()
+            let running = self.queue.running().iter().map(|&p| book.at(p));
+            let waiting = book
+                .all()
                 .iter()
-                .filter_map(|&p| book.at(p).status.process.as_ref()?.rm_job_id.clone())
+                .filter(|j| j.spec.extra.rm_detected && !j.status.state.is_final());
+            running
+                .chain(waiting)
+                .filter_map(|j| j.status.process.as_ref()?.rm_job_id.clone())
                 .collect()
         };
         for job in detected {
@@ -108,7 +116,9 @@ impl Engine {
             .start
             .filter(|s| *s > 0 && *s <= now)
             .unwrap_or(now);
-        let state = if detected.suspended {
+        let state = if detected.pending {
+            JobState::Idle
+        } else if detected.suspended {
             JobState::Suspended
         } else {
             JobState::Running
@@ -123,7 +133,7 @@ impl Engine {
                 exec_user: detected.user.clone(),
                 dates: JobDates {
                     submit: start,
-                    start: Some(start),
+                    start: (!detected.pending).then_some(start),
                     last_updated: now,
                     state_updated: now,
                     ..Default::default()
@@ -142,13 +152,63 @@ impl Engine {
         let position = self.add_job(job.clone());
         self.requeue_index(position, &job);
         self.emit(
-            "jobstart",
+            if detected.pending {
+                "jobsubmit"
+            } else {
+                "jobstart"
+            },
             "job",
             &id,
             None,
             vec![
                 ("nodes".into(), nodes.join(",")),
                 ("rmJobId".into(), rm_job_id),
+                ("rmDetected".into(), "true".into()),
+            ],
+        );
+    }
+}
+
+impl Engine {
+    /// A job submitted directly that waited when it was adopted now runs in the
+    /// resource manager: it holds its nodes from now on.
+    pub(crate) fn rm_started(
+        &mut self,
+        job_id: &str,
+        pid: i32,
+        placement: Vec<crate::job::Allocation>,
+        start: Option<i64>,
+    ) {
+        let Some(position) = self.position(job_id) else {
+            return;
+        };
+        let job = self.job_at(position);
+        let ours = job.spec.extra.rm_detected
+            && job.status.state == JobState::Idle
+            && job.status.process.as_ref().map(|p| p.pid) == Some(pid);
+        if !ours {
+            return;
+        }
+        let now = self.now();
+        let start = start.filter(|s| *s > 0 && *s <= now).unwrap_or(now);
+        let nodes: Vec<String> = placement.iter().map(|a| a.node.clone()).collect();
+        let processors: u32 = placement.iter().map(|a| a.tasks).sum();
+        self.update(position, |job| {
+            let spec = Arc::make_mut(&mut job.spec);
+            spec.request.task_count = processors.max(1);
+            job.status.state = JobState::Running;
+            job.status.allocation = placement;
+            job.status.dates.start = Some(start);
+        });
+        let job = self.job_at(position);
+        self.nodes.charge(&job, true);
+        self.emit(
+            "jobstart",
+            "job",
+            job_id,
+            None,
+            vec![
+                ("nodes".into(), nodes.join(",")),
                 ("rmDetected".into(), "true".into()),
             ],
         );

@@ -74,9 +74,16 @@ pub enum RmEvent {
     },
     /// The state of every node the resource manager knows (sent when it changes).
     Nodes(Vec<RmNode>),
-    /// Jobs running under the resource manager that were not started through it (and
-    /// not adopted since): submitted to it directly.
+    /// Jobs waiting or running under the resource manager that were not started
+    /// through it (and not adopted since): submitted to it directly.
     Detected(Vec<DetectedJob>),
+    /// A job submitted directly that was waiting when adopted now runs.
+    Started {
+        job_id: String,
+        pid: i32,
+        placement: Vec<crate::job::Allocation>,
+        start: Option<i64>,
+    },
 }
 
 /// A node as the resource manager sees it.
@@ -98,6 +105,8 @@ pub struct DetectedJob {
     pub name: String,
     /// The system user it runs as (as the resource manager reports it).
     pub user: String,
+    /// Waiting for its nodes (then it holds none).
+    pub pending: bool,
     pub suspended: bool,
     /// The nodes it holds and the processors it holds on each.
     pub placement: Vec<crate::job::Allocation>,
@@ -130,8 +139,8 @@ pub trait ResourceManager: Send + Sync {
 
     /// Watches a job submitted to the resource manager directly (told of by
     /// [`RmEvent::Detected`], or recorded as such before a restart), now the engine's
-    /// `job_id`, whose user is `user`: whether it still runs as that user. Its end is
-    /// then reported like any other.
+    /// `job_id`, whose user is `user`: whether it still waits or runs as that user. Its
+    /// start (when it was waiting) and its end are then reported.
     fn adopt_detected(&self, _job_id: &str, _user: &str, _process: &ProcessRecord) -> bool {
         false
     }

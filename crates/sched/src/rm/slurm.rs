@@ -407,6 +407,8 @@ struct Watched {
     kill_at: Option<Instant>,
     /// Successful listings in a row that did not show it.
     missing: u32,
+    /// A job submitted directly, adopted while it waited: its start is reported.
+    pending: bool,
 }
 
 struct Shared {
@@ -501,14 +503,29 @@ impl Shared {
         let by_id: HashMap<u64, &SlurmJob> = jobs.items.iter().map(|j| (j.job_id, j)).collect();
         let mut ended = Vec::new();
         let mut kill = Vec::new();
+        let mut started = Vec::new();
         {
             let mut watched = self.watched();
             let now = Instant::now();
             for (&slurm_id, entry) in watched.iter_mut() {
                 match by_id.get(&slurm_id) {
                     Some(job) if job.is_finished() => ended.push((slurm_id, Some((*job).clone()))),
-                    Some(_) => {
+                    Some(job) => {
                         entry.missing = 0;
+                        if entry.pending
+                            && job.state != "PENDING"
+                            && let Some(placement) = detected_job(job)
+                                .map(|d| d.placement)
+                                .filter(|p| !p.is_empty())
+                        {
+                            entry.pending = false;
+                            started.push(RmEvent::Started {
+                                job_id: entry.job_id.clone(),
+                                pid: pid_of(slurm_id),
+                                placement,
+                                start: job.start_time,
+                            });
+                        }
                         if entry.kill_at.is_some_and(|at| at <= now) {
                             entry.kill_at = None;
                             kill.push(slurm_id);
@@ -529,6 +546,9 @@ impl Shared {
             if let Err(e) = self.config.run("scancel", &[slurm_id.to_string()], &[]) {
                 eprintln!("slurm: scancel {slurm_id}: {e}");
             }
+        }
+        for event in started {
+            (self.events)(event);
         }
         for (slurm_id, job) in ended {
             let Some(entry) = self.watched().remove(&slurm_id) else {
@@ -567,17 +587,17 @@ impl Shared {
     /// Looks for running jobs not started (or adopted) here, and reports them.
     fn detect(&self) {
         let _submitting = self.submitting.lock().unwrap_or_else(|e| e.into_inner());
-        let jobs =
-            match self
-                .config
-                .queue(None, "RUNNING,SUSPENDED", self.config.partition.as_deref())
-            {
-                Ok(jobs) => jobs,
-                Err(e) => {
-                    eprintln!("slurm: cannot look for jobs submitted directly: {e}");
-                    return;
-                }
-            };
+        let jobs = match self.config.queue(
+            None,
+            "PENDING,RUNNING,SUSPENDED",
+            self.config.partition.as_deref(),
+        ) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                eprintln!("slurm: cannot look for jobs submitted directly: {e}");
+                return;
+            }
+        };
         let detected: Vec<DetectedJob> = {
             let watched = self.watched();
             jobs.items
@@ -607,16 +627,21 @@ fn rm_node(node: &SlurmNode) -> RmNode {
     }
 }
 
-/// A running job of Slurm's as the engine hears of it: its processors spread over its
-/// nodes (Slurm's text listing gives only the total). None when it names no user or
-/// its nodes cannot be read.
+/// A job of Slurm's as the engine hears of it: its processors spread over its nodes
+/// (Slurm's text listing gives only the total). None when it names no user, or runs
+/// and its nodes cannot be read.
 fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
     let user = job.user_name.clone().filter(|u| is_safe_name(u))?;
-    let nodes = expand_hostlist(&job.nodes).ok()?;
-    if nodes.is_empty() {
+    let pending = job.state == "PENDING";
+    let nodes = if pending {
+        Vec::new()
+    } else {
+        expand_hostlist(&job.nodes).ok()?
+    };
+    if nodes.is_empty() && !pending {
         return None;
     }
-    let count = u32::try_from(nodes.len()).ok()?;
+    let count = u32::try_from(nodes.len()).ok()?.max(1);
     let cpus = job.cpus.unwrap_or(count).max(count);
     let placement = nodes
         .into_iter()
@@ -635,9 +660,11 @@ fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
         },
         name: job.name.clone(),
         user,
+        pending,
         suspended: job.state == "SUSPENDED",
         placement,
-        start: job.start_time,
+        // A waiting job's start time is Slurm's guess.
+        start: job.start_time.filter(|_| !pending),
     })
 }
 
@@ -730,12 +757,17 @@ impl SlurmResourceManager {
     }
 
     fn watch(&self, slurm_id: u64, job_id: &str) {
+        self.watch_as(slurm_id, job_id, false);
+    }
+
+    fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool) {
         self.shared.watched().insert(
             slurm_id,
             Watched {
                 job_id: job_id.to_string(),
                 kill_at: None,
                 missing: 0,
+                pending,
             },
         );
     }
@@ -796,16 +828,28 @@ impl ResourceManager for SlurmResourceManager {
                 .map(drop),
             JobSignal::Terminate { grace_seconds } => {
                 // SIGTERM to every step and the batch shell now; the watcher cancels it
-                // (Slurm's SIGKILL) when the grace period is over.
+                // (Slurm's SIGKILL) when the grace period is over. Only if it runs:
+                // `scancel --signal` waits for a pending job to start (for ever); one
+                // still pending is cancelled at once. (One that starts between the two
+                // is cancelled at the end of the grace period.)
                 self.shared.config.run(
                     "scancel",
                     &[
+                        "--state=RUNNING".into(),
                         "--full".into(),
                         "--signal=TERM".into(),
                         slurm_id.to_string(),
                     ],
                     &[],
                 )?;
+                // (It may have ended meanwhile: Slurm then answers an error.)
+                if let Err(e) = self.shared.config.run(
+                    "scancel",
+                    &["--state=PENDING".into(), slurm_id.to_string()],
+                    &[],
+                ) {
+                    eprintln!("slurm: scancel --state=PENDING {slurm_id}: {e}");
+                }
                 if let Some(entry) = self.shared.watched().get_mut(&slurm_id) {
                     entry.kill_at = Some(Instant::now() + Duration::from_secs(grace_seconds));
                 }
@@ -855,7 +899,7 @@ impl ResourceManager for SlurmResourceManager {
             Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
                 // Still there, still that user's (Slurm's ids may start again at 1).
                 Some(job) if job.user_name.as_deref() == Some(user) && !job.is_finished() => {
-                    self.watch(slurm_id, job_id);
+                    self.watch_as(slurm_id, job_id, job.state == "PENDING");
                     true
                 }
                 _ => false,
