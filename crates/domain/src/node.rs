@@ -252,3 +252,29 @@ impl Node {
 
 /// The partition of nodes configured without one.
 pub const DEFAULT_PARTITION: &str = "default";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resource_managers_state_after_the_administrators() {
+        let mut node = Node::new(0, NodeConfig::new("n1", 4));
+        assert_eq!(node.state(), NodeState::Idle);
+        node.rm_state = Some(NodeState::Drained);
+        assert_eq!(node.state(), NodeState::Drained);
+        assert!(!node.accepts_jobs());
+        node.jobs.push("j.1".into());
+        assert_eq!(node.state(), NodeState::Draining);
+        node.rm_state = Some(NodeState::Down);
+        assert_eq!(node.state(), NodeState::Down);
+        // An administrator's state wins.
+        node.overrides.state = Some(NodeState::Reserved);
+        assert_eq!(node.state(), NodeState::Reserved);
+        node.overrides.state = None;
+        node.rm_state = None;
+        node.used_processors = 1;
+        assert_eq!(node.state(), NodeState::Running);
+        assert!(node.accepts_jobs());
+    }
+}

@@ -584,8 +584,17 @@ impl Shared {
         }
     }
 
-    /// Looks for running jobs not started (or adopted) here, and reports them.
+    /// Looks for jobs not started (or adopted) here, and reports them.
     fn detect(&self) {
+        // Not while slurmctld is away: squeue would hold the lock (and sbatch) for long.
+        if self
+            .away
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
         let _submitting = self.submitting.lock().unwrap_or_else(|e| e.into_inner());
         let jobs = match self.config.queue(
             None,
