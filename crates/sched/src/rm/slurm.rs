@@ -9,9 +9,10 @@
 //! none; `squeue --json` of 22.05 would list every job whatever it is asked) and reports
 //! their ends, with `sacct` only for a job that left squeue. Every
 //! [`SlurmConfig::node_poll`] it reads the nodes (`sinfo --json`) and reports their
-//! states when they change ([`RmEvent::Nodes`]), and lists the running jobs it does not
-//! watch: jobs submitted to Slurm directly ([`RmEvent::Detected`]; the engine adopts
-//! each through [`ResourceManager::adopt_detected`]). A submission holds a lock until
+//! states when they change ([`RmEvent::Nodes`]), and lists the waiting and running jobs
+//! it does not watch: jobs submitted to Slurm directly ([`RmEvent::Detected`]; the
+//! engine adopts each through [`ResourceManager::adopt_detected`]; the start of one
+//! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
 //! its job is watched, and that listing takes it too: a job of ours is never reported.
 //!
 //! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
