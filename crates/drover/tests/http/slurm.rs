@@ -356,7 +356,7 @@ fn jobs_submitted_to_slurm_directly_show_and_an_administrator_cancels_them() {
     }
     let _turn = turn();
     let server = slurm_server();
-    let slurm_id = sbatch_by_hand("by-hand", 120);
+    let slurm_id = sbatch_by_hand_with("by-hand", 120, &["--mem=700"]);
     let job = wait("the job shows", 30, || {
         shown_job(&server, &slurm_id).filter(|j| j["state"] == "RUNNING")
     });
@@ -375,10 +375,14 @@ fn jobs_submitted_to_slurm_directly_show_and_an_administrator_cancels_them() {
     assert!(host.starts_with("node"), "{job}");
     let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
     assert_eq!(v2["customName"], "by-hand", "{v2}");
-    // Its node holds it (its processor is taken).
+    // Its node holds it (its processor and memory are taken).
     let node = server.get(&format!("/rest/nodes/{host}")).json();
     assert!(node["jobs"].to_string().contains(&id), "{node}");
     assert!(node["availableProcessors"].as_i64().unwrap() < 4, "{node}");
+    assert!(
+        node["availableMemory"].as_i64().unwrap() <= 2000 - 700,
+        "{node}"
+    );
 
     // Its user reads it; another user neither reads nor cancels it.
     let bob = Auth::Basic(BOB.into(), PASSWORD.into());

@@ -326,8 +326,9 @@ impl Engine {
                 job_id,
                 pid,
                 placement,
+                memory_per_processor,
                 start,
-            }) => self.rm_started(&job_id, pid, placement, start),
+            }) => self.rm_started(&job_id, pid, placement, memory_per_processor, start),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }

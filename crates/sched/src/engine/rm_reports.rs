@@ -107,6 +107,7 @@ impl Engine {
             request: ResourceRequest {
                 task_count: processors.max(1),
                 processors_per_task: 1,
+                memory_per_task: detected.memory_per_processor,
                 ..Default::default()
             },
             ..Default::default()
@@ -177,6 +178,7 @@ impl Engine {
         job_id: &str,
         pid: i32,
         placement: Vec<crate::job::Allocation>,
+        memory_per_processor: Option<u64>,
         start: Option<i64>,
     ) {
         let Some(position) = self.position(job_id) else {
@@ -196,6 +198,7 @@ impl Engine {
         self.update(position, |job| {
             let spec = Arc::make_mut(&mut job.spec);
             spec.request.task_count = processors.max(1);
+            spec.request.memory_per_task = memory_per_processor;
             job.status.state = JobState::Running;
             job.status.allocation = placement;
             job.status.dates.start = Some(start);

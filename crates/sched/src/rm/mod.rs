@@ -82,6 +82,7 @@ pub enum RmEvent {
         job_id: String,
         pid: i32,
         placement: Vec<crate::job::Allocation>,
+        memory_per_processor: Option<u64>,
         start: Option<i64>,
     },
 }
@@ -110,6 +111,8 @@ pub struct DetectedJob {
     pub suspended: bool,
     /// The nodes it holds and the processors it holds on each.
     pub placement: Vec<crate::job::Allocation>,
+    /// The memory it holds per processor (MB), when known.
+    pub memory_per_processor: Option<u64>,
     /// When it started (seconds since the epoch), when known.
     pub start: Option<i64>,
 }

@@ -515,15 +515,15 @@ impl Shared {
                         entry.missing = 0;
                         if entry.pending
                             && job.state != "PENDING"
-                            && let Some(placement) = detected_job(job)
-                                .map(|d| d.placement)
-                                .filter(|p| !p.is_empty())
+                            && let Some(running) =
+                                detected_job(job).filter(|d| !d.placement.is_empty())
                         {
                             entry.pending = false;
                             started.push(RmEvent::Started {
                                 job_id: entry.job_id.clone(),
                                 pid: pid_of(slurm_id),
-                                placement,
+                                placement: running.placement,
+                                memory_per_processor: running.memory_per_processor,
                                 start: job.start_time,
                             });
                         }
@@ -673,6 +673,7 @@ fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
         pending,
         suspended: job.state == "SUSPENDED",
         placement,
+        memory_per_processor: job.memory.map(|m| m.div_ceil(u64::from(cpus.max(1)))),
         // A waiting job's start time is Slurm's guess.
         start: job.start_time.filter(|_| !pending),
     })

@@ -47,6 +47,8 @@ pub struct SlurmJob {
     pub end_time: Option<i64>,
     /// The processors it holds (all nodes together), when known.
     pub cpus: Option<u32>,
+    /// The memory it holds (MB, all nodes together), when known.
+    pub memory: Option<u64>,
 }
 
 impl SlurmJob {
@@ -181,6 +183,7 @@ fn parse_job(job: &Value) -> Result<SlurmJob, String> {
             .get("cpus")
             .and_then(number)
             .and_then(|n| u32::try_from(n).ok()),
+        memory: None,
     })
 }
 

@@ -10,8 +10,8 @@
 use super::json::{Parsed, SlurmJob};
 
 /// The fields of a record, in order; the last one's suffix is the call's nonce.
-const FIELDS: &str =
-    "JobID:|,State:|,UserName:|,NodeList:|,NumCPUs:|,exit_code:|,StartTime:|,Name:|,JobID:";
+const FIELDS: &str = "JobID:|,State:|,UserName:|,NodeList:|,NumCPUs:|,tres-alloc:|,exit_code:|,\
+     StartTime:|,Name:|,JobID:";
 
 /// The `-O` argument for a listing ending each record with `nonce` (which must not
 /// begin with a digit or `.`, nor hold `,`, for `squeue` to read it as a suffix).
@@ -68,10 +68,18 @@ fn parse_record(record: &str) -> Result<SlurmJob, String> {
     if super::parse_slurm_id(last_id) != Some(job_id) {
         return Err(format!("job {job_id}: its two ids differ"));
     }
-    let mut fields = middle.splitn(7, '|');
+    let mut fields = middle.splitn(8, '|');
     let mut next = || fields.next().unwrap_or_default();
-    let (state, user, nodes, cpus, exit, start, name) =
-        (next(), next(), next(), next(), next(), next(), next());
+    let (state, user, nodes, cpus, tres, exit, start, name) = (
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+        next(),
+    );
     let state = state.trim().to_ascii_uppercase();
     if state.is_empty() || !state.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
         return Err(format!("job {job_id}: no state"));
@@ -100,7 +108,25 @@ fn parse_record(record: &str) -> Result<SlurmJob, String> {
         start_time: parse_utc(start.trim()),
         end_time: None,
         cpus: cpus.trim().parse().ok(),
+        memory: tres_memory(tres),
     })
+}
+
+/// The memory (MB) of Slurm's allocated TRES (`cpu=2,mem=700M,node=1,billing=2`).
+fn tres_memory(tres: &str) -> Option<u64> {
+    let value = tres
+        .split(',')
+        .find_map(|t| t.trim().strip_prefix("mem="))?;
+    let (number, unit) = value.split_at(value.find(|c: char| !c.is_ascii_digit() && c != '.')?);
+    let number: f64 = number.parse().ok()?;
+    let factor = match unit {
+        "K" => 1.0 / 1024.0,
+        "M" => 1.0,
+        "G" => 1024.0,
+        "T" => 1024.0 * 1024.0,
+        _ => return None,
+    };
+    Some((number * factor).ceil() as u64)
 }
 
 /// `YYYY-MM-DDTHH:MM:SS` (UTC) as seconds since the epoch; `N/A`, `Unknown`... as none.
@@ -189,11 +215,11 @@ mod tests {
         let nonce = "@00ff@";
         // Captured from squeue 22.05 (job 60's name holds a `|` and a line break), with
         // a name that tries to forge a record of root's.
-        let text = "58|RUNNING|drover-bob|node2|1|0|2026-11-26T21:14:57|wrap|58@00ff@\n\
-            60|RUNNING|drover-bob|node3|1|0|2026-11-26T21:16:03|a | b\nc|60@00ff@\n\
-            61|COMPLETED|bob|node1|1|768|N/A|x|61@bad@\n\
-            62|RUNNING|root|node[1-2]|8|0|N/A|y|62@00ff@\n\
-            63|CANCELLED|bob|node1|1|15|N/A|z|63@00ff@\n";
+        let text = "58|RUNNING|drover-bob|node2|1|cpu=1,mem=500M,node=1|0|2026-11-26T21:14:57|wrap|58@00ff@\n\
+            60|RUNNING|drover-bob|node3|1||0|2026-11-26T21:16:03|a | b\nc|60@00ff@\n\
+            61|COMPLETED|bob|node1|1||768|N/A|x|61@bad@\n\
+            62|RUNNING|root|node[1-2]|8||0|N/A|y|62@00ff@\n\
+            63|CANCELLED|bob|node1|1||15|N/A|z|63@00ff@\n";
         let parsed = parse_queue(text, nonce);
         let ids: Vec<u64> = parsed.items.iter().map(|j| j.job_id).collect();
         // 61's end is forged (a wrong nonce): it and the next record read as one name,
@@ -202,13 +228,17 @@ mod tests {
         assert_eq!(parsed.items[1].name, "a | b\nc");
         assert_eq!(parsed.items[0].user_name.as_deref(), Some("drover-bob"));
         assert_eq!(parsed.items[0].cpus, Some(1));
+        assert_eq!(parsed.items[0].memory, Some(500));
+        assert_eq!(parsed.items[1].memory, None);
+        assert_eq!(tres_memory("cpu=2,mem=1.5G,node=1"), Some(1536));
+        assert_eq!(tres_memory("cpu=2,node=1"), None);
         assert_eq!(parsed.items[0].start_time, Some(1_795_727_697));
         assert_eq!(parsed.items[2].exit_code, Some(143));
         assert_eq!(parsed.problems.len(), 1);
-        let failed = parse_queue("1|FAILED|bob|node1|1|768|N/A|x|1@00ff@\n", nonce);
+        let failed = parse_queue("1|FAILED|bob|node1|1||768|N/A|x|1@00ff@\n", nonce);
         assert_eq!(failed.items[0].exit_code, Some(3));
         assert!(
-            parse_queue("1|RUNNING|bob|node1|1|0|N/A|x|1@00ff@", nonce)
+            parse_queue("1|RUNNING|bob|node1|1||0|N/A|x|1@00ff@", nonce)
                 .items
                 .is_empty()
         );
