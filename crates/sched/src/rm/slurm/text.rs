@@ -213,8 +213,8 @@ mod tests {
     #[test]
     fn records_cannot_be_forged_by_names() {
         let nonce = "@00ff@";
-        // Captured from squeue 22.05 (job 60's name holds a `|` and a line break), with
-        // a name that tries to forge a record of root's.
+        // As squeue 22.05 prints them (58 and 60 captured, then a TRES field added; 60's
+        // name holds a `|` and a line break), with a name that tries to forge a record.
         let text = "58|RUNNING|drover-bob|node2|1|cpu=1,mem=500M,node=1|0|2026-11-26T21:14:57|wrap|58@00ff@\n\
             60|RUNNING|drover-bob|node3|1||0|2026-11-26T21:16:03|a | b\nc|60@00ff@\n\
             61|COMPLETED|bob|node1|1||768|N/A|x|61@bad@\n\
