@@ -691,3 +691,31 @@ fn jobs_submitted_to_slurm_directly_that_wait_show_waiting_then_running() {
     assert_eq!(job["state"], "REMOVED", "{job}");
     server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
 }
+
+/// A node drained in Slurm before the service starts is Drained from the start, not
+/// only after the first refresh (every 5 s here).
+#[test]
+fn a_node_drained_before_the_start_is_drained_at_once() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let _resume = Resume("node2");
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node2",
+            "state=drain",
+            "reason=drover test",
+        ],
+    );
+    let started = Instant::now();
+    let server = TestServer::builder()
+        .config(|c| c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm)
+        .start();
+    wait("node2 shows Drained", 2, || {
+        (server.get("/rest/nodes/node2").json()["state"] == "Drained").then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(5));
+}

@@ -741,6 +741,9 @@ impl SlurmResourceManager {
             nodes: Mutex::new(None),
             away: Mutex::new(None),
         });
+        // The nodes' states before the engine's first pass (its inbox holds them until
+        // it runs): a node drained in Slurm gets no job even in the first seconds.
+        shared.refresh_nodes();
         let watcher = shared.clone();
         std::thread::Builder::new()
             .name("slurm-watcher".into())
