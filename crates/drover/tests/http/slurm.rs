@@ -677,6 +677,16 @@ fn jobs_submitted_to_slurm_directly_that_wait_show_waiting_then_running() {
     let node = server.get(&format!("/rest/nodes/{host}")).json();
     assert!(node["jobs"].to_string().contains(&id), "{node}");
 
+    // Suspended and resumed in Slurm: followed here.
+    let state_is = |state: &str| {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (job["state"] == state).then_some(())
+    };
+    run("scontrol", &["suspend", &held]);
+    wait("it shows suspended", 30, || state_is("SUSPENDED"));
+    run("scontrol", &["resume", &held]);
+    wait("it shows running again", 30, || state_is("RUNNING"));
+
     // Another, cancelled while it waits: cancelled in Slurm too.
     let waiting = sbatch_by_hand_with("by-hand-held-2", 120, &["--hold"]);
     let other = wait("the second shows", 30, || shown_job(&server, &waiting));

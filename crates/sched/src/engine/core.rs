@@ -322,6 +322,11 @@ impl Engine {
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
             Inbox::Rm(RmEvent::Nodes(nodes)) => self.rm_nodes(nodes),
             Inbox::Rm(RmEvent::Detected(jobs)) => self.rm_detected(jobs),
+            Inbox::Rm(RmEvent::Suspended {
+                job_id,
+                pid,
+                suspended,
+            }) => self.rm_suspended(&job_id, pid, suspended),
             Inbox::Rm(RmEvent::Started {
                 job_id,
                 pid,

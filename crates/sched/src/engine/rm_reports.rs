@@ -8,9 +8,10 @@
 //! resource manager's (checked to be a safe name), `RM_DETECTED` among its flags and
 //! `rm_detected` in its spec: it is never queued, planned, changed or requeued here
 //! (Idle while it waits there, out of the queue); it holds its nodes' processors while
-//! it runs (from [`RmEvent::Started`](crate::rm::RmEvent) when it waited); its user or
-//! an administrator may cancel it (through the resource manager, waiting or running);
-//! its end is read back like any other.
+//! it runs (from [`RmEvent::Started`](crate::rm::RmEvent) when it waited), follows its
+//! suspensions there (`RmEvent::Suspended`); its user or an administrator may cancel it
+//! (through the resource manager, waiting or running); its end is read back like any
+//! other.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -214,6 +215,45 @@ impl Engine {
                 ("nodes".into(), nodes.join(",")),
                 ("rmDetected".into(), "true".into()),
             ],
+        );
+    }
+}
+
+impl Engine {
+    /// A job submitted directly was suspended or resumed in the resource manager.
+    pub(crate) fn rm_suspended(&mut self, job_id: &str, pid: i32, suspended: bool) {
+        let Some(position) = self.position(job_id) else {
+            return;
+        };
+        let job = self.job_at(position);
+        let (from, to) = if suspended {
+            (JobState::Running, JobState::Suspended)
+        } else {
+            (JobState::Suspended, JobState::Running)
+        };
+        let ours = job.spec.extra.rm_detected
+            && job.status.state == from
+            && job.status.ending.is_none()
+            && job.status.process.as_ref().map(|p| p.pid) == Some(pid);
+        if !ours {
+            return;
+        }
+        let now = self.now();
+        self.update(position, |job| {
+            job.status.state = to;
+            if suspended {
+                job.status.suspended_since = Some(now);
+            } else if let Some(since) = job.status.suspended_since.take() {
+                job.status.suspended_seconds += now - since;
+            }
+        });
+        let event = if suspended { "jobsuspend" } else { "jobresume" };
+        self.emit(
+            event,
+            "job",
+            job_id,
+            None,
+            vec![("rmDetected".into(), "true".into())],
         );
     }
 }

@@ -77,6 +77,13 @@ pub enum RmEvent {
     /// Jobs waiting or running under the resource manager that were not started
     /// through it (and not adopted since): submitted to it directly.
     Detected(Vec<DetectedJob>),
+    /// A job submitted directly was suspended (`true`) or resumed in the resource
+    /// manager.
+    Suspended {
+        job_id: String,
+        pid: i32,
+        suspended: bool,
+    },
     /// A job submitted directly that was waiting when adopted now runs.
     Started {
         job_id: String,

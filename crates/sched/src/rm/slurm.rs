@@ -61,6 +61,9 @@ fi
 if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 "#;
 
+/// The most job ids one `squeue --jobs` is given.
+const QUEUE_CHUNK: usize = 500;
+
 /// The prefix of the Slurm job name of a Drover job.
 pub const JOB_NAME_PREFIX: &str = "drover-";
 
@@ -147,7 +150,7 @@ impl SlurmConfig {
         let mut all = Parsed::default();
         let chunks: Vec<Option<&[u64]>> = match ids {
             Some([]) => return Ok(all),
-            Some(ids) => ids.chunks(500).map(Some).collect(),
+            Some(ids) => ids.chunks(QUEUE_CHUNK).map(Some).collect(),
             None => vec![None],
         };
         for chunk in chunks {
@@ -410,6 +413,9 @@ struct Watched {
     missing: u32,
     /// A job submitted directly, adopted while it waited: its start is reported.
     pending: bool,
+    /// A job submitted directly: whether it was last seen suspended (a change is
+    /// reported). None for ours (the engine suspends them itself).
+    suspended: Option<bool>,
 }
 
 struct Shared {
@@ -488,7 +494,10 @@ impl Shared {
             return;
         }
         ids.sort_unstable();
-        let jobs = match self.config.queue(Some(&ids), "all", None) {
+        // squeue of 22.05 loads every job from slurmctld and filters them itself: past
+        // one run of ids, one listing of all costs less than several filtered ones.
+        let filter = (ids.len() <= QUEUE_CHUNK).then_some(ids.as_slice());
+        let jobs = match self.config.queue(filter, "all", None) {
             Ok(jobs) => jobs,
             // slurmctld away (restarting?): try again next time; nothing is lost.
             Err(e) => {
@@ -525,6 +534,22 @@ impl Shared {
                                 placement: running.placement,
                                 memory_per_processor: running.memory_per_processor,
                                 start: job.start_time,
+                            });
+                        }
+                        let suspended = match job.state.as_str() {
+                            "SUSPENDED" => Some(true),
+                            "RUNNING" => Some(false),
+                            _ => None,
+                        };
+                        if let (Some(was), Some(is)) = (entry.suspended, suspended)
+                            && was != is
+                            && !entry.pending
+                        {
+                            entry.suspended = Some(is);
+                            started.push(RmEvent::Suspended {
+                                job_id: entry.job_id.clone(),
+                                pid: pid_of(slurm_id),
+                                suspended: is,
                             });
                         }
                         if entry.kill_at.is_some_and(|at| at <= now) {
@@ -771,10 +796,10 @@ impl SlurmResourceManager {
     }
 
     fn watch(&self, slurm_id: u64, job_id: &str) {
-        self.watch_as(slurm_id, job_id, false);
+        self.watch_as(slurm_id, job_id, false, None);
     }
 
-    fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool) {
+    fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool, suspended: Option<bool>) {
         self.shared.watched().insert(
             slurm_id,
             Watched {
@@ -782,6 +807,7 @@ impl SlurmResourceManager {
                 kill_at: None,
                 missing: 0,
                 pending,
+                suspended,
             },
         );
     }
@@ -913,7 +939,8 @@ impl ResourceManager for SlurmResourceManager {
             Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
                 // Still there, still that user's (Slurm's ids may start again at 1).
                 Some(job) if job.user_name.as_deref() == Some(user) && !job.is_finished() => {
-                    self.watch_as(slurm_id, job_id, job.state == "PENDING");
+                    let suspended = job.state == "SUSPENDED";
+                    self.watch_as(slurm_id, job_id, job.state == "PENDING", Some(suspended));
                     true
                 }
                 _ => false,
