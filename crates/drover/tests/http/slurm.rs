@@ -460,7 +460,7 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     let _turn = turn();
     let server = slurm_server();
     let work = scratch_dir();
-    let quick = script(work.path(), "quick.sh", "sleep 2\nexit 5");
+    let quick = script(work.path(), "quick.sh", "sleep 1\nexit 5");
     let long = script(work.path(), "long.sh", "sleep 20\nexit 6");
     let quick = submit_as_bob(
         &server,
@@ -482,9 +482,17 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
         });
     }
     let long_slurm = server.get(&format!("/rest/jobs/{long}")).json()["sourceRmJobId"].clone();
+    let quick_slurm = server.get(&format!("/rest/jobs/{quick}")).json()["sourceRmJobId"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Started in Slurm (Drover's RUNNING begins when sbatch answers), or already over.
+    wait("the quick job starts in Slurm", 60, || {
+        (!matches!(slurm_state(&quick_slurm).as_str(), "PENDING" | "")).then_some(())
+    });
 
     // Down long enough for the quick one to end.
-    let server = server.restart_after(Duration::from_secs(6));
+    let server = server.restart_after(Duration::from_secs(8));
     let job = server.get(&format!("/rest/jobs/{quick}")).json();
     assert_eq!(job["state"], "COMPLETED", "{job}");
     assert_eq!(job["completionCode"], 5, "{job}");
