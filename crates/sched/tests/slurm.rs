@@ -319,8 +319,8 @@ fn node_states_and_jobs_submitted_directly_are_reported() {
     assert!(detected.start.is_some());
 
     // Adopted only as its own user's; then watched, and its end reported.
-    assert!(!rm.adopt_detected("direct.1", "root", &detected.process));
-    assert!(rm.adopt_detected("direct.1", USER, &detected.process));
+    assert!(!rm.adopt_detected("direct.1", "root", &detected.process, false));
+    assert!(rm.adopt_detected("direct.1", USER, &detected.process, false));
     command("scancel", &[&by_hand]);
     let exit = ended(&received, "direct.1", detected.process.pid);
     assert!(exit.code.is_some_and(|c| c != 0), "{exit:?}");

@@ -108,7 +108,10 @@ impl Engine {
     fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
         let adopted = |engine: &Self, process| {
             if job.spec.extra.rm_detected {
-                engine.rm.adopt_detected(&job.id, job.user(), process)
+                let waiting = job.status.state == JobState::Idle;
+                engine
+                    .rm
+                    .adopt_detected(&job.id, job.user(), process, waiting)
             } else {
                 engine.rm.adopt(&job.id, process)
             }

@@ -93,7 +93,7 @@ impl Engine {
         let id = format!("{}.{}", self.config.name, self.queue.next_seq());
         if !self
             .rm
-            .adopt_detected(&id, &detected.user, &detected.process)
+            .adopt_detected(&id, &detected.user, &detected.process, detected.pending)
         {
             return; // ended, or no longer that user's
         }

@@ -150,8 +150,15 @@ pub trait ResourceManager: Send + Sync {
     /// Watches a job submitted to the resource manager directly (told of by
     /// [`RmEvent::Detected`], or recorded as such before a restart), now the engine's
     /// `job_id`, whose user is `user`: whether it still waits or runs as that user. Its
-    /// start (when it was waiting) and its end are then reported.
-    fn adopt_detected(&self, _job_id: &str, _user: &str, _process: &ProcessRecord) -> bool {
+    /// start (when the engine has it `waiting`, even if it already runs) and its end
+    /// are then reported.
+    fn adopt_detected(
+        &self,
+        _job_id: &str,
+        _user: &str,
+        _process: &ProcessRecord,
+        _waiting: bool,
+    ) -> bool {
         false
     }
 

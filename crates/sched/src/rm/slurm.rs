@@ -931,7 +931,13 @@ impl ResourceManager for SlurmResourceManager {
             .map(|why| format!("slurmctld does not answer: {why}"))
     }
 
-    fn adopt_detected(&self, job_id: &str, user: &str, process: &ProcessRecord) -> bool {
+    fn adopt_detected(
+        &self,
+        job_id: &str,
+        user: &str,
+        process: &ProcessRecord,
+        waiting: bool,
+    ) -> bool {
         let Some(slurm_id) = slurm_id_of(process) else {
             return false;
         };
@@ -939,15 +945,17 @@ impl ResourceManager for SlurmResourceManager {
             Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
                 // Still there, still that user's (Slurm's ids may start again at 1).
                 Some(job) if job.user_name.as_deref() == Some(user) && !job.is_finished() => {
+                    // Waiting as the engine last saw it (it may run by now: its start
+                    // is then reported at the next look).
                     let suspended = job.state == "SUSPENDED";
-                    self.watch_as(slurm_id, job_id, job.state == "PENDING", Some(suspended));
+                    self.watch_as(slurm_id, job_id, waiting, Some(suspended));
                     true
                 }
                 _ => false,
             },
             Err(e) => {
                 eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
-                self.watch(slurm_id, job_id);
+                self.watch_as(slurm_id, job_id, waiting, None);
                 true
             }
         }
