@@ -99,6 +99,10 @@ SchedulerType=sched/backfill
 SchedulerParameters=sched_interval=1
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
+# A job that asks no memory gets 100 MB per CPU, not the whole node's memory (Slurm's
+# default with CR_Core_Memory): else two such jobs Drover places on one node run one
+# after the other in Slurm.
+DefMemPerCPU=100
 ReturnToService=2
 # slurmd reports the configured (fake) processors and memory, not the hardware's.
 SlurmdParameters=config_overrides

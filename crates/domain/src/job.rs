@@ -349,6 +349,10 @@ pub struct SpecExtra {
     /// What a system job does (it runs no process of its own).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_task: Option<crate::vm::SystemTask>,
+    /// Submitted to the resource manager directly (Slurm's `sbatch` by hand), not here:
+    /// the service shows it, counts what it holds and may cancel it, nothing more.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rm_detected: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

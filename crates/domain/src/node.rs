@@ -227,6 +227,11 @@ pub struct Node {
     /// Processors that work outside this service uses, as a resource-manager plugin
     /// reported it (the Native type's `getJobs`); `None` when nothing reported any.
     pub external_processors: Option<u32>,
+    /// What the resource manager says of it (Slurm: `Down` or `Drained`), when it
+    /// takes no work there; not stored: read again from the resource manager.
+    pub rm_state: Option<NodeState>,
+    /// Why, as the resource manager says.
+    pub rm_reason: Option<String>,
 }
 
 impl Node {
@@ -241,6 +246,8 @@ impl Node {
             jobs: Vec::new(),
             vms: Vec::new(),
             external_processors: None,
+            rm_state: None,
+            rm_reason: None,
         }
     }
 
@@ -253,15 +260,21 @@ impl Node {
     }
 
     /// The state reported: an administrator's state wins (a drained node with jobs
-    /// still running is Draining); otherwise the load decides.
+    /// still running is Draining), then the resource manager's; otherwise the load
+    /// decides.
     pub fn state(&self) -> NodeState {
-        match self.overrides.state {
-            Some(NodeState::Drained) | Some(NodeState::Draining) if !self.jobs.is_empty() => {
-                NodeState::Draining
+        let drained = |state| match state {
+            NodeState::Drained | NodeState::Draining if !self.jobs.is_empty() => {
+                Some(NodeState::Draining)
             }
-            Some(NodeState::Draining) => NodeState::Drained,
-            Some(state) if !state.follows_load() => state,
-            _ if !self.powered_on() => NodeState::Down,
+            NodeState::Draining => Some(NodeState::Drained),
+            state if !state.follows_load() => Some(state),
+            _ => None,
+        };
+        let overridden = self.overrides.state.and_then(drained);
+        match overridden.or_else(|| self.rm_state.and_then(drained)) {
+            Some(state) => state,
+            None if !self.powered_on() => NodeState::Down,
             _ if self.jobs.is_empty() && self.vms.is_empty() && self.external() == 0 => {
                 NodeState::Idle
             }
@@ -274,7 +287,9 @@ impl Node {
 
     /// Whether new jobs may be placed here at all.
     pub fn accepts_jobs(&self) -> bool {
-        self.powered_on() && self.overrides.state.is_none_or(|s| s.follows_load())
+        self.powered_on()
+            && self.overrides.state.is_none_or(|s| s.follows_load())
+            && self.rm_state.is_none_or(|s| s.follows_load())
     }
 
     pub fn free_processors(&self) -> u32 {
@@ -315,3 +330,29 @@ impl Node {
 
 /// The partition of nodes configured without one.
 pub const DEFAULT_PARTITION: &str = "default";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_resource_managers_state_after_the_administrators() {
+        let mut node = Node::new(0, NodeConfig::new("n1", 4));
+        assert_eq!(node.state(), NodeState::Idle);
+        node.rm_state = Some(NodeState::Drained);
+        assert_eq!(node.state(), NodeState::Drained);
+        assert!(!node.accepts_jobs());
+        node.jobs.push("j.1".into());
+        assert_eq!(node.state(), NodeState::Draining);
+        node.rm_state = Some(NodeState::Down);
+        assert_eq!(node.state(), NodeState::Down);
+        // An administrator's state wins.
+        node.overrides.state = Some(NodeState::Reserved);
+        assert_eq!(node.state(), NodeState::Reserved);
+        node.overrides.state = None;
+        node.rm_state = None;
+        node.used_processors = 1;
+        assert_eq!(node.state(), NodeState::Running);
+        assert!(node.accepts_jobs());
+    }
+}

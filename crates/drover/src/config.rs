@@ -113,8 +113,12 @@ pub struct ResourceManagerConfig {
     pub slurm_bin_dir: PathBuf,
     /// `SLURM_CONF` for those commands, when not `/etc/slurm/slurm.conf`.
     pub slurm_conf: Option<PathBuf>,
-    /// The partition jobs are submitted to (Slurm's default when none).
+    /// The partition jobs are submitted to (Slurm's default when none); also the one
+    /// where jobs submitted to Slurm directly are looked for (every partition when none).
     pub slurm_partition: Option<String>,
+    /// How often Slurm's nodes are read again (their states: down, drained) and jobs
+    /// submitted to Slurm directly looked for, in seconds (at least 1).
+    pub slurm_node_poll_seconds: u64,
 }
 
 impl Default for ResourceManagerConfig {
@@ -124,6 +128,7 @@ impl Default for ResourceManagerConfig {
             slurm_bin_dir: PathBuf::from("/usr/bin"),
             slurm_conf: None,
             slurm_partition: None,
+            slurm_node_poll_seconds: 5,
         }
     }
 }

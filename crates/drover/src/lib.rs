@@ -316,6 +316,7 @@ fn slurm_resource_manager(
     slurm.bin_dir = config.resource_manager.slurm_bin_dir.clone();
     slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
     slurm.partition = config.resource_manager.slurm_partition.clone();
+    slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
     let nodes = if config.nodes.is_empty() {
         let found = slurm_nodes(&slurm).map_err(|e| format!("cannot read Slurm's nodes: {e}"))?;
         for problem in &found.problems {

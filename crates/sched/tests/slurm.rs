@@ -97,11 +97,19 @@ fn config(state: &Path) -> SlurmConfig {
     config
 }
 
+/// The tests take turns: one drains a node the other uses.
+static SLURM: Mutex<()> = Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 #[test]
 fn jobs_run_end_are_suspended_cancelled_and_adopted() {
     if !enabled() {
         return;
     }
+    let _turn = turn();
     let state = tempfile::tempdir().unwrap();
     let (dir, path) = job_dir();
     let tag = std::process::id();
@@ -214,4 +222,132 @@ fn wait_until(mut condition: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(200));
     }
     panic!("condition not met within 60 s");
+}
+
+fn command(program: &str, args: &[&str]) -> String {
+    let out = std::process::Command::new(program)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Resumes node2 when dropped.
+struct Resume;
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("scontrol")
+            .args(["update", "nodename=node2", "state=resume"])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The next event that `pick` accepts (60 s at most).
+fn next_event<T>(events: &Receiver<RmEvent>, mut pick: impl FnMut(&RmEvent) -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let event = events.recv_timeout(left).expect("the event within 60 s");
+        if let Some(found) = pick(&event) {
+            return found;
+        }
+    }
+}
+
+#[test]
+fn node_states_and_jobs_submitted_directly_are_reported() {
+    if !enabled() {
+        return;
+    }
+    let _turn = turn();
+    let state = tempfile::tempdir().unwrap();
+    let (dir, path) = job_dir();
+    let tag = std::process::id();
+    let mut config = config(state.path());
+    config.node_poll = Duration::from_secs(1);
+    let (events, received) = notify();
+    let rm = SlurmResourceManager::new(config, events).unwrap();
+
+    // A job of ours is never reported as submitted directly; one by hand is, as its
+    // user's, on its node.
+    let ours = format!("ours.{tag}");
+    let record = rm
+        .start(launch(&ours, &path, "node1", "/bin/sleep", &["60"]))
+        .unwrap();
+    let our_id = slurm::slurm_id_of(&record).unwrap().to_string();
+    let by_hand = command(
+        "runuser",
+        &[
+            "-u",
+            USER,
+            "--",
+            "sbatch",
+            "--parsable",
+            "--chdir=/tmp",
+            "--output=/dev/null",
+            "--nodelist=node3",
+            "--job-name=by hand | odd\nname",
+            "--wrap=sleep 60",
+        ],
+    );
+    let detected = next_event(&received, |event| match event {
+        RmEvent::Detected(jobs) => {
+            assert!(
+                jobs.iter()
+                    .all(|j| j.process.rm_job_id.as_deref() != Some(our_id.as_str())),
+                "ours reported: {jobs:?}"
+            );
+            jobs.iter()
+                .find(|j| j.process.rm_job_id.as_deref() == Some(by_hand.as_str()))
+                .cloned()
+        }
+        _ => None,
+    });
+    assert_eq!(detected.user, USER);
+    assert_eq!(detected.name, "by hand | odd\nname");
+    assert_eq!(detected.placement.len(), 1);
+    assert_eq!(detected.placement[0].node, "node3");
+    assert_eq!(detected.placement[0].tasks, 1);
+    assert!(!detected.suspended);
+    assert!(detected.start.is_some());
+
+    // Adopted only as its own user's; then watched, and its end reported.
+    assert!(!rm.adopt_detected("direct.1", "root", &detected.process, false));
+    assert!(rm.adopt_detected("direct.1", USER, &detected.process, false));
+    command("scancel", &[&by_hand]);
+    let exit = ended(&received, "direct.1", detected.process.pid);
+    assert!(exit.code.is_some_and(|c| c != 0), "{exit:?}");
+
+    // Drained in Slurm: reported Drained, with the reason; resumed: usable.
+    let _resume = Resume;
+    command(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node2",
+            "state=drain",
+            "reason=drover rm test",
+        ],
+    );
+    let node2 = |event: &RmEvent| match event {
+        RmEvent::Nodes(nodes) => nodes.iter().find(|n| n.id == "node2").cloned(),
+        _ => None,
+    };
+    let drained = next_event(&received, |e| node2(e).filter(|n| n.state.is_some()));
+    assert_eq!(drained.state, Some(drover_sched::node::NodeState::Drained));
+    assert_eq!(drained.reason.as_deref(), Some("drover rm test"));
+    command("scontrol", &["update", "nodename=node2", "state=resume"]);
+    next_event(&received, |e| node2(e).filter(|n| n.state.is_none()));
+
+    rm.signal(&record, JobSignal::Terminate { grace_seconds: 0 })
+        .unwrap();
+    ended(&received, &ours, record.pid);
+    drop(dir);
 }

@@ -3,10 +3,140 @@
 //! as their user, and end with their exit code. Runs with `DROVER_TEST_SLURM=1` (as
 //! `scripts/test` sets after starting `scripts/services/slurm.sh`), else is skipped.
 
-use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
-use serde_json::json;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
-use crate::security::{BOB, system_accounts};
+use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
+use serde_json::{Value, json};
+
+use crate::security::{BOB, CAROL, system_accounts};
+
+/// Slurm is one cluster: its tests take turns (a node drained by one would slow the
+/// others, and every server sees the jobs of the others as submitted directly).
+static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn turn() -> std::sync::MutexGuard<'static, ()> {
+    SLURM.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A server on Slurm that reads Slurm's nodes (and looks for jobs) every second.
+fn slurm_server() -> TestServer {
+    TestServer::builder()
+        .user(BOB, false)
+        .user(CAROL, false)
+        .config(|c| {
+            c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm;
+            c.resource_manager.slurm_node_poll_seconds = 1;
+        })
+        .start()
+}
+
+/// Runs a Slurm command (or another), which must succeed; its output.
+fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Slurm's state of one of its jobs (empty once it forgot it).
+fn slurm_state(slurm_id: &str) -> String {
+    let out = Command::new("squeue")
+        .args([
+            "-h",
+            "--states=all",
+            "-o",
+            "%T",
+            &format!("--jobs={slurm_id}"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Submits `sleep <seconds>` to Slurm directly, as drover-bob; Slurm's job id.
+fn sbatch_by_hand(name: &str, seconds: u32) -> String {
+    sbatch_by_hand_with(name, seconds, &[])
+}
+
+/// [`sbatch_by_hand`] with more of sbatch's options.
+fn sbatch_by_hand_with(name: &str, seconds: u32, options: &[&str]) -> String {
+    let name = format!("--job-name={name}");
+    let wrap = format!("--wrap=sleep {seconds}");
+    let mut args = vec![
+        "-u",
+        BOB,
+        "--",
+        "sbatch",
+        "--parsable",
+        "--chdir=/tmp",
+        "--output=/dev/null",
+        &name,
+        &wrap,
+    ];
+    args.extend(options);
+    let out = run("runuser", &args);
+    let id = out.trim().split(';').next().unwrap().to_string();
+    assert!(
+        !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit()),
+        "{out}"
+    );
+    id
+}
+
+/// Polls `check` every 200 ms for at most `seconds`; panics with `what` if it never
+/// gives a value.
+fn wait<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The job Drover shows for a Slurm job, once it shows one.
+fn shown_job(server: &TestServer, slurm_id: &str) -> Option<Value> {
+    let list = server.get("/rest/jobs?fields=id,sourceRmJobId").json();
+    let id = list["results"]
+        .as_array()?
+        .iter()
+        .find(|j| j["sourceRmJobId"] == slurm_id)?["id"]
+        .as_str()?
+        .to_string();
+    Some(server.get(&format!("/rest/jobs/{id}")).json())
+}
+
+/// Resumes a drained node when dropped (the test passed or not).
+struct Resume(&'static str);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("scontrol")
+            .args(["update", &format!("nodename={}", self.0), "state=resume"])
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+fn submit_as_bob(server: &TestServer, body: Value) -> String {
+    let reply = server.call(
+        "POST",
+        "/rest/jobs",
+        Auth::Basic(BOB.into(), PASSWORD.into()),
+        Some(("application/json", body.to_string().into_bytes())),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    reply.json()["id"].as_str().unwrap().to_string()
+}
 
 fn slurm() -> bool {
     if std::env::var("DROVER_TEST_SLURM").as_deref() == Ok("1") {
@@ -36,6 +166,7 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
     if !slurm() {
         return;
     }
+    let _turn = turn();
     let server = TestServer::builder()
         .user(BOB, false)
         .config(|c| c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm)
@@ -118,4 +249,495 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
         assert!(std::time::Instant::now() < deadline, "{long} still runs");
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// A node Slurm drains is Drained here and gets no new job; resumed, it takes work again.
+#[test]
+fn nodes_slurm_drains_take_no_work_until_resumed() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let node_state = |server: &TestServer| server.get("/rest/nodes/node3").json()["state"].clone();
+    assert_ne!(node_state(&server), "Drained");
+    let _resume = Resume("node3");
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node3",
+            "state=drain",
+            "reason=drover test",
+        ],
+    );
+    wait("node3 shows Drained", 30, || {
+        (node_state(&server) == "Drained").then_some(())
+    });
+    let node = server.get("/rest/nodes/node3").json();
+    assert_eq!(node["availableProcessors"], 0, "{node}");
+
+    // Three jobs of a whole node each (4 processors): two run on node1 and node2, the
+    // third waits rather than go to node3.
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleep.sh", "sleep 60");
+    let body = json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(),
+        "requirements": {"requiredProcessorsPerTask": 4}});
+    let jobs: Vec<String> = (0..3)
+        .map(|_| submit_as_bob(&server, body.clone()))
+        .collect();
+    let hosts = |server: &TestServer, id: &str| {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (
+            job["state"].as_str().unwrap_or_default().to_string(),
+            job["hosts"].clone(),
+        )
+    };
+    wait("two jobs run", 30, || {
+        let running = jobs
+            .iter()
+            .filter(|id| hosts(&server, id).0 == "RUNNING")
+            .count();
+        (running == 2).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    let mut waiting = Vec::new();
+    for id in &jobs {
+        let (state, on) = hosts(&server, id);
+        assert!(
+            !on.to_string().contains("node3"),
+            "{id} went to node3: {on}"
+        );
+        if state != "RUNNING" {
+            waiting.push(id.clone());
+        }
+    }
+    assert_eq!(waiting.len(), 1, "one job waits: {waiting:?}");
+
+    // Resumed: node3 is back, and the waiting job runs there.
+    run("scontrol", &["update", "nodename=node3", "state=resume"]);
+    wait("node3 is back", 30, || {
+        (node_state(&server) != "Drained").then_some(())
+    });
+    let on = wait("the third job runs", 30, || {
+        let (state, on) = hosts(&server, &waiting[0]);
+        (state == "RUNNING").then_some(on)
+    });
+    assert_eq!(on, json!(["node3"]));
+    for id in &jobs {
+        server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    }
+
+    // Down in Slurm: Down here; resumed: back.
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node3",
+            "state=down",
+            "reason=drover test",
+        ],
+    );
+    wait("node3 shows Down", 30, || {
+        (node_state(&server) == "Down").then_some(())
+    });
+    run("scontrol", &["update", "nodename=node3", "state=resume"]);
+    wait("node3 is up again", 30, || {
+        (node_state(&server) != "Down").then_some(())
+    });
+}
+
+/// A job sbatch'ed by hand shows here as its user's, holds its node, may be cancelled
+/// by an administrator (not by another user) and ends; its number is never given again.
+#[test]
+fn jobs_submitted_to_slurm_directly_show_and_an_administrator_cancels_them() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let slurm_id = sbatch_by_hand_with("by-hand", 120, &["--mem=700"]);
+    let job = wait("the job shows", 30, || {
+        shown_job(&server, &slurm_id).filter(|j| j["state"] == "RUNNING")
+    });
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["user"], BOB, "{job}");
+    assert_eq!(job["destinationRmJobId"], slurm_id.as_str(), "{job}");
+    assert_eq!(job["rmName"], "slurm", "{job}");
+    assert!(
+        job["flags"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("RM_DETECTED")),
+        "{job}"
+    );
+    let host = job["hosts"][0].as_str().unwrap().to_string();
+    assert!(host.starts_with("node"), "{job}");
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(v2["customName"], "by-hand", "{v2}");
+    // Its node holds it (its processor and memory are taken).
+    let node = server.get(&format!("/rest/nodes/{host}")).json();
+    assert!(node["jobs"].to_string().contains(&id), "{node}");
+    assert!(node["availableProcessors"].as_i64().unwrap() < 4, "{node}");
+    assert!(
+        node["availableMemory"].as_i64().unwrap() <= 2000 - 700,
+        "{node}"
+    );
+
+    // Its user reads it; another user neither reads nor cancels it.
+    let bob = Auth::Basic(BOB.into(), PASSWORD.into());
+    let carol = Auth::Basic(CAROL.into(), PASSWORD.into());
+    assert_eq!(
+        server
+            .get_as(bob.clone(), &format!("/rest/jobs/{id}"))
+            .status,
+        200
+    );
+    assert_eq!(
+        server
+            .get_as(carol.clone(), &format!("/rest/jobs/{id}"))
+            .status,
+        404
+    );
+    let reply = server.call("DELETE", &format!("/rest/jobs/{id}"), carol, None);
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert_eq!(slurm_state(&slurm_id), "RUNNING");
+    // It is Slurm's to run: not changed here (only cancelled).
+    let reply = server.call(
+        "PUT",
+        &format!("/rest/jobs/{id}"),
+        bob,
+        Some((
+            "application/json",
+            json!({"holds": ["user"]}).to_string().into_bytes(),
+        )),
+    );
+    assert!(reply.status >= 400, "{}", reply.body);
+
+    // Seen again and again, it stays one job.
+    std::thread::sleep(Duration::from_secs(3));
+    let list = server.get("/rest/jobs?fields=id,sourceRmJobId").json();
+    let copies = list["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["sourceRmJobId"] == slurm_id.as_str())
+        .count();
+    assert_eq!(copies, 1, "{list}");
+
+    // An administrator cancels it: scancel, and it ends here.
+    let reply = server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    // (SIGTERM first: it ends FAILED, or CANCELLED once the grace period is over.)
+    wait("Slurm ends it", 30, || {
+        matches!(slurm_state(&slurm_id).as_str(), "FAILED" | "CANCELLED").then_some(())
+    });
+    wait("its node is free of it", 30, || {
+        let node = server.get(&format!("/rest/nodes/{host}")).json();
+        (!node["jobs"].to_string().contains(&id)).then_some(())
+    });
+    let job = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_ne!(job["state"], "RUNNING", "{job}");
+
+    // A later submission gets a later number.
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "true");
+    let next = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let number = |id: &str| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap();
+    assert!(number(&next) > number(&id), "{next} after {id}");
+}
+
+/// A restart of the service adopts its running Slurm jobs (and the one submitted
+/// directly), and reads back the end of one that ended while it was down.
+#[test]
+fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "sleep 3\nexit 5");
+    let long = script(work.path(), "long.sh", "sleep 20\nexit 6");
+    let quick = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let long = submit_as_bob(
+        &server,
+        json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
+    );
+    let by_hand = sbatch_by_hand("by-hand-restart", 120);
+    let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
+    let short_by_hand = sbatch_by_hand("by-hand-short", 4);
+    let short = wait("the short job by hand shows", 30, || {
+        shown_job(&server, &short_by_hand)
+    });
+    let slurm_id_of = |id: &str| {
+        wait(&format!("{id} runs"), 30, || {
+            let job = server.get(&format!("/rest/jobs/{id}")).json();
+            job["sourceRmJobId"].as_str().map(str::to_string)
+        })
+    };
+    let long_slurm = slurm_id_of(&long);
+    let quick_slurm = slurm_id_of(&quick);
+    // Started in Slurm (Drover's RUNNING begins when sbatch answers), not yet over;
+    // so is the short one by hand (it may have been seen waiting: IDLE here).
+    wait("the quick jobs start in Slurm", 60, || {
+        (slurm_state(&quick_slurm) == "RUNNING" && slurm_state(&short_by_hand) == "RUNNING")
+            .then_some(())
+    });
+
+    // Down long enough for the quick one to end.
+    let server = server.restart_after(Duration::from_secs(8));
+    let job = server.get(&format!("/rest/jobs/{quick}")).json();
+    assert_eq!(job["state"], "COMPLETED", "{job}");
+    assert_eq!(job["completionCode"], 5, "{job}");
+    let job = server.get(&format!("/rest/jobs/{long}")).json();
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    assert_eq!(job["sourceRmJobId"], long_slurm.as_str(), "{job}");
+    let again = shown_job(&server, &by_hand).expect("still shown");
+    assert_eq!(again["id"], shown["id"], "the same job, not a new one");
+    // (Seen waiting before the restart, it may be IDLE until the watcher's first look.)
+    wait("the job by hand shows running", 30, || {
+        let id = again["id"].as_str().unwrap();
+        (server.get(&format!("/rest/jobs/{id}")).json()["state"] == "RUNNING").then_some(())
+    });
+    // The short one by hand ended meanwhile: its end is read back too.
+    let id = short["id"].as_str().unwrap();
+    let short = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_eq!(short["state"], "COMPLETED", "{short}");
+    assert_eq!(short["completionCode"], 0, "{short}");
+
+    // The adopted job's end is read when it comes.
+    let job = wait("the long job ends", 60, || {
+        let job = server.get(&format!("/rest/jobs/{long}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 6, "{job}");
+    let id = again["id"].as_str().unwrap();
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
+
+/// Where `scripts/services/slurm.sh` keeps its daemons' PID files and logs.
+fn slurm_run_dir() -> std::path::PathBuf {
+    std::env::var_os("RUN").map_or_else(|| "/tmp/drover-slurm".into(), Into::into)
+}
+
+/// Stops slurmctld (the one `scripts/services/slurm.sh` started), leaving munged and
+/// the slurmd nodes (and their jobs) running.
+fn stop_slurmctld() {
+    let pid_file = slurm_run_dir().join("slurmctld.pid");
+    let pid = std::fs::read_to_string(&pid_file).expect("slurmctld's PID file");
+    let pid = pid.trim().to_string();
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim(), "slurmctld", "PID {pid} is slurmctld");
+    run("kill", &[&pid]);
+    wait("slurmctld stops", 30, || {
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        (comm.trim() != "slurmctld" || state.contains(") Z ")).then_some(())
+    });
+}
+
+/// Starts slurmctld again as the script does (its saved state recovered), and waits
+/// until it answers.
+fn start_slurmctld() {
+    let dir = slurm_run_dir();
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("slurmctld.log"))
+        .unwrap();
+    let mut child = Command::new("/usr/sbin/slurmctld")
+        .arg("-D")
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("slurmctld starts");
+    std::fs::write(dir.join("slurmctld.pid"), format!("{}\n", child.id())).unwrap();
+    // It outlives the test (the script stops it); reaped here should it end before.
+    std::thread::spawn(move || child.wait());
+    wait("slurmctld answers", 60, || {
+        Command::new("scontrol")
+            .arg("ping")
+            .output()
+            .is_ok_and(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("UP"))
+            .then_some(())
+    });
+}
+
+/// Starts slurmctld again when dropped, should the test fail while it is stopped.
+struct Restart(bool);
+
+impl Drop for Restart {
+    fn drop(&mut self) {
+        if self.0 {
+            start_slurmctld();
+        }
+    }
+}
+
+/// slurmctld stopped and started again while jobs run (one ending meanwhile) loses
+/// nothing: the ends are read back, the job by hand is the same job.
+#[test]
+fn a_restart_of_slurmctld_loses_nothing() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "sleep 4\nexit 4");
+    let quick = submit_as_bob(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    let by_hand = sbatch_by_hand("by-hand-ctld", 120);
+    let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
+    let quick_slurm = wait("the job runs", 30, || {
+        let job = server.get(&format!("/rest/jobs/{quick}")).json();
+        (job["state"] == "RUNNING").then(|| job["sourceRmJobId"].as_str().unwrap().to_string())
+    });
+    // Running in Slurm too (Drover's RUNNING begins when sbatch answers).
+    wait("both run in Slurm", 30, || {
+        (slurm_state(&quick_slurm) == "RUNNING" && slurm_state(&by_hand) == "RUNNING").then_some(())
+    });
+
+    stop_slurmctld();
+    let mut restart = Restart(true);
+    // A job submitted meanwhile cannot start: it waits (it is not held).
+    let during = script(work.path(), "during.sh", "exit 7");
+    let during = submit_as_bob(
+        &server,
+        json!({"commandFile": during, "initialWorkingDirectory": work.path()}),
+    );
+    // The quick job ends while slurmctld is away; the service keeps asking. (sbatch
+    // gives up after about 9 s.)
+    std::thread::sleep(Duration::from_secs(12));
+    let job = server.get(&format!("/rest/jobs/{quick}")).json();
+    assert_eq!(job["state"], "RUNNING", "no end is made up: {job}");
+    start_slurmctld();
+    restart.0 = false;
+
+    let job = wait("the quick job's end is read", 60, || {
+        let job = server.get(&format!("/rest/jobs/{quick}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 4, "{job}");
+    let job = wait("the job submitted meanwhile runs and ends", 90, || {
+        let job = server.get(&format!("/rest/jobs/{during}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 7, "{job}");
+    assert_eq!(job["holds"], json!([]), "{job}");
+    assert!(job["messages"].to_string().contains("waits again"), "{job}");
+    let again = shown_job(&server, &by_hand).expect("still shown");
+    assert_eq!(again["id"], shown["id"]);
+    assert_eq!(again["state"], "RUNNING", "{again}");
+    assert_eq!(slurm_state(&by_hand), "RUNNING");
+
+    // And work goes on.
+    let next = script(work.path(), "next.sh", "exit 0");
+    let next = submit_as_bob(
+        &server,
+        json!({"commandFile": next, "initialWorkingDirectory": work.path()}),
+    );
+    let job = wait("a new job runs and ends", 60, || {
+        let job = server.get(&format!("/rest/jobs/{next}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let id = again["id"].as_str().unwrap();
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
+
+/// A job by hand that waits in Slurm shows waiting (holding nothing, never scheduled
+/// here); once Slurm runs it, it holds its node; one cancelled while it waits is
+/// cancelled in Slurm.
+#[test]
+fn jobs_submitted_to_slurm_directly_that_wait_show_waiting_then_running() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let held = sbatch_by_hand_with("by-hand-held", 120, &["--hold"]);
+    let job = wait("the waiting job shows", 30, || shown_job(&server, &held));
+    let id = job["id"].as_str().unwrap().to_string();
+    assert_eq!(job["state"], "IDLE", "{job}");
+    assert_eq!(job["user"], BOB, "{job}");
+    assert_eq!(job["hosts"], json!([]), "{job}");
+    // Never started here.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        server.get(&format!("/rest/jobs/{id}")).json()["state"],
+        "IDLE"
+    );
+    assert_eq!(slurm_state(&held), "PENDING");
+
+    run("scontrol", &["release", &held]);
+    let job = wait("it runs", 30, || {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (job["state"] == "RUNNING").then_some(job)
+    });
+    let host = job["hosts"][0].as_str().expect("a host").to_string();
+    let node = server.get(&format!("/rest/nodes/{host}")).json();
+    assert!(node["jobs"].to_string().contains(&id), "{node}");
+
+    // Suspended and resumed in Slurm: followed here.
+    let state_is = |state: &str| {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        (job["state"] == state).then_some(())
+    };
+    run("scontrol", &["suspend", &held]);
+    wait("it shows suspended", 30, || state_is("SUSPENDED"));
+    run("scontrol", &["resume", &held]);
+    wait("it shows running again", 30, || state_is("RUNNING"));
+
+    // Another, cancelled while it waits: cancelled in Slurm too.
+    let waiting = sbatch_by_hand_with("by-hand-held-2", 120, &["--hold"]);
+    let other = wait("the second shows", 30, || shown_job(&server, &waiting));
+    let other = other["id"].as_str().unwrap().to_string();
+    let reply = server.call("DELETE", &format!("/rest/jobs/{other}"), Auth::Admin, None);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait("Slurm cancels it", 30, || {
+        matches!(slurm_state(&waiting).as_str(), "CANCELLED" | "").then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let job = server.get(&format!("/rest/jobs/{other}")).json();
+    assert_eq!(job["state"], "REMOVED", "{job}");
+    server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
+
+/// A node drained in Slurm before the service starts is Drained from the start, not
+/// only after the first refresh (every 5 s here).
+#[test]
+fn a_node_drained_before_the_start_is_drained_at_once() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let _resume = Resume("node2");
+    run(
+        "scontrol",
+        &[
+            "update",
+            "nodename=node2",
+            "state=drain",
+            "reason=drover test",
+        ],
+    );
+    let started = Instant::now();
+    let server = TestServer::builder()
+        .config(|c| c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm)
+        .start();
+    wait("node2 shows Drained", 2, || {
+        (server.get("/rest/nodes/node2").json()["state"] == "Drained").then_some(())
+    });
+    assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -337,6 +337,20 @@ impl Engine {
                 number,
                 outcome,
             } => self.started(&job_id, number, outcome),
+            Inbox::Rm(RmEvent::Nodes(nodes)) => self.rm_nodes(nodes),
+            Inbox::Rm(RmEvent::Detected(jobs)) => self.rm_detected(jobs),
+            Inbox::Rm(RmEvent::Suspended {
+                job_id,
+                pid,
+                suspended,
+            }) => self.rm_suspended(&job_id, pid, suspended),
+            Inbox::Rm(RmEvent::Started {
+                job_id,
+                pid,
+                placement,
+                memory_per_processor,
+                start,
+            }) => self.rm_started(&job_id, pid, placement, memory_per_processor, start),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }
@@ -498,6 +512,10 @@ impl Engine {
     /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
         if self.queue.is_empty() {
+            return;
+        }
+        // Nothing could start (slurmctld away): the jobs wait; a tick tries again.
+        if self.rm.unavailable().is_some() {
             return;
         }
         let now = self.now();
@@ -711,8 +729,33 @@ impl Engine {
                     vec![("nodes".into(), nodes)],
                 );
             }
+            // The resource manager does not answer (slurmctld away): not the job's
+            // fault; it waits again, and starts once the manager is back.
+            Err(reason) if self.rm.unavailable().is_some() => {
+                self.requeue_unstarted(position, reason)
+            }
             Err(reason) => self.hold_unstarted(position, reason),
         }
+    }
+
+    /// A job whose start failed because its resource manager is away: its resources go
+    /// back and it waits in the queue again, saying why.
+    fn requeue_unstarted(&mut self, position: usize, reason: String) {
+        let job = self.job_at(position);
+        let now = self.now();
+        self.charge_nodes(&job, false);
+        self.update(position, |job| {
+            job.status.state = JobState::Idle;
+            job.status.allocation.clear();
+            job.status.messages.push(JobMessage {
+                text: format!(
+                    "The job could not be started now and waits again (the resource manager does not answer): {reason}"
+                ),
+                author: None,
+                created: now,
+            });
+        });
+        self.job_left_its_vm(&job.id);
     }
 
     /// A job that could not start: its resources go back and it is held, saying why.

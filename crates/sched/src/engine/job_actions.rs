@@ -63,6 +63,12 @@ impl Engine {
                 "it is a job array master, which does not run itself: act on its sub-jobs, or cancel the array",
             ));
         }
+        if job.spec.extra.rm_detected && !matches!(action, JobAction::Cancel) {
+            return Err(target.refuse(format!(
+                "it was submitted to the resource manager ({}) directly: it may only be cancelled here",
+                self.shared.rm_name
+            )));
+        }
         if target.state().is_final() {
             return Err(target.refuse(format!(
                 "the job has already ended ({})",
@@ -325,7 +331,23 @@ impl Engine {
                 if job.status.state == JobState::Starting {
                     self.charge_nodes(job, false);
                 }
+                // Waiting in the resource manager (submitted there directly): cancelled
+                // there; its end, when heard, only completes the record.
+                let in_rm = job
+                    .status
+                    .process
+                    .as_ref()
+                    .filter(|_| job.spec.extra.rm_detected);
+                if let Some(process) = in_rm {
+                    self.terminate(process).map_err(|e| {
+                        SchedError::refused(summary::job_action_refused("cancel", id), e)
+                    })?;
+                }
+                let in_rm = in_rm.is_some();
                 self.update(position, |job| {
+                    if in_rm {
+                        job.status.ending = Some(EndIntent::Cancel);
+                    }
                     job.status.state = JobState::Removed;
                     job.status.allocation.clear();
                     job.status.dates.completion = Some(now);

@@ -48,6 +48,12 @@ impl Engine {
         let position = self.find(id)?;
         let job = self.job_at(position);
         self.may_change(&job, by)?;
+        if job.spec.extra.rm_detected {
+            return Err(SchedError::refused(
+                format!("Job {id} was not changed"),
+                "it was submitted to the resource manager directly: it may only be cancelled here",
+            ));
+        }
         self.check_changes(&job, &changes, by)?;
         let new_holds = match &changes.holds {
             Some(wanted) => Some(self.holds_after_setting(&job, wanted, by)?),

@@ -31,6 +31,7 @@ mod queue;
 mod recovery;
 mod reservation_commands;
 mod reservation_table;
+mod rm_reports;
 mod submission;
 mod system_accounts;
 mod vm_commands;

@@ -65,7 +65,8 @@ impl Queue {
         if job.array_spec().is_some() {
             return false; // a master never runs: its sub-jobs do
         }
-        let waiting = job.status.state == JobState::Idle
+        // A job submitted to the resource manager directly waits there, not here.
+        let waiting = (job.status.state == JobState::Idle && !job.spec.extra.rm_detected)
             || (job.status.state == JobState::Blocked
                 && job
                     .status

@@ -78,6 +78,10 @@ impl Engine {
             return; // its VM's recovery hands its work over again (`load_vms`)
         }
         match job.status.state {
+            // Submitted to the resource manager directly, waiting there.
+            JobState::Idle if job.spec.extra.rm_detected => {
+                self.recover_running(position, job, now)
+            }
             JobState::Idle => self.requeue_index(position, job),
             // Node configuration may have changed: judge blocked jobs again.
             JobState::Blocked => self.update(position, |job| {
@@ -103,11 +107,23 @@ impl Engine {
 
     /// A job that had a process when the service stopped.
     fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
+        let adopted = |engine: &Self, process| {
+            if job.spec.extra.rm_detected {
+                let waiting = job.status.state == JobState::Idle;
+                engine
+                    .rm
+                    .adopt_detected(&job.id, job.user(), process, waiting)
+            } else {
+                engine.rm.adopt(&job.id, process)
+            }
+        };
         if let Some(process) = &job.status.process
-            && self.rm.adopt(&job.id, process)
+            && adopted(self, process)
         {
             self.charge_nodes(job, true);
-            self.queue.keep_running(position);
+            if job.status.state != JobState::Idle {
+                self.queue.keep_running(position);
+            }
             if job.status.ending.is_some() {
                 // It was being stopped; the SIGKILL after the grace period went with the
                 // old service, so start again.

@@ -72,6 +72,56 @@ pub enum RmEvent {
         pid: i32,
         exit: Exit,
     },
+    /// The state of every node the resource manager knows (sent when it changes).
+    Nodes(Vec<RmNode>),
+    /// Jobs waiting or running under the resource manager that were not started
+    /// through it (and not adopted since): submitted to it directly.
+    Detected(Vec<DetectedJob>),
+    /// A job submitted directly was suspended (`true`) or resumed in the resource
+    /// manager.
+    Suspended {
+        job_id: String,
+        pid: i32,
+        suspended: bool,
+    },
+    /// A job submitted directly that was waiting when adopted now runs.
+    Started {
+        job_id: String,
+        pid: i32,
+        placement: Vec<crate::job::Allocation>,
+        memory_per_processor: Option<u64>,
+        start: Option<i64>,
+    },
+}
+
+/// A node as the resource manager sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RmNode {
+    pub id: String,
+    /// `Down` or `Drained` when it takes no work there; `None` when it is usable.
+    pub state: Option<crate::node::NodeState>,
+    /// Why, as the resource manager says.
+    pub reason: Option<String>,
+}
+
+/// A job the resource manager runs that was submitted to it directly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DetectedJob {
+    /// Its record (with its id there, `rm_job_id`: Slurm's job id).
+    pub process: ProcessRecord,
+    /// Its name there.
+    pub name: String,
+    /// The system user it runs as (as the resource manager reports it).
+    pub user: String,
+    /// Waiting for its nodes (then it holds none).
+    pub pending: bool,
+    pub suspended: bool,
+    /// The nodes it holds and the processors it holds on each.
+    pub placement: Vec<crate::job::Allocation>,
+    /// The memory it holds per processor (MB), when known.
+    pub memory_per_processor: Option<u64>,
+    /// When it started (seconds since the epoch), when known.
+    pub start: Option<i64>,
 }
 
 /// Where a resource manager reports events (the engine's inbox).
@@ -90,6 +140,27 @@ pub trait ResourceManager: Send + Sync {
     /// After a restart: whether the recorded process still runs; if so, its end will be
     /// reported like that of a process started here.
     fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool;
+
+    /// Why no job can be started now (the resource manager does not answer), if so: the
+    /// engine then starts none, and they wait in the queue rather than fail.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
+
+    /// Watches a job submitted to the resource manager directly (told of by
+    /// [`RmEvent::Detected`], or recorded as such before a restart), now the engine's
+    /// `job_id`, whose user is `user`: whether it still waits or runs as that user. Its
+    /// start (when the engine has it `waiting`, even if it already runs) and its end
+    /// are then reported.
+    fn adopt_detected(
+        &self,
+        _job_id: &str,
+        _user: &str,
+        _process: &ProcessRecord,
+        _waiting: bool,
+    ) -> bool {
+        false
+    }
 
     /// After a restart: stops whatever a start that was never recorded left running.
     fn abandon(&self, job_id: &str);

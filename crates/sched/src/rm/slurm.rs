@@ -4,8 +4,21 @@
 //! `--nodes`, `--ntasks`, `--cpus-per-task`), as its user (`--uid`/`--gid`, the service
 //! being root), named `drover-<job id>` so that a restarted service finds it again. Its
 //! [`ProcessRecord`] carries the Slurm job id (`rm_job_id`, and as `pid`, which is what
-//! [`RmEvent::Exited`] reports). One watcher thread polls `squeue --json` every
-//! [`SlurmConfig::poll`] for the jobs started or adopted here and reports their ends.
+//! [`RmEvent::Exited`] reports). One watcher thread asks `squeue --jobs=<them>` every
+//! [`SlurmConfig::poll`] about the jobs started or adopted here (nothing when there are
+//! none; `squeue --json` of 22.05 would list every job whatever it is asked) and reports
+//! their ends, with `sacct` only for a job that left squeue. Every
+//! [`SlurmConfig::node_poll`] it reads the nodes (`sinfo --json`) and reports their
+//! states when they change ([`RmEvent::Nodes`]), and lists the waiting and running jobs
+//! it does not watch: jobs submitted to Slurm directly ([`RmEvent::Detected`]; the
+//! engine adopts each through [`ResourceManager::adopt_detected`]; the start of one
+//! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
+//! its job is watched, and that listing takes it too: a job of ours is never reported.
+//!
+//! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
+//! a job's name is the one field its user chooses, and it cannot forge a listing's
+//! record (see `text`). A job submitted directly is its Slurm user's, and a restart
+//! adopts it only if Slurm still shows it as that user's.
 //!
 //! Safety: Slurm's programs are run directly (no shell), from a fixed directory, with a
 //! clean environment, each bounded by [`SlurmConfig::command_timeout`]. Nothing reaches
@@ -20,8 +33,10 @@
 //! ending in `/` is).
 
 mod json;
+mod text;
 
 pub use json::{Parsed, SlurmJob, SlurmNode, parse_jobs, parse_nodes};
+pub use text::{expand_hostlist, parse_queue};
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -32,8 +47,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
-use crate::job::ProcessRecord;
+use super::{DetectedJob, Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNode, RmNotify};
+use crate::job::{Allocation, ProcessRecord};
+use crate::node::NodeState;
 
 /// The batch script of every job: becomes the job's command (its positional parameters),
 /// as the local resource manager's wrapper does.
@@ -44,6 +60,9 @@ if [ ! -r "$1" ] && [ ! -x "$1" ]; then
 fi
 if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 "#;
+
+/// The most job ids one `squeue --jobs` is given.
+const QUEUE_CHUNK: usize = 500;
 
 /// The prefix of the Slurm job name of a Drover job.
 pub const JOB_NAME_PREFIX: &str = "drover-";
@@ -63,6 +82,9 @@ pub struct SlurmConfig {
     pub state_dir: PathBuf,
     /// How often the watcher asks Slurm about the jobs it watches.
     pub poll: Duration,
+    /// How often the nodes' states are read again, and jobs submitted to Slurm directly
+    /// looked for.
+    pub node_poll: Duration,
     /// The longest any Slurm command may take.
     pub command_timeout: Duration,
 }
@@ -77,6 +99,7 @@ impl SlurmConfig {
             partition: None,
             state_dir,
             poll: Duration::from_secs(1),
+            node_poll: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
         }
     }
@@ -109,10 +132,57 @@ impl SlurmConfig {
     }
 
     /// `squeue --json`: every job slurmctld knows (22.05 ignores `--jobs` with
-    /// `--json`, so the listing is filtered here).
+    /// `--json`: the watcher reads [`SlurmConfig::queue`] instead).
     pub fn jobs(&self) -> Result<Parsed<SlurmJob>, String> {
         let out = self.run("squeue", &["--json".into()], &[])?;
         parse_jobs(&out)
+    }
+
+    /// `squeue -h -O ...`: the jobs slurmctld holds in `states` (Slurm's `--states`
+    /// names, or `all`), only those of `ids` when given (in runs of 500 ids), only those
+    /// of `partition` when given. Ids Slurm no longer knows are simply absent.
+    pub fn queue(
+        &self,
+        ids: Option<&[u64]>,
+        states: &str,
+        partition: Option<&str>,
+    ) -> Result<Parsed<SlurmJob>, String> {
+        let mut all = Parsed::default();
+        let chunks: Vec<Option<&[u64]>> = match ids {
+            Some([]) => return Ok(all),
+            Some(ids) => ids.chunks(QUEUE_CHUNK).map(Some).collect(),
+            None => vec![None],
+        };
+        for chunk in chunks {
+            let nonce = text::nonce();
+            let mut args = vec![
+                "--noheader".to_string(),
+                format!("--states={states}"),
+                format!("--Format={}", text::queue_format(&nonce)),
+            ];
+            if let Some(ids) = chunk {
+                let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                args.push(format!("--jobs={}", ids.join(",")));
+            }
+            if let Some(partition) = partition {
+                if !is_safe_name(partition) {
+                    return Err(format!(
+                        "the partition {partition:?} cannot be given to Slurm"
+                    ));
+                }
+                args.push(format!("--partition={partition}"));
+            }
+            let out = match self.run("squeue", &args, &[("TZ".into(), "UTC".into())]) {
+                Ok(out) => out,
+                // Every id asked for is gone: squeue fails rather than list nothing.
+                Err(e) if chunk.is_some() && e.contains("Invalid job id") => continue,
+                Err(e) => return Err(e),
+            };
+            let parsed = text::parse_queue(&out, &nonce);
+            all.items.extend(parsed.items);
+            all.problems.extend(parsed.problems);
+        }
+        Ok(all)
     }
 
     /// `sacct --json` for one job: for a job slurmctld has forgotten (needs accounting).
@@ -341,6 +411,11 @@ struct Watched {
     kill_at: Option<Instant>,
     /// Successful listings in a row that did not show it.
     missing: u32,
+    /// A job submitted directly, adopted while it waited: its start is reported.
+    pending: bool,
+    /// A job submitted directly: whether it was last seen suspended (a change is
+    /// reported). None for ours (the engine suspends them itself).
+    suspended: Option<bool>,
 }
 
 struct Shared {
@@ -348,11 +423,51 @@ struct Shared {
     events: RmNotify,
     watched: Mutex<HashMap<u64, Watched>>,
     stop: AtomicBool,
-    /// The last listing and when it was read: the many `adopt`s of a restart share one.
+    /// The last listing of every job and when it was read: the many `adopt`s of a
+    /// restart share one.
     cache: Mutex<Option<(Instant, Arc<Parsed<SlurmJob>>)>>,
+    /// Held while a job is submitted and until it is watched, and while jobs submitted
+    /// directly are looked for: a job of ours is never taken for one of those.
+    submitting: Mutex<()>,
+    /// The nodes' states last reported (reported again only when they change).
+    nodes: Mutex<Option<Vec<RmNode>>>,
+    /// Why slurmctld is taken to be away: its last answer was a failure to reach it.
+    away: Mutex<Option<String>>,
+}
+
+/// Whether a client's failure says that slurmctld could not be reached (rather than
+/// that it refused something).
+fn unreachable(error: &str) -> bool {
+    [
+        "Unable to contact",
+        "no answer within",
+        "Socket timed out",
+        "Connection refused",
+    ]
+    .iter()
+    .any(|words| error.contains(words))
 }
 
 impl Shared {
+    /// Notes how the last exchange with slurmctld went.
+    fn heard(&self, outcome: Result<(), &str>) {
+        let mut away = self.away.lock().unwrap_or_else(|e| e.into_inner());
+        match outcome {
+            Ok(()) => {
+                if away.take().is_some() {
+                    eprintln!("slurm: slurmctld answers again");
+                }
+            }
+            Err(e) if unreachable(e) => {
+                if away.is_none() {
+                    eprintln!("slurm: slurmctld does not answer; no job starts until it does: {e}");
+                }
+                *away = Some(e.to_string());
+            }
+            Err(_) => {}
+        }
+    }
+
     fn listing(&self, fresh_within: Duration) -> Result<Arc<Parsed<SlurmJob>>, String> {
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, jobs)) = cache.as_ref()
@@ -360,9 +475,9 @@ impl Shared {
         {
             return Ok(jobs.clone());
         }
-        let jobs = Arc::new(self.config.jobs()?);
+        let jobs = Arc::new(self.config.queue(None, "all", None)?);
         if !jobs.problems.is_empty() {
-            eprintln!("slurm: squeue --json: skipped {}", jobs.problems.join("; "));
+            eprintln!("slurm: squeue: skipped {}", jobs.problems.join("; "));
         }
         *cache = Some((Instant::now(), jobs.clone()));
         Ok(jobs)
@@ -372,30 +487,71 @@ impl Shared {
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One look at the watched jobs: reports those that ended.
+    /// One look at the watched jobs (`squeue --jobs=<them>`): reports those that ended.
     fn poll(&self) {
-        if self.watched().is_empty() {
+        let mut ids: Vec<u64> = self.watched().keys().copied().collect();
+        if ids.is_empty() {
             return;
         }
-        let jobs = match self.listing(Duration::ZERO) {
+        ids.sort_unstable();
+        // squeue of 22.05 loads every job from slurmctld and filters them itself: past
+        // one run of ids, one listing of all costs less than several filtered ones.
+        let filter = (ids.len() <= QUEUE_CHUNK).then_some(ids.as_slice());
+        let jobs = match self.config.queue(filter, "all", None) {
             Ok(jobs) => jobs,
             // slurmctld away (restarting?): try again next time; nothing is lost.
             Err(e) => {
                 eprintln!("slurm: cannot list jobs: {e}");
+                self.heard(Err(&e));
                 return;
             }
         };
+        self.heard(Ok(()));
+        if !jobs.problems.is_empty() {
+            eprintln!("slurm: squeue: skipped {}", jobs.problems.join("; "));
+        }
         let by_id: HashMap<u64, &SlurmJob> = jobs.items.iter().map(|j| (j.job_id, j)).collect();
         let mut ended = Vec::new();
         let mut kill = Vec::new();
+        let mut started = Vec::new();
         {
             let mut watched = self.watched();
             let now = Instant::now();
             for (&slurm_id, entry) in watched.iter_mut() {
                 match by_id.get(&slurm_id) {
                     Some(job) if job.is_finished() => ended.push((slurm_id, Some((*job).clone()))),
-                    Some(_) => {
+                    Some(job) => {
                         entry.missing = 0;
+                        if entry.pending
+                            && job.state != "PENDING"
+                            && let Some(running) =
+                                detected_job(job).filter(|d| !d.placement.is_empty())
+                        {
+                            entry.pending = false;
+                            started.push(RmEvent::Started {
+                                job_id: entry.job_id.clone(),
+                                pid: pid_of(slurm_id),
+                                placement: running.placement,
+                                memory_per_processor: running.memory_per_processor,
+                                start: job.start_time,
+                            });
+                        }
+                        let suspended = match job.state.as_str() {
+                            "SUSPENDED" => Some(true),
+                            "RUNNING" => Some(false),
+                            _ => None,
+                        };
+                        if let (Some(was), Some(is)) = (entry.suspended, suspended)
+                            && was != is
+                            && !entry.pending
+                        {
+                            entry.suspended = Some(is);
+                            started.push(RmEvent::Suspended {
+                                job_id: entry.job_id.clone(),
+                                pid: pid_of(slurm_id),
+                                suspended: is,
+                            });
+                        }
                         if entry.kill_at.is_some_and(|at| at <= now) {
                             entry.kill_at = None;
                             kill.push(slurm_id);
@@ -417,10 +573,14 @@ impl Shared {
                 eprintln!("slurm: scancel {slurm_id}: {e}");
             }
         }
+        for event in started {
+            (self.events)(event);
+        }
         for (slurm_id, job) in ended {
             let Some(entry) = self.watched().remove(&slurm_id) else {
                 continue;
             };
+            // sacct only for a job that left squeue.
             let job = job.or_else(|| self.config.accounted_job(slurm_id).ok().flatten());
             let exit = exit_of(job.as_ref());
             (self.events)(RmEvent::Exited {
@@ -430,6 +590,118 @@ impl Shared {
             });
         }
     }
+
+    /// Reads the nodes' states (`sinfo --json`) and reports them if they changed.
+    fn refresh_nodes(&self) {
+        let nodes = match slurm_nodes(&self.config) {
+            Ok(nodes) => nodes,
+            Err(e) => {
+                eprintln!("slurm: cannot read the nodes: {e}");
+                self.heard(Err(&e));
+                return;
+            }
+        };
+        self.heard(Ok(()));
+        let states: Vec<RmNode> = nodes.items.iter().map(rm_node).collect();
+        let mut last = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_ref() != Some(&states) {
+            *last = Some(states.clone());
+            (self.events)(RmEvent::Nodes(states));
+        }
+    }
+
+    /// Looks for jobs not started (or adopted) here, and reports them.
+    fn detect(&self) {
+        // Not while slurmctld is away: squeue would hold the lock (and sbatch) for long.
+        if self
+            .away
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+        {
+            return;
+        }
+        let _submitting = self.submitting.lock().unwrap_or_else(|e| e.into_inner());
+        let jobs = match self.config.queue(
+            None,
+            "PENDING,RUNNING,SUSPENDED",
+            self.config.partition.as_deref(),
+        ) {
+            Ok(jobs) => jobs,
+            Err(e) => {
+                eprintln!("slurm: cannot look for jobs submitted directly: {e}");
+                return;
+            }
+        };
+        let detected: Vec<DetectedJob> = {
+            let watched = self.watched();
+            jobs.items
+                .iter()
+                .filter(|j| !watched.contains_key(&j.job_id))
+                .filter_map(detected_job)
+                .collect()
+        };
+        if !detected.is_empty() {
+            (self.events)(RmEvent::Detected(detected));
+        }
+    }
+}
+
+/// A node's state as the engine hears it.
+fn rm_node(node: &SlurmNode) -> RmNode {
+    RmNode {
+        id: node.config.id.clone(),
+        state: if node.down {
+            Some(NodeState::Down)
+        } else if node.drained {
+            Some(NodeState::Drained)
+        } else {
+            None
+        },
+        reason: node.reason.clone(),
+    }
+}
+
+/// A job of Slurm's as the engine hears of it: its processors spread over its nodes
+/// (Slurm's text listing gives only the total). None when it names no user, or runs
+/// and its nodes cannot be read.
+fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
+    let user = job.user_name.clone().filter(|u| is_safe_name(u))?;
+    let pending = job.state == "PENDING";
+    let nodes = if pending {
+        Vec::new()
+    } else {
+        expand_hostlist(&job.nodes).ok()?
+    };
+    if nodes.is_empty() && !pending {
+        return None;
+    }
+    let count = u32::try_from(nodes.len()).ok()?.max(1);
+    let cpus = job.cpus.unwrap_or(count).max(count);
+    let placement = nodes
+        .into_iter()
+        .enumerate()
+        .map(|(i, node)| Allocation {
+            node,
+            tasks: cpus / count + u32::from((i as u32) < cpus % count),
+        })
+        .collect();
+    Some(DetectedJob {
+        process: ProcessRecord {
+            pid: pid_of(job.job_id),
+            start_ticks: 0,
+            spool: String::new(),
+            rm_job_id: Some(job.job_id.to_string()),
+        },
+        name: job.name.clone(),
+        user,
+        pending,
+        suspended: job.state == "SUSPENDED",
+        placement,
+        memory_per_processor: job.memory.map(|m| m.div_ceil(u64::from(cpus.max(1)))),
+        // A waiting job's start time is Slurm's guess.
+        start: job.start_time.filter(|_| !pending),
+    })
 }
 
 /// How an ended Slurm job ended, as the engine hears it.
@@ -490,17 +762,30 @@ impl SlurmResourceManager {
             watched: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             cache: Mutex::new(None),
+            submitting: Mutex::new(()),
+            nodes: Mutex::new(None),
+            away: Mutex::new(None),
         });
+        // The nodes' states before the engine's first pass (its inbox holds them until
+        // it runs): a node drained in Slurm gets no job even in the first seconds.
+        shared.refresh_nodes();
         let watcher = shared.clone();
         std::thread::Builder::new()
             .name("slurm-watcher".into())
             .spawn(move || {
+                // The nodes were read at start: the first refresh comes a period later.
+                let mut nodes_read = Instant::now();
                 while !watcher.stop.load(Ordering::Relaxed) {
                     std::thread::sleep(watcher.config.poll);
                     if watcher.stop.load(Ordering::Relaxed) {
                         break;
                     }
                     watcher.poll();
+                    if nodes_read.elapsed() >= watcher.config.node_poll {
+                        nodes_read = Instant::now();
+                        watcher.refresh_nodes();
+                        watcher.detect();
+                    }
                 }
             })?;
         Ok(SlurmResourceManager { shared, script })
@@ -511,12 +796,18 @@ impl SlurmResourceManager {
     }
 
     fn watch(&self, slurm_id: u64, job_id: &str) {
+        self.watch_as(slurm_id, job_id, false, None);
+    }
+
+    fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool, suspended: Option<bool>) {
         self.shared.watched().insert(
             slurm_id,
             Watched {
                 job_id: job_id.to_string(),
                 kill_at: None,
                 missing: 0,
+                pending,
+                suspended,
             },
         );
     }
@@ -543,10 +834,20 @@ impl ResourceManager for SlurmResourceManager {
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
         let (args, environment) = sbatch_command(&self.shared.config, &self.script, &launch)?;
-        let out = self.shared.config.run("sbatch", &args, &environment)?;
+        let submitting = self
+            .shared
+            .submitting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let out = self
+            .shared
+            .config
+            .run("sbatch", &args, &environment)
+            .inspect_err(|e| self.shared.heard(Err(e)))?;
         let slurm_id = parse_submitted(&out)
             .ok_or_else(|| format!("sbatch answered no job id: {:?}", out.trim()))?;
         self.watch(slurm_id, &launch.job_id);
+        drop(submitting);
         Ok(ProcessRecord {
             pid: pid_of(slurm_id),
             start_ticks: 0,
@@ -567,16 +868,28 @@ impl ResourceManager for SlurmResourceManager {
                 .map(drop),
             JobSignal::Terminate { grace_seconds } => {
                 // SIGTERM to every step and the batch shell now; the watcher cancels it
-                // (Slurm's SIGKILL) when the grace period is over.
+                // (Slurm's SIGKILL) when the grace period is over. Only if it runs:
+                // `scancel --signal` waits for a pending job to start (for ever); one
+                // still pending is cancelled at once. (One that starts between the two
+                // is cancelled at the end of the grace period.)
                 self.shared.config.run(
                     "scancel",
                     &[
+                        "--state=RUNNING".into(),
                         "--full".into(),
                         "--signal=TERM".into(),
                         slurm_id.to_string(),
                     ],
                     &[],
                 )?;
+                // (It may have ended meanwhile: Slurm then answers an error.)
+                if let Err(e) = self.shared.config.run(
+                    "scancel",
+                    &["--state=PENDING".into(), slurm_id.to_string()],
+                    &[],
+                ) {
+                    eprintln!("slurm: scancel --state=PENDING {slurm_id}: {e}");
+                }
                 if let Some(entry) = self.shared.watched().get_mut(&slurm_id) {
                     entry.kill_at = Some(Instant::now() + Duration::from_secs(grace_seconds));
                 }
@@ -604,6 +917,45 @@ impl ResourceManager for SlurmResourceManager {
             Err(e) => {
                 eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
                 self.watch(slurm_id, job_id);
+                true
+            }
+        }
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.shared
+            .away
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|why| format!("slurmctld does not answer: {why}"))
+    }
+
+    fn adopt_detected(
+        &self,
+        job_id: &str,
+        user: &str,
+        process: &ProcessRecord,
+        waiting: bool,
+    ) -> bool {
+        let Some(slurm_id) = slurm_id_of(process) else {
+            return false;
+        };
+        match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
+                // Still there, still that user's (Slurm's ids may start again at 1).
+                Some(job) if job.user_name.as_deref() == Some(user) && !job.is_finished() => {
+                    // Waiting as the engine last saw it (it may run by now: its start
+                    // is then reported at the next look).
+                    let suspended = job.state == "SUSPENDED";
+                    self.watch_as(slurm_id, job_id, waiting, Some(suspended));
+                    true
+                }
+                _ => false,
+            },
+            Err(e) => {
+                eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
+                self.watch_as(slurm_id, job_id, waiting, None);
                 true
             }
         }

@@ -45,6 +45,10 @@ pub struct SlurmJob {
     pub exit_code: Option<i32>,
     pub start_time: Option<i64>,
     pub end_time: Option<i64>,
+    /// The processors it holds (all nodes together), when known.
+    pub cpus: Option<u32>,
+    /// The memory it holds (MB, all nodes together), when known.
+    pub memory: Option<u64>,
 }
 
 impl SlurmJob {
@@ -175,6 +179,11 @@ fn parse_job(job: &Value) -> Result<SlurmJob, String> {
         exit_code,
         start_time: time("start_time", "start"),
         end_time: time("end_time", "end"),
+        cpus: job
+            .get("cpus")
+            .and_then(number)
+            .and_then(|n| u32::try_from(n).ok()),
+        memory: None,
     })
 }
 
@@ -218,6 +227,11 @@ pub fn parse_nodes(text: &str) -> Result<Parsed<SlurmNode>, String> {
             format!("Slurm answered: {}", errors.join("; "))
         });
     };
+    // sinfo --json answers no node and an error (and exits 0) when slurmctld is away.
+    let errors = errors(&doc);
+    if nodes.is_empty() && !errors.is_empty() {
+        return Err(format!("Slurm answered: {}", errors.join("; ")));
+    }
     let mut parsed: Parsed<SlurmNode> = Parsed::default();
     for (i, node) in nodes.iter().enumerate() {
         match parse_node(node) {
@@ -456,5 +470,8 @@ mod tests {
                 .contains("down")
         );
         assert!(parse_nodes("{}").is_err());
+        // sinfo --json of 22.05 while slurmctld is away (exit status 0).
+        let away = r#"{"errors":[{"error":"Unspecified error","errno":-1}],"nodes":[]}"#;
+        assert!(parse_nodes(away).is_err());
     }
 }
