@@ -29,8 +29,9 @@ fn drover() -> Command {
     command
 }
 
-/// Starts `drover serve` on port 0 with `args`, reading its banner up to the login hint.
-fn serve(data_dir: &Path, args: &[&str]) -> Server {
+/// Starts `drover serve` on port 0 with `args`, reading what it prints until `done`
+/// says a line is the last of its banner.
+fn spawn(data_dir: &Path, args: &[&str], done: fn(&str) -> bool) -> Server {
     let mut child = drover()
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
@@ -47,22 +48,34 @@ fn serve(data_dir: &Path, args: &[&str]) -> Server {
             "drover exited: {banner:?}"
         );
         banner.push(line.trim_end().to_string());
-        if line.contains("curl -u") {
+        if done(&line) {
             break;
         }
     }
-    let url = banner
-        .iter()
-        .find(|l| l.starts_with("drover listening on"))
-        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
-        .unwrap_or_else(|| panic!("no address in {banner:?}"))
-        .to_string();
     Server {
         child,
-        url,
+        url: String::new(),
         banner,
         output,
     }
+}
+
+/// The first address in the banner line that starts with `prefix`.
+fn address_in(banner: &[String], prefix: &str) -> String {
+    banner
+        .iter()
+        .find(|l| l.starts_with(prefix))
+        .and_then(|l| l.split_whitespace().find(|w| w.starts_with("http://")))
+        .unwrap_or_else(|| panic!("no address in {banner:?}"))
+        .trim_end_matches(';')
+        .to_string()
+}
+
+/// Starts `drover serve` on port 0 with `args`, reading its banner up to the login hint.
+fn serve(data_dir: &Path, args: &[&str]) -> Server {
+    let mut server = spawn(data_dir, args, |line| line.contains("curl -u"));
+    server.url = address_in(&server.banner, "drover listening on");
+    server
 }
 
 fn get(url: &str, user: &str, password: &str) -> (u16, String) {
@@ -514,37 +527,9 @@ fn hash_password(secret: &str) -> String {
 /// Starts `drover serve` as a standby of a group whose active server runs: answers it
 /// with the address it serves on.
 fn serve_standby(data_dir: &Path, args: &[&str]) -> Server {
-    let mut child = drover()
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(data_dir)
-        .args(args)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("drover starts");
-    let mut output = BufReader::new(child.stdout.take().unwrap());
-    let mut banner = Vec::new();
-    let url = loop {
-        let mut line = String::new();
-        assert!(
-            output.read_line(&mut line).unwrap() > 0,
-            "drover exited: {banner:?}"
-        );
-        banner.push(line.trim_end().to_string());
-        if line.contains("standby") {
-            break line
-                .split_whitespace()
-                .find(|w| w.starts_with("http://"))
-                .unwrap_or_else(|| panic!("no address in {line}"))
-                .trim_end_matches(';')
-                .to_string();
-        }
-    };
-    Server {
-        child,
-        url,
-        banner,
-        output,
-    }
+    let mut server = spawn(data_dir, args, |line| line.contains("standby"));
+    server.url = address_in(&server.banner, "drover: standby");
+    server
 }
 
 fn health(url: &str) -> serde_json::Value {

@@ -156,20 +156,10 @@ pub const PASSED_ON: [libc::c_int; 2] = [libc::SIGUSR1, libc::SIGUSR2];
 /// ignored and those it passes on blocked, so that none arriving before the shepherd is
 /// ready is lost or kills it. Async-signal-safe.
 pub fn prepare() -> std::io::Result<()> {
-    unsafe {
-        if libc::setsid() < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        for signal in IGNORED {
-            libc::signal(signal, libc::SIG_IGN);
-        }
-        let mut blocked: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut blocked);
-        for signal in PASSED_ON {
-            libc::sigaddset(&mut blocked, signal);
-        }
-        libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
+    if unsafe { libc::setsid() } < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    settle_signals();
     Ok(())
 }
 
@@ -182,6 +172,7 @@ fn close_from(first: u32) {
 /// The signals the shepherd ignores ignored, and those it passes on blocked: done by the
 /// shepherd itself when the service spawned it without running [`prepare`] (a signal
 /// sent before this runs ends the shepherd before it has started the job).
+/// Async-signal-safe.
 fn settle_signals() {
     unsafe {
         for signal in IGNORED {

@@ -14,12 +14,7 @@ impl Engine {
         changes: NodeChanges,
         by: &Requester,
     ) -> Result<Vec<String>, SchedError> {
-        if !by.admin {
-            return Err(SchedError::Forbidden(format!(
-                "{} may not change nodes",
-                by.user
-            )));
-        }
+        may_change_nodes(by)?;
         let index = self
             .nodes
             .all()
@@ -73,6 +68,18 @@ impl Engine {
             vec![("fields".into(), changed.join(","))],
         );
         changed
+    }
+}
+
+/// Only administrators change nodes.
+pub(super) fn may_change_nodes(by: &Requester) -> Result<(), SchedError> {
+    if by.admin {
+        Ok(())
+    } else {
+        Err(SchedError::Forbidden(format!(
+            "{} may not change nodes",
+            by.user
+        )))
     }
 }
 

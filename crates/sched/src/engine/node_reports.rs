@@ -34,12 +34,7 @@ impl Engine {
         items: Vec<NodeReportItem>,
         by: &Requester,
     ) -> Result<NodeReportOutcome, SchedError> {
-        if !by.admin {
-            return Err(SchedError::Forbidden(format!(
-                "{} may not change nodes",
-                by.user
-            )));
-        }
+        super::node_changes::may_change_nodes(by)?;
         let mut outcome = NodeReportOutcome::default();
         for item in items {
             let id = item.node.id.clone();
@@ -90,12 +85,7 @@ impl Engine {
         report: ExternalUse,
         by: &Requester,
     ) -> Result<Vec<String>, SchedError> {
-        if !by.admin {
-            return Err(SchedError::Forbidden(format!(
-                "{} may not change nodes",
-                by.user
-            )));
-        }
+        super::node_changes::may_change_nodes(by)?;
         let mut named = HashSet::new();
         let mut unknown = Vec::new();
         for (id, processors) in report.processors {
