@@ -373,7 +373,12 @@ fn crash_rounds(store_args: &[&str]) {
     let mut server = first;
     let mut answered_total = 0;
     let mut answered: Vec<String> = Vec::new();
-    for round in 0..4 {
+    // `DROVER_CRASH_ROUNDS` (scripts/crash-rounds runs 20) rounds, 4 by default.
+    let rounds: usize = std::env::var("DROVER_CRASH_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(4);
+    for round in 0..rounds {
         let url = server.url.clone();
         let killer = {
             let pid = server.child.id() as i32;
@@ -432,7 +437,9 @@ fn crash_rounds(store_args: &[&str]) {
         assert!(Instant::now() < deadline, "jobs never ended: {open:?}");
         std::thread::sleep(Duration::from_millis(500));
     }
-    eprintln!("crash test: {answered_total} answered submissions over 4 kills, all present once");
+    eprintln!(
+        "crash test: {answered_total} answered submissions over {rounds} kills, all present once"
+    );
 }
 
 fn unsafe_kill(pid: i32) {
