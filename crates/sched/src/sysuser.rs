@@ -65,6 +65,19 @@ impl SystemUser {
         facts.is_file && (self.uid == 0 || self.has_permission(facts, 0o4))
     }
 
+    /// Whether this user may write what these `facts` describe, not a directory (a file,
+    /// or a device such as `/dev/null`).
+    pub fn may_write(&self, facts: &Facts) -> bool {
+        !facts.is_dir && (self.uid == 0 || self.has_permission(facts, 0o2))
+    }
+
+    /// Whether this user may make files in a directory of these `facts`.
+    pub fn may_create_in(&self, facts: &Facts) -> bool {
+        facts.is_dir
+            && (self.uid == 0
+                || (self.has_permission(facts, 0o2) && self.has_permission(facts, 0o1)))
+    }
+
     /// Whether this user may enter (search) a directory of these `facts`.
     pub fn may_enter(&self, facts: &Facts) -> bool {
         facts.is_dir && (self.uid == 0 || self.has_permission(facts, 0o1))

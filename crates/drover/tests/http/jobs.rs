@@ -1109,13 +1109,29 @@ fn wall_time_cpu_time_output_paths_and_the_user_a_job_runs_as() {
         let job = server.get(&format!("/rest/jobs/{name}")).json();
         assert_eq!(job["user"], "daemon");
         assert_eq!(job["group"], "daemon");
-        // A job may not write where its user may not: the output file is not created.
+        // A job may not write where its user may not: refused at submission when that
+        // is known then...
         let private = tempfile::tempdir().unwrap();
+        server
+            .send_json(
+                "POST",
+                "/rest/jobs",
+                &json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon",
+                        "standardOutputFilePath": private.path().join("stolen.txt")}),
+            )
+            .assert_refused(400, "standardOutputFilePath", &"a directory daemon may not write");
+        // ...and when the directory is closed to it only later, the output file is not
+        // created all the same.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
         let name = submit_v1(
             &server,
             json!({"commandFile": who, "initialWorkingDirectory": work.path(), "user": "daemon",
-                   "standardOutputFilePath": private.path().join("stolen.txt")}),
+                   "standardOutputFilePath": private.path().join("stolen.txt"), "holds": ["USER"]}),
         );
+        std::fs::set_permissions(private.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let released = server.send("PUT", &format!("/rest/jobs/{name}/unhold"), Auth::Admin);
+        assert_eq!(released.status, 200, "{}", released.body);
         let job = wait_state(&server, &name, "COMPLETED");
         assert_ne!(job["completionCode"], 0, "{job}");
         assert!(!private.path().join("stolen.txt").exists());
@@ -1516,23 +1532,56 @@ fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
     let server = TestServer::start();
     let work = scratch_dir();
     let command = script(work.path(), "never.sh", "echo ran");
-    // An output file in a directory that does not exist.
+    // An output file in a directory that does not exist: known at submission, a 400.
+    server
+        .send_json(
+            "POST",
+            "/rest/jobs?api-version=2",
+            &json!({"commandFile": command, "initialWorkingDirectory": work.path(),
+                    "standardOutputFilePath": "/nonexistent-dir/out"}),
+        )
+        .assert_refused(
+            400,
+            "standardOutputFilePath",
+            &"an output directory that does not exist",
+        );
+    // A device its user may write is fine.
+    submit_v2(
+        &server,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": "/dev/null", "standardErrorFilePath": "/dev/null"}),
+    );
+    // Known only at the start: the directory went away while the job was held.
+    let outputs = work.path().join("outputs");
+    std::fs::create_dir(&outputs).unwrap();
+    std::fs::set_permissions(
+        &outputs,
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
     let id = submit_v2(
         &server,
         json!({"commandFile": command, "initialWorkingDirectory": work.path(),
-               "standardOutputFilePath": "/nonexistent-dir/out"}),
+               "standardOutputFilePath": outputs.join("out"), "holds": ["User"]}),
     );
+    std::fs::remove_dir(&outputs).unwrap();
+    let released = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"holds": []}),
+    );
+    assert_eq!(released.status, 200, "{}", released.body);
     let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
         j["states"]["state"] == "Completed"
     });
     assert_ne!(job["completionCode"], 0, "{job}");
     let said = job["messages"].to_string();
     assert!(said.contains("could not be started"), "{job}");
-    assert!(said.contains("/nonexistent-dir/out"), "{job}");
+    assert!(said.contains("outputs/out"), "{job}");
     let events = server.get(&format!(
         "/rest/events?query=%7B%22eventType%22%3A%22jobend%22%2C%22primaryObject.id%22%3A%22{id}%22%7D"
     ));
-    assert!(events.body.contains("nonexistent-dir"), "{}", events.body);
+    assert!(events.body.contains("outputs/out"), "{}", events.body);
     // A command file gone while the job was held.
     let gone = script(work.path(), "gone.sh", "echo ran");
     let id = submit_v2(

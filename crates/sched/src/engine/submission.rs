@@ -182,6 +182,24 @@ impl Engine {
                 ),
             ));
         }
+        for (field, given) in [
+            ("standardOutputFilePath", &spec.stdout_path),
+            ("standardErrorFilePath", &spec.stderr_path),
+        ] {
+            let Some(given) = given else { continue };
+            let path = directory.join(given);
+            if !output_writable(facts, &path, user) {
+                return Err(SchedError::invalid(
+                    JOB_NOT_SUBMITTED,
+                    format!(
+                        "{field}: user '{}' cannot write '{}' (its directory does not exist, \
+                         or they may not write there)",
+                        user.name,
+                        path.display()
+                    ),
+                ));
+            }
+        }
         Ok(directory)
     }
 
@@ -358,6 +376,25 @@ impl Engine {
             member.name
         )))
     }
+}
+
+/// Whether `user` can write the output file `path` as the job's wrapper opens it: a
+/// directory they may make files in (the file gets its default name there), a file they
+/// may write, or a new file in a directory they may make files in. Judged as the user
+/// sees the file system; checked again when the job starts.
+fn output_writable(facts: &mut FileFacts, path: &std::path::Path, user: &SystemUser) -> bool {
+    if !facts.reachable(path, user) {
+        return false;
+    }
+    if facts.check(path, |f| {
+        f.is_some_and(|f| user.may_create_in(&f) || user.may_write(&f))
+    }) {
+        return true;
+    }
+    // Nothing there (or nothing the user may write): a new file in its directory.
+    let exists = facts.get(path).is_some();
+    let parent = path.parent().unwrap_or(std::path::Path::new("/"));
+    !exists && facts.check(parent, |f| f.is_some_and(|f| user.may_create_in(&f)))
 }
 
 fn is_dir(facts: Option<Facts>) -> bool {
