@@ -291,14 +291,32 @@ fn local_resource_manager(config: &Config) -> drover_sched::engine::MakeResource
 }
 
 /// The program every job's shepherd runs: `drover-shepherd` beside this program (a
-/// small one, which starts in a fifth of the time), else this program itself (`drover
-/// job-shepherd`).
+/// small one, which starts in a fifth of the time) when it was built from the same
+/// shepherd source as this one, else this program itself (`drover job-shepherd`).
 fn default_shepherd() -> std::path::PathBuf {
-    std::env::current_exe()
+    let this_program = std::path::PathBuf::from("/proc/self/exe");
+    let Some(beside) = std::env::current_exe()
         .ok()
         .map(|program| program.with_file_name("drover-shepherd"))
         .filter(|shepherd| shepherd.is_file())
-        .unwrap_or_else(|| std::path::PathBuf::from("/proc/self/exe"))
+    else {
+        return this_program;
+    };
+    let built_from = std::process::Command::new(&beside)
+        .arg(drover_shepherd::SOURCE_ARGUMENT)
+        .env_clear()
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_string());
+    if built_from.as_deref() == Some(drover_shepherd::SOURCE) {
+        return beside;
+    }
+    eprintln!(
+        "drover: warning: {} was built from another version of the shepherd; jobs are \
+         started by this program instead (rebuild both: cargo build --release -p drover)",
+        beside.display()
+    );
+    this_program
 }
 
 /// The Slurm resource manager, and the nodes: those of `[[nodes]]`, else Slurm's.

@@ -170,20 +170,7 @@ fn sigterm_stops_it_cleanly() {
 #[test]
 fn configured_users_hashed_by_the_cli_and_added_users_log_in() {
     let dir = tempfile::tempdir().unwrap();
-    let mut hash = drover()
-        .arg("hash-password")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    hash.stdin
-        .take()
-        .unwrap()
-        .write_all(b"root-secret\n")
-        .unwrap();
-    let output = hash.wait_with_output().unwrap();
-    assert!(output.status.success());
-    let hashed = String::from_utf8(output.stdout).unwrap().trim().to_string();
+    let hashed = hash_password("root-secret");
     assert!(hashed.starts_with("$argon2id$"), "{hashed}");
 
     let config = dir.path().join("drover.toml");
@@ -685,4 +672,57 @@ fn submit_until_killed_once(url: &str, password: &str, command: &str) -> String 
     let text = response.body_mut().read_to_string().unwrap();
     assert_eq!(status, 201, "{text}");
     name
+}
+
+/// A `drover-shepherd` beside the binary that was built from other sources (a stale one:
+/// `cargo run -p drover` rebuilds only `drover`) is not used: the service says so and
+/// starts jobs with itself.
+#[test]
+fn a_stale_shepherd_program_beside_the_binary_is_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("drover");
+    std::fs::copy(env!("CARGO_BIN_EXE_drover"), &program).unwrap();
+    let stale = dir.path().join("drover-shepherd");
+    std::fs::write(&stale, "#!/bin/sh\necho from-another-build\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&stale, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let mut child = Command::new(&program)
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Without the warning the server runs on: stop it after a while, so that the read
+    // ends and the assertion fails instead of waiting for ever.
+    let pid = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stopper = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if Instant::now() > deadline {
+                    unsafe_kill(pid);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+    let mut said = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while said.read_line(&mut line).unwrap() > 0 && !line.contains("shepherd") {
+        line.clear();
+    }
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    stopper.join().unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.contains("built from another version of the shepherd"),
+        "{line}"
+    );
 }

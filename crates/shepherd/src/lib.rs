@@ -28,6 +28,12 @@ use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicI32, Ordering};
 
+/// A digest of this source: the service and the `drover-shepherd` program it runs must
+/// agree on it (`drover-shepherd --source` prints it).
+pub const SOURCE: &str = env!("DROVER_SHEPHERD_SOURCE");
+/// The argument that makes the `drover-shepherd` program print [`SOURCE`].
+pub const SOURCE_ARGUMENT: &str = "--source";
+
 /// The status file's descriptor in the shepherd.
 pub const STATUS_FD: i32 = 3;
 /// The plan's descriptor in the shepherd.

@@ -3,5 +3,9 @@
 //! `drover` program takes (`drover job-shepherd` does the same, slower).
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some(drover_shepherd::SOURCE_ARGUMENT) {
+        println!("{}", drover_shepherd::SOURCE);
+        return;
+    }
     std::process::exit(drover_shepherd::run());
 }
