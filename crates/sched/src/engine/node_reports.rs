@@ -132,14 +132,13 @@ impl Engine {
     /// Merges `report` into what was reported of the node at `index` before, lays it
     /// over the node's description and keeps it; answers whether anything changed.
     fn describe_node(&mut self, index: usize, report: ReportedNode) -> bool {
-        if !report.describes() && self.nodes.reported(index).is_some() {
-            return false;
-        }
-        let merged = match self.nodes.reported(index) {
+        let before = self.nodes.reported(index);
+        let merged = match before {
             Some(before) => merge(before, report),
-            None => report,
+            None if report.describes() => report,
+            None => return false,
         };
-        if self.nodes.reported(index) == Some(&merged) {
+        if before == Some(&merged) {
             return false;
         }
         let id = merged.id.clone();
