@@ -1,6 +1,6 @@
 //! Starting processes off the engine thread. Handing a job to the resource manager
 //! forks, execs and writes files: milliseconds the engine would otherwise spend not
-//! answering. Launcher threads do it and tell the engine how it went (`Inbox::Started`);
+//! answering. A launcher thread does it and tells the engine how it went (`Inbox::Started`);
 //! meanwhile the job stays `Starting`, holding its nodes.
 //!
 //! Every hand-over carries a number: an answer whose number is not the job's latest
@@ -18,9 +18,10 @@ use crate::job::JobState;
 use crate::job::ProcessRecord;
 use crate::rm::{Exit, JobSignal, Launch, ResourceManager};
 
-/// Launcher threads: process starts overlap, a slow one (a full disk, a slow name
-/// service) does not hold up the others.
-const LAUNCHER_THREADS: usize = 2;
+/// One launcher thread: jobs are handed to the resource manager in the order the engine
+/// started them (a pass starts them in priority order, an array in index order), which
+/// several threads would not keep. A start costs about a millisecond (`posix_spawn`).
+const LAUNCHER_THREADS: usize = 1;
 
 /// A launch handed to the launchers.
 struct Order {
