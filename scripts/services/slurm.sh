@@ -109,6 +109,8 @@ SlurmdParameters=config_overrides
 # Without slurmdbd, an ended job is known only while slurmctld keeps it: an hour.
 MinJobAge=3600
 KillWait=5
+# Room for nodes made while it runs (`scontrol create nodename=...`, dynamic nodes).
+MaxNodeCount=16
 NodeName=node[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_BASE_PORT-$last] CPUs=$CPUS RealMemory=$MEMORY State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF

@@ -73,6 +73,15 @@ fn known(n: Option<u64>) -> i64 {
     n.map_or(-1, |n| n as i64)
 }
 
+/// Why the resource manager keeps work off the node (Slurm's reason for a down or
+/// drained node), unless an administrator's state here decides instead.
+fn rm_block_reason(node: &Node) -> Value {
+    match (&node.rm_state, &node.rm_reason, &node.overrides.state) {
+        (Some(_), Some(reason), None) => json!({ "message": reason, "type": "ResourceManager" }),
+        _ => Value::Null,
+    }
+}
+
 /// A node in its wire shape.
 pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Value {
     let config = &node.config;
@@ -93,7 +102,7 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
         "availableProcessors": if node.accepts_jobs() { i64::from(node.free_processors()) } else { 0 },
         "availableStartDate": null,
         "availableSwap": known(config.swap),
-        "blockReason": null,
+        "blockReason": rm_block_reason(node),
         "comments": null,
         "configuredClasses": [],
         "cpuLoad": -1,

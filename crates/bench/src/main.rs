@@ -552,6 +552,7 @@ fn main() {
                 held: number("--held", 0),
                 clients: number("--clients", 16),
                 command: arg(&args, "--command").unwrap_or_else(|| "/bin/true".into()),
+                directory: arg(&args, "--directory").unwrap_or_else(|| "/tmp".into()),
             };
             let figures = throughput::run(&options);
             if let Some(rate) = figures.held_per_second {

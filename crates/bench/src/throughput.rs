@@ -15,6 +15,8 @@ pub struct Options {
     pub held: usize,
     pub clients: usize,
     pub command: String,
+    /// The jobs' working directory (their output files go there).
+    pub directory: String,
 }
 
 pub struct Figures {
@@ -43,13 +45,13 @@ fn submit_all(options: &Options, count: usize, held: bool, tag: &str) -> Vec<Dur
             let authorization = options.authorization.clone();
             let body = if held {
                 format!(
-                    r#"{{"commandFile":"{}","initialWorkingDirectory":"/tmp","customName":"{tag}","holds":["User"]}}"#,
-                    options.command
+                    r#"{{"commandFile":"{}","initialWorkingDirectory":"{}","customName":"{tag}","holds":["User"]}}"#,
+                    options.command, options.directory
                 )
             } else {
                 format!(
-                    r#"{{"commandFile":"{}","initialWorkingDirectory":"/tmp","customName":"{tag}"}}"#,
-                    options.command
+                    r#"{{"commandFile":"{}","initialWorkingDirectory":"{}","customName":"{tag}"}}"#,
+                    options.command, options.directory
                 )
             };
             std::thread::spawn(move || {

@@ -72,7 +72,9 @@ pub struct ReportedNode {
     pub architecture: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub features: Option<Vec<String>>,
-    /// Who reported it (a plugin id).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub partition: Option<String>,
+    /// Who reported it (a plugin id, or the resource manager's name).
     pub reporter: String,
 }
 
@@ -84,6 +86,7 @@ impl ReportedNode {
             || self.disk.is_some()
             || self.architecture.is_some()
             || self.features.is_some()
+            || self.partition.is_some()
     }
 
     /// Lays the report over `config`; answers whether anything changed.
@@ -103,6 +106,9 @@ impl ReportedNode {
         }
         if let Some(features) = &self.features {
             config.features = features.clone();
+        }
+        if self.partition.is_some() {
+            config.partition = self.partition.clone();
         }
         *config != before
     }

@@ -335,20 +335,35 @@ fn slurm_resource_manager(
     slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
     slurm.partition = config.resource_manager.slurm_partition.clone();
     slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
-    let nodes = if config.nodes.is_empty() {
-        let found = slurm_nodes(&slurm).map_err(|e| format!("cannot read Slurm's nodes: {e}"))?;
-        for problem in &found.problems {
-            eprintln!("drover: warning: a Slurm node was not read: {problem}");
-        }
-        if found.items.is_empty() {
-            return Err("Slurm reports no node".into());
-        }
-        found.items.into_iter().map(|n| n.config).collect()
-    } else {
+    // Slurm's nodes, when none are configured here. Those it gains later are added at a
+    // refresh; while slurmctld does not answer, the service starts with the nodes it knew
+    // (the store keeps what Slurm said of them) and jobs wait until it answers.
+    slurm.describe_nodes = config.nodes.is_empty();
+    let read = slurm_nodes(&slurm);
+    let nodes = if !config.nodes.is_empty() {
         config.nodes.clone()
+    } else {
+        match &read {
+            Ok(found) => {
+                for problem in &found.problems {
+                    eprintln!("drover: warning: a Slurm node was not read: {problem}");
+                }
+                if found.items.is_empty() {
+                    eprintln!("drover: warning: Slurm reports no node (yet)");
+                }
+                found.items.iter().map(|n| n.config.clone()).collect()
+            }
+            Err(e) => {
+                eprintln!(
+                    "drover: warning: cannot read Slurm's nodes ({e}); starting with the nodes \
+                     the store knows, and reading Slurm's again until it answers"
+                );
+                Vec::new()
+            }
+        }
     };
     let make: drover_sched::engine::MakeResourceManager = Box::new(move |notify| {
-        SlurmResourceManager::new(slurm, notify)
+        SlurmResourceManager::with_nodes_read(slurm, notify, read)
             .map(|rm| Arc::new(rm) as Arc<dyn ResourceManager>)
             .map_err(|e| format!("cannot prepare the Slurm resource manager: {e}"))
     });

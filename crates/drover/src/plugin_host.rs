@@ -94,6 +94,8 @@ fn report_item(plugin: &str, report: NodeReport) -> NodeReportItem {
             disk: report.disk,
             architecture: report.architecture,
             features: (!report.features.is_empty()).then_some(report.features),
+            // A plugin's partition is a change, as a PUT would make it.
+            partition: None,
             reporter: plugin.to_string(),
         },
         changes: NodeChanges {

@@ -328,7 +328,18 @@ fn nodes_slurm_drains_take_no_work_until_resumed() {
         server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
     }
 
-    // Down in Slurm: Down here; resumed: back.
+    // Down in Slurm: Down here; resumed: back. Only once Slurm has let the cancelled
+    // jobs go: with `ReturnToService=2` a node set down while a job still ends on it
+    // comes back at once when its slurmd registers again.
+    wait("node3 runs nothing in Slurm", 60, || {
+        run(
+            "squeue",
+            &["-h", "--states=all", "-w", "node3", "-o", "%i %T"],
+        )
+        .lines()
+        .all(|line| !line.contains("RUNNING") && !line.contains("COMPLETING"))
+        .then_some(())
+    });
     run(
         "scontrol",
         &[
@@ -345,6 +356,110 @@ fn nodes_slurm_drains_take_no_work_until_resumed() {
     wait("node3 is up again", 30, || {
         (node_state(&server) != "Down").then_some(())
     });
+}
+
+/// A dynamic Slurm node (`slurmd -Z`) stopped and removed from Slurm when dropped.
+struct DynamicNode {
+    name: &'static str,
+    slurmd: std::process::Child,
+}
+
+impl DynamicNode {
+    /// Registers `name` with slurmctld as a node of 4 processors.
+    fn start(name: &'static str) -> DynamicNode {
+        std::fs::create_dir_all(format!("/var/lib/slurm/slurmd/{name}")).unwrap();
+        let slurmd = Command::new("/usr/sbin/slurmd")
+            .args(["-D", "-Z", "-N", name, "--conf", "CPUs=4 RealMemory=1000"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("slurmd starts");
+        DynamicNode { name, slurmd }
+    }
+
+    /// Stops its slurmd and deletes the node from Slurm.
+    fn remove(&mut self) {
+        let _ = self.slurmd.kill();
+        let _ = self.slurmd.wait();
+        let node = format!("nodename={}", self.name);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        // Slurm deletes a node only once nothing runs on it.
+        while !Command::new("scontrol")
+            .args(["delete", &node])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+}
+
+impl Drop for DynamicNode {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// A node Slurm gains while the service runs is added and takes work; one it loses is
+/// down here, also after a restart of the service.
+#[test]
+fn nodes_slurm_gains_take_work_and_those_it_loses_go_down() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    assert_eq!(server.get("/rest/nodes/node9").status, 404);
+    let mut node9 = DynamicNode::start("node9");
+    let node = wait("node9 shows", 30, || {
+        let reply = server.get("/rest/nodes/node9");
+        (reply.status == 200).then(|| reply.json())
+    });
+    assert_eq!(node["totalProcessors"], 4, "{node}");
+    assert_eq!(node["totalMemory"], 1000, "{node}");
+    assert_eq!(node["partition"], "debug", "{node}");
+
+    // Four jobs of a whole node each: one of them runs on node9.
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleep.sh", "sleep 60");
+    let body = json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(),
+        "requirements": {"requiredProcessorsPerTask": 4}});
+    let jobs: Vec<String> = (0..4)
+        .map(|_| submit_as_bob(&server, body.clone()))
+        .collect();
+    let hosts = wait("the four jobs run", 60, || {
+        let hosts: Vec<Value> = jobs
+            .iter()
+            .map(|id| server.get(&format!("/rest/jobs/{id}")).json())
+            .filter(|job| job["state"] == "RUNNING")
+            .map(|job| job["hosts"].clone())
+            .collect();
+        (hosts.len() == 4).then_some(hosts)
+    });
+    assert!(hosts.contains(&json!(["node9"])), "{hosts:?}");
+    for id in &jobs {
+        server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    }
+    wait("node9 runs nothing in Slurm", 60, || {
+        run("squeue", &["-h", "-w", "node9", "-o", "%i"])
+            .trim()
+            .is_empty()
+            .then_some(())
+    });
+
+    // Gone from Slurm: down here, and still so after a restart.
+    node9.remove();
+    let node = wait("node9 shows Down", 30, || {
+        let node = server.get("/rest/nodes/node9").json();
+        (node["state"] == "Down").then_some(node)
+    });
+    assert!(node.to_string().contains("no longer reports"), "{node}");
+    let server = server.restart_after(Duration::ZERO);
+    let node = server.get("/rest/nodes/node9").json();
+    assert_eq!(node["state"], "Down", "{node}");
 }
 
 /// A job sbatch'ed by hand shows here as its user's, holds its node, may be cancelled
@@ -610,6 +725,24 @@ fn a_restart_of_slurmctld_loses_nothing() {
 
     stop_slurmctld();
     let mut restart = Restart(true);
+    // The service restarts meanwhile: it starts with the nodes it knew (the store keeps
+    // what Slurm said of them) and adopts its jobs without an answer from Slurm. A new
+    // server that never read Slurm starts too, with no node until Slurm answers.
+    let server = server.restart_after(Duration::ZERO);
+    let node_ids = |server: &TestServer| -> Vec<String> {
+        let nodes = server.get("/rest/nodes").json();
+        let mut ids: Vec<String> = nodes["results"]
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .filter_map(|n| n["id"].as_str().map(str::to_string))
+            .collect();
+        ids.sort();
+        ids
+    };
+    assert_eq!(node_ids(&server), ["node1", "node2", "node3"]);
+    let fresh = slurm_server();
+    assert_eq!(node_ids(&fresh), Vec::<String>::new());
     // A job submitted meanwhile cannot start: it waits (it is not held).
     let during = script(work.path(), "during.sh", "exit 7");
     let during = submit_as_bob(
@@ -623,6 +756,11 @@ fn a_restart_of_slurmctld_loses_nothing() {
     assert_eq!(job["state"], "RUNNING", "no end is made up: {job}");
     start_slurmctld();
     restart.0 = false;
+    wait("the new server reads Slurm's nodes", 30, || {
+        (node_ids(&fresh) == ["node1", "node2", "node3"]).then_some(())
+    });
+    // (It shows the other server's jobs as submitted directly: they are not its to end.)
+    fresh.stop_leaving_jobs();
 
     let job = wait("the quick job's end is read", 60, || {
         let job = server.get(&format!("/rest/jobs/{quick}")).json();
@@ -635,7 +773,9 @@ fn a_restart_of_slurmctld_loses_nothing() {
     });
     assert_eq!(job["completionCode"], 7, "{job}");
     assert_eq!(job["holds"], json!([]), "{job}");
-    assert!(job["messages"].to_string().contains("waits again"), "{job}");
+    // Not even tried while slurmctld was known to be away (the restarted service knew
+    // it from its first reading of the nodes): started once, when it answered.
+    assert_eq!(job["startCount"], 1, "{job}");
     let again = shown_job(&server, &by_hand).expect("still shown");
     assert_eq!(again["id"], shown["id"]);
     assert_eq!(again["state"], "RUNNING", "{again}");

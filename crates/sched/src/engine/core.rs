@@ -141,7 +141,7 @@ impl Engine {
         };
         let rm = (parts.resource_manager)(notify)?;
         let service_user = SystemUser::current().ok_or("the service's own user has no account")?;
-        let node_configs = if config.nodes.is_empty() {
+        let node_configs = if config.nodes.is_empty() && !rm.describes_nodes() {
             vec![super::node_pool::this_machine()]
         } else {
             config.nodes.clone()

@@ -111,7 +111,7 @@ impl Engine {
     }
 
     /// Adds the node `report` describes; answers its index.
-    fn add_reported_node(&mut self, report: &ReportedNode) -> Result<usize, String> {
+    pub(super) fn add_reported_node(&mut self, report: &ReportedNode) -> Result<usize, String> {
         node_id(&report.id)?;
         if self.nodes.added_count() >= MAX_ADDED_NODES {
             return Err(format!(
@@ -131,7 +131,7 @@ impl Engine {
 
     /// Merges `report` into what was reported of the node at `index` before, lays it
     /// over the node's description and keeps it; answers whether anything changed.
-    fn describe_node(&mut self, index: usize, report: ReportedNode) -> bool {
+    pub(super) fn describe_node(&mut self, index: usize, report: ReportedNode) -> bool {
         let before = self.nodes.reported(index);
         let merged = match before {
             Some(before) => merge(before, report),
@@ -243,6 +243,7 @@ fn merge(before: &ReportedNode, now: ReportedNode) -> ReportedNode {
         disk: now.disk.or(before.disk),
         architecture: now.architecture.or_else(|| before.architecture.clone()),
         features: now.features.or_else(|| before.features.clone()),
+        partition: now.partition.or_else(|| before.partition.clone()),
         reporter: now.reporter,
     }
 }

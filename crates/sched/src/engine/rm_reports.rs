@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 use super::core::Engine;
 use crate::job::{Job, JobDates, JobSpec, JobState, JobStatus, ResourceRequest};
+use crate::node::{NodeState, ReportedNode};
 use crate::rm::{DetectedJob, RmNode};
 
 /// The longest name kept of a job submitted directly.
@@ -25,30 +26,91 @@ const MAX_DETECTED_NAME: usize = 256;
 
 impl Engine {
     /// The resource manager's view of the nodes: a change is shown, and judged by the
-    /// next pass.
+    /// next pass. Reports that describe their nodes are of all the resource manager's
+    /// nodes: a node described that is not here is added (and kept with the reported
+    /// nodes, so it is here after a restart even while the resource manager does not
+    /// answer), and a node described before that is missing now is down.
     pub(crate) fn rm_nodes(&mut self, reported: Vec<RmNode>) {
+        let mut named = HashSet::new();
+        let mut reporter = None;
         for report in reported {
-            let Some(index) = self.nodes.index_of(&report.id) else {
-                continue;
+            let index = match report.description {
+                Some(description) => {
+                    reporter = Some(description.reporter.clone());
+                    match self.rm_described_node(description) {
+                        Some(index) => index,
+                        None => continue,
+                    }
+                }
+                None => match self.nodes.index_of(&report.id) {
+                    Some(index) => index,
+                    None => continue,
+                },
             };
-            let node = &self.nodes.all()[index];
-            if node.rm_state == report.state && node.rm_reason == report.reason {
-                continue;
-            }
-            let node = self.nodes.node_mut(index);
-            node.rm_state = report.state;
-            node.rm_reason = report.reason.clone();
-            let state = node.state();
-            self.needs_schedule = true;
-            let mut details = vec![
-                ("fields".to_string(), "rmState".to_string()),
-                ("state".to_string(), state.as_str().to_string()),
-            ];
-            if let Some(reason) = report.reason {
-                details.push(("reason".into(), reason));
-            }
-            self.emit("nodemodify", "node", &report.id, None, details);
+            named.insert(index);
+            self.set_rm_state(index, report.state, report.reason);
         }
+        let Some(reporter) = reporter else {
+            return;
+        };
+        let gone: Vec<usize> = (0..self.nodes.all().len())
+            .filter(|index| !named.contains(index))
+            .filter(|&index| {
+                self.nodes
+                    .reported(index)
+                    .is_some_and(|r| r.reporter == reporter)
+            })
+            .collect();
+        for index in gone {
+            self.set_rm_state(
+                index,
+                Some(NodeState::Down),
+                Some(format!("{reporter} no longer reports this node")),
+            );
+        }
+    }
+
+    /// Adds or describes again a node the resource manager describes; answers its
+    /// index (None when it may not be added).
+    fn rm_described_node(&mut self, description: ReportedNode) -> Option<usize> {
+        let index = match self.nodes.index_of(&description.id) {
+            Some(index) => index,
+            None => match self.add_reported_node(&description) {
+                Ok(index) => index,
+                Err(why) => {
+                    eprintln!(
+                        "drover: node {} of {}: {why}",
+                        description.id, description.reporter
+                    );
+                    return None;
+                }
+            },
+        };
+        if self.describe_node(index, description) {
+            self.needs_schedule = true;
+        }
+        Some(index)
+    }
+
+    fn set_rm_state(&mut self, index: usize, state: Option<NodeState>, reason: Option<String>) {
+        let node = &self.nodes.all()[index];
+        if node.rm_state == state && node.rm_reason == reason {
+            return;
+        }
+        let node = self.nodes.node_mut(index);
+        node.rm_state = state;
+        node.rm_reason = reason.clone();
+        let shown = node.state();
+        let id = node.config.id.clone();
+        self.needs_schedule = true;
+        let mut details = vec![
+            ("fields".to_string(), "rmState".to_string()),
+            ("state".to_string(), shown.as_str().to_string()),
+        ];
+        if let Some(reason) = reason {
+            details.push(("reason".into(), reason));
+        }
+        self.emit("nodemodify", "node", &id, None, details);
     }
 
     /// Jobs the resource manager runs that were not started here: each one not yet

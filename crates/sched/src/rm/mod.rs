@@ -102,6 +102,10 @@ pub struct RmNode {
     pub state: Option<crate::node::NodeState>,
     /// Why, as the resource manager says.
     pub reason: Option<String>,
+    /// What it is (processors, memory, features, partition) when the resource manager
+    /// is where the nodes come from: such a report is of all its nodes, so a node it
+    /// describes that is not here is added, and one it no longer names is down.
+    pub description: Option<crate::node::ReportedNode>,
 }
 
 /// A job the resource manager runs that was submitted to it directly.
@@ -140,6 +144,13 @@ pub trait ResourceManager: Send + Sync {
     /// After a restart: whether the recorded process still runs; if so, its end will be
     /// reported like that of a process started here.
     fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool;
+
+    /// Whether the nodes are the resource manager's to tell ([`RmNode::description`]):
+    /// with none configured, the engine then starts with none of its own (not this
+    /// machine) and waits for the resource manager's.
+    fn describes_nodes(&self) -> bool {
+        false
+    }
 
     /// Why no job can be started now (the resource manager does not answer), if so: the
     /// engine then starts none, and they wait in the queue rather than fail.

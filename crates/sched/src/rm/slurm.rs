@@ -9,7 +9,9 @@
 //! none; `squeue --json` of 22.05 would list every job whatever it is asked) and reports
 //! their ends, with `sacct` only for a job that left squeue. Every
 //! [`SlurmConfig::node_poll`] it reads the nodes (`sinfo --json`) and reports their
-//! states when they change ([`RmEvent::Nodes`]), and lists the waiting and running jobs
+//! states when they change ([`RmEvent::Nodes`]; with [`SlurmConfig::describe_nodes`],
+//! what they are too, so nodes Slurm gains or loses while it runs are added here or go
+//! down), and lists the waiting and running jobs
 //! it does not watch: jobs submitted to Slurm directly ([`RmEvent::Detected`]; the
 //! engine adopts each through [`ResourceManager::adopt_detected`]; the start of one
 //! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
@@ -49,7 +51,7 @@ use std::time::{Duration, Instant};
 
 use super::{DetectedJob, Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNode, RmNotify};
 use crate::job::{Allocation, ProcessRecord};
-use crate::node::NodeState;
+use crate::node::{NodeState, ReportedNode};
 
 /// The batch script of every job: becomes the job's command (its positional parameters),
 /// as the local resource manager's wrapper does.
@@ -87,6 +89,9 @@ pub struct SlurmConfig {
     pub node_poll: Duration,
     /// The longest any Slurm command may take.
     pub command_timeout: Duration,
+    /// Whether the nodes are Slurm's (none configured here): each refresh then
+    /// describes them all, so nodes Slurm gains are added and those it loses are down.
+    pub describe_nodes: bool,
 }
 
 impl SlurmConfig {
@@ -101,6 +106,7 @@ impl SlurmConfig {
             poll: Duration::from_secs(1),
             node_poll: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
+            describe_nodes: false,
         }
     }
 
@@ -443,6 +449,8 @@ fn unreachable(error: &str) -> bool {
         "no answer within",
         "Socket timed out",
         "Connection refused",
+        // sinfo --json of 22.05 while slurmctld is away (see `json`).
+        "Slurm answered: Unspecified error",
     ]
     .iter()
     .any(|words| error.contains(words))
@@ -469,6 +477,11 @@ impl Shared {
     }
 
     fn listing(&self, fresh_within: Duration) -> Result<Arc<Parsed<SlurmJob>>, String> {
+        // Known to be away (each try takes squeue about 9 s): the watcher notices when
+        // slurmctld answers again.
+        if let Some(why) = self.away.lock().unwrap_or_else(|e| e.into_inner()).clone() {
+            return Err(why);
+        }
         let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((at, jobs)) = cache.as_ref()
             && at.elapsed() < fresh_within
@@ -593,7 +606,12 @@ impl Shared {
 
     /// Reads the nodes' states (`sinfo --json`) and reports them if they changed.
     fn refresh_nodes(&self) {
-        let nodes = match slurm_nodes(&self.config) {
+        self.nodes_read(slurm_nodes(&self.config));
+    }
+
+    /// Reports what a reading of the nodes found, if it changed.
+    fn nodes_read(&self, nodes: Result<Parsed<SlurmNode>, String>) {
+        let nodes = match nodes {
             Ok(nodes) => nodes,
             Err(e) => {
                 eprintln!("slurm: cannot read the nodes: {e}");
@@ -602,7 +620,16 @@ impl Shared {
             }
         };
         self.heard(Ok(()));
-        let states: Vec<RmNode> = nodes.items.iter().map(rm_node).collect();
+        let states: Vec<RmNode> = nodes
+            .items
+            .iter()
+            .map(|node| {
+                rm_node(
+                    node,
+                    self.config.describe_nodes.then_some(&self.config.name),
+                )
+            })
+            .collect();
         let mut last = self.nodes.lock().unwrap_or_else(|e| e.into_inner());
         if last.as_ref() != Some(&states) {
             *last = Some(states.clone());
@@ -647,9 +674,22 @@ impl Shared {
     }
 }
 
-/// A node's state as the engine hears it.
-fn rm_node(node: &SlurmNode) -> RmNode {
+/// A node's state as the engine hears it, and what it is when `described_as` names
+/// the reporter (the nodes are Slurm's).
+fn rm_node(node: &SlurmNode, described_as: Option<&String>) -> RmNode {
+    let config = &node.config;
+    let description = described_as.map(|reporter| ReportedNode {
+        id: config.id.clone(),
+        processors: Some(config.processors),
+        memory: config.memory,
+        disk: None,
+        architecture: config.architecture.clone(),
+        features: Some(config.features.clone()),
+        partition: config.partition.clone(),
+        reporter: reporter.clone(),
+    });
     RmNode {
+        description,
         id: node.config.id.clone(),
         state: if node.down {
             Some(NodeState::Down)
@@ -746,6 +786,17 @@ impl SlurmResourceManager {
     /// Writes the batch script into `config.state_dir` and starts the watcher thread;
     /// ends are reported on `events`.
     pub fn new(config: SlurmConfig, events: RmNotify) -> std::io::Result<Self> {
+        let nodes = slurm_nodes(&config);
+        Self::with_nodes_read(config, events, nodes)
+    }
+
+    /// [`SlurmResourceManager::new`] with the nodes just read (`sinfo --json`) by its
+    /// caller: not read twice at a start, which takes a while when slurmctld is away.
+    pub fn with_nodes_read(
+        config: SlurmConfig,
+        events: RmNotify,
+        nodes: Result<Parsed<SlurmNode>, String>,
+    ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&config.state_dir)?;
         let script = config.state_dir.join("drover-batch.sh");
         // Written anew each time (atomically): its content is the code's, not the disk's.
@@ -768,7 +819,7 @@ impl SlurmResourceManager {
         });
         // The nodes' states before the engine's first pass (its inbox holds them until
         // it runs): a node drained in Slurm gets no job even in the first seconds.
-        shared.refresh_nodes();
+        shared.nodes_read(nodes);
         let watcher = shared.clone();
         std::thread::Builder::new()
             .name("slurm-watcher".into())
@@ -920,6 +971,10 @@ impl ResourceManager for SlurmResourceManager {
                 true
             }
         }
+    }
+
+    fn describes_nodes(&self) -> bool {
+        self.shared.config.describe_nodes
     }
 
     fn unavailable(&self) -> Option<String> {
