@@ -236,19 +236,43 @@ fn directory_down(why: String) -> ApiError {
     )
 }
 
-/// The identity of the request's Basic credentials: remembered logins on the async
-/// runtime, then a local user's argon2 verification on a blocking thread, or the
-/// directory. Refused unchecked while the source or the name is throttled.
+/// The identity of the request's credentials: a bearer token (`Authorization: Bearer`,
+/// issued by `<base>/oauth/token`), or a Basic login (see [`login`]).
 pub(crate) async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     source: Option<IpAddr>,
 ) -> Result<Identity, ApiError> {
-    let (user, password) = headers
+    let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(basic_credentials)
         .ok_or_else(ApiError::unauthorized)?;
+    if let Some(token) = bearer_token(value) {
+        return bearer(state, token.to_string(), source).await;
+    }
+    let (user, password) = basic_credentials(value).ok_or_else(ApiError::unauthorized)?;
+    login(state, user, password, source).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The identity of a user name and password: remembered logins on the async runtime,
+/// then a local user's argon2 verification on a blocking thread, or the directory.
+/// Refused unchecked while the source or the name is throttled. Basic logins and the
+/// token endpoint's password grant both come here.
+pub(crate) async fn login(
+    state: &AppState,
+    user: String,
+    password: String,
+    source: Option<IpAddr>,
+) -> Result<Identity, ApiError> {
     let auth = state.auth();
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
@@ -261,6 +285,54 @@ pub(crate) async fn authenticate(
     tokio::spawn(async move { check_password(&state, user, password, source).await })
         .await
         .map_err(ApiError::internal)?
+}
+
+/// The identity a live bearer token stands for: its user as they are now (a local user
+/// since removed is refused). A token not found counts as a failed login of its source
+/// (under a name of that source's own, so that guessing from one address blocks that
+/// address, not every token's holder).
+async fn bearer(
+    state: &AppState,
+    token: String,
+    source: Option<IpAddr>,
+) -> Result<Identity, ApiError> {
+    let source = source.map(|ip| ip.to_string());
+    let guesser = format!("bearer token from {}", source.as_deref().unwrap_or("?"));
+    let throttle = state.access().throttle();
+    if let Some(wait) = throttle.wait(source.as_deref(), &guesser) {
+        return Err(ApiError::throttled(wait.as_secs().max(1)));
+    }
+    let tokens = state.tokens().clone();
+    let owner = tokio::task::spawn_blocking(move || tokens.find(&token))
+        .await
+        .map_err(ApiError::internal)??;
+    let owner = match owner {
+        Some(owner) if owner.origin == Origin::Directory || state.auth().is_local(&owner.user) => {
+            owner
+        }
+        _ => {
+            let blocked = throttle.failed(source.as_deref(), &guesser);
+            audit::record(
+                state,
+                Audit::LoginFailed,
+                &guesser,
+                source.as_deref(),
+                "bearer token refused".into(),
+            );
+            if blocked {
+                audit::record(
+                    state,
+                    Audit::LoginThrottled,
+                    &guesser,
+                    source.as_deref(),
+                    "too many refused bearer tokens: further logins refused unchecked for a while"
+                        .into(),
+                );
+            }
+            return Err(ApiError::unauthorized());
+        }
+    };
+    proxied_identity(state, &owner.user).await
 }
 
 /// A login that is not remembered: checked in its source's and its name's turn, within

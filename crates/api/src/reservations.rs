@@ -91,6 +91,7 @@ pub(crate) fn register(routes: &mut Routes) {
     );
     routes
         .post("/rest/reservations", CREATE, create)
+        .idempotent()
         .summary("Creates a reservation: resources set aside for a time window")
         .body(
             "application/json",

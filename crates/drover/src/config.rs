@@ -86,6 +86,53 @@ pub struct Config {
     pub resource_manager: ResourceManagerConfig,
     /// Several servers sharing one PostgreSQL store, one of them active.
     pub high_availability: HighAvailabilityConfig,
+    /// How long `Idempotency-Key`s are kept, and how many one user may hold.
+    pub idempotency: IdempotencyConfig,
+    /// Token login for portals (`<base>/oauth/token`).
+    pub oauth: OAuthConfig,
+}
+
+/// `[idempotency]`: the keys of creating requests (`Idempotency-Key`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    /// How long a key and its answer are kept (then purged): a retry within it is
+    /// answered the first answer.
+    pub window_seconds: u64,
+    /// Live keys one user may hold; more are refused (429).
+    pub max_keys_per_user: usize,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            window_seconds: 24 * 3600,
+            max_keys_per_user: 1000,
+        }
+    }
+}
+
+/// `[oauth]`: bearer tokens for portal clients.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OAuthConfig {
+    /// How long an issued token lives.
+    pub token_seconds: u64,
+    /// Live tokens one user may hold; issuing more drops their oldest.
+    pub max_tokens_per_user: usize,
+    /// The portal clients (`[[oauth.clients]]`: `id`, `secret_hash`, optional
+    /// `principal` for the `client_credentials` grant). None: the endpoint refuses all.
+    pub clients: Vec<drover_auth::tokens::OAuthClient>,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        Self {
+            token_seconds: 3600,
+            max_tokens_per_user: 16,
+            clients: Vec::new(),
+        }
+    }
 }
 
 /// `[high_availability]`: several servers share one PostgreSQL store; the one holding the
@@ -463,6 +510,8 @@ impl Default for Config {
             plugins: PluginsConfig::default(),
             resource_manager: ResourceManagerConfig::default(),
             high_availability: HighAvailabilityConfig::default(),
+            idempotency: IdempotencyConfig::default(),
+            oauth: OAuthConfig::default(),
         }
     }
 }

@@ -337,10 +337,25 @@ impl TestServer {
         auth: Auth,
         body: Option<(&str, Vec<u8>)>,
     ) -> Reply {
+        self.call_with(method, path, auth, &[], body)
+    }
+
+    /// [`TestServer::call`] with more headers (`Idempotency-Key`...).
+    pub fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Auth,
+        headers: &[(&str, &str)],
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Reply {
         let send = || {
             let mut request = ureq::http::Request::builder()
                 .method(method)
                 .uri(self.url(path));
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
             if let Some(value) = auth.header() {
                 request = request.header("Authorization", value);
             }

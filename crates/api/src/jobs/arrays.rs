@@ -20,6 +20,7 @@ use crate::routes::{Caller, Routes};
 pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/job-arrays", CREATE, submit)
+        .idempotent()
         .summary("Submits a job array (when ENABLEJOBARRAYS is TRUE); answers the master's {name}")
         .body(
             "application/json",

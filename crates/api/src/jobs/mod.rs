@@ -70,6 +70,7 @@ pub(crate) fn register(routes: &mut Routes) {
     one_doc(routes.get("/rest/jobs/complete/{id}", READ, one_complete));
     routes
         .post("/rest/jobs", CREATE, submit)
+        .idempotent()
         .summary("Submits a job: version 1 answers {id}, version 2 {name}")
         .json_body(required(
             object(&[
