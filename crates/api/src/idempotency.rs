@@ -20,8 +20,8 @@ use crate::routes::handle;
 pub(crate) const HEADER: &str = "idempotency-key";
 /// Set on an answer replayed from an earlier request.
 const REPLAYED: &str = "idempotent-replayed";
-/// Answers larger than this are not kept (the key is given back): creations answer
-/// far less.
+/// Answers larger than this are not kept (the key stays claimed: retries are refused,
+/// never run again); creations answer far less.
 const MAX_KEPT_BODY: usize = 1024 * 1024;
 
 /// The request's key, when it has one (checked).
@@ -97,11 +97,16 @@ impl Once {
             return response;
         }
         let (parts, body) = response.into_parts();
-        let Ok(body) = to_bytes(body, MAX_KEPT_BODY).await else {
+        // The handler's own answer, already whole in memory.
+        let Ok(body) = to_bytes(body, usize::MAX).await else {
             let _ = tokio::task::spawn_blocking(move || keys.release(&id)).await;
-            return ApiError::internal("an answer too large to keep for its Idempotency-Key")
-                .into_response();
+            return ApiError::internal("an answer that could not be read").into_response();
         };
+        if body.len() > MAX_KEPT_BODY {
+            // Too large to keep: answered, and the key left claimed, so that a retry is
+            // refused rather than run again.
+            return Response::from_parts(parts, Body::from(body));
+        }
         let text = |name: header::HeaderName| {
             parts
                 .headers
