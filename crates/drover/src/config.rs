@@ -820,6 +820,32 @@ mod tests {
     }
 
     #[test]
+    fn idempotency_and_oauth_sections_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.toml");
+        std::fs::write(
+            &path,
+            "[idempotency]\nwindow_seconds = 60\nmax_keys_per_user = 5\n\
+             [oauth]\ntoken_seconds = 120\nmax_tokens_per_user = 2\n\
+             [[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"$argon2id$x\"\n\
+             principal = \"svc\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), no_env).unwrap();
+        assert_eq!(config.idempotency.window_seconds, 60);
+        assert_eq!(config.idempotency.max_keys_per_user, 5);
+        assert_eq!(config.oauth.token_seconds, 120);
+        assert_eq!(config.oauth.max_tokens_per_user, 2);
+        assert_eq!(config.oauth.clients[0].principal.as_deref(), Some("svc"));
+        let defaults = Config::default();
+        assert_eq!(defaults.idempotency.window_seconds, 86400);
+        assert!(defaults.oauth.clients.is_empty());
+        std::fs::write(&path, "[[oauth.clients]]\nid = \"p\"\nsecret = \"plain\"\n").unwrap();
+        let error = Config::load(Some(&path), no_env).unwrap_err();
+        assert!(error.contains("secret"), "{error}");
+    }
+
+    #[test]
     fn mistakes_are_named() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("drover.toml");

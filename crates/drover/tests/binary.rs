@@ -232,6 +232,23 @@ fn a_bad_configuration_is_refused_with_a_reason() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("listen"));
 
+    // A portal client's secret must be an argon2 hash, never the secret itself.
+    std::fs::write(
+        &config,
+        "[[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"plain-secret\"\n",
+    )
+    .unwrap();
+    let output = drover()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("secret_hash"), "{error}");
+
     let output = drover().arg("frobnicate").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
