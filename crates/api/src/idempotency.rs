@@ -5,13 +5,20 @@
 //! request (method, target and body) within the window; any other answer gives the key
 //! back, since it created nothing. A retry while the first is under way, or with another
 //! request, is a 409.
+//!
+//! Job submissions (`.idempotent_with_receipt()`) also hand the engine a receipt
+//! ([`receipt`]): the key's document written again in the transaction that stores the
+//! job, so that a crash between the job's commit and the keeping of its answer loses
+//! neither (see `request_keys`).
 
 use axum::body::{Body, to_bytes};
 use axum::extract::Request;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use drover_auth::request_keys::{self, Claim, KeptAnswer};
+use drover_auth::request_keys::{self, Claim, KeptAnswer, REQUEST_KEYS};
+use drover_sched::Receipt;
+use serde_json::Value;
 
 use crate::AppState;
 use crate::error::{ApiError, Kind};
@@ -54,6 +61,35 @@ pub(crate) struct Once {
     /// Whose bound of live keys this one counts against.
     pub user: String,
     pub key: String,
+    /// The route's handler passes the key's [`receipt`] to the engine.
+    pub in_transaction: bool,
+}
+
+/// The key a request being handled claimed: what [`receipt`] reads.
+#[derive(Clone)]
+struct ClaimedKey {
+    id: String,
+    record: Value,
+}
+
+tokio::task_local! {
+    static CLAIMED: ClaimedKey;
+}
+
+/// The receipt of the key the current request claimed, if it has one: its creation
+/// answers `status` with `{field: <id>}` and `Location: <location><id>`.
+pub(crate) fn receipt(status: u16, location: &str, field: &str) -> Option<Receipt> {
+    CLAIMED
+        .try_with(|claimed| {
+            let mut body = claimed.record.clone();
+            body["shape"] = request_keys::answer_shape(status, location, field);
+            Receipt {
+                collection: REQUEST_KEYS.into(),
+                id: claimed.id.clone(),
+                body,
+            }
+        })
+        .ok()
 }
 
 impl Once {
@@ -81,16 +117,23 @@ impl Once {
         let fingerprint = request_keys::fingerprint(parts.method.as_str(), target, &body);
         let keys = state.request_keys().clone();
         let (caller, user, key) = (self.caller.clone(), self.user.clone(), self.key.clone());
-        let claim =
-            tokio::task::spawn_blocking(move || keys.claim(&caller, &user, &key, &fingerprint))
-                .await;
-        let id = match claim {
-            Ok(Ok(Claim::Claimed(id))) => id,
+        let in_transaction = self.in_transaction;
+        let claim = tokio::task::spawn_blocking(move || {
+            keys.claim(&caller, &user, &key, &fingerprint, in_transaction)
+        })
+        .await;
+        let (id, record) = match claim {
+            Ok(Ok(Claim::Claimed { id, record })) => (id, record),
             Ok(Ok(found)) => return self.refusal_or_replay(found),
             Ok(Err(e)) => return ApiError::from(e).into_response(),
             Err(e) => return ApiError::internal(e).into_response(),
         };
-        let response = handle(Request::from_parts(parts, Body::from(body)), next).await;
+        let claimed = ClaimedKey {
+            id: id.clone(),
+            record,
+        };
+        let request = Request::from_parts(parts, Body::from(body));
+        let response = CLAIMED.scope(claimed, handle(request, next)).await;
         let keys = state.request_keys().clone();
         if !response.status().is_success() {
             let _ = tokio::task::spawn_blocking(move || keys.release(&id)).await;
@@ -160,7 +203,9 @@ impl Once {
                 ],
             )
             .into_response(),
-            Claim::Claimed(_) => ApiError::internal("a claim answered as found").into_response(),
+            Claim::Claimed { .. } => {
+                ApiError::internal("a claim answered as found").into_response()
+            }
         }
     }
 }

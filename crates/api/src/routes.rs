@@ -89,6 +89,8 @@ pub struct RouteDoc {
     pub body_optional: bool,
     /// A creating `POST` that takes an `Idempotency-Key` header (`idempotency`).
     pub idempotent: bool,
+    /// Its creation writes the key's receipt in its own transaction (job submissions).
+    pub receipted: bool,
     pub responses: Vec<ResponseDoc>,
 }
 
@@ -221,6 +223,13 @@ impl RouteBuilder<'_> {
         })
     }
 
+    /// [`RouteBuilder::idempotent`], for a handler that passes the key's receipt
+    /// (`idempotency::receipt`) to the engine with its submission.
+    pub fn idempotent_with_receipt(self) -> Self {
+        self.doc.receipted = true;
+        self.idempotent()
+    }
+
     /// A `POST` or `PUT` that reads no body.
     pub fn no_body(self) -> Self {
         self.doc.no_body = true;
@@ -267,6 +276,7 @@ impl Routes {
                 no_body: false,
                 body_optional: false,
                 idempotent: false,
+                receipted: false,
                 responses: Vec::new(),
             },
             handler: on(filter, handler),
@@ -382,6 +392,7 @@ impl Routes {
                     state: state.clone(),
                     access: entry.doc.access,
                     idempotent: entry.doc.idempotent,
+                    receipted: entry.doc.receipted,
                 },
                 gate,
             ));
@@ -540,6 +551,7 @@ struct Gate {
     state: AppState,
     access: Access,
     idempotent: bool,
+    receipted: bool,
 }
 
 /// Authenticates (HTTP Basic, local users then the directory), parses the common
@@ -623,6 +635,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             caller: format!("{}\n{}", identity.name, effective),
             user: identity.name.clone(),
             key,
+            in_transaction: gate.receipted,
         }),
         _ => None,
     };

@@ -7,10 +7,16 @@
 //! another caller's same key is another document. Claiming a key inserts its document
 //! (pending) before the creation runs: the store refuses a second insert of one id, so
 //! of concurrent retries exactly one runs and the others are told to wait. The answer is
-//! written once the creation answered; a pending key whose server stopped meanwhile
-//! (another boot) stays refused until its window ends, since whether it created
-//! something is unknown. Each user holds at most `max_per_caller` live keys.
-//! Every call blocks on the store.
+//! written once the creation answered.
+//!
+//! Where the creation is the engine's (job submissions), the claim is `in_transaction`:
+//! the engine writes the key's document again, with the job's id as `created` and the
+//! answer's `shape`, in the transaction that stores the job (`drover_sched::Receipt`).
+//! A pending key then tells, even after a crash, whether its job exists: with `created`
+//! its answer is made from the shape; without, nothing was created and a retry runs.
+//! Any other pending key whose server stopped meanwhile (another boot) stays refused
+//! until its window ends, since whether it created something is unknown. Each user
+//! holds at most `max_per_caller` live keys. Every call blocks on the store.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,11 +50,12 @@ pub struct KeptAnswer {
 }
 
 /// What a claim found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Claim {
     /// The key is this request's: run it, then [`RequestKeys::answered`] or
-    /// [`RequestKeys::release`] the id.
-    Claimed(String),
+    /// [`RequestKeys::release`] the id. `record` is the key's document as claimed
+    /// (what a receipt writes again, with `created` and `shape`).
+    Claimed { id: String, record: Value },
     /// The first request with this key was answered so.
     Answered(KeptAnswer),
     /// A request with this key is under way (or was, when a server stopped).
@@ -82,6 +89,28 @@ fn digest(parts: &[&[u8]]) -> String {
     hex(&hasher.finalize()[..32])
 }
 
+/// The shape of a creation's answer, for a receipt: `status`, `{field: <created id>}`
+/// and `Location: <location><created id>`.
+pub fn answer_shape(status: u16, location: &str, field: &str) -> Value {
+    json!({"status": status, "location": location, "field": field})
+}
+
+/// The answer a receipt's `shape` makes for the object `created`.
+fn answer_of(created: &str, shape: &Value) -> KeptAnswer {
+    let field = shape["field"].as_str().unwrap_or("id");
+    let mut body = serde_json::Map::new();
+    body.insert(field.to_string(), json!(created));
+    KeptAnswer {
+        status: shape["status"].as_u64().unwrap_or(201) as u16,
+        content_type: Some("application/json".into()),
+        location: Some(format!(
+            "{}{created}",
+            shape["location"].as_str().unwrap_or_default()
+        )),
+        body: Value::Object(body).to_string(),
+    }
+}
+
 /// The fingerprint of a request: what a retry must repeat exactly.
 pub fn fingerprint(method: &str, target: &str, body: &[u8]) -> String {
     digest(&[method.as_bytes(), target.as_bytes(), body])
@@ -110,12 +139,15 @@ impl RequestKeys {
     /// Claims `key` of `caller` for the request of `fingerprint`, or says what it found;
     /// the key counts against `user`'s bound (the authenticated user, whoever they act
     /// for).
+    /// `in_transaction`: the creation writes a receipt in its own transaction (see the
+    /// module's documentation).
     pub fn claim(
         &self,
         caller: &str,
         user: &str,
         key: &str,
         fingerprint: &str,
+        in_transaction: bool,
     ) -> Result<Claim, StoreError> {
         let id = digest(&[caller.as_bytes(), key.as_bytes()]);
         // Twice at most: an expired document is removed, or a concurrent claim won.
@@ -123,7 +155,29 @@ impl RequestKeys {
             let now = now_seconds();
             if let Some(found) = self.store.get(REQUEST_KEYS, &id)? {
                 if found.body["expires"].as_i64().unwrap_or(0) > now {
-                    return Ok(self.what_was(&found.body, fingerprint));
+                    let claim = self.what_was(&found.body, fingerprint);
+                    if claim != (Claim::Pending { interrupted: true })
+                        || found.body["inTransaction"] != true
+                    {
+                        return Ok(claim);
+                    }
+                    // Cut short before its job was stored: nothing was created, so
+                    // this retry runs, under this run's claim.
+                    let mut record = found.body;
+                    record["boot"] = json!(self.boot);
+                    return match self.store.update(
+                        REQUEST_KEYS,
+                        &id,
+                        None,
+                        record.clone(),
+                        Some(found.version),
+                    ) {
+                        Ok(_) => Ok(Claim::Claimed { id, record }),
+                        Err(StoreError::Conflict(_) | StoreError::NotFound { .. }) => {
+                            Ok(Claim::Pending { interrupted: false })
+                        }
+                        Err(e) => Err(e),
+                    };
                 }
                 match self.store.delete(REQUEST_KEYS, &id, Some(found.version)) {
                     Ok(()) | Err(StoreError::NotFound { .. } | StoreError::Conflict(_)) => {}
@@ -135,15 +189,16 @@ impl RequestKeys {
                 return Ok(Claim::TooMany(self.settings.max_per_caller));
             }
             let window = self.settings.window.as_secs().max(1) as i64;
-            let body = json!({
+            let record = json!({
                 "user": user,
                 "fingerprint": fingerprint,
                 "state": "pending",
                 "boot": self.boot,
                 "expires": now + window,
+                "inTransaction": in_transaction,
             });
-            match self.store.insert(REQUEST_KEYS, &id, None, body) {
-                Ok(_) => return Ok(Claim::Claimed(id)),
+            match self.store.insert(REQUEST_KEYS, &id, None, record.clone()) {
+                Ok(_) => return Ok(Claim::Claimed { id, record }),
                 Err(StoreError::Conflict(_)) => continue,
                 Err(e) => return Err(e),
             }
@@ -156,6 +211,11 @@ impl RequestKeys {
             return Claim::OtherRequest;
         }
         if body["state"] != "answered" {
+            // Its job is stored (the receipt came with it): its answer is known, also
+            // when the server stopped before keeping it.
+            if let (Some(created), Some(shape)) = (body["created"].as_str(), body.get("shape")) {
+                return Claim::Answered(answer_of(created, shape));
+            }
             return Claim::Pending {
                 interrupted: body["boot"] != self.boot.as_str(),
             };
@@ -274,35 +334,78 @@ mod tests {
     #[test]
     fn a_key_is_claimed_once_answered_and_replayed_per_caller() {
         let (_dir, keys) = keys(Duration::from_secs(60), 10);
-        let Claim::Claimed(id) = keys.claim("alice", "alice", "k1", "f1").unwrap() else {
+        let Claim::Claimed { id, .. } = keys.claim("alice", "alice", "k1", "f1", false).unwrap()
+        else {
             panic!("claimed")
         };
         assert_eq!(
-            keys.claim("alice", "alice", "k1", "f1").unwrap(),
+            keys.claim("alice", "alice", "k1", "f1", false).unwrap(),
             Claim::Pending { interrupted: false }
         );
         keys.answered(&id, &answer()).unwrap();
         assert_eq!(
-            keys.claim("alice", "alice", "k1", "f1").unwrap(),
+            keys.claim("alice", "alice", "k1", "f1", false).unwrap(),
             Claim::Answered(answer())
         );
         assert_eq!(
-            keys.claim("alice", "alice", "k1", "f2").unwrap(),
+            keys.claim("alice", "alice", "k1", "f2", false).unwrap(),
             Claim::OtherRequest
         );
         assert!(matches!(
-            keys.claim("bob", "bob", "k1", "f1").unwrap(),
-            Claim::Claimed(_)
+            keys.claim("bob", "bob", "k1", "f1", false).unwrap(),
+            Claim::Claimed { .. }
         ));
         // Released: the next request with the key runs.
-        let Claim::Claimed(id) = keys.claim("alice", "alice", "k2", "f1").unwrap() else {
+        let Claim::Claimed { id, .. } = keys.claim("alice", "alice", "k2", "f1", false).unwrap()
+        else {
             panic!("claimed")
         };
         keys.release(&id).unwrap();
         assert!(matches!(
-            keys.claim("alice", "alice", "k2", "f1").unwrap(),
-            Claim::Claimed(_)
+            keys.claim("alice", "alice", "k2", "f1", false).unwrap(),
+            Claim::Claimed { .. }
         ));
+    }
+
+    #[test]
+    fn a_claim_cut_short_by_a_restart_is_settled_by_its_receipt() {
+        let (_dir, first) = keys(Duration::from_secs(60), 10);
+        let settings = first.settings;
+        let Claim::Claimed { id, record } = first.claim("a", "a", "job", "f", true).unwrap() else {
+            panic!("claimed")
+        };
+        let Claim::Claimed { .. } = first.claim("a", "a", "other", "f", false).unwrap() else {
+            panic!("claimed")
+        };
+        // Another run of the server over the same store.
+        let second = RequestKeys::open(first.store.clone(), settings).unwrap();
+        // Outside a transaction: unknown, refused.
+        assert_eq!(
+            second.claim("a", "a", "other", "f", false).unwrap(),
+            Claim::Pending { interrupted: true }
+        );
+        // In one, with no receipt: nothing was created, the retry runs.
+        assert!(matches!(
+            second.claim("a", "a", "job", "f", true).unwrap(),
+            Claim::Claimed { .. }
+        ));
+        // With its receipt: the answer is made from it, whoever asks.
+        let mut receipt = record;
+        receipt["created"] = json!("drover.7");
+        receipt["shape"] = answer_shape(201, "/mws/rest/jobs/", "name");
+        first.store.put(REQUEST_KEYS, &id, None, receipt).unwrap();
+        let third = RequestKeys::open(first.store.clone(), settings).unwrap();
+        for keys in [&first, &third] {
+            assert_eq!(
+                keys.claim("a", "a", "job", "f", true).unwrap(),
+                Claim::Answered(KeptAnswer {
+                    status: 201,
+                    content_type: Some("application/json".into()),
+                    location: Some("/mws/rest/jobs/drover.7".into()),
+                    body: r#"{"name":"drover.7"}"#.into(),
+                })
+            );
+        }
     }
 
     #[test]
@@ -310,17 +413,18 @@ mod tests {
         let (_dir, keys) = keys(Duration::from_secs(60), 3);
         for i in 0..3 {
             assert!(matches!(
-                keys.claim("alice", "alice", &format!("k{i}"), "f").unwrap(),
-                Claim::Claimed(_)
+                keys.claim("alice", "alice", &format!("k{i}"), "f", false)
+                    .unwrap(),
+                Claim::Claimed { .. }
             ));
         }
         assert_eq!(
-            keys.claim("alice", "alice", "k9", "f").unwrap(),
+            keys.claim("alice", "alice", "k9", "f", false).unwrap(),
             Claim::TooMany(3)
         );
         assert!(matches!(
-            keys.claim("bob", "bob", "k9", "f").unwrap(),
-            Claim::Claimed(_)
+            keys.claim("bob", "bob", "k9", "f", false).unwrap(),
+            Claim::Claimed { .. }
         ));
     }
 

@@ -494,6 +494,22 @@ impl TestServer {
         self
     }
 
+    /// Stops the server gracefully, runs `between` on its store while it is down (what
+    /// a crash may have left there), and starts it again as [`TestServer::restart`] does.
+    pub fn restart_with(
+        mut self,
+        between: impl FnOnce(std::sync::Arc<dyn drover_store::DocumentStore>),
+    ) -> TestServer {
+        self.shut_down().expect("the server stops cleanly");
+        let store = drover_store::open(&self.config.store_location()).expect("the store opens");
+        between(store.into());
+        let running = launch(self.config.clone(), drover_api::interface());
+        self.address = running.address;
+        self.stop = std::sync::Mutex::new(Some(running.stop));
+        self.thread = Some(running.thread);
+        self
+    }
+
     /// Stops the server gracefully, waits `pause` (its jobs running on, or ending,
     /// meanwhile), and starts it again as [`TestServer::restart`] does.
     pub fn restart_after(mut self, pause: std::time::Duration) -> TestServer {

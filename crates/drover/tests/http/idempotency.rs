@@ -168,3 +168,55 @@ fn concurrent_retries_with_one_key_make_one_job() {
     }
     assert_eq!(job_count(&server), 1);
 }
+
+/// What a crash leaves between the job's commit and the keeping of its answer is the
+/// key's receipt (written with the job): a retry is answered from it. A crash before the
+/// commit leaves the claim without one: nothing was made, and the retry runs.
+#[test]
+fn a_submission_cut_short_by_a_crash_is_settled_by_what_the_store_holds() {
+    use drover_auth::request_keys::{
+        Claim, REQUEST_KEYS, RequestKeySettings, RequestKeys, fingerprint,
+    };
+    let server = TestServer::start();
+    let first = post_keyed(&server, Auth::Admin, JOBS, "crash-after", &held_job());
+    assert_eq!(first.status, 201, "{}", first.body);
+    let server = server.restart_with(|store| {
+        // (Opening them makes the collection known to this store handle.)
+        let earlier = RequestKeys::open(
+            store.clone(),
+            RequestKeySettings {
+                window: std::time::Duration::from_secs(60),
+                max_per_caller: 10,
+            },
+        )
+        .unwrap();
+        // After the commit: the receipt is there, the answer is not, and the claim is
+        // an earlier run's.
+        for document in store
+            .list(REQUEST_KEYS, &drover_query::ListQuery::default())
+            .unwrap()
+            .items
+        {
+            let mut body = document.body;
+            assert_eq!(body["created"], first.json()["name"], "{body}");
+            body["state"] = json!("pending");
+            body.as_object_mut().unwrap().remove("answer");
+            body["boot"] = json!("an earlier run");
+            store.put(REQUEST_KEYS, &document.id, None, body).unwrap();
+        }
+        // Before the commit: claimed by an earlier run, no receipt.
+        let sent = fingerprint("POST", JOBS, held_job().to_string().as_bytes());
+        let claim = earlier.claim("admin\nadmin", "admin", "crash-before", &sent, true);
+        assert!(matches!(claim.unwrap(), Claim::Claimed { .. }));
+    });
+    let after = post_keyed(&server, Auth::Admin, JOBS, "crash-after", &held_job());
+    assert_eq!((after.status, after.json()), (201, first.json()));
+    assert_eq!(after.header("location"), first.header("location"));
+    assert_eq!(job_count(&server), 1);
+    let before = post_keyed(&server, Auth::Admin, JOBS, "crash-before", &held_job());
+    assert_eq!(before.status, 201, "{}", before.body);
+    assert_eq!(job_count(&server), 2);
+    let again = post_keyed(&server, Auth::Admin, JOBS, "crash-before", &held_job());
+    assert_eq!(again.json(), before.json());
+    assert_eq!(job_count(&server), 2);
+}
