@@ -177,9 +177,20 @@ fn a_submission_cut_short_by_a_crash_is_settled_by_what_the_store_holds() {
     use drover_auth::request_keys::{
         Claim, REQUEST_KEYS, RequestKeySettings, RequestKeys, fingerprint,
     };
-    let server = TestServer::start();
+    let server = TestServer::builder()
+        .config(|c| c.nodes = vec![drover_sched::node::NodeConfig::new("n1", 2)])
+        .start();
     let first = post_keyed(&server, Auth::Admin, JOBS, "crash-after", &held_job());
     assert_eq!(first.status, 201, "{}", first.body);
+    let reservation = json!({"hostListExpression": "n1", "duration": 3600});
+    let reserved = post_keyed(
+        &server,
+        Auth::Admin,
+        "/rest/reservations",
+        "r",
+        &reservation,
+    );
+    assert_eq!(reserved.status, 201, "{}", reserved.body);
     let server = server.restart_with(|store| {
         // (Opening them makes the collection known to this store handle.)
         let earlier = RequestKeys::open(
@@ -198,7 +209,8 @@ fn a_submission_cut_short_by_a_crash_is_settled_by_what_the_store_holds() {
             .items
         {
             let mut body = document.body;
-            assert_eq!(body["created"], first.json()["name"], "{body}");
+            let made = [first.json()["name"].clone(), reserved.json()["id"].clone()];
+            assert!(made.contains(&body["created"]), "{body}");
             body["state"] = json!("pending");
             body.as_object_mut().unwrap().remove("answer");
             body["boot"] = json!("an earlier run");
@@ -213,6 +225,17 @@ fn a_submission_cut_short_by_a_crash_is_settled_by_what_the_store_holds() {
     assert_eq!((after.status, after.json()), (201, first.json()));
     assert_eq!(after.header("location"), first.header("location"));
     assert_eq!(job_count(&server), 1);
+    let again = post_keyed(
+        &server,
+        Auth::Admin,
+        "/rest/reservations",
+        "r",
+        &reservation,
+    );
+    assert_eq!((again.status, again.json()), (201, reserved.json()));
+    assert_eq!(again.header("location"), reserved.header("location"));
+    let reservations = server.get("/rest/reservations").json()["totalCount"].clone();
+    assert_eq!(reservations, 1);
     let before = post_keyed(&server, Auth::Admin, JOBS, "crash-before", &held_job());
     assert_eq!(before.status, 201, "{}", before.body);
     assert_eq!(job_count(&server), 2);

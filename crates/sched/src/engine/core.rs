@@ -272,9 +272,16 @@ impl Engine {
                 e.write_receipt(receipt, &id);
                 Ok(id)
             }),
-            Inbox::Reserve { request, by, reply } => {
-                self.command(reply, |e| e.reserve(*request, &by))
-            }
+            Inbox::Reserve {
+                request,
+                by,
+                receipt,
+                reply,
+            } => self.command(reply, |e| {
+                let id = e.reserve(*request, &by)?;
+                e.write_receipt(receipt, &id);
+                Ok(id)
+            }),
             Inbox::ChangeReservation {
                 id,
                 change,
@@ -384,8 +391,8 @@ impl Engine {
         self.journal.answer(reply, result);
     }
 
-    /// Joins a submission's receipt to this step's writes: the job's insert is among
-    /// them, so both are committed in one transaction or neither.
+    /// Joins a creation's receipt to this step's writes: the job's (or reservation's)
+    /// insert is among them, so both are committed in one transaction or neither.
     fn write_receipt(&mut self, receipt: Option<super::Receipt>, created: &str) {
         if let Some(receipt) = receipt
             && self.journal.journaled()

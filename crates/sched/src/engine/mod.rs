@@ -161,7 +161,7 @@ pub(crate) struct Shared {
 }
 
 /// A document the engine writes in the very transaction that stores a submitted job
-/// (or array), with the job's id as its `created` field: so that a caller's record of
+/// (or array, or a reservation), with the new id as its `created` field: so that a caller's record of
 /// the submission (an `Idempotency-Key`'s) and the job are durable together or not at
 /// all. The engine knows nothing else of it.
 #[derive(Debug, Clone)]
@@ -194,6 +194,7 @@ pub(crate) enum Inbox {
     Reserve {
         request: Box<crate::request::ReservationRequest>,
         by: Requester,
+        receipt: Option<Receipt>,
         reply: oneshot::Sender<Result<String, SchedError>>,
     },
     ChangeReservation {
@@ -377,9 +378,21 @@ impl Scheduler {
         request: crate::request::ReservationRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
+        self.reserve_with_receipt(request, by, None).await
+    }
+
+    /// [`Scheduler::reserve`], writing `receipt` in the transaction that stores the
+    /// reservation.
+    pub async fn reserve_with_receipt(
+        &self,
+        request: crate::request::ReservationRequest,
+        by: Requester,
+        receipt: Option<Receipt>,
+    ) -> Result<String, SchedError> {
         self.ask(|reply| Inbox::Reserve {
             request: Box::new(request),
             by,
+            receipt,
             reply,
         })
         .await
