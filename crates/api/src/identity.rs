@@ -116,7 +116,7 @@ impl PasswordChecks {
 
     /// Waits for the turn of `source` (when known), then of `name` (always in that
     /// order, so two checks never wait for each other's).
-    async fn turns(
+    pub(crate) async fn turns(
         &self,
         source: Option<&str>,
         name: &str,
@@ -131,7 +131,7 @@ impl PasswordChecks {
 
     /// Waits for a core to verify an argon2 hash on; held until the verification ends
     /// (move it into the blocking task: a request given up does not stop that task).
-    async fn core(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    pub(crate) async fn core(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
         self.cores
             .clone()
             .acquire_owned()

@@ -226,18 +226,47 @@ async fn authenticate_client(
         .iter()
         .find(|c| c.id == id)
         .cloned();
-    let throttle = state.access().throttle();
     let source = source.map(|ip| ip.to_string());
+    // In a task of its own, as a password check: a client that hangs up must not take
+    // the count of a failure with it.
+    let state = state.clone();
+    match tokio::spawn(async move { check_client(&state, client, id, secret, source).await }).await
+    {
+        Ok(checked) => checked,
+        Err(e) => Err(ApiError::internal(e).into_response()),
+    }
+}
+
+/// Verifies a client's secret as a password is checked: in the turn of its source and
+/// its name, within the throttle, one argon2 verification per core, the failure counted
+/// (under `oauth client <id>`) and audited.
+async fn check_client(
+    state: &AppState,
+    client: Option<OAuthClient>,
+    id: String,
+    secret: String,
+    source: Option<String>,
+) -> Result<OAuthClient, Response> {
     let name = format!("oauth client {id}");
+    let checks = state.access().password_checks();
+    let _turns = checks
+        .turns(source.as_deref(), &name)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    let throttle = state.access().throttle();
     if let Some(wait) = throttle.wait(source.as_deref(), &name) {
         return Err(ApiError::throttled(wait.as_secs().max(1)).into_response());
     }
     let verified = match &client {
         Some(client) => {
+            let core = checks.core().await.map_err(IntoResponse::into_response)?;
             let hash = client.secret_hash.clone();
-            tokio::task::spawn_blocking(move || drover_auth::password::verify(&hash, &secret))
-                .await
-                .unwrap_or(false)
+            tokio::task::spawn_blocking(move || {
+                let _core = core;
+                drover_auth::password::verify(&hash, &secret)
+            })
+            .await
+            .unwrap_or(false)
         }
         None => false,
     };

@@ -355,3 +355,23 @@ fn tokens_survive_a_restart_and_each_user_holds_a_bounded_number() {
         "the oldest was dropped; the others survived"
     );
 }
+
+#[test]
+fn guessing_a_client_secret_is_throttled_like_a_password() {
+    let server = TestServer::builder()
+        .config(|c| {
+            clients(c);
+            c.access.max_failed_logins = 3;
+            c.access.failed_login_window_seconds = 60;
+        })
+        .start();
+    let grant = [("grant_type", "client_credentials")];
+    for guess in ["a", "b", "c"] {
+        let wrong = Auth::Basic("robot".into(), guess.into());
+        let reply = post_form(&server, "/oauth/token", wrong, &grant);
+        assert_eq!(reply.status, 401, "{}", reply.body);
+    }
+    let right = Auth::Basic("robot".into(), "robot-secret".into());
+    let reply = post_form(&server, "/oauth/token", right, &grant);
+    reply.assert_refused(429, "Too many failed logins", &"after three guesses");
+}
