@@ -288,7 +288,7 @@ pub(crate) async fn login(
 }
 
 /// The identity a live bearer token stands for: its user as they are now (a local user
-/// since removed is refused). A token not found counts as a failed login of its source
+/// since removed, or a directory user the directory no longer knows, is refused). A token not found counts as a failed login of its source
 /// (under a name of that source's own, so that guessing from one address blocks that
 /// address, not every token's holder).
 async fn bearer(
@@ -306,11 +306,18 @@ async fn bearer(
     let owner = tokio::task::spawn_blocking(move || tokens.find(&token))
         .await
         .map_err(ApiError::internal)??;
-    let owner = match owner {
-        Some(owner) if owner.origin == Origin::Directory || state.auth().is_local(&owner.user) => {
-            owner
+    let identity = match owner {
+        Some(owner) if owner.origin == Origin::Local && state.auth().is_local(&owner.user) => {
+            Some(proxied_identity(state, &owner.user).await?)
         }
-        _ => {
+        Some(owner) if owner.origin == Origin::Directory => {
+            directory_user_now(state, &owner.user).await?
+        }
+        _ => None,
+    };
+    let identity = match identity {
+        Some(identity) => identity,
+        None => {
             let blocked = throttle.failed(source.as_deref(), &guesser);
             audit::record(
                 state,
@@ -332,7 +339,27 @@ async fn bearer(
             return Err(ApiError::unauthorized());
         }
     };
-    proxied_identity(state, &owner.user).await
+    Ok(identity)
+}
+
+/// A directory user as the directory knows them now (found lately, or asked now);
+/// `None` when it no longer does, or when there is no directory any more.
+async fn directory_user_now(state: &AppState, name: &str) -> Result<Option<Identity>, ApiError> {
+    let cache = state.access().proxied();
+    if let Some(identity) = cache.get(name).filter(|i| i.origin == Origin::Directory) {
+        return Ok(Some(identity));
+    }
+    let Some(directory) = &state.settings().directory else {
+        return Ok(None);
+    };
+    match directory.lookup(name).await {
+        Ok(identity) => {
+            cache.put(&identity);
+            Ok(Some(identity))
+        }
+        Err(DirectoryError::Refused) => Ok(None),
+        Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
+    }
 }
 
 /// A login that is not remembered: checked in its source's and its name's turn, within
