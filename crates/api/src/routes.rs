@@ -632,7 +632,8 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     };
     let once = match (key, &caller.identity, &caller.effective_user) {
         (Some(key), Some(identity), Some(effective)) => Some(idempotency::Once {
-            caller: format!("{}\n{}", identity.name, effective),
+            // The first name's length keeps two callers' pairs apart, whatever the names hold.
+            caller: format!("{}:{}{}", identity.name.len(), identity.name, effective),
             user: identity.name.clone(),
             key,
             in_transaction: gate.receipted,

@@ -218,7 +218,7 @@ fn a_submission_cut_short_by_a_crash_is_settled_by_what_the_store_holds() {
         }
         // Before the commit: claimed by an earlier run, no receipt.
         let sent = fingerprint("POST", JOBS, held_job().to_string().as_bytes());
-        let claim = earlier.claim("admin\nadmin", "admin", "crash-before", &sent, true);
+        let claim = earlier.claim("5:adminadmin", "admin", "crash-before", &sent, true);
         assert!(matches!(claim.unwrap(), Claim::Claimed { .. }));
     });
     let after = post_keyed(&server, Auth::Admin, JOBS, "crash-after", &held_job());
