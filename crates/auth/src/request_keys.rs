@@ -264,10 +264,17 @@ impl RequestKeys {
             .map(|_| ())
     }
 
-    /// Gives up the claim of `id`: the request created nothing, so a retry may run.
+    /// Gives up the claim of `id`: the request was refused, so a retry may run. A claim
+    /// whose receipt says something was created stays (retries are answered from it).
     pub fn release(&self, id: &str) -> Result<(), StoreError> {
-        match self.store.delete(REQUEST_KEYS, id, None) {
-            Ok(()) | Err(StoreError::NotFound { .. }) => Ok(()),
+        let Some(found) = self.store.get(REQUEST_KEYS, id)? else {
+            return Ok(());
+        };
+        if found.body.get("created").is_some() {
+            return Ok(());
+        }
+        match self.store.delete(REQUEST_KEYS, id, Some(found.version)) {
+            Ok(()) | Err(StoreError::NotFound { .. } | StoreError::Conflict(_)) => Ok(()),
             Err(e) => Err(e),
         }
     }
