@@ -27,7 +27,6 @@ fn held_job() -> Value {
 #[test]
 fn a_retried_submission_with_the_same_key_makes_one_job_also_after_a_restart() {
     let server = TestServer::builder()
-        .sqlite()
         .config(|c| c.nodes = vec![drover_sched::node::NodeConfig::new("n1", 2)])
         .start();
     let first = post_keyed(&server, Auth::Admin, JOBS, "retry-1", &held_job());

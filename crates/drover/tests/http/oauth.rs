@@ -337,7 +337,6 @@ fn a_token_stops_working_when_it_expires_and_when_revoked() {
 #[test]
 fn tokens_survive_a_restart_and_each_user_holds_a_bounded_number() {
     let server = TestServer::builder()
-        .sqlite()
         .config(|c| {
             clients(c);
             c.oauth.max_tokens_per_user = 2;
