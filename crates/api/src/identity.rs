@@ -116,7 +116,7 @@ impl PasswordChecks {
 
     /// Waits for the turn of `source` (when known), then of `name` (always in that
     /// order, so two checks never wait for each other's).
-    async fn turns(
+    pub(crate) async fn turns(
         &self,
         source: Option<&str>,
         name: &str,
@@ -131,7 +131,7 @@ impl PasswordChecks {
 
     /// Waits for a core to verify an argon2 hash on; held until the verification ends
     /// (move it into the blocking task: a request given up does not stop that task).
-    async fn core(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    pub(crate) async fn core(&self) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
         self.cores
             .clone()
             .acquire_owned()
@@ -236,19 +236,43 @@ fn directory_down(why: String) -> ApiError {
     )
 }
 
-/// The identity of the request's Basic credentials: remembered logins on the async
-/// runtime, then a local user's argon2 verification on a blocking thread, or the
-/// directory. Refused unchecked while the source or the name is throttled.
+/// The identity of the request's credentials: a bearer token (`Authorization: Bearer`,
+/// issued by `<base>/oauth/token`), or a Basic login (see [`login`]).
 pub(crate) async fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     source: Option<IpAddr>,
 ) -> Result<Identity, ApiError> {
-    let (user, password) = headers
+    let value = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(basic_credentials)
         .ok_or_else(ApiError::unauthorized)?;
+    if let Some(token) = bearer_token(value) {
+        return bearer(state, token.to_string(), source).await;
+    }
+    let (user, password) = basic_credentials(value).ok_or_else(ApiError::unauthorized)?;
+    login(state, user, password, source).await
+}
+
+/// The token of an `Authorization: Bearer <token>` value.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The identity of a user name and password: remembered logins on the async runtime,
+/// then a local user's argon2 verification on a blocking thread, or the directory.
+/// Refused unchecked while the source or the name is throttled. Basic logins and the
+/// token endpoint's password grant both come here.
+pub(crate) async fn login(
+    state: &AppState,
+    user: String,
+    password: String,
+    source: Option<IpAddr>,
+) -> Result<Identity, ApiError> {
     let auth = state.auth();
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
@@ -261,6 +285,81 @@ pub(crate) async fn authenticate(
     tokio::spawn(async move { check_password(&state, user, password, source).await })
         .await
         .map_err(ApiError::internal)?
+}
+
+/// The identity a live bearer token stands for: its user as they are now (a local user
+/// since removed, or a directory user the directory no longer knows, is refused). A token not found counts as a failed login of its source
+/// (under a name of that source's own, so that guessing from one address blocks that
+/// address, not every token's holder).
+async fn bearer(
+    state: &AppState,
+    token: String,
+    source: Option<IpAddr>,
+) -> Result<Identity, ApiError> {
+    let source = source.map(|ip| ip.to_string());
+    let guesser = format!("bearer token from {}", source.as_deref().unwrap_or("?"));
+    let throttle = state.access().throttle();
+    if let Some(wait) = throttle.wait(source.as_deref(), &guesser) {
+        return Err(ApiError::throttled(wait.as_secs().max(1)));
+    }
+    let tokens = state.tokens().clone();
+    let owner = tokio::task::spawn_blocking(move || tokens.find(&token))
+        .await
+        .map_err(ApiError::internal)??;
+    let identity = match owner {
+        Some(owner) if owner.origin == Origin::Local && state.auth().is_local(&owner.user) => {
+            Some(proxied_identity(state, &owner.user).await?)
+        }
+        Some(owner) if owner.origin == Origin::Directory => {
+            directory_user_now(state, &owner.user).await?
+        }
+        _ => None,
+    };
+    let identity = match identity {
+        Some(identity) => identity,
+        None => {
+            let blocked = throttle.failed(source.as_deref(), &guesser);
+            audit::record(
+                state,
+                Audit::LoginFailed,
+                &guesser,
+                source.as_deref(),
+                "bearer token refused".into(),
+            );
+            if blocked {
+                audit::record(
+                    state,
+                    Audit::LoginThrottled,
+                    &guesser,
+                    source.as_deref(),
+                    "too many refused bearer tokens: further logins refused unchecked for a while"
+                        .into(),
+                );
+            }
+            return Err(ApiError::unauthorized());
+        }
+    };
+    Ok(identity)
+}
+
+/// A directory user as the directory knows them now (found lately, or asked now);
+/// `None` when it no longer does, or when there is no directory any more.
+async fn directory_user_now(state: &AppState, name: &str) -> Result<Option<Identity>, ApiError> {
+    let cache = state.access().proxied();
+    if let Some(identity) = cache.get(name).filter(|i| i.origin == Origin::Directory) {
+        return Ok(Some(identity));
+    }
+    let Some(directory) = &state.settings().directory else {
+        return Ok(None);
+    };
+    match directory.lookup(name).await {
+        Ok(identity) => {
+            cache.put(&identity);
+            Ok(Some(identity))
+        }
+        Err(DirectoryError::Refused) => Ok(None),
+        Err(DirectoryError::Unavailable(why)) => Err(directory_down(why)),
+    }
 }
 
 /// A login that is not remembered: checked in its source's and its name's turn, within

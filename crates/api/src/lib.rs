@@ -34,6 +34,7 @@ pub mod credentials;
 pub mod diag;
 pub mod error;
 pub mod events;
+mod idempotency;
 mod identity;
 pub use identity::identity_now;
 pub mod images;
@@ -42,6 +43,7 @@ pub mod jobs;
 pub mod layers;
 mod named;
 pub mod nodes;
+pub mod oauth;
 pub mod openapi;
 pub mod params;
 pub mod pending_actions;
@@ -88,6 +90,7 @@ pub fn interface() -> Routes {
     plugins::register(&mut routes);
     vms::register(&mut routes);
     pending_actions::register(&mut routes);
+    oauth::register(&mut routes);
     routes
 }
 

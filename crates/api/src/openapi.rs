@@ -238,7 +238,11 @@ fn operation(doc: &RouteDoc) -> Value {
     for p in &doc.params {
         params.push(json!({
             "name": p.name,
-            "in": match p.location { ParamIn::Path => "path", ParamIn::Query => "query" },
+            "in": match p.location {
+                ParamIn::Path => "path",
+                ParamIn::Query => "query",
+                ParamIn::Header => "header",
+            },
             "required": p.required,
             "description": p.description,
             "schema": p.schema,
@@ -279,6 +283,7 @@ fn operation(doc: &RouteDoc) -> Value {
     });
     match doc.access {
         Access::Public => op["security"] = json!([]),
+        Access::Client => op["security"] = json!([{"oauthClient": []}]),
         Access::Needs(permission) => {
             op["x-drover-permission"] = json!(permission.to_string());
         }
@@ -375,6 +380,15 @@ pub(crate) fn error_statuses(doc: &RouteDoc) -> Vec<(u16, &'static str)> {
             ),
         ]);
     }
+    if let Access::Client = doc.access {
+        statuses.extend([
+            (401, "Missing or wrong client credentials"),
+            (
+                429,
+                "Too many failed logins lately from this source or for this name",
+            ),
+        ]);
+    }
     if doc.path.contains('{') {
         statuses.push((404, "No such resource"));
     }
@@ -413,10 +427,22 @@ pub(crate) fn document(docs: &[RouteDoc], base_url: &str) -> String {
         },
         "servers": [{"url": server}],
         "components": {
-            "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+            "securitySchemes": {
+                "basic": {"type": "http", "scheme": "basic"},
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "A token from POST <base>/oauth/token",
+                },
+                "oauthClient": {
+                    "type": "http",
+                    "scheme": "basic",
+                    "description": "A portal client's id and secret (or client_id and client_secret in the form)",
+                },
+            },
             "schemas": {"Error": schema::required(schema::messages(), &["messages"])},
         },
-        "security": [{"basic": []}],
+        "security": [{"basic": []}, {"bearer": []}],
         "paths": paths,
     });
     serde_json::to_string(&document).expect("a JSON value serializes")

@@ -91,6 +91,7 @@ pub(crate) fn register(routes: &mut Routes) {
     );
     routes
         .post("/rest/reservations", CREATE, create)
+        .idempotent_with_receipt()
         .summary("Creates a reservation: resources set aside for a time window")
         .body(
             "application/json",
@@ -170,9 +171,11 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     let request = read_object(&body, summary::RESERVATION_NOT_CREATED, |f| {
         creation(f, &state.settings().dates)
     })?;
+    let location = format!("{}/rest/reservations/", state.settings().base_url);
+    let receipt = crate::idempotency::receipt(201, &location, "id");
     let id = state
         .scheduler()
-        .reserve(request, requester(&caller))
+        .reserve_with_receipt(request, requester(&caller), receipt)
         .await
         .map_err(ApiError::from)?;
     Ok(reply::created(

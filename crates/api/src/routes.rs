@@ -30,7 +30,7 @@ use crate::identity::{authenticate, may_proxy, proxied_identity};
 use crate::input::Warnings;
 use crate::layers::Authenticated;
 use crate::params::CommonParams;
-use crate::{AppState, layers, openapi};
+use crate::{AppState, idempotency, layers, openapi};
 
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,6 +39,9 @@ pub enum Access {
     Public,
     /// An authenticated user holding this permission.
     Needs(Permission),
+    /// A configured OAuth client, which the handler authenticates itself (the token
+    /// endpoints, `oauth`); no user is authenticated.
+    Client,
 }
 
 /// Where a documented parameter goes.
@@ -46,6 +49,7 @@ pub enum Access {
 pub enum ParamIn {
     Path,
     Query,
+    Header,
 }
 
 /// A documented parameter.
@@ -83,6 +87,10 @@ pub struct RouteDoc {
     pub no_body: bool,
     /// The body may be left out.
     pub body_optional: bool,
+    /// A creating `POST` that takes an `Idempotency-Key` header (`idempotency`).
+    pub idempotent: bool,
+    /// Its creation writes the key's receipt in its own transaction (job submissions).
+    pub receipted: bool,
     pub responses: Vec<ResponseDoc>,
 }
 
@@ -203,6 +211,25 @@ impl RouteBuilder<'_> {
         self.json_body(schema)
     }
 
+    /// A creating `POST` whose retries with one `Idempotency-Key` create once.
+    pub fn idempotent(self) -> Self {
+        self.doc.idempotent = true;
+        self.param(ParamDoc {
+            name: "Idempotency-Key",
+            location: ParamIn::Header,
+            required: false,
+            description: "A key of the caller's choosing (1 to 255 visible ASCII characters): a retry with the same key and the same request is answered what the first was, and creates nothing more",
+            schema: serde_json::json!({"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[!-~]+$"}),
+        })
+    }
+
+    /// [`RouteBuilder::idempotent`], for a handler that passes the key's receipt
+    /// (`idempotency::receipt`) to the engine with its submission.
+    pub fn idempotent_with_receipt(self) -> Self {
+        self.doc.receipted = true;
+        self.idempotent()
+    }
+
     /// A `POST` or `PUT` that reads no body.
     pub fn no_body(self) -> Self {
         self.doc.no_body = true;
@@ -248,6 +275,8 @@ impl Routes {
                 body: None,
                 no_body: false,
                 body_optional: false,
+                idempotent: false,
+                receipted: false,
                 responses: Vec::new(),
             },
             handler: on(filter, handler),
@@ -347,7 +376,7 @@ impl Routes {
             .iter()
             .filter_map(|d| match d.access {
                 Access::Needs(p) => Some(p),
-                Access::Public => None,
+                Access::Public | Access::Client => None,
             })
             .collect();
         permissions.push(drover_auth::roles::PROXY);
@@ -362,6 +391,8 @@ impl Routes {
                 Gate {
                     state: state.clone(),
                     access: entry.doc.access,
+                    idempotent: entry.doc.idempotent,
+                    receipted: entry.doc.receipted,
                 },
                 gate,
             ));
@@ -504,10 +535,23 @@ impl FromRequest<AppState> for Submission {
     }
 }
 
+/// Runs the handler, adding to its answer the warnings of its handling (fields of the
+/// body nobody read).
+pub(crate) async fn handle(request: Request, next: Next) -> Response {
+    let (response, warnings) = Warnings::collect(next.run(request)).await;
+    if warnings.is_empty() {
+        response
+    } else {
+        layers::with_warnings(response, warnings).await
+    }
+}
+
 #[derive(Clone)]
 struct Gate {
     state: AppState,
     access: Access,
+    idempotent: bool,
+    receipted: bool,
 }
 
 /// Authenticates (HTTP Basic, local users then the directory), parses the common
@@ -521,7 +565,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         .get::<ConnectInfo<SocketAddr>>()
         .map(|c| c.0.ip());
     let identity = match gate.access {
-        Access::Public => None,
+        Access::Public | Access::Client => None,
         Access::Needs(_) => match request.extensions_mut().remove::<Authenticated>() {
             // Verified before a large body was read.
             Some(Authenticated(identity)) => Some(identity),
@@ -577,13 +621,30 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         caller.effective_user = Some(subject.name);
     }
     let pretty = params.pretty;
+    // A retry with the key of an earlier request is answered what that one was.
+    let key = if gate.idempotent {
+        match idempotency::key_of(request.headers()) {
+            Ok(key) => key,
+            Err(e) => return e.into_response(),
+        }
+    } else {
+        None
+    };
+    let once = match (key, &caller.identity, &caller.effective_user) {
+        (Some(key), Some(identity), Some(effective)) => Some(idempotency::Once {
+            // The first name's length keeps two callers' pairs apart, whatever the names hold.
+            caller: format!("{}:{}{}", identity.name.len(), identity.name, effective),
+            user: identity.name.clone(),
+            key,
+            in_transaction: gate.receipted,
+        }),
+        _ => None,
+    };
     request.extensions_mut().insert(caller);
     request.extensions_mut().insert(params);
-    let (response, warnings) = Warnings::collect(next.run(request)).await;
-    let response = if warnings.is_empty() {
-        response
-    } else {
-        layers::with_warnings(response, warnings).await
+    let response = match once {
+        Some(once) => once.run(state, request, next).await,
+        None => handle(request, next).await,
     };
     if pretty {
         layers::pretty_print(response).await

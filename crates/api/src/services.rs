@@ -128,6 +128,7 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(404, "No such service (or not the caller's)", None);
     routes
         .post(PATH, CREATE, create)
+        .idempotent()
         .summary("Creates a service from entries (data) naming templates or types")
         .body("application/json", {
             let mut body = object(&[

@@ -2,6 +2,8 @@
 
 use std::sync::{Arc, OnceLock};
 
+use drover_auth::request_keys::RequestKeys;
+use drover_auth::tokens::{OAuthClient, Tokens};
 use drover_auth::{Authenticator, DirectoryConfig, Permission};
 use drover_cloud::{Images, ServiceRecords, ServiceTemplates};
 
@@ -45,6 +47,10 @@ pub struct Services {
     pub service_wake: Arc<tokio::sync::Notify>,
     /// Plugin types and plugins (`drover-plugins`).
     pub plugins: Arc<drover_plugins::registry::Plugins>,
+    /// The bearer tokens of the OAuth 2 token endpoint.
+    pub tokens: Arc<Tokens>,
+    /// The idempotency keys of creating requests, and their answers.
+    pub request_keys: Arc<RequestKeys>,
 }
 
 /// Events and reports.
@@ -79,6 +85,8 @@ pub struct Settings {
     pub cloud: CloudSettings,
     /// This server's name when it is the active one of several sharing the store.
     pub active_server: Option<String>,
+    /// The portal clients that may ask `<base>/oauth/token` for tokens.
+    pub oauth_clients: Vec<OAuthClient>,
 }
 
 /// `[cloud]`, as the VM and pending-action routes need it.
@@ -226,6 +234,14 @@ impl AppState {
 
     pub fn plugins(&self) -> &Arc<drover_plugins::registry::Plugins> {
         &self.0.services.plugins
+    }
+
+    pub fn tokens(&self) -> &Arc<Tokens> {
+        &self.0.services.tokens
+    }
+
+    pub fn request_keys(&self) -> &Arc<RequestKeys> {
+        &self.0.services.request_keys
     }
 
     pub fn service_wake(&self) -> &Arc<tokio::sync::Notify> {

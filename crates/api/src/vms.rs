@@ -158,6 +158,7 @@ pub(crate) fn register(routes: &mut Routes) {
     let job = || object(&[("jobId", string())]);
     routes
         .post("/rest/vms", CREATE, create)
+        .idempotent()
         .summary("Creates a VM: a genericVM-setup system job boots its guest")
         .json_body(input(true))
         .response(202, "The setup job", Some(job()))

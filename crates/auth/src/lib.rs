@@ -10,14 +10,18 @@
 //! - [`roles`]: roles (sets of grants), principals (users and groups → roles) and the
 //!   [`Authority`](roles::Authority) that decides what an identity may do.
 //! - [`access_store`]: the stored roles and principals, and the authority they make.
+//! - [`tokens`]: the stored bearer tokens of the OAuth 2 token endpoint (digests only).
+//! - [`request_keys`]: the stored idempotency keys of creating requests, and their answers.
 
 pub mod access_store;
 mod authenticator;
 pub mod directory;
 pub mod password;
 mod permission;
+pub mod request_keys;
 pub mod roles;
 pub mod throttle;
+pub mod tokens;
 pub mod users;
 
 pub use authenticator::{Authenticator, Identity, Origin, basic_credentials};

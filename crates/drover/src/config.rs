@@ -86,6 +86,53 @@ pub struct Config {
     pub resource_manager: ResourceManagerConfig,
     /// Several servers sharing one PostgreSQL store, one of them active.
     pub high_availability: HighAvailabilityConfig,
+    /// How long `Idempotency-Key`s are kept, and how many one user may hold.
+    pub idempotency: IdempotencyConfig,
+    /// Token login for portals (`<base>/oauth/token`).
+    pub oauth: OAuthConfig,
+}
+
+/// `[idempotency]`: the keys of creating requests (`Idempotency-Key`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IdempotencyConfig {
+    /// How long a key and its answer are kept (then purged): a retry within it is
+    /// answered the first answer.
+    pub window_seconds: u64,
+    /// Live keys one user may hold; more are refused (429).
+    pub max_keys_per_user: usize,
+}
+
+impl Default for IdempotencyConfig {
+    fn default() -> Self {
+        Self {
+            window_seconds: 24 * 3600,
+            max_keys_per_user: 1000,
+        }
+    }
+}
+
+/// `[oauth]`: bearer tokens for portal clients.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OAuthConfig {
+    /// How long an issued token lives.
+    pub token_seconds: u64,
+    /// Live tokens one user may hold; issuing more drops their oldest.
+    pub max_tokens_per_user: usize,
+    /// The portal clients (`[[oauth.clients]]`: `id`, `secret_hash`, optional
+    /// `principal` for the `client_credentials` grant). None: the endpoint refuses all.
+    pub clients: Vec<drover_auth::tokens::OAuthClient>,
+}
+
+impl Default for OAuthConfig {
+    fn default() -> Self {
+        Self {
+            token_seconds: 3600,
+            max_tokens_per_user: 16,
+            clients: Vec::new(),
+        }
+    }
 }
 
 /// `[high_availability]`: several servers share one PostgreSQL store; the one holding the
@@ -463,6 +510,8 @@ impl Default for Config {
             plugins: PluginsConfig::default(),
             resource_manager: ResourceManagerConfig::default(),
             high_availability: HighAvailabilityConfig::default(),
+            idempotency: IdempotencyConfig::default(),
+            oauth: OAuthConfig::default(),
         }
     }
 }
@@ -768,6 +817,32 @@ mod tests {
         assert!(!config.scheduler.enable_proxy);
         assert_eq!(config.scheduler.proxy_users, ["a", "b"]);
         assert_eq!(config.max_body_bytes, 1000);
+    }
+
+    #[test]
+    fn idempotency_and_oauth_sections_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.toml");
+        std::fs::write(
+            &path,
+            "[idempotency]\nwindow_seconds = 60\nmax_keys_per_user = 5\n\
+             [oauth]\ntoken_seconds = 120\nmax_tokens_per_user = 2\n\
+             [[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"$argon2id$x\"\n\
+             principal = \"svc\"\n",
+        )
+        .unwrap();
+        let config = Config::load(Some(&path), no_env).unwrap();
+        assert_eq!(config.idempotency.window_seconds, 60);
+        assert_eq!(config.idempotency.max_keys_per_user, 5);
+        assert_eq!(config.oauth.token_seconds, 120);
+        assert_eq!(config.oauth.max_tokens_per_user, 2);
+        assert_eq!(config.oauth.clients[0].principal.as_deref(), Some("svc"));
+        let defaults = Config::default();
+        assert_eq!(defaults.idempotency.window_seconds, 86400);
+        assert!(defaults.oauth.clients.is_empty());
+        std::fs::write(&path, "[[oauth.clients]]\nid = \"p\"\nsecret = \"plain\"\n").unwrap();
+        let error = Config::load(Some(&path), no_env).unwrap_err();
+        assert!(error.contains("secret"), "{error}");
     }
 
     #[test]

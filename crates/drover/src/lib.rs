@@ -167,6 +167,30 @@ fn prepare(
         drover_cloud::ServiceRecords::open(store.clone())
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
+    for client in &config.oauth.clients {
+        drover_auth::password::validate(&client.secret_hash)
+            .map_err(|e| format!("[[oauth.clients]] '{}': secret_hash: {e}", client.id))?;
+    }
+    let tokens = Arc::new(
+        drover_auth::tokens::Tokens::open(
+            store.clone(),
+            drover_auth::tokens::TokenSettings {
+                lifetime: Duration::from_secs(config.oauth.token_seconds),
+                max_per_user: config.oauth.max_tokens_per_user,
+            },
+        )
+        .map_err(|e| format!("cannot open the OAuth tokens: {e}"))?,
+    );
+    let request_keys = Arc::new(
+        drover_auth::request_keys::RequestKeys::open(
+            store.clone(),
+            drover_auth::request_keys::RequestKeySettings {
+                window: Duration::from_secs(config.idempotency.window_seconds),
+                max_per_caller: config.idempotency.max_keys_per_user,
+            },
+        )
+        .map_err(|e| format!("cannot open the idempotency keys: {e}"))?,
+    );
     let plugin_state = Arc::new(std::sync::Mutex::new(None));
     let hosts = plugin_host::PluginHosts {
         state: plugin_state.clone(),
@@ -211,6 +235,7 @@ fn prepare(
             user_service_max_count: config.scheduler.limits.user_service_max_count,
         },
         active_server,
+        oauth_clients: config.oauth.clients.clone(),
     };
     let monitoring = Monitoring {
         events,
@@ -228,6 +253,8 @@ fn prepare(
             service_records,
             service_wake: Arc::new(tokio::sync::Notify::new()),
             plugins: Arc::new(plugins),
+            tokens,
+            request_keys,
         },
         settings,
     )
@@ -239,6 +266,23 @@ fn prepare(
         generated,
         recorder,
     })
+}
+
+/// Deletes expired bearer tokens and idempotency keys, at start and every ten minutes
+/// (both are also refused once expired, purged or not).
+async fn purge_expired(state: AppState) {
+    let mut every = tokio::time::interval(Duration::from_secs(600));
+    loop {
+        every.tick().await;
+        let (tokens, keys) = (state.tokens().clone(), state.request_keys().clone());
+        let purged = tokio::task::spawn_blocking(move || {
+            tokens.purge_expired().and_then(|_| keys.purge_expired())
+        })
+        .await;
+        if let Ok(Err(e)) = purged {
+            eprintln!("drover: warning: cannot purge expired tokens and keys: {e}");
+        }
+    }
 }
 
 /// Recovers the scheduler's state from the store and starts its engine, with the
@@ -457,6 +501,7 @@ pub async fn launch_with(
     let plugin_loops = [
         tokio::spawn(plugin_host::poll_loop(state.plugins().clone())),
         tokio::spawn(plugin_host::event_loop(state.clone())),
+        tokio::spawn(purge_expired(state.clone())),
     ];
     let app = drover_api::app(state.clone(), routes);
     let address = listener.local_addr().map_err(|e| e.to_string())?;

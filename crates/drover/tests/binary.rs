@@ -232,6 +232,23 @@ fn a_bad_configuration_is_refused_with_a_reason() {
     assert_eq!(output.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&output.stderr).contains("listen"));
 
+    // A portal client's secret must be an argon2 hash, never the secret itself.
+    std::fs::write(
+        &config,
+        "[[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"plain-secret\"\n",
+    )
+    .unwrap();
+    let output = drover()
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(dir.path().join("data"))
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let error = String::from_utf8_lossy(&output.stderr);
+    assert!(error.contains("secret_hash"), "{error}");
+
     let output = drover().arg("frobnicate").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
@@ -725,4 +742,77 @@ fn a_stale_shepherd_program_beside_the_binary_is_not_used() {
         line.contains("built from another version of the shepherd"),
         "{line}"
     );
+}
+
+/// `POST url` with `headers` and a body; the status and the body answered.
+fn post(url: &str, headers: &[(&str, &str)], content_type: &str, body: &str) -> (u16, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut request = agent.post(url).header("Content-Type", content_type);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let mut response = request.send(body.as_bytes()).expect("the server answers");
+    let status = response.status().as_u16();
+    (status, response.body_mut().read_to_string().unwrap())
+}
+
+/// Issue #33: an answered `Idempotency-Key` and an issued bearer token are in the store
+/// before the answer, so a server killed with SIGKILL and started again answers a retry
+/// what it answered before (one job) and takes the token.
+#[test]
+fn keyed_submissions_and_tokens_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("drover.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"{}\"\n",
+            hash_password("portal-secret")
+        ),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let config = config.to_str().unwrap();
+    let first = serve(&data, &["--config", config]);
+    let password = generated_password(&first.banner);
+    let admin = basic("admin", &password);
+    let job = r#"{"commandFile":"/bin/true","initialWorkingDirectory":"/tmp","holds":["User"]}"#;
+    let submit = |url: &str| {
+        post(
+            &format!("{url}/rest/jobs?api-version=2"),
+            &[("Authorization", &admin), ("Idempotency-Key", "kill-me")],
+            "application/json",
+            job,
+        )
+    };
+    let answered = submit(&first.url);
+    assert_eq!(answered.0, 201, "{}", answered.1);
+    let form = format!("grant_type=password&username=admin&password={password}");
+    let (status, token) = post(
+        &format!("{}/oauth/token", first.url),
+        &[("Authorization", &basic("portal", "portal-secret"))],
+        "application/x-www-form-urlencoded",
+        &form,
+    );
+    assert_eq!(status, 200, "{token}");
+    let token: serde_json::Value = serde_json::from_str(&token).unwrap();
+    let token = token["access_token"].as_str().unwrap().to_string();
+    drop(first);
+
+    let second = serve(&data, &["--config", config]);
+    assert_eq!(submit(&second.url), answered);
+    assert_eq!(all_jobs(&second.url, &password).len(), 1);
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let reply = agent
+        .get(format!("{}/rest/diag/about", second.url))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .unwrap();
+    assert_eq!(reply.status().as_u16(), 200);
 }

@@ -32,5 +32,7 @@ pub mod sysuser;
 pub mod vm_host;
 
 pub use book::{Attribute, JobBook};
-pub use engine::{ConfiguredCredentials, CredentialKind, EngineParts, SchedConfig, Scheduler};
+pub use engine::{
+    ConfiguredCredentials, CredentialKind, EngineParts, Receipt, SchedConfig, Scheduler,
+};
 pub use request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};

@@ -337,10 +337,25 @@ impl TestServer {
         auth: Auth,
         body: Option<(&str, Vec<u8>)>,
     ) -> Reply {
+        self.call_with(method, path, auth, &[], body)
+    }
+
+    /// [`TestServer::call`] with more headers (`Idempotency-Key`...).
+    pub fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        auth: Auth,
+        headers: &[(&str, &str)],
+        body: Option<(&str, Vec<u8>)>,
+    ) -> Reply {
         let send = || {
             let mut request = ureq::http::Request::builder()
                 .method(method)
                 .uri(self.url(path));
+            for (name, value) in headers {
+                request = request.header(*name, *value);
+            }
             if let Some(value) = auth.header() {
                 request = request.header("Authorization", value);
             }
@@ -472,6 +487,22 @@ impl TestServer {
     /// store (on a new port), with the interface's routes.
     pub fn restart(mut self) -> TestServer {
         self.shut_down().expect("the server stops cleanly");
+        let running = launch(self.config.clone(), drover_api::interface());
+        self.address = running.address;
+        self.stop = std::sync::Mutex::new(Some(running.stop));
+        self.thread = Some(running.thread);
+        self
+    }
+
+    /// Stops the server gracefully, runs `between` on its store while it is down (what
+    /// a crash may have left there), and starts it again as [`TestServer::restart`] does.
+    pub fn restart_with(
+        mut self,
+        between: impl FnOnce(std::sync::Arc<dyn drover_store::DocumentStore>),
+    ) -> TestServer {
+        self.shut_down().expect("the server stops cleanly");
+        let store = drover_store::open(&self.config.store_location()).expect("the store opens");
+        between(store.into());
         let running = launch(self.config.clone(), drover_api::interface());
         self.address = running.address;
         self.stop = std::sync::Mutex::new(Some(running.stop));

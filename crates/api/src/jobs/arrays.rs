@@ -20,6 +20,7 @@ use crate::routes::{Caller, Routes};
 pub(crate) fn register(routes: &mut Routes) {
     routes
         .post("/rest/job-arrays", CREATE, submit)
+        .idempotent_with_receipt()
         .summary("Submits a job array (when ENABLEJOBARRAYS is TRUE); answers the master's {name}")
         .body(
             "application/json",
@@ -73,9 +74,11 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     })?;
     templates::apply(&mut prototype, &state.settings().job_templates)?;
     let spec = v2::submission(&prototype, &state.settings().dates)?;
+    let location = format!("{}/rest/jobs/", state.settings().base_url);
+    let receipt = crate::idempotency::receipt(201, &location, "name");
     let id = state
         .scheduler()
-        .submit_array(spec, array, requester(&caller))
+        .submit_array_with_receipt(spec, array, requester(&caller), receipt)
         .await
         .map_err(ApiError::from)?;
     Ok(reply::created(

@@ -70,6 +70,7 @@ pub(crate) fn register(routes: &mut Routes) {
     one_doc(routes.get("/rest/jobs/complete/{id}", READ, one_complete));
     routes
         .post("/rest/jobs", CREATE, submit)
+        .idempotent_with_receipt()
         .summary("Submits a job: version 1 answers {id}, version 2 {name}")
         .json_body(required(
             object(&[
@@ -376,16 +377,19 @@ async fn submit(Submission(state, params, caller, body): Submission) -> ApiResul
     } else {
         v1::submission(&body, dates)?
     };
+    let field = if params.api_version.number() >= 2 {
+        "name"
+    } else {
+        "id"
+    };
+    let location = format!("{}/rest/jobs/", state.settings().base_url);
+    let receipt = crate::idempotency::receipt(201, &location, field);
     let id = state
         .scheduler()
-        .submit(spec, requester(&caller))
+        .submit_with_receipt(spec, requester(&caller), receipt)
         .await
         .map_err(ApiError::from)?;
-    let answer = if params.api_version.number() >= 2 {
-        json!({ "name": id })
-    } else {
-        json!({ "id": id })
-    };
+    let answer = json!({ field: id });
     Ok(reply::created(
         state.settings(),
         &format!("/rest/jobs/{id}"),

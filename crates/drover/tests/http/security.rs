@@ -1095,3 +1095,61 @@ fn uid_of(name: &str) -> u32 {
         .unwrap();
     String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
+
+/// Bearer tokens (#33): an ordinary user's token is no more than their password; another
+/// user's token can be neither used as theirs nor revoked by them; guessing tokens is
+/// counted as failed logins are.
+#[test]
+fn tokens_give_their_user_nothing_more_and_cannot_be_guessed_or_revoked_by_another() {
+    use crate::oauth::{bearer, clients, post_form, token_for};
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().config(clients).start();
+    let bobs = token_for(&server, BOB);
+    let carols = token_for(&server, CAROL);
+    let carols_job = submitted(&submit_as(
+        &server,
+        bearer(&carols),
+        &json!({"commandFile": "/bin/true", "holds": ["User"]}),
+    ));
+    // Bob's token is bob: carol's job is not his, security is not his, nor is proxying.
+    let path = format!("/rest/jobs/{carols_job}?api-version=2");
+    assert_eq!(server.get_as(bearer(&bobs), &path).status, 404);
+    assert_eq!(server.get_as(as_(CAROL), &path).status, 200);
+    assert_eq!(server.get_as(bearer(&bobs), "/rest/roles").status, 403);
+    let proxied = server.get_as(bearer(&bobs), &format!("{path}&proxy-user={CAROL}"));
+    assert_eq!(proxied.status, 404, "{}", proxied.body);
+    // Nor may bob take carol's token away: not as a client, not as an administrator.
+    let reply = post_form(&server, "/oauth/revoke", as_(BOB), &[("token", &carols)]);
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    let reply = server.send(
+        "DELETE",
+        &format!("/rest/oauth/tokens/{CAROL}"),
+        bearer(&bobs),
+    );
+    assert_eq!(reply.status, 403, "{}", reply.body);
+    assert_eq!(server.get_as(bearer(&carols), &path).status, 200);
+    // A token is not a password.
+    let reply = server.get_as(Auth::Basic(CAROL.into(), carols.clone()), &path);
+    assert_eq!(reply.status, 401, "{}", reply.body);
+    // Guessing: three wrong tokens from one address, and that address is refused
+    // unchecked, bob's own good token included, and passwords not verified lately
+    // (a remembered login still passes, as with Basic).
+    let server = with_accounts()
+        .config(|c| {
+            clients(c);
+            c.access.max_failed_logins = 3;
+            c.access.failed_login_window_seconds = 60;
+        })
+        .start();
+    let bobs = token_for(&server, BOB);
+    for guess in ["x", &"A".repeat(43), &format!("{}x", &bobs[..42])] {
+        let reply = server.get_as(bearer(guess), "/rest/diag/auth");
+        assert_eq!(reply.status, 401, "{guess}: {}", reply.body);
+    }
+    let blocked = server.get_as(bearer(&bobs), "/rest/diag/auth");
+    blocked.assert_refused(429, "Too many failed logins", &"after guessing");
+    let blocked = server.get_as(as_(CAROL), "/rest/diag/auth");
+    blocked.assert_refused(429, "Too many failed logins", &"a password after guessing");
+}

@@ -262,10 +262,26 @@ impl Engine {
 
     pub(crate) fn handle(&mut self, message: Inbox) {
         match message {
-            Inbox::Submit { spec, by, reply } => self.command(reply, |e| e.submit(*spec, &by)),
-            Inbox::Reserve { request, by, reply } => {
-                self.command(reply, |e| e.reserve(*request, &by))
-            }
+            Inbox::Submit {
+                spec,
+                by,
+                receipt,
+                reply,
+            } => self.command(reply, |e| {
+                let id = e.submit(*spec, &by)?;
+                e.write_receipt(receipt, &id);
+                Ok(id)
+            }),
+            Inbox::Reserve {
+                request,
+                by,
+                receipt,
+                reply,
+            } => self.command(reply, |e| {
+                let id = e.reserve(*request, &by)?;
+                e.write_receipt(receipt, &id);
+                Ok(id)
+            }),
             Inbox::ChangeReservation {
                 id,
                 change,
@@ -285,8 +301,13 @@ impl Engine {
                 spec,
                 array,
                 by,
+                receipt,
                 reply,
-            } => self.command(reply, |e| e.submit_array(*spec, *array, &by)),
+            } => self.command(reply, |e| {
+                let id = e.submit_array(*spec, *array, &by)?;
+                e.write_receipt(receipt, &id);
+                Ok(id)
+            }),
             Inbox::Modify {
                 id,
                 changes,
@@ -368,6 +389,16 @@ impl Engine {
             None => run(self),
         };
         self.journal.answer(reply, result);
+    }
+
+    /// Joins a creation's receipt to this step's writes: the job's (or reservation's)
+    /// insert is among them, so both are committed in one transaction or neither.
+    fn write_receipt(&mut self, receipt: Option<super::Receipt>, created: &str) {
+        if let Some(receipt) = receipt
+            && self.journal.journaled()
+        {
+            self.journal.write(receipt.write(created));
+        }
     }
 
     /// Hands this step's writes to the journal.

@@ -160,16 +160,41 @@ pub(crate) struct Shared {
     phantoms: Arc<RwLock<HashSet<String>>>,
 }
 
+/// A document the engine writes in the very transaction that stores a submitted job
+/// (or array, or a reservation), with the new id as its `created` field: so that a caller's record of
+/// the submission (an `Idempotency-Key`'s) and the job are durable together or not at
+/// all. The engine knows nothing else of it.
+#[derive(Debug, Clone)]
+pub struct Receipt {
+    pub collection: String,
+    pub id: String,
+    pub body: serde_json::Value,
+}
+
+impl Receipt {
+    fn write(mut self, created: &str) -> drover_store::Write {
+        self.body["created"] = serde_json::Value::from(created);
+        drover_store::Write::Put {
+            collection: self.collection,
+            id: self.id,
+            name: None,
+            body: self.body.into(),
+        }
+    }
+}
+
 /// The engine's inbox.
 pub(crate) enum Inbox {
     Submit {
         spec: Box<crate::job::JobSpec>,
         by: Requester,
+        receipt: Option<Receipt>,
         reply: oneshot::Sender<Result<String, SchedError>>,
     },
     Reserve {
         request: Box<crate::request::ReservationRequest>,
         by: Requester,
+        receipt: Option<Receipt>,
         reply: oneshot::Sender<Result<String, SchedError>>,
     },
     ChangeReservation {
@@ -193,6 +218,7 @@ pub(crate) enum Inbox {
         spec: Box<crate::job::JobSpec>,
         array: Box<crate::job::ArraySpec>,
         by: Requester,
+        receipt: Option<Receipt>,
         reply: oneshot::Sender<Result<String, SchedError>>,
     },
     Modify {
@@ -352,9 +378,21 @@ impl Scheduler {
         request: crate::request::ReservationRequest,
         by: Requester,
     ) -> Result<String, SchedError> {
+        self.reserve_with_receipt(request, by, None).await
+    }
+
+    /// [`Scheduler::reserve`], writing `receipt` in the transaction that stores the
+    /// reservation.
+    pub async fn reserve_with_receipt(
+        &self,
+        request: crate::request::ReservationRequest,
+        by: Requester,
+        receipt: Option<Receipt>,
+    ) -> Result<String, SchedError> {
         self.ask(|reply| Inbox::Reserve {
             request: Box::new(request),
             by,
+            receipt,
             reply,
         })
         .await
@@ -443,9 +481,20 @@ impl Scheduler {
         spec: crate::job::JobSpec,
         by: Requester,
     ) -> Result<String, SchedError> {
+        self.submit_with_receipt(spec, by, None).await
+    }
+
+    /// [`Scheduler::submit`], writing `receipt` in the transaction that stores the job.
+    pub async fn submit_with_receipt(
+        &self,
+        spec: crate::job::JobSpec,
+        by: Requester,
+        receipt: Option<Receipt>,
+    ) -> Result<String, SchedError> {
         self.ask(|reply| Inbox::Submit {
             spec: Box::new(spec),
             by,
+            receipt,
             reply,
         })
         .await
@@ -458,10 +507,23 @@ impl Scheduler {
         array: crate::job::ArraySpec,
         by: Requester,
     ) -> Result<String, SchedError> {
+        self.submit_array_with_receipt(spec, array, by, None).await
+    }
+
+    /// [`Scheduler::submit_array`], writing `receipt` in the transaction that stores
+    /// the array.
+    pub async fn submit_array_with_receipt(
+        &self,
+        spec: crate::job::JobSpec,
+        array: crate::job::ArraySpec,
+        by: Requester,
+        receipt: Option<Receipt>,
+    ) -> Result<String, SchedError> {
         self.ask(|reply| Inbox::SubmitArray {
             spec: Box::new(spec),
             array: Box::new(array),
             by,
+            receipt,
             reply,
         })
         .await
