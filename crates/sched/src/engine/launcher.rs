@@ -18,10 +18,12 @@ use crate::job::JobState;
 use crate::job::ProcessRecord;
 use crate::rm::{Exit, JobSignal, Launch, ResourceManager};
 
-/// One launcher thread: jobs are handed to the resource manager in the order the engine
-/// started them (a pass starts them in priority order, an array in index order), which
-/// several threads would not keep. A start costs about a millisecond (`posix_spawn`).
-const LAUNCHER_THREADS: usize = 1;
+// As many launcher threads as the resource manager takes starts at once
+// (`ResourceManager::concurrent_starts`): the local one takes one at a time, so that jobs
+// reach it in the order the engine started them (a pass starts them in priority order, an
+// array in index order), and a start costs about a millisecond (`posix_spawn`); Slurm's
+// `sbatch` takes about 100 ms, and its jobs are pinned to their nodes, so their order
+// does not matter there.
 
 /// A launch handed to the launchers.
 struct Order {
@@ -47,7 +49,7 @@ impl Launchers {
         let orders = rm.map(|(rm, inbox)| {
             let (orders, taken) = std::sync::mpsc::channel::<Order>();
             let taken = Arc::new(Mutex::new(taken));
-            for n in 0..LAUNCHER_THREADS {
+            for n in 0..rm.concurrent_starts().max(1) {
                 let (rm, inbox, taken) = (rm.clone(), inbox.clone(), taken.clone());
                 std::thread::Builder::new()
                     .name(format!("launcher-{n}"))

@@ -145,6 +145,12 @@ pub trait ResourceManager: Send + Sync {
     /// reported like that of a process started here.
     fn adopt(&self, job_id: &str, process: &ProcessRecord) -> bool;
 
+    /// How many starts it may be given at once (each from a thread of its own). One
+    /// keeps them in the engine's order.
+    fn concurrent_starts(&self) -> usize {
+        1
+    }
+
     /// Whether the nodes are the resource manager's to tell ([`RmNode::description`]):
     /// with none configured, the engine then starts with none of its own (not this
     /// machine) and waits for the resource manager's.

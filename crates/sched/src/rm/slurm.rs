@@ -46,7 +46,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use super::{DetectedJob, Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNode, RmNotify};
@@ -69,6 +69,9 @@ const QUEUE_CHUNK: usize = 500;
 /// The prefix of the Slurm job name of a Drover job.
 pub const JOB_NAME_PREFIX: &str = "drover-";
 
+/// How many `sbatch` may run at once.
+const SBATCH_AT_ONCE: usize = 8;
+
 /// Where Slurm is and how to use it.
 #[derive(Debug, Clone)]
 pub struct SlurmConfig {
@@ -82,7 +85,9 @@ pub struct SlurmConfig {
     pub partition: Option<String>,
     /// A directory of the service's (the batch script lives there).
     pub state_dir: PathBuf,
-    /// How often the watcher asks Slurm about the jobs it watches.
+    /// How often, at most, the watcher asks Slurm about the jobs it watches: ends are
+    /// heard that much later. It waits longer when a look takes long (twice the last
+    /// look's time), so that slurmctld is never asked more than it can answer.
     pub poll: Duration,
     /// How often the nodes' states are read again, and jobs submitted to Slurm directly
     /// looked for.
@@ -95,7 +100,7 @@ pub struct SlurmConfig {
 }
 
 impl SlurmConfig {
-    /// Debian's paths, a poll every second, commands bounded by 30 s.
+    /// Debian's paths, a poll every 250 ms (or less often), commands bounded by 30 s.
     pub fn new(state_dir: PathBuf) -> SlurmConfig {
         SlurmConfig {
             name: "slurm".to_string(),
@@ -103,7 +108,7 @@ impl SlurmConfig {
             slurm_conf: None,
             partition: None,
             state_dir,
-            poll: Duration::from_secs(1),
+            poll: Duration::from_millis(250),
             node_poll: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
             describe_nodes: false,
@@ -432,9 +437,10 @@ struct Shared {
     /// The last listing of every job and when it was read: the many `adopt`s of a
     /// restart share one.
     cache: Mutex<Option<(Instant, Arc<Parsed<SlurmJob>>)>>,
-    /// Held while a job is submitted and until it is watched, and while jobs submitted
-    /// directly are looked for: a job of ours is never taken for one of those.
-    submitting: Mutex<()>,
+    /// Read-held while a job is submitted and until it is watched (several at once),
+    /// write-held while jobs submitted directly are looked for: a job of ours is never
+    /// taken for one of those.
+    submitting: RwLock<()>,
     /// The nodes' states last reported (reported again only when they change).
     nodes: Mutex<Option<Vec<RmNode>>>,
     /// Why slurmctld is taken to be away: its last answer was a failure to reach it.
@@ -648,7 +654,7 @@ impl Shared {
         {
             return;
         }
-        let _submitting = self.submitting.lock().unwrap_or_else(|e| e.into_inner());
+        let _submitting = self.submitting.write().unwrap_or_else(|e| e.into_inner());
         let jobs = match self.config.queue(
             None,
             "PENDING,RUNNING,SUSPENDED",
@@ -813,7 +819,7 @@ impl SlurmResourceManager {
             watched: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             cache: Mutex::new(None),
-            submitting: Mutex::new(()),
+            submitting: RwLock::new(()),
             nodes: Mutex::new(None),
             away: Mutex::new(None),
         });
@@ -826,12 +832,15 @@ impl SlurmResourceManager {
             .spawn(move || {
                 // The nodes were read at start: the first refresh comes a period later.
                 let mut nodes_read = Instant::now();
+                let mut look = Duration::ZERO;
                 while !watcher.stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(watcher.config.poll);
+                    std::thread::sleep(watcher.config.poll.max(look * 2));
                     if watcher.stop.load(Ordering::Relaxed) {
                         break;
                     }
+                    let started = Instant::now();
                     watcher.poll();
+                    look = started.elapsed();
                     if nodes_read.elapsed() >= watcher.config.node_poll {
                         nodes_read = Instant::now();
                         watcher.refresh_nodes();
@@ -888,7 +897,7 @@ impl ResourceManager for SlurmResourceManager {
         let submitting = self
             .shared
             .submitting
-            .lock()
+            .read()
             .unwrap_or_else(|e| e.into_inner());
         let out = self
             .shared
@@ -971,6 +980,12 @@ impl ResourceManager for SlurmResourceManager {
                 true
             }
         }
+    }
+
+    /// sbatch is a process of its own that waits on slurmctld (about 100 ms): several
+    /// at once. The jobs are pinned to their nodes, so their order does not matter.
+    fn concurrent_starts(&self) -> usize {
+        SBATCH_AT_ONCE
     }
 
     fn describes_nodes(&self) -> bool {
