@@ -7,6 +7,8 @@ use drover_cloud::{Images, ServiceRecords, ServiceTemplates};
 
 use crate::access::AccessControl;
 use crate::error::{ApiError, ApiResult};
+use crate::event_stream::{EventStreams, StreamLimits};
+use crate::metrics::HttpMetrics;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::{EventRecorder, Reports, StoredEvents};
 use drover_sched::Scheduler;
@@ -24,6 +26,9 @@ struct Inner {
     /// OpenAPI document.
     permissions: OnceLock<Vec<Permission>>,
     openapi: OnceLock<String>,
+    /// Filled with the router: request latencies by route.
+    http_metrics: OnceLock<HttpMetrics>,
+    event_streams: Arc<EventStreams>,
     accounting: Option<Arc<drover_accounting::Ledger>>,
 }
 
@@ -79,6 +84,8 @@ pub struct Settings {
     pub cloud: CloudSettings,
     /// This server's name when it is the active one of several sharing the store.
     pub active_server: Option<String>,
+    /// The bounds of `GET /rest/events/stream`.
+    pub event_streams: StreamLimits,
 }
 
 /// `[cloud]`, as the VM and pending-action routes need it.
@@ -171,11 +178,14 @@ impl Health {
 
 impl AppState {
     pub fn new(services: Services, settings: Settings) -> Self {
+        let event_streams = Arc::new(EventStreams::new(settings.event_streams.clone()));
         Self(Arc::new(Inner {
             services,
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
+            http_metrics: OnceLock::new(),
+            event_streams,
             accounting: None,
         }))
     }
@@ -264,5 +274,18 @@ impl AppState {
 
     pub(crate) fn set_openapi(&self, document: String) {
         let _ = self.0.openapi.set(document);
+    }
+
+    pub(crate) fn http_metrics(&self) -> Option<&HttpMetrics> {
+        self.0.http_metrics.get()
+    }
+
+    pub(crate) fn set_http_metrics(&self, metrics: HttpMetrics) {
+        let _ = self.0.http_metrics.set(metrics);
+    }
+
+    /// The open event streams; `close_all` ends them when the server shuts down.
+    pub fn event_streams(&self) -> &Arc<EventStreams> {
+        &self.0.event_streams
     }
 }
