@@ -8,8 +8,10 @@
 //! stream ends and the client resumes from the last one it got), then the live ones.
 //!
 //! Live events come from the recorder's broadcast (`EventRecorder::follow`), which
-//! carries each event once it is durable. The stream subscribes before it replays, and
-//! skips the live events its replay already sent, so nothing falls between the two.
+//! carries each event once it is durable, through one fan-out task per server that
+//! serializes each event once for every stream (only while streams are open). The
+//! stream subscribes before it replays, and skips the live events its replay already
+//! sent, so nothing falls between the two.
 //!
 //! What a stream may cost is bounded: streams per user and in all (`[events]
 //! max_streams_per_user`, `max_streams`: past them 429 and 503), a task and a channel
@@ -22,17 +24,18 @@
 use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event as Message, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use drover_monitor::Event;
 use drover_monitor::event::V1_RENAMES;
+use drover_monitor::recorder::FOLLOWER_BACKLOG;
+use drover_monitor::{Event, EventRecorder};
 use drover_query::{Filter, ListQuery, Paging, Sort};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::error::{ApiError, ApiResult, Kind};
@@ -68,8 +71,20 @@ impl Default for StreamLimits {
     }
 }
 
+/// What the fan-out passes on to the streams.
+#[derive(Clone)]
+enum Live {
+    /// A stored event, and its stored document for the filters.
+    Event(Arc<Event>, Arc<Value>),
+    /// The fan-out fell behind the recorder: events were lost, and every stream ends
+    /// (its client resumes with `Last-Event-ID`).
+    Lost,
+}
+
 /// The open streams of a server, and what ends them all at shutdown.
 pub struct EventStreams {
+    /// The fan-out's channel, made with the first stream.
+    fanout: OnceLock<broadcast::Sender<Live>>,
     limits: StreamLimits,
     /// Open streams by user; taken only to open or close a stream.
     by_user: Mutex<HashMap<String, usize>>,
@@ -81,6 +96,7 @@ pub struct EventStreams {
 impl EventStreams {
     pub fn new(limits: StreamLimits) -> Self {
         Self {
+            fanout: OnceLock::new(),
             limits,
             by_user: Mutex::new(HashMap::new()),
             open: AtomicUsize::new(0),
@@ -102,6 +118,17 @@ impl EventStreams {
     /// Streams ended because their client read too slowly.
     pub fn dropped(&self) -> u64 {
         self.dropped.load(Relaxed)
+    }
+
+    /// The live events from now on, through the fan-out (started on first use).
+    fn subscribe(&self, recorder: &EventRecorder) -> broadcast::Receiver<Live> {
+        self.fanout
+            .get_or_init(|| {
+                let (sender, _) = broadcast::channel(FOLLOWER_BACKLOG);
+                tokio::spawn(fan_out(recorder.follow(), sender.clone()));
+                sender
+            })
+            .subscribe()
     }
 
     /// Counts a new stream of `user`, or says why there may be none.
@@ -167,6 +194,24 @@ impl Drop for Permit {
     }
 }
 
+/// Passes each recorded event on, serialized once, while some stream listens.
+async fn fan_out(mut recorded: broadcast::Receiver<Arc<Event>>, streams: broadcast::Sender<Live>) {
+    loop {
+        let live = match recorded.recv().await {
+            Ok(event) => {
+                if streams.receiver_count() == 0 {
+                    continue;
+                }
+                let document = serde_json::to_value(&*event).unwrap_or_default();
+                Live::Event(event, Arc::new(document))
+            }
+            Err(broadcast::error::RecvError::Lagged(_)) => Live::Lost,
+            Err(broadcast::error::RecvError::Closed) => return,
+        };
+        let _ = streams.send(live);
+    }
+}
+
 /// What one stream sends: the caller's filter (in stored names, visibility included)
 /// and the shape of its events.
 struct Selection {
@@ -190,7 +235,7 @@ pub(crate) async fn stream(
     let permit = state.event_streams().admit(&user)?;
     // Subscribed before the replay reads the store: an event stored meanwhile is in
     // one or the other (or both, and sent once).
-    let live = state.events().follow();
+    let live = state.event_streams().subscribe(state.events());
     let (sender, receiver) = mpsc::channel(CHANNEL_EVENTS);
     let selection = Selection {
         filter,
@@ -221,7 +266,8 @@ fn last_event_id(headers: &HeaderMap) -> ApiResult<Option<String>> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
-    let text = value.to_str().unwrap_or("").trim();
+    // Bytes that are not visible ASCII are no id either.
+    let text = value.to_str().unwrap_or("?").trim();
     if text.is_empty() {
         return Ok(None);
     }
@@ -249,7 +295,7 @@ async fn feed(
     state: AppState,
     selection: Selection,
     after: Option<String>,
-    mut live: broadcast::Receiver<Arc<Event>>,
+    mut live: broadcast::Receiver<Live>,
     sender: mpsc::Sender<Message>,
     mut closing: watch::Receiver<bool>,
     permit: Permit,
@@ -261,10 +307,12 @@ async fn feed(
             None => HashSet::new(),
         };
         loop {
-            let event = tokio::select! {
+            let (event, document) = tokio::select! {
                 received = live.recv() => match received {
-                    Ok(event) => event,
-                    Err(broadcast::error::RecvError::Lagged(_)) => return Err(Stop::Slow),
+                    Ok(Live::Event(event, document)) => (event, document),
+                    Ok(Live::Lost) | Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Err(Stop::Slow);
+                    }
                     Err(broadcast::error::RecvError::Closed) => return Err(Stop::Gone),
                 },
                 _ = sender.closed() => return Err(Stop::Gone),
@@ -272,8 +320,7 @@ async fn feed(
             if replayed.contains(&event.id) {
                 continue;
             }
-            let document = serde_json::to_value(&*event).unwrap_or_default();
-            if selection.filter.matches(&document) {
+            if selection.filter.matches(&*document) {
                 let message = message(&event, 1, selection.api_version, &state);
                 send(&sender, message).await?;
             }
@@ -286,10 +333,10 @@ async fn feed(
     if let Err(Stop::Slow) = outcome {
         streams.dropped.fetch_add(1, Relaxed);
         // The channel may have room for a last word; the client resumes either way.
-        let _ = sender.try_send(
-            Message::default()
-                .comment("dropped: this client read too slowly; reconnect with Last-Event-ID"),
-        );
+        let _ =
+            sender.try_send(Message::default().comment(
+                "dropped: the stream fell behind the events; reconnect with Last-Event-ID",
+            ));
     }
     drop(permit);
 }

@@ -284,6 +284,10 @@ fn a_stream_resumes_after_last_event_id_without_loss_or_duplicates() {
         }
         Opened::Streaming(_) => panic!("a malformed Last-Event-ID was taken"),
     }
+    match open(&server, ADMIN, &filter, Some("\u{e9}\u{e9}\u{e9}")) {
+        Opened::Refused(status, body) => assert_eq!(status, 400, "{body}"),
+        Opened::Streaming(_) => panic!("a Last-Event-ID of other bytes was taken"),
+    }
     match open(&server, ADMIN, "?query=%7Bnope", None) {
         Opened::Refused(status, body) => assert_eq!(status, 400, "{body}"),
         Opened::Streaming(_) => panic!("a malformed query was taken"),
@@ -376,11 +380,18 @@ fn streams_are_limited_per_user_and_in_all_and_end_at_shutdown() {
     }
     // A closed stream frees its place.
     drop(one);
+    let reopened = std::cell::RefCell::new(None);
     drover_testkit::wait_until("a closed stream is let go", || {
-        matches!(open(&server, USER, "", None), Opened::Streaming(_))
+        match open(&server, USER, "", None) {
+            Opened::Streaming(stream) => {
+                reopened.replace(Some(stream));
+                true
+            }
+            Opened::Refused(..) => false,
+        }
     });
     // Shutdown ends the streams still open, and the server stops.
-    let mut open_stream = streaming(&server, ADMIN, "", None);
+    let mut open_stream = reopened.into_inner().unwrap();
     let stopped = std::thread::spawn(move || server.stop());
     assert!(
         open_stream.ends_within(Duration::from_secs(10)),
