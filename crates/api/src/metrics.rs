@@ -233,7 +233,7 @@ fn page(state: &AppState) -> String {
     page.family(
         "drover_event_streams_dropped_total",
         "counter",
-        "Event streams ended because their client read too slowly",
+        "Event streams ended because they fell behind the events (a slow client)",
     );
     page.sample(
         "drover_event_streams_dropped_total",
