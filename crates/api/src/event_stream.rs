@@ -410,3 +410,66 @@ fn message(event: &Event, version: i64, api_version: ApiVersion, state: &AppStat
         .id(event.id.clone())
         .data(data.to_string())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn streams(per_user: usize, total: usize) -> Arc<EventStreams> {
+        Arc::new(EventStreams::new(StreamLimits {
+            per_user,
+            total,
+            heartbeat: Duration::from_secs(15),
+        }))
+    }
+
+    fn status(refused: ApiResult<Permit>) -> u16 {
+        use axum::response::IntoResponse;
+        match refused {
+            Ok(_) => 200,
+            Err(e) => e.into_response().status().as_u16(),
+        }
+    }
+
+    #[test]
+    fn streams_are_counted_per_user_and_in_all_until_dropped() {
+        let streams = streams(2, 3);
+        let a1 = streams.admit("a").unwrap();
+        let _a2 = streams.admit("a").unwrap();
+        assert_eq!(status(streams.admit("a")), 429);
+        let _b1 = streams.admit("b").unwrap();
+        assert_eq!(status(streams.admit("b")), 503);
+        assert_eq!(streams.open(), 3);
+        drop(a1);
+        assert_eq!(streams.open(), 2);
+        let _a3 = streams.admit("a").unwrap();
+        streams.close_all();
+        assert_eq!(status(streams.admit("c")), 503);
+    }
+
+    #[test]
+    fn last_event_id_is_an_event_id_or_nothing() {
+        let with = |value: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.insert(
+                "last-event-id",
+                axum::http::HeaderValue::from_bytes(value).unwrap(),
+            );
+            last_event_id(&headers)
+        };
+        assert_eq!(last_event_id(&HeaderMap::new()).unwrap(), None);
+        assert_eq!(with(b"").unwrap(), None);
+        assert_eq!(
+            with(b"00000000ABCDEF0000000001").unwrap().as_deref(),
+            Some("00000000abcdef0000000001")
+        );
+        for bad in [
+            &b"1"[..],
+            b"zz0000000000000000000000",
+            b"\xe9\xe9",
+            b"0000000000000000000000001",
+        ] {
+            assert!(with(bad).is_err(), "{bad:?}");
+        }
+    }
+}
