@@ -12,7 +12,8 @@ use axum::http::HeaderMap;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
-use drover_monitor::event::{Event, ObjectRef, SEVERITIES};
+use drover_monitor::event::{Event, InitiatedBy, ObjectRef, SEVERITIES};
+use drover_query::Filter;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -21,7 +22,7 @@ use crate::input::read_object;
 use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams, ListParams};
 use crate::reply::{self, parse_json};
-use crate::routes::{Access, Collection, ItemRead, Routes};
+use crate::routes::{Access, Caller, Collection, ItemRead, Routes};
 use crate::wire;
 
 const READ: Access = Access::Needs(Permission::read("events"));
@@ -55,6 +56,26 @@ pub(crate) fn register(routes: &mut Routes) {
         list,
         one,
     );
+    routes
+        .get("/rest/events/stream", READ, crate::event_stream::stream)
+        .summary(
+            "Events as they are stored, as Server-Sent Events (id: the event's id; data: its \
+             JSON), filtered by query; resumes after the Last-Event-ID header's event",
+        )
+        .list()
+        .text_response(
+            200,
+            "text/event-stream",
+            "A stream of events that ends only when the client or the server leaves",
+            string(),
+        )
+        .response(400, "A malformed query or Last-Event-ID", None)
+        .response(429, "Too many streams of this user are open", None)
+        .response(
+            503,
+            "Too many streams are open, or the service is shutting down",
+            None,
+        );
     routes
         .post("/rest/events", CREATE, create)
         .summary("Creates events: version 1 from <Events> XML, version 3 (api-version=3) from JSON")
@@ -102,9 +123,27 @@ fn render(state: &AppState, event: &Event, version: i64, api: ApiVersion) -> Val
     }
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Json<Value>> {
+/// `filter` (in stored names) narrowed to the events `caller` may see: all of them with
+/// the permission over everybody's (`ALL`), else those they initiated (`initiatedBy.user`
+/// is the user the request acts for). The list and the stream both apply it.
+pub(crate) fn visible_to(filter: Filter, caller: &Caller, state: &AppState) -> ApiResult<Filter> {
+    if caller.over_all() {
+        return Ok(filter);
+    }
+    let me = caller.effective_user.clone().unwrap_or_default();
+    let own = Filter::parse(&json!({"initiatedBy.user": me}), &state.settings().dates)?;
+    Ok(Filter::And(vec![filter, own]))
+}
+
+async fn list(
+    State(state): State<AppState>,
+    params: ListParams,
+    caller: Caller,
+) -> ApiResult<Json<Value>> {
     let v1 = !is_v3(params.api_version);
-    let page = state.stored_events().list(params.query.clone(), v1).await?;
+    let mut query = params.query.clone();
+    query.filter = visible_to(query.filter, &caller, &state)?;
+    let page = state.stored_events().list(query, v1).await?;
     let items = page
         .items
         .iter()
@@ -113,27 +152,38 @@ async fn list(State(state): State<AppState>, params: ListParams) -> ApiResult<Js
     Ok(reply::listed(page.total, items, &params))
 }
 
-async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
-    let (event, version) = state
-        .stored_events()
-        .get(&id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("No event '{id}'")))?;
+async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
+    let missing = || ApiError::not_found(format!("No event '{id}'"));
+    let (event, version) = state.stored_events().get(&id).await?.ok_or_else(missing)?;
+    let initiator = event.initiated_by.as_ref().and_then(|i| i.user.as_ref());
+    if !caller.over_all() && initiator != caller.effective_user.as_ref() {
+        return Err(missing());
+    }
     Ok(Json(render(&state, &event, version, params.api_version)))
 }
 
 async fn create(
     State(state): State<AppState>,
     params: CommonParams,
+    caller: Caller,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Response> {
     let v3 = is_v3(params.api_version);
-    let events = if v3 {
+    let mut events = if v3 {
         vec![v3_event(&state, &parse_json(&body)?)?]
     } else {
         v1_events(&headers, &body)?
     };
+    // Who created an event is who may see it with a permission over their own only.
+    for event in &mut events {
+        if event.initiated_by.is_none() {
+            event.initiated_by = Some(InitiatedBy {
+                user: caller.effective_user.clone(),
+                proxy_user: None,
+            });
+        }
+    }
     let recorded = state.events().record(events).await?;
     let settings = state.settings();
     let location = format!("/rest/events/{}", recorded[0].id);

@@ -27,6 +27,7 @@ use futures_util::FutureExt;
 use crate::AppState;
 use crate::error::{ApiError, Kind};
 use crate::identity::authenticate;
+use crate::metrics::MatchedRoute;
 use drover_auth::Identity;
 
 /// Error bodies axum produced that are longer than this are cut (they are plain text
@@ -76,9 +77,19 @@ pub(crate) fn unknown_path(
 /// - error responses without a JSON body (extractor rejections, hyper's own) get one.
 async fn every_request(
     State((limit, state)): State<(usize, AppState)>,
-    mut request: Request,
+    request: Request,
     next: Next,
 ) -> Response {
+    let began = std::time::Instant::now();
+    let response = answer(limit, &state, request, next).await;
+    if let Some(metrics) = state.http_metrics() {
+        let route = response.extensions().get::<MatchedRoute>().copied();
+        metrics.observe(route, response.status().as_u16(), began.elapsed());
+    }
+    response
+}
+
+async fn answer(limit: usize, state: &AppState, mut request: Request, next: Next) -> Response {
     if let Some(refused) = head_too_large(&request) {
         return closing(refused);
     }
@@ -99,7 +110,7 @@ async fn every_request(
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|c| c.0.ip());
-        match authenticate(&state, request.headers(), source).await {
+        match authenticate(state, request.headers(), source).await {
             Ok(identity) => {
                 request.extensions_mut().insert(Authenticated(identity));
             }
@@ -208,6 +219,8 @@ async fn with_json_error_body(response: Response) -> Response {
     }
     let mut rewritten = ApiError::new(kind, messages).into_response();
     *rewritten.status_mut() = status;
+    // The route it came from, for the request metrics.
+    rewritten.extensions_mut().extend(parts.extensions.clone());
     for name in [header::ALLOW, header::WWW_AUTHENTICATE] {
         if let Some(value) = parts.headers.get(&name) {
             rewritten.headers_mut().insert(name, value.clone());

@@ -11,6 +11,8 @@
 //!   with every conversion from the errors of the services.
 //! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
 //! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
+//! - [`metrics`]: `GET /metrics` (Prometheus text), and request latencies by route.
+//! - [`event_stream`]: `GET /rest/events/stream`, events as Server-Sent Events.
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
 //! - [`wire`]: wire values rendered alike everywhere (dates), and the wire shapes of
@@ -33,6 +35,7 @@ pub mod containers;
 pub mod credentials;
 pub mod diag;
 pub mod error;
+pub mod event_stream;
 pub mod events;
 mod idempotency;
 mod identity;
@@ -41,6 +44,7 @@ pub mod images;
 pub mod input;
 pub mod jobs;
 pub mod layers;
+pub mod metrics;
 mod named;
 pub mod nodes;
 pub mod oauth;
@@ -91,6 +95,7 @@ pub fn interface() -> Routes {
     vms::register(&mut routes);
     pending_actions::register(&mut routes);
     oauth::register(&mut routes);
+    metrics::register(&mut routes);
     routes
 }
 

@@ -261,7 +261,7 @@ fn operation(doc: &RouteDoc) -> Value {
     for r in &doc.responses {
         let mut response = json!({"description": r.description});
         if let Some(schema) = &r.schema {
-            response["content"] = json!({"application/json": {"schema": schema}});
+            response["content"] = json!({r.content_type: {"schema": schema}});
         }
         responses.insert(r.status.to_string(), response);
     }

@@ -29,6 +29,7 @@ use crate::error::ApiError;
 use crate::identity::{authenticate, may_proxy, proxied_identity};
 use crate::input::Warnings;
 use crate::layers::Authenticated;
+use crate::metrics::{HttpMetrics, MatchedRoute};
 use crate::params::CommonParams;
 use crate::{AppState, idempotency, layers, openapi};
 
@@ -68,6 +69,8 @@ pub struct ResponseDoc {
     pub status: u16,
     pub description: &'static str,
     pub schema: Option<Value>,
+    /// The answer's content type: JSON unless a route says otherwise.
+    pub content_type: &'static str,
 }
 
 /// Everything the OpenAPI document says about one route.
@@ -241,6 +244,25 @@ impl RouteBuilder<'_> {
             status,
             description,
             schema,
+            content_type: "application/json",
+        });
+        self
+    }
+
+    /// A successful answer that is not JSON (`text/plain` metrics, an event stream);
+    /// `schema` describes its text.
+    pub fn text_response(
+        self,
+        status: u16,
+        content_type: &'static str,
+        description: &'static str,
+        schema: Value,
+    ) -> Self {
+        self.doc.responses.push(ResponseDoc {
+            status,
+            description,
+            schema: Some(schema),
+            content_type,
         });
         self
     }
@@ -384,15 +406,17 @@ impl Routes {
         permissions.dedup();
         state.set_permissions(permissions);
         state.set_openapi(openapi::document(&docs, &state.settings().base_url));
+        state.set_http_metrics(HttpMetrics::new(&docs));
 
         let mut by_path: BTreeMap<&'static str, MethodRouter<AppState>> = BTreeMap::new();
-        for entry in self.entries {
+        for (index, entry) in self.entries.into_iter().enumerate() {
             let gated = entry.handler.route_layer(from_fn_with_state(
                 Gate {
                     state: state.clone(),
                     access: entry.doc.access,
                     idempotent: entry.doc.idempotent,
                     receipted: entry.doc.receipted,
+                    route: MatchedRoute(index),
                 },
                 gate,
             ));
@@ -552,13 +576,23 @@ struct Gate {
     access: Access,
     idempotent: bool,
     receipted: bool,
+    /// Which registration this is, for the request metrics (`api::metrics`).
+    route: MatchedRoute,
+}
+
+/// [`pass_gate`], its answer marked with the route it came from.
+async fn gate(State(gate): State<Gate>, request: Request, next: Next) -> Response {
+    let route = gate.route;
+    let mut response = pass_gate(gate, request, next).await;
+    response.extensions_mut().insert(route);
+    response
 }
 
 /// Authenticates (HTTP Basic, local users then the directory), parses the common
 /// parameters, resolves `proxy-user`, authorizes the effective user against the route's
 /// declared permission through their roles, adds the warnings of the handling (fields of
 /// the body nobody read) to the answer, and pretty-prints on request.
-async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+async fn pass_gate(gate: Gate, mut request: Request, next: Next) -> Response {
     let state = &gate.state;
     let source = request
         .extensions()

@@ -9,6 +9,8 @@ use drover_cloud::{Images, ServiceRecords, ServiceTemplates};
 
 use crate::access::AccessControl;
 use crate::error::{ApiError, ApiResult};
+use crate::event_stream::{EventStreams, StreamLimits};
+use crate::metrics::HttpMetrics;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_monitor::{EventRecorder, Reports, StoredEvents};
 use drover_sched::Scheduler;
@@ -26,6 +28,9 @@ struct Inner {
     /// OpenAPI document.
     permissions: OnceLock<Vec<Permission>>,
     openapi: OnceLock<String>,
+    /// Filled with the router: request latencies by route.
+    http_metrics: OnceLock<HttpMetrics>,
+    event_streams: Arc<EventStreams>,
     accounting: Option<Arc<drover_accounting::Ledger>>,
 }
 
@@ -87,6 +92,8 @@ pub struct Settings {
     pub active_server: Option<String>,
     /// The portal clients that may ask `<base>/oauth/token` for tokens.
     pub oauth_clients: Vec<OAuthClient>,
+    /// The bounds of `GET /rest/events/stream`.
+    pub event_streams: StreamLimits,
 }
 
 /// `[cloud]`, as the VM and pending-action routes need it.
@@ -179,11 +186,14 @@ impl Health {
 
 impl AppState {
     pub fn new(services: Services, settings: Settings) -> Self {
+        let event_streams = Arc::new(EventStreams::new(settings.event_streams.clone()));
         Self(Arc::new(Inner {
             services,
             settings,
             permissions: OnceLock::new(),
             openapi: OnceLock::new(),
+            http_metrics: OnceLock::new(),
+            event_streams,
             accounting: None,
         }))
     }
@@ -280,5 +290,18 @@ impl AppState {
 
     pub(crate) fn set_openapi(&self, document: String) {
         let _ = self.0.openapi.set(document);
+    }
+
+    pub(crate) fn http_metrics(&self) -> Option<&HttpMetrics> {
+        self.0.http_metrics.get()
+    }
+
+    pub(crate) fn set_http_metrics(&self, metrics: HttpMetrics) {
+        let _ = self.0.http_metrics.set(metrics);
+    }
+
+    /// The open event streams; `close_all` ends them when the server shuts down.
+    pub fn event_streams(&self) -> &Arc<EventStreams> {
+        &self.0.event_streams
     }
 }

@@ -342,10 +342,17 @@ pub struct EventsConfig {
     /// submissions are faster (see the README's benchmarks).
     #[serde(deserialize_with = "flag")]
     pub scheduler: bool,
+    /// Event streams (`GET /rest/events/stream`) one user may have open at once.
+    pub max_streams_per_user: usize,
+    /// Event streams the service serves at once.
+    pub max_streams: usize,
+    /// Seconds between the comment lines that keep an idle stream's connection open.
+    pub stream_heartbeat_seconds: u64,
 }
 
 impl Default for EventsConfig {
     fn default() -> Self {
+        let streams = drover_api::event_stream::StreamLimits::default();
         Self {
             log_file: None,
             rolling: "size".into(),
@@ -353,6 +360,9 @@ impl Default for EventsConfig {
             keep: 10,
             additive: false,
             scheduler: true,
+            max_streams_per_user: streams.per_user,
+            max_streams: streams.total,
+            stream_heartbeat_seconds: streams.heartbeat.as_secs(),
         }
     }
 }

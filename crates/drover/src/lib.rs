@@ -236,6 +236,11 @@ fn prepare(
         },
         active_server,
         oauth_clients: config.oauth.clients.clone(),
+        event_streams: drover_api::event_stream::StreamLimits {
+            per_user: config.events.max_streams_per_user,
+            total: config.events.max_streams,
+            heartbeat: Duration::from_secs(config.events.stream_heartbeat_seconds.max(1)),
+        },
     };
     let monitoring = Monitoring {
         events,
@@ -510,6 +515,13 @@ pub async fn launch_with(
         generated_admin,
     });
     let header_timeout = Duration::from_secs(config_header_timeout);
+    // Open event streams never end by themselves: end them as shutdown begins, so that
+    // their connections finish.
+    let streams = state.event_streams().clone();
+    let shutdown = async move {
+        shutdown.await;
+        streams.close_all();
+    };
     serve::serve(listener, app, header_timeout, shutdown)
         .await
         .map_err(|e| e.to_string())?;

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 
 use drover_domain::dates::Timestamp;
 use drover_domain::ids::IdSequence;
+use drover_metrics::{Counter, Histogram, LATENCY_SECONDS};
 use drover_sched::events::{EventSink, JournaledEvents, SchedEvent};
 use drover_store::{Body, CollectionSpec, DocumentStore, StoreError, Write};
 use serde_json::Value;
@@ -27,6 +28,12 @@ use tokio::sync::{broadcast, oneshot};
 
 use crate::event::{COLLECTION, Event, InitiatedBy, ObjectRef, PrimaryObject, Tenant};
 use crate::log::{EventLog, LogSettings};
+
+/// How long the recorder's transactions take to commit (for `GET /metrics`).
+pub static COMMIT_SECONDS: Histogram = Histogram::new(LATENCY_SECONDS);
+/// Groups of event lines that could not be written to `events.log` (the events are
+/// stored all the same).
+pub static LOG_WRITE_ERRORS: Counter = Counter::new();
 
 /// Most events written in one transaction.
 const MAX_EVENTS_PER_COMMIT: usize = 8192;
@@ -252,10 +259,13 @@ fn run(
         let result = if writes.is_empty() {
             Ok(())
         } else {
-            store
+            let began = std::time::Instant::now();
+            let written = store
                 .write(&writes)
                 .map(|_| ())
-                .map_err(|e| RecordError::Store(e.to_string()))
+                .map_err(|e| RecordError::Store(e.to_string()));
+            COMMIT_SECONDS.observe_duration(began.elapsed());
+            written
         };
         let now = Timestamp::now();
         let mut logged = Ok(());
@@ -276,6 +286,7 @@ fn run(
         }
         if let Err(e) = logged.and_then(|_| log.flush()) {
             // The events are stored; a full disk must not refuse them.
+            LOG_WRITE_ERRORS.add(1);
             eprintln!("drover: cannot write the event log: {e}");
         }
         for message in group {

@@ -11,7 +11,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, Sender, TryRecvError};
 
+use drover_metrics::{Histogram, LATENCY_SECONDS, SIZES};
+
 use crate::{DocumentStore, Write};
+
+/// How long the journal's transactions take to commit (for `GET /metrics`).
+pub static COMMIT_SECONDS: Histogram = Histogram::new(LATENCY_SECONDS);
+/// How many writes each of the journal's transactions holds.
+pub static BATCH_WRITES: Histogram = Histogram::new(SIZES);
 
 /// Called once the batch's transaction has committed (`Ok`) or failed (`Err`).
 pub type Completion = Box<dyn FnOnce(&Result<(), String>) + Send>;
@@ -63,7 +70,11 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>) {
         let result = if merged.is_empty() {
             Ok(())
         } else {
-            store.write(&merged).map(|_| ()).map_err(|e| e.to_string())
+            let began = std::time::Instant::now();
+            let written = store.write(&merged).map(|_| ()).map_err(|e| e.to_string());
+            COMMIT_SECONDS.observe_duration(began.elapsed());
+            BATCH_WRITES.observe(merged.len() as f64);
+            written
         };
         for batch in group {
             for completion in batch.completions {

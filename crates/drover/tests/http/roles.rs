@@ -71,6 +71,15 @@ fn every_route_declares_a_permission_and_refuses_a_user_without_it() {
             "{method} {path}: {}",
             refused.body
         );
+        // A stream's answer never ends: the administrator's is opened in event_stream.rs.
+        let operation = &template[method.to_lowercase()];
+        if operation["responses"]["200"]["content"]
+            .get("text/event-stream")
+            .is_some()
+        {
+            checked += 1;
+            continue;
+        }
         // The administrator passes the gate everywhere (the handler may still refuse
         // the placeholder id or the empty body).
         let admin = server.call(&method, &path, Auth::Admin, body);

@@ -549,6 +549,7 @@ impl Engine {
         if self.rm.unavailable().is_some() {
             return;
         }
+        let _timed = PassTimer(std::time::Instant::now());
         let now = self.now();
         let mut order = {
             let book = self.shared.jobs.read().unwrap();
@@ -989,5 +990,19 @@ impl Engine {
         if !self.queue.is_empty() {
             self.needs_schedule = true;
         }
+    }
+}
+
+/// How long scheduling passes take (for `GET /metrics`); a pass over an empty queue is
+/// not one.
+pub static PASS_SECONDS: drover_metrics::Histogram =
+    drover_metrics::Histogram::new(drover_metrics::PASS_SECONDS);
+
+/// Observes a pass's duration when it ends, whichever way it returns.
+struct PassTimer(std::time::Instant);
+
+impl Drop for PassTimer {
+    fn drop(&mut self) {
+        PASS_SECONDS.observe_duration(self.0.elapsed());
     }
 }

@@ -54,7 +54,7 @@ use crate::request::{JobAction, JobChanges, NodeChanges, Requester, SchedError};
 use crate::rm::{ResourceManager, RmEvent};
 
 pub(crate) use self::core::Engine;
-pub use self::core::JOBS;
+pub use self::core::{JOBS, PASS_SECONDS};
 
 /// The scheduler's configuration (`[scheduler]` and `[[nodes]]`).
 #[derive(Debug, Clone)]
