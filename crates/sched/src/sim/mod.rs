@@ -3,7 +3,10 @@
 //! manager that runs nothing ends each job after its recorded run time (or its
 //! requested time, if shorter: the wall-time limit). Nothing is stored.
 
+pub mod estimates;
+pub mod random;
 pub mod swf;
+pub mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -405,6 +408,7 @@ mod tests {
             jobs: vec![job(1, 0, 100, 3), job(2, 1, 100, 4), job(3, 2, 50, 1)],
             machine_processors: Some(4),
             skipped: 0,
+            estimated: 0,
         };
         let nodes = machine(4, 1);
         let fcfs = replay(&trace, &nodes, &Policy::fcfs(), &mut |_| {}).unwrap();
