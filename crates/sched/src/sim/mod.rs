@@ -427,6 +427,25 @@ mod tests {
     }
 
     #[test]
+    fn requested_times_decide_backfilling_unless_estimates_are_perfect() {
+        // As above, but the 1-wide job asks for 150 s (SWF field 9) and runs 50: asked
+        // for, it would delay the 4-wide job, so EASY does not backfill it.
+        let text = "; MaxProcs: 4\n\
+            1 0 -1 100 3 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            2 1 -1 100 4 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            3 2 -1 50 1 -1 -1 1 150 -1 1 -1 -1 -1 0 -1 -1 -1\n";
+        let trace = swf::parse(text).unwrap();
+        assert_eq!(trace.estimated, 1);
+        let nodes = machine(4, 1);
+        let estimated = replay(&trace, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        // Waits 0, 99, 198: the short job starts after the wide one.
+        assert_eq!(estimated.max_wait, 198);
+        let perfect = trace.with_perfect_estimates();
+        let perfect = replay(&perfect, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        assert_eq!((perfect.max_wait, perfect.mean_wait), (99, 33.0));
+    }
+
+    #[test]
     fn machine_spreads_processors_over_nodes() {
         let nodes = machine(10, 3);
         assert_eq!(
