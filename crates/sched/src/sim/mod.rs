@@ -2,6 +2,10 @@
 //! real engine and policy code, stepped by this driver on a [`ManualClock`]; a resource
 //! manager that runs nothing ends each job after its recorded run time (or its
 //! requested time, if shorter: the wall-time limit). Nothing is stored.
+//!
+//! Traces: [`swf`] reads and writes them; [`workload`] draws them from Lublin and
+//! Feitelson's model, with requested times from [`estimates`]; [`random`] is the seeded
+//! generator, so that a seed always gives the same trace.
 
 pub mod estimates;
 pub mod random;
