@@ -689,10 +689,16 @@ impl Config {
             );
         }
         let w = &policy.weights;
-        if ![w.user_priority, w.queue_minutes, w.expansion, w.fairshare]
-            .iter()
-            .chain(w.qos.values())
-            .all(|v| v.is_finite())
+        if ![
+            w.user_priority,
+            w.queue_minutes,
+            w.expansion,
+            w.narrow_request,
+            w.fairshare,
+        ]
+        .iter()
+        .chain(w.qos.values())
+        .all(|v| v.is_finite())
         {
             return Err("scheduler.policy.weights: every weight must be a finite number".into());
         }

@@ -22,11 +22,17 @@ usage:
   drover user add NAME [--admin] [--config FILE] [--data-dir DIR]
       Adds (or replaces) a user in DIR/users.toml. The password is read from standard
       input; when none is given, one is generated and printed.
-  drover replay TRACE.swf [--nodes N] [--processors P] [--config FILE]
+  drover replay TRACE.swf [--nodes N] [--processors P] [--perfect-estimates] [--without-fcfs] [--config FILE]
       Replays a Standard Workload Format trace through the scheduler in virtual time
       under FCFS, EASY backfilling and the configured policy ([scheduler.policy]), and
       prints mean wait, mean bounded slowdown, maximum wait, utilization and makespan.
       The machine is the trace's MaxProcs (or --processors), split over N nodes (1).
+      Jobs request the trace's requested time (field 9) where it is given, else their
+      run time; --perfect-estimates makes every request the run time.
+  drover generate-trace [--jobs N] [--processors P] [--load L] [--seed S] [--perfect-estimates]
+      Writes to standard output a trace of Lublin and Feitelson's workload model
+      (10000 jobs, 256 processors, the model's own arrival rate, seed 1), its offered
+      load scaled to L if given, and requested times from a model of users' estimates.
   drover help | --version
 
 The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
@@ -210,7 +216,11 @@ fn add_user(flags: Flags) {
 
 fn replay_command(args: &[String]) {
     let mut rest = args.iter();
-    let (mut processors, mut nodes, mut others) = (None, 1u32, Vec::new());
+    let mut options = replay::ReplayOptions {
+        nodes: 1,
+        ..Default::default()
+    };
+    let mut others = Vec::new();
     while let Some(arg) = rest.next() {
         let mut number = || -> u32 {
             rest.next()
@@ -219,8 +229,10 @@ fn replay_command(args: &[String]) {
                 .unwrap_or_else(|| usage_error(format!("{arg} needs a positive number")))
         };
         match arg.as_str() {
-            "--processors" => processors = Some(number()),
-            "--nodes" => nodes = number(),
+            "--processors" => options.processors = Some(number()),
+            "--nodes" => options.nodes = number(),
+            "--perfect-estimates" => options.perfect_estimates = true,
+            "--without-fcfs" => options.without_fcfs = true,
             _ => others.push(arg.clone()),
         }
     }
@@ -229,7 +241,55 @@ fn replay_command(args: &[String]) {
         usage_error("replay takes one trace file")
     };
     let policy = load_config(&flags).scheduler.policy;
-    replay::run(trace, processors, nodes, policy).unwrap_or_else(|e| fail(e));
+    replay::run(trace, &options, policy).unwrap_or_else(|e| fail(e));
+}
+
+fn generate_trace_command(args: &[String]) {
+    let mut spec = drover_sched::sim::workload::WorkloadSpec {
+        jobs: 10_000,
+        processors: 256,
+        load: None,
+        seed: 1,
+        estimates: Some(replay::default_estimates()),
+    };
+    let mut rest = args.iter();
+    while let Some(arg) = rest.next() {
+        let mut value = || {
+            rest.next()
+                .cloned()
+                .unwrap_or_else(|| usage_error(format!("{arg} needs a value")))
+        };
+        let bad = |what: &str| -> ! { usage_error(format!("{arg} needs {what}")) };
+        match arg.as_str() {
+            "--jobs" => {
+                spec.jobs = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| bad("a positive number"))
+            }
+            "--processors" => {
+                spec.processors = value()
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .unwrap_or_else(|| bad("a positive number"))
+            }
+            "--load" => {
+                spec.load = Some(
+                    value()
+                        .parse()
+                        .ok()
+                        .filter(|&l: &f64| l > 0.0 && l.is_finite())
+                        .unwrap_or_else(|| bad("a positive number")),
+                )
+            }
+            "--seed" => spec.seed = value().parse().unwrap_or_else(|_| bad("a whole number")),
+            "--perfect-estimates" => spec.estimates = None,
+            _ => usage_error(format!("generate-trace: unknown argument {arg}")),
+        }
+    }
+    replay::generate(&spec).unwrap_or_else(|e| fail(e));
 }
 
 fn main() {
@@ -271,6 +331,7 @@ async fn run() {
             add_user(parse_flags(&args[2..]))
         }
         Some("replay") => replay_command(&args[1..]),
+        Some("generate-trace") => generate_trace_command(&args[1..]),
         Some("help" | "--help" | "-h") => println!("{USAGE}"),
         Some("--version" | "version") => {
             let build = drover::build_info();

@@ -517,6 +517,48 @@ fn replay_prints_the_three_policies_side_by_side() {
     assert!(String::from_utf8_lossy(&too_wide.stderr).contains("asks for 3 processors"));
 }
 
+#[test]
+fn generated_traces_repeat_by_seed_and_replay_with_their_requested_times() {
+    let dir = tempfile::tempdir().unwrap();
+    let generate = |seed: &str| {
+        let output = drover()
+            .args(["generate-trace", "--jobs", "300", "--processors", "64"])
+            .args(["--load", "0.9", "--seed", seed])
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let trace = generate("7");
+    assert_eq!(trace, generate("7"));
+    assert_ne!(trace, generate("8"));
+    assert!(trace.contains("; MaxProcs: 64"), "{trace}");
+    let path = dir.path().join("generated.swf");
+    std::fs::write(&path, &trace).unwrap();
+    let replay = |extra: &[&str]| {
+        let output = drover()
+            .arg("replay")
+            .arg(&path)
+            .args(["--without-fcfs"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8(output.stdout).unwrap()
+    };
+    let estimated = replay(&[]);
+    assert!(
+        estimated.contains("requested times from the trace for 300 jobs"),
+        "{estimated}"
+    );
+    assert!(
+        !estimated.lines().any(|l| l.starts_with("FCFS")),
+        "{estimated}"
+    );
+    let perfect = replay(&["--perfect-estimates"]);
+    assert!(perfect.contains("perfect estimates"), "{perfect}");
+}
+
 /// Hashes `secret` with the command operators use for configured users.
 fn hash_password(secret: &str) -> String {
     let mut hash = drover()

@@ -11,7 +11,8 @@
 //! - the journal: group commit of the engine's changes to the store ([`drover_store::journal`]).
 //! - [`place`]: first-fit placement; [`policy`]: queue order and backfill.
 //! - [`rm`]: the resource-manager trait and the local implementation.
-//! - [`sim`]: trace replay in virtual time through the engine (`drover replay`).
+//! - [`sim`]: trace replay in virtual time through the engine (`drover replay`), and
+//!   workloads drawn from Lublin and Feitelson's model (`drover generate-trace`).
 //! - [`events`], [`sysuser`]: the event sink, system accounts.
 //! - [`vm_host`]: what makes the guests of VMs (the engine owns the VMs themselves).
 

@@ -43,11 +43,17 @@ impl Backfill {
 pub struct Weights {
     /// Per point of the submitter's own priority (-1024..1023).
     pub user_priority: f64,
-    /// Per minute waited in the queue: what keeps every job from starving.
+    /// Per minute waited in the queue. 0 by default: minutes are an absolute scale, and
+    /// weights in them fit one workload's times and not another's; the expansion factor
+    /// ages jobs relative to their own length, and `reserve_oldest` keeps any job from
+    /// starving.
     pub queue_minutes: f64,
     /// Per unit of expansion factor, (wait + requested time) / requested time: short
     /// jobs rise quickly, so they do not wait many times their length.
     pub expansion: f64,
+    /// Per doubling of the processors asked, subtracted: narrow jobs fit the holes
+    /// backfilling leaves, and unlike a requested time, a width is never misestimated.
+    pub narrow_request: f64,
     /// Per percent of the recent usage (decayed processor-seconds) the job's user
     /// consumed, subtracted: heavy users yield to light ones.
     pub fairshare: f64,
@@ -62,6 +68,7 @@ impl Weights {
         self.user_priority > 0.0
             && self.queue_minutes == 0.0
             && self.expansion == 0.0
+            && self.narrow_request == 0.0
             && self.fairshare == 0.0
             && self.qos.is_empty()
     }
@@ -72,18 +79,24 @@ impl Weights {
             user_priority: 1.0,
             queue_minutes: 0.0,
             expansion: 0.0,
+            narrow_request: 0.0,
             fairshare: 0.0,
             qos: BTreeMap::new(),
         }
     }
 }
 
+/// The default weights were tuned on traces of Lublin and Feitelson's workload model
+/// (`scripts/tune-policy`, README "Scheduling"): both factors are free of the workload's
+/// time scale, so what was tuned is one ratio, a doubling of width against three units
+/// of expansion factor.
 impl Default for Weights {
     fn default() -> Self {
         Weights {
             user_priority: 1.0,
-            queue_minutes: 1.0,
+            queue_minutes: 0.0,
             expansion: 1000.0,
+            narrow_request: 3000.0,
             fairshare: 0.0,
             qos: BTreeMap::new(),
         }
@@ -155,11 +168,21 @@ impl Policy {
     pub fn describe(&self) -> String {
         let w = &self.weights;
         format!(
-            "{} backfill; priority = {} x user priority + {} x minutes waited + {} x expansion factor{}{}",
+            "{} backfill{}; priority = {} x user priority + {} x minutes waited + {} x expansion factor{}{}{}",
             self.backfill.as_str(),
+            if self.reserve_oldest {
+                " (oldest job first)"
+            } else {
+                ""
+            },
             w.user_priority,
             w.queue_minutes,
             w.expansion,
+            if w.narrow_request != 0.0 {
+                format!(" - {} x log2(processors)", w.narrow_request)
+            } else {
+                String::new()
+            },
             if w.fairshare != 0.0 {
                 format!(" - {} x percent of recent usage", w.fairshare)
             } else {

@@ -112,6 +112,12 @@ impl Priority<'_> {
             };
             score += w.expansion * expansion;
         }
+        if w.narrow_request != 0.0 {
+            let request = &job.spec.request;
+            let processors = f64::from(request.task_count.max(1))
+                * f64::from(request.processors_per_task.max(1));
+            score -= w.narrow_request * processors.log2();
+        }
         if w.fairshare != 0.0 {
             score -= w.fairshare * 100.0 * self.usage.share(&job.status.exec_user, self.now);
         }
@@ -180,6 +186,47 @@ mod tests {
         };
         let fresh = job(4, 900 + 200_000, Some(100), "a");
         assert!(later.rank(&long).queue_cmp(&later.rank(&fresh)).is_lt());
+    }
+
+    #[test]
+    fn narrow_jobs_go_first_and_waiting_still_counts() {
+        let weights = Weights::default();
+        let usage = Usage::new(3600);
+        let p = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 1000,
+        };
+        let sized = |seq, submit, duration, tasks| {
+            let mut job = job(seq, submit, Some(duration), "a");
+            std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
+            job
+        };
+        // Fresh jobs: one processor before four (two doublings), whatever their lengths.
+        let serial = sized(2, 1000, 10_000, 1);
+        let wide = sized(1, 1000, 100, 4);
+        assert!(p.rank(&serial).queue_cmp(&p.rank(&wide)).is_lt());
+        assert!((p.score(&wide) - (1000.0 - 2.0 * 3000.0)).abs() < 1e-9);
+        // The wide job, once it has waited 6 times its length (expansion factor 7),
+        // passes the fresh serial one.
+        let later = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 1000 + 601,
+        };
+        let fresh = sized(3, 1000 + 601, 10_000, 1);
+        assert!(later.rank(&wide).queue_cmp(&later.rank(&fresh)).is_lt());
+        // Scaling every time by 60 keeps the order: no factor counts absolute time.
+        let slow = Priority {
+            weights: &weights,
+            usage: &usage,
+            now: 1000 + 601 * 60,
+        };
+        let (wide60, fresh60) = (
+            sized(1, 1000, 6000, 4),
+            sized(3, 1000 + 601 * 60, 600_000, 1),
+        );
+        assert!(slow.rank(&wide60).queue_cmp(&slow.rank(&fresh60)).is_lt());
     }
 
     #[test]

@@ -2,8 +2,15 @@
 //! real engine and policy code, stepped by this driver on a [`ManualClock`]; a resource
 //! manager that runs nothing ends each job after its recorded run time (or its
 //! requested time, if shorter: the wall-time limit). Nothing is stored.
+//!
+//! Traces: [`swf`] reads and writes them; [`workload`] draws them from Lublin and
+//! Feitelson's model, with requested times from [`estimates`]; [`random`] is the seeded
+//! generator, so that a seed always gives the same trace.
 
+pub mod estimates;
+pub mod random;
 pub mod swf;
+pub mod workload;
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -405,6 +412,7 @@ mod tests {
             jobs: vec![job(1, 0, 100, 3), job(2, 1, 100, 4), job(3, 2, 50, 1)],
             machine_processors: Some(4),
             skipped: 0,
+            estimated: 0,
         };
         let nodes = machine(4, 1);
         let fcfs = replay(&trace, &nodes, &Policy::fcfs(), &mut |_| {}).unwrap();
@@ -420,6 +428,25 @@ mod tests {
         // Bounded slowdown of job 2 under EASY: (99 + 100) / 100.
         let expected = (1.0 + 1.99 + 1.0) / 3.0;
         assert!((easy.mean_bounded_slowdown - expected).abs() < 1e-9);
+    }
+
+    #[test]
+    fn requested_times_decide_backfilling_unless_estimates_are_perfect() {
+        // As above, but the 1-wide job asks for 150 s (SWF field 9) and runs 50: asked
+        // for, it would delay the 4-wide job, so EASY does not backfill it.
+        let text = "; MaxProcs: 4\n\
+            1 0 -1 100 3 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            2 1 -1 100 4 -1 -1 -1 -1 -1 1 -1 -1 -1 0 -1 -1 -1\n\
+            3 2 -1 50 1 -1 -1 1 150 -1 1 -1 -1 -1 0 -1 -1 -1\n";
+        let trace = swf::parse(text).unwrap();
+        assert_eq!(trace.estimated, 1);
+        let nodes = machine(4, 1);
+        let estimated = replay(&trace, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        // Waits 0, 99, 198: the short job starts after the wide one.
+        assert_eq!(estimated.max_wait, 198);
+        let perfect = trace.with_perfect_estimates();
+        let perfect = replay(&perfect, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        assert_eq!((perfect.max_wait, perfect.mean_wait), (99, 33.0));
     }
 
     #[test]

@@ -24,6 +24,20 @@ pub struct Trace {
     pub machine_processors: Option<u32>,
     /// Lines describing no runnable job (unknown run time or processors).
     pub skipped: usize,
+    /// Jobs whose requested time was given (field 9); the others request their run time.
+    pub estimated: usize,
+}
+
+impl Trace {
+    /// Every job requests exactly its run time: the replay of a scheduler that knows
+    /// the future, a bound rather than what users give.
+    pub fn with_perfect_estimates(mut self) -> Trace {
+        for job in &mut self.jobs {
+            job.requested = job.run;
+        }
+        self.estimated = 0;
+        self
+    }
 }
 
 /// Parses a trace; a line that is not 18 numbers is an error naming it.
@@ -65,7 +79,13 @@ pub fn parse(text: &str) -> Result<Trace, String> {
             trace.skipped += 1;
             continue;
         }
-        let requested = if field(9) > 0.0 { field(9) } else { run };
+        // Users' estimates where the trace has them: they are what a scheduler sees.
+        let requested = if field(9) > 0.0 {
+            trace.estimated += 1;
+            field(9)
+        } else {
+            run
+        };
         trace.jobs.push(TraceJob {
             number: field(1) as u64,
             submit: field(2) as i64,
@@ -77,6 +97,33 @@ pub fn parse(text: &str) -> Result<Trace, String> {
     trace.jobs.sort_by_key(|j| (j.submit, j.number));
     trace.machine_processors = max_procs.or(max_nodes);
     Ok(trace)
+}
+
+/// The trace in the Standard Workload Format (what [`parse`] reads back): fields 1, 2, 4,
+/// 5, 8 and 9 filled, status 1 (completed), the rest unknown.
+pub fn write(
+    trace: &Trace,
+    header: &[String],
+    out: &mut impl std::io::Write,
+) -> std::io::Result<()> {
+    writeln!(out, "; Version: 2.2")?;
+    for line in header {
+        writeln!(out, "; {line}")?;
+    }
+    writeln!(out, "; MaxJobs: {}", trace.jobs.len())?;
+    writeln!(out, "; MaxRecords: {}", trace.jobs.len())?;
+    if let Some(processors) = trace.machine_processors {
+        writeln!(out, "; MaxNodes: {processors}")?;
+        writeln!(out, "; MaxProcs: {processors}")?;
+    }
+    for j in &trace.jobs {
+        writeln!(
+            out,
+            "{} {} -1 {} {} -1 -1 {} {} -1 1 -1 -1 -1 -1 -1 -1 -1",
+            j.number, j.submit, j.run, j.processors, j.processors, j.requested
+        )?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -92,6 +139,7 @@ mod tests {
         let trace = parse(text).unwrap();
         assert_eq!(trace.machine_processors, Some(128));
         assert_eq!(trace.skipped, 1);
+        assert_eq!(trace.estimated, 1);
         assert_eq!(
             trace.jobs,
             [
@@ -111,7 +159,33 @@ mod tests {
                 }
             ]
         );
+        // The perfect-estimates replay: every request is the run time.
+        let perfect = trace.clone().with_perfect_estimates();
+        assert_eq!(perfect.estimated, 0);
+        assert!(perfect.jobs.iter().all(|j| j.requested == j.run));
+        assert_eq!(perfect.jobs[0].requested, 50);
         assert!(parse("1 2 3").unwrap_err().contains("line 1"));
         assert!(parse("1 2 x 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18").is_err());
+    }
+
+    #[test]
+    fn written_traces_read_back() {
+        let trace = Trace {
+            jobs: vec![TraceJob {
+                number: 1,
+                submit: 3,
+                run: 40,
+                processors: 2,
+                requested: 600,
+            }],
+            machine_processors: Some(8),
+            skipped: 0,
+            estimated: 1,
+        };
+        let mut text = Vec::new();
+        write(&trace, &["Note: test".into()], &mut text).unwrap();
+        let back = parse(std::str::from_utf8(&text).unwrap()).unwrap();
+        assert_eq!(back.jobs, trace.jobs);
+        assert_eq!((back.machine_processors, back.estimated), (Some(8), 1));
     }
 }
