@@ -1,0 +1,123 @@
+//! The page of a list found in one pass, with memory bounded by the page.
+//!
+//! The reference ([`crate::ListQuery::run`]) keeps every match, sorts them stably and
+//! cuts `offset`/`max`. [`Top`] gives the same page while keeping at most about twice
+//! `offset + max` candidates: documents are offered in input order, each match keeps its
+//! sort values and its position, and when the candidates fill up the best `offset + max`
+//! are selected and the rest dropped. Ties are broken by position, which is exactly the
+//! stable sort's order, so the page is the reference's page.
+
+use std::cmp::Ordering;
+
+use serde_json::Value;
+
+use crate::order::compare;
+use crate::sort::Direction;
+use crate::{ListQuery, Page};
+
+/// Candidates kept before the first selection, whatever the page (a small page then
+/// costs no selection at all over a short list).
+const SLACK: usize = 1024;
+
+/// One pass over a list's documents that keeps only what its page can use.
+pub struct Top<'q> {
+    query: &'q ListQuery,
+    /// `offset + max`: how many of the best matches the page can need (`None`: all).
+    keep: Option<usize>,
+    kept: Vec<(Vec<Option<Value>>, usize)>,
+    total: usize,
+}
+
+impl<'q> Top<'q> {
+    pub fn new(query: &'q ListQuery) -> Top<'q> {
+        let keep = query
+            .paging
+            .max
+            .map(|max| max.saturating_add(query.paging.offset));
+        Top {
+            query,
+            keep,
+            kept: Vec::new(),
+            total: 0,
+        }
+    }
+
+    /// Judges the document at `position`; positions must be offered in increasing order
+    /// (the order ties keep).
+    pub fn offer(&mut self, position: usize, doc: &Value) {
+        if !self.query.filter.matches(doc) {
+            return;
+        }
+        self.total += 1;
+        let sort = &self.query.sort;
+        if sort.is_empty() {
+            // Input order is the answer's order: the first `keep` matches are the page.
+            if self.keep.is_none_or(|keep| self.kept.len() < keep) {
+                self.kept.push((Vec::new(), position));
+            }
+            return;
+        }
+        self.kept.push((sort.keys_of(doc), position));
+        if let Some(keep) = self.keep
+            && self.kept.len() >= keep.saturating_mul(2).max(SLACK)
+        {
+            self.select(keep);
+        }
+    }
+
+    /// Keeps the best `keep` candidates (in no particular order).
+    fn select(&mut self, keep: usize) {
+        if keep == 0 {
+            self.kept.clear();
+        } else if keep < self.kept.len() {
+            let order = self.order();
+            self.kept.select_nth_unstable_by(keep - 1, order);
+            self.kept.truncate(keep);
+        }
+    }
+
+    /// The answer's order over candidates: the sort, then position.
+    fn order(
+        &self,
+    ) -> impl Fn(&(Vec<Option<Value>>, usize), &(Vec<Option<Value>>, usize)) -> Ordering + use<'q>
+    {
+        let query: &'q ListQuery = self.query;
+        let keys = &query.sort.keys;
+        move |(a, i), (b, j)| {
+            for ((x, y), (_, direction)) in a.iter().zip(b).zip(keys.iter()) {
+                let o = compare(x.as_ref(), y.as_ref());
+                let o = match direction {
+                    Direction::Ascending => o,
+                    Direction::Descending => o.reverse(),
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            i.cmp(j)
+        }
+    }
+
+    /// How many matched so far.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// The page: how many matched, and the positions of the page's documents in order.
+    pub fn finish(mut self) -> Page<usize> {
+        if !self.query.sort.is_empty() {
+            let order = self.order();
+            self.kept.sort_unstable_by(order);
+        }
+        Page {
+            total: self.total,
+            items: self
+                .query
+                .paging
+                .cut(self.kept)
+                .into_iter()
+                .map(|(_, i)| i)
+                .collect(),
+        }
+    }
+}
