@@ -19,12 +19,15 @@ use crate::{ListQuery, Page};
 /// costs no selection at all over a short list).
 const SLACK: usize = 1024;
 
+/// A match the page may use: its sort values and its position.
+type Candidate = (Vec<Option<Value>>, usize);
+
 /// One pass over a list's documents that keeps only what its page can use.
 pub struct Top<'q> {
     query: &'q ListQuery,
     /// `offset + max`: how many of the best matches the page can need (`None`: all).
     keep: Option<usize>,
-    kept: Vec<(Vec<Option<Value>>, usize)>,
+    kept: Vec<Candidate>,
     total: usize,
 }
 
@@ -77,10 +80,7 @@ impl<'q> Top<'q> {
     }
 
     /// The answer's order over candidates: the sort, then position.
-    fn order(
-        &self,
-    ) -> impl Fn(&(Vec<Option<Value>>, usize), &(Vec<Option<Value>>, usize)) -> Ordering + use<'q>
-    {
+    fn order(&self) -> impl Fn(&Candidate, &Candidate) -> Ordering + use<'q> {
         let query: &'q ListQuery = self.query;
         let keys = &query.sort.keys;
         move |(a, i), (b, j)| {
