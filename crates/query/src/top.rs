@@ -3,9 +3,10 @@
 //! The reference ([`crate::ListQuery::run`]) keeps every match, sorts them stably and
 //! cuts `offset`/`max`. [`Top`] gives the same page while keeping at most about twice
 //! `offset + max` candidates: documents are offered in input order, each match keeps its
-//! sort values and its position, and when the candidates fill up the best `offset + max`
-//! are selected and the rest dropped. Ties are broken by position, which is exactly the
-//! stable sort's order, so the page is the reference's page.
+//! sort values, the order it was offered in and what the caller gave with it (a position,
+//! a job), and when the candidates fill up the best `offset + max` are selected and the
+//! rest dropped. Ties are broken by the order of offering, which is exactly the stable
+//! sort's order, so the page is the reference's page.
 
 use std::cmp::Ordering;
 
@@ -19,20 +20,22 @@ use crate::{ListQuery, Page};
 /// costs no selection at all over a short list).
 const SLACK: usize = 1024;
 
-/// A match the page may use: its sort values and its position.
-type Candidate = (Vec<Option<Value>>, usize);
+/// A match the page may use: its sort values, when it was offered, and its item.
+type Candidate<T> = (Vec<Option<Value>>, usize, T);
 
 /// One pass over a list's documents that keeps only what its page can use.
-pub struct Top<'q> {
+pub struct Top<'q, T = usize> {
     query: &'q ListQuery,
     /// `offset + max`: how many of the best matches the page can need (`None`: all).
     keep: Option<usize>,
-    kept: Vec<Candidate>,
+    kept: Vec<Candidate<T>>,
+    /// How many were offered (the tie-breaker).
+    offered: usize,
     total: usize,
 }
 
-impl<'q> Top<'q> {
-    pub fn new(query: &'q ListQuery) -> Top<'q> {
+impl<'q, T> Top<'q, T> {
+    pub fn new(query: &'q ListQuery) -> Top<'q, T> {
         let keep = query
             .paging
             .max
@@ -41,13 +44,16 @@ impl<'q> Top<'q> {
             query,
             keep,
             kept: Vec::new(),
+            offered: 0,
             total: 0,
         }
     }
 
-    /// Judges the document at `position`; positions must be offered in increasing order
-    /// (the order ties keep).
-    pub fn offer(&mut self, position: usize, doc: &Value) {
+    /// Judges `doc`, the document of `item`; documents must be offered in their input
+    /// order (the order ties keep).
+    pub fn offer(&mut self, item: T, doc: &Value) {
+        let seq = self.offered;
+        self.offered += 1;
         if !self.query.filter.matches(doc) {
             return;
         }
@@ -56,11 +62,11 @@ impl<'q> Top<'q> {
         if sort.is_empty() {
             // Input order is the answer's order: the first `keep` matches are the page.
             if self.keep.is_none_or(|keep| self.kept.len() < keep) {
-                self.kept.push((Vec::new(), position));
+                self.kept.push((Vec::new(), seq, item));
             }
             return;
         }
-        self.kept.push((sort.keys_of(doc), position));
+        self.kept.push((sort.keys_of(doc), seq, item));
         if let Some(keep) = self.keep
             && self.kept.len() >= keep.saturating_mul(2).max(SLACK)
         {
@@ -79,11 +85,11 @@ impl<'q> Top<'q> {
         }
     }
 
-    /// The answer's order over candidates: the sort, then position.
-    fn order(&self) -> impl Fn(&Candidate, &Candidate) -> Ordering + use<'q> {
+    /// The answer's order over candidates: the sort, then the order of offering.
+    fn order(&self) -> impl Fn(&Candidate<T>, &Candidate<T>) -> Ordering + use<'q, T> {
         let query: &'q ListQuery = self.query;
         let keys = &query.sort.keys;
-        move |(a, i), (b, j)| {
+        move |(a, i, _), (b, j, _)| {
             for ((x, y), (_, direction)) in a.iter().zip(b).zip(keys.iter()) {
                 let o = compare(x.as_ref(), y.as_ref());
                 let o = match direction {
@@ -103,8 +109,8 @@ impl<'q> Top<'q> {
         self.total
     }
 
-    /// The page: how many matched, and the positions of the page's documents in order.
-    pub fn finish(mut self) -> Page<usize> {
+    /// The page: how many matched, and the items of the page's documents in order.
+    pub fn finish(mut self) -> Page<T> {
         if !self.query.sort.is_empty() {
             let order = self.order();
             self.kept.sort_unstable_by(order);
@@ -116,7 +122,7 @@ impl<'q> Top<'q> {
                 .paging
                 .cut(self.kept)
                 .into_iter()
-                .map(|(_, i)| i)
+                .map(|(_, _, item)| item)
                 .collect(),
         }
     }
