@@ -270,6 +270,9 @@ pub(super) fn plan(
 /// writes under that lock, never waits long for a scan.
 const CHUNK: usize = 2048;
 
+/// Jobs judged between two looks at the clock.
+const DEADLINE_EVERY: usize = 256;
+
 /// A scan that ran past its deadline.
 pub(super) struct OverBudget {
     pub judged: usize,
@@ -295,14 +298,15 @@ pub(super) fn scan(
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut judged = 0;
     while positions.peek().is_some() {
-        if Instant::now() > deadline {
-            return Err(OverBudget { judged });
-        }
         chunk.clear();
         chunk.extend(positions.by_ref().take(CHUNK));
         let jobs: Vec<Arc<Job>> = scheduler
             .with_jobs(|book| chunk.iter().map(|&p| book.at(p as usize).clone()).collect());
         for job in jobs {
+            if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
+                return Err(OverBudget { judged });
+            }
+            judged += 1;
             if !hidden.is_empty() && hidden.contains(&job.id) {
                 continue;
             }
@@ -312,7 +316,6 @@ pub(super) fn scan(
             };
             top.offer(job, &doc);
         }
-        judged += chunk.len();
     }
     let found = top.finish();
     Ok(Page {

@@ -9,6 +9,7 @@ mod diag;
 mod directory;
 mod images;
 mod jobs;
+mod lists;
 mod monitoring;
 mod openapi;
 mod plugins;
