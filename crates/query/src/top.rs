@@ -31,6 +31,10 @@ pub struct Top<'q, T = usize> {
     kept: Vec<Candidate<T>>,
     /// How many were offered (the tie-breaker).
     offered: usize,
+    /// The sort values of the worst candidate kept at the last selection: a later match
+    /// that does not sort before them (a tie comes later, so it sorts after) can never
+    /// be on the page, and is dropped without copying anything.
+    bar: Option<Vec<Option<Value>>>,
     total: usize,
 }
 
@@ -45,6 +49,7 @@ impl<'q, T> Top<'q, T> {
             keep,
             kept: Vec::new(),
             offered: 0,
+            bar: None,
             total: 0,
         }
     }
@@ -66,6 +71,11 @@ impl<'q, T> Top<'q, T> {
             }
             return;
         }
+        if let Some(bar) = &self.bar
+            && self.against(doc, bar) != Ordering::Less
+        {
+            return;
+        }
         self.kept.push((sort.keys_of(doc), seq, item));
         if let Some(keep) = self.keep
             && self.kept.len() >= keep.saturating_mul(2).max(SLACK)
@@ -82,7 +92,23 @@ impl<'q, T> Top<'q, T> {
             let order = self.order();
             self.kept.select_nth_unstable_by(keep - 1, order);
             self.kept.truncate(keep);
+            self.bar = Some(self.kept[keep - 1].0.clone());
         }
+    }
+
+    /// How `doc` sorts against the sort values `bar`.
+    fn against(&self, doc: &Value, bar: &[Option<Value>]) -> Ordering {
+        for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
+            let o = compare(path.first_value(doc).value, y.as_ref());
+            let o = match direction {
+                Direction::Ascending => o,
+                Direction::Descending => o.reverse(),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
     }
 
     /// The answer's order over candidates: the sort, then the order of offering.

@@ -100,10 +100,10 @@ impl Narrow {
         Some(Narrow { fields })
     }
 
-    /// The job as a document holding only the named paths.
-    pub(super) fn render(&self, job: &Job, r: &Render) -> Value {
+    /// An empty document with the shape of the named paths, for [`Narrow::fill`].
+    pub(super) fn document(&self) -> Value {
         let mut out = Map::new();
-        for (segments, field) in &self.fields {
+        for (segments, _) in &self.fields {
             let (last, parents) = segments.split_last().expect("a path has a segment");
             let mut at = &mut out;
             for parent in parents {
@@ -115,9 +115,23 @@ impl Narrow {
                     _ => unreachable!("entries never name a prefix of another"),
                 };
             }
-            at.insert(last.clone(), field(job, r));
+            at.insert(last.clone(), Value::Null);
         }
         Value::Object(out)
+    }
+
+    /// Puts the job's values into `document` (made by [`Narrow::document`]): one
+    /// document serves a whole scan, so a job costs its values, not a tree of maps.
+    pub(super) fn fill(&self, document: &mut Value, job: &Job, r: &Render) {
+        for (segments, field) in &self.fields {
+            let mut at = &mut *document;
+            for segment in segments {
+                at = at
+                    .get_mut(segment.as_str())
+                    .expect("the document has every path");
+            }
+            *at = field(job, r);
+        }
     }
 }
 

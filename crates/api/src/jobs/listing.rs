@@ -292,7 +292,10 @@ pub(super) fn scan(
     shown: &Render,
     deadline: Instant,
 ) -> Result<Page<Value>, OverBudget> {
-    let narrow = Narrow::of(&query.filter, &query.sort, filter_render.version);
+    let mut narrow = Narrow::of(&query.filter, &query.sort, filter_render.version).map(|narrow| {
+        let document = narrow.document();
+        (narrow, document)
+    });
     let mut top: Top<'_, Arc<Job>> = Top::new(query);
     let mut positions = candidates.iter().peekable();
     let mut chunk = Vec::with_capacity(CHUNK);
@@ -310,11 +313,16 @@ pub(super) fn scan(
             if !hidden.is_empty() && hidden.contains(&job.id) {
                 continue;
             }
-            let doc = match &narrow {
-                Some(narrow) => narrow.render(&job, filter_render),
-                None => filter_render.job(&job),
-            };
-            top.offer(job, &doc);
+            match &mut narrow {
+                Some((narrow, document)) => {
+                    narrow.fill(document, &job, filter_render);
+                    top.offer(job, &*document);
+                }
+                None => {
+                    let document = filter_render.job(&job);
+                    top.offer(job, &document);
+                }
+            }
         }
     }
     let found = top.finish();
