@@ -12,7 +12,8 @@
 //!   rendered with only the fields the query names when `fields::Narrow` knows them all,
 //!   only the page's best `offset + max` are kept (`query::Top`), the book's lock is
 //!   taken a chunk at a time (the engine never waits on a list), and the scan stops at
-//!   its deadline. The caller bounds how many scans run at once.
+//!   its deadline. The caller bounds how many scans run at once, and runs each on a
+//!   thread of lower CPU priority.
 
 use std::sync::Arc;
 use std::time::Instant;

@@ -310,6 +310,29 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
     .retry_after(budget.as_secs().max(1))
 }
 
+/// Runs a scan on a thread of its own at a lower CPU priority (nice 10), so that on a
+/// busy machine the engine, the journal and other requests' handlers get the cores
+/// first. The thread ends with the scan: no pooled thread keeps the lower priority.
+async fn beside_the_service<R: Send + 'static>(
+    scan: impl FnOnce() -> R + Send + 'static,
+) -> ApiResult<R> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("drover-list-scan".into())
+        .spawn(move || {
+            // SAFETY: setpriority with this thread's id changes only this thread's
+            // niceness; a failure (not permitted) leaves it as it was, which is harmless.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+            }
+            let _ = answer.send(scan());
+        })
+        .map_err(|e| ApiError::internal(format!("cannot start a list scan: {e}")))?;
+    answered
+        .await
+        .map_err(|_| ApiError::internal("a list scan ended without an answer"))
+}
+
 async fn list(
     state: &AppState,
     params: &ListParams,
@@ -348,7 +371,7 @@ async fn list(
                 .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
             let (state, query, api_version) =
                 (state.clone(), params.query.clone(), params.api_version);
-            tokio::task::spawn_blocking(move || {
+            beside_the_service(move || {
                 let scheduler = state.scheduler();
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
@@ -363,8 +386,7 @@ async fn list(
                     deadline,
                 )
             })
-            .await
-            .map_err(ApiError::internal)?
+            .await?
             .map_err(|stopped| {
                 over_budget(
                     budget,
