@@ -96,6 +96,8 @@ impl Kind {
 pub struct ApiError {
     pub kind: Kind,
     pub messages: Vec<String>,
+    /// Seconds a client should wait before asking again (`Retry-After`), when known.
+    pub retry_after: Option<u64>,
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
@@ -108,6 +110,7 @@ impl ApiError {
         Self {
             kind,
             messages: messages.into_iter().map(Into::into).collect(),
+            retry_after: None,
         }
     }
 
@@ -193,6 +196,12 @@ impl ApiError {
         Self::new(Kind::Unavailable, [summary.into(), reason.into()])
     }
 
+    /// Asks the client to try again in `seconds` (`Retry-After`).
+    pub fn retry_after(mut self, seconds: u64) -> Self {
+        self.retry_after = Some(seconds);
+        self
+    }
+
     /// A bug or an unexpected failure. The detail goes to the service log; the client
     /// learns only that it was not their fault.
     pub fn internal(detail: impl std::fmt::Display) -> Self {
@@ -218,6 +227,11 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static(REALM));
+        }
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
     }

@@ -82,6 +82,9 @@ pub struct Settings {
     pub build: BuildInfo,
     /// The directory (LDAP) configuration, when there is one.
     pub directory: Option<DirectoryConfig>,
+    /// How long a list that must scan may take, waiting for its turn included
+    /// (`list_budget_ms`); past it the list is answered 503 with `Retry-After`.
+    pub list_budget: std::time::Duration,
     /// The job templates submissions may name.
     pub job_templates: Arc<JobTemplates>,
     /// `ENABLEJOBARRAYS`: whether job arrays may be submitted.

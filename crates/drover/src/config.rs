@@ -59,6 +59,9 @@ pub struct Config {
     pub header_timeout_seconds: u64,
     /// How long a client has to send a request's body once the head has arrived.
     pub body_timeout_seconds: u64,
+    /// How long a job list that must scan may take, its wait for a turn included;
+    /// past it the list is answered 503 with `Retry-After`.
+    pub list_budget_ms: u64,
     /// The administrator generated on first start when none is configured.
     pub admin_user: String,
     pub scheduler: SchedulerConfig,
@@ -506,6 +509,7 @@ impl Default for Config {
             login_cache_seconds: 60,
             header_timeout_seconds: 30,
             body_timeout_seconds: 60,
+            list_budget_ms: 2000,
             admin_user: "admin".into(),
             scheduler: SchedulerConfig::default(),
             users: Vec::new(),
@@ -598,6 +602,9 @@ impl Config {
         self.dates()?;
         if self.max_body_bytes == 0 {
             return Err("max_body_bytes must be positive".into());
+        }
+        if self.list_budget_ms == 0 {
+            return Err("list_budget_ms must be positive".into());
         }
         if self.header_timeout_seconds == 0 || self.body_timeout_seconds == 0 {
             return Err("header_timeout_seconds and body_timeout_seconds must be positive".into());

@@ -213,6 +213,7 @@ fn prepare(
         dates: config.dates()?,
         max_body_bytes: config.max_body_bytes,
         body_timeout: Duration::from_secs(config.body_timeout_seconds),
+        list_budget: Duration::from_millis(config.list_budget_ms),
         max_submission_bytes: config.scheduler.limits.max_submission_bytes,
         proxy: ProxySettings {
             enabled: config.scheduler.enable_proxy,

@@ -21,6 +21,7 @@ pub mod shape;
 pub mod sort;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod top;
 pub mod view;
 
 pub use compact::CompactDoc;
@@ -30,6 +31,7 @@ pub use paging::Paging;
 pub use path::Path;
 pub use projection::Projection;
 pub use sort::{Direction, Sort};
+pub use top::Top;
 pub use view::DocView;
 
 use serde_json::Value;
@@ -70,34 +72,19 @@ impl ListQuery {
     }
 
     /// [`ListQuery::run_positions`] over `count` documents made one at a time by
-    /// `document` and dropped once judged: what is kept is each match's position and
-    /// sort values, so the memory a list takes follows its matches' sort values, not the
-    /// documents (a list over every job of a deep queue).
+    /// `document` and dropped once judged: what is kept is the sort values and position
+    /// of at most about twice `offset + max` matches ([`Top`]), so the memory a list
+    /// takes follows its page, not the documents (a list over every job of a deep queue).
     pub fn run_streamed(
         &self,
         count: usize,
         mut document: impl FnMut(usize) -> Value,
     ) -> Page<usize> {
-        let mut matched: Vec<(Vec<Option<Value>>, usize)> = Vec::new();
+        let mut top = Top::new(self);
         for i in 0..count {
-            let doc = document(i);
-            if self.filter.matches(&doc) {
-                matched.push((self.sort.keys_of(&doc), i));
-            }
+            top.offer(i, &document(i));
         }
-        if !self.sort.is_empty() {
-            // Stable: ties keep their input order.
-            matched.sort_by(|(a, _), (b, _)| self.sort.compare_keys(a, b));
-        }
-        Page {
-            total: matched.len(),
-            items: self
-                .paging
-                .cut(matched)
-                .into_iter()
-                .map(|(_, i)| i)
-                .collect(),
-        }
+        top.finish()
     }
 
     /// [`ListQuery::run`] over `documents`, answering the positions of the page's

@@ -379,3 +379,51 @@ fn a_streamed_run_answers_what_a_run_over_all_documents_does() {
         );
     }
 }
+
+#[test]
+fn a_streamed_run_keeping_only_the_page_answers_what_a_full_sort_does() {
+    // More documents than the first selection waits for, with many ties, missing
+    // values, nulls and mixed kinds: the page kept by selection is the stable sort's.
+    let docs: Vec<Value> = (0..5000u64)
+        .map(|i| {
+            let h = i.wrapping_mul(2654435761) % 1000;
+            let mut doc = json!({"n": i, "a": h % 7, "c": {"d": format!("v{}", h % 13)}});
+            match h % 5 {
+                0 => {}
+                1 => doc["b"] = Value::Null,
+                2 => doc["b"] = json!(h % 3),
+                _ => doc["b"] = json!(format!("s{}", h % 4)),
+            }
+            doc
+        })
+        .collect();
+    for (filter, sort) in [
+        ("{}", r#"{"a": 1}"#),
+        ("{}", r#"{"b": -1}"#),
+        (r#"{"a": {"$ne": 3}}"#, r#"{"b": 1, "a": -1}"#),
+        (r#"{"c.d": {"$in": ["v1", "v2", "v3"]}}"#, r#"{"c.d": -1}"#),
+        ("{}", r#"{"missing": 1}"#),
+        (r#"{"b": {"$type": 10}}"#, "{}"),
+    ] {
+        for (max, offset) in [
+            (Some("50"), None),
+            (Some("7"), Some("993")),
+            (Some("0"), Some("3")),
+            (None, Some("4990")),
+            (Some("3000"), Some("1500")),
+        ] {
+            let query = ListQuery {
+                filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
+                sort: Sort::parse_str(sort).unwrap(),
+                paging: Paging::parse(max, offset).unwrap(),
+            };
+            let all = query.run_positions(&docs);
+            let streamed = query.run_streamed(docs.len(), |i| docs[i].clone());
+            assert_eq!(
+                (all.total, all.items),
+                (streamed.total, streamed.items),
+                "{filter} {sort} {max:?} {offset:?}"
+            );
+        }
+    }
+}

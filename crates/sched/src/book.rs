@@ -1,5 +1,5 @@
 //! The job book: every job in submission order, found by id, and indexed by the
-//! attributes list queries filter on most (state and credentials), so that a query on
+//! attributes list queries filter on most (state, credentials, custom name), so that a query on
 //! them does not look at every job.
 //!
 //! Jobs are `Arc<Job>`, replaced whole when they change (copy on write), so a reader
@@ -26,16 +26,19 @@ pub enum Attribute {
     Class,
     Qos,
     Group,
+    /// The name its submitter gave it (portals look jobs up by it).
+    CustomName,
 }
 
 impl Attribute {
-    pub const ALL: [Attribute; 6] = [
+    pub const ALL: [Attribute; 7] = [
         Attribute::State,
         Attribute::User,
         Attribute::Account,
         Attribute::Class,
         Attribute::Qos,
         Attribute::Group,
+        Attribute::CustomName,
     ];
 
     /// The job's value of this attribute (`None` when it has none).
@@ -47,6 +50,7 @@ impl Attribute {
             Attribute::Class => job.spec.job_class.as_deref(),
             Attribute::Qos => job.spec.qos_requested.as_deref(),
             Attribute::Group => job.spec.group.as_deref(),
+            Attribute::CustomName => job.spec.custom_name.as_deref(),
         }
     }
 }

@@ -2,30 +2,46 @@
 //!
 //! The query language means what the evaluator says over the rendered documents
 //! (`ListQuery::run`); this module gets the same answer faster:
-//! - equality (`$eq`, `$in` of strings) on the state and credential fields is looked up
-//!   in the job book's indexes instead of scanned;
+//! - equality (`$eq`, `$in` of strings) on the state, queue status, credential fields
+//!   and custom name is looked up in the job book's indexes instead of scanned;
 //! - when nothing else is asked, counting needs no rendering at all;
 //! - no sort, or a sort on the submission date, is the book's own order (ties keep
 //!   submission order, as the stable sort of the reference does), so only the page is
 //!   rendered;
-//! - anything else renders the candidates the indexes leave and lets the evaluator
-//!   decide (correct, and as slow as it must be).
+//! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
+//!   rendered with only the fields the query names when `fields::Narrow` knows them all,
+//!   only the page's best `offset + max` are kept (`query::Top`), the book's lock is
+//!   taken a chunk at a time (the engine never waits on a list), and the scan stops at
+//!   its deadline. The caller bounds how many scans run at once, and runs each on a
+//!   thread of lower CPU priority.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use drover_query::filter::{Cond, Filter};
 use drover_query::sort::Direction;
-use drover_query::{ListQuery, Page};
+use drover_query::{ListQuery, Page, Top};
 use drover_sched::job::{Job, JobState};
-use drover_sched::{Attribute, JobBook};
+use drover_sched::{Attribute, JobBook, Scheduler};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
-use super::{Listing, Render};
+use super::fields::Narrow;
+use super::{Listing, Render, queue_status};
 
-/// The wire path of an indexed attribute, per representation version.
-fn attribute_at(path: &str, version: u32) -> Option<Attribute> {
-    Some(match (version, path) {
+/// What an equality on a wire path can be looked up by.
+#[derive(Clone, Copy)]
+enum Key {
+    Indexed(Attribute),
+    /// `queueStatus`: the states of that status, in the state index.
+    QueueStatus,
+    /// The job's id (`name` in version 2): its position.
+    Id,
+}
+
+/// The key of an equality on `path`, per representation version.
+fn key_at(path: &str, version: u32) -> Option<Key> {
+    Some(Key::Indexed(match (version, path) {
         (2, "states.state") | (1, "state") => Attribute::State,
         (2, "credentials.user") | (1, "user") => Attribute::User,
         (2, "credentials.account") | (1, "account") => Attribute::Account,
@@ -34,24 +50,42 @@ fn attribute_at(path: &str, version: u32) -> Option<Attribute> {
             Attribute::Qos
         }
         (2, "credentials.group") | (1, "group") => Attribute::Group,
+        (2, "customName") | (1, "name") => Attribute::CustomName,
+        (_, "queueStatus") => return Some(Key::QueueStatus),
+        (2, "name") | (1, "id") => return Some(Key::Id),
         _ => return None,
-    })
+    }))
 }
 
-/// The index key of a wire value: states are spelt per version.
-fn index_value(attribute: Attribute, text: &str, version: u32) -> Option<String> {
-    match attribute {
-        Attribute::State => JobState::ALL
+/// The index keys of a wire value (states are spelt per version; a queue status is
+/// several states).
+fn index_values(key: Key, text: &str, version: u32) -> Vec<String> {
+    let spelt = |state: JobState| {
+        if version >= 2 {
+            state.as_str().to_string()
+        } else {
+            state.upper().to_string()
+        }
+    };
+    match key {
+        Key::Indexed(Attribute::State) => JobState::ALL
             .into_iter()
-            .find(|s| {
+            .filter(|&s| spelt(s) == text)
+            .map(|s| s.as_str().to_string())
+            .collect(),
+        Key::QueueStatus => JobState::ALL
+            .into_iter()
+            .filter(|&s| {
+                let status = queue_status(s);
                 if version >= 2 {
-                    s.as_str() == text
+                    status == text
                 } else {
-                    s.upper() == text
+                    status.to_uppercase() == text
                 }
             })
-            .map(|s| s.as_str().to_string()),
-        _ => Some(text.to_string()),
+            .map(|s| s.as_str().to_string())
+            .collect(),
+        _ => vec![text.to_string()],
     }
 }
 
@@ -65,7 +99,7 @@ fn is_submit_date(path: &str, version: u32) -> bool {
 
 /// The index lookups a filter's top-level conditions allow, and whether they are the
 /// whole filter (otherwise the evaluator must judge what they leave).
-fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, bool) {
+fn split(filter: &Filter, version: u32) -> (Vec<(Key, Vec<String>)>, bool) {
     let members: Vec<&Filter> = match filter {
         Filter::And(members) => members.iter().collect(),
         other => vec![other],
@@ -75,7 +109,7 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, bool)
     for member in members {
         let looked_up = match member {
             Filter::Field(path, cond) => {
-                attribute_at(path.as_str(), version).and_then(|attribute| {
+                key_at(path.as_str(), version).and_then(|key| {
                     let literals = match cond {
                         Cond::Eq(literal) => vec![literal],
                         Cond::In(literals) => literals.iter().collect(),
@@ -88,9 +122,9 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, bool)
                         .collect();
                     let values = texts?
                         .into_iter()
-                        .filter_map(|t| index_value(attribute, t, version))
+                        .flat_map(|t| index_values(key, t, version))
                         .collect();
-                    Some((attribute, values))
+                    Some((key, values))
                 })
             }
             _ => None,
@@ -106,7 +140,7 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Attribute, Vec<String>)>, bool)
 /// The positions that pass the lookups and the listing; `None` means every job.
 fn candidates(
     book: &JobBook,
-    lookups: &[(Attribute, Vec<String>)],
+    lookups: &[(Key, Vec<String>)],
     listing: Listing,
 ) -> Option<RoaringBitmap> {
     let union = |attribute: Attribute, values: &mut dyn Iterator<Item = &str>| -> RoaringBitmap {
@@ -116,7 +150,15 @@ fn candidates(
     };
     let mut sets: Vec<RoaringBitmap> = lookups
         .iter()
-        .map(|(attribute, values)| union(*attribute, &mut values.iter().map(String::as_str)))
+        .map(|(key, values)| match key {
+            Key::Indexed(attribute) => union(*attribute, &mut values.iter().map(String::as_str)),
+            Key::QueueStatus => union(Attribute::State, &mut values.iter().map(String::as_str)),
+            Key::Id => values
+                .iter()
+                .filter_map(|id| book.position(id))
+                .map(|p| p as u32)
+                .collect(),
+        })
         .collect();
     let states = |last: bool| {
         JobState::ALL
@@ -149,12 +191,27 @@ fn positions<'c>(
     }
 }
 
-/// What the job book alone answers: the page, or the jobs the evaluator must judge
-/// (rendered after the book's read lock is released, so a slow query never holds up
-/// the engine).
+/// What the job book alone answers: the page, or the positions the evaluator must judge.
 pub(super) enum Outcome {
     Page(Page<Value>),
-    Evaluate(Vec<Arc<Job>>),
+    Scan(Candidates),
+}
+
+/// The positions a scan judges, in position order.
+pub(super) enum Candidates {
+    /// Those the index lookups left.
+    Set(RoaringBitmap),
+    /// Every job the book held when the list began.
+    Below(u32),
+}
+
+impl Candidates {
+    fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            Candidates::Set(set) => Box::new(set.iter()),
+            Candidates::Below(len) => Box::new(0..*len),
+        }
+    }
 }
 
 /// Runs `query` over the jobs of `listing` (only `owner`'s, when given) as far as the
@@ -170,7 +227,7 @@ pub(super) fn plan(
 ) -> Outcome {
     let (mut lookups, covered) = split(&query.filter, version);
     if let Some(owner) = owner {
-        lookups.push((Attribute::User, vec![owner.to_string()]));
+        lookups.push((Key::Indexed(Attribute::User), vec![owner.to_string()]));
     }
     let candidates = candidates(book, &lookups, listing);
     let by_position = match query.sort.keys.as_slice() {
@@ -203,33 +260,77 @@ pub(super) fn plan(
                 .collect();
             Outcome::Page(Page { total, items })
         }
-        _ => Outcome::Evaluate(
-            positions(book, &candidates, false)
-                .map(|p| book.at(p as usize))
-                .filter(|job| hidden.is_empty() || !hidden.contains(&job.id))
-                .cloned()
-                .collect(),
-        ),
+        _ => Outcome::Scan(match candidates {
+            Some(set) => Candidates::Set(set),
+            None => Candidates::Below(book.len() as u32),
+        }),
     }
 }
 
-/// The evaluator's answer over `jobs` (the candidates [`plan`] left): every one is
-/// rendered with `filter_render` and judged by the whole filter.
-pub(super) fn evaluate(
-    jobs: &[Arc<Job>],
+/// Jobs taken from the book under one read lock: few enough that the engine, which
+/// writes under that lock, never waits long for a scan.
+const CHUNK: usize = 2048;
+
+/// Jobs judged between two looks at the clock.
+const DEADLINE_EVERY: usize = 256;
+
+/// A scan that ran past its deadline.
+pub(super) struct OverBudget {
+    pub judged: usize,
+}
+
+/// The evaluator's answer over the candidates [`plan`] left, each judged by the whole
+/// filter on its rendering by `filter_render` (only the paths the query names, when
+/// [`Narrow`] knows them all). The book's read lock is taken a chunk at a time, only the
+/// page's best candidates are kept ([`Top`]), and past `deadline` the scan stops.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn scan(
+    scheduler: &Scheduler,
+    candidates: &Candidates,
+    hidden: &std::collections::HashSet<String>,
     query: &ListQuery,
     filter_render: &Render,
     shown: &Render,
-) -> Page<Value> {
-    let found = query.run_streamed(jobs.len(), |i| filter_render.job(&jobs[i]));
-    Page {
-        total: found.total,
-        items: found
-            .items
-            .into_iter()
-            .map(|i| shown.job(&jobs[i]))
-            .collect(),
+    deadline: Instant,
+) -> Result<Page<Value>, OverBudget> {
+    let mut narrow = Narrow::of(&query.filter, &query.sort, filter_render.version).map(|narrow| {
+        let document = narrow.document();
+        (narrow, document)
+    });
+    let mut top: Top<'_, Arc<Job>> = Top::new(query);
+    let mut positions = candidates.iter().peekable();
+    let mut chunk = Vec::with_capacity(CHUNK);
+    let mut judged = 0;
+    while positions.peek().is_some() {
+        chunk.clear();
+        chunk.extend(positions.by_ref().take(CHUNK));
+        let jobs: Vec<Arc<Job>> = scheduler
+            .with_jobs(|book| chunk.iter().map(|&p| book.at(p as usize).clone()).collect());
+        for job in jobs {
+            if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
+                return Err(OverBudget { judged });
+            }
+            judged += 1;
+            if !hidden.is_empty() && hidden.contains(&job.id) {
+                continue;
+            }
+            match &mut narrow {
+                Some((narrow, document)) => {
+                    narrow.fill(document, &job, filter_render);
+                    top.offer(job, &*document);
+                }
+                None => {
+                    let document = filter_render.job(&job);
+                    top.offer(job, &document);
+                }
+            }
+        }
     }
+    let found = top.finish();
+    Ok(Page {
+        total: found.total,
+        items: found.items.iter().map(|job| shown.job(job)).collect(),
+    })
 }
 
 /// The first `wanted` positions in submission-date order. Ascending, that is position

@@ -2,6 +2,7 @@
 //! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
 
 mod arrays;
+mod fields;
 mod listing;
 pub mod templates;
 pub mod v1;
@@ -282,10 +283,56 @@ async fn list_complete(
     list(&state, &params, Listing::Complete, owner_filter(&caller)).await
 }
 
-/// Lists whose filter or sort the job book's indexes cannot answer are evaluated one at
-/// a time, off the async workers: a slow one (seconds over a deep queue) then holds up
-/// only the slow ones after it, never the service's other answers.
-static SLOW_LISTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+/// Lists whose filter or sort the job book's indexes cannot answer scan the book on
+/// blocking threads, at most this many at once (half the processors, at least one): the
+/// rest of the service keeps processors to answer with, and a scan waits for its turn
+/// only as long as its budget lets it.
+fn scan_turns() -> &'static tokio::sync::Semaphore {
+    static TURNS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    TURNS.get_or_init(|| {
+        let processors = std::thread::available_parallelism().map_or(2, |n| n.get());
+        tokio::sync::Semaphore::new((processors / 2).max(1))
+    })
+}
+
+/// The answer to a list past its budget: the service is not failing, this list is too
+/// costly now (its wait) or at all (its scan); either way the client learns why and when
+/// to ask again.
+fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
+    ApiError::unavailable(
+        "The list was not answered within its time budget",
+        format!(
+            "{why} (budget {} ms); try again later, or narrow the query: equality on \
+             state, queueStatus, user, account, group, queue (jobClass), qos, name or \
+             customName is answered from an index",
+            budget.as_millis()
+        ),
+    )
+    .retry_after(budget.as_secs().max(1))
+}
+
+/// Runs a scan on a thread of its own at a lower CPU priority (nice 10), so that on a
+/// busy machine the engine, the journal and other requests' handlers get the cores
+/// first. The thread ends with the scan: no pooled thread keeps the lower priority.
+async fn beside_the_service<R: Send + 'static>(
+    scan: impl FnOnce() -> R + Send + 'static,
+) -> ApiResult<R> {
+    let (answer, answered) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("drover-list-scan".into())
+        .spawn(move || {
+            // SAFETY: setpriority with this thread's id changes only this thread's
+            // niceness; a failure (not permitted) leaves it as it was, which is harmless.
+            unsafe {
+                libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10);
+            }
+            let _ = answer.send(scan());
+        })
+        .map_err(|e| ApiError::internal(format!("cannot start a list scan: {e}")))?;
+    answered
+        .await
+        .map_err(|_| ApiError::internal("a list scan ended without an answer"))
+}
 
 async fn list(
     state: &AppState,
@@ -293,6 +340,8 @@ async fn list(
     listing: Listing,
     owner: Option<String>,
 ) -> ApiResult<Json<Value>> {
+    let budget = state.settings().list_budget;
+    let deadline = std::time::Instant::now() + budget;
     let scheduler = state.scheduler();
     let utc = WireDates::utc();
     // Filter and sort over UTC dates (what the query language compares); render the
@@ -316,22 +365,38 @@ async fn list(
         listing::Outcome::Page(page) => page,
         // The whole filter again: the index lookups are cheap to re-check and keep the
         // evaluator the judge.
-        listing::Outcome::Evaluate(jobs) => {
-            let _turn = SLOW_LISTS
-                .acquire()
+        listing::Outcome::Scan(candidates) => {
+            let _turn = tokio::time::timeout(budget, scan_turns().acquire())
                 .await
-                .map_err(|e| ApiError::internal(format!("the slow-list queue closed: {e}")))?;
+                .map_err(|_| over_budget(budget, "Other costly lists are running"))?
+                .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
             let (state, query, api_version) =
                 (state.clone(), params.query.clone(), params.api_version);
-            tokio::task::spawn_blocking(move || {
+            beside_the_service(move || {
                 let scheduler = state.scheduler();
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
                 let shown = render_with(scheduler, api_version, &state.settings().dates);
-                listing::evaluate(&jobs, &query, &filter_render, &shown)
+                listing::scan(
+                    scheduler,
+                    &candidates,
+                    &hidden,
+                    &query,
+                    &filter_render,
+                    &shown,
+                    deadline,
+                )
             })
-            .await
-            .map_err(ApiError::internal)?
+            .await?
+            .map_err(|stopped| {
+                over_budget(
+                    budget,
+                    &format!(
+                        "The query had to judge jobs one by one and stopped after {}",
+                        stopped.judged
+                    ),
+                )
+            })?
         }
     };
     Ok(envelope(page, params))

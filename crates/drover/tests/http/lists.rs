@@ -1,0 +1,406 @@
+//! Job lists that scan (#32 item 1): the same answers as the reference semantics over
+//! every field clients sort and filter by, and a time budget that keeps one costly list
+//! from holding anyone else up.
+
+use drover_domain::dates::WireDates;
+use drover_query::ListQuery;
+use drover_query::filter::Filter;
+use drover_query::paging::Paging;
+use drover_query::sort::Sort;
+use drover_testkit::{Auth, TestServer, scratch_dir, script, submit_v2, wait_state_v2};
+use serde_json::{Value, json};
+
+fn encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.".contains(&b) {
+            out.push(b as char);
+        } else {
+            out += &format!("%{b:02X}");
+        }
+    }
+    out
+}
+
+/// Jobs with ties and missing values in every field the tests sort by: held ones,
+/// completed ones (start and completion dates, codes) and cancelled ones, over two
+/// seconds. Answers their names in submission order.
+fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
+    let work = scratch_dir();
+    let quick = script(work.path(), "quick.sh", "exit 0");
+    let failing = script(work.path(), "fail.sh", "exit 3");
+    let mut names = Vec::new();
+    let mut finished = Vec::new();
+    for i in 0..count {
+        let mut body = json!({
+            "commandFile": if i % 7 == 0 { &failing } else { &quick },
+            "initialWorkingDirectory": work.path(),
+            "priorities": {"user": (i % 4) as i64},
+        });
+        if i % 3 != 0 {
+            body["customName"] = json!(format!("c{}", i % 5));
+        }
+        if i % 4 != 1 {
+            body["credentials"] = json!({"account": format!("a{}", i % 3),
+                "qosRequested": if i % 2 == 0 { "high" } else { "low" }});
+        }
+        let runs = i % 5 == 0 || i % 7 == 0;
+        if !runs {
+            body["holds"] = json!(["User"]);
+        }
+        let name = submit_v2(server, body);
+        if runs {
+            finished.push(name.clone());
+        } else if i % 6 == 1 {
+            let cancelled = server.call("DELETE", &format!("/rest/jobs/{name}"), Auth::Admin, None);
+            assert_eq!(cancelled.status, 200, "{}", cancelled.body);
+        }
+        names.push(name);
+        if i == count / 2 {
+            // Two seconds of submissions: date ties and date order both matter.
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+        }
+    }
+    for name in &finished {
+        wait_state_v2(server, name, "Completed");
+    }
+    names
+}
+
+/// Checks the answer to one list against `ListQuery::run` over every job of the
+/// listing, rendered whole (the reference semantics).
+fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &str, page: Paging) {
+    // Fields that do not change between two requests (durations do).
+    let fields = if version == 2 {
+        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,commandFile,flags,isActive,startCount,duration"
+    } else {
+        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,startCount,durationRequested"
+    };
+    let mut path = format!(
+        "/rest/jobs{listing}?api-version={version}&fields={fields}&query={}&offset={}",
+        encode(query),
+        page.offset
+    );
+    if !sort.is_empty() {
+        path += &format!("&sort={}", encode(sort));
+    }
+    if let Some(max) = page.max {
+        path += &format!("&max={max}");
+    }
+    let answer = server.get(&path);
+    assert_eq!(answer.status, 200, "{path}: {}", answer.body);
+    let answer = answer.json();
+    let everything = server
+        .get(&format!(
+            "/rest/jobs{listing}?api-version={version}&fields={fields}"
+        ))
+        .json();
+    let documents = everything["results"].as_array().unwrap().clone();
+    let reference = ListQuery {
+        filter: Filter::parse_str(query, &WireDates::utc()).unwrap(),
+        sort: if sort.is_empty() {
+            Sort::default()
+        } else {
+            Sort::parse_str(sort).unwrap()
+        },
+        paging: page,
+    }
+    .run(&documents);
+    assert_eq!(answer["totalCount"], reference.total, "{path}");
+    let key = if version == 2 { "name" } else { "id" };
+    let ids = |docs: Vec<&Value>| {
+        docs.iter()
+            .map(|d| d[key].as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    let got: Vec<&Value> = answer["results"].as_array().unwrap().iter().collect();
+    assert_eq!(ids(got.clone()), ids(reference.items.clone()), "{path}");
+    assert!(got == reference.items, "{path}");
+}
+
+fn page(offset: usize, max: Option<usize>) -> Paging {
+    Paging { offset, max }
+}
+
+/// Sorted and filtered lists over many fields, with offsets, ties and missing values,
+/// answer what the reference answers, whether judged from an index, on the few fields
+/// a query names, or on the whole rendering.
+#[test]
+fn scanned_lists_agree_with_the_reference_over_many_fields() {
+    let server = TestServer::start();
+    let names = varied_jobs(&server, 40);
+    let one = &names[7];
+    let by_name = format!(r#"{{"name":"{one}"}}"#);
+    let by_names = format!(r#"{{"name":{{"$in":["{one}","{}","nope"]}}}}"#, names[2]);
+    let by_id = format!(r#"{{"id":"{one}"}}"#);
+    let v2: Vec<(&str, &str, &str, Paging)> = vec![
+        (
+            "",
+            r#"{"states.state":"Completed"}"#,
+            r#"{"name":-1}"#,
+            page(1, Some(3)),
+        ),
+        ("", "{}", r#"{"name":-1}"#, page(3, Some(7))),
+        ("", "{}", r#"{"customName":1}"#, page(5, Some(10))),
+        ("", "{}", r#"{"customName":-1}"#, page(0, None)),
+        (
+            "",
+            "{}",
+            r#"{"priorities.user":-1,"customName":1}"#,
+            page(2, Some(9)),
+        ),
+        (
+            "",
+            r#"{"priorities.user":{"$gte":2}}"#,
+            r#"{"credentials.account":1}"#,
+            page(0, Some(50)),
+        ),
+        ("", r#"{"customName":"c2"}"#, "", page(0, None)),
+        (
+            "",
+            r#"{"customName":{"$in":["c1","c3"]}}"#,
+            r#"{"priorities.user":1}"#,
+            page(1, Some(4)),
+        ),
+        (
+            "",
+            r#"{"customName":{"$type":10}}"#,
+            r#"{"dates.submitDate":-1}"#,
+            page(0, Some(5)),
+        ),
+        (
+            "",
+            r#"{"queueStatus":"blocked"}"#,
+            r#"{"dates.submitDate":-1}"#,
+            page(2, Some(6)),
+        ),
+        ("", r#"{"queueStatus":"completed"}"#, "", page(0, None)),
+        ("", &by_name, "", page(0, None)),
+        ("", &by_names, r#"{"name":1}"#, page(0, None)),
+        (
+            "",
+            r#"{"$or":[{"customName":"c1"},{"credentials.account":{"$exists":false}}]}"#,
+            r#"{"credentials.qos":-1}"#,
+            page(1, Some(8)),
+        ),
+        ("", "{}", r#"{"dates.completedDate":-1}"#, page(0, Some(12))),
+        (
+            "",
+            "{}",
+            r#"{"dates.startDate":1,"name":-1}"#,
+            page(4, Some(10)),
+        ),
+        ("", "{}", r#"{"completionCode":1}"#, page(0, Some(15))),
+        (
+            "",
+            r#"{"completionCode":{"$ne":null}}"#,
+            r#"{"completionCode":-1}"#,
+            page(0, None),
+        ),
+        (
+            "",
+            "{}",
+            r#"{"credentials.user":1,"isActive":-1}"#,
+            page(10, Some(10)),
+        ),
+        // Paths the narrow rendering does not know: the whole rendering judges.
+        ("", "{}", r#"{"flags":1}"#, page(0, Some(5))),
+        (
+            "",
+            r#"{"dates.lastUpdatedDate":{"$type":"string"}}"#,
+            r#"{"credentials":1}"#,
+            page(3, Some(5)),
+        ),
+        ("", "{}", r#"{"name":1}"#, page(100, Some(5))),
+        ("", "{}", r#"{"name":1}"#, page(3, Some(0))),
+        ("/active", "{}", r#"{"customName":1}"#, page(1, Some(6))),
+        (
+            "/active",
+            r#"{"credentials.account":"a1"}"#,
+            r#"{"priorities.user":-1}"#,
+            page(0, None),
+        ),
+        (
+            "/complete",
+            "{}",
+            r#"{"dates.startDate":1}"#,
+            page(0, Some(5)),
+        ),
+        (
+            "/complete",
+            r#"{"states.state":"Removed"}"#,
+            r#"{"name":-1}"#,
+            page(0, None),
+        ),
+    ];
+    for (listing, query, sort, paging) in v2 {
+        check(&server, 2, listing, query, sort, paging);
+    }
+    let v1: Vec<(&str, &str, &str, Paging)> = vec![
+        ("", "{}", r#"{"name":1}"#, page(2, Some(6))),
+        ("", "{}", r#"{"userPriority":-1}"#, page(0, Some(11))),
+        (
+            "",
+            r#"{"queueStatus":"BLOCKED"}"#,
+            r#"{"id":-1}"#,
+            page(1, Some(5)),
+        ),
+        ("", &by_id, "", page(0, None)),
+        (
+            "",
+            r#"{"state":"COMPLETED"}"#,
+            r#"{"completionDate":-1}"#,
+            page(0, None),
+        ),
+        ("", "{}", r#"{"startPriority":1,"id":-1}"#, page(5, Some(5))),
+        ("", r#"{"name":"c4"}"#, r#"{"account":-1}"#, page(0, None)),
+        (
+            "/active",
+            r#"{"qos":"low"}"#,
+            r#"{"startDate":1}"#,
+            page(0, Some(4)),
+        ),
+    ];
+    for (listing, query, sort, paging) in v1 {
+        check(&server, 1, listing, query, sort, paging);
+    }
+    // Every path the narrow rendering knows, as a sort and as a filter: its value must be
+    // the whole rendering's.
+    let known = [
+        (
+            2,
+            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate",
+        ),
+        (
+            1,
+            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile durationRequested submitDate startDate completionDate",
+        ),
+    ];
+    for (version, paths) in known {
+        for path in paths.split(' ') {
+            let sort = format!(r#"{{"{path}":-1}}"#);
+            check(&server, version, "", "{}", &sort, page(1, Some(10)));
+            let query = format!(r#"{{"{path}":{{"$type":10}}}}"#);
+            check(&server, version, "", &query, &sort, page(0, Some(10)));
+        }
+    }
+}
+
+/// More jobs than one chunk of the book's scan, so that the scan's selection of the
+/// page (and its chunks) is exercised, not only its first pass.
+#[test]
+fn scans_over_several_chunks_agree_with_the_reference() {
+    let server = TestServer::start();
+    for i in 0..2600 {
+        let mut body = json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
+            "holds": ["User"], "priorities": {"user": (i % 3) as i64}});
+        if i % 4 != 0 {
+            body["customName"] = json!(format!("n{}", i % 11));
+        }
+        submit_v2(&server, body);
+    }
+    for (query, sort, paging) in [
+        ("{}", r#"{"name":-1}"#, page(0, Some(50))),
+        ("{}", r#"{"customName":1}"#, page(1990, Some(40))),
+        (
+            r#"{"priorities.user":{"$gte":1}}"#,
+            r#"{"customName":-1,"priorities.user":1}"#,
+            page(700, Some(50)),
+        ),
+        (r#"{"customName":{"$ne":"n3"}}"#, "", page(2400, None)),
+    ] {
+        check(&server, 2, "", query, sort, paging);
+    }
+}
+
+/// A list that would scan past its budget is answered 503 with `Retry-After` and the
+/// reason, while lists an index answers, and everything else, are answered as usual;
+/// an ordinary user's query, however phrased, lists only that user's jobs.
+#[test]
+fn a_costly_list_is_stopped_at_its_budget_and_lists_only_what_its_user_may_see() {
+    let server = TestServer::builder()
+        .config(|c| c.list_budget_ms = 1)
+        .start();
+    for i in 0..3000 {
+        submit_v2(
+            &server,
+            json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
+                   "holds": ["User"], "customName": format!("x{}", i % 9)}),
+        );
+    }
+    let costly = format!(
+        "/rest/jobs?api-version=2&query={}&sort={}&max=50",
+        encode(r#"{"states.state":"Hold"}"#),
+        encode(r#"{"commandLineArgs":-1}"#)
+    );
+    let answer = server.get(&costly);
+    assert_eq!(answer.status, 503, "{}", answer.body);
+    assert!(
+        answer
+            .headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("retry-after") && v == "1"),
+        "{:?}",
+        answer.headers
+    );
+    assert!(
+        answer.messages().contains("time budget") && answer.messages().contains("narrow"),
+        "{}",
+        answer.body
+    );
+    // What an index answers never scans, budget or not.
+    let indexed = server.get(&format!(
+        "/rest/jobs?api-version=2&max=5&query={}",
+        encode(r#"{"customName":"x4","states.state":"Hold"}"#)
+    ));
+    assert_eq!(indexed.status, 200, "{}", indexed.body);
+    assert_eq!(indexed.json()["totalCount"], 3000 / 9);
+
+    // Costly lists looping in the background hold no one else up.
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        for _ in 0..3 {
+            scope.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let status = server.get(&costly).status;
+                    assert!(status == 503 || status == 200, "{status}");
+                }
+            });
+        }
+        for _ in 0..20 {
+            assert_eq!(server.get("/rest/diag/about").status, 200);
+            let held = drover_testkit::submit_as(
+                &server,
+                Auth::Admin,
+                &json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp", "holds": ["User"]}),
+            );
+            assert_eq!(held.status, 201, "{}", held.body);
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    });
+
+    // The ordinary user sees none of the administrator's jobs, whatever the query says.
+    for query in [
+        "{}",
+        r#"{"credentials.user":"admin"}"#,
+        r#"{"$or":[{"credentials.user":"admin"},{"customName":"x1"}]}"#,
+        r#"{"customName":"x1"}"#,
+        r#"{"queueStatus":"blocked"}"#,
+    ] {
+        for sort in ["", r#"{"name":-1}"#] {
+            let mut path = format!("/rest/jobs?api-version=2&query={}", encode(query));
+            if !sort.is_empty() {
+                path += &format!("&sort={}", encode(sort));
+            }
+            let answer = server.get_as(Auth::User, &path);
+            assert!(
+                answer.status == 200 || answer.status == 503,
+                "{path}: {}",
+                answer.body
+            );
+            if answer.status == 200 {
+                assert_eq!(answer.json()["totalCount"], 0, "{path}: {}", answer.body);
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! The page of a list found in one pass, with memory bounded by the page.
+//!
+//! The reference ([`crate::ListQuery::run`]) keeps every match, sorts them stably and
+//! cuts `offset`/`max`. [`Top`] gives the same page while keeping at most about twice
+//! `offset + max` candidates: documents are offered in input order, each match keeps its
+//! sort values, the order it was offered in and what the caller gave with it (a position,
+//! a job), and when the candidates fill up the best `offset + max` are selected and the
+//! rest dropped. Ties are broken by the order of offering, which is exactly the stable
+//! sort's order, so the page is the reference's page.
+
+use std::cmp::Ordering;
+
+use serde_json::Value;
+
+use crate::order::compare;
+use crate::sort::Direction;
+use crate::{ListQuery, Page};
+
+/// Candidates kept before the first selection, whatever the page (a small page then
+/// costs no selection at all over a short list).
+const SLACK: usize = 1024;
+
+/// A match the page may use: its sort values, when it was offered, and its item.
+type Candidate<T> = (Vec<Option<Value>>, usize, T);
+
+/// One pass over a list's documents that keeps only what its page can use.
+pub struct Top<'q, T = usize> {
+    query: &'q ListQuery,
+    /// `offset + max`: how many of the best matches the page can need (`None`: all).
+    keep: Option<usize>,
+    kept: Vec<Candidate<T>>,
+    /// How many were offered (the tie-breaker).
+    offered: usize,
+    /// The sort values of the worst candidate kept at the last selection: a later match
+    /// that does not sort before them (a tie comes later, so it sorts after) can never
+    /// be on the page, and is dropped without copying anything.
+    bar: Option<Vec<Option<Value>>>,
+    total: usize,
+}
+
+impl<'q, T> Top<'q, T> {
+    pub fn new(query: &'q ListQuery) -> Top<'q, T> {
+        let keep = query
+            .paging
+            .max
+            .map(|max| max.saturating_add(query.paging.offset));
+        Top {
+            query,
+            keep,
+            kept: Vec::new(),
+            offered: 0,
+            bar: None,
+            total: 0,
+        }
+    }
+
+    /// Judges `doc`, the document of `item`; documents must be offered in their input
+    /// order (the order ties keep).
+    pub fn offer(&mut self, item: T, doc: &Value) {
+        let seq = self.offered;
+        self.offered += 1;
+        if !self.query.filter.matches(doc) {
+            return;
+        }
+        self.total += 1;
+        let sort = &self.query.sort;
+        if sort.is_empty() {
+            // Input order is the answer's order: the first `keep` matches are the page.
+            if self.keep.is_none_or(|keep| self.kept.len() < keep) {
+                self.kept.push((Vec::new(), seq, item));
+            }
+            return;
+        }
+        if let Some(bar) = &self.bar
+            && self.against(doc, bar) != Ordering::Less
+        {
+            return;
+        }
+        self.kept.push((sort.keys_of(doc), seq, item));
+        if let Some(keep) = self.keep
+            && self.kept.len() >= keep.saturating_mul(2).max(SLACK)
+        {
+            self.select(keep);
+        }
+    }
+
+    /// Keeps the best `keep` candidates (in no particular order).
+    fn select(&mut self, keep: usize) {
+        if keep == 0 {
+            self.kept.clear();
+        } else if keep < self.kept.len() {
+            let order = self.order();
+            self.kept.select_nth_unstable_by(keep - 1, order);
+            self.kept.truncate(keep);
+            self.bar = Some(self.kept[keep - 1].0.clone());
+        }
+    }
+
+    /// How `doc` sorts against the sort values `bar`.
+    fn against(&self, doc: &Value, bar: &[Option<Value>]) -> Ordering {
+        for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
+            let o = compare(path.first_value(doc).value, y.as_ref());
+            let o = match direction {
+                Direction::Ascending => o,
+                Direction::Descending => o.reverse(),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
+    }
+
+    /// The answer's order over candidates: the sort, then the order of offering.
+    fn order(&self) -> impl Fn(&Candidate<T>, &Candidate<T>) -> Ordering + use<'q, T> {
+        let query: &'q ListQuery = self.query;
+        let keys = &query.sort.keys;
+        move |(a, i, _), (b, j, _)| {
+            for ((x, y), (_, direction)) in a.iter().zip(b).zip(keys.iter()) {
+                let o = compare(x.as_ref(), y.as_ref());
+                let o = match direction {
+                    Direction::Ascending => o,
+                    Direction::Descending => o.reverse(),
+                };
+                if o != Ordering::Equal {
+                    return o;
+                }
+            }
+            i.cmp(j)
+        }
+    }
+
+    /// How many matched so far.
+    pub fn total(&self) -> usize {
+        self.total
+    }
+
+    /// The page: how many matched, and the items of the page's documents in order.
+    pub fn finish(mut self) -> Page<T> {
+        if !self.query.sort.is_empty() {
+            let order = self.order();
+            self.kept.sort_unstable_by(order);
+        }
+        Page {
+            total: self.total,
+            items: self
+                .query
+                .paging
+                .cut(self.kept)
+                .into_iter()
+                .map(|(_, _, item)| item)
+                .collect(),
+        }
+    }
+}
