@@ -213,6 +213,19 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
         "{job}"
     );
     assert_eq!(job["destinationRmJobId"], slurm_id.as_str());
+    // Its start is Slurm's (the test machine's clock is UTC, as the dates shown).
+    let slurm_start = run(
+        "squeue",
+        &[
+            "-h",
+            "--states=all",
+            &format!("--jobs={slurm_id}"),
+            "-o",
+            "%S",
+        ],
+    );
+    let slurm_start = format!("{} UTC", slurm_start.trim().replace('T', " "));
+    assert_eq!(job["startDate"], slurm_start.as_str(), "{job}");
     let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
     assert_eq!(
         v2["resourceManagers"][0]["jobName"],
@@ -575,8 +588,12 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     let _turn = turn();
     let server = slurm_server();
     let work = scratch_dir();
-    let quick = script(work.path(), "quick.sh", "sleep 3\nexit 5");
-    let long = script(work.path(), "long.sh", "sleep 20\nexit 6");
+    // The jobs by hand first, the short ones long enough to be seen running by all
+    // (each one by hand shows only at a look for them, every second) on a loaded machine.
+    let by_hand = sbatch_by_hand("by-hand-restart", 120);
+    let short_by_hand = sbatch_by_hand("by-hand-short", 8);
+    let quick = script(work.path(), "quick.sh", "sleep 6\nexit 5");
+    let long = script(work.path(), "long.sh", "sleep 25\nexit 6");
     let quick = submit_as_bob(
         &server,
         json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
@@ -585,9 +602,7 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
         &server,
         json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
     );
-    let by_hand = sbatch_by_hand("by-hand-restart", 120);
     let shown = wait("the job by hand shows", 30, || shown_job(&server, &by_hand));
-    let short_by_hand = sbatch_by_hand("by-hand-short", 4);
     let short = wait("the short job by hand shows", 30, || {
         shown_job(&server, &short_by_hand)
     });
@@ -606,8 +621,8 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
             .then_some(())
     });
 
-    // Down long enough for the quick one to end.
-    let server = server.restart_after(Duration::from_secs(8));
+    // Down long enough for the quick ones to end.
+    let server = server.restart_after(Duration::from_secs(10));
     let job = server.get(&format!("/rest/jobs/{quick}")).json();
     assert_eq!(job["state"], "COMPLETED", "{job}");
     assert_eq!(job["completionCode"], 5, "{job}");

@@ -248,14 +248,25 @@ impl Engine {
             return;
         };
         let job = self.job_at(position);
-        let ours = job.spec.extra.rm_detected
-            && job.status.state == JobState::Idle
-            && job.status.process.as_ref().map(|p| p.pid) == Some(pid);
-        if !ours {
+        let same_process = job.status.process.as_ref().map(|p| p.pid) == Some(pid);
+        let now = self.now();
+        let start = start.filter(|s| *s > 0 && *s <= now);
+        if !job.spec.extra.rm_detected {
+            // One started here, which the resource manager ran once it could (Slurm
+            // may start a job a moment after taking it): its start is the manager's.
+            if same_process
+                && job.status.state == JobState::Running
+                && let Some(start) = start
+                && job.status.dates.start != Some(start)
+            {
+                self.update(position, |job| job.status.dates.start = Some(start));
+            }
             return;
         }
-        let now = self.now();
-        let start = start.filter(|s| *s > 0 && *s <= now).unwrap_or(now);
+        if !(job.status.state == JobState::Idle && same_process) {
+            return;
+        }
+        let start = start.unwrap_or(now);
         let nodes: Vec<String> = placement.iter().map(|a| a.node.clone()).collect();
         let processors: u32 = placement.iter().map(|a| a.tasks).sum();
         self.update(position, |job| {

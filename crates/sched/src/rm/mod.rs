@@ -84,7 +84,8 @@ pub enum RmEvent {
         pid: i32,
         suspended: bool,
     },
-    /// A job submitted directly that was waiting when adopted now runs.
+    /// A job submitted directly that was waiting when adopted now runs; or one
+    /// started here that the manager took and has now started (its start date).
     Started {
         job_id: String,
         pid: i32,

@@ -538,7 +538,22 @@ impl Shared {
             let now = Instant::now();
             for (&slurm_id, entry) in watched.iter_mut() {
                 match by_id.get(&slurm_id) {
-                    Some(job) if job.is_finished() => ended.push((slurm_id, Some((*job).clone()))),
+                    Some(job) if job.is_finished() => {
+                        // Ended before a look saw it run: its start still counts.
+                        if entry.pending
+                            && let Some(ran) = detected_job(job).filter(|d| !d.placement.is_empty())
+                        {
+                            entry.pending = false;
+                            started.push(RmEvent::Started {
+                                job_id: entry.job_id.clone(),
+                                pid: pid_of(slurm_id),
+                                placement: ran.placement,
+                                memory_per_processor: ran.memory_per_processor,
+                                start: job.start_time,
+                            });
+                        }
+                        ended.push((slurm_id, Some((*job).clone())))
+                    }
                     Some(job) => {
                         entry.missing = 0;
                         if entry.pending
@@ -906,7 +921,8 @@ impl ResourceManager for SlurmResourceManager {
             .inspect_err(|e| self.shared.heard(Err(e)))?;
         let slurm_id = parse_submitted(&out)
             .ok_or_else(|| format!("sbatch answered no job id: {:?}", out.trim()))?;
-        self.watch(slurm_id, &launch.job_id);
+        // Watched as waiting: Slurm's start of it is reported (its start date).
+        self.watch_as(slurm_id, &launch.job_id, true, None);
         drop(submitting);
         Ok(ProcessRecord {
             pid: pid_of(slurm_id),
