@@ -264,6 +264,73 @@ fn jobs_run_on_slurm_nodes_as_their_user_and_end_with_their_code() {
     }
 }
 
+/// A job held here never reaches Slurm until released; once it runs there, suspend and
+/// resume are Slurm's, and a requeue ends its Slurm job and starts a new one.
+#[test]
+fn slurm_jobs_are_held_released_suspended_resumed_and_requeued() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let sleeper = script(work.path(), "sleep.sh", "sleep 120");
+    let id = submit_as_bob(
+        &server,
+        json!({"commandFile": sleeper, "initialWorkingDirectory": work.path(),
+               "holds": ["USER"], "flags": ["SUSPENDABLE", "RESTARTABLE"]}),
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let job = server.get(&format!("/rest/jobs/{id}")).json();
+    assert_eq!(job["state"], "HOLD", "{job}");
+    // Not in Slurm: no Slurm job id yet (the job's own id stands for it).
+    assert_eq!(job["sourceRmJobId"], id.as_str(), "{job}");
+
+    let reply = server.send("PUT", &format!("/rest/jobs/{id}/unhold"), Auth::Admin);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let first = wait("it runs in Slurm", 60, || {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        let slurm_id = job["sourceRmJobId"].as_str()?.to_string();
+        (slurm_id != id && slurm_state(&slurm_id) == "RUNNING").then_some(slurm_id)
+    });
+
+    let reply = server.send("PUT", &format!("/rest/jobs/{id}/suspend"), Auth::Admin);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait("Slurm suspends it", 30, || {
+        (slurm_state(&first) == "SUSPENDED").then_some(())
+    });
+    let v2 = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(v2["states"]["state"], "Suspended", "{v2}");
+    let reply = server.send("PUT", &format!("/rest/jobs/{id}/resume"), Auth::Admin);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait("Slurm resumes it", 30, || {
+        (slurm_state(&first) == "RUNNING").then_some(())
+    });
+
+    let reply = server.send("PUT", &format!("/rest/jobs/{id}/requeue"), Auth::Admin);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let second = wait("it runs again as another Slurm job", 90, || {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        let slurm_id = job["sourceRmJobId"].as_str()?.to_string();
+        (slurm_id != first && job["startCount"] == 2 && slurm_state(&slurm_id) == "RUNNING")
+            .then_some(slurm_id)
+    });
+    wait("the first Slurm job is over", 60, || {
+        let state = slurm_state(&first);
+        (state.is_empty() || !matches!(state.as_str(), "RUNNING" | "SUSPENDED" | "PENDING"))
+            .then_some(())
+    });
+    assert_eq!(
+        server
+            .call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None)
+            .status,
+        200
+    );
+    wait("the second Slurm job is cancelled", 60, || {
+        (slurm_state(&second) != "RUNNING").then_some(())
+    });
+}
+
 /// A node Slurm drains is Drained here and gets no new job; resumed, it takes work again.
 #[test]
 fn nodes_slurm_drains_take_no_work_until_resumed() {
