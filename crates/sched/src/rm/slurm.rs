@@ -422,11 +422,30 @@ struct Watched {
     kill_at: Option<Instant>,
     /// Successful listings in a row that did not show it.
     missing: u32,
-    /// A job submitted directly, adopted while it waited: its start is reported.
+    /// Not yet seen running (one submitted directly and adopted while it waited, or one
+    /// of ours just handed over): its start is reported when a look sees it.
     pending: bool,
     /// A job submitted directly: whether it was last seen suspended (a change is
     /// reported). None for ours (the engine suspends them itself).
     suspended: Option<bool>,
+}
+
+impl Watched {
+    /// Its start, the first time a look finds it started (or ended) after it waited.
+    fn start_seen(&mut self, slurm_id: u64, job: &SlurmJob) -> Option<RmEvent> {
+        if !self.pending {
+            return None;
+        }
+        let ran = detected_job(job).filter(|d| !d.placement.is_empty())?;
+        self.pending = false;
+        Some(RmEvent::Started {
+            job_id: self.job_id.clone(),
+            pid: pid_of(slurm_id),
+            placement: ran.placement,
+            memory_per_processor: ran.memory_per_processor,
+            start: job.start_time,
+        })
+    }
 }
 
 struct Shared {
@@ -540,35 +559,13 @@ impl Shared {
                 match by_id.get(&slurm_id) {
                     Some(job) if job.is_finished() => {
                         // Ended before a look saw it run: its start still counts.
-                        if entry.pending
-                            && let Some(ran) = detected_job(job).filter(|d| !d.placement.is_empty())
-                        {
-                            entry.pending = false;
-                            started.push(RmEvent::Started {
-                                job_id: entry.job_id.clone(),
-                                pid: pid_of(slurm_id),
-                                placement: ran.placement,
-                                memory_per_processor: ran.memory_per_processor,
-                                start: job.start_time,
-                            });
-                        }
+                        started.extend(entry.start_seen(slurm_id, job));
                         ended.push((slurm_id, Some((*job).clone())))
                     }
                     Some(job) => {
                         entry.missing = 0;
-                        if entry.pending
-                            && job.state != "PENDING"
-                            && let Some(running) =
-                                detected_job(job).filter(|d| !d.placement.is_empty())
-                        {
-                            entry.pending = false;
-                            started.push(RmEvent::Started {
-                                job_id: entry.job_id.clone(),
-                                pid: pid_of(slurm_id),
-                                placement: running.placement,
-                                memory_per_processor: running.memory_per_processor,
-                                start: job.start_time,
-                            });
+                        if job.state != "PENDING" {
+                            started.extend(entry.start_seen(slurm_id, job));
                         }
                         let suspended = match job.state.as_str() {
                             "SUSPENDED" => Some(true),
