@@ -54,9 +54,10 @@ pub struct ConnectionFlags {
     /// the client configuration file).
     #[arg(long, global = true, value_name = "URL")]
     pub url: Option<String>,
-    /// The user to log in as (else DROVER_USER, `user` in the file, then the login name).
+    /// The user to log in as (else DROVER_USER, `user` in the file, then the login
+    /// name). Not `--user`: that is the filter of `drover jobs`.
     #[arg(long, global = true, value_name = "NAME")]
-    pub user: Option<String>,
+    pub login: Option<String>,
     /// The client configuration file (default: $XDG_CONFIG_HOME/drover/client.toml or
     /// ~/.config/drover/client.toml).
     #[arg(long, global = true, value_name = "FILE")]
@@ -150,7 +151,7 @@ impl Server {
                 "the server's address must start with http:// or https://: {url}"
             )));
         }
-        let named_user = flags.user.clone().or_else(|| environment("DROVER_USER"));
+        let named_user = flags.login.clone().or_else(|| environment("DROVER_USER"));
         let token = environment("DROVER_TOKEN").or(if named_user.is_none() {
             file.token
         } else {
@@ -163,7 +164,7 @@ impl Server {
                     .or(file.user)
                     .or_else(|| environment("USER"))
                     .ok_or_else(|| {
-                        Failure::Usage("no user: give --user or set DROVER_USER".into())
+                        Failure::Usage("no user: give --login or set DROVER_USER".into())
                     })?;
                 let password = match environment("DROVER_PASSWORD").or(file.password) {
                     Some(password) => password,

@@ -32,7 +32,7 @@ pub const COMMANDS: &[&str] = &[
     version,
     about = "Drover's command-line client (the server's own commands: drover help)",
     after_help = "Connection: --url, DROVER_URL or `url` in ~/.config/drover/client.toml; \
-                  user: --user, DROVER_USER or `user`; password: DROVER_PASSWORD, `password`, \
+                  user: --login, DROVER_USER or `user`; password: DROVER_PASSWORD, `password`, \
                   or asked on the terminal; a bearer token: DROVER_TOKEN or `token`.\n\
                   Exit codes: 0 done, 1 the server refused (its messages on stderr), 2 usage, \
                   3 the server cannot be reached, 4 authentication failed."
