@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use super::{Server, drover, generated_password, serve};
+use super::{Server, basic, drover, generated_password, hash_password, post, serve};
 
 /// A user's environment: the server and login in variables, a home of its own (so no
 /// real client.toml is read).
@@ -363,4 +363,49 @@ fn client_lists_nodes_reservations_events_vms_services() {
         events.starts_with("DATE ") && events.contains("jobsubmit"),
         "{events}"
     );
+}
+
+#[test]
+fn client_logs_in_with_a_bearer_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("drover.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"{}\"\n",
+            hash_password("portal-secret")
+        ),
+    )
+    .unwrap();
+    let server = serve(
+        &dir.path().join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let shell = Shell::new(&server);
+    let (status, answer) = post(
+        &format!("{}/oauth/token", shell.url),
+        &[("Authorization", &basic("portal", "portal-secret"))],
+        "application/x-www-form-urlencoded",
+        &format!(
+            "grant_type=password&username=admin&password={}",
+            shell.password
+        ),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).unwrap();
+    let token = answer["access_token"].as_str().unwrap();
+
+    let with_token = |token: &str| {
+        shell
+            .bare(&["submit", "-c", "/bin/true", "--hold", "--name", "by-token"])
+            .env("DROVER_URL", &shell.url)
+            .env("DROVER_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let output = with_token(token);
+    assert!(output.status.success(), "{}", report(&output));
+    assert!(shell.ok(&["jobs"]).contains("by-token"));
+    let output = with_token("not-a-token");
+    assert_eq!(output.status.code(), Some(4), "{}", report(&output));
 }
