@@ -350,30 +350,43 @@ fn ask_password(user: &str) -> Result<String, Failure> {
     let _ = tty.flush();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&tty);
     // SAFETY: termios is plain data, read and written on our own open terminal.
+    // Echo off, and Ctrl-C read as a byte rather than a signal: a signal would end us
+    // with the terminal left silent.
+    // SAFETY: termios is plain data, read and written on our own open terminal.
     let saved = unsafe {
         let mut saved: libc::termios = std::mem::zeroed();
         if libc::tcgetattr(fd, &mut saved) != 0 {
             return Err(no_terminal());
         }
         let mut quiet = saved;
-        quiet.c_lflag &= !libc::ECHO;
+        quiet.c_lflag &= !(libc::ECHO | libc::ISIG);
         libc::tcsetattr(fd, libc::TCSANOW, &quiet);
         saved
     };
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
+    let mut interrupted = false;
     while let Ok(1) = tty.read(&mut byte) {
-        if byte[0] == b'\n' {
-            break;
+        match byte[0] {
+            b'\n' | b'\r' => break,
+            // Ctrl-C, Ctrl-D
+            3 | 4 => {
+                interrupted = true;
+                break;
+            }
+            other => line.push(other),
         }
-        line.push(byte[0]);
     }
     // SAFETY: as above; restores what was there.
     unsafe {
         libc::tcsetattr(fd, libc::TCSANOW, &saved);
     }
+    if interrupted {
+        let _ = writeln!(tty);
+        std::process::exit(130);
+    }
     let _ = writeln!(tty);
     let password =
         String::from_utf8(line).map_err(|_| Failure::Usage("the password is not UTF-8".into()))?;
-    Ok(password.trim_end_matches('\r').to_string())
+    Ok(password)
 }

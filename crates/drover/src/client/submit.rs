@@ -112,7 +112,9 @@ fn script_options(script: &Path, text: &str) -> Result<SubmitOptions, Failure> {
             break;
         }
         if let Some(rest) = line.strip_prefix("#DROVER") {
-            words.extend(rest.split_whitespace().map(str::to_string));
+            words.extend(shell_words(rest).map_err(|e| {
+                Failure::Usage(format!("{}: in its #DROVER lines: {e}", script.display()))
+            })?);
         }
     }
     ScriptLines::try_parse_from(words)
@@ -124,6 +126,44 @@ fn script_options(script: &Path, text: &str) -> Result<SubmitOptions, Failure> {
                 e.render().to_string().trim()
             ))
         })
+}
+
+/// Splits a `#DROVER` line into words as a shell would, quotes and backslashes
+/// included, so that `--name "nightly build"` is one value.
+fn shell_words(line: &str) -> Result<Vec<String>, String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut characters = line.chars();
+    while let Some(c) = characters.next() {
+        match c {
+            c if c.is_whitespace() => words.extend(word.take()),
+            '\'' => {
+                let text = word.get_or_insert_default();
+                loop {
+                    match characters.next() {
+                        Some('\'') => break,
+                        Some(c) => text.push(c),
+                        None => return Err(format!("unclosed ' in: {}", line.trim())),
+                    }
+                }
+            }
+            '"' => {
+                let text = word.get_or_insert_default();
+                loop {
+                    match characters.next() {
+                        Some('"') => break,
+                        Some('\\') => text.extend(characters.next()),
+                        Some(c) => text.push(c),
+                        None => return Err(format!("unclosed \" in: {}", line.trim())),
+                    }
+                }
+            }
+            '\\' => word.get_or_insert_default().extend(characters.next()),
+            c => word.get_or_insert_default().push(c),
+        }
+    }
+    words.extend(word);
+    Ok(words)
 }
 
 fn absolute(path: &Path) -> Result<PathBuf, Failure> {
@@ -246,6 +286,18 @@ mod tests {
         assert_eq!(options.time, Some(600));
         assert_eq!(options.name.as_deref(), Some("build"));
         assert_eq!(options.account, None);
+        let quoted = script_options(
+            Path::new("s.sh"),
+            "#DROVER --name \"nightly build\" --args 'a b'\n",
+        );
+        let quoted = quoted.unwrap();
+        assert_eq!(quoted.name.as_deref(), Some("nightly build"));
+        assert_eq!(quoted.args.as_deref(), Some("a b"));
+        assert!(shell_words("--name 'open").is_err());
+        assert_eq!(
+            shell_words(r#"a\ b "c\"d" ''"#).unwrap(),
+            ["a b", "c\"d", ""]
+        );
         let bad = script_options(Path::new("s.sh"), "#DROVER --processors none\n");
         assert!(matches!(bad, Err(Failure::Usage(m)) if m.contains("s.sh")));
     }

@@ -409,3 +409,67 @@ fn client_logs_in_with_a_bearer_token() {
     let output = with_token("not-a-token");
     assert_eq!(output.status.code(), Some(4), "{}", report(&output));
 }
+
+/// Without a password from the environment or a file, the client asks on the terminal,
+/// and what is typed is not echoed. (The terminal is a pseudo-terminal that util-linux's
+/// `script` opens; the test is skipped where there is none.)
+#[test]
+fn client_asks_for_the_password_on_a_terminal_without_echo() {
+    use std::io::{Read, Write};
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("skipped: no `script` to open a terminal");
+        return;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path(), &[]);
+    let shell = Shell::new(&server);
+    // `script` runs the command line in a pseudo-terminal; the environment is the bare
+    // shell's, with the server and user but no password.
+    let mut settings = shell.bare(&[]);
+    settings
+        .env("DROVER_URL", &shell.url)
+        .env("DROVER_USER", "admin");
+    let mut script = Command::new("script");
+    script.args([
+        "-qec",
+        &format!("{} jobs", env!("CARGO_BIN_EXE_drover")),
+        "/dev/null",
+    ]);
+    for (name, value) in settings.get_envs() {
+        match value {
+            Some(value) => script.env(name, value),
+            None => script.env_remove(name),
+        };
+    }
+    let mut terminal = script
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("script starts");
+    let mut screen = Vec::new();
+    let mut output = terminal.stdout.take().unwrap();
+    let mut byte = [0u8; 1];
+    while !String::from_utf8_lossy(&screen).contains("Password for admin: ") {
+        assert_eq!(
+            output.read(&mut byte).unwrap(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&screen)
+        );
+        screen.push(byte[0]);
+    }
+    let mut input = terminal.stdin.take().unwrap();
+    writeln!(input, "{}", shell.password).unwrap();
+    output.read_to_end(&mut screen).unwrap();
+    let status = terminal.wait().unwrap();
+    let screen = String::from_utf8_lossy(&screen);
+    assert!(status.success(), "{screen}");
+    assert!(
+        screen.contains("ID ") && screen.contains("STATE"),
+        "{screen}"
+    );
+    assert!(
+        !screen.contains(&shell.password),
+        "the password was echoed: {screen}"
+    );
+}
