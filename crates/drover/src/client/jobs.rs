@@ -111,6 +111,7 @@ pub fn list(server: &Server, args: &ListArgs) -> Result<(), Failure> {
 pub enum JobCommand {
     /// Shows a job.
     Show {
+        /// The job's id.
         id: String,
         /// The job as the server sends it (JSON).
         #[arg(long)]
@@ -118,16 +119,19 @@ pub enum JobCommand {
     },
     /// Cancels jobs.
     Cancel {
+        /// Job ids.
         #[arg(required = true)]
         ids: Vec<String>,
     },
     /// Puts a user hold on jobs: they stay queued until released.
     Hold {
+        /// Job ids.
         #[arg(required = true)]
         ids: Vec<String>,
     },
     /// Releases jobs' holds.
     Release {
+        /// Job ids.
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -137,6 +141,7 @@ pub enum JobCommand {
 
 #[derive(clap::Args)]
 pub struct ModifyArgs {
+    /// The job's id.
     pub id: String,
     /// A new name.
     #[arg(long)]

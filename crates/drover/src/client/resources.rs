@@ -136,6 +136,7 @@ pub enum ReservationCommand {
     },
     /// Releases reservations.
     Delete {
+        /// Reservation ids.
         #[arg(required = true)]
         ids: Vec<String>,
     },

@@ -13,7 +13,7 @@ use super::output;
 pub struct SubmitArgs {
     /// A script to run; its `#DROVER` lines give options (e.g. `#DROVER --processors 4`).
     pub script: Option<PathBuf>,
-    /// Arguments for the script.
+    /// Arguments for the script: everything after it (options go before the script).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     pub script_args: Vec<String>,
     #[command(flatten)]
