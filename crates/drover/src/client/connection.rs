@@ -253,19 +253,24 @@ impl Server {
         self.answer(&url, answer)
     }
 
-    /// Opens a long-lived GET (an event stream): its body as lines.
+    /// Opens a long-lived GET (an event stream): its body as lines. `resume_after` is
+    /// the last event id already seen (`Last-Event-ID`).
     pub fn stream(
         &self,
         path: &str,
         query: &[(&str, String)],
+        resume_after: Option<&str>,
     ) -> Result<Box<dyn BufRead + Send>, Failure> {
         let url = self.url(path, query);
-        let answer = self
+        let mut request = self
             .agent
             .get(&url)
             .header("Authorization", &self.authorization)
-            .header("Accept", "text/event-stream")
-            .call();
+            .header("Accept", "text/event-stream");
+        if let Some(id) = resume_after {
+            request = request.header("Last-Event-ID", id);
+        }
+        let answer = request.call();
         let response = answer.map_err(|e| unreachable(&url, e))?;
         let status = response.status().as_u16();
         let mut body = response.into_body();

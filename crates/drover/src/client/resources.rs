@@ -278,25 +278,45 @@ pub fn events(server: &Server, args: &EventArgs) -> Result<(), Failure> {
         table.print();
         return Ok(());
     }
-    let stream = server.stream("/rest/events/stream", &parameters)?;
-    for line in stream.lines() {
-        let line =
-            line.map_err(|e| Failure::Unreachable(format!("the event stream broke: {e}")))?;
-        let Some(data) = line.strip_prefix("data:") else {
-            continue;
-        };
-        let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
-            continue;
-        };
-        if args.list.json {
-            println!("{event}");
-        } else {
-            println!("{}", event_row(&event).join("  "));
+    follow(server, &parameters, args.list.json)
+}
+
+/// Prints the live events. The server ends a stream at shutdown, after a replay of
+/// 10,000 events or when we read too slowly; we then resume after the last event seen,
+/// as long as each connection brings something (else the server is gone: exit 3).
+fn follow(server: &Server, parameters: &[(&str, String)], json: bool) -> Result<(), Failure> {
+    let mut last_id: Option<String> = None;
+    loop {
+        let stream = server.stream("/rest/events/stream", parameters, last_id.as_deref())?;
+        let mut received = false;
+        for line in stream.lines() {
+            let Ok(line) = line else {
+                break;
+            };
+            if let Some(id) = line.strip_prefix("id:") {
+                last_id = Some(id.trim().to_string());
+                continue;
+            }
+            let Some(data) = line.strip_prefix("data:") else {
+                continue;
+            };
+            let Ok(event) = serde_json::from_str::<Value>(data.trim()) else {
+                continue;
+            };
+            received = true;
+            if json {
+                println!("{event}");
+            } else {
+                println!("{}", event_row(&event).join("  "));
+            }
         }
+        if !received || last_id.is_none() {
+            return Err(Failure::Unreachable(
+                "the server ended the event stream".into(),
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    Err(Failure::Unreachable(
-        "the server ended the event stream".into(),
-    ))
 }
 
 pub fn vms(server: &Server, args: &ListArgs) -> Result<(), Failure> {
