@@ -171,6 +171,12 @@ fn client_submits_lists_and_changes_jobs() {
             .contains("scripted")
     );
 
+    let shown = shell.ok(&["job", "show", &scripted]);
+    assert!(
+        shown.contains("scripted") && shown.contains(&script) && shown.contains("1h00m"),
+        "{shown}"
+    );
+
     // Changes.
     shell.ok(&[
         "job", "modify", &scripted, "--name", "renamed", "--time", "20m",
