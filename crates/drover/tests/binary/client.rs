@@ -301,6 +301,17 @@ fn client_exit_codes_and_configuration_file() {
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
     let output = shell.bare(&["jobs"]).output().unwrap();
     assert!(output.status.success(), "{}", report(&output));
+    // Piped output has no colour, NO_COLOR or not.
+    let plain = shell
+        .bare(&["jobs"])
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap();
+    assert!(
+        plain.status.success() && !plain.stdout.contains(&0x1b),
+        "{}",
+        report(&plain)
+    );
     // Flags win over the file.
     let output = shell
         .bare(&["jobs", "--login", "admin", "--url", "http://127.0.0.1:1"])
