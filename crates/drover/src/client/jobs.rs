@@ -16,6 +16,10 @@ pub struct ListArgs {
     /// Only jobs charged to this account.
     #[arg(long, short = 'A')]
     pub account: Option<String>,
+    /// Ended jobs too (without it, like squeue, only jobs not yet ended; a --state
+    /// filter looks at all).
+    #[arg(long, short = 'a')]
+    pub all: bool,
     /// The list as the server sends it (JSON), for programs.
     #[arg(long)]
     pub json: bool,
@@ -63,7 +67,12 @@ pub fn list(server: &Server, args: &ListArgs) -> Result<(), Failure> {
     if query.as_object().is_some_and(|q| !q.is_empty()) {
         parameters.push(("query", query.to_string()));
     }
-    let answer = server.get("/rest/jobs", &parameters)?;
+    let path = if args.all || !args.state.is_empty() {
+        "/rest/jobs"
+    } else {
+        "/rest/jobs/active"
+    };
+    let answer = server.get(path, &parameters)?;
     if args.json {
         output::print_json(&answer);
         return Ok(());

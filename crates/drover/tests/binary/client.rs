@@ -200,6 +200,10 @@ fn client_submits_lists_and_changes_jobs() {
         );
     }
 
+    // Ended jobs leave the queue, and are still there with --all.
+    assert!(!shell.ok(&["jobs"]).contains("renamed"));
+    assert!(row(&shell.ok(&["jobs", "--all"]), &scripted).contains("renamed"));
+
     // A refusal: exit 1 with the server's messages; one refused id does not stop the rest.
     let refused = shell.run(&["job", "hold", "no-such-job", &id]);
     assert_eq!(refused.status.code(), Some(1), "{}", report(&refused));
