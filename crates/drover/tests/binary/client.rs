@@ -352,33 +352,29 @@ fn client_lists_nodes_reservations_events_vms_services() {
         .stdout(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(follower.stdout.take().unwrap()).lines();
-    // The stream is open once the server has it; submit until the follower sees one.
-    let submitter = {
-        let url = shell.url.clone();
-        let password = shell.password.clone();
-        let home = shell.home.path().to_path_buf();
-        std::thread::spawn(move || {
-            for _ in 0..20 {
-                let _ = drover()
-                    .env("DROVER_URL", &url)
-                    .env("DROVER_USER", "admin")
-                    .env("DROVER_PASSWORD", &password)
-                    .env("HOME", &home)
-                    .args(["submit", "-c", "/bin/true", "--hold"])
-                    .output();
-                std::thread::sleep(std::time::Duration::from_millis(200));
-            }
-        })
-    };
-    let seen = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find(|l| l.contains("jobsubmit"));
+    let lines = BufReader::new(follower.stdout.take().unwrap()).lines();
+    let (seen, wait_for_it) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        if let Some(line) = lines
+            .map_while(Result::ok)
+            .find(|l| l.contains("jobsubmit"))
+        {
+            let _ = seen.send(line);
+        }
+    });
+    // The stream is open once the server has it: submit until the follower shows one
+    // (for at most 30 s, so that a silent stream fails the test rather than hangs it).
+    let mut shown = None;
+    for _ in 0..100 {
+        shell.ok(&["submit", "-c", "/bin/true", "--hold"]);
+        if let Ok(line) = wait_for_it.recv_timeout(std::time::Duration::from_millis(300)) {
+            shown = Some(line);
+            break;
+        }
+    }
     let _ = follower.kill();
     let _ = follower.wait();
-    submitter.join().unwrap();
-    assert!(seen.is_some());
+    assert!(shown.is_some(), "no submission shown by events --follow");
     let events = shell.ok(&["events", "--max", "5"]);
     assert!(
         events.starts_with("DATE ") && events.contains("jobsubmit"),
