@@ -179,6 +179,9 @@ impl Server {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .timeout_connect(Some(Duration::from_secs(10)))
+            // A server that takes the request but never answers is as good as gone (3);
+            // a stream's answer starts at once, and its body has no limit.
+            .timeout_recv_response(Some(Duration::from_secs(120)))
             .build()
             .into();
         Ok(Server {
