@@ -109,3 +109,20 @@ fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Completions { .. } => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `main` routes by `COMMANDS`: a command missing there would never be reached.
+    #[test]
+    fn every_command_is_routed_here() {
+        let command = Cli::command();
+        let mut names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
+        names.sort_unstable();
+        let mut routed = COMMANDS.to_vec();
+        routed.sort_unstable();
+        assert_eq!(names, routed);
+        command.debug_assert();
+    }
+}
