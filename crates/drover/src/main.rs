@@ -3,6 +3,7 @@
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
+mod client;
 mod replay;
 
 use drover::{Config, GeneratedAdmin, Started};
@@ -33,6 +34,9 @@ usage:
       Writes to standard output a trace of Lublin and Feitelson's workload model
       (10000 jobs, 256 processors, the model's own arrival rate, seed 1), its offered
       load scaled to L if given, and requested times from a model of users' estimates.
+  drover jobs | submit | job | nodes | reservations | events | vms | services | completions
+      The command-line client, talking HTTP to a server: run `drover jobs --help` (and
+      see the README's Command-line client).
   drover help | --version
 
 The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
@@ -302,6 +306,12 @@ fn main() {
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::GUEST_RUN) {
         let arguments: Vec<String> = std::env::args().skip(2).collect();
         std::process::exit(drover::guest_run::run(&arguments));
+    }
+    // The command-line client: plain blocking HTTP, no runtime.
+    if let Some(command) = std::env::args().nth(1)
+        && client::COMMANDS.contains(&command.as_str())
+    {
+        std::process::exit(client::run(std::env::args().skip(1).collect()));
     }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -858,3 +858,6 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
         .unwrap();
     assert_eq!(reply.status().as_u16(), 200);
 }
+
+#[path = "binary/client.rs"]
+mod client;
