@@ -162,12 +162,11 @@ impl Engine {
             rm_name: rm.name().to_string(),
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
-            phantoms: Arc::default(),
         });
         let launchers =
             super::launcher::Launchers::new(journaled.then(|| (rm.clone(), inbox.clone())));
         let engine = Engine {
-            journal: JournalHandoff::new(&store, journaled, inbox, shared.phantoms.clone()),
+            journal: JournalHandoff::new(&store, journaled, inbox),
             usage: Usage::new(config.policy.fairshare_half_life),
             config,
             shared,
@@ -403,7 +402,11 @@ impl Engine {
 
     /// Hands this step's writes to the journal.
     pub(crate) fn flush_journal(&mut self) {
-        self.journal.flush(&*self.events);
+        let (published, book_len) = {
+            let book = self.shared.jobs.read().unwrap();
+            (book.publication().clone(), book.len())
+        };
+        self.journal.flush(&*self.events, &published, book_len);
     }
 
     /// Makes what changed in the parts (and the degraded state) visible to readers.

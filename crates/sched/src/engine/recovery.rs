@@ -33,11 +33,11 @@ impl Engine {
             .filter_map(|d| serde_json::from_value(d.body).ok().map(|o| (d.id, o)))
             .collect();
 
-        // Start from a clean slate, but never give a job number twice: one taken by a
-        // submission whose write failed was seen (answered 503, perhaps read meanwhile).
+        // Start from a clean slate, but never give a job number twice: the numbers of a
+        // failed batch's jobs stay taken (their submitters were told "not made"; a name is
+        // for one job only).
         let stored_next = jobs.last().map_or(1, |j| j.seq + 1);
         self.queue.reset(stored_next.max(self.queue.next_seq()));
-        self.shared.phantoms.write().unwrap().clear();
         self.arrays.clear();
         self.restore_reported_nodes()?;
         self.nodes.reset(&overrides);
@@ -50,6 +50,7 @@ impl Engine {
             for job in &jobs {
                 book.push(job.clone());
             }
+            book.publish_all();
         }
 
         self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
