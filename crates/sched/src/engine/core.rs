@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 
@@ -936,7 +936,11 @@ impl Engine {
     /// Time-driven work: wall-time limits, start dates, retrying a failed journal.
     fn tick(&mut self) {
         if self.degraded.is_some() {
-            match self.load() {
+            let reloaded = self
+                .journal
+                .drain(Duration::from_secs(10))
+                .and_then(|()| self.load());
+            match reloaded {
                 Ok(()) => {
                     eprintln!("drover: the store is back; state reloaded");
                     self.degraded = None;

@@ -179,6 +179,28 @@ impl JournalHandoff {
         }
     }
 
+    /// Waits until the journal has finished every batch handed to it (committed or
+    /// failed), so that a reload from the store sees all of them: a batch handed over
+    /// before a failure was noticed may still commit, and its jobs were answered 201.
+    pub(super) fn drain(&self, within: std::time::Duration) -> Result<(), String> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        let (done, drained) = std::sync::mpsc::channel();
+        let barrier = Batch {
+            writes: Vec::new(),
+            completions: vec![Box::new(move |_| {
+                let _ = done.send(());
+            })],
+        };
+        journal
+            .send(barrier)
+            .map_err(|_| "the journal has stopped".to_string())?;
+        drained
+            .recv_timeout(within)
+            .map_err(|_| "the journal is still writing earlier changes".to_string())
+    }
+
     /// Stops the journal thread once it has written everything handed to it.
     pub(super) fn stop(&mut self) {
         drop(self.journal.take());
