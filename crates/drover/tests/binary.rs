@@ -1165,6 +1165,21 @@ fn a_full_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     server = serve(&data, &[]);
     let after_restart = names_and_ids(&server.url, &password).unwrap();
     expect_exactly_made(&after_restart, "after a restart");
+    let (status, body) = post(
+        &format!("{}/rest/jobs?api-version=2", server.url),
+        &[("Authorization", &basic("admin", &password))],
+        "application/json",
+        r#"{"commandFile":"/bin/true","initialWorkingDirectory":"/tmp","holds":["User"]}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let number = |id: &str| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap();
+    let new: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let new = number(new["name"].as_str().unwrap());
+    let highest = made.values().map(|id| number(id)).max().unwrap();
+    assert!(
+        new > highest,
+        "after a restart: number {new}, {highest} answered before"
+    );
     drop(server);
     drop(tmpfs);
 }

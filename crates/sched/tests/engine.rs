@@ -628,7 +628,19 @@ async fn a_store_failing_mid_batch_never_shows_a_refused_job_nor_gives_a_name_tw
         .unwrap();
     let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
     assert!(!accepted.contains(&next));
-    assert!(next.rsplit_once('.').unwrap().1.parse::<u64>().unwrap() > last_taken);
+    assert!(number(&next) > last_taken);
+    // One more refused, right before the restart: the number it took (next + 1) is
+    // remembered by the reload, although no job holds it.
+    store.fail_every.store(1, SeqCst);
+    let refused = h.scheduler.submit(spec(true, 0), admin()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    wait_until("the engine says it cannot record", || {
+        h.scheduler.degraded().is_some()
+    });
+    store.fail_every.store(0, SeqCst);
+    wait_until("the engine has reloaded", || {
+        h.scheduler.degraded().is_none()
+    });
     h.scheduler.shutdown().await;
 
     // After a restart, the store holds what was answered 201 and nothing else.
@@ -647,6 +659,21 @@ async fn a_store_failing_mid_batch_never_shows_a_refused_job_nor_gives_a_name_tw
         .map(|j| j.id.clone())
         .collect();
     assert_eq!(listed, expected);
+    // Numbers go on past those refused submissions took, even after the restart.
+    let after_restart = again
+        .scheduler
+        .submit(spec(true, 0), admin())
+        .await
+        .unwrap();
+    assert_eq!(
+        number(&after_restart),
+        number(&next) + 2,
+        "{after_restart} after {next}"
+    );
+}
+
+fn number(id: &str) -> u64 {
+    id.rsplit_once('.').unwrap().1.parse().unwrap()
 }
 
 fn timed(tasks: u32, seconds: i64) -> JobSpec {

@@ -349,6 +349,9 @@ impl Engine {
                         "drover: the journal failed, reloading the state from the store: {reason}"
                     );
                     self.degraded = Some(reason);
+                    // At once, not at the next tick: the failed batch's changes to
+                    // existing jobs are visible until the reload undoes them.
+                    self.reload();
                 }
             }
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
@@ -933,20 +936,26 @@ impl Engine {
         (self.queue.len(), self.queue.running().len())
     }
 
+    /// After a failed journal write: once the journal has finished what it was handed,
+    /// goes back to what is stored, and takes changes again if that worked.
+    fn reload(&mut self) {
+        let reloaded = self
+            .journal
+            .drain(Duration::from_secs(10))
+            .and_then(|()| self.load());
+        match reloaded {
+            Ok(()) => {
+                eprintln!("drover: the store is back; state reloaded");
+                self.degraded = None;
+            }
+            Err(e) => self.degraded = Some(e),
+        }
+    }
+
     /// Time-driven work: wall-time limits, start dates, retrying a failed journal.
     fn tick(&mut self) {
         if self.degraded.is_some() {
-            let reloaded = self
-                .journal
-                .drain(Duration::from_secs(10))
-                .and_then(|()| self.load());
-            match reloaded {
-                Ok(()) => {
-                    eprintln!("drover: the store is back; state reloaded");
-                    self.degraded = None;
-                }
-                Err(e) => self.degraded = Some(e),
-            }
+            self.reload();
             return;
         }
         let now = self.now();
