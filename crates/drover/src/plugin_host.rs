@@ -303,7 +303,7 @@ impl PluginHost {
             };
         }
         let listed: Vec<Value> = self.state.scheduler().with_jobs(|book| {
-            book.all()
+            book.published_jobs()
                 .iter()
                 .rev()
                 .filter(|j| !j.status.state.is_final() && visible(j))

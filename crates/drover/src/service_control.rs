@@ -454,7 +454,7 @@ impl ServiceControl {
         let job = match service.job_text("id") {
             Some(id) => self.scheduler.job(id),
             None => self.scheduler.with_jobs(|book| {
-                book.all()
+                book.published_jobs()
                     .iter()
                     .rev()
                     .find(|j| {

@@ -861,3 +861,327 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
 
 #[path = "binary/client.rs"]
 mod client;
+/// A tmpfs mounted for one test, unmounted when dropped (even when the test fails).
+struct Tmpfs {
+    dir: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` at `dir`; an error when this process may not mount (not
+    /// root, or no CAP_SYS_ADMIN), with the reason.
+    fn mount(dir: &Path, size: &str) -> Result<Tmpfs, String> {
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()
+            .map_err(|e| format!("cannot run mount: {e}"))?;
+        if !output.status.success() {
+            return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+        }
+        Ok(Tmpfs {
+            dir: dir.to_path_buf(),
+        })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let unmounted = Command::new("umount").arg(&self.dir).status();
+        if !unmounted.is_ok_and(|s| s.success()) {
+            // Something still holds it open: detach it so that nothing stays mounted.
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+    }
+}
+
+/// Fills the file system of `path` with a file until it refuses more.
+fn fill(path: &Path) {
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    while file.write_all(&chunk).is_ok() {}
+    let _ = file.sync_all();
+}
+
+/// Every job of the list as `(customName, id)`.
+fn names_and_ids(url: &str, password: &str) -> Option<Vec<(String, String)>> {
+    let (status, body) = get(
+        &format!("{url}/rest/jobs?api-version=2&fields=customName,name"),
+        "admin",
+        password,
+    );
+    if status != 200 {
+        return None;
+    }
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    Some(
+        list["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|j| {
+                (
+                    j["customName"].as_str().unwrap_or_default().to_string(),
+                    j["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// Issue #32: with the data directory on a file system that fills up and is freed,
+/// twice, concurrent submitters are answered 201 or 503, and what is stored agrees with every answer: each 201's job exists once,
+/// under the id answered; a 503'd submission is never seen in any list, while the disk
+/// is full, after it recovers, or after a restart; no id names two jobs.
+#[test]
+fn a_full_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
+    use std::collections::{HashMap, HashSet};
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mount_point = dir.path().join("small");
+    std::fs::create_dir(&mount_point).unwrap();
+    let tmpfs = match Tmpfs::mount(&mount_point, "24m") {
+        Ok(tmpfs) => tmpfs,
+        Err(why) => {
+            eprintln!("skipped: cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {why}");
+            return;
+        }
+    };
+    let data = mount_point.join("data");
+    let filler = mount_point.join("filler");
+    let mut server = serve(&data, &[]);
+    let password = generated_password(&server.banner);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    // Every (customName, id) any list showed.
+    let seen = Arc::new(Mutex::new(HashSet::<(String, String)>::new()));
+    let reader = {
+        let (url, password, stop, seen) = (
+            server.url.clone(),
+            password.clone(),
+            stop.clone(),
+            seen.clone(),
+        );
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                if let Some(listed) = names_and_ids(&url, &password) {
+                    seen.lock().unwrap().extend(listed);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+    };
+    // The highest job number answered yet, and the ids' prefix (`<name>.`).
+    let highest = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let prefix = Arc::new(Mutex::new(String::new()));
+    // A prober that asks by id for the next numbers, those submissions hold now: a job
+    // not yet durable, or refused, must answer 404.
+    let prober = {
+        let (url, auth, stop, seen, highest, prefix) = (
+            server.url.clone(),
+            basic("admin", &password),
+            stop.clone(),
+            seen.clone(),
+            highest.clone(),
+            prefix.clone(),
+        );
+        std::thread::spawn(move || {
+            let agent: ureq::Agent = ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build()
+                .into();
+            while !stop.load(SeqCst) {
+                let prefix = prefix.lock().unwrap().clone();
+                if prefix.is_empty() {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                }
+                let from = highest.load(SeqCst) + 1;
+                for n in from..from + 4 {
+                    let id = format!("{prefix}{n}");
+                    let mut response = agent
+                        .get(format!("{url}/rest/jobs/{id}?api-version=2"))
+                        .header("Authorization", &auth)
+                        .call()
+                        .expect("the server answers");
+                    if response.status().as_u16() == 200 {
+                        let text = response.body_mut().read_to_string().unwrap();
+                        let job: serde_json::Value = serde_json::from_str(&text).unwrap();
+                        let job = job.get("results").and_then(|r| r.get(0)).unwrap_or(&job);
+                        let name = job["customName"].as_str().unwrap_or_default();
+                        seen.lock().unwrap().insert((name.to_string(), id));
+                    }
+                }
+            }
+        })
+    };
+    // customName -> the id answered with 201, or None for a 503.
+    let answers = Arc::new(Mutex::new(HashMap::<String, Option<String>>::new()));
+    let submitters: Vec<_> = (0..4)
+        .map(|thread| {
+            let url = format!("{}/rest/jobs?api-version=2", server.url);
+            let (auth, stop, answers) = (basic("admin", &password), stop.clone(), answers.clone());
+            let (highest, prefix) = (highest.clone(), prefix.clone());
+            std::thread::spawn(move || {
+                let agent: ureq::Agent = ureq::Agent::config_builder()
+                    .http_status_as_error(false)
+                    .timeout_global(Some(Duration::from_secs(20)))
+                    .build()
+                    .into();
+                for k in 0.. {
+                    if stop.load(SeqCst) {
+                        break;
+                    }
+                    let name = format!("t{thread}-{k}");
+                    let body = format!(
+                        r#"{{"customName":"{name}","commandFile":"/bin/true","initialWorkingDirectory":"/tmp","holds":["User"]}}"#
+                    );
+                    let mut response = agent
+                        .post(&url)
+                        .header("Authorization", &auth)
+                        .header("Content-Type", "application/json")
+                        .send(body.as_bytes())
+                        .expect("the server answers");
+                    let status = response.status().as_u16();
+                    let text = response.body_mut().read_to_string().unwrap();
+                    let answer = match status {
+                        201 => {
+                            let made: serde_json::Value = serde_json::from_str(&text).unwrap();
+                            let id = made["name"].as_str().unwrap().to_string();
+                            let (name, number) = id.rsplit_once('.').unwrap();
+                            *prefix.lock().unwrap() = format!("{name}.");
+                            highest.fetch_max(number.parse().unwrap(), SeqCst);
+                            Some(id)
+                        }
+                        503 => {
+                            assert!(text.contains("\"messages\""), "{text}");
+                            None
+                        }
+                        other => panic!("a submission answered {other}: {text}"),
+                    };
+                    answers.lock().unwrap().insert(name, answer);
+                    if status == 503 {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    let refused = || {
+        answers
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|a| a.is_none())
+            .count()
+    };
+    let wait_for_refusals = |what: &str| {
+        let before = refused();
+        let until = Instant::now() + Duration::from_secs(10);
+        while refused() < before + 20 && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(refused() > before, "no submission was refused while {what}");
+    };
+
+    std::thread::sleep(Duration::from_millis(500));
+    fill(&filler);
+    wait_for_refusals("the disk was full");
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    // Full again, and freed again: the service goes through it more than once.
+    fill(&filler);
+    wait_for_refusals("the disk was full again");
+    std::fs::remove_file(&filler).unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    stop.store(true, SeqCst);
+    for submitter in submitters {
+        submitter.join().unwrap();
+    }
+    reader.join().unwrap();
+    prober.join().unwrap();
+
+    let answers = answers.lock().unwrap().clone();
+    let made: HashMap<&str, &str> = answers
+        .iter()
+        .filter_map(|(name, id)| id.as_deref().map(|id| (name.as_str(), id)))
+        .collect();
+    let refused: HashSet<&str> = answers
+        .iter()
+        .filter(|(_, id)| id.is_none())
+        .map(|(name, _)| name.as_str())
+        .collect();
+    eprintln!(
+        "{} submissions answered 201, {} answered 503",
+        made.len(),
+        refused.len()
+    );
+    let ids: HashSet<&str> = made.values().copied().collect();
+    assert_eq!(
+        ids.len(),
+        made.len(),
+        "an id was answered for two submissions"
+    );
+
+    let check = |listed: &[(String, String)], when: &str| {
+        let mut by_id = HashMap::new();
+        for (name, id) in listed {
+            assert!(
+                !refused.contains(name.as_str()),
+                "{when}: {name} was answered 503 but is listed as {id}"
+            );
+            if let Some(other) = by_id.insert(id.clone(), name.clone()) {
+                panic!("{when}: the id {id} names {other} and {name}");
+            }
+        }
+    };
+    let seen: Vec<(String, String)> = seen.lock().unwrap().iter().cloned().collect();
+    check(&seen, "while submitting");
+    let mut final_list = Vec::new();
+    // The service recovers by itself: lists answer, and list exactly what was made.
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        match names_and_ids(&server.url, &password) {
+            Some(listed) if listed.len() == made.len() => {
+                final_list = listed;
+                break;
+            }
+            _ => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+    let expect_exactly_made = |listed: &[(String, String)], when: &str| {
+        check(listed, when);
+        let listed: HashMap<&str, &str> = listed
+            .iter()
+            .map(|(n, i)| (n.as_str(), i.as_str()))
+            .collect();
+        assert_eq!(
+            listed, made,
+            "{when}: the list is not what was answered 201"
+        );
+    };
+    expect_exactly_made(&final_list, "after recovering");
+    drop(server);
+
+    server = serve(&data, &[]);
+    let after_restart = names_and_ids(&server.url, &password).unwrap();
+    expect_exactly_made(&after_restart, "after a restart");
+    let (status, body) = post(
+        &format!("{}/rest/jobs?api-version=2", server.url),
+        &[("Authorization", &basic("admin", &password))],
+        "application/json",
+        r#"{"commandFile":"/bin/true","initialWorkingDirectory":"/tmp","holds":["User"]}"#,
+    );
+    assert_eq!(status, 201, "{body}");
+    let number = |id: &str| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap();
+    let new: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let new = number(new["name"].as_str().unwrap());
+    let highest = made.values().map(|id| number(id)).max().unwrap();
+    assert!(
+        new > highest,
+        "after a restart: number {new}, {highest} answered before"
+    );
+    drop(server);
+    drop(tmpfs);
+}

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use roaring::RoaringBitmap;
 
@@ -69,6 +70,34 @@ pub struct JobBook {
     /// Whether submission dates never decrease with position (the wall clock never went
     /// back): then position order is submission-date order.
     submit_order: bool,
+    /// How many of the first jobs readers see: those whose insert is durable.
+    published: Arc<Published>,
+}
+
+/// The length of the book's durable prefix, moved by the journal thread as batches
+/// commit. Jobs are appended and batches commit in order, so "durable" is a prefix: a
+/// job answered "not made" (its batch failed) lies past it and is never seen, until a
+/// reload makes a new book without it. Each book has its own, so a batch of an earlier
+/// book that commits late moves nothing.
+#[derive(Default, Debug)]
+pub struct Published {
+    len: AtomicUsize,
+    /// A batch failed: nothing past `len` becomes visible in this book any more.
+    stopped: AtomicBool,
+}
+
+impl Published {
+    /// The first `len` jobs are durable (their batch committed).
+    pub fn committed(&self, len: usize) {
+        if !self.stopped.load(Ordering::Acquire) {
+            self.len.fetch_max(len, Ordering::AcqRel);
+        }
+    }
+
+    /// A batch failed: the jobs it added, and any added after it, stay hidden.
+    pub fn failed(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
 }
 
 impl JobBook {
@@ -79,8 +108,42 @@ impl JobBook {
         }
     }
 
+    /// The job `id`, durable or not: the engine's view.
     pub fn get(&self, id: &str) -> Option<&Arc<Job>> {
         self.position(id).map(|p| &self.jobs[p])
+    }
+
+    /// How many jobs readers see (the durable prefix of the book).
+    pub fn published_len(&self) -> usize {
+        self.published
+            .len
+            .load(Ordering::Acquire)
+            .min(self.jobs.len())
+    }
+
+    /// The jobs readers see, in submission order.
+    pub fn published_jobs(&self) -> &[Arc<Job>] {
+        &self.jobs[..self.published_len()]
+    }
+
+    /// The job `id` if readers see it (its insert is durable).
+    pub fn published(&self, id: &str) -> Option<&Arc<Job>> {
+        self.published_position(id).map(|p| &self.jobs[p])
+    }
+
+    /// The position of `id` if readers see it.
+    pub fn published_position(&self, id: &str) -> Option<usize> {
+        self.position(id).filter(|&p| p < self.published_len())
+    }
+
+    /// Where the journal reports how much of this book is durable.
+    pub(crate) fn publication(&self) -> &Arc<Published> {
+        &self.published
+    }
+
+    /// Every job of the book is durable (just loaded from the store).
+    pub(crate) fn publish_all(&self) {
+        self.published.committed(self.jobs.len());
     }
 
     pub fn at(&self, position: usize) -> &Arc<Job> {
@@ -99,7 +162,8 @@ impl JobBook {
         self.jobs.is_empty()
     }
 
-    /// Positions of the jobs whose `attribute` is `value`, in submission order.
+    /// Positions of the jobs whose `attribute` is `value`, in submission order (durable
+    /// or not: readers bound them by [`JobBook::published_len`]).
     pub fn with(&self, attribute: Attribute, value: &str) -> Option<&RoaringBitmap> {
         self.index.get(&(attribute, Box::from(value)))
     }

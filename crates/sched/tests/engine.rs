@@ -140,13 +140,42 @@ impl VmHost for FakeVmHost {
 }
 
 /// A SQLite store whose reads and writes fail while `failing` is set (a database that
-/// went away).
+/// went away), and which, with `fail_every` = n > 0, fails every n-th write after taking
+/// a millisecond over it (a disk that fills: the batch is rolled back).
 struct FlakyStore {
     inner: drover_store::SqliteStore,
     failing: std::sync::atomic::AtomicBool,
+    fail_every: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
 }
 
 impl FlakyStore {
+    fn new(inner: drover_store::SqliteStore) -> FlakyStore {
+        FlakyStore {
+            inner,
+            failing: false.into(),
+            fail_every: 0.into(),
+            writes: 0.into(),
+        }
+    }
+
+    fn check_write(&self) -> drover_store::Result<()> {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.check()?;
+        let every = self.fail_every.load(SeqCst);
+        if every == 0 {
+            return Ok(());
+        }
+        // Slow enough that readers poll while a batch is under way.
+        std::thread::sleep(Duration::from_millis(1));
+        if self.writes.fetch_add(1, SeqCst) % every == every - 1 {
+            return Err(drover_store::StoreError::Backend(
+                "database or disk is full".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn check(&self) -> drover_store::Result<()> {
         if self.failing.load(std::sync::atomic::Ordering::SeqCst) {
             Err(drover_store::StoreError::Backend(
@@ -166,7 +195,7 @@ impl drover_store::DocumentStore for FlakyStore {
         self.inner.ensure_collection(spec)
     }
     fn write(&self, batch: &[drover_store::Write]) -> drover_store::Result<Vec<i64>> {
-        self.check()?;
+        self.check_write()?;
         self.inner.write(batch)
     }
     fn find(
@@ -456,10 +485,9 @@ async fn a_restart_adopts_live_processes_requeues_restartable_jobs_and_vacates_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_stored() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(FlakyStore {
-        inner: drover_store::SqliteStore::open(&dir.path().join("engine.db")).unwrap(),
-        failing: false.into(),
-    });
+    let store = Arc::new(FlakyStore::new(
+        drover_store::SqliteStore::open(&dir.path().join("engine.db")).unwrap(),
+    ));
     let h = start_on(
         store.clone(),
         Arc::default(),
@@ -502,6 +530,152 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
 }
 
 /// A job of `tasks` one-processor tasks asking for `seconds` of wall time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_failing_mid_batch_never_shows_a_refused_job_nor_gives_a_name_twice() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("engine.db");
+    let store = Arc::new(FlakyStore::new(
+        drover_store::SqliteStore::open(&path).unwrap(),
+    ));
+    store.fail_every.store(7, SeqCst);
+    let h = start_on(
+        store.clone(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        1,
+    );
+    // A reader that looks all the time, by list and by id, and remembers every job it saw.
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let reader = {
+        let (scheduler, stop, seen) = (h.scheduler.clone(), stop.clone(), seen.clone());
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                let listed = scheduler.jobs();
+                let mut seen = seen.lock().unwrap();
+                for job in &listed {
+                    seen.insert(job.id.clone());
+                }
+                // The next numbers, by id: those a submission holds now, not yet durable.
+                let next = listed.len() + 8;
+                for seq in listed.len()..next {
+                    let id = format!("Drover.{seq}");
+                    if scheduler.job(&id).is_some() {
+                        seen.insert(id);
+                    }
+                }
+            }
+        })
+    };
+    let mut submitters = Vec::new();
+    for _ in 0..4 {
+        let scheduler = h.scheduler.clone();
+        submitters.push(tokio::spawn(async move {
+            let (mut made, mut refused) = (Vec::new(), 0);
+            for _ in 0..60 {
+                match scheduler.submit(spec(true, 0), admin()).await {
+                    Ok(id) => made.push(id),
+                    Err(drover_sched::SchedError::Unavailable(_)) => refused += 1,
+                    Err(other) => panic!("not a 503: {other:?}"),
+                }
+            }
+            (made, refused)
+        }));
+    }
+    let (mut made, mut refused) = (Vec::new(), 0);
+    for submitter in submitters {
+        let (m, r) = submitter.await.unwrap();
+        made.extend(m);
+        refused += r;
+    }
+    store.fail_every.store(0, SeqCst);
+    wait_until("the engine has reloaded", || {
+        h.scheduler.degraded().is_none()
+    });
+    stop.store(true, SeqCst);
+    reader.join().unwrap();
+    assert!(
+        refused > 0 && !made.is_empty(),
+        "{refused} refused, {} made",
+        made.len()
+    );
+
+    let accepted: HashSet<String> = made.iter().cloned().collect();
+    assert_eq!(accepted.len(), made.len(), "a name was given twice");
+    let phantoms: Vec<_> = seen
+        .lock()
+        .unwrap()
+        .difference(&accepted)
+        .cloned()
+        .collect();
+    assert!(phantoms.is_empty(), "seen but answered 503: {phantoms:?}");
+    let check = |scheduler: &Scheduler| {
+        let listed: Vec<String> = scheduler.jobs().iter().map(|j| j.id.clone()).collect();
+        let listed_set: HashSet<String> = listed.iter().cloned().collect();
+        assert_eq!(listed.len(), listed_set.len(), "a job listed twice");
+        assert_eq!(
+            listed_set, accepted,
+            "what is listed is exactly what was answered 201"
+        );
+    };
+    check(&h.scheduler);
+    // New names go on past every number taken, refused ones included.
+    let last_taken = made
+        .iter()
+        .map(|id| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap())
+        .max()
+        .unwrap();
+    let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    assert!(!accepted.contains(&next));
+    assert!(number(&next) > last_taken);
+    // One more refused, right before the restart: the number it took (next + 1) is
+    // remembered by the reload, although no job holds it.
+    store.fail_every.store(1, SeqCst);
+    let refused = h.scheduler.submit(spec(true, 0), admin()).await;
+    assert!(refused.is_err(), "{refused:?}");
+    wait_until("the engine says it cannot record", || {
+        h.scheduler.degraded().is_some()
+    });
+    store.fail_every.store(0, SeqCst);
+    wait_until("the engine has reloaded", || {
+        h.scheduler.degraded().is_none()
+    });
+    h.scheduler.shutdown().await;
+
+    // After a restart, the store holds what was answered 201 and nothing else.
+    let again = start(
+        dir.path(),
+        Arc::default(),
+        Arc::new(ManualClock::new(1_000_000)),
+        1,
+    );
+    let mut expected = accepted.clone();
+    expected.insert(next.clone());
+    let listed: HashSet<String> = again
+        .scheduler
+        .jobs()
+        .iter()
+        .map(|j| j.id.clone())
+        .collect();
+    assert_eq!(listed, expected);
+    // Numbers go on past those refused submissions took, even after the restart.
+    let after_restart = again
+        .scheduler
+        .submit(spec(true, 0), admin())
+        .await
+        .unwrap();
+    assert_eq!(
+        number(&after_restart),
+        number(&next) + 2,
+        "{after_restart} after {next}"
+    );
+}
+
+fn number(id: &str) -> u64 {
+    id.rsplit_once('.').unwrap().1.parse().unwrap()
+}
+
 fn timed(tasks: u32, seconds: i64) -> JobSpec {
     let mut job = spec(false, 0);
     job.request.task_count = tasks;

@@ -137,7 +137,8 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Key, Vec<String>)>, bool) {
     (lookups, covered)
 }
 
-/// The positions that pass the lookups and the listing; `None` means every job.
+/// The positions that pass the lookups and the listing; `None` means every job readers
+/// see (the book's durable prefix).
 fn candidates(
     book: &JobBook,
     lookups: &[(Key, Vec<String>)],
@@ -155,7 +156,7 @@ fn candidates(
             Key::QueueStatus => union(Attribute::State, &mut values.iter().map(String::as_str)),
             Key::Id => values
                 .iter()
-                .filter_map(|id| book.position(id))
+                .filter_map(|id| book.published_position(id))
                 .map(|p| p as u32)
                 .collect(),
         })
@@ -174,7 +175,10 @@ fn candidates(
     sets.sort_by_key(|s| s.len());
     let mut sets = sets.into_iter();
     let first = sets.next()?;
-    Some(sets.fold(first, |all, set| all & set))
+    let mut found = sets.fold(first, |all, set| all & set);
+    // The indexes know jobs not durable yet: readers never see them.
+    found.remove_range(book.published_len() as u32..);
+    Some(found)
 }
 
 /// The candidates in position order (`reverse`: descending).
@@ -186,8 +190,8 @@ fn positions<'c>(
     match (candidates, reverse) {
         (Some(set), false) => Box::new(set.iter()),
         (Some(set), true) => Box::new(set.iter().rev()),
-        (None, false) => Box::new(0..book.len() as u32),
-        (None, true) => Box::new((0..book.len() as u32).rev()),
+        (None, false) => Box::new(0..book.published_len() as u32),
+        (None, true) => Box::new((0..book.published_len() as u32).rev()),
     }
 }
 
@@ -223,7 +227,6 @@ pub(super) fn plan(
     query: &ListQuery,
     version: u32,
     shown: &Render,
-    hidden: &std::collections::HashSet<String>,
 ) -> Outcome {
     let (mut lookups, covered) = split(&query.filter, version);
     if let Some(owner) = owner {
@@ -239,12 +242,10 @@ pub(super) fn plan(
     };
     let page = &query.paging;
     match (covered, by_position) {
-        // Jobs readers must not see (a failed write) exist only during a store failure:
-        // the evaluator's path then, which can leave them out.
-        (true, Some(descending)) if hidden.is_empty() => {
+        (true, Some(descending)) => {
             let total = candidates
                 .as_ref()
-                .map_or(book.len(), |set| set.len() as usize);
+                .map_or(book.published_len(), |set| set.len() as usize);
             let wanted = page.offset.saturating_add(page.max.unwrap_or(usize::MAX));
             let ordered = in_date_order(
                 book,
@@ -262,7 +263,7 @@ pub(super) fn plan(
         }
         _ => Outcome::Scan(match candidates {
             Some(set) => Candidates::Set(set),
-            None => Candidates::Below(book.len() as u32),
+            None => Candidates::Below(book.published_len() as u32),
         }),
     }
 }
@@ -287,7 +288,6 @@ pub(super) struct OverBudget {
 pub(super) fn scan(
     scheduler: &Scheduler,
     candidates: &Candidates,
-    hidden: &std::collections::HashSet<String>,
     query: &ListQuery,
     filter_render: &Render,
     shown: &Render,
@@ -311,9 +311,6 @@ pub(super) fn scan(
                 return Err(OverBudget { judged });
             }
             judged += 1;
-            if !hidden.is_empty() && hidden.contains(&job.id) {
-                continue;
-            }
             match &mut narrow {
                 Some((narrow, document)) => {
                     narrow.fill(document, &job, filter_render);

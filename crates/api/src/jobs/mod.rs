@@ -349,7 +349,6 @@ async fn list(
     let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
     let version = filter_render.version;
-    let hidden = scheduler.phantoms();
     let outcome = scheduler.with_jobs(|book| {
         listing::plan(
             book,
@@ -358,7 +357,6 @@ async fn list(
             &params.query,
             version,
             &shown,
-            &hidden,
         )
     });
     let page = match outcome {
@@ -380,7 +378,6 @@ async fn list(
                 listing::scan(
                     scheduler,
                     &candidates,
-                    &hidden,
                     &query,
                     &filter_render,
                     &shown,

@@ -14,7 +14,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 
@@ -162,12 +162,11 @@ impl Engine {
             rm_name: rm.name().to_string(),
             clock: parts.clock.clone(),
             degraded: RwLock::new(None),
-            phantoms: Arc::default(),
         });
         let launchers =
             super::launcher::Launchers::new(journaled.then(|| (rm.clone(), inbox.clone())));
         let engine = Engine {
-            journal: JournalHandoff::new(&store, journaled, inbox, shared.phantoms.clone()),
+            journal: JournalHandoff::new(&store, journaled, inbox),
             usage: Usage::new(config.policy.fairshare_half_life),
             config,
             shared,
@@ -350,6 +349,9 @@ impl Engine {
                         "drover: the journal failed, reloading the state from the store: {reason}"
                     );
                     self.degraded = Some(reason);
+                    // At once, not at the next tick: the failed batch's changes to
+                    // existing jobs are visible until the reload undoes them.
+                    self.reload();
                 }
             }
             Inbox::Rm(RmEvent::Exited { job_id, pid, exit }) => self.exited(&job_id, pid, exit),
@@ -403,7 +405,11 @@ impl Engine {
 
     /// Hands this step's writes to the journal.
     pub(crate) fn flush_journal(&mut self) {
-        self.journal.flush(&*self.events);
+        let (published, book_len) = {
+            let book = self.shared.jobs.read().unwrap();
+            (book.publication().clone(), book.len())
+        };
+        self.journal.flush(&*self.events, &published, book_len);
     }
 
     /// Makes what changed in the parts (and the degraded state) visible to readers.
@@ -930,16 +936,26 @@ impl Engine {
         (self.queue.len(), self.queue.running().len())
     }
 
+    /// After a failed journal write: once the journal has finished what it was handed,
+    /// goes back to what is stored, and takes changes again if that worked.
+    fn reload(&mut self) {
+        let reloaded = self
+            .journal
+            .drain(Duration::from_secs(10))
+            .and_then(|()| self.load());
+        match reloaded {
+            Ok(()) => {
+                eprintln!("drover: the store is back; state reloaded");
+                self.degraded = None;
+            }
+            Err(e) => self.degraded = Some(e),
+        }
+    }
+
     /// Time-driven work: wall-time limits, start dates, retrying a failed journal.
     fn tick(&mut self) {
         if self.degraded.is_some() {
-            match self.load() {
-                Ok(()) => {
-                    eprintln!("drover: the store is back; state reloaded");
-                    self.degraded = None;
-                }
-                Err(e) => self.degraded = Some(e),
-            }
+            self.reload();
             return;
         }
         let now = self.now();

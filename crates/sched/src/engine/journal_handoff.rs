@@ -2,9 +2,8 @@
 //! handed to the journal thread at the end of the step. In the simulator there is no
 //! journal: writes are dropped and every step counts as committed at once.
 
-use std::collections::HashSet;
+use std::sync::Arc;
 use std::sync::mpsc::Sender;
-use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 
 use drover_store::journal::{self, Batch};
@@ -12,6 +11,7 @@ use drover_store::{DocumentStore, Write};
 use tokio::sync::oneshot;
 
 use super::Inbox;
+use crate::book::Published;
 use crate::events::{EventSink, SchedEvent};
 use crate::request::SchedError;
 
@@ -26,8 +26,9 @@ pub(crate) struct JournalHandoff {
     events: Vec<SchedEvent>,
     /// The engine's own inbox: completions report there (launches, a failed journal).
     inbox: Sender<Inbox>,
-    /// Where the jobs of a batch whose write failed are hidden from readers.
-    phantoms: Arc<RwLock<HashSet<String>>>,
+    /// The book's length handed to the journal last (and that book's publication):
+    /// a step that added no job and wrote nothing need not go to the journal.
+    handed: Option<(Arc<Published>, usize)>,
 }
 
 impl JournalHandoff {
@@ -35,7 +36,6 @@ impl JournalHandoff {
         store: &Arc<dyn DocumentStore>,
         journaled: bool,
         inbox: Sender<Inbox>,
-        phantoms: Arc<RwLock<HashSet<String>>>,
     ) -> JournalHandoff {
         let (journal, thread) = if journaled {
             let (journal, thread) = journal::start(store.clone(), "journal");
@@ -50,7 +50,7 @@ impl JournalHandoff {
             batch: Batch::default(),
             events: Vec::new(),
             inbox,
-            phantoms,
+            handed: None,
         }
     }
 
@@ -119,8 +119,14 @@ impl JournalHandoff {
         }));
     }
 
-    /// Hands this step's writes (and its events, as `sink` journals them) to the journal.
-    pub(super) fn flush(&mut self, sink: &dyn EventSink) {
+    /// Hands this step's writes (and its events, as `sink` journals them) to the journal;
+    /// the book's first `book_len` jobs are shown to readers once they are durable.
+    pub(super) fn flush(
+        &mut self,
+        sink: &dyn EventSink,
+        published: &Arc<Published>,
+        book_len: usize,
+    ) {
         if !self.events.is_empty() {
             let events = sink.journal(std::mem::take(&mut self.events));
             self.batch.writes.extend(events.writes);
@@ -132,40 +138,32 @@ impl JournalHandoff {
                 }));
             }
         }
-        if self.batch.is_empty() {
-            return;
-        }
         if !self.journaled {
+            published.committed(book_len);
             for completion in std::mem::take(&mut self.batch.completions) {
                 completion(&Ok(()));
             }
             self.batch.writes.clear();
             return;
         }
-        let mut batch = std::mem::take(&mut self.batch);
-        // First of the completions, so that a job is hidden before its submitter is
-        // told it was not made.
-        let submitted: Vec<String> = batch
-            .writes
-            .iter()
-            .filter_map(|w| match w {
-                Write::Insert { collection, id, .. } if collection == super::core::JOBS => {
-                    Some(id.clone())
-                }
-                _ => None,
-            })
-            .collect();
-        if !submitted.is_empty() {
-            let phantoms = self.phantoms.clone();
-            batch.completions.insert(
-                0,
-                Box::new(move |committed| {
-                    if committed.is_err() {
-                        phantoms.write().unwrap().extend(submitted);
-                    }
-                }),
-            );
+        let grew = !matches!(&self.handed, Some((p, len)) if Arc::ptr_eq(p, published) && *len == book_len);
+        if self.batch.is_empty() && !grew {
+            return;
         }
+        self.handed = Some((published.clone(), book_len));
+        let mut batch = std::mem::take(&mut self.batch);
+        // First of the completions: a new job is seen only once durable, before its
+        // submitter is answered, and a failed batch stops the book's publication before
+        // anyone is told "not made". Batches commit in order, so a later batch's success
+        // cannot show the jobs of an earlier failed one.
+        let publication = published.clone();
+        batch.completions.insert(
+            0,
+            Box::new(move |committed| match committed {
+                Ok(()) => publication.committed(book_len),
+                Err(_) => publication.failed(),
+            }),
+        );
         let inbox = self.inbox.clone();
         batch.completions.push(Box::new(move |committed| {
             if let Err(e) = committed {
@@ -179,6 +177,28 @@ impl JournalHandoff {
                 completion(&Err("the journal has stopped".into()));
             }
         }
+    }
+
+    /// Waits until the journal has finished every batch handed to it (committed or
+    /// failed), so that a reload from the store sees all of them: a batch handed over
+    /// before a failure was noticed may still commit, and its jobs were answered 201.
+    pub(super) fn drain(&self, within: std::time::Duration) -> Result<(), String> {
+        let Some(journal) = &self.journal else {
+            return Ok(());
+        };
+        let (done, drained) = std::sync::mpsc::channel();
+        let barrier = Batch {
+            writes: Vec::new(),
+            completions: vec![Box::new(move |_| {
+                let _ = done.send(());
+            })],
+        };
+        journal
+            .send(barrier)
+            .map_err(|_| "the journal has stopped".to_string())?;
+        drained
+            .recv_timeout(within)
+            .map_err(|_| "the journal is still writing earlier changes".to_string())
     }
 
     /// Stops the journal thread once it has written everything handed to it.

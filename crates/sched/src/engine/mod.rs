@@ -36,7 +36,7 @@ mod submission;
 mod system_accounts;
 mod vm_commands;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -155,9 +155,6 @@ pub(crate) struct Shared {
     rm_name: String,
     clock: Arc<dyn Clock>,
     degraded: RwLock<Option<String>>,
-    /// Jobs whose submission was answered "not made" (their write failed): readers do
-    /// not see them until the engine has reloaded from the store, which forgets them.
-    phantoms: Arc<RwLock<HashSet<String>>>,
 }
 
 /// A document the engine writes in the very transaction that stores a submitted job
@@ -324,41 +321,19 @@ impl Scheduler {
         self.shared.clock.now()
     }
 
-    /// One job, as it is now.
+    /// One job, as it is now, once its submission is durable (`JobBook::published`).
     pub fn job(&self, id: &str) -> Option<Arc<Job>> {
-        if self.is_phantom(id) {
-            return None;
-        }
-        self.shared.jobs.read().unwrap().get(id).cloned()
+        self.shared.jobs.read().unwrap().published(id).cloned()
     }
 
-    /// Every job, in submission order (a copy of the references, taken under a read lock).
+    /// Every durable job, in submission order (a copy of the references, taken under a
+    /// read lock).
     pub fn jobs(&self) -> Vec<Arc<Job>> {
-        let mut jobs = self.shared.jobs.read().unwrap().all().to_vec();
-        let phantoms = self.phantoms();
-        if !phantoms.is_empty() {
-            jobs.retain(|j| !phantoms.contains(&j.id));
-        }
-        jobs
+        self.shared.jobs.read().unwrap().published_jobs().to_vec()
     }
 
-    /// The jobs of the book that readers must not see (their submission failed to be
-    /// written; see `Shared::phantoms`); empty but during a store failure.
-    pub fn phantoms(&self) -> HashSet<String> {
-        let phantoms = self.shared.phantoms.read().unwrap();
-        if phantoms.is_empty() {
-            HashSet::new()
-        } else {
-            phantoms.clone()
-        }
-    }
-
-    fn is_phantom(&self, id: &str) -> bool {
-        let phantoms = self.shared.phantoms.read().unwrap();
-        !phantoms.is_empty() && phantoms.contains(id)
-    }
-
-    /// Reads the job book under its read lock.
+    /// Reads the job book under its read lock. Readers see only its durable prefix
+    /// (`JobBook::published_len` and the `published*` methods).
     pub fn with_jobs<R>(&self, read: impl FnOnce(&JobBook) -> R) -> R {
         read(&self.shared.jobs.read().unwrap())
     }

@@ -33,11 +33,20 @@ impl Engine {
             .filter_map(|d| serde_json::from_value(d.body).ok().map(|o| (d.id, o)))
             .collect();
 
-        // Start from a clean slate, but never give a job number twice: one taken by a
-        // submission whose write failed was seen (answered 503, perhaps read meanwhile).
-        let stored_next = jobs.last().map_or(1, |j| j.seq + 1);
-        self.queue.reset(stored_next.max(self.queue.next_seq()));
-        self.shared.phantoms.write().unwrap().clear();
+        // Start from a clean slate, but never give a job number twice: the numbers of a
+        // failed batch's jobs stay taken, in this run and the next (recorded once the store
+        // takes writes again; until then the engine stays degraded).
+        let stored_next = jobs
+            .last()
+            .map_or(1, |j| j.seq + 1)
+            .max(self.remembered_number(JOBS)? + 1);
+        let taken_next = self.queue.next_seq();
+        if taken_next > stored_next {
+            self.store
+                .write(&[number_taken(JOBS, taken_next - 1)])
+                .map_err(|e| format!("cannot record the job numbers taken: {e}"))?;
+        }
+        self.queue.reset(stored_next.max(taken_next));
         self.arrays.clear();
         self.restore_reported_nodes()?;
         self.nodes.reset(&overrides);
@@ -50,6 +59,7 @@ impl Engine {
             for job in &jobs {
                 book.push(job.clone());
             }
+            book.publish_all();
         }
 
         self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
@@ -235,18 +245,14 @@ fn usage_of(jobs: &[Job], half_life: crate::clock::Seconds) -> Usage {
 /// The number `n` of an id `<prefix>.<n>` (0 when there is none).
 /// The collection of the last numbers given to containers, reservations and VMs, one
 /// document per collection (`{"last": n}`), written with each creation: a number is
-/// never given twice, even once the object is gone and the service restarted.
+/// never given twice, even once the object is gone and the service restarted. Jobs'
+/// only after a failed batch (see `load`).
 pub(crate) const ID_NUMBERS: &str = "id_numbers";
 
 impl Engine {
     /// Records, with this step's writes, that `number` was given in `collection`.
     pub(super) fn remember_number(&mut self, collection: &str, id: &str) {
-        self.journal.write(Write::Put {
-            collection: ID_NUMBERS.into(),
-            id: collection.into(),
-            name: None,
-            body: Body::from(serde_json::json!({"last": id_number(id)})),
-        });
+        self.journal.write(number_taken(collection, id_number(id)));
     }
 
     /// The last number recorded as given in `collection` (0 if none).
@@ -258,6 +264,18 @@ impl Engine {
         Ok(document
             .and_then(|d| d.body.get("last").and_then(serde_json::Value::as_u64))
             .unwrap_or(0))
+    }
+}
+
+/// The write recording that numbers up to `last` were given in `collection`. Jobs are
+/// never deleted, so their last stored number is the last given, except for numbers taken
+/// by a batch that failed: those are recorded by the reload after it.
+fn number_taken(collection: &str, last: u64) -> Write {
+    Write::Put {
+        collection: ID_NUMBERS.into(),
+        id: collection.into(),
+        name: None,
+        body: Body::from(serde_json::json!({ "last": last })),
     }
 }
 
