@@ -801,13 +801,9 @@ fn post(url: &str, headers: &[(&str, &str)], content_type: &str, body: &str) -> 
     (status, response.body_mut().read_to_string().unwrap())
 }
 
-/// Issue #33: an answered `Idempotency-Key` and an issued bearer token are in the store
-/// before the answer, so a server killed with SIGKILL and started again answers a retry
-/// what it answered before (one job) and takes the token.
-#[test]
-fn keyed_submissions_and_tokens_survive_sigkill() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("drover.toml");
+/// A configuration file in `dir` with one OAuth portal client, `portal` / `portal-secret`.
+fn portal_config(dir: &Path) -> std::path::PathBuf {
+    let config = dir.join("drover.toml");
     std::fs::write(
         &config,
         format!(
@@ -816,6 +812,16 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
         ),
     )
     .unwrap();
+    config
+}
+
+/// Issue #33: an answered `Idempotency-Key` and an issued bearer token are in the store
+/// before the answer, so a server killed with SIGKILL and started again answers a retry
+/// what it answered before (one job) and takes the token.
+#[test]
+fn keyed_submissions_and_tokens_survive_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = portal_config(dir.path());
     let data = dir.path().join("data");
     let config = config.to_str().unwrap();
     let first = serve(&data, &["--config", config]);

@@ -6,7 +6,7 @@ use super::connection::{Failure, Server};
 use super::output::{self, Table};
 
 #[derive(clap::Args)]
-pub struct ListArgs {
+pub struct QueueArgs {
     /// Only this user's jobs.
     #[arg(long, short)]
     pub user: Option<String>,
@@ -20,19 +20,13 @@ pub struct ListArgs {
     /// filter looks at all).
     #[arg(long, short = 'a')]
     pub all: bool,
-    /// The list as the server sends it (JSON), for programs.
-    #[arg(long)]
-    pub json: bool,
-    /// Skip this many jobs (with --max, to page).
-    #[arg(long, default_value_t = 0)]
-    pub offset: u64,
-    /// At most this many jobs.
-    #[arg(long, default_value_t = 500)]
-    pub max: u64,
+    /// --json, --offset, --max: as every list's.
+    #[command(flatten)]
+    pub list: super::resources::ListArgs,
 }
 
 /// The list's `query` filter from the flags.
-fn filter(args: &ListArgs) -> Value {
+fn filter(args: &QueueArgs) -> Value {
     let mut query = Map::new();
     if let Some(user) = &args.user {
         query.insert("user".into(), json!(user));
@@ -58,10 +52,10 @@ fn filter(args: &ListArgs) -> Value {
     Value::Object(query)
 }
 
-pub fn list(server: &Server, args: &ListArgs) -> Result<(), Failure> {
+pub fn list(server: &Server, args: &QueueArgs) -> Result<(), Failure> {
     let mut parameters = vec![
-        ("offset", args.offset.to_string()),
-        ("max", args.max.to_string()),
+        ("offset", args.list.offset.to_string()),
+        ("max", args.list.max.to_string()),
     ];
     let query = filter(args);
     if query.as_object().is_some_and(|q| !q.is_empty()) {
@@ -73,7 +67,7 @@ pub fn list(server: &Server, args: &ListArgs) -> Result<(), Failure> {
         "/rest/jobs/active"
     };
     let answer = server.get(path, &parameters)?;
-    if args.json {
+    if args.list.json {
         output::print_json(&answer);
         return Ok(());
     }
@@ -110,7 +104,7 @@ pub fn list(server: &Server, args: &ListArgs) -> Result<(), Failure> {
         eprintln!(
             "{} of {total} jobs shown (from {}); page with --offset and --max",
             jobs.len(),
-            args.offset
+            args.list.offset
         );
     }
     Ok(())

@@ -47,7 +47,7 @@ pub struct Cli {
 #[derive(Subcommand)]
 pub enum Command {
     /// The job queue as a table (like squeue or showq).
-    Jobs(jobs::ListArgs),
+    Jobs(jobs::QueueArgs),
     /// Submits a job from flags, or from a script whose `#DROVER` lines give its options.
     Submit(submit::SubmitArgs),
     /// Shows or changes jobs: show, cancel, hold, release, modify.

@@ -6,7 +6,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use super::{Server, basic, drover, generated_password, hash_password, post, serve};
+use super::{Server, basic, drover, generated_password, portal_config, post, serve};
 
 /// A user's environment: the server and login in variables, a home of its own (so no
 /// real client.toml is read).
@@ -385,15 +385,7 @@ fn client_lists_nodes_reservations_events_vms_services() {
 #[test]
 fn client_logs_in_with_a_bearer_token() {
     let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("drover.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[[oauth.clients]]\nid = \"portal\"\nsecret_hash = \"{}\"\n",
-            hash_password("portal-secret")
-        ),
-    )
-    .unwrap();
+    let config = portal_config(dir.path());
     let server = serve(
         &dir.path().join("data"),
         &["--config", config.to_str().unwrap()],
