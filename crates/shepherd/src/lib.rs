@@ -15,6 +15,12 @@
 //!   `drover` program (read-only), which the job's process keeps: it is
 //!   `/proc/self/fd/6 guest-run`, running the command in the guest over fd 5.
 //!
+//! The job's process, forked by the shepherd, switches to the job's user and only then
+//! makes the job's [`Setup`] (enters its working directory, opens its input and outputs)
+//! and becomes the command: a job can only enter, read and write where its user may. Why
+//! it could not start goes to the shepherd on the report pipe, and from there to the
+//! status file's second line.
+//!
 //! It leads the job's session and process group. The signals the service sends to the
 //! group (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd
 //! ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT to outlive the job and record how it
@@ -38,9 +44,9 @@ pub const SOURCE_ARGUMENT: &str = "--source";
 pub const STATUS_FD: i32 = 3;
 /// The plan's descriptor in the shepherd.
 pub const PLAN_FD: i32 = 4;
-/// In the job's process until its wrapper has made its redirections: a pipe to the
-/// shepherd, which reads there why the job could not start (the wrapper's standard
-/// error) and writes it on the status file's second line.
+/// In the job's process until it has made its redirections ([`Setup`]): a pipe to the
+/// shepherd, which reads there why the job could not start and writes it on the status
+/// file's second line.
 pub const REPORT_FD: i32 = 3;
 /// The most of that report kept.
 pub const REPORT_LIMIT: usize = 1024;
@@ -55,14 +61,39 @@ pub const GUEST_RUN: &str = "guest-run";
 pub const SUBCOMMAND: &str = "job-shepherd";
 
 /// What the shepherd starts: a program, its arguments (`argv[0]` first) and environment,
-/// and the ids to switch to first (none: stay who the shepherd is).
+/// the ids to switch to first (none: stay who the shepherd is), and the setup the job's
+/// process makes after the switch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     pub switch_to: Option<Ids>,
     /// The job runs in a guest: fds 5 and 6 are passed on to it.
     pub guest: bool,
+    pub setup: Setup,
+    /// The command: run directly when its user may execute it, by `/bin/sh` otherwise
+    /// (or when it has no `#!` line).
     pub argv: Vec<String>,
     pub environment: Vec<(String, String)>,
+}
+
+/// What the job's process makes, as the job's user, before it becomes the command: what a
+/// batch system's job wrapper does.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Setup {
+    /// The working directory (empty: stay in `/`).
+    pub directory: String,
+    /// The file on standard input (`None`: `/dev/null`).
+    pub stdin: Option<String>,
+    pub stdout: Output,
+    pub stderr: Output,
+}
+
+/// An output file, appended to (made if missing). When `path` names a directory, the
+/// file is `default_name` in it. Output and error naming the same file (and no
+/// directory) share one opening, as `>>file 2>&1` does.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Output {
+    pub path: String,
+    pub default_name: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -73,9 +104,11 @@ pub struct Ids {
 }
 
 impl Plan {
-    /// NUL-separated fields: `guest` or `host`, `switch` (`-` or `uid gid g1,g2,...`), the number of
-    /// arguments, the arguments, the number of variables, `NAME=value` each. Arguments
-    /// and values cannot hold NUL (a submission's are checked for it).
+    /// NUL-separated fields: `guest` or `host`, `switch` (`-` or `uid gid g1,g2,...`), the
+    /// setup (directory, input (empty: none), output path and default name, error path
+    /// and default name), the number of arguments, the arguments, the number of
+    /// variables, `NAME=value` each. Paths, arguments and values cannot hold NUL (a
+    /// submission's are checked for it).
     pub fn encode(&self) -> Vec<u8> {
         let mut fields: Vec<String> = Vec::new();
         fields.push(if self.guest { "guest" } else { "host" }.into());
@@ -86,6 +119,13 @@ impl Plan {
                 format!("{} {} {}", ids.uid, ids.gid, groups.join(","))
             }
         });
+        let setup = &self.setup;
+        fields.push(setup.directory.clone());
+        fields.push(setup.stdin.clone().unwrap_or_default());
+        for output in [&setup.stdout, &setup.stderr] {
+            fields.push(output.path.clone());
+            fields.push(output.default_name.clone());
+        }
         fields.push(self.argv.len().to_string());
         fields.extend(self.argv.iter().cloned());
         fields.push(self.environment.len().to_string());
@@ -122,6 +162,21 @@ impl Plan {
             };
             Some(Ids { uid, gid, groups })
         };
+        let directory = fields.next()?.to_string();
+        let stdin = Some(fields.next()?.to_string()).filter(|s| !s.is_empty());
+        let mut output = || {
+            Some(Output {
+                path: fields.next()?.to_string(),
+                default_name: fields.next()?.to_string(),
+            })
+        };
+        let (stdout, stderr) = (output()?, output()?);
+        let setup = Setup {
+            directory,
+            stdin,
+            stdout,
+            stderr,
+        };
         let argc: usize = fields.next()?.parse().ok()?;
         let argv: Vec<String> = (0..argc)
             .map(|_| fields.next().map(String::from))
@@ -136,6 +191,7 @@ impl Plan {
         (!argv.is_empty()).then_some(Plan {
             switch_to,
             guest,
+            setup,
             argv,
             environment,
         })
@@ -211,13 +267,9 @@ pub fn run() -> i32 {
     if !plan.guest {
         close_from(PLAN_FD as u32 + 1);
     }
-    let (Ok(argv), Ok(envp)) = (c_strings(&plan.argv), c_strings(&environment(&plan))) else {
+    let Some(command) = Command::of(&plan) else {
         return 125;
     };
-    let mut argv_ptrs: Vec<*const libc::c_char> = argv.iter().map(|a| a.as_ptr()).collect();
-    argv_ptrs.push(std::ptr::null());
-    let mut envp_ptrs: Vec<*const libc::c_char> = envp.iter().map(|e| e.as_ptr()).collect();
-    envp_ptrs.push(std::ptr::null());
     unsafe {
         for signal in PASSED_ON {
             libc::signal(signal, pass_on as *const () as libc::sighandler_t);
@@ -267,9 +319,10 @@ pub fn run() -> i32 {
             {
                 libc::_exit(126);
             }
-            libc::execve(argv_ptrs[0], argv_ptrs.as_ptr(), envp_ptrs.as_ptr());
-            libc::_exit(127);
         }
+        // As the job's user from here on. This process has one thread (the fork's), so
+        // it may allocate.
+        become_the_job(&plan.setup, &command);
     }
     CHILD.store(child, Ordering::Relaxed);
     unsafe {
@@ -338,15 +391,147 @@ fn wait_for(child: i32) -> i32 {
     }
 }
 
-fn environment(plan: &Plan) -> Vec<String> {
-    plan.environment
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect()
+/// The command in the form `execve` takes, made before the fork.
+struct Command {
+    argv: Vec<CString>,
+    envp: Vec<CString>,
 }
 
-fn c_strings(items: &[String]) -> Result<Vec<CString>, std::ffi::NulError> {
-    items.iter().map(|s| CString::new(s.as_str())).collect()
+impl Command {
+    fn of(plan: &Plan) -> Option<Command> {
+        let c_strings = |items: &mut dyn Iterator<Item = String>| {
+            items.map(CString::new).collect::<Result<Vec<_>, _>>().ok()
+        };
+        Some(Command {
+            argv: c_strings(&mut plan.argv.iter().cloned())?,
+            envp: c_strings(&mut plan.environment.iter().map(|(k, v)| format!("{k}={v}")))?,
+        })
+    }
+
+    /// `execve` of `argv` (after `prefix`, when given: the shell that reads the file).
+    fn exec(&self, prefix: Option<&std::ffi::CStr>) -> std::io::Error {
+        let mut argv: Vec<*const libc::c_char> = prefix.iter().map(|p| p.as_ptr()).collect();
+        argv.extend(self.argv.iter().map(|a| a.as_ptr()));
+        argv.push(std::ptr::null());
+        let mut envp: Vec<*const libc::c_char> = self.envp.iter().map(|e| e.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        // SAFETY: both arrays end with a null pointer, and their strings outlive the call.
+        unsafe { libc::execve(argv[0], argv.as_ptr(), envp.as_ptr()) };
+        std::io::Error::last_os_error()
+    }
+}
+
+/// In the job's process, as the job's user: makes the setup and becomes the command.
+/// Until the outputs are in place, why the job cannot start is written on the report
+/// pipe (fd 3), and the process ends with 126.
+fn become_the_job(setup: &Setup, command: &Command) -> ! {
+    let cannot = |what: String| -> ! {
+        let mut report =
+            std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(REPORT_FD) });
+        let _ = writeln!(report, "{what}");
+        unsafe { libc::_exit(126) }
+    };
+    if !setup.directory.is_empty()
+        && let Err(e) = std::env::set_current_dir(&setup.directory)
+    {
+        cannot(format!(
+            "cannot enter the working directory {}: {}",
+            setup.directory,
+            reason(&e)
+        ));
+    }
+    // An output path naming a directory gets the file under its default name there.
+    let place = |output: &Output| {
+        let is_directory = std::fs::metadata(&output.path).is_ok_and(|m| m.is_dir());
+        match is_directory {
+            true => (format!("{}/{}", output.path, output.default_name), true),
+            false => (output.path.clone(), false),
+        }
+    };
+    let (stdout, out_in_directory) = place(&setup.stdout);
+    let (stderr, err_in_directory) = place(&setup.stderr);
+    let program = &command.argv[0];
+    let may = |mode| unsafe { libc::access(program.as_ptr(), mode) } == 0;
+    let executable = may(libc::X_OK);
+    if !executable && !may(libc::R_OK) {
+        let user = command
+            .envp
+            .iter()
+            .find_map(|e| e.to_str().ok()?.strip_prefix("USER="))
+            .unwrap_or("of the job");
+        cannot(format!(
+            "the command file {} cannot be read by the user {user}",
+            program.to_string_lossy()
+        ));
+    }
+    let stdin_path = setup.stdin.as_deref().unwrap_or("/dev/null");
+    let stdin = std::fs::File::open(stdin_path).unwrap_or_else(|e| {
+        cannot(format!(
+            "cannot open {stdin_path} for input: {}",
+            reason(&e)
+        ))
+    });
+    let append = |path: &str| {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o666)
+            .custom_flags(libc::O_NOCTTY)
+            .open(path)
+            .unwrap_or_else(|e| cannot(format!("cannot open {path} for output: {}", reason(&e))))
+    };
+    let out = append(&stdout);
+    let joined = stdout == stderr && !out_in_directory && !err_in_directory;
+    let err = (!joined).then(|| append(&stderr));
+    let err_fd = err.as_ref().unwrap_or(&out).as_raw_fd();
+    use std::os::fd::AsRawFd;
+    // SAFETY: descriptors this process owns; the originals close on exec.
+    unsafe {
+        if libc::dup2(stdin.as_raw_fd(), 0) < 0
+            || libc::dup2(out.as_raw_fd(), 1) < 0
+            || libc::dup2(err_fd, 2) < 0
+        {
+            cannot(format!(
+                "cannot redirect: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        libc::close(REPORT_FD);
+    }
+    // From here on, what goes wrong goes to the job's error file, as a shell's would.
+    let failed = |e: std::io::Error, program: &std::ffi::CStr| -> ! {
+        let _ = writeln!(
+            std::io::stderr(),
+            "drover: cannot run {}: {}",
+            program.to_string_lossy(),
+            reason(&e)
+        );
+        let code = if e.kind() == std::io::ErrorKind::NotFound {
+            127
+        } else {
+            126
+        };
+        unsafe { libc::_exit(code) }
+    };
+    if executable {
+        let e = command.exec(None);
+        // A script without a `#!` line is run by the shell, as a shell would.
+        if e.raw_os_error() != Some(libc::ENOEXEC) {
+            failed(e, program);
+        }
+    }
+    let shell = c"/bin/sh";
+    failed(command.exec(Some(shell)), shell)
+}
+
+/// An error's text without Rust's "(os error N)".
+fn reason(e: &std::io::Error) -> String {
+    let text = e.to_string();
+    match text.find(" (os error") {
+        Some(at) => text[..at].to_string(),
+        None => text,
+    }
 }
 
 #[cfg(test)]
@@ -357,6 +542,18 @@ mod tests {
     fn a_plan_reads_back_as_written() {
         let plan = Plan {
             guest: true,
+            setup: Setup {
+                directory: "/home/a b".into(),
+                stdin: Some("/in".into()),
+                stdout: Output {
+                    path: "/out dir".into(),
+                    default_name: "job.o1".into(),
+                },
+                stderr: Output {
+                    path: "".into(),
+                    default_name: "job.e1".into(),
+                },
+            },
             switch_to: Some(Ids {
                 uid: 1001,
                 gid: 1002,
@@ -373,6 +570,7 @@ mod tests {
         assert_eq!(Plan::decode(&plan.encode()), Some(plan));
         let plain = Plan {
             guest: false,
+            setup: Setup::default(),
             switch_to: None,
             argv: vec!["/bin/true".into()],
             environment: Vec::new(),

@@ -164,6 +164,123 @@ fn a_job_runs_only_in_a_group_its_user_belongs_to() {
     );
 }
 
+// 1b. The job's process makes its setup (working directory, command, outputs) as its
+// user, with no shell between: what changed while a job of bob's was held is refused at
+// its start with the reason, and nothing is written where bob may not write.
+#[test]
+fn a_jobs_setup_is_made_as_its_user_when_it_starts() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().start();
+    let work = scratch_dir();
+    let outputs = work.path().join("outputs");
+    std::fs::create_dir(&outputs).unwrap();
+    std::fs::set_permissions(&outputs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let command = script(work.path(), "hello.sh", "echo hello; echo oops >&2");
+    let submit_held = |body: Value| {
+        let mut body = body;
+        body["holds"] = json!(["User"]);
+        submitted(&submit_as(&server, as_(BOB), &body))
+    };
+    let release_and_end = |id: &str| {
+        let released = send(
+            &server,
+            "PUT",
+            &format!("/rest/jobs/{id}?api-version=2"),
+            as_(BOB),
+            &json!({"holds": []}),
+        );
+        assert_eq!(released.status, 200, "{}", released.body);
+        wait_state_v2(&server, id, "Completed")
+    };
+
+    // An output directory: the files get their default names there, and are bob's.
+    let id = submit_held(json!({"customName": "hello", "commandFile": command,
+        "initialWorkingDirectory": work.path(),
+        "standardOutputFilePath": outputs, "standardErrorFilePath": outputs}));
+    let job = release_and_end(&id);
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let number = id.trim_start_matches("Drover.");
+    let out = outputs.join(format!("hello.o{number}"));
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "hello\n");
+    assert_eq!(
+        std::fs::read_to_string(outputs.join(format!("hello.e{number}"))).unwrap(),
+        "oops\n"
+    );
+    assert_eq!(
+        std::os::unix::fs::MetadataExt::uid(&std::fs::metadata(&out).unwrap()),
+        uid_of(BOB)
+    );
+
+    // The directory became root's alone while the job was held: nothing is written
+    // there, and the job says why it did not start.
+    let id = submit_held(json!({"customName": "late", "commandFile": command,
+        "initialWorkingDirectory": work.path(), "standardOutputFilePath": outputs}));
+    std::fs::set_permissions(&outputs, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let job = release_and_end(&id);
+    assert_ne!(job["completionCode"], 0, "{job}");
+    let said = job["messages"].to_string();
+    assert!(
+        said.contains("could not be started") && said.contains("outputs"),
+        "{job}"
+    );
+    assert!(said.contains("Permission denied"), "{job}");
+    let names: Vec<_> = std::fs::read_dir(&outputs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names.len(), 2, "only the first job's files: {names:?}");
+
+    // A working directory bob can no longer enter.
+    let private = work.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let id = submit_held(
+        json!({"commandFile": command, "initialWorkingDirectory": private,
+        "standardOutputFilePath": "/dev/null", "standardErrorFilePath": "/dev/null"}),
+    );
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let job = release_and_end(&id);
+    let said = job["messages"].to_string();
+    assert!(
+        said.contains("cannot enter the working directory") && said.contains("private"),
+        "{job}"
+    );
+
+    // A command file bob can no longer read, and one bob may read but not execute
+    // (run by /bin/sh).
+    let secret = script(work.path(), "secret.sh", "echo secret");
+    let id = submit_held(
+        json!({"commandFile": secret, "initialWorkingDirectory": work.path(),
+        "standardOutputFilePath": work.path().join("secret.out")}),
+    );
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let job = release_and_end(&id);
+    let said = job["messages"].to_string();
+    assert!(
+        said.contains("cannot be read by the user drover-bob"),
+        "{job}"
+    );
+    assert!(
+        !work.path().join("secret.out").exists(),
+        "nothing was opened"
+    );
+    let readable = script(work.path(), "readable.sh", "echo read by sh");
+    std::fs::set_permissions(&readable, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let read_out = work.path().join("readable.out");
+    let id = submitted(&submit_as(
+        &server,
+        as_(BOB),
+        &json!({"commandFile": readable,
+        "initialWorkingDirectory": work.path(), "standardOutputFilePath": read_out}),
+    ));
+    let job = wait_state_v2(&server, &id, "Completed");
+    assert_eq!(job["completionCode"], 0, "{job}");
+    assert_eq!(std::fs::read_to_string(&read_out).unwrap(), "read by sh\n");
+}
+
 fn nix_group_id(name: &str) -> u32 {
     let out = std::process::Command::new("getent")
         .args(["group", name])

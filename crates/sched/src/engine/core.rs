@@ -8,8 +8,9 @@
 //!
 //! A pass walks the queue lazily (`queue::QueueWalk`): in the queue's own order
 //! when priorities are static (system priority, user priority, submission order), from a
-//! heap of computed ranks otherwise. It stops as soon as nothing is free, and applies the
-//! starts after planning, so a pass over a deep queue costs what it places.
+//! merge of its rank classes otherwise (`queue::RankClass`: one rank per class of like
+//! jobs). It stops as soon as nothing is free (and does not begin when nothing is), and
+//! applies the starts after planning, so a pass over a deep queue costs what it places.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -557,11 +558,6 @@ impl Engine {
         }
         let _timed = PassTimer(std::time::Instant::now());
         let now = self.now();
-        let mut order = {
-            let book = self.shared.jobs.read().unwrap();
-            self.queue
-                .walk(&self.config.policy, &self.usage, &book, now)
-        };
         let held = self.held_resources(now);
         // The planner reads the nodes while jobs change; starts are applied after it.
         let nodes = self.nodes.lend();
@@ -569,6 +565,19 @@ impl Engine {
         let mut planner = Planner::new(self.config.policy.backfill, now, &nodes, held)
             .with_reservation_depth(self.config.policy.reservation_depth)
             .with_set_asides(set_asides);
+        // Every processor taken: no job could start, and ranking the queue would be
+        // wasted (a burst of submissions into a full machine runs no passes). Only a
+        // preemptor may make room.
+        if planner.exhausted() && self.queue.preemptors().is_empty() {
+            drop(planner);
+            self.nodes.give_back(nodes);
+            return;
+        }
+        let mut order = {
+            let book = self.shared.jobs.read().unwrap();
+            self.queue
+                .walk(&self.config.policy, &self.usage, &book, now)
+        };
         let mut starts = Vec::new();
         let mut array_starts = HashMap::new();
         let held_by_containers = self.containers.held_jobs();

@@ -1,6 +1,11 @@
 //! The queue part of the engine: the waiting jobs in queue order, the jobs holding
 //! resources, the waiting preemptors, and the next submission number. Each set holds
 //! book positions; [`Queue::index`] keeps them in step with a job's state.
+//!
+//! The waiting jobs are also kept by [`RankClass`]: jobs of one class have the same
+//! priority score at any instant, so a pass ranks only the first of each class and walks
+//! the classes merged (a queue of thousands of like jobs costs a pass a handful of ranks,
+//! not thousands).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -15,8 +20,11 @@ pub(crate) struct Queue {
     /// Jobs waiting to be placed (Idle, or Blocked on a dependency), by queue order, to
     /// their book position.
     waiting: BTreeMap<QueueKey, usize>,
-    /// The key of each waiting job: always the inverse of `waiting`.
-    keys: HashMap<usize, QueueKey>,
+    /// The key and class of each waiting job: always the inverse of `waiting`.
+    keys: HashMap<usize, (QueueKey, RankClass)>,
+    /// The waiting jobs by class, in rank order within the class: `(seq, index)` to
+    /// book position.
+    classes: HashMap<RankClass, BTreeMap<(u64, i64), usize>>,
     /// Book positions of jobs holding resources (Starting, Running, Suspended, and
     /// those being stopped until their process is gone).
     running: BTreeSet<usize>,
@@ -30,6 +38,7 @@ impl Queue {
         Queue {
             waiting: BTreeMap::new(),
             keys: HashMap::new(),
+            classes: HashMap::new(),
             running: BTreeSet::new(),
             preemptors: BTreeSet::new(),
             next_seq: 1,
@@ -40,6 +49,7 @@ impl Queue {
     pub(super) fn reset(&mut self, next_seq: u64) {
         self.waiting.clear();
         self.keys.clear();
+        self.classes.clear();
         self.running.clear();
         self.preemptors.clear();
         self.next_seq = next_seq;
@@ -74,23 +84,22 @@ impl Queue {
                     .as_ref()
                     .is_some_and(|b| b.kind == dependency::WAITING));
         let key = QueueKey::of(job);
+        let class = waiting.then(|| RankClass::of(job));
         let mut joined = false;
-        match (self.keys.get(&position).copied(), waiting) {
-            (Some(old), true) if old == key => {}
-            (Some(old), _) => {
-                self.waiting.remove(&old);
-                self.keys.remove(&position);
-                if waiting {
-                    self.waiting.insert(key, position);
-                    self.keys.insert(position, key);
+        match (self.keys.get(&position), class) {
+            (Some((old_key, old_class)), Some(class)) if *old_key == key && *old_class == class => {
+            }
+            (Some(_), class) => {
+                self.leave(position);
+                if let Some(class) = class {
+                    self.join(position, key, class);
                 }
             }
-            (None, true) => {
-                self.waiting.insert(key, position);
-                self.keys.insert(position, key);
+            (None, Some(class)) => {
+                self.join(position, key, class);
                 joined = true;
             }
-            (None, false) => {}
+            (None, None) => {}
         }
         if job.status.state.is_running() {
             self.running.insert(position);
@@ -103,6 +112,28 @@ impl Queue {
             self.preemptors.remove(&position);
         }
         joined
+    }
+
+    fn join(&mut self, position: usize, key: QueueKey, class: RankClass) {
+        self.waiting.insert(key, position);
+        self.classes
+            .entry(class.clone())
+            .or_default()
+            .insert((key.seq, key.index), position);
+        self.keys.insert(position, (key, class));
+    }
+
+    fn leave(&mut self, position: usize) {
+        let Some((key, class)) = self.keys.remove(&position) else {
+            return;
+        };
+        self.waiting.remove(&key);
+        if let Some(members) = self.classes.get_mut(&class) {
+            members.remove(&(key.seq, key.index));
+            if members.is_empty() {
+                self.classes.remove(&class);
+            }
+        }
     }
 
     /// The job at `position` keeps its resources until its process is gone, whatever
@@ -153,10 +184,19 @@ impl Queue {
             usage,
             now,
         };
-        let ranked: Vec<_> = self
-            .waiting
-            .values()
-            .map(|&position| Ranked(priority.rank(book.at(position)), position))
+        // The first of each class, ranked; the others follow it (`QueueWalk::next`).
+        let heads: Vec<_> = self
+            .classes
+            .iter()
+            .filter_map(|(class, members)| {
+                let (&member, &position) = members.iter().next()?;
+                Some(ClassHead {
+                    rank: priority.rank(book.at(position)),
+                    class: class.clone(),
+                    member,
+                    position,
+                })
+            })
             .collect();
         let first = policy
             .reserve_oldest
@@ -165,7 +205,38 @@ impl Queue {
         QueueWalk::Ranked {
             first,
             given: None,
-            heap: std::collections::BinaryHeap::from(ranked),
+            heap: std::collections::BinaryHeap::from(heads),
+        }
+    }
+}
+
+/// Everything a waiting job's rank depends on but its submission number, array index and
+/// the instant (what [`Priority::rank`] reads): jobs of one class have the same score at
+/// any instant, and so rank by `(seq, index)` among themselves. Keep in step with
+/// `Priority::score`; the test `a_pass_walks_the_classes_in_rank_order` compares the two.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct RankClass {
+    system_priority: i64,
+    user_priority: i64,
+    submit: Seconds,
+    duration: Option<i64>,
+    task_count: u32,
+    processors_per_task: u32,
+    user: String,
+    qos: Option<String>,
+}
+
+impl RankClass {
+    fn of(job: &Job) -> RankClass {
+        RankClass {
+            system_priority: job.status.system_priority,
+            user_priority: job.spec.user_priority,
+            submit: job.status.dates.submit,
+            duration: job.spec.duration,
+            task_count: job.spec.request.task_count,
+            processors_per_task: job.spec.request.processors_per_task,
+            user: job.status.exec_user.clone(),
+            qos: job.spec.qos_requested.clone(),
         }
     }
 }
@@ -201,31 +272,38 @@ pub(crate) enum QueueWalk {
         /// Goes first (and is skipped when the heap yields it again).
         first: Option<usize>,
         given: Option<usize>,
-        heap: std::collections::BinaryHeap<Ranked>,
+        heap: std::collections::BinaryHeap<ClassHead>,
     },
 }
 
-/// A job's rank with its position, ordered so that the best is the heap's top.
-pub(crate) struct Ranked(QueueRank, usize);
+/// The best waiting job of a class not yet given in a pass, with its rank, ordered so
+/// that the best is the heap's top.
+pub(crate) struct ClassHead {
+    rank: QueueRank,
+    class: RankClass,
+    /// Its `(seq, index)` in the class.
+    member: (u64, i64),
+    position: usize,
+}
 
-impl PartialEq for Ranked {
+impl PartialEq for ClassHead {
     fn eq(&self, other: &Self) -> bool {
         self.cmp(other).is_eq()
     }
 }
 
-impl Eq for Ranked {}
+impl Eq for ClassHead {}
 
-impl PartialOrd for Ranked {
+impl PartialOrd for ClassHead {
     fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
         Some(self.cmp(other))
     }
 }
 
-impl Ord for Ranked {
+impl Ord for ClassHead {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
         // QueueRank puts the best first; the heap pops the greatest.
-        other.0.queue_cmp(&self.0)
+        other.rank.queue_cmp(&self.rank)
     }
 }
 
@@ -249,12 +327,141 @@ impl QueueWalk {
                     return Some(position);
                 }
                 loop {
-                    let Ranked(_, position) = heap.pop()?;
+                    let head = heap.pop()?;
+                    // The next of its class (read live: the pass may have blocked some)
+                    // takes its place, with the same score.
+                    let next = queue.classes.get(&head.class).and_then(|members| {
+                        members
+                            .range((
+                                std::ops::Bound::Excluded(head.member),
+                                std::ops::Bound::Unbounded,
+                            ))
+                            .next()
+                    });
+                    let position = head.position;
+                    if let Some((&member, &next_position)) = next {
+                        heap.push(ClassHead {
+                            rank: QueueRank {
+                                seq: member.0,
+                                index: member.1,
+                                ..head.rank
+                            },
+                            member,
+                            position: next_position,
+                            ..head
+                        });
+                    }
                     if Some(position) != *given {
                         return Some(position);
                     }
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::{ArrayPart, JobSpec, JobStatus};
+    use crate::policy::Weights;
+
+    /// Jobs of a few users, lengths, widths, priorities and submission instants, some of
+    /// them array sub-jobs sharing their master's number.
+    fn jobs() -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for seq in 1..=400u64 {
+            // A field's choice among `n`, mixed from the job's number and the field's
+            // salt, so that the fields vary independently.
+            let pick = |salt: u64, n: u64| {
+                let mixed = (seq ^ (salt << 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                (mixed >> 33) % n
+            };
+            let mut spec = JobSpec {
+                duration: [None, Some(60), Some(3600)][pick(1, 3) as usize],
+                user_priority: [0, 0, 5, -3][pick(2, 4) as usize],
+                qos_requested: (pick(3, 5) == 0).then(|| "high".to_string()),
+                ..Default::default()
+            };
+            spec.request.task_count = 1 + pick(4, 3) as u32;
+            let mut status = JobStatus {
+                exec_user: ["ann", "bob", "cy"][pick(5, 3) as usize].into(),
+                system_priority: if pick(6, 11) == 0 { 10 } else { 0 },
+                ..Default::default()
+            };
+            status.dates.submit = 1000 + (seq as i64 / 25) * 7;
+            let members = if pick(7, 13) == 0 { 3 } else { 1 };
+            for index in 0..members {
+                jobs.push(Job {
+                    id: format!("D.{seq}.{index}"),
+                    seq,
+                    spec: spec.clone().into(),
+                    status: status.clone(),
+                    array: (members > 1).then(|| {
+                        Box::new(ArrayPart::Member {
+                            master: format!("D.{seq}"),
+                            index,
+                        })
+                    }),
+                });
+            }
+        }
+        jobs
+    }
+
+    #[test]
+    fn a_pass_walks_the_classes_in_rank_order() {
+        let mut book = JobBook::new();
+        let mut queue = Queue::new();
+        for job in jobs() {
+            let position = book.push(job.clone());
+            queue.index(position, &job);
+        }
+        let mut usage = Usage::new(3600);
+        usage.record("ann", 5000.0, 1000);
+        usage.record("bob", 300.0, 1200);
+        let weights = Weights {
+            queue_minutes: 0.5,
+            fairshare: 2.0,
+            qos: [("high".to_string(), 7.0)].into(),
+            ..Weights::default()
+        };
+        for (weights, reserve_oldest) in [(Weights::default(), false), (weights, true)] {
+            let policy = Policy {
+                weights,
+                reserve_oldest,
+                ..Policy::default()
+            };
+            let now = 2000;
+            let priority = Priority {
+                weights: &policy.weights,
+                usage: &usage,
+                now,
+            };
+            let mut expected: Vec<usize> = (0..book.len()).collect();
+            expected.sort_by(|&a, &b| {
+                priority
+                    .rank(book.at(a))
+                    .queue_cmp(&priority.rank(book.at(b)))
+            });
+            if reserve_oldest {
+                // First in the queue's own order (system priority, then submission).
+                let first = *queue.waiting.values().next().unwrap();
+                expected.retain(|&p| p != first);
+                expected.insert(0, first);
+            }
+            let mut walk = queue.walk(&policy, &usage, &book, now);
+            let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue)).collect();
+            assert_eq!(walked, expected);
+        }
+        // A job that stops waiting leaves its class; the rest keep their order.
+        let mut gone = book.at(5).as_ref().clone();
+        gone.status.state = JobState::Running;
+        queue.index(5, &gone);
+        let policy = Policy::default();
+        let mut walk = queue.walk(&policy, &usage, &book, 2000);
+        let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue)).collect();
+        assert_eq!(walked.len(), book.len() - 1);
+        assert!(!walked.contains(&5));
     }
 }

@@ -5,9 +5,10 @@
 //! starts it, waits for it and writes its exit status into the job's spool directory
 //! (the service's, mode 0700), for a service that restarts meanwhile. Nothing the
 //! service reads there is in a place, or a descriptor, of the job's user. The job's
-//! process is a small `/bin/sh` wrapper, run as the job's user, that opens the output
-//! files *after* the switch (so a job can only write where its user may) and becomes
-//! the command.
+//! process enters the working directory and opens the output files *after* the switch
+//! to the job's user (`shepherd::Setup`: a job can only write where its user may), then
+//! becomes the command; no shell stands between, unless the command file is a script
+//! its user may only read.
 
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -16,37 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use super::shepherd::{self, Ids, Plan};
+use super::shepherd::{self, Ids, Output, Plan, Setup};
 use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
 use crate::job::ProcessRecord;
 use crate::sysuser;
-
-/// Runs as the job's user, as the job's process: redirect, then become the command
-/// (directly when executable, through `sh` otherwise). Until its own redirections are
-/// made, its standard error is fd 3, the shepherd's report pipe: why a job could not
-/// start (a directory it cannot enter, an output file it cannot open, a command file it
-/// cannot read) reaches the job's messages. An output path naming a directory gets the
-/// file under its default name there (checked as the user).
-const WRAPPER: &str = r#"
-exec 2>&3
-cd "$DROVER_JOB_DIR" || exit 126
-if [ -d "$DROVER_JOB_STDOUT" ]; then
-  DROVER_JOB_STDOUT="$DROVER_JOB_STDOUT/$DROVER_JOB_STDOUT_NAME"; DROVER_JOB_JOIN=
-fi
-if [ -d "$DROVER_JOB_STDERR" ]; then
-  DROVER_JOB_STDERR="$DROVER_JOB_STDERR/$DROVER_JOB_STDERR_NAME"; DROVER_JOB_JOIN=
-fi
-if [ ! -r "$1" ] && [ ! -x "$1" ]; then
-  echo "the command file $1 cannot be read by the user $USER" >&2; exit 126
-fi
-if [ -n "$DROVER_JOB_JOIN" ]; then
-  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>&1 3>&- || exit 126
-else
-  exec <"${DROVER_JOB_STDIN:-/dev/null}" >>"$DROVER_JOB_STDOUT" 2>>"$DROVER_JOB_STDERR" 3>&- || exit 126
-fi
-unset DROVER_JOB_JOIN DROVER_JOB_STDIN DROVER_JOB_DIR DROVER_JOB_STDOUT_NAME DROVER_JOB_STDERR_NAME
-if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
-"#;
 
 /// Starts `program job-shepherd` with the status file as fd 3 and the plan as fd 4, in a
 /// session of its own, in `/`, with an empty environment and `/dev/null` on 0, 1 and 2.
@@ -443,40 +417,29 @@ impl ResourceManager for LocalResourceManager {
     }
 }
 
-/// What the shepherd of `launch` runs: the wrapper as the job's user (when the service
-/// can switch users), with the job's environment and the wrapper's own variables.
+/// What the shepherd of `launch` runs: the command as the job's user (when the service
+/// can switch users), after the job's setup, with the job's environment.
 fn plan_of(launch: &Launch) -> Plan {
-    let mut argv = vec![
-        "/bin/sh".to_string(),
-        "-c".into(),
-        WRAPPER.into(),
-        "drover-job".into(),
-    ];
+    let mut argv = Vec::new();
     if launch.guest.is_some() {
         argv.push(format!("/proc/self/fd/{}", shepherd::GUEST_PROGRAM_FD));
         argv.push(shepherd::GUEST_RUN.into());
     }
-    argv.push(launch.command_file.to_string_lossy().into_owned());
-    argv.extend(launch.arguments.iter().cloned());
-    let mut environment = launch.environment.clone();
     let path = |p: &Path| p.to_string_lossy().into_owned();
-    environment.push(("DROVER_JOB_STDOUT".into(), path(&launch.stdout)));
-    environment.push(("DROVER_JOB_STDERR".into(), path(&launch.stderr)));
-    environment.push(("DROVER_JOB_DIR".into(), path(&launch.working_directory)));
-    environment.push((
-        "DROVER_JOB_STDOUT_NAME".into(),
-        launch.output_names.0.clone(),
-    ));
-    environment.push((
-        "DROVER_JOB_STDERR_NAME".into(),
-        launch.output_names.1.clone(),
-    ));
-    if launch.stdout.as_os_str() == launch.stderr.as_os_str() {
-        environment.push(("DROVER_JOB_JOIN".into(), "1".into()));
-    }
-    if let Some(stdin) = &launch.stdin {
-        environment.push(("DROVER_JOB_STDIN".into(), path(stdin)));
-    }
+    argv.push(path(&launch.command_file));
+    argv.extend(launch.arguments.iter().cloned());
+    let setup = Setup {
+        directory: path(&launch.working_directory),
+        stdin: launch.stdin.as_deref().map(path),
+        stdout: Output {
+            path: path(&launch.stdout),
+            default_name: launch.output_names.0.clone(),
+        },
+        stderr: Output {
+            path: path(&launch.stderr),
+            default_name: launch.output_names.1.clone(),
+        },
+    };
     let switch_to = sysuser::running_as_root().then(|| Ids {
         uid: launch.user.uid,
         gid: launch.gid.unwrap_or(launch.user.gid),
@@ -485,8 +448,9 @@ fn plan_of(launch: &Launch) -> Plan {
     Plan {
         switch_to,
         guest: launch.guest.is_some(),
+        setup,
         argv,
-        environment,
+        environment: launch.environment.clone(),
     }
 }
 

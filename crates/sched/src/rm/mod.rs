@@ -59,7 +59,7 @@ pub struct Exit {
     /// `None` when it could not be learnt (a re-adopted process that left no status).
     pub code: Option<i32>,
     pub cpu_seconds: f64,
-    /// Why the job's command never started, when its wrapper said (a working directory
+    /// Why the job's command never started, when its process said (a working directory
     /// it could not enter, an output file it could not open...).
     pub start_failure: Option<String>,
 }
