@@ -484,9 +484,11 @@ function jobView(root, id, token) {
     h("a", { href: "#/queue" }, "← back to the queue"));
 
   const load = () => guarded(async () => {
+    // Events need events:read, which not every role holds: the job shows without them.
     const [job, history] = await Promise.all([
       api("jobs/" + encodeURIComponent(id)),
-      api("events", { params: { query: { "primaryObject.id": id }, sort: { id: 1 }, max: 200 } }),
+      api("events", { params: { query: { "primaryObject.id": id }, sort: { id: 1 }, max: 200 } })
+        .catch((e) => { if (e instanceof ApiError && e.status === 403) return e; throw e; }),
     ]);
     if (token !== viewToken) return;
     clear(fields);
@@ -502,7 +504,8 @@ function jobView(root, id, token) {
       { title: "Message", value: (m) => m.message },
     ], job.messages || [], { empty: "No messages." }));
     clear(events);
-    events.append(table([
+    if (history instanceof ApiError) events.append(h("p", { class: "muted" }, history.message));
+    else events.append(table([
       { title: "Time", value: (e) => e.eventTime },
       { title: "Type", key: "type", value: (e) => e.eventType },
       { title: "Status", value: (e) => e.status },
@@ -839,7 +842,8 @@ function eventsView(root, _arg, token) {
     const mine = ++streamToken;
     setStatus(false, "connecting");
     guarded(async () => {
-      const page = await api("events", { params: { "api-version": 3, query: query(), sort: { id: -1 }, max: 50 } });
+      const page = await api("events", { params: { "api-version": 3, query: query(), sort: { id: -1 }, max: 50 } })
+        .catch((e) => { setStatus(false, "not connected"); throw e; });
       if (myToken !== viewToken || mine !== streamToken) return;
       for (const e of page.results.slice().reverse()) add(e, false);
       // The stream resumes after the newest listed event, so none falls in between.

@@ -1,13 +1,17 @@
 """The web dashboard in headless Chromium (Playwright), against a running server.
 
-    dashboard.py <base url> <admin user> <admin password> <artifact directory>
+    dashboard.py <base url> <admin> <password> <artifact directory> <user> <password>
+
+(`<user>` is an ordinary user: built-in role `user`.)
 
 Run by scripts/browser-test, which starts the server. What it does, as a user would:
 logs in (once wrongly: the server's message shows), submits a job with the dashboard's
 form and watches it appear in the queue and change state, filters, sorts and pages the
 queue, opens the job's detail (fields, events), the nodes (what runs where), the
 reservation timeline, a report's chart of datapoints fed through the interface, the live
-event feed (an event made while it is open appears), VMs and services, and logs out.
+event feed (an event made while it is open appears), VMs and services, and logs out;
+then logs in as an ordinary user, who sees none of the administrator's jobs and is told
+that events are not theirs to read.
 Every step leaves a screenshot in the artifact directory; any JavaScript error, console
 error or failed request fails the test.
 """
@@ -22,7 +26,7 @@ import urllib.request
 
 from playwright.sync_api import expect, sync_playwright
 
-BASE, USER, PASSWORD, ARTIFACTS = sys.argv[1:5]
+BASE, USER, PASSWORD, ARTIFACTS, ORDINARY, ORDINARY_PASSWORD = sys.argv[1:7]
 ARTIFACTS = pathlib.Path(ARTIFACTS)
 ARTIFACTS.mkdir(parents=True, exist_ok=True)
 DASHBOARD = BASE + "/dashboard/"
@@ -234,6 +238,23 @@ def main():
         page.click("#logout")
         expect(page.locator("#login")).to_be_visible()
         assert page.evaluate("() => sessionStorage.length") == 0
+
+        # An ordinary user sees what their roles read, and nothing more.
+        page.fill("#login-user", ORDINARY)
+        page.fill("#login-password", ORDINARY_PASSWORD)
+        page.click("#login-form button[type=submit]")
+        expect(page.locator("#user")).to_have_text(ORDINARY)
+        expect(page.locator("#queue-table")).to_contain_text("No jobs match.")
+        expect(page.locator("#page-info")).to_have_text("0–0 of 0")
+        tolerate["errors"] = True  # the 403s below are the point
+        page.click('nav a[data-view="events"]')
+        expect(page.locator("#banner")).to_contain_text("events:read")
+        expect(page.locator("#stream-status")).to_have_text("not connected")
+        shot("12-ordinary-user-events")
+        page.click('nav a[data-view="queue"]')
+        expect(page.locator("#banner")).to_be_hidden()
+        tolerate["errors"] = False
+        page.click("#logout")
 
         browser.close()
 
