@@ -83,7 +83,8 @@ function jobLink(id) {
   return h("a", { href: "#/job/" + encodeURIComponent(id) }, id);
 }
 
-// A wire date `yyyy-MM-dd HH:mm:ss ZZZ` as milliseconds (UTC; other zones are read as UTC).
+// A wire date `yyyy-MM-dd HH:mm:ss UTC` as milliseconds. Charts ask for version 2, whose
+// dates are in UTC; a version-1 date in the deployment's zone is only ever shown as text.
 function parseDate(value) {
   const m = /^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)/.exec(value || "");
   if (!m) return null;
@@ -346,7 +347,7 @@ function queueView(root, _arg, token) {
     const page = await api("jobs", {
       params: {
         query: queueQuery(), sort: { [queue.sort]: queue.dir }, offset: queue.offset, max: queue.max,
-        fields: "id,name,user,state,submitDate,startDate,completionDate,hosts,commandFile,commandLineArguments",
+        fields: "id,name,user,state,blockReason,submitDate,startDate,completionDate,hosts,commandFile,commandLineArguments",
       },
     });
     if (token !== viewToken) return;
@@ -355,7 +356,12 @@ function queueView(root, _arg, token) {
       { title: "Job", key: "id", sort: "id", value: (j) => jobLink(j.id) },
       { title: "Name", key: "name", sort: "name", value: (j) => j.name },
       { title: "User", key: "user", sort: "user", value: (j) => j.user },
-      { title: "State", key: "state", sort: "state", value: (j) => badge(j.state) },
+      { title: "State", key: "state", sort: "state", value: (j) => {
+        const state = badge(j.state);
+        // Why a job waits, on hovering its state.
+        if (j.blockReason && j.blockReason.message) state.title = j.blockReason.message;
+        return state;
+      } },
       { title: "Submitted", key: "submitDate", sort: "submitDate", value: (j) => j.submitDate },
       { title: "Started", key: "startDate", sort: "startDate", value: (j) => j.startDate },
       { title: "Completed", key: "completionDate", sort: "completionDate", value: (j) => j.completionDate },
@@ -569,7 +575,9 @@ function reservationsView(root, _arg, token) {
   const list = h("div", { id: "reservations" });
   root.append(h("h1", null, "Reservations"), chart, list);
   const load = () => guarded(async () => {
-    const page = await api("reservations", { params: { sort: { startDate: 1 }, max: 200 } });
+    // Version 2 writes dates in UTC (version 1 in the deployment's zone, whose
+    // abbreviation a browser cannot read), so that the timeline can place them.
+    const page = await api("reservations", { params: { "api-version": 2, sort: { startDate: 1 }, max: 200 } });
     if (token !== viewToken) return;
     clear(chart);
     chart.append(gantt(page.results));
@@ -608,6 +616,7 @@ function gantt(reservations) {
   const x = (t) => labelW + ((t - t0) / (t1 - t0)) * (width - labelW - 10);
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Reservation timeline", id: "gantt-svg" });
   const withDate = t1 - t0 > 20 * 3600 * 1000;
+  svg.append(s("text", { x: 4, y: 14, class: "muted" }, "UTC"));
   for (const t of ticks(t0, t1, 8)) {
     svg.append(s("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 4, y2: height - 4 }),
       s("text", { x: x(t), y: 14, "text-anchor": "middle" }, timeLabel(t, withDate)));
@@ -667,7 +676,7 @@ function reportView(root, name, token) {
   root.append(h("h1", null, "Report ", h("span", { id: "report-name" }, name)),
     h("p", null, h("a", { href: "#/reports" }, "← all reports")), info, chart);
   const load = () => guarded(async () => {
-    const report = await api("reports/" + encodeURIComponent(name));
+    const report = await api("reports/" + encodeURIComponent(name), { params: { "api-version": 2 } });
     if (token !== viewToken) return;
     const points = report.datapoints || [];
     info.textContent = `${points.length} datapoints of ${report.datapointDuration} s (at most ${report.reportSize}), ` +
@@ -713,6 +722,7 @@ function lineChart(points) {
   for (const t of ticks(t0, t1, 8)) {
     svg.append(s("text", { x: x(t), y: height - 10, "text-anchor": "middle" }, timeLabel(t, withDate)));
   }
+  svg.append(s("text", { x: left - 6, y: height - 10, "text-anchor": "end" }, "UTC"));
   svg.append(s("line", { class: "axis", x1: left, x2: left, y1: top, y2: height - bottom }),
     s("line", { class: "axis", x1: left, x2: width - right, y1: height - bottom, y2: height - bottom }));
   const legend = h("div", { class: "legend", id: "report-legend" });
