@@ -307,7 +307,11 @@ function route() {
   clear(root);
   root.hidden = false;
   root.dataset.view = view;
-  VIEWS[view](root, rest.map(decodeURIComponent).join("/"), viewToken);
+  let arg = rest.join("/");
+  try {
+    arg = decodeURIComponent(arg);
+  } catch (_) { /* a malformed escape is taken as it is */ }
+  VIEWS[view](root, arg, viewToken);
 }
 
 function start() {

@@ -31,6 +31,8 @@ ARTIFACTS = pathlib.Path(ARTIFACTS)
 ARTIFACTS.mkdir(parents=True, exist_ok=True)
 DASHBOARD = BASE + "/dashboard/"
 TIMEOUT_MS = 30_000
+# A job name that would run a script if the page ever rendered data as HTML.
+HOSTILE = '<img src=x onerror="document.title=1">'
 
 
 def rest(method, path, body=None):
@@ -54,7 +56,8 @@ def setup():
     and a report with an hour of samples."""
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     for i in range(11):
-        rest("POST", "jobs?api-version=2", {"commandFile": "/bin/true", "customName": f"batch-{i}", "duration": 10})
+        name = HOSTILE if i == 0 else f"batch-{i}"
+        rest("POST", "jobs?api-version=2", {"commandFile": "/bin/true", "customName": name, "duration": 10})
     long = rest("POST", "jobs?api-version=2",
                 {"commandFile": "/bin/sleep", "commandLineArguments": "120", "customName": "long-run",
                  "duration": 300})["name"]
@@ -176,6 +179,10 @@ def main():
         expect(page.locator("#queue-table th:has-text('Job')")).to_contain_text("▲")
         page.select_option("#page-size", "20")
         expect(page.locator("#queue-table tbody tr")).to_have_count(13)
+        # Data is text, never markup.
+        expect(page.locator(f'#queue-table td[data-col="name"]:text-is({json.dumps(HOSTILE)})')).to_have_count(1)
+        assert page.locator("#view img").count() == 0
+        assert page.title() == "Drover", page.title()
         no_banner()
         shot("05-queue")
 
@@ -189,9 +196,17 @@ def main():
         no_banner()
         shot("06-job-detail")
 
+        # A malformed address is no crash.
+        page.goto(DASHBOARD + "#/job/%E0")
+        expect(page.locator("#job-id")).to_have_text("%E0")
+        tolerate["errors"] = True  # its 404s are expected
+        expect(page.locator("#banner")).to_contain_text("%E0")
+
         # Nodes, with the long job where it runs.
         page.click('nav a[data-view="nodes"]')
         expect(page.locator("#nodes-table tbody tr").first).to_be_visible()
+        page.wait_for_timeout(500)  # a poll of the job view still under way
+        tolerate["errors"] = False
         expect(page.locator(f'#nodes-table td[data-col="jobs"] a:text-is("{long_job}")')).to_be_visible()
         no_banner()
         shot("07-nodes")
