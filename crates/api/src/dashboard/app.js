@@ -260,7 +260,9 @@ function stopView() {
 // dashboard left open in the background costs the server nothing).
 function every(ms, fn) {
   const timer = setInterval(() => { if (!document.hidden) fn(); }, ms);
-  cleanup.push(() => clearInterval(timer));
+  const stop = () => clearInterval(timer);
+  cleanup.push(stop);
+  return stop;
 }
 
 function banner(message) {
@@ -494,10 +496,15 @@ function jobView(root, id, token) {
   actions.append(act("Cancel", "cancel"), act("Hold", "hold"), act("Release", "unhold"),
     h("a", { href: "#/queue" }, "← back to the queue"));
 
+  let stop = () => {};
   const load = () => guarded(async () => {
     // Events need events:read, which not every role holds: the job shows without them.
     const [job, history] = await Promise.all([
-      api("jobs/" + encodeURIComponent(id)),
+      api("jobs/" + encodeURIComponent(id)).catch((e) => {
+        // No such job (or not the caller's): asking again would not change that.
+        if (e instanceof ApiError && e.status === 404) stop();
+        throw e;
+      }),
       api("events", { params: { query: { "primaryObject.id": id }, sort: { id: 1 }, max: 200 } })
         .catch((e) => { if (e instanceof ApiError && e.status === 403) return e; throw e; }),
     ]);
@@ -525,8 +532,8 @@ function jobView(root, id, token) {
     all.textContent = JSON.stringify(job, null, 2);
     for (const button of actions.querySelectorAll("button")) button.disabled = FINAL_STATES.includes(job.state);
   });
+  stop = every(2000, load);
   load();
-  every(2000, load);
 }
 
 // -------- nodes

@@ -58,6 +58,9 @@ def setup():
     for i in range(11):
         name = HOSTILE if i == 0 else f"batch-{i}"
         rest("POST", "jobs?api-version=2", {"commandFile": "/bin/true", "customName": name, "duration": 10})
+        if i == 0:
+            time.sleep(1.1)  # the oldest by a second: off the first page of the README's picture
+    time.sleep(1.1)  # the newest by a second (ties of a sort keep the creation order)
     long = rest("POST", "jobs?api-version=2",
                 {"commandFile": "/bin/sleep", "commandLineArguments": "120", "customName": "long-run",
                  "duration": 300})["name"]
@@ -103,8 +106,9 @@ def main():
         page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
         page.on("response", on_response)
 
-        def shot(name):
-            page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+        def shot(name, height=None):
+            clip = {"x": 0, "y": 0, "width": 1280, "height": height} if height else None
+            page.screenshot(path=str(ARTIFACTS / f"{name}.png"), clip=clip)
 
         def no_banner():
             expect(page.locator("#banner")).to_be_hidden()
@@ -201,12 +205,12 @@ def main():
         expect(page.locator("#job-id")).to_have_text("%E0")
         tolerate["errors"] = True  # its 404s are expected
         expect(page.locator("#banner")).to_contain_text("%E0")
+        tolerate["errors"] = False
+        page.wait_for_timeout(2500)  # the view asked once: no 404 every 2 s
 
         # Nodes, with the long job where it runs.
         page.click('nav a[data-view="nodes"]')
         expect(page.locator("#nodes-table tbody tr").first).to_be_visible()
-        page.wait_for_timeout(500)  # a poll of the job view still under way
-        tolerate["errors"] = False
         expect(page.locator(f'#nodes-table td[data-col="jobs"] a:text-is("{long_job}")')).to_be_visible()
         no_banner()
         shot("07-nodes")
@@ -247,9 +251,13 @@ def main():
 
         # Back to the queue for the README's picture, then log out.
         page.click('nav a[data-view="queue"]')
+        page.click("#queue-table th:has-text('Submitted')")
+        page.click("#queue-table th:has-text('Submitted')")
+        expect(page.locator("#queue-table th:has-text('Submitted')")).to_contain_text("▼")
+        page.select_option("#page-size", "10")
         expect(page.locator(f'#queue-table tr[data-id="{long_job}"] td[data-col="state"]')).to_have_text("RUNNING")
         page.wait_for_timeout(300)
-        shot("dashboard")
+        shot("dashboard", height=560)  # the README's picture (docs/dashboard.png)
         page.click("#logout")
         expect(page.locator("#login")).to_be_visible()
         assert page.evaluate("() => sessionStorage.length") == 0
