@@ -256,11 +256,23 @@ function stopView() {
   cleanup = [];
 }
 
-// Runs `fn` every `ms` while the current view is shown (and the tab is visible: a
-// dashboard left open in the background costs the server nothing).
-function every(ms, fn) {
-  const timer = setInterval(() => { if (!document.hidden) fn(); }, ms);
-  const stop = () => clearInterval(timer);
+// Runs `fn` (which returns a promise) `ms` after `first` settles, then `ms` after each
+// run settles, while the current view is shown: a slow answer never piles requests up.
+// Skipped while the tab is hidden: a dashboard left open in the background costs the
+// server nothing. Returns a function that stops it.
+function every(ms, fn, first) {
+  let timer = null;
+  let stopped = false;
+  const next = () => { if (!stopped) timer = setTimeout(tick, ms); };
+  const tick = () => {
+    if (document.hidden) return next();
+    Promise.resolve(fn()).finally(next);
+  };
+  Promise.resolve(first).finally(next);
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
   cleanup.push(stop);
   return stop;
 }
@@ -419,8 +431,7 @@ function queueView(root, _arg, token) {
       h("button", { type: "submit" }, "Filter"),
       h("label", { class: "inline" }, h("span", null, live, " refresh every 2 s"))),
     results, pager);
-  load();
-  every(2000, () => { if (queue.live) load(); });
+  every(2000, () => (queue.live ? load() : null), load());
 }
 
 function submitPanel(reload) {
@@ -532,8 +543,7 @@ function jobView(root, id, token) {
     all.textContent = JSON.stringify(job, null, 2);
     for (const button of actions.querySelectorAll("button")) button.disabled = FINAL_STATES.includes(job.state);
   });
-  stop = every(2000, load);
-  load();
+  stop = every(2000, load, load());
 }
 
 // -------- nodes
@@ -576,8 +586,7 @@ function nodesView(root, _arg, token) {
       { title: "Features", value: (n) => n.features },
     ], nodes.results, { id: "nodes-table", rowId: (n) => n.id, empty: "No nodes." }));
   });
-  load();
-  every(3000, load);
+  every(3000, load, load());
 }
 
 // -------- reservations (timeline)
@@ -607,8 +616,7 @@ function reservationsView(root, _arg, token) {
       { title: "Comments", value: (r) => r.comments },
     ], page.results, { id: "reservations-table", rowId: (r) => r.id, empty: "No reservations." }));
   });
-  load();
-  every(10000, load);
+  every(10000, load, load());
 }
 
 // One row per reservation, a bar from its start to its end, and a line at now.
@@ -696,8 +704,7 @@ function reportView(root, name, token) {
     clear(chart);
     chart.append(lineChart(points));
   });
-  load();
-  every(5000, load);
+  every(5000, load, load());
 }
 
 // Each numeric key of the datapoints' `data` is a line over the datapoints' periods.
@@ -919,8 +926,7 @@ function simpleList(root, token, title, path, id, columns, empty) {
     clear(list);
     list.append(table(columns, page.results, { id, empty }));
   });
-  load();
-  every(5000, load);
+  every(5000, load, load());
 }
 
 function vmsView(root, _arg, token) {
