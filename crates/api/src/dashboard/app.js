@@ -594,14 +594,25 @@ function nodesView(root, _arg, token) {
 function reservationsView(root, _arg, token) {
   const chart = h("div", { class: "panel", id: "gantt" });
   const list = h("div", { id: "reservations" });
-  root.append(h("h1", null, "Reservations"), chart, list);
+  root.append(h("h1", null, "Reservations"),
+    h("p", { class: "muted" }, "The reservations, and the jobs running now up to their requested end, on a timeline."),
+    chart, list);
   const load = () => guarded(async () => {
     // Version 2 writes dates in UTC (version 1 in the deployment's zone, whose
     // abbreviation a browser cannot read), so that the timeline can place them.
-    const page = await api("reservations", { params: { "api-version": 2, sort: { startDate: 1 }, max: 200 } });
+    const [page, running] = await Promise.all([
+      api("reservations", { params: { "api-version": 2, sort: { startDate: 1 }, max: 200 } }),
+      api("jobs", {
+        params: {
+          "api-version": 2, query: { "states.state": { $in: ["Running", "Starting", "Suspended"] } },
+          sort: { "dates.startDate": 1 }, max: 200,
+          fields: "name,customName,dates.startDate,duration,requirements.nodes,credentials.user",
+        },
+      }),
+    ]);
     if (token !== viewToken) return;
     clear(chart);
-    chart.append(gantt(page.results));
+    chart.append(gantt(page.results, running.results));
     clear(list);
     list.append(table([
       { title: "Reservation", key: "id", value: (r) => r.id },
@@ -619,20 +630,40 @@ function reservationsView(root, _arg, token) {
   every(10000, load, load());
 }
 
-// One row per reservation, a bar from its start to its end, and a line at now.
-function gantt(reservations) {
+// One row per reservation and per running job, a bar from its start to its end (a job
+// without a requested duration: to now, open-ended), and a line at now.
+function gantt(reservations, jobs) {
   const now = Date.now();
-  const rows = reservations
-    .map((r) => ({ r, start: parseDate(r.startDate), end: parseDate(r.endDate) }))
-    .filter((x) => x.start !== null && x.end !== null);
-  if (!rows.length) return h("p", { class: "muted" }, "No reservations to draw.");
-  let t0 = Math.min(now, ...rows.map((x) => x.start));
-  let t1 = Math.max(now, ...rows.map((x) => x.end));
+  const rows = [];
+  reservations.forEach((r, i) => {
+    const nodes = (r.allocatedNodes || []).map((n) => n.id).join(",");
+    rows.push({
+      start: parseDate(r.startDate), end: parseDate(r.endDate), id: r.id, kind: "gantt-bar",
+      label: r.id + (nodes ? " · " + nodes : ""),
+      fill: r.isActive ? "#2e9e48" : COLORS[i % COLORS.length],
+      title: `${r.id}: ${r.startDate} → ${r.endDate}${nodes ? " on " + nodes : ""}`,
+    });
+  });
+  for (const j of jobs) {
+    const start = parseDate(j.dates && j.dates.startDate);
+    const open = !(j.duration > 0);
+    const nodes = [...new Set((j.requirements || []).flatMap((r) => (r.nodes || []).map((n) => n.name)))].join(",");
+    rows.push({
+      start, end: open ? Math.max(now, start) : start + j.duration * 1000, id: j.name, kind: "gantt-job",
+      label: "job " + j.name + (nodes ? " · " + nodes : ""), fill: open ? "#c9d6e3" : "#8fb3d9",
+      title: `${j.name}${j.customName ? " (" + j.customName + ")" : ""} of ${j.credentials && j.credentials.user}: ` +
+        `from ${j.dates.startDate}, ${open ? "no requested end" : "requested " + duration(j.duration)}${nodes ? " on " + nodes : ""}`,
+    });
+  }
+  const drawn = rows.filter((x) => x.start !== null && x.end !== null && !Number.isNaN(x.end));
+  if (!drawn.length) return h("p", { class: "muted" }, "No reservations or running jobs to draw.");
+  let t0 = Math.min(now, ...drawn.map((x) => x.start));
+  let t1 = Math.max(now, ...drawn.map((x) => x.end));
   const span = Math.max(t1 - t0, 60000);
   t0 -= span * 0.03;
   t1 += span * 0.03;
   const labelW = 170, width = 960, rowH = 26, top = 24;
-  const height = top + rows.length * rowH + 8;
+  const height = top + drawn.length * rowH + 8;
   const x = (t) => labelW + ((t - t0) / (t1 - t0)) * (width - labelW - 10);
   const svg = s("svg", { viewBox: `0 0 ${width} ${height}`, width: "100%", role: "img", "aria-label": "Reservation timeline", id: "gantt-svg" });
   const withDate = t1 - t0 > 20 * 3600 * 1000;
@@ -641,16 +672,13 @@ function gantt(reservations) {
     svg.append(s("line", { class: "grid", x1: x(t), x2: x(t), y1: top - 4, y2: height - 4 }),
       s("text", { x: x(t), y: 14, "text-anchor": "middle" }, timeLabel(t, withDate)));
   }
-  rows.forEach(({ r, start, end }, i) => {
+  drawn.forEach((row, i) => {
     const y = top + i * rowH;
-    const nodes = (r.allocatedNodes || []).map((n) => n.id).join(",");
-    const label = r.id + (nodes ? " · " + nodes : "");
-    svg.append(s("text", { x: 4, y: y + rowH / 2 + 4 }, label.length > 26 ? label.slice(0, 25) + "…" : label));
-    const bar = s("rect", {
-      x: x(start), y: y + 4, width: Math.max(2, x(end) - x(start)), height: rowH - 8, rx: 3,
-      fill: r.isActive ? "#2e9e48" : COLORS[i % COLORS.length], "data-id": r.id, class: "gantt-bar",
-    }, s("title", null, `${r.id}: ${r.startDate} → ${r.endDate}${nodes ? " on " + nodes : ""}`));
-    svg.append(bar);
+    svg.append(s("text", { x: 4, y: y + rowH / 2 + 4 }, row.label.length > 26 ? row.label.slice(0, 25) + "…" : row.label));
+    svg.append(s("rect", {
+      x: x(row.start), y: y + 4, width: Math.max(2, x(row.end) - x(row.start)), height: rowH - 8, rx: 3,
+      fill: row.fill, "data-id": row.id, class: row.kind,
+    }, s("title", null, row.title)));
   });
   svg.append(s("line", { class: "now", x1: x(now), x2: x(now), y1: top - 6, y2: height - 2 }),
     s("text", { x: x(now) + 3, y: height - 4, fill: "#b3261e" }, "now"));

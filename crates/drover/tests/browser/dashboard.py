@@ -221,9 +221,10 @@ def main():
         no_banner()
         shot("07-nodes")
 
-        # The reservation timeline.
+        # The reservation timeline, with the job that runs.
         page.click('nav a[data-view="reservations"]')
         expect(page.locator("#gantt-svg rect.gantt-bar")).to_have_count(2)
+        expect(page.locator(f'#gantt-svg rect.gantt-job[data-id="{long_job}"]')).to_have_count(1)
         expect(page.locator("#reservations-table tbody tr")).to_have_count(2)
         no_banner()
         shot("08-reservations")
