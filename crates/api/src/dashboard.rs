@@ -20,7 +20,7 @@ use crate::routes::{Access, Routes};
 
 /// The policy every dashboard answer carries.
 pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
-     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; \
+     style-src 'self'; img-src 'self'; connect-src 'self'; object-src 'none'; \
      base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
 
 /// One file of the dashboard.
@@ -90,6 +90,15 @@ fn secure(mut response: Response) -> Response {
         (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
         (header::X_FRAME_OPTIONS, "DENY"),
         (header::REFERRER_POLICY, "no-referrer"),
+        // No other origin's window shares a browsing context with it, or embeds its files.
+        (
+            header::HeaderName::from_static("cross-origin-opener-policy"),
+            "same-origin",
+        ),
+        (
+            header::HeaderName::from_static("cross-origin-resource-policy"),
+            "same-origin",
+        ),
         // Small files: always asked again, so that an upgrade shows at once.
         (header::CACHE_CONTROL, "no-cache"),
     ] {

@@ -20,6 +20,11 @@ fn assert_secure(reply: &drover_testkit::Reply, what: &str) {
     assert!(!policy.contains("unsafe"), "{what}: {policy}");
     assert_eq!(reply.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(reply.header("x-frame-options"), Some("DENY"));
+    assert_eq!(reply.header("referrer-policy"), Some("no-referrer"));
+    assert_eq!(
+        reply.header("cross-origin-resource-policy"),
+        Some("same-origin")
+    );
 }
 
 #[test]
