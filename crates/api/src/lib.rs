@@ -12,6 +12,8 @@
 //! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
 //! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
 //! - [`metrics`]: `GET /metrics` (Prometheus text), and request latencies by route.
+//! - [`dashboard`]: the web dashboard's files (`GET /dashboard/`), public, built in; the
+//!   page is a browser client of the routes above and has none of its own.
 //! - [`event_stream`]: `GET /rest/events/stream`, events as Server-Sent Events.
 //! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
 //! - [`input`]: reading request bodies field by field, problems named by path.
@@ -33,6 +35,7 @@ mod acl;
 mod audit;
 pub mod containers;
 pub mod credentials;
+pub mod dashboard;
 pub mod diag;
 pub mod error;
 pub mod event_stream;
@@ -96,6 +99,7 @@ pub fn interface() -> Routes {
     pending_actions::register(&mut routes);
     oauth::register(&mut routes);
     metrics::register(&mut routes);
+    dashboard::register(&mut routes);
     routes
 }
 

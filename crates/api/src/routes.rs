@@ -36,7 +36,8 @@ use crate::{AppState, idempotency, layers, openapi};
 /// Who may call a route.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
-    /// No authentication (only the health summary and the OpenAPI document).
+    /// No authentication (only the health summary, the OpenAPI document and the files of
+    /// the web dashboard, which hold no data).
     Public,
     /// An authenticated user holding this permission.
     Needs(Permission),

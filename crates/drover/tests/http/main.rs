@@ -5,6 +5,7 @@ mod access;
 mod accounting;
 mod containers;
 mod conventions;
+mod dashboard;
 mod diag;
 mod directory;
 mod event_stream;
