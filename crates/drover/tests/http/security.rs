@@ -487,6 +487,12 @@ exit 7",
     std::fs::write(&go, "").unwrap();
     let done = wait_state_v2(&server, &id, "Completed");
     assert_eq!(done["completionCode"], 7, "{done}");
+    // Once their ends are recorded, the spools of ended jobs go: they do not pile up.
+    for ended in [&id, &probed] {
+        wait_until("the ended job's spool to go", || {
+            !spool.join(ended).exists() && !spool.join(format!("{ended}.pid")).exists()
+        });
+    }
 }
 
 // 4. One request cannot fill the queue: arrays and queued jobs are limited per user.

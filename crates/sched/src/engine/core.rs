@@ -857,6 +857,11 @@ impl Engine {
             return; // a process of an earlier run
         }
         self.charge_nodes(&job, false);
+        if let Some(process) = job.status.process.clone() {
+            let (rm, job_id) = (self.rm.clone(), job.id.clone());
+            self.journal
+                .run_when_committed(Box::new(move || rm.forget(&job_id, &process)));
+        }
         let now = self.now();
         let run = job.active_seconds(now) - job.status.earlier_active_seconds;
         self.charge_reservation(&job, (job.processors() as f64) * run as f64);

@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::shepherd::{self, Ids, Output, Plan, Setup};
@@ -137,6 +138,13 @@ pub struct LocalResourceManager {
     shepherd: PathBuf,
     /// The `drover` program, which a job in a guest runs (`guest-run`).
     guest_program: PathBuf,
+    /// Spools of ended jobs to remove (by the sweeper thread: file system work kept off
+    /// the journal's thread, which tells of durable ends): job id and the pid it ran.
+    sweep: std::sync::mpsc::Sender<(String, i32)>,
+    /// Held while a job's spool is made and its pid file written, and while a spool is
+    /// checked and removed: a job started again (requeued) never loses its new spool
+    /// to the removal of its last run's.
+    spool_lock: Arc<Mutex<()>>,
 }
 
 impl LocalResourceManager {
@@ -150,22 +158,39 @@ impl LocalResourceManager {
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&spool)?;
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
+        let (sweep, sweeps) = std::sync::mpsc::channel::<(String, i32)>();
+        let spool_lock = Arc::new(Mutex::new(()));
+        let (root, lock) = (spool.clone(), spool_lock.clone());
+        std::thread::Builder::new()
+            .name("spool-sweeper".into())
+            .spawn(move || {
+                for (job_id, pid) in sweeps {
+                    let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+                    let pid_file = pid_file(&root, &job_id);
+                    // Only the run that ended: a later run has written its own pid.
+                    let ran = std::fs::read_to_string(&pid_file).ok();
+                    if ran.as_deref().map(str::trim) == Some(pid.to_string().as_str()) {
+                        let _ = std::fs::remove_dir_all(spool_of(&root, &job_id));
+                        let _ = std::fs::remove_file(&pid_file);
+                    }
+                }
+            })?;
         Ok(LocalResourceManager {
             spool,
             events,
             shepherd,
             guest_program,
+            sweep,
+            spool_lock,
         })
     }
 
     fn pid_file(&self, job_id: &str) -> PathBuf {
-        self.spool
-            .join(format!("{}.pid", job_id.replace(['/', '\0'], "_")))
+        pid_file(&self.spool, job_id)
     }
 
     fn spool_of(&self, job_id: &str) -> PathBuf {
-        // Job ids are made by the engine (`<name>.<n>`); keep the path a single component anyway.
-        self.spool.join(job_id.replace(['/', '\0'], "_"))
+        spool_of(&self.spool, job_id)
     }
 
     /// Waits for the child in a thread of its own: `wait4` gives its CPU time too.
@@ -296,6 +321,7 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
+        let _spool_held = self.spool_lock.lock().unwrap_or_else(|e| e.into_inner());
         let spool = self.spool_of(&launch.job_id);
         let _ = std::fs::remove_dir_all(&spool);
         std::fs::DirBuilder::new()
@@ -404,6 +430,10 @@ impl ResourceManager for LocalResourceManager {
         })
     }
 
+    fn forget(&self, job_id: &str, process: &ProcessRecord) {
+        let _ = self.sweep.send((job_id.to_string(), process.pid));
+    }
+
     fn abandon(&self, job_id: &str) {
         let Ok(text) = std::fs::read_to_string(self.pid_file(job_id)) else {
             return;
@@ -415,6 +445,17 @@ impl ResourceManager for LocalResourceManager {
             unsafe { libc::kill(-pid, libc::SIGKILL) };
         }
     }
+}
+
+/// The file, among the spools, that names the pid of the job's shepherd.
+fn pid_file(spool: &Path, job_id: &str) -> PathBuf {
+    spool.join(format!("{}.pid", job_id.replace(['/', '\0'], "_")))
+}
+
+/// A job's spool directory (its shepherd's exit status).
+fn spool_of(spool: &Path, job_id: &str) -> PathBuf {
+    // Job ids are made by the engine (`<name>.<n>`); keep the path a single component anyway.
+    spool.join(job_id.replace(['/', '\0'], "_"))
 }
 
 /// What the shepherd of `launch` runs: the command as the job's user (when the service

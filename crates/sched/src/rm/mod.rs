@@ -183,6 +183,10 @@ pub trait ResourceManager: Send + Sync {
     /// After a restart: stops whatever a start that was never recorded left running.
     fn abandon(&self, job_id: &str);
 
+    /// The end of the job's `process` is recorded durably: what was kept for a service
+    /// that restarts before it is (the local shepherd's spool) may go.
+    fn forget(&self, _job_id: &str, _process: &ProcessRecord) {}
+
     /// After a restart: how a recorded process that is gone ended, when that was
     /// recorded where the service finds it (the local shepherd's status file).
     fn recorded_exit(&self, _process: &ProcessRecord) -> Option<Exit> {
