@@ -7,7 +7,8 @@
 //!
 //! The shepherd runs the `drover` binary again (`drover job-shepherd`), with an empty
 //! environment: what it needs comes on descriptors the service opened.
-//! - fd 3: the exit status file (written once, at the end);
+//! - fd 3: the status file: `pid <n>` as it starts (the service stops what that names if
+//!   it restarts without having recorded the start), the exit status at the end;
 //! - fd 4: the [`Plan`]: who to run as and what to execute, with the job's environment
 //!   (kept out of the shepherd's own: it runs as root, and an environment of the user's,
 //!   `LD_PRELOAD` for one, must not reach a root process);
@@ -253,6 +254,13 @@ fn settle_signals() {
 pub fn run() -> i32 {
     settle_signals();
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    {
+        // SAFETY: fd 3 is the status file the service opened for this process; it stays
+        // open (written again at the end).
+        let mut status =
+            std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(STATUS_FD) });
+        let _ = writeln!(status, "pid {}", std::process::id());
+    }
     close_from(GUEST_PROGRAM_FD as u32 + 1);
     let mut plan_bytes = Vec::new();
     // SAFETY: the service opened fd 4 for this process alone; it is read once and closed.

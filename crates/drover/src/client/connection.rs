@@ -354,12 +354,10 @@ fn ask_password(user: &str) -> Result<String, Failure> {
         .write(true)
         .open("/dev/tty")
         .map_err(|_| no_terminal())?;
-    let _ = write!(tty, "Password for {user}: ");
-    let _ = tty.flush();
     let fd = std::os::fd::AsRawFd::as_raw_fd(&tty);
-    // SAFETY: termios is plain data, read and written on our own open terminal.
     // Echo off, and Ctrl-C read as a byte rather than a signal: a signal would end us
-    // with the terminal left silent.
+    // with the terminal left silent. Before the prompt: a password typed (or pasted) as
+    // soon as the prompt shows would otherwise be echoed.
     // SAFETY: termios is plain data, read and written on our own open terminal.
     let saved = unsafe {
         let mut saved: libc::termios = std::mem::zeroed();
@@ -371,6 +369,8 @@ fn ask_password(user: &str) -> Result<String, Failure> {
         libc::tcsetattr(fd, libc::TCSANOW, &quiet);
         saved
     };
+    let _ = write!(tty, "Password for {user}: ");
+    let _ = tty.flush();
     let mut line = Vec::new();
     let mut byte = [0u8; 1];
     let mut interrupted = false;

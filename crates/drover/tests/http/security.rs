@@ -432,9 +432,9 @@ fn a_job_cannot_replace_the_status_the_service_reads_after_a_restart() {
         work.path(),
         "job.sh",
         &format!(
-            "target=\"$SPOOL/$DROVER_JOB_ID/exit_status\"
+            "target=\"$SPOOL/$DROVER_JOB_ID.status\"
 if ln -sf /etc/shadow \"$target\" 2>/dev/null || echo 0 2>/dev/null >\"$target\" \\
-   || {{ echo 0 >&3; }} 2>/dev/null || ls -l /proc/$PPID/fd/ 2>/dev/null | grep -q exit_status; then
+   || {{ echo 0 >&3; }} 2>/dev/null || ls -l /proc/$PPID/fd/ 2>/dev/null | grep -q status; then
   echo reached >{attack}
 else
   echo denied >{attack}
@@ -481,7 +481,13 @@ exit 7",
     let session: u32 = lines.next().unwrap().trim().parse().unwrap();
     assert_ne!(session, std::process::id(), "not the service's session");
     assert_eq!(mode(&spool), 0o700);
-    assert_eq!(mode(&spool.join(&id)), 0o700);
+    let status = spool.join(format!("{id}.status"));
+    assert_eq!(mode(&status), 0o600);
+    assert!(
+        std::fs::read_to_string(&status)
+            .unwrap()
+            .starts_with("pid ")
+    );
     // Adopted by the next start, which learns its status from the spool.
     let server = server.restart();
     std::fs::write(&go, "").unwrap();
@@ -490,7 +496,7 @@ exit 7",
     // Once their ends are recorded, the spools of ended jobs go: they do not pile up.
     for ended in [&id, &probed] {
         wait_until("the ended job's spool to go", || {
-            !spool.join(ended).exists() && !spool.join(format!("{ended}.pid")).exists()
+            !spool.join(format!("{ended}.status")).exists()
         });
     }
 }

@@ -267,7 +267,6 @@ impl Engine {
                 .arg(&command)
                 .env("DROVER_JOB_ID", &job_id)
                 .env("DROVER_JOB_PID", process.pid.to_string())
-                .env("DROVER_JOB_SPOOL", &process.spool)
                 .status();
             if !result.as_ref().is_ok_and(|s| s.success()) {
                 eprintln!("drover: the checkpoint command failed for job {job_id}: {result:?}");

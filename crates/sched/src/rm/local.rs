@@ -2,7 +2,7 @@
 //! process group of its own, run as the job's system user.
 //!
 //! Each job has a [`shepherd`](super::shepherd): a process of the service's user that
-//! starts it, waits for it and writes its exit status into the job's spool directory
+//! starts it, waits for it and writes its pid and exit status into the job's status file
 //! (the service's, mode 0700), for a service that restarts meanwhile. Nothing the
 //! service reads there is in a place, or a descriptor, of the job's user. The job's
 //! process enters the working directory and opens the output files *after* the switch
@@ -11,7 +11,7 @@
 //! its user may only read.
 
 use std::os::fd::{AsRawFd, FromRawFd};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -127,7 +127,8 @@ fn spawn_shepherd(program: &Path, status_fd: i32, plan_fd: i32) -> std::io::Resu
     }
 }
 
-/// The file of a job's spool directory that receives its exit status.
+/// The file of a job's spool directory (the layout of earlier versions) that received its
+/// exit status; a job's spool is now one status file, `<spool>/<job>.status`.
 const EXIT_STATUS: &str = "exit_status";
 
 pub struct LocalResourceManager {
@@ -138,17 +139,17 @@ pub struct LocalResourceManager {
     shepherd: PathBuf,
     /// The `drover` program, which a job in a guest runs (`guest-run`).
     guest_program: PathBuf,
-    /// Spools of ended jobs to remove (by the sweeper thread: file system work kept off
-    /// the journal's thread, which tells of durable ends): job id and the pid it ran.
+    /// Status files of ended jobs to remove (by the sweeper thread: file system work kept
+    /// off the journal's thread, which tells of durable ends): job id and the pid it ran.
     sweep: std::sync::mpsc::Sender<(String, i32)>,
-    /// Held while a job's spool is made and its pid file written, and while a spool is
-    /// checked and removed: a job started again (requeued) never loses its new spool
-    /// to the removal of its last run's.
+    /// Held while a job's status file is made, and while one is checked and removed: a
+    /// job started again (requeued) never loses its new file to the removal of its last
+    /// run's.
     spool_lock: Arc<Mutex<()>>,
 }
 
 impl LocalResourceManager {
-    /// Jobs get spool directories under `spool`, which only the service enters, and
+    /// Jobs get status files under `spool`, which only the service enters, and
     /// are started by `shepherd` (the `drover` binary); ends are reported on `events`.
     pub fn new(
         spool: PathBuf,
@@ -166,13 +167,14 @@ impl LocalResourceManager {
             .spawn(move || {
                 for (job_id, pid) in sweeps {
                     let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
-                    let pid_file = pid_file(&root, &job_id);
-                    // Only the run that ended: a later run has written its own pid.
-                    let ran = std::fs::read_to_string(&pid_file).ok();
-                    if ran.as_deref().map(str::trim) == Some(pid.to_string().as_str()) {
-                        let _ = std::fs::remove_dir_all(spool_of(&root, &job_id));
-                        let _ = std::fs::remove_file(&pid_file);
+                    let file = status_file(&root, &job_id);
+                    // Only the run that ended: a later run's shepherd writes its own pid.
+                    if read_status(&file).is_some_and(|s| s.pid == Some(pid)) {
+                        let _ = std::fs::remove_file(&file);
                     }
+                    // What an earlier version kept for the job.
+                    let _ = std::fs::remove_dir_all(legacy_spool_of(&root, &job_id));
+                    let _ = std::fs::remove_file(legacy_pid_file(&root, &job_id));
                 }
             })?;
         Ok(LocalResourceManager {
@@ -183,14 +185,6 @@ impl LocalResourceManager {
             sweep,
             spool_lock,
         })
-    }
-
-    fn pid_file(&self, job_id: &str) -> PathBuf {
-        pid_file(&self.spool, job_id)
-    }
-
-    fn spool_of(&self, job_id: &str) -> PathBuf {
-        spool_of(&self.spool, job_id)
     }
 
     /// Waits for the child in a thread of its own: `wait4` gives its CPU time too.
@@ -230,7 +224,7 @@ impl LocalResourceManager {
                     start_failure: code
                         .filter(|c| *c != 0)
                         .and_then(|_| read_status(&spool))
-                        .and_then(|(_, reason)| reason),
+                        .and_then(|status| status.reason),
                 };
                 events(RmEvent::Exited { job_id, pid, exit });
             })
@@ -301,9 +295,9 @@ impl LocalResourceManager {
                 }
                 let status = read_status(Path::new(&process.spool));
                 let exit = Exit {
-                    code: status.as_ref().map(|(code, _)| *code),
+                    code: status.as_ref().and_then(|s| s.code),
                     cpu_seconds: 0.0,
-                    start_failure: status.and_then(|(_, reason)| reason),
+                    start_failure: status.and_then(|s| s.reason),
                 };
                 events(RmEvent::Exited {
                     job_id,
@@ -322,18 +316,16 @@ impl ResourceManager for LocalResourceManager {
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
         let _spool_held = self.spool_lock.lock().unwrap_or_else(|e| e.into_inner());
-        let spool = self.spool_of(&launch.job_id);
-        let _ = std::fs::remove_dir_all(&spool);
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&spool)
-            .map_err(|e| format!("cannot create the spool directory: {e}"))?;
+        // One file per job (a directory and a pid file per job cost a start three inodes).
+        let spool = status_file(&self.spool, &launch.job_id);
+        // Left by an earlier run of the job (requeued), whose end is recorded.
+        let _ = std::fs::remove_file(&spool);
         let status_file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(spool.join(EXIT_STATUS))
+            .open(&spool)
             .map_err(|e| format!("cannot create the exit status file: {e}"))?;
         let plan = plan_file(&plan_of(&launch))
             .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
@@ -365,8 +357,8 @@ impl ResourceManager for LocalResourceManager {
             spool: spool.to_string_lossy().into_owned(),
             rm_job_id: None,
         };
-        // In the service's own directory: a restart kills what this names.
-        std::fs::write(self.pid_file(&launch.job_id), pid.to_string()).ok();
+        // The shepherd writes its pid first in its status file: a restart that finds
+        // the start unrecorded stops what that names (`abandon`).
         self.watch_child(launch.job_id, pid, spool);
         Ok(record)
     }
@@ -422,11 +414,11 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
-        let (code, start_failure) = read_status(Path::new(&process.spool))?;
+        let status = read_status(Path::new(&process.spool))?;
         Some(Exit {
-            code: Some(code),
+            code: Some(status.code?),
             cpu_seconds: 0.0,
-            start_failure,
+            start_failure: status.reason,
         })
     }
 
@@ -435,10 +427,12 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn abandon(&self, job_id: &str) {
-        let Ok(text) = std::fs::read_to_string(self.pid_file(job_id)) else {
-            return;
+        let recorded = read_status(&status_file(&self.spool, job_id)).and_then(|s| s.pid);
+        let legacy = || {
+            let text = std::fs::read_to_string(legacy_pid_file(&self.spool, job_id)).ok()?;
+            text.trim().parse::<i32>().ok()
         };
-        if let Ok(pid) = text.trim().parse::<i32>()
+        if let Some(pid) = recorded.or_else(legacy)
             && pid > 1
             && group_alive(pid)
         {
@@ -447,14 +441,20 @@ impl ResourceManager for LocalResourceManager {
     }
 }
 
-/// The file, among the spools, that names the pid of the job's shepherd.
-fn pid_file(spool: &Path, job_id: &str) -> PathBuf {
+/// A job's status file: its shepherd's pid, then its exit status and why it could not
+/// start.
+fn status_file(spool: &Path, job_id: &str) -> PathBuf {
+    // Job ids are made by the engine (`<name>.<n>`); keep the path a single component anyway.
+    spool.join(format!("{}.status", job_id.replace(['/', '\0'], "_")))
+}
+
+/// The pid file an earlier version kept beside the job's spool directory.
+fn legacy_pid_file(spool: &Path, job_id: &str) -> PathBuf {
     spool.join(format!("{}.pid", job_id.replace(['/', '\0'], "_")))
 }
 
-/// A job's spool directory (its shepherd's exit status).
-fn spool_of(spool: &Path, job_id: &str) -> PathBuf {
-    // Job ids are made by the engine (`<name>.<n>`); keep the path a single component anyway.
+/// The spool directory an earlier version made for each job.
+fn legacy_spool_of(spool: &Path, job_id: &str) -> PathBuf {
     spool.join(job_id.replace(['/', '\0'], "_"))
 }
 
@@ -511,37 +511,55 @@ fn plan_file(plan: &Plan) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// The status the shepherd left in a job's spool directory. The directory is the
-/// service's (no one else can put a file there), but a spool made by an older version
-/// belonged to the job's user: the file is opened without following a symlink or
-/// waiting on a FIFO, and read only when it is a small regular file, owned by the
-/// directory's owner unless that is the service.
-/// The exit status a shepherd wrote, and the reason the job could not start when it
-/// reported one (the file's second line).
-fn read_status(spool: &Path) -> Option<(i32, Option<String>)> {
+/// What a shepherd wrote in its status file: its pid (`pid <n>`, first, as it starts),
+/// then the job's exit status and why its command could not start.
+#[derive(Debug, PartialEq, Eq)]
+struct Status {
+    pid: Option<i32>,
+    code: Option<i32>,
+    reason: Option<String>,
+}
+
+/// The status the shepherd left in `spool`: a job's status file, or the spool directory
+/// of an earlier version holding `exit_status`. The file is the service's (only it
+/// enters the spool), but a directory made by an older version belonged to the job's
+/// user: the file is opened without following a symlink or waiting on a FIFO, and read
+/// only when it is a small regular file, owned by the service or by the directory's
+/// owner.
+fn read_status(spool: &Path) -> Option<Status> {
     use std::io::Read;
     use std::os::unix::fs::MetadataExt;
-    const MAX_LEN: u64 = 32 + shepherd::REPORT_LIMIT as u64;
-    let owner = std::fs::symlink_metadata(spool).ok()?.uid();
+    const MAX_LEN: u64 = 64 + shepherd::REPORT_LIMIT as u64;
+    let service = unsafe { libc::geteuid() };
+    let facts = std::fs::symlink_metadata(spool).ok()?;
+    let (path, owner) = if facts.is_dir() {
+        (spool.join(EXIT_STATUS), facts.uid())
+    } else {
+        (spool.to_path_buf(), service)
+    };
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
-        .open(spool.join(EXIT_STATUS))
+        .open(path)
         .ok()?;
     let facts = file.metadata().ok()?;
-    let service = unsafe { libc::geteuid() };
     if !facts.is_file() || (owner != service && facts.uid() != owner) || facts.len() > MAX_LEN {
         return None;
     }
     let mut bytes = Vec::new();
     file.take(MAX_LEN).read_to_end(&mut bytes).ok()?;
     let text = String::from_utf8_lossy(&bytes);
-    let (code, reason) = text.split_once('\n').unwrap_or((&text, ""));
-    let reason = reason.trim();
-    Some((
-        code.trim().parse().ok()?,
-        (!reason.is_empty()).then(|| reason.to_string()),
-    ))
+    let mut lines = text.lines().peekable();
+    let pid = lines
+        .next_if(|l| l.starts_with("pid "))
+        .and_then(|l| l["pid ".len()..].trim().parse().ok());
+    let code = lines.next().and_then(|l| l.trim().parse().ok());
+    let reason = lines.next().map(str::trim).filter(|r| !r.is_empty());
+    Some(Status {
+        pid,
+        code,
+        reason: code.and(reason).map(str::to_string),
+    })
 }
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
@@ -584,14 +602,35 @@ mod tests {
             "2\nsh: can't create /x/out: nonexistent directory\n",
         )
         .unwrap();
-        let (code, reason) = read_status(dir.path()).unwrap();
-        assert_eq!(code, 2);
+        let read = read_status(dir.path()).unwrap();
+        assert_eq!(read.code, Some(2));
         assert_eq!(
-            reason.as_deref(),
+            read.reason.as_deref(),
             Some("sh: can't create /x/out: nonexistent directory")
         );
         std::fs::write(&status, "0\n").unwrap();
-        assert_eq!(read_status(dir.path()), Some((0, None)));
+        let read = read_status(dir.path()).unwrap();
+        assert_eq!((read.code, read.reason), (Some(0), None));
+        // A status file of this version: the shepherd's pid first, no end yet, then one.
+        let file = dir.path().join("D.1.status");
+        std::fs::write(&file, "pid 42\n").unwrap();
+        let expected = Status {
+            pid: Some(42),
+            code: None,
+            reason: None,
+        };
+        assert_eq!(read_status(&file), Some(expected));
+        std::fs::write(
+            &file,
+            "pid 42\n126\ncannot enter the working directory /x\n",
+        )
+        .unwrap();
+        let read = read_status(&file).unwrap();
+        assert_eq!((read.pid, read.code), (Some(42), Some(126)));
+        assert_eq!(
+            read.reason.as_deref(),
+            Some("cannot enter the working directory /x")
+        );
     }
 
     #[test]
@@ -599,25 +638,25 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let status = dir.path().join("exit_status");
         std::fs::write(&status, "3\n").unwrap();
-        assert_eq!(read_status(dir.path()).map(|(code, _)| code), Some(3));
+        assert_eq!(read_status(dir.path()).and_then(|s| s.code), Some(3));
 
         // A symlink to a file the job's user may not read is not followed.
         let secret = dir.path().join("secret");
         std::fs::write(&secret, "42").unwrap();
         std::fs::remove_file(&status).unwrap();
         std::os::unix::fs::symlink(&secret, &status).unwrap();
-        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
+        assert_eq!(read_status(dir.path()).and_then(|s| s.code), None);
 
         // A FIFO does not block the watcher.
         std::fs::remove_file(&status).unwrap();
         let path = std::ffi::CString::new(status.to_str().unwrap()).unwrap();
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
-        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
+        assert_eq!(read_status(dir.path()).and_then(|s| s.code), None);
 
         // A huge (sparse) file is not read.
         std::fs::remove_file(&status).unwrap();
         let file = std::fs::File::create(&status).unwrap();
         file.set_len(1 << 40).unwrap();
-        assert_eq!(read_status(dir.path()).map(|(code, _)| code), None);
+        assert_eq!(read_status(dir.path()).and_then(|s| s.code), None);
     }
 }
