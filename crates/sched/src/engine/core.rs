@@ -61,6 +61,10 @@ pub(crate) struct Engine {
     pub(super) accountant: Arc<dyn crate::accountant::Accountant>,
     /// This step's writes, events and answers, for the journal.
     pub(super) journal: JournalHandoff,
+    /// Book positions of the jobs this step added (true) or changed (false), written
+    /// once each at the step's end (`flush_journal`): a job submitted and started, or
+    /// started and ended, in one step is serialized and written once, not at each change.
+    unwritten_jobs: BTreeMap<usize, bool>,
     pub(super) queue: Queue,
     /// Job arrays, by the book position of their master.
     pub(super) arrays: super::arrays::ArrayTallies,
@@ -168,6 +172,7 @@ impl Engine {
             super::launcher::Launchers::new(journaled.then(|| (rm.clone(), inbox.clone())));
         let engine = Engine {
             journal: JournalHandoff::new(&store, journaled, inbox),
+            unwritten_jobs: BTreeMap::new(),
             usage: Usage::new(config.policy.fairshare_half_life),
             config,
             shared,
@@ -406,6 +411,7 @@ impl Engine {
 
     /// Hands this step's writes to the journal.
     pub(crate) fn flush_journal(&mut self) {
+        self.write_unwritten_jobs();
         let (published, book_len) = {
             let book = self.shared.jobs.read().unwrap();
             (book.publication().clone(), book.len())
@@ -453,16 +459,8 @@ impl Engine {
         if !self.journal.journaled() {
             return self.shared.jobs.write().unwrap().push(job);
         }
-        let body = Body::serialize(&job).expect("a job serializes");
-        let id = job.id.clone();
         let position = self.shared.jobs.write().unwrap().push(job);
-        // A plain insert (a new id never exists): cheaper than the upsert of a change.
-        self.journal.write(Write::Insert {
-            collection: JOBS.into(),
-            id,
-            name: None,
-            body,
-        });
+        self.unwritten_jobs.insert(position, true);
         position
     }
 
@@ -491,16 +489,39 @@ impl Engine {
         {
             self.job_ended_in_container(&job.id);
         }
-        if !self.journal.journaled() {
-            return result;
+        if self.journal.journaled() {
+            self.unwritten_jobs.entry(position).or_insert(false);
         }
-        self.journal.write(Write::Put {
-            collection: JOBS.into(),
-            id: job.id.clone(),
-            name: None,
-            body: Body::serialize(&*job).expect("a job serializes"),
-        });
         result
+    }
+
+    /// The jobs added or changed since the last call join the step's writes, as they are
+    /// now.
+    pub(super) fn write_unwritten_jobs(&mut self) {
+        let book = self.shared.jobs.read().unwrap();
+        for (position, added) in std::mem::take(&mut self.unwritten_jobs) {
+            let job = book.at(position);
+            let (id, body) = (
+                job.id.clone(),
+                Body::serialize(&**job).expect("a job serializes"),
+            );
+            // A plain insert for a new job (its id never exists): cheaper than the upsert
+            // of a change.
+            self.journal.write(match added {
+                true => Write::Insert {
+                    collection: JOBS.into(),
+                    id,
+                    name: None,
+                    body,
+                },
+                false => Write::Put {
+                    collection: JOBS.into(),
+                    id,
+                    name: None,
+                    body,
+                },
+            });
+        }
     }
 
     /// Keeps the queue and the running set in step with a job's state.
@@ -953,6 +974,10 @@ impl Engine {
     /// After a failed journal write: once the journal has finished what it was handed,
     /// goes back to what is stored, and takes changes again if that worked.
     fn reload(&mut self) {
+        // This step's changes first (jobs it took and answered before the failure was
+        // heard): handed to the journal and drained with the rest, so that the book read
+        // again holds them if they were committed.
+        self.flush_journal();
         let reloaded = self
             .journal
             .drain(Duration::from_secs(10))

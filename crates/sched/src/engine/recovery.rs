@@ -21,6 +21,9 @@ impl Engine {
     /// Loads every job and node override; running jobs are adopted again if their
     /// process lives, else requeued (RESTARTABLE) or ended as Vacated.
     pub(crate) fn load(&mut self) -> Result<(), String> {
+        // What this step changed joins its writes first, read from the book it changed
+        // (the positions name other jobs in the book read again).
+        self.write_unwritten_jobs();
         let mut jobs: Vec<Job> = self.load_all(JOBS, "job")?;
         jobs.sort_by_key(|j| j.seq);
         let jobs = with_array_members(jobs);
