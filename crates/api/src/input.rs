@@ -423,7 +423,10 @@ impl<'a> Fields<'a> {
             },
             // Seconds since the epoch, up to the last second of 9999 (as the OpenAPI
             // document's `date_input` says).
-            Value::Number(n) if n.as_i64().is_some_and(|n| (0..=MAX_EPOCH_SECOND).contains(&n)) => {
+            Value::Number(n)
+                if n.as_i64()
+                    .is_some_and(|n| (0..=MAX_EPOCH_SECOND).contains(&n)) =>
+            {
                 n.as_i64()
             }
             other => {
@@ -712,7 +715,8 @@ mod tests {
     #[test]
     fn nul_characters_in_fields_nobody_reads_are_no_problem() {
         // They are not kept: the field is named as unknown, whatever it holds.
-        let body = json!({"a": "x", "u": [1, "\u{0}"], "v": {"k\u{0}": "\u{0}"}, "r": [{"w": "\u{0}"}]});
+        let body =
+            json!({"a": "x", "u": [1, "\u{0}"], "v": {"k\u{0}": "\u{0}"}, "r": [{"w": "\u{0}"}]});
         let read = |f: &mut Fields<'_>| {
             f.string("a");
             f.each("r", |_| ());
