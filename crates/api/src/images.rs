@@ -63,7 +63,11 @@ fn input(new: bool) -> Value {
         json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN});
     input["properties"]["osType"] = json!({"type": "string", "minLength": 1, "maxLength": 255});
     input["properties"]["virtualizedImages"]["items"]["anyOf"] =
-        json!([{"required": ["id"]}, {"required": ["name"]}]);
+        // (Given, that is not null: a null field is one not given.)
+        json!([
+            {"required": ["id"], "properties": {"id": {"type": "string"}}},
+            {"required": ["name"], "properties": {"name": {"type": "string"}}},
+        ]);
     input["additionalProperties"] = json!(false);
     if new {
         // An image supports a physical machine, a virtual machine or both.
@@ -97,7 +101,11 @@ fn schema() -> Value {
             "virtualizedImages",
             json!({"type": "array", "items": object(&[("id", string()), ("name", string())])}),
         ),
-        ("extensions", object(&[])),
+        // One object of properties per provisioning manager.
+        (
+            "extensions",
+            json!({"type": "object", "additionalProperties": {"type": "object"}}),
+        ),
         (
             "boot",
             object(&[
