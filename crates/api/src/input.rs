@@ -268,16 +268,10 @@ impl<'a> Fields<'a> {
         parsed
     }
 
-    /// A list of strings; a single string is a comma-separated list.
+    /// A list of strings (as the OpenAPI document's `strings()` says: not a string
+    /// holding a comma-separated list, nor numbers).
     pub fn strings(&mut self, key: &str) -> Option<Vec<String>> {
         match self.get(key)? {
-            Value::String(s) => Some(
-                s.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect(),
-            ),
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
@@ -555,9 +549,9 @@ impl<'a> Fields<'a> {
     /// `genericEvents` of nodes and VMs: `[{name, message}]`, a name required.
     pub fn generic_events(&mut self) -> Vec<(String, String)> {
         self.each("genericEvents", |e| {
-            let name = e.string("name");
+            let name = e.string("name").filter(|n| !n.is_empty());
             if name.is_none() {
-                e.problem("name", "required");
+                e.problem("name", "required, not empty");
             }
             (
                 name.unwrap_or_default(),

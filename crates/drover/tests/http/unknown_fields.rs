@@ -129,7 +129,8 @@ fn a_nul_inside_an_unknown_field_is_ignored_with_it() {
 }
 
 /// A text field takes a string: a boolean or a number is the wrong type, named, not
-/// stored as its text (Schemathesis found roles named "false").
+/// stored as its text (Schemathesis found roles named "false"); and what the document
+/// says must not be empty is refused empty.
 #[test]
 fn a_text_field_refuses_a_boolean_or_a_number() {
     let server = TestServer::start();
@@ -152,6 +153,20 @@ fn a_text_field_refuses_a_boolean_or_a_number() {
         "POST",
         "/rest/events",
         &json!({"eventType": "x", "associatedObjects": [{"type": "VM", "id": ""}]}),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    // A list of strings is a list, not a string of comma-separated items.
+    let reply = server.send_json(
+        "POST",
+        "/rest/events",
+        &json!({"eventType": "x", "arguments": "a,b"}),
+    );
+    assert_eq!(reply.status, 400, "{}", reply.body);
+    // An owner needs a name that names someone.
+    let reply = server.send_json(
+        "POST",
+        "/rest/vcs",
+        &json!({"description": "x", "owner": {"name": ""}}),
     );
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
