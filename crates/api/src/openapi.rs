@@ -174,6 +174,10 @@ fn json_query_param(name: &str, description: &str, schema: Value) -> Value {
 const FIELD_PATH: &str =
     "\\s*([^,.\\s]([^,.]*[^,.\\s])?|[^,.\\s][^,.]*(\\.[^,.]+)*\\.[^,.]*[^,.\\s])\\s*";
 
+/// The characters `str::trim` drops (Unicode White_Space), as a regex class's inside.
+const WHITESPACE: &str =
+    "\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+
 /// A field path as a key of `sort` (`drover_query::Path::parse`): `.`-separated
 /// segments, none empty.
 const SORT_PATH: &str = "[^.]+(\\.[^.]+)*";
@@ -235,8 +239,12 @@ fn common_params(list: bool) -> Vec<Value> {
         ),
     ];
     if list {
-        let fields = json!({"type": "string",
-                            "pattern": format!("^{FIELD_PATH}(,{FIELD_PATH})*$")});
+        // `\s` of the pattern is Rust's whitespace, which `str::trim` drops (ECMA's
+        // `\s` differs: it takes U+FEFF, not U+0085).
+        let field = FIELD_PATH
+            .replace("\\s*", &format!("[{WHITESPACE}]*"))
+            .replace("\\s]", &format!("{WHITESPACE}]"));
+        let fields = json!({"type": "string", "pattern": format!("^{field}(,{field})*$")});
         params.extend([
             json_query_param(
                 "query",
