@@ -202,6 +202,9 @@ fn render(stored: &StoredImage) -> Value {
 /// What a body gives; problems are named by field.
 fn read_change(f: &mut Fields<'_>) -> ImageChange {
     f.only(FIELDS, "not a field of an image");
+    // Sent back as read, and not changed by a body (the path names the image): only its
+    // type is checked.
+    f.string("id");
     let kind = f.string("type").and_then(|text| {
         let kind = ImageType::parse(&text);
         if kind.is_none() {
