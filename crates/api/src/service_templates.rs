@@ -87,7 +87,8 @@ fn schema() -> Value {
     object(&[
         ("id", string()),
         ("name", string()),
-        ("label", string()),
+        // null when none was given.
+        ("label", crate::openapi::schema::string_or_null()),
         ("type", string()),
         ("modified", string()),
         ("createdBy", string()),
