@@ -76,9 +76,10 @@ pub(crate) fn rule_key(rule: &str, summary: &str) -> ApiResult<String> {
 /// `owner`: `{name, type}`, the name required, the type `USER` by default.
 pub(crate) fn owner(f: &mut Fields<'_>) -> Option<Owner> {
     f.object("owner", |o| {
-        let name = o.string("name");
+        // An empty name names nobody (the document's minLength 1).
+        let name = o.string("name").filter(|n| !n.is_empty());
         if name.is_none() {
-            o.problem("name", "required");
+            o.problem("name", "required, not empty");
         }
         Owner {
             name: name.unwrap_or_default(),

@@ -67,7 +67,19 @@ pub(crate) fn register(routes: &mut Routes) {
             200,
             "text/event-stream",
             "A stream of events that ends only when the client or the server leaves",
-            string(),
+            // Each event of the stream (OpenAPI before 3.2 describes an event stream
+            // by the schema of one event): its id, and the event's JSON as its data.
+            required(
+                object(&[
+                    ("id", string()),
+                    ("event", string()),
+                    (
+                        "data",
+                        json!({"type": "string", "contentMediaType": "application/json"}),
+                    ),
+                ]),
+                &["id", "data"],
+            ),
         )
         .response(400, "A malformed query or Last-Event-ID", None)
         .response(429, "Too many streams of this user are open", None)
@@ -268,8 +280,10 @@ fn v3_event(state: &AppState, body: &Value) -> Result<Event, ApiError> {
         event.arguments = f.strings("arguments").unwrap_or_default();
         event.associated_objects = f
             .each("associatedObjects", |o| {
-                let kind = o.string("type");
-                let id = o.string("id");
+                // Both name the object: an empty one names none (the document's
+                // `minLength: 1`).
+                let kind = o.string("type").filter(|s| !s.is_empty());
+                let id = o.string("id").filter(|s| !s.is_empty());
                 if kind.is_none() {
                     o.problem("type", "required");
                 }

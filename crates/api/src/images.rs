@@ -63,7 +63,11 @@ fn input(new: bool) -> Value {
         json!({"type": "string", "pattern": drover_domain::image::SIMPLE_NAME_PATTERN});
     input["properties"]["osType"] = json!({"type": "string", "minLength": 1, "maxLength": 255});
     input["properties"]["virtualizedImages"]["items"]["anyOf"] =
-        json!([{"required": ["id"]}, {"required": ["name"]}]);
+        // (Given, that is not null: a null field is one not given.)
+        json!([
+            {"required": ["id"], "properties": {"id": {"type": "string"}}},
+            {"required": ["name"], "properties": {"name": {"type": "string"}}},
+        ]);
     input["additionalProperties"] = json!(false);
     if new {
         // An image supports a physical machine, a virtual machine or both.
@@ -97,7 +101,11 @@ fn schema() -> Value {
             "virtualizedImages",
             json!({"type": "array", "items": object(&[("id", string()), ("name", string())])}),
         ),
-        ("extensions", object(&[])),
+        // One object of properties per provisioning manager.
+        (
+            "extensions",
+            json!({"type": "object", "additionalProperties": {"type": "object"}}),
+        ),
         (
             "boot",
             object(&[
@@ -194,6 +202,9 @@ fn render(stored: &StoredImage) -> Value {
 /// What a body gives; problems are named by field.
 fn read_change(f: &mut Fields<'_>) -> ImageChange {
     f.only(FIELDS, "not a field of an image");
+    // Sent back as read, and not changed by a body (the path names the image): only its
+    // type is checked.
+    f.string("id");
     let kind = f.string("type").and_then(|text| {
         let kind = ImageType::parse(&text);
         if kind.is_none() {

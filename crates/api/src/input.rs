@@ -15,13 +15,18 @@ use serde_json::{Map, Value};
 
 use crate::error::ApiError;
 
+/// The last second a date given as seconds since the epoch may name (9999-12-31
+/// 23:59:59 UTC).
+pub const MAX_EPOCH_SECOND: i64 = 253_402_300_799;
+
 /// An object of a request body and the problems found reading it.
 pub struct Fields<'a> {
     object: &'a Map<String, Value>,
     path: String,
     problems: &'a mut Vec<String>,
-    /// What is said of the fields of the whole body nobody asked for.
-    unknown: &'a mut Vec<String>,
+    /// The fields of the whole body nobody asked for: their paths, and what is said of
+    /// them.
+    unknown: &'a mut Vec<(String, String)>,
     /// The keys of `object` a reader asked for.
     seen: Vec<&'a str>,
     /// Every key was read (a map, or `only` named the others already).
@@ -83,15 +88,20 @@ pub fn read_object<T>(
     };
     let mut problems = Vec::new();
     let mut unknown = Vec::new();
-    // The stores cannot keep U+0000 (PostgreSQL's jsonb refuses it): refuse it here, by
-    // field, rather than fail when the change is written. (Paths are spelled out only
-    // when there is one to name: a string per member costs every request.)
-    if has_nul(body) {
-        find_nul(body, "", &mut problems);
-    }
     let mut fields = Fields::new(object, String::new(), &mut problems, &mut unknown);
     let value = read(&mut fields);
     fields.finish();
+    // The stores cannot keep U+0000 (PostgreSQL's jsonb refuses it): refuse it here, by
+    // field, rather than fail when the change is written. Fields nobody reads are not
+    // kept, so what they hold is no problem (their names are, in the warning). (Paths are spelled out only when there is
+    // one to name: a string per member costs every request.)
+    if has_nul(body) {
+        let mut nul = Vec::new();
+        let ignored: Vec<&str> = unknown.iter().map(|(path, _)| path.as_str()).collect();
+        find_nul(body, "", &ignored, &mut nul);
+        problems.splice(0..0, nul);
+    }
+    let unknown = unknown.into_iter().map(|(_, said)| said);
     if problems.is_empty() {
         for warning in unknown {
             Warnings::add(warning);
@@ -121,7 +131,7 @@ impl<'a> Fields<'a> {
         object: &'a Map<String, Value>,
         path: String,
         problems: &'a mut Vec<String>,
-        unknown: &'a mut Vec<String>,
+        unknown: &'a mut Vec<(String, String)>,
     ) -> Self {
         Self {
             object,
@@ -146,10 +156,11 @@ impl<'a> Fields<'a> {
                 } else {
                     format!("{}.{key}", self.path)
                 };
-                self.unknown.push(match self.ignored_because {
+                let said = match self.ignored_because {
                     None => unknown_field(&name),
                     Some(why) => format!("{name}: ignored, {why}"),
-                });
+                };
+                self.unknown.push((name, said));
             }
         }
     }
@@ -188,12 +199,12 @@ impl<'a> Fields<'a> {
         Some(value).filter(|v| !v.is_null())
     }
 
-    /// A string; numbers and booleans are taken as their text.
+    /// A string. (The leniency runs the other way: numeric strings are read where a
+    /// number is expected; a number or boolean sent for a text field is a mistake the
+    /// answer names, as the OpenAPI document's `"type": "string"` says.)
     pub fn string(&mut self, key: &str) -> Option<String> {
         match self.get(key)? {
             Value::String(s) => Some(s.clone()),
-            Value::Number(n) => Some(n.to_string()),
-            Value::Bool(b) => Some(b.to_string()),
             other => {
                 self.problem(key, format!("expected a string, got {}", describe(other)));
                 None
@@ -257,22 +268,15 @@ impl<'a> Fields<'a> {
         parsed
     }
 
-    /// A list of strings; a single string is a comma-separated list.
+    /// A list of strings (as the OpenAPI document's `strings()` says: not a string
+    /// holding a comma-separated list, nor numbers).
     pub fn strings(&mut self, key: &str) -> Option<Vec<String>> {
         match self.get(key)? {
-            Value::String(s) => Some(
-                s.split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(String::from)
-                    .collect(),
-            ),
             Value::Array(items) => {
                 let mut out = Vec::new();
                 for (i, item) in items.iter().enumerate() {
                     match item {
                         Value::String(s) => out.push(s.clone()),
-                        Value::Number(n) => out.push(n.to_string()),
                         other => self.problem(
                             &format!("{key}[{i}]"),
                             format!("expected a string, got {}", describe(other)),
@@ -411,7 +415,14 @@ impl<'a> Fields<'a> {
                     None
                 }
             },
-            Value::Number(n) if n.as_i64().is_some() => n.as_i64(),
+            // Seconds since the epoch, up to the last second of 9999 (as the OpenAPI
+            // document's `date_input` says).
+            Value::Number(n)
+                if n.as_i64()
+                    .is_some_and(|n| (0..=MAX_EPOCH_SECOND).contains(&n)) =>
+            {
+                n.as_i64()
+            }
             other => {
                 self.problem(
                     key,
@@ -538,9 +549,9 @@ impl<'a> Fields<'a> {
     /// `genericEvents` of nodes and VMs: `[{name, message}]`, a name required.
     pub fn generic_events(&mut self) -> Vec<(String, String)> {
         self.each("genericEvents", |e| {
-            let name = e.string("name");
+            let name = e.string("name").filter(|n| !n.is_empty());
             if name.is_none() {
-                e.problem("name", "required");
+                e.problem("name", "required, not empty");
             }
             (
                 name.unwrap_or_default(),
@@ -595,8 +606,10 @@ fn has_nul(value: &Value) -> bool {
     }
 }
 
-/// Names every string and field name of `value` that holds a NUL character.
-fn find_nul(value: &Value, path: &str, problems: &mut Vec<String>) {
+/// Names every string and field name of `value` that holds a NUL character, but for
+/// what the fields at the paths `ignored` hold (their names are still refused, as the
+/// OpenAPI document's `propertyNames` says).
+fn find_nul(value: &Value, path: &str, ignored: &[&str], problems: &mut Vec<String>) {
     let here = |key: &str| {
         if path.is_empty() {
             key.to_string()
@@ -613,7 +626,7 @@ fn find_nul(value: &Value, path: &str, problems: &mut Vec<String>) {
         }
         Value::Array(items) => {
             for (i, item) in items.iter().enumerate() {
-                find_nul(item, &format!("{path}[{i}]"), problems);
+                find_nul(item, &format!("{path}[{i}]"), ignored, problems);
             }
         }
         Value::Object(object) => {
@@ -624,7 +637,10 @@ fn find_nul(value: &Value, path: &str, problems: &mut Vec<String>) {
                         if path.is_empty() { "body" } else { path }
                     ));
                 }
-                find_nul(item, &here(key), problems);
+                let at = here(key);
+                if !ignored.contains(&at.as_str()) {
+                    find_nul(item, &at, ignored, problems);
+                }
             }
         }
         _ => {}
@@ -688,6 +704,33 @@ mod tests {
             ]
         );
         assert!(read_object(&json!({"a": ["x"], "m": {"k": "v"}}), "Nope", read).is_ok());
+    }
+
+    #[test]
+    fn nul_characters_in_fields_nobody_reads_are_no_problem() {
+        // They are not kept: the field is named as unknown, whatever it holds.
+        let body =
+            json!({"a": "x", "u": [1, "\u{0}"], "v": {"k\u{0}": "\u{0}"}, "r": [{"w": "\u{0}"}]});
+        let read = |f: &mut Fields<'_>| {
+            f.string("a");
+            f.each("r", |_| ());
+        };
+        let (result, warnings) = futures_util::FutureExt::now_or_never(Warnings::collect(async {
+            read_object(&body, "Nope", read)
+        }))
+        .unwrap();
+        assert!(result.is_ok(), "{:?}", result.err().map(|e| e.messages));
+        assert_eq!(warnings.len(), 3, "{warnings:?}");
+        // A field that is read still refuses them, and so does a field's name.
+        let body = json!({"a": "x\u{0}", "u": "\u{0}", "n\u{0}": 1});
+        let e = read_object(&body, "Nope", read).unwrap_err();
+        assert_eq!(
+            e.messages[1..3],
+            [
+                "a: must not contain NUL characters",
+                "body: field names must not contain NUL characters",
+            ]
+        );
     }
 
     #[test]

@@ -122,9 +122,14 @@ pub mod schema {
 
     /// A date the service reads: `yyyy-MM-dd HH:mm:ss` and a zone (UTC always works).
     pub fn date_input() -> Value {
-        json!({"type": "string",
-               "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8]) ([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9] UTC$",
-               "description": "yyyy-MM-dd HH:mm:ss ZZZ (any zone the deployment knows; UTC shown)"})
+        json!({"anyOf": [
+            {"type": "string",
+             "pattern": "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8]) ([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9] UTC$"},
+            // As `input::Fields::date` reads it.
+            {"type": "integer", "minimum": 0, "maximum": crate::input::MAX_EPOCH_SECOND,
+             "description": "seconds since 1970-01-01 00:00:00 UTC"},
+        ],
+        "description": "yyyy-MM-dd HH:mm:ss ZZZ (any zone the deployment knows; UTC shown), or seconds since the epoch"})
     }
 
     /// An object with these properties.
@@ -169,8 +174,51 @@ fn json_query_param(name: &str, description: &str, schema: Value) -> Value {
 const FIELD_PATH: &str =
     "\\s*([^,.\\s]([^,.]*[^,.\\s])?|[^,.\\s][^,.]*(\\.[^,.]+)*\\.[^,.]*[^,.\\s])\\s*";
 
-/// A field path as a key of `query` or `sort`.
-const KEY_PATH: &str = "[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*";
+/// The characters `str::trim` drops (Unicode White_Space), as a regex class's inside.
+const WHITESPACE: &str =
+    "\\t\\n\\u000b\\f\\r \\u0085\\u00a0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f\\u3000";
+
+/// A field path as a key of `sort` (`drover_query::Path::parse`): `.`-separated
+/// segments, none empty.
+const SORT_PATH: &str = "[^.]+(\\.[^.]+)*";
+
+/// The same as a field of `query`, where a leading `$` names an operator instead.
+const QUERY_PATH: &str = "[^.$][^.]*(\\.[^.]+)*";
+
+const QUERY: &str = "#/components/schemas/Query";
+
+/// The `query` language as `drover_query::Filter::parse` reads it: field paths to
+/// conditions, and `$and` / `$or` lists of queries. A condition is a value to equal,
+/// or an object of operators (one that names an operator holds nothing else).
+fn query_schemas() -> (Value, Value) {
+    let queries = json!({"type": "array", "minItems": 1, "items": {"$ref": QUERY}});
+    let query = json!({
+        "type": "object",
+        "properties": {"$and": queries, "$or": queries},
+        "patternProperties": {(format!("^{QUERY_PATH}$")): {"$ref": "#/components/schemas/Condition"}},
+        "additionalProperties": false,
+    });
+    let any = json!({});
+    let condition = json!({"anyOf": [
+        {"not": {"type": "object"}},
+        {"type": "object", "propertyNames": {"not": {"pattern": "^\\$"}}},
+        {
+            "type": "object",
+            "minProperties": 1,
+            "properties": {
+                "$eq": any, "$ne": any, "$lt": any, "$lte": any, "$gt": any, "$gte": any,
+                "$in": {"type": "array"},
+                "$nin": {"type": "array"},
+                "$exists": {"enum": [true, false, 0, 1]},
+                "$type": {"enum": [1, 2, 3, 4, 8, 9, 10, 16, 18, 19, "number", "double",
+                                   "int", "long", "decimal", "string", "object", "array",
+                                   "bool", "date", "null"]},
+            },
+            "additionalProperties": false,
+        },
+    ]});
+    (query, condition)
+}
 
 fn common_params(list: bool) -> Vec<Value> {
     let mut params = vec![
@@ -179,7 +227,11 @@ fn common_params(list: bool) -> Vec<Value> {
             "Representation version: 1 (the default), 2, 3 or latest",
             json!({"type": "string", "enum": ["1", "2", "3", "latest"]}),
         ),
-        query_param("pretty", "Indent the JSON answer", schema::boolean()),
+        query_param(
+            "pretty",
+            "Indent the JSON answer: true or false (also 1 or 0, any case; given empty, true)",
+            json!({"anyOf": [schema::boolean(), {"enum": ["", "0", "1"]}]}),
+        ),
         query_param(
             "proxy-user",
             "Act as this user (honoured only when proxying is enabled for the caller)",
@@ -187,22 +239,24 @@ fn common_params(list: bool) -> Vec<Value> {
         ),
     ];
     if list {
-        let fields = json!({"type": "string",
-                            "pattern": format!("^{FIELD_PATH}(,{FIELD_PATH})*$")});
-        let names = json!({"pattern": format!("^{KEY_PATH}$")});
+        // `\s` of the pattern is Rust's whitespace, which `str::trim` drops (ECMA's
+        // `\s` differs: it takes U+FEFF, not U+0085).
+        let field = FIELD_PATH
+            .replace("\\s*", &format!("[{WHITESPACE}]*"))
+            .replace("\\s]", &format!("{WHITESPACE}]"));
+        let fields = json!({"type": "string", "pattern": format!("^{field}(,{field})*$")});
         params.extend([
             json_query_param(
                 "query",
                 "Filter, as a JSON object (document-store syntax: field paths to values or \
                  operator objects such as {\"$gt\": 1})",
-                json!({"type": "object", "propertyNames": names,
-                       "additionalProperties": {"type": ["string", "number", "boolean"]}}),
+                json!({"$ref": QUERY}),
             ),
             json_query_param(
                 "sort",
                 "Sort keys, as a JSON object of 1 / -1",
-                json!({"type": "object", "propertyNames": names,
-                       "additionalProperties": {"enum": [1, -1]}}),
+                json!({"type": "object", "propertyNames": {"pattern": format!("^{SORT_PATH}$")},
+                       "additionalProperties": {"enum": [1, -1, "1", "-1"]}}),
             ),
             query_param(
                 "max",
@@ -417,7 +471,9 @@ pub(crate) fn document(docs: &[RouteDoc], base_url: &str) -> String {
             .or_insert_with(|| json!({}));
         item[doc.method.as_str().to_ascii_lowercase()] = operation(doc);
     }
+    add_links(docs, &mut paths);
     let server = if base_url.is_empty() { "/" } else { base_url };
+    let (query, condition) = query_schemas();
     let document = json!({
         "openapi": "3.1.0",
         "info": {
@@ -440,12 +496,67 @@ pub(crate) fn document(docs: &[RouteDoc], base_url: &str) -> String {
                     "description": "A portal client's id and secret (or client_id and client_secret in the form)",
                 },
             },
-            "schemas": {"Error": schema::required(schema::messages(), &["messages"])},
+            "schemas": {
+                "Error": schema::required(schema::messages(), &["messages"]),
+                "Query": query,
+                "Condition": condition,
+            },
         },
         "security": [{"basic": []}, {"bearer": []}],
         "paths": paths,
     });
     serde_json::to_string(&document).expect("a JSON value serializes")
+}
+
+/// OpenAPI links from what creates a resource to what reads, changes or deletes it: a
+/// `POST <path>` whose created answer (201, or 202 for work done by a job) names the new
+/// resource's `id` (else its `name`) leads to every operation under `<path>/{key}`,
+/// that answer's value for the key. (Schemathesis' stateful phase follows them.)
+fn add_links(docs: &[RouteDoc], paths: &mut Map<String, Value>) {
+    for create in docs.iter().filter(|d| d.method == Method::POST) {
+        let Some((status, field)) = create.responses.iter().find_map(|r| {
+            let properties = r.schema.as_ref()?.get("properties")?;
+            let field = ["id", "name"]
+                .into_iter()
+                .find(|f| properties.get(*f).is_some())?;
+            matches!(r.status, 201 | 202).then_some((r.status, field))
+        }) else {
+            continue;
+        };
+        let mut links = Map::new();
+        for target in docs {
+            let Some(rest) = target
+                .path
+                .strip_prefix(create.path)
+                .and_then(|rest| rest.strip_prefix("/{"))
+            else {
+                continue;
+            };
+            let Some((key, _)) = rest.split_once('}') else {
+                continue;
+            };
+            let name = format!("{}{}", target.method, &target.path[create.path.len()..])
+                .replace(|c: char| !c.is_ascii_alphanumeric(), "_");
+            links.insert(
+                name,
+                json!({
+                    "operationId": format!("{} {}", target.method, target.path),
+                    "parameters": {format!("path.{key}"): format!("$response.body#/{field}")},
+                }),
+            );
+        }
+        if links.is_empty() {
+            continue;
+        }
+        let method = create.method.as_str().to_ascii_lowercase();
+        if let Some(response) = paths
+            .get_mut(create.path)
+            .and_then(|item| item.get_mut(&method))
+            .and_then(|op| op["responses"].get_mut(status.to_string()))
+        {
+            response["links"] = Value::Object(links);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -539,6 +650,45 @@ mod tests {
         assert_eq!(schema["properties"]["a"]["pattern"], no_nul);
         assert_eq!(schema["properties"]["b"]["items"]["pattern"], no_nul);
         assert!(schema["properties"]["c"].get("pattern").is_none());
+    }
+
+    /// What creates a resource links to what reads and deletes it, by the key it answers.
+    #[test]
+    fn creations_link_to_the_operations_on_what_they_created() {
+        let docs = crate::interface().docs();
+        let document: Value = serde_json::from_str(&document(&docs, "")).unwrap();
+        let links = &document["paths"]["/rest/jobs"]["post"]["responses"]["201"]["links"];
+        assert_eq!(
+            links["GET__id_"],
+            json!({"operationId": "GET /rest/jobs/{id}",
+                   "parameters": {"path.id": "$response.body#/id"}})
+        );
+        assert_eq!(
+            links["DELETE__id_"]["operationId"],
+            json!("DELETE /rest/jobs/{id}")
+        );
+        // Every link names an operation of the document.
+        let ids: Vec<&Value> = docs
+            .iter()
+            .map(|d| &document["paths"][d.path][d.method.as_str().to_ascii_lowercase()])
+            .map(|op| &op["operationId"])
+            .collect();
+        let mut count = 0;
+        for item in document["paths"].as_object().unwrap().values() {
+            for op in item.as_object().unwrap().values() {
+                for response in op["responses"].as_object().unwrap().values() {
+                    for link in response["links"]
+                        .as_object()
+                        .into_iter()
+                        .flat_map(|l| l.values())
+                    {
+                        assert!(ids.contains(&&link["operationId"]), "{link}");
+                        count += 1;
+                    }
+                }
+            }
+        }
+        assert!(count > 20, "{count}");
     }
 
     #[test]

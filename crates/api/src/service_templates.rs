@@ -87,7 +87,8 @@ fn schema() -> Value {
     object(&[
         ("id", string()),
         ("name", string()),
-        ("label", string()),
+        // null when none was given.
+        ("label", crate::openapi::schema::string_or_null()),
         ("type", string()),
         ("modified", string()),
         ("createdBy", string()),
@@ -238,7 +239,9 @@ fn read_change(f: &mut Fields<'_>) -> ServiceTemplateChange {
         .map(|entries| entries.into_iter().flatten().collect());
     let attributes = match f.raw("attributes") {
         None => None,
-        Some(Value::Object(attributes)) => Some(attributes.clone()),
+        // A null member is one not given, here as in every body (kept, it would answer
+        // `"sched": null` where the document says an object).
+        Some(Value::Object(attributes)) => Some(without_nulls(attributes)),
         Some(_) => {
             f.problem("attributes", "expected an object");
             None
@@ -331,6 +334,21 @@ async fn remove(State(state): State<AppState>, Path(key): Path<String>) -> ApiRe
     })
     .await?;
     Ok(reply::deleted())
+}
+
+/// `object` without its null members, at every depth of objects.
+fn without_nulls(object: &serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    object
+        .iter()
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, v)| {
+            let v = match v {
+                Value::Object(inner) => Value::Object(without_nulls(inner)),
+                other => other.clone(),
+            };
+            (k.clone(), v)
+        })
+        .collect()
 }
 
 #[cfg(test)]

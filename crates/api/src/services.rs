@@ -145,7 +145,8 @@ pub(crate) fn register(routes: &mut Routes) {
                 ),
                 (
                     "data",
-                    crate::openapi::schema::array(crate::openapi::schema::any_object()),
+                    // At least one entry.
+                    json!({"type": "array", "items": {"type": "object"}, "minItems": 1}),
                 ),
             ]);
             body["additionalProperties"] = json!(false);

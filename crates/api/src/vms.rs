@@ -98,7 +98,13 @@ fn input(new: bool) -> Value {
             ),
             ("os", string()),
             ("powerState", one_of(&["ON", "OFF"])),
-            ("state", string()),
+            (
+                "state",
+                one_of(
+                    &drover_domain::node::NodeState::ALL
+                        .map(drover_domain::node::NodeState::as_str),
+                ),
+            ),
             ("triggers", array(any_object())),
             (
                 "variables",

@@ -491,3 +491,23 @@ fn service_templates_survive_a_restart() {
         &"inclusion after a restart",
     );
 }
+
+/// A null member of `attributes` is one not given: it is not kept, so the template is
+/// never answered with `"sched": null` where the document says an object (Schemathesis
+/// found one).
+#[test]
+fn null_attributes_are_not_kept() {
+    let server = TestServer::start();
+    create(
+        &server,
+        &json!({"name": "nulls", "type": "storage", "attributes": {"sched": null, "x": {"y": null}}}),
+    );
+    assert_eq!(read(&server, "nulls")["attributes"], json!({"x": {}}));
+    let reply = server.send_json(
+        "PUT",
+        &item("nulls"),
+        &json!({"attributes": {"sched": null}}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(read(&server, "nulls")["attributes"], json!({}));
+}
