@@ -67,6 +67,18 @@ fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value)
     )
 }
 
+/// Releases the held job `id` as `auth`, which must be allowed to.
+fn release(server: &TestServer, auth: Auth, id: &str) {
+    let released = send(
+        server,
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        auth,
+        &json!({"holds": []}),
+    );
+    assert_eq!(released.status, 200, "{}", released.body);
+}
+
 fn job_count(server: &TestServer) -> u64 {
     server.get("/rest/jobs?api-version=2").json()["totalCount"]
         .as_u64()
@@ -184,14 +196,7 @@ fn a_jobs_setup_is_made_as_its_user_when_it_starts() {
         submitted(&submit_as(&server, as_(BOB), &body))
     };
     let release_and_end = |id: &str| {
-        let released = send(
-            &server,
-            "PUT",
-            &format!("/rest/jobs/{id}?api-version=2"),
-            as_(BOB),
-            &json!({"holds": []}),
-        );
-        assert_eq!(released.status, 200, "{}", released.body);
+        release(&server, as_(BOB), id);
         wait_state_v2(&server, id, "Completed")
     };
 
@@ -387,14 +392,7 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
     assert_eq!(hers.status, 200, "{}", hers.body);
     let her_quote = hers.json()["id"].as_i64().unwrap();
 
-    let release = send(
-        &server,
-        "PUT",
-        &format!("/rest/jobs/{carols}?api-version=2"),
-        as_(CAROL),
-        &json!({"holds": []}),
-    );
-    assert_eq!(release.status, 200, "{}", release.body);
+    release(&server, as_(CAROL), &carols);
     wait_state_v2(&server, &carols, "Completed");
     let charge = server.wait_for(
         "/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D",
@@ -1192,14 +1190,7 @@ fn vms_are_their_owners_and_a_job_in_a_vm_reads_only_what_its_user_may() {
     // While held, the command file becomes a link to what only root may read.
     std::fs::remove_file(&command).unwrap();
     std::os::unix::fs::symlink("/etc/shadow", &command).unwrap();
-    let released = send(
-        &server,
-        "PUT",
-        &format!("/rest/jobs/{id}?api-version=2"),
-        as_(BOB),
-        &json!({"holds": []}),
-    );
-    assert_eq!(released.status, 200, "{}", released.body);
+    release(&server, as_(BOB), &id);
     let job = server.wait_for(
         &format!("/rest/jobs/{id}?api-version=2"),
         "the job ends",
