@@ -619,6 +619,14 @@ async fn a_store_failing_mid_batch_never_shows_a_refused_job_nor_gives_a_name_tw
             "what is listed is exactly what was answered 201"
         );
     };
+    // A batch handed over before the engine heard of an earlier failure commits (its
+    // jobs answered 201) while that book's publication is stopped: they are shown by the
+    // reload the failure leads to, which may still be on its way when `degraded` reads
+    // None. So wait for it (a job lost for good fails the wait), then check.
+    wait_until("the answered jobs are listed", || {
+        let listed: HashSet<String> = h.scheduler.jobs().iter().map(|j| j.id.clone()).collect();
+        listed == accepted
+    });
     check(&h.scheduler);
     // New names go on past every number taken, refused ones included.
     let last_taken = made
