@@ -140,8 +140,8 @@ pub struct LocalResourceManager {
     /// The `drover` program, which a job in a guest runs (`guest-run`).
     guest_program: PathBuf,
     /// Status files of ended jobs to remove (by the sweeper thread: file system work kept
-    /// off the journal's thread, which tells of durable ends): job id and the pid it ran.
-    sweep: std::sync::mpsc::Sender<(String, i32)>,
+    /// off the journal's thread, which tells of durable ends): job id and its process.
+    sweep: std::sync::mpsc::Sender<(String, ProcessRecord)>,
     /// Held while a job's status file is made, and while one is checked and removed: a
     /// job started again (requeued) never loses its new file to the removal of its last
     /// run's.
@@ -159,22 +159,25 @@ impl LocalResourceManager {
     ) -> std::io::Result<Self> {
         std::fs::create_dir_all(&spool)?;
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
-        let (sweep, sweeps) = std::sync::mpsc::channel::<(String, i32)>();
+        let (sweep, sweeps) = std::sync::mpsc::channel::<(String, ProcessRecord)>();
         let spool_lock = Arc::new(Mutex::new(()));
         let (root, lock) = (spool.clone(), spool_lock.clone());
         std::thread::Builder::new()
             .name("spool-sweeper".into())
             .spawn(move || {
-                for (job_id, pid) in sweeps {
-                    let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
+                for (job_id, process) in sweeps {
                     let file = status_file(&root, &job_id);
+                    if Path::new(&process.spool) != file {
+                        // A run started by an earlier version: its directory and pid file.
+                        let _ = std::fs::remove_dir_all(legacy_spool_of(&root, &job_id));
+                        let _ = std::fs::remove_file(legacy_pid_file(&root, &job_id));
+                        continue;
+                    }
+                    let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
                     // Only the run that ended: a later run's shepherd writes its own pid.
-                    if read_status(&file).is_some_and(|s| s.pid == Some(pid)) {
+                    if read_status(&file).is_some_and(|s| s.pid == Some(process.pid)) {
                         let _ = std::fs::remove_file(&file);
                     }
-                    // What an earlier version kept for the job.
-                    let _ = std::fs::remove_dir_all(legacy_spool_of(&root, &job_id));
-                    let _ = std::fs::remove_file(legacy_pid_file(&root, &job_id));
                 }
             })?;
         Ok(LocalResourceManager {
@@ -423,7 +426,7 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn forget(&self, job_id: &str, process: &ProcessRecord) {
-        let _ = self.sweep.send((job_id.to_string(), process.pid));
+        let _ = self.sweep.send((job_id.to_string(), process.clone()));
     }
 
     fn abandon(&self, job_id: &str) {
