@@ -4,7 +4,7 @@
 //! is never seen (in a list, by id, after recovery, after a restart); no id is reused.
 //!
 //! Both tests mount a file system, so they need root (or CAP_SYS_ADMIN); without it they
-//! say so and pass, as the other privileged tests do.
+//! say so and pass, unless `DROVER_REQUIRE_MOUNTS` is set (scripts/test sets it as root).
 
 use std::collections::{HashMap, HashSet};
 use std::io::Write;
@@ -98,6 +98,16 @@ impl Drop for Mounted {
             let _ = Command::new("losetup").args(["-d", device]).status();
         }
     }
+}
+
+/// Says why a test that needs to mount did not run; fails it instead when mounts are
+/// required.
+fn skip(why: &str) {
+    assert!(
+        std::env::var_os("DROVER_REQUIRE_MOUNTS").is_none(),
+        "DROVER_REQUIRE_MOUNTS is set but {why}"
+    );
+    eprintln!("skipped (needs root or CAP_SYS_ADMIN): {why}");
 }
 
 /// Runs a command, answering its trimmed output, or an error naming what it printed.
@@ -392,10 +402,7 @@ fn a_full_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     std::fs::create_dir(&mount_point).unwrap();
     let mounted = match Mounted::tmpfs(&mount_point, "24m") {
         Ok(mounted) => mounted,
-        Err(why) => {
-            eprintln!("skipped: cannot mount a tmpfs (needs root or CAP_SYS_ADMIN): {why}");
-            return;
-        }
+        Err(why) => return skip(&format!("cannot mount a tmpfs: {why}")),
     };
     let data = mount_point.join("data");
     let filler = mount_point.join("filler");
@@ -439,10 +446,7 @@ fn a_read_only_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     std::fs::create_dir(&mount_point).unwrap();
     let mounted = match Mounted::ext4(&dir.path().join("disk.img"), "64M", &mount_point) {
         Ok(mounted) => mounted,
-        Err(why) => {
-            eprintln!("skipped: cannot mount an ext4 on a loop device (needs root): {why}");
-            return;
-        }
+        Err(why) => return skip(&format!("cannot mount an ext4 on a loop device: {why}")),
     };
     let data = mount_point.join("data");
     let mut server = serve(&data, &[]);
