@@ -40,6 +40,13 @@ pub struct Top<'q, T = usize> {
 
 impl<'q, T> Top<'q, T> {
     pub fn new(query: &'q ListQuery) -> Top<'q, T> {
+        Top::starting_at(query, 0)
+    }
+
+    /// A `Top` whose first offer is the `first`-th document of the list: the parts of
+    /// one list (each a run of it, in order) judged side by side, then joined by
+    /// [`Top::merge`], break ties as one pass over the whole list would.
+    pub fn starting_at(query: &'q ListQuery, first: usize) -> Top<'q, T> {
         let keep = query
             .paging
             .max
@@ -48,7 +55,7 @@ impl<'q, T> Top<'q, T> {
             query,
             keep,
             kept: Vec::new(),
-            offered: 0,
+            offered: first,
             bar: None,
             total: 0,
         }
@@ -57,6 +64,12 @@ impl<'q, T> Top<'q, T> {
     /// Judges `doc`, the document of `item`; documents must be offered in their input
     /// order (the order ties keep).
     pub fn offer(&mut self, item: T, doc: &Value) {
+        self.offer_with(doc, || item);
+    }
+
+    /// [`Top::offer`] that makes the item only for a document it keeps (a scan that
+    /// would otherwise copy a handle to every document it judges).
+    pub fn offer_with(&mut self, doc: &Value, item: impl FnOnce() -> T) {
         let seq = self.offered;
         self.offered += 1;
         if !self.query.filter.matches(doc) {
@@ -67,7 +80,7 @@ impl<'q, T> Top<'q, T> {
         if sort.is_empty() {
             // Input order is the answer's order: the first `keep` matches are the page.
             if self.keep.is_none_or(|keep| self.kept.len() < keep) {
-                self.kept.push((Vec::new(), seq, item));
+                self.kept.push((Vec::new(), seq, item()));
             }
             return;
         }
@@ -76,7 +89,7 @@ impl<'q, T> Top<'q, T> {
         {
             return;
         }
-        self.kept.push((sort.keys_of(doc), seq, item));
+        self.kept.push((sort.keys_of(doc), seq, item()));
         if let Some(keep) = self.keep
             && self.kept.len() >= keep.saturating_mul(2).max(SLACK)
         {
@@ -130,6 +143,25 @@ impl<'q, T> Top<'q, T> {
         }
     }
 
+    /// Joins the candidates of `other`, a `Top` of the same query over another part of
+    /// the list (see [`Top::starting_at`]).
+    pub fn merge(mut self, other: Top<'q, T>) -> Top<'q, T> {
+        self.total += other.total;
+        self.offered = self.offered.max(other.offered);
+        self.kept.extend(other.kept);
+        // A bar is only ever a shortcut for dropping: the finish orders what is kept.
+        self.bar = None;
+        if let Some(keep) = self.keep {
+            if self.query.sort.is_empty() {
+                self.kept.sort_unstable_by_key(|(_, seq, _)| *seq);
+                self.kept.truncate(keep);
+            } else {
+                self.select(keep);
+            }
+        }
+        self
+    }
+
     /// How many matched so far.
     pub fn total(&self) -> usize {
         self.total
@@ -137,7 +169,10 @@ impl<'q, T> Top<'q, T> {
 
     /// The page: how many matched, and the items of the page's documents in order.
     pub fn finish(mut self) -> Page<T> {
-        if !self.query.sort.is_empty() {
+        if self.query.sort.is_empty() {
+            // In offering order already, unless parts were merged out of order.
+            self.kept.sort_unstable_by_key(|(_, seq, _)| *seq);
+        } else {
             let order = self.order();
             self.kept.sort_unstable_by(order);
         }

@@ -9,7 +9,7 @@
 
 use drover_query::{Filter, Path, Sort};
 use drover_sched::job::Job;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use super::v1::start_priority;
 use super::{Render, queue_status};
@@ -19,22 +19,22 @@ type Field = fn(&Job, &Render) -> Value;
 
 fn version_1(path: &str) -> Option<Field> {
     let field: Field = match path {
-        "id" => |job, _| json!(job.id),
-        "name" => |job, _| json!(job.spec.custom_name),
-        "account" => |job, _| json!(job.spec.account),
-        "user" => |job, _| json!(job.user()),
-        "group" => |job, _| json!(job.spec.group),
-        "qos" | "qosRequested" => |job, _| json!(job.spec.qos_requested),
-        "queue" => |job, _| json!(job.spec.job_class),
-        "queueStatus" => |job, _| json!(queue_status(job.status.state).to_uppercase()),
-        "state" => |job, _| json!(job.status.state.upper()),
-        "startPriority" | "runPriority" => |job, _| json!(start_priority(job)),
-        "systemPriority" => |job, _| json!(job.status.system_priority),
-        "userPriority" => |job, _| json!(job.spec.user_priority),
-        "startCount" => |job, _| json!(job.status.counts.start),
-        "completionCode" => |job, _| json!(job.status.completion_code),
-        "commandFile" => |job, _| json!(job.spec.command_file),
-        "durationRequested" => |job, _| json!(job.spec.duration),
+        "id" => |job, _| Value::from(job.id.clone()),
+        "name" => |job, _| Value::from(job.spec.custom_name.clone()),
+        "account" => |job, _| Value::from(job.spec.account.clone()),
+        "user" => |job, _| Value::from(job.user()),
+        "group" => |job, _| Value::from(job.spec.group.clone()),
+        "qos" | "qosRequested" => |job, _| Value::from(job.spec.qos_requested.clone()),
+        "queue" => |job, _| Value::from(job.spec.job_class.clone()),
+        "queueStatus" => |job, _| Value::from(queue_status(job.status.state).to_uppercase()),
+        "state" => |job, _| Value::from(job.status.state.upper()),
+        "startPriority" | "runPriority" => |job, _| Value::from(start_priority(job)),
+        "systemPriority" => |job, _| Value::from(job.status.system_priority),
+        "userPriority" => |job, _| Value::from(job.spec.user_priority),
+        "startCount" => |job, _| Value::from(job.status.counts.start),
+        "completionCode" => |job, _| Value::from(job.status.completion_code),
+        "commandFile" => |job, _| Value::from(job.spec.command_file.clone()),
+        "durationRequested" => |job, _| Value::from(job.spec.duration),
         "submitDate" => |job, r| r.date(Some(job.status.dates.submit)),
         "startDate" => |job, r| r.date(job.status.dates.start),
         "completionDate" => |job, r| r.date(job.status.dates.completion),
@@ -45,23 +45,25 @@ fn version_1(path: &str) -> Option<Field> {
 
 fn version_2(path: &str) -> Option<Field> {
     let field: Field = match path {
-        "name" => |job, _| json!(job.id),
-        "customName" => |job, _| json!(job.spec.custom_name),
-        "credentials.account" => |job, _| json!(job.spec.account),
-        "credentials.user" => |job, _| json!(job.user()),
-        "credentials.group" => |job, _| json!(job.spec.group),
-        "credentials.jobClass" => |job, _| json!(job.spec.job_class),
-        "credentials.qos" | "credentials.qosRequested" => |job, _| json!(job.spec.qos_requested),
-        "states.state" => |job, _| json!(job.status.state.as_str()),
-        "queueStatus" => |job, _| json!(queue_status(job.status.state)),
-        "isActive" => |job, _| json!(!job.status.state.is_final()),
-        "priorities.run" | "priorities.start" => |job, _| json!(start_priority(job)),
-        "priorities.system" => |job, _| json!(job.status.system_priority),
-        "priorities.user" => |job, _| json!(job.spec.user_priority),
-        "startCount" => |job, _| json!(job.status.counts.start),
-        "completionCode" => |job, _| json!(job.status.completion_code),
-        "commandFile" => |job, _| json!(job.spec.command_file),
-        "duration" => |job, _| json!(job.spec.duration),
+        "name" => |job, _| Value::from(job.id.clone()),
+        "customName" => |job, _| Value::from(job.spec.custom_name.clone()),
+        "credentials.account" => |job, _| Value::from(job.spec.account.clone()),
+        "credentials.user" => |job, _| Value::from(job.user()),
+        "credentials.group" => |job, _| Value::from(job.spec.group.clone()),
+        "credentials.jobClass" => |job, _| Value::from(job.spec.job_class.clone()),
+        "credentials.qos" | "credentials.qosRequested" => {
+            |job, _| Value::from(job.spec.qos_requested.clone())
+        }
+        "states.state" => |job, _| Value::from(job.status.state.as_str()),
+        "queueStatus" => |job, _| Value::from(queue_status(job.status.state)),
+        "isActive" => |job, _| Value::from(!job.status.state.is_final()),
+        "priorities.run" | "priorities.start" => |job, _| Value::from(start_priority(job)),
+        "priorities.system" => |job, _| Value::from(job.status.system_priority),
+        "priorities.user" => |job, _| Value::from(job.spec.user_priority),
+        "startCount" => |job, _| Value::from(job.status.counts.start),
+        "completionCode" => |job, _| Value::from(job.status.completion_code),
+        "commandFile" => |job, _| Value::from(job.spec.command_file.clone()),
+        "duration" => |job, _| Value::from(job.spec.duration),
         "dates.submitDate" | "dates.createdDate" => |job, r| r.date(Some(job.status.dates.submit)),
         "dates.startDate" | "dates.dispatchedDate" => |job, r| r.date(job.status.dates.start),
         "dates.completedDate" | "dates.terminationDate" => {
@@ -76,6 +78,9 @@ fn version_2(path: &str) -> Option<Field> {
 /// A rendering of only the paths a query names, when each has an entry here.
 pub(super) struct Narrow {
     fields: Vec<(Vec<String>, Field)>,
+    /// The field of each leaf of [`Narrow::document`], in the order a walk of the
+    /// document meets them: [`Narrow::fill`] walks, rather than looks each path up.
+    leaf_fields: Vec<usize>,
 }
 
 impl Narrow {
@@ -97,7 +102,23 @@ impl Narrow {
                 fields.push((segments, field));
             }
         }
-        Some(Narrow { fields })
+        let mut narrow = Narrow {
+            fields,
+            leaf_fields: Vec::new(),
+        };
+        let mut leaves = Vec::new();
+        leaf_paths(&narrow.document(), &mut Vec::new(), &mut leaves);
+        narrow.leaf_fields = leaves
+            .iter()
+            .map(|path| {
+                narrow
+                    .fields
+                    .iter()
+                    .position(|(segments, _)| segments == path)
+                    .expect("every leaf is a field's")
+            })
+            .collect();
+        Some(narrow)
     }
 
     /// An empty document with the shape of the named paths, for [`Narrow::fill`].
@@ -123,15 +144,37 @@ impl Narrow {
     /// Puts the job's values into `document` (made by [`Narrow::document`]): one
     /// document serves a whole scan, so a job costs its values, not a tree of maps.
     pub(super) fn fill(&self, document: &mut Value, job: &Job, r: &Render) {
-        for (segments, field) in &self.fields {
-            let mut at = &mut *document;
-            for segment in segments {
-                at = at
-                    .get_mut(segment.as_str())
-                    .expect("the document has every path");
+        let mut leaf = 0;
+        for_each_leaf(document, &mut |slot| {
+            let (_, field) = &self.fields[self.leaf_fields[leaf]];
+            *slot = field(job, r);
+            leaf += 1;
+        });
+    }
+}
+
+/// The paths of the leaves (non-objects) of `value`, in document order.
+fn leaf_paths(value: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    match value {
+        Value::Object(map) => {
+            for (key, member) in map {
+                prefix.push(key.clone());
+                leaf_paths(member, prefix, out);
+                prefix.pop();
             }
-            *at = field(job, r);
         }
+        _ => out.push(prefix.clone()),
+    }
+}
+
+/// Calls `visit` on each leaf of `value` in document order (a field's value is never
+/// an object, so the leaves stay the same from one job to the next).
+fn for_each_leaf(value: &mut Value, visit: &mut impl FnMut(&mut Value)) {
+    match value {
+        Value::Object(map) => map
+            .values_mut()
+            .for_each(|member| for_each_leaf(member, visit)),
+        leaf => visit(leaf),
     }
 }
 

@@ -10,10 +10,11 @@
 //!   rendered;
 //! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
 //!   rendered with only the fields the query names when `fields::Narrow` knows them all,
-//!   only the page's best `offset + max` are kept (`query::Top`), the book's lock is
-//!   taken a chunk at a time (the engine never waits on a list), and the scan stops at
-//!   its deadline. The caller bounds how many scans run at once, and runs each on a
-//!   thread of lower CPU priority.
+//!   only the page's best `offset + max` are kept (`query::Top`), or only which
+//!   positions match when the sort is the book's order, the book's lock is taken a
+//!   chunk at a time (the engine never waits long on a list), the candidates are judged
+//!   in runs side by side, one per processor, and the scan stops at its deadline. The
+//!   caller bounds how many scans run at once, and runs each at a lower CPU priority.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -198,7 +199,18 @@ fn positions<'c>(
 /// What the job book alone answers: the page, or the positions the evaluator must judge.
 pub(super) enum Outcome {
     Page(Page<Value>),
-    Scan(Candidates),
+    Scan(Scan),
+}
+
+/// The evaluator's part of a list: which positions to judge, and how the matches are
+/// ordered.
+pub(super) struct Scan {
+    candidates: Candidates,
+    /// `Some(descending)` when the list is sorted by submission date alone over a book
+    /// in submission order: the matches' positions are their order, so the scan keeps
+    /// only which positions match (no sort values), and the page is cut as [`plan`]
+    /// cuts a covered one.
+    date_order: Option<bool>,
 }
 
 /// The positions a scan judges, in position order.
@@ -210,11 +222,23 @@ pub(super) enum Candidates {
 }
 
 impl Candidates {
-    fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+    fn len(&self) -> usize {
         match self {
-            Candidates::Set(set) => Box::new(set.iter()),
-            Candidates::Below(len) => Box::new(0..*len),
+            Candidates::Set(set) => set.len() as usize,
+            Candidates::Below(len) => *len as usize,
         }
+    }
+
+    /// The `k`-th of `n` runs of about equal length, in order: where it starts among
+    /// the candidates (what [`Top::starting_at`] takes), and its positions.
+    fn part(&self, k: usize, n: usize) -> (usize, Box<dyn Iterator<Item = u32> + '_>) {
+        let len = self.len();
+        let (from, to) = (len * k / n, len * (k + 1) / n);
+        let positions: Box<dyn Iterator<Item = u32> + '_> = match self {
+            Candidates::Set(set) => Box::new(set.iter().skip(from).take(to - from)),
+            Candidates::Below(_) => Box::new(from as u32..to as u32),
+        };
+        (from, positions)
     }
 }
 
@@ -261,73 +285,209 @@ pub(super) fn plan(
                 .collect();
             Outcome::Page(Page { total, items })
         }
-        _ => Outcome::Scan(match candidates {
-            Some(set) => Candidates::Set(set),
-            None => Candidates::Below(book.published_len() as u32),
+        _ => Outcome::Scan(Scan {
+            candidates: match candidates {
+                Some(set) => Candidates::Set(set),
+                None => Candidates::Below(book.published_len() as u32),
+            },
+            date_order: by_position.filter(|_| !query.sort.is_empty()),
         }),
     }
 }
 
-/// Jobs taken from the book under one read lock: few enough that the engine, which
+/// Jobs judged under one read lock of the book: few enough that the engine, which
 /// writes under that lock, never waits long for a scan.
-const CHUNK: usize = 2048;
+const CHUNK: usize = 1024;
 
 /// Jobs judged between two looks at the clock.
 const DEADLINE_EVERY: usize = 256;
+
+/// Below this many candidates a scan is not worth a second thread (one costs tens of
+/// microseconds; judging this many jobs, about a millisecond).
+const PARALLEL_FROM: usize = 2048;
 
 /// A scan that ran past its deadline.
 pub(super) struct OverBudget {
     pub judged: usize,
 }
 
+/// What one part of a scan found.
+enum Found<'q> {
+    /// The page's best candidates so far.
+    Top(Top<'q, Arc<Job>>),
+    /// The matching positions (a list in submission-date order).
+    Positions(RoaringBitmap),
+}
+
 /// The evaluator's answer over the candidates [`plan`] left, each judged by the whole
 /// filter on its rendering by `filter_render` (only the paths the query names, when
-/// [`Narrow`] knows them all). The book's read lock is taken a chunk at a time, only the
-/// page's best candidates are kept ([`Top`]), and past `deadline` the scan stops.
-#[allow(clippy::too_many_arguments)]
+/// [`Narrow`] knows them all). The candidates are cut in as many runs as there are
+/// processors (for a long list), judged side by side on threads of the caller's CPU
+/// priority; each takes the book's read lock a chunk at a time and keeps only the page's
+/// best candidates ([`Top`]); past `deadline` the scan stops.
 pub(super) fn scan(
     scheduler: &Scheduler,
-    candidates: &Candidates,
+    scan: &Scan,
     query: &ListQuery,
     filter_render: &Render,
     shown: &Render,
     deadline: Instant,
 ) -> Result<Page<Value>, OverBudget> {
-    let mut narrow = Narrow::of(&query.filter, &query.sort, filter_render.version).map(|narrow| {
+    let processors = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parts = if scan.candidates.len() >= PARALLEL_FROM {
+        processors.min(4)
+    } else {
+        1
+    };
+    let judge = |k: usize| judge_part(scheduler, scan, k, parts, query, filter_render, deadline);
+    let found: Vec<Result<Found<'_>, OverBudget>> = if parts == 1 {
+        vec![judge(0)]
+    } else {
+        // SAFETY (of the priority): getpriority/setpriority on this thread's id read and
+        // change only this thread's niceness.
+        let niceness = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as _) };
+        std::thread::scope(|threads| {
+            let others: Vec<_> = (1..parts)
+                .map(|k| {
+                    threads.spawn(move || {
+                        // A failure (not permitted) leaves the default priority.
+                        unsafe {
+                            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as _, niceness);
+                        }
+                        judge(k)
+                    })
+                })
+                .collect();
+            let mut found = vec![judge(0)];
+            found.extend(others.into_iter().map(|t| t.join().expect("a scan part")));
+            found
+        })
+    };
+    let mut judged = 0;
+    let mut parts_found = Vec::with_capacity(found.len());
+    let mut over = false;
+    for part in found {
+        match part {
+            Ok(found) => parts_found.push(found),
+            Err(stopped) => {
+                over = true;
+                judged += stopped.judged;
+            }
+        }
+    }
+    if over {
+        return Err(OverBudget { judged });
+    }
+    let mut parts_found = parts_found.into_iter();
+    match parts_found.next().expect("at least one part") {
+        Found::Top(first) => {
+            let top = parts_found.fold(first, |all, part| match part {
+                Found::Top(part) => all.merge(part),
+                Found::Positions(_) => unreachable!("all parts find alike"),
+            });
+            let found = top.finish();
+            Ok(Page {
+                total: found.total,
+                items: found.items.iter().map(|job| shown.job(job)).collect(),
+            })
+        }
+        Found::Positions(first) => {
+            let matches = parts_found.fold(first, |all, part| match part {
+                Found::Positions(part) => all | part,
+                Found::Top(_) => unreachable!("all parts find alike"),
+            });
+            let descending = scan.date_order.expect("positions only in date order");
+            let paging = &query.paging;
+            let wanted = paging
+                .offset
+                .saturating_add(paging.max.unwrap_or(usize::MAX));
+            let matches = Some(matches);
+            let items = scheduler.with_jobs(|book| {
+                let ordered = in_date_order(
+                    book,
+                    positions(book, &matches, descending),
+                    descending,
+                    wanted,
+                );
+                ordered
+                    .into_iter()
+                    .skip(paging.offset)
+                    .take(paging.max.unwrap_or(usize::MAX))
+                    .map(|p| shown.job(book.at(p as usize)))
+                    .collect()
+            });
+            let total = matches.map_or(0, |m| m.len() as usize);
+            Ok(Page { total, items })
+        }
+    }
+}
+
+/// Judges the `k`-th of `parts` runs of the candidates.
+fn judge_part<'q>(
+    scheduler: &Scheduler,
+    scan: &Scan,
+    k: usize,
+    parts: usize,
+    query: &'q ListQuery,
+    filter_render: &Render,
+    deadline: Instant,
+) -> Result<Found<'q>, OverBudget> {
+    let (first, positions) = scan.candidates.part(k, parts);
+    let mut positions = positions.peekable();
+    // A list in date order needs no sort values: the filter's paths are rendered alone.
+    let no_sort = drover_query::Sort::default();
+    let sort = if scan.date_order.is_some() {
+        &no_sort
+    } else {
+        &query.sort
+    };
+    let mut narrow = Narrow::of(&query.filter, sort, filter_render.version).map(|narrow| {
         let document = narrow.document();
         (narrow, document)
     });
-    let mut top: Top<'_, Arc<Job>> = Top::new(query);
-    let mut positions = candidates.iter().peekable();
+    let mut found = match scan.date_order {
+        Some(_) => Found::Positions(RoaringBitmap::new()),
+        None => Found::Top(Top::starting_at(query, first)),
+    };
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut judged = 0;
     while positions.peek().is_some() {
         chunk.clear();
         chunk.extend(positions.by_ref().take(CHUNK));
-        let jobs: Vec<Arc<Job>> = scheduler
-            .with_jobs(|book| chunk.iter().map(|&p| book.at(p as usize).clone()).collect());
-        for job in jobs {
-            if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
-                return Err(OverBudget { judged });
-            }
-            judged += 1;
-            match &mut narrow {
-                Some((narrow, document)) => {
-                    narrow.fill(document, &job, filter_render);
-                    top.offer(job, &*document);
+        let stopped = scheduler.with_jobs(|book| {
+            for &position in &chunk {
+                if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
+                    return true;
                 }
-                None => {
-                    let document = filter_render.job(&job);
-                    top.offer(job, &document);
+                judged += 1;
+                let job = book.at(position as usize);
+                let whole;
+                let document = match &mut narrow {
+                    Some((narrow, document)) => {
+                        narrow.fill(document, job, filter_render);
+                        &*document
+                    }
+                    None => {
+                        whole = filter_render.job(job);
+                        &whole
+                    }
+                };
+                match &mut found {
+                    Found::Top(top) => top.offer_with(document, || job.clone()),
+                    Found::Positions(matches) => {
+                        if query.filter.matches(document) {
+                            matches.insert(position);
+                        }
+                    }
                 }
             }
+            false
+        });
+        if stopped {
+            return Err(OverBudget { judged });
         }
     }
-    let found = top.finish();
-    Ok(Page {
-        total: found.total,
-        items: found.items.iter().map(|job| shown.job(job)).collect(),
-    })
+    Ok(found)
 }
 
 /// The first `wanted` positions in submission-date order. Ascending, that is position

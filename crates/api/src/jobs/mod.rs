@@ -363,7 +363,7 @@ async fn list(
         listing::Outcome::Page(page) => page,
         // The whole filter again: the index lookups are cheap to re-check and keep the
         // evaluator the judge.
-        listing::Outcome::Scan(candidates) => {
+        listing::Outcome::Scan(scan) => {
             let _turn = tokio::time::timeout(budget, scan_turns().acquire())
                 .await
                 .map_err(|_| over_budget(budget, "Other costly lists are running"))?
@@ -375,14 +375,7 @@ async fn list(
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
                 let shown = render_with(scheduler, api_version, &state.settings().dates);
-                listing::scan(
-                    scheduler,
-                    &candidates,
-                    &query,
-                    &filter_render,
-                    &shown,
-                    deadline,
-                )
+                listing::scan(scheduler, &scan, &query, &filter_render, &shown, deadline)
             })
             .await?
             .map_err(|stopped| {

@@ -287,7 +287,9 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
 }
 
 /// More jobs than one chunk of the book's scan, so that the scan's selection of the
-/// page (and its chunks) is exercised, not only its first pass.
+/// page, its chunks and its runs judged side by side (merged into one page) are
+/// exercised, not only its first pass; and a filter the indexes cannot answer, sorted
+/// by submission date (the book's order, same-second ties included).
 #[test]
 fn scans_over_several_chunks_agree_with_the_reference() {
     let server = TestServer::start();
@@ -308,6 +310,21 @@ fn scans_over_several_chunks_agree_with_the_reference() {
             page(700, Some(50)),
         ),
         (r#"{"customName":{"$ne":"n3"}}"#, "", page(2400, None)),
+        (
+            r#"{"priorities.user":{"$gte":1}}"#,
+            r#"{"dates.submitDate":-1}"#,
+            page(120, Some(50)),
+        ),
+        (
+            r#"{"customName":{"$in":["n1","n2"]},"priorities.user":{"$ne":2}}"#,
+            r#"{"dates.submitDate":1}"#,
+            page(10, Some(30)),
+        ),
+        (
+            r#"{"priorities.user":0}"#,
+            r#"{"dates.submitDate":-1}"#,
+            page(0, None),
+        ),
     ] {
         check(&server, 2, "", query, sort, paging);
     }
