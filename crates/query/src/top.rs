@@ -31,22 +31,15 @@ pub struct Top<'q, T = usize> {
     kept: Vec<Candidate<T>>,
     /// How many were offered (the tie-breaker).
     offered: usize,
-    /// The sort values of the worst candidate kept at the last selection: a later match
-    /// that does not sort before them (a tie comes later, so it sorts after) can never
-    /// be on the page, and is dropped without copying anything.
-    bar: Option<Vec<Option<Value>>>,
+    /// The sort values and number of the worst candidate kept at the last selection: a
+    /// match that does not sort before it can never be on the page, and is dropped
+    /// without copying anything.
+    bar: Option<(Vec<Option<Value>>, usize)>,
     total: usize,
 }
 
 impl<'q, T> Top<'q, T> {
     pub fn new(query: &'q ListQuery) -> Top<'q, T> {
-        Top::starting_at(query, 0)
-    }
-
-    /// A `Top` whose first offer is the `first`-th document of the list: the parts of
-    /// one list (each a run of it, in order) judged side by side, then joined by
-    /// [`Top::merge`], break ties as one pass over the whole list would.
-    pub fn starting_at(query: &'q ListQuery, first: usize) -> Top<'q, T> {
         let keep = query
             .paging
             .max
@@ -55,7 +48,7 @@ impl<'q, T> Top<'q, T> {
             query,
             keep,
             kept: Vec::new(),
-            offered: first,
+            offered: 0,
             bar: None,
             total: 0,
         }
@@ -72,6 +65,21 @@ impl<'q, T> Top<'q, T> {
     pub fn offer_with(&mut self, doc: &Value, item: impl FnOnce() -> T) {
         let seq = self.offered;
         self.offered += 1;
+        self.judge(seq, doc, item);
+    }
+
+    /// [`Top::offer_with`] of the `seq`-th document of the list. A sorted list may be
+    /// offered in any order: a scan whose sort likely follows the list's order backwards
+    /// (a descending sort on something that grows with it) offers it backwards, so that
+    /// few matches beat the page's worst and need keeping. An unsorted list keeps the
+    /// first matches offered, so it is offered in order. Parts of one list judged side
+    /// by side are joined by [`Top::merge`].
+    pub fn offer_at(&mut self, seq: usize, doc: &Value, item: impl FnOnce() -> T) {
+        self.offered = self.offered.max(seq + 1);
+        self.judge(seq, doc, item);
+    }
+
+    fn judge(&mut self, seq: usize, doc: &Value, item: impl FnOnce() -> T) {
         if !self.query.filter.matches(doc) {
             return;
         }
@@ -84,8 +92,8 @@ impl<'q, T> Top<'q, T> {
             }
             return;
         }
-        if let Some(bar) = &self.bar
-            && self.against(doc, bar) != Ordering::Less
+        if let Some((bar, bar_seq)) = &self.bar
+            && self.against(doc, bar).then(seq.cmp(bar_seq)) != Ordering::Less
         {
             return;
         }
@@ -105,7 +113,8 @@ impl<'q, T> Top<'q, T> {
             let order = self.order();
             self.kept.select_nth_unstable_by(keep - 1, order);
             self.kept.truncate(keep);
-            self.bar = Some(self.kept[keep - 1].0.clone());
+            let (worst, seq, _) = &self.kept[keep - 1];
+            self.bar = Some((worst.clone(), *seq));
         }
     }
 
@@ -144,7 +153,7 @@ impl<'q, T> Top<'q, T> {
     }
 
     /// Joins the candidates of `other`, a `Top` of the same query over another part of
-    /// the list (see [`Top::starting_at`]).
+    /// the list (see [`Top::offer_at`]).
     pub fn merge(mut self, other: Top<'q, T>) -> Top<'q, T> {
         self.total += other.total;
         self.offered = self.offered.max(other.offered);

@@ -424,18 +424,26 @@ fn a_streamed_run_keeping_only_the_page_answers_what_a_full_sort_does() {
                 (&streamed.total, &streamed.items),
                 "{filter} {sort} {max:?} {offset:?}"
             );
-            // The list judged in parts side by side (uneven, merged in any order) is
-            // the same page.
-            for cuts in [&[2500][..], &[1, 1800, 4999], &[1100, 1101, 3000]] {
+            // The list judged in parts side by side (uneven, merged in any order, a
+            // sorted one offered backwards too) is the same page.
+            let backwards = [false, !query.sort.is_empty()];
+            for (cuts, backwards) in [&[2500][..], &[1, 1800, 4999], &[1100, 1101, 3000]]
+                .into_iter()
+                .flat_map(|cuts| backwards.map(|b| (cuts, b)))
+            {
                 let mut bounds = vec![0];
                 bounds.extend_from_slice(cuts);
                 bounds.push(docs.len());
                 let parts: Vec<Top<'_, usize>> = bounds
                     .windows(2)
                     .map(|run| {
-                        let mut part = Top::starting_at(&query, run[0]);
-                        for (i, doc) in docs.iter().enumerate().take(run[1]).skip(run[0]) {
-                            part.offer(i, doc);
+                        let mut part = Top::new(&query);
+                        let mut run: Vec<usize> = (run[0]..run[1]).collect();
+                        if backwards {
+                            run.reverse();
+                        }
+                        for i in run {
+                            part.offer_at(i, &docs[i], || i);
                         }
                         part
                     })
@@ -444,7 +452,7 @@ fn a_streamed_run_keeping_only_the_page_answers_what_a_full_sort_does() {
                 assert_eq!(
                     (&all.total, &all.items),
                     (&merged.total, &merged.items),
-                    "{filter} {sort} {max:?} {offset:?} in parts at {cuts:?}"
+                    "{filter} {sort} {max:?} {offset:?} in parts at {cuts:?}, backwards {backwards}"
                 );
             }
         }

@@ -6,7 +6,9 @@
 //! keeps the version it took under the read lock. Each index holds, per value, the set
 //! of book positions as a compressed bitmap: a count or an intersection over a million
 //! jobs takes microseconds. Jobs are never removed, so positions never move; an array's
-//! sub-jobs follow their master in index order and are found by binary search.
+//! sub-jobs follow their master in index order and are found by binary search. Beside
+//! each job is its [`ScanRow`], the fields lists filter and sort by most, in one
+//! contiguous vector, so that a list that must judge every job reads rows, not jobs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use roaring::RoaringBitmap;
 
-use crate::job::Job;
+use crate::job::{Job, JobState};
 
 /// Attributes with an index: a set of book positions per value (a compressed bitmap, so
 /// that intersections and counts over a million jobs take microseconds).
@@ -56,11 +58,112 @@ impl Attribute {
     }
 }
 
+/// A string of the book's [`Strings`], or none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Interned(u32);
+
+impl Interned {
+    pub const NONE: Interned = Interned(u32::MAX);
+}
+
+/// The distinct strings the book's rows name (custom names, credentials, command
+/// files), each kept once; like jobs, never removed.
+#[derive(Default)]
+pub struct Strings {
+    texts: Vec<Arc<str>>,
+    numbers: HashMap<Arc<str>, u32>,
+}
+
+impl Strings {
+    fn intern(&mut self, text: Option<&str>) -> Interned {
+        let Some(text) = text else {
+            return Interned::NONE;
+        };
+        if let Some(&n) = self.numbers.get(text) {
+            return Interned(n);
+        }
+        let n = self.texts.len() as u32;
+        let text: Arc<str> = Arc::from(text);
+        self.texts.push(text.clone());
+        self.numbers.insert(text, n);
+        Interned(n)
+    }
+
+    pub fn get(&self, interned: Interned) -> Option<&str> {
+        self.texts.get(interned.0 as usize).map(|t| &**t)
+    }
+}
+
+/// A job id short enough to be kept inside its row (a scheduler name and a number
+/// are); a longer one is read from the job.
+#[derive(Debug, Clone, Copy)]
+pub struct InlineId {
+    len: u8,
+    bytes: [u8; 23],
+}
+
+impl InlineId {
+    fn of(id: &str) -> Option<InlineId> {
+        let mut bytes = [0; 23];
+        bytes.get_mut(..id.len())?.copy_from_slice(id.as_bytes());
+        Some(InlineId {
+            len: id.len() as u8,
+            bytes,
+        })
+    }
+
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.bytes[..self.len as usize]).unwrap_or_default()
+    }
+}
+
+/// What list queries read most of a job, kept beside it in one contiguous vector: a
+/// scan over a deep book that reads only these never follows a pointer to a job, its
+/// spec or its strings (each a cache miss), which is most of what a scan costs.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanRow {
+    /// `None` when the id does not fit (read it from the job).
+    pub id: Option<InlineId>,
+    pub state: JobState,
+    pub custom_name: Interned,
+    pub user: Interned,
+    pub account: Interned,
+    pub group: Interned,
+    pub class: Interned,
+    pub qos: Interned,
+    pub command_file: Interned,
+    pub user_priority: i64,
+    pub system_priority: i64,
+    pub submit: i64,
+}
+
+impl ScanRow {
+    fn of(job: &Job, strings: &mut Strings) -> ScanRow {
+        ScanRow {
+            id: InlineId::of(&job.id),
+            state: job.status.state,
+            custom_name: strings.intern(job.spec.custom_name.as_deref()),
+            user: strings.intern(Some(job.user())),
+            account: strings.intern(job.spec.account.as_deref()),
+            group: strings.intern(job.spec.group.as_deref()),
+            class: strings.intern(job.spec.job_class.as_deref()),
+            qos: strings.intern(job.spec.qos_requested.as_deref()),
+            command_file: strings.intern(Some(&job.spec.command_file)),
+            user_priority: job.spec.user_priority,
+            system_priority: job.status.system_priority,
+            submit: job.status.dates.submit,
+        }
+    }
+}
+
 /// Every job, in submission order, with an index by id and by [`Attribute`]. Jobs are
 /// never removed, so a position is a job's identity for the life of the book.
 #[derive(Default)]
 pub struct JobBook {
     jobs: Vec<Arc<Job>>,
+    /// The [`ScanRow`] of each job, at its position; made again whenever it changes.
+    rows: Vec<ScanRow>,
+    strings: Strings,
     /// Position by the number at the end of the id (`<name>.<seq>`).
     by_seq: HashMap<u64, u32>,
     /// Array sub-jobs (`<name>.<seq>[<index>]`, right after their master, by index):
@@ -150,6 +253,16 @@ impl JobBook {
         &self.jobs[position]
     }
 
+    /// The scan row of the job at `position` (always the same version as [`JobBook::at`]).
+    pub fn row(&self, position: usize) -> &ScanRow {
+        &self.rows[position]
+    }
+
+    /// The strings rows name.
+    pub fn strings(&self) -> &Strings {
+        &self.strings
+    }
+
     pub fn all(&self) -> &[Arc<Job>] {
         &self.jobs
     }
@@ -226,6 +339,7 @@ impl JobBook {
             self.by_seq.insert(job.seq, position as u32);
         }
         self.add_to_index(position, &job);
+        self.rows.push(ScanRow::of(&job, &mut self.strings));
         self.jobs.push(Arc::new(job));
         position
     }
@@ -239,6 +353,7 @@ impl JobBook {
         let job = Arc::make_mut(&mut self.jobs[position]);
         let result = change(job);
         let job = self.jobs[position].clone();
+        self.rows[position] = ScanRow::of(&job, &mut self.strings);
         for (attribute, old) in Attribute::ALL.into_iter().zip(before) {
             let new = attribute.of(&job);
             if old.as_deref() != new {
@@ -275,5 +390,63 @@ impl JobBook {
                 self.index.remove(&key);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::JobSpec;
+
+    fn job(seq: u64, id: String, custom_name: Option<&str>) -> Job {
+        Job {
+            id,
+            seq,
+            spec: Arc::new(JobSpec {
+                custom_name: custom_name.map(str::to_string),
+                command_file: "/bin/true".into(),
+                user_priority: 3,
+                ..Default::default()
+            }),
+            status: Default::default(),
+            array: None,
+        }
+    }
+
+    /// A row says what its job says, after a change too, and an id too long for the
+    /// row is read from the job.
+    #[test]
+    fn a_row_follows_its_job() {
+        let mut book = JobBook::new();
+        let short = book.push(job(1, "Drover.1".into(), Some("a")));
+        let long_id = "a-scheduler-named-at-length.2".to_string();
+        let long = book.push(job(2, long_id.clone(), None));
+        let text = |book: &JobBook, i| book.strings().get(i).map(str::to_string);
+
+        let row = *book.row(short);
+        assert_eq!(
+            row.id.map(|id| id.as_str().to_string()),
+            Some("Drover.1".into())
+        );
+        assert_eq!(text(&book, row.custom_name), Some("a".into()));
+        assert_eq!(text(&book, row.command_file), Some("/bin/true".into()));
+        assert_eq!((row.user_priority, row.state), (3, JobState::default()));
+        assert!(book.row(long).id.is_none());
+        assert_eq!(book.row(long).custom_name, Interned::NONE);
+        assert_eq!(
+            InlineId::of(&"x".repeat(23)).map(|id| id.as_str().len()),
+            Some(23)
+        );
+
+        book.change(short, |job| {
+            Arc::make_mut(&mut job.spec).custom_name = Some("b".into());
+            job.status.state = JobState::Completed;
+        });
+        let row = *book.row(short);
+        assert_eq!(text(&book, row.custom_name), Some("b".into()));
+        assert_eq!(row.state, JobState::Completed);
+        // The same string is kept once.
+        let again = book.push(job(3, "Drover.3".into(), Some("b")));
+        assert_eq!(book.row(again).custom_name, row.custom_name);
     }
 }

@@ -5,74 +5,95 @@
 //! rendered as a small document holding only those paths, with the very value the whole
 //! rendering has there (each entry repeats its expression in `v1`/`v2`; the HTTP tests
 //! compare lists judged both ways). Any other path, an object such as `dates`, or an
-//! element such as `partitionAccessList.0`, takes the whole rendering.
+//! element such as `partitionAccessList.0`, takes the whole rendering. Most entries read
+//! the job book's scan row of the job rather than the job (see `drover_sched::ScanRow`).
 
 use drover_query::{Filter, Path, Sort};
 use drover_sched::job::Job;
+use drover_sched::{Interned, JobBook};
 use serde_json::{Map, Value};
 
 use super::v1::start_priority;
 use super::{Render, queue_status};
 
-/// The value at one path of a job's wire shape.
-type Field = fn(&Job, &Render) -> Value;
+/// Where the value at one path of a job's wire shape comes from: the book's scan row of
+/// the job (contiguous, so a scan reading only rows never follows a pointer to the job),
+/// or the job itself.
+#[derive(Clone, Copy)]
+enum Field {
+    Row(fn(&JobBook, usize, &Render) -> Value),
+    Job(fn(&Job, &Render) -> Value),
+}
+
+/// A string of the row's.
+fn text(book: &JobBook, interned: Interned) -> Value {
+    book.strings()
+        .get(interned)
+        .map_or(Value::Null, Value::from)
+}
+
+/// The job's id, from its row when it fits there.
+fn id(book: &JobBook, position: usize) -> Value {
+    match &book.row(position).id {
+        Some(id) => Value::from(id.as_str()),
+        None => Value::from(book.at(position).id.clone()),
+    }
+}
 
 fn version_1(path: &str) -> Option<Field> {
-    let field: Field = match path {
-        "id" => |job, _| Value::from(job.id.clone()),
-        "name" => |job, _| Value::from(job.spec.custom_name.clone()),
-        "account" => |job, _| Value::from(job.spec.account.clone()),
-        "user" => |job, _| Value::from(job.user()),
-        "group" => |job, _| Value::from(job.spec.group.clone()),
-        "qos" | "qosRequested" => |job, _| Value::from(job.spec.qos_requested.clone()),
-        "queue" => |job, _| Value::from(job.spec.job_class.clone()),
-        "queueStatus" => |job, _| Value::from(queue_status(job.status.state).to_uppercase()),
-        "state" => |job, _| Value::from(job.status.state.upper()),
-        "startPriority" | "runPriority" => |job, _| Value::from(start_priority(job)),
-        "systemPriority" => |job, _| Value::from(job.status.system_priority),
-        "userPriority" => |job, _| Value::from(job.spec.user_priority),
-        "startCount" => |job, _| Value::from(job.status.counts.start),
-        "completionCode" => |job, _| Value::from(job.status.completion_code),
-        "commandFile" => |job, _| Value::from(job.spec.command_file.clone()),
-        "durationRequested" => |job, _| Value::from(job.spec.duration),
-        "submitDate" => |job, r| r.date(Some(job.status.dates.submit)),
-        "startDate" => |job, r| r.date(job.status.dates.start),
-        "completionDate" => |job, r| r.date(job.status.dates.completion),
+    use Field::{Job, Row};
+    Some(match path {
+        "id" => Row(|b, p, _| id(b, p)),
+        "name" => Row(|b, p, _| text(b, b.row(p).custom_name)),
+        "account" => Row(|b, p, _| text(b, b.row(p).account)),
+        "user" => Row(|b, p, _| text(b, b.row(p).user)),
+        "group" => Row(|b, p, _| text(b, b.row(p).group)),
+        "qos" | "qosRequested" => Row(|b, p, _| text(b, b.row(p).qos)),
+        "queue" => Row(|b, p, _| text(b, b.row(p).class)),
+        "queueStatus" => Row(|b, p, _| Value::from(queue_status(b.row(p).state).to_uppercase())),
+        "state" => Row(|b, p, _| Value::from(b.row(p).state.upper())),
+        "startPriority" | "runPriority" => Job(|job, _| Value::from(start_priority(job))),
+        "systemPriority" => Row(|b, p, _| Value::from(b.row(p).system_priority)),
+        "userPriority" => Row(|b, p, _| Value::from(b.row(p).user_priority)),
+        "startCount" => Job(|job, _| Value::from(job.status.counts.start)),
+        "completionCode" => Job(|job, _| Value::from(job.status.completion_code)),
+        "commandFile" => Row(|b, p, _| text(b, b.row(p).command_file)),
+        "durationRequested" => Job(|job, _| Value::from(job.spec.duration)),
+        "submitDate" => Row(|b, p, r| r.date(Some(b.row(p).submit))),
+        "startDate" => Job(|job, r| r.date(job.status.dates.start)),
+        "completionDate" => Job(|job, r| r.date(job.status.dates.completion)),
         _ => return None,
-    };
-    Some(field)
+    })
 }
 
 fn version_2(path: &str) -> Option<Field> {
-    let field: Field = match path {
-        "name" => |job, _| Value::from(job.id.clone()),
-        "customName" => |job, _| Value::from(job.spec.custom_name.clone()),
-        "credentials.account" => |job, _| Value::from(job.spec.account.clone()),
-        "credentials.user" => |job, _| Value::from(job.user()),
-        "credentials.group" => |job, _| Value::from(job.spec.group.clone()),
-        "credentials.jobClass" => |job, _| Value::from(job.spec.job_class.clone()),
-        "credentials.qos" | "credentials.qosRequested" => {
-            |job, _| Value::from(job.spec.qos_requested.clone())
-        }
-        "states.state" => |job, _| Value::from(job.status.state.as_str()),
-        "queueStatus" => |job, _| Value::from(queue_status(job.status.state)),
-        "isActive" => |job, _| Value::from(!job.status.state.is_final()),
-        "priorities.run" | "priorities.start" => |job, _| Value::from(start_priority(job)),
-        "priorities.system" => |job, _| Value::from(job.status.system_priority),
-        "priorities.user" => |job, _| Value::from(job.spec.user_priority),
-        "startCount" => |job, _| Value::from(job.status.counts.start),
-        "completionCode" => |job, _| Value::from(job.status.completion_code),
-        "commandFile" => |job, _| Value::from(job.spec.command_file.clone()),
-        "duration" => |job, _| Value::from(job.spec.duration),
-        "dates.submitDate" | "dates.createdDate" => |job, r| r.date(Some(job.status.dates.submit)),
-        "dates.startDate" | "dates.dispatchedDate" => |job, r| r.date(job.status.dates.start),
+    use Field::{Job, Row};
+    Some(match path {
+        "name" => Row(|b, p, _| id(b, p)),
+        "customName" => Row(|b, p, _| text(b, b.row(p).custom_name)),
+        "credentials.account" => Row(|b, p, _| text(b, b.row(p).account)),
+        "credentials.user" => Row(|b, p, _| text(b, b.row(p).user)),
+        "credentials.group" => Row(|b, p, _| text(b, b.row(p).group)),
+        "credentials.jobClass" => Row(|b, p, _| text(b, b.row(p).class)),
+        "credentials.qos" | "credentials.qosRequested" => Row(|b, p, _| text(b, b.row(p).qos)),
+        "states.state" => Row(|b, p, _| Value::from(b.row(p).state.as_str())),
+        "queueStatus" => Row(|b, p, _| Value::from(queue_status(b.row(p).state))),
+        "isActive" => Row(|b, p, _| Value::from(!b.row(p).state.is_final())),
+        "priorities.run" | "priorities.start" => Job(|job, _| Value::from(start_priority(job))),
+        "priorities.system" => Row(|b, p, _| Value::from(b.row(p).system_priority)),
+        "priorities.user" => Row(|b, p, _| Value::from(b.row(p).user_priority)),
+        "startCount" => Job(|job, _| Value::from(job.status.counts.start)),
+        "completionCode" => Job(|job, _| Value::from(job.status.completion_code)),
+        "commandFile" => Row(|b, p, _| text(b, b.row(p).command_file)),
+        "duration" => Job(|job, _| Value::from(job.spec.duration)),
+        "dates.submitDate" | "dates.createdDate" => Row(|b, p, r| r.date(Some(b.row(p).submit))),
+        "dates.startDate" | "dates.dispatchedDate" => Job(|job, r| r.date(job.status.dates.start)),
         "dates.completedDate" | "dates.terminationDate" => {
-            |job, r| r.date(job.status.dates.completion)
+            Job(|job, r| r.date(job.status.dates.completion))
         }
-        "dates.lastUpdatedDate" => |job, r| r.date(Some(job.status.dates.last_updated)),
+        "dates.lastUpdatedDate" => Job(|job, r| r.date(Some(job.status.dates.last_updated))),
         _ => return None,
-    };
-    Some(field)
+    })
 }
 
 /// A rendering of only the paths a query names, when each has an entry here.
@@ -143,11 +164,13 @@ impl Narrow {
 
     /// Puts the job's values into `document` (made by [`Narrow::document`]): one
     /// document serves a whole scan, so a job costs its values, not a tree of maps.
-    pub(super) fn fill(&self, document: &mut Value, job: &Job, r: &Render) {
+    pub(super) fn fill(&self, document: &mut Value, book: &JobBook, position: usize, r: &Render) {
         let mut leaf = 0;
         for_each_leaf(document, &mut |slot| {
-            let (_, field) = &self.fields[self.leaf_fields[leaf]];
-            *slot = field(job, r);
+            *slot = match self.fields[self.leaf_fields[leaf]].1 {
+                Field::Row(field) => field(book, position, r),
+                Field::Job(field) => field(book.at(position), r),
+            };
             leaf += 1;
         });
     }

@@ -229,16 +229,28 @@ impl Candidates {
         }
     }
 
-    /// The `k`-th of `n` runs of about equal length, in order: where it starts among
-    /// the candidates (what [`Top::starting_at`] takes), and its positions.
-    fn part(&self, k: usize, n: usize) -> (usize, Box<dyn Iterator<Item = u32> + '_>) {
+    /// The `k`-th of `n` runs of about equal length: each candidate's rank among all
+    /// (the list's order, that ties keep) and its position, in rank order or backwards.
+    fn part(
+        &self,
+        k: usize,
+        n: usize,
+        backwards: bool,
+    ) -> Box<dyn Iterator<Item = (usize, u32)> + '_> {
         let len = self.len();
         let (from, to) = (len * k / n, len * (k + 1) / n);
-        let positions: Box<dyn Iterator<Item = u32> + '_> = match self {
-            Candidates::Set(set) => Box::new(set.iter().skip(from).take(to - from)),
-            Candidates::Below(_) => Box::new(from as u32..to as u32),
-        };
-        (from, positions)
+        match (self, backwards) {
+            (Candidates::Set(set), false) => {
+                Box::new((from..).zip(set.iter().skip(from).take(to - from)))
+            }
+            (Candidates::Set(set), true) => Box::new(
+                (from..to)
+                    .rev()
+                    .zip(set.iter().rev().skip(len - to).take(to - from)),
+            ),
+            (Candidates::Below(_), false) => Box::new((from..to).map(|p| (p, p as u32))),
+            (Candidates::Below(_), true) => Box::new((from..to).rev().map(|p| (p, p as u32))),
+        }
     }
 }
 
@@ -432,8 +444,15 @@ fn judge_part<'q>(
     filter_render: &Render,
     deadline: Instant,
 ) -> Result<Found<'q>, OverBudget> {
-    let (first, positions) = scan.candidates.part(k, parts);
-    let mut positions = positions.peekable();
+    // A descending sort is likely to run against the book's order (ids, dates and
+    // numbered names grow with it): judged backwards, few matches beat the page's worst.
+    let backwards = scan.date_order.is_none()
+        && query
+            .sort
+            .keys
+            .first()
+            .is_some_and(|(_, direction)| *direction == Direction::Descending);
+    let mut positions = scan.candidates.part(k, parts, backwards).peekable();
     // A list in date order needs no sort values: the filter's paths are rendered alone.
     let no_sort = drover_query::Sort::default();
     let sort = if scan.date_order.is_some() {
@@ -447,7 +466,7 @@ fn judge_part<'q>(
     });
     let mut found = match scan.date_order {
         Some(_) => Found::Positions(RoaringBitmap::new()),
-        None => Found::Top(Top::starting_at(query, first)),
+        None => Found::Top(Top::new(query)),
     };
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut judged = 0;
@@ -455,7 +474,7 @@ fn judge_part<'q>(
         chunk.clear();
         chunk.extend(positions.by_ref().take(CHUNK));
         let stopped = scheduler.with_jobs(|book| {
-            for &position in &chunk {
+            for &(rank, position) in &chunk {
                 if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
                     return true;
                 }
@@ -464,7 +483,7 @@ fn judge_part<'q>(
                 let whole;
                 let document = match &mut narrow {
                     Some((narrow, document)) => {
-                        narrow.fill(document, job, filter_render);
+                        narrow.fill(document, book, position as usize, filter_render);
                         &*document
                     }
                     None => {
@@ -473,7 +492,7 @@ fn judge_part<'q>(
                     }
                 };
                 match &mut found {
-                    Found::Top(top) => top.offer_with(document, || job.clone()),
+                    Found::Top(top) => top.offer_at(rank, document, || job.clone()),
                     Found::Positions(matches) => {
                         if query.filter.matches(document) {
                             matches.insert(position);
