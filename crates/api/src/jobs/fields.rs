@@ -201,6 +201,21 @@ fn for_each_leaf(value: &mut Value, visit: &mut impl FnMut(&mut Value)) {
     }
 }
 
+/// The top-level members the paths of `filter` and `sort` start with: what a job must
+/// be rendered with to be judged when [`Narrow`] does not know every path.
+pub(super) fn members_named(filter: &Filter, sort: &Sort) -> Vec<String> {
+    let mut paths: Vec<&Path> = sort.keys.iter().map(|(path, _)| path).collect();
+    paths_of(filter, &mut paths);
+    let mut members: Vec<String> = Vec::new();
+    for path in paths {
+        let first = path.as_str().split('.').next().unwrap_or_default();
+        if !members.iter().any(|m| m == first) {
+            members.push(first.to_string());
+        }
+    }
+    members
+}
+
 fn paths_of<'f>(filter: &'f Filter, out: &mut Vec<&'f Path>) {
     match filter {
         Filter::And(members) | Filter::Or(members) => {

@@ -9,8 +9,9 @@
 //!   submission order, as the stable sort of the reference does), so only the page is
 //!   rendered;
 //! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
-//!   rendered with only the fields the query names when `fields::Narrow` knows them all,
-//!   only the page's best `offset + max` are kept (`query::Top`), or only which
+//!   rendered with only the fields the query names when `fields::Narrow` knows them all
+//!   (most read from the book's scan rows), else with only the top-level members they
+//!   start with; only the page's best `offset + max` are kept (`query::Top`), or only which
 //!   positions match when the sort is the book's order, the book's lock is taken a
 //!   chunk at a time (the engine never waits long on a list), the candidates are judged
 //!   in runs side by side, one per processor, and the scan stops at its deadline. The
@@ -27,7 +28,7 @@ use drover_sched::{Attribute, JobBook, Scheduler};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
-use super::fields::Narrow;
+use super::fields::{self, Narrow};
 use super::{Listing, Render, queue_status};
 
 /// What an equality on a wire path can be looked up by.
@@ -333,7 +334,7 @@ enum Found<'q> {
 
 /// The evaluator's answer over the candidates [`plan`] left, each judged by the whole
 /// filter on its rendering by `filter_render` (only the paths the query names, when
-/// [`Narrow`] knows them all). The candidates are cut in as many runs as there are
+/// [`Narrow`] knows them all; else only the members they start with). The candidates are cut in as many runs as there are
 /// processors (for a long list), judged side by side on threads of the caller's CPU
 /// priority; each takes the book's read lock a chunk at a time and keeps only the page's
 /// best candidates ([`Top`]); past `deadline` the scan stops.
@@ -464,6 +465,9 @@ fn judge_part<'q>(
         let document = narrow.document();
         (narrow, document)
     });
+    // Otherwise each job is rendered with the members the query names, not whole.
+    let members = fields::members_named(&query.filter, sort);
+    let members: Vec<&str> = members.iter().map(String::as_str).collect();
     let mut found = match scan.date_order {
         Some(_) => Found::Positions(RoaringBitmap::new()),
         None => Found::Top(Top::new(query)),
@@ -487,7 +491,7 @@ fn judge_part<'q>(
                         &*document
                     }
                     None => {
-                        whole = filter_render.job(job);
+                        whole = filter_render.members(job, &members);
                         &whole
                     }
                 };

@@ -180,6 +180,16 @@ impl Render<'_> {
             v1::render(job, self)
         }
     }
+
+    /// The job with only the top-level members named in `wanted`, each as
+    /// [`Render::job`] has it.
+    pub fn members(&self, job: &Job, wanted: &[&str]) -> Value {
+        if self.version >= 2 {
+            v2::render_members(job, self, Some(wanted))
+        } else {
+            v1::render_members(job, self, Some(wanted))
+        }
+    }
 }
 
 fn render_with<'a>(

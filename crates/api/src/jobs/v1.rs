@@ -12,9 +12,18 @@ use crate::input::{Fields, read_object};
 
 /// The job in its version-1 shape.
 pub fn render(job: &Job, r: &Render) -> Value {
+    render_members(job, r, None)
+}
+
+/// The members named in `wanted` alone (all of them when `None`): each member's value
+/// is the whole rendering's, computed only when wanted (a list scan that judges a
+/// member the narrow fields do not know renders that member, not the job).
+pub fn render_members(job: &Job, r: &Render, wanted: Option<&[&str]>) -> Value {
     let mut out = Map::new();
-    let mut put = |key: &str, value: Value| {
-        out.insert(key.to_string(), value);
+    let mut put = |key: &str, value: &dyn Fn() -> Value| {
+        if wanted.is_none_or(|wanted| wanted.contains(&key)) {
+            out.insert(key.to_string(), value());
+        }
     };
     identity(job, &mut put);
     execution(job, r, &mut put);
@@ -23,7 +32,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
 }
 
 /// Who, in which queue, in which state, on which hosts, with which priorities.
-fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
+fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let hosts: Vec<&str> = job.node_ids().collect();
@@ -32,50 +41,45 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
         .as_ref()
         .map(|b| json!({ "message": b.message, "type": b.kind }))
         .unwrap_or(Value::Null);
-    put("id", json!(job.id));
-    put("name", json!(spec.custom_name));
-    put("account", json!(spec.account));
-    put("user", json!(job.user()));
-    put("group", json!(spec.group));
-    put("qos", json!(spec.qos_requested));
-    put("qosRequested", json!(spec.qos_requested));
-    put("queue", json!(spec.job_class));
-    put(
-        "queueStatus",
-        json!(queue_status(status.state).to_uppercase()),
-    );
-    put("state", json!(status.state.upper()));
-    put("expectedState", json!(expected_state(job).upper()));
-    put("flags", json!(spec.flags));
-    put(
-        "holds",
-        json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>()),
-    );
-    put("hosts", json!(hosts));
-    put("allocatedNodes", refs(job.node_ids(), "id"));
+    put("id", &|| json!(job.id));
+    put("name", &|| json!(spec.custom_name));
+    put("account", &|| json!(spec.account));
+    put("user", &|| json!(job.user()));
+    put("group", &|| json!(spec.group));
+    put("qos", &|| json!(spec.qos_requested));
+    put("qosRequested", &|| json!(spec.qos_requested));
+    put("queue", &|| json!(spec.job_class));
+    put("queueStatus", &|| {
+        json!(queue_status(status.state).to_uppercase())
+    });
+    put("state", &|| json!(status.state.upper()));
+    put("expectedState", &|| json!(expected_state(job).upper()));
+    put("flags", &|| json!(spec.flags));
+    put("holds", &|| {
+        json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>())
+    });
+    put("hosts", &|| json!(hosts));
+    put("allocatedNodes", &|| refs(job.node_ids(), "id"));
     let in_vm = drover_domain::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref())
         && matches!(
             status.state,
             JobState::Starting | JobState::Running | JobState::Suspended
         );
-    put(
-        "allocatedVMs",
-        match in_vm {
-            true => json!([{ "id": drover_domain::vm::id_for_job(&job.id) }]),
-            false => json!([]),
-        },
-    );
-    put("blockReason", block);
-    put("bypass", json!(0));
-    put("startCount", json!(status.counts.start));
-    put("startPriority", json!(start_priority(job)));
-    put("runPriority", json!(start_priority(job)));
-    put("systemPriority", json!(status.system_priority));
-    put("userPriority", json!(spec.user_priority));
+    put("allocatedVMs", &|| match in_vm {
+        true => json!([{ "id": drover_domain::vm::id_for_job(&job.id) }]),
+        false => json!([]),
+    });
+    put("blockReason", &|| block.clone());
+    put("bypass", &|| json!(0));
+    put("startCount", &|| json!(status.counts.start));
+    put("startPriority", &|| json!(start_priority(job)));
+    put("runPriority", &|| json!(start_priority(job)));
+    put("systemPriority", &|| json!(status.system_priority));
+    put("userPriority", &|| json!(spec.user_priority));
 }
 
 /// What runs, with which environment, where its files go, and what it asked for.
-fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
@@ -83,80 +87,78 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
     let memory = request
         .memory_per_task
         .map(|m| m * u64::from(request.task_count));
-    put("commandFile", json!(spec.command_file));
-    put("commandLineArguments", json!(spec.arguments));
-    put("completionCode", json!(status.completion_code));
-    put("initialWorkingDirectory", json!(spec.working_directory));
-    put("environmentVariables", json!(spec.environment));
-    put("variables", json!(spec.variables));
-    put("genericAttributes", json!(spec.extra.generic_attributes));
-    put("emailNotifyTypes", json!(spec.extra.email_types));
-    put("emailNotifyUsers", json!(spec.extra.email_addresses));
-    put(
-        "effectivePartitionAccessList",
-        json!(r.effective_partitions(job)),
-    );
-    put(
-        "partitionAccessList",
-        json!(spec.extra.partition_access_list),
-    );
-    put("masterHost", json!(hosts.first()));
-    put("memoryRequested", json!(memory.map_or(-1, |m| m as i64)));
-    put("os", json!(request.os));
-    put("rmName", json!(r.rm_name));
-    put("rmExtension", json!(spec.extra.rm_extension));
-    put(
-        "rmStandardErrorFilePath",
-        json!(r.output_path(job, Output::Stderr)),
-    );
-    put("rmStandardInputFilePath", json!(spec.stdin_path));
-    put(
-        "rmStandardOutputFilePath",
-        json!(r.output_path(job, Output::Stdout)),
-    );
-    put("standardErrorFilePath", json!(spec.stderr_path));
-    put("standardOutputFilePath", json!(spec.stdout_path));
+    put("commandFile", &|| json!(spec.command_file));
+    put("commandLineArguments", &|| json!(spec.arguments));
+    put("completionCode", &|| json!(status.completion_code));
+    put("initialWorkingDirectory", &|| json!(spec.working_directory));
+    put("environmentVariables", &|| json!(spec.environment));
+    put("variables", &|| json!(spec.variables));
+    put("genericAttributes", &|| {
+        json!(spec.extra.generic_attributes)
+    });
+    put("emailNotifyTypes", &|| json!(spec.extra.email_types));
+    put("emailNotifyUsers", &|| json!(spec.extra.email_addresses));
+    put("effectivePartitionAccessList", &|| {
+        json!(r.effective_partitions(job))
+    });
+    put("partitionAccessList", &|| {
+        json!(spec.extra.partition_access_list)
+    });
+    put("masterHost", &|| json!(hosts.first()));
+    put("memoryRequested", &|| {
+        json!(memory.map_or(-1, |m| m as i64))
+    });
+    put("os", &|| json!(request.os));
+    put("rmName", &|| json!(r.rm_name));
+    put("rmExtension", &|| json!(spec.extra.rm_extension));
+    put("rmStandardErrorFilePath", &|| {
+        json!(r.output_path(job, Output::Stderr))
+    });
+    put("rmStandardInputFilePath", &|| json!(spec.stdin_path));
+    put("rmStandardOutputFilePath", &|| {
+        json!(r.output_path(job, Output::Stdout))
+    });
+    put("standardErrorFilePath", &|| json!(spec.stderr_path));
+    put("standardOutputFilePath", &|| json!(spec.stdout_path));
     // The resource manager's own id of the job (Slurm's job id), else ours.
     let rm_job_id = rm_job_id(job);
-    put("sourceRmJobId", json!(rm_job_id));
-    put("destinationRmJobId", json!(rm_job_id));
-    put(
-        "reservationRequested",
-        json!(spec.extra.reservation_requested),
-    );
-    put("submitHost", json!(spec.extra.submit_host));
-    put("vmUsagePolicy", json!(spec.extra.vm_usage_policy));
-    put(
-        "virtualContainers",
-        refs(&spec.extra.virtual_containers, "id"),
-    );
+    put("sourceRmJobId", &|| json!(rm_job_id));
+    put("destinationRmJobId", &|| json!(rm_job_id));
+    put("reservationRequested", &|| {
+        json!(spec.extra.reservation_requested)
+    });
+    put("submitHost", &|| json!(spec.extra.submit_host));
+    put("vmUsagePolicy", &|| json!(spec.extra.vm_usage_policy));
+    put("virtualContainers", &|| {
+        refs(&spec.extra.virtual_containers, "id")
+    });
 }
 
 /// Durations, dates, messages and the requirement.
-fn times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+fn times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let date = |t: Option<i64>| r.date(t);
-    put("activeDuration", json!(job.active_seconds(r.now)));
-    put("effectiveQueueDuration", json!(job.queued_seconds(r.now)));
-    put("durationRequested", json!(spec.duration));
-    put("suspendDuration", json!(job.suspended_seconds(r.now)));
-    put(
-        "dedicatedProcessorSeconds",
-        json!(job.processors() as f64 * job.active_seconds(r.now) as f64),
-    );
-    put("completionDate", date(status.dates.completion));
-    put(
-        "earliestStartDate",
-        date(Some(spec.earliest_start.unwrap_or(status.dates.submit))),
-    );
-    put("earliestStartDateRequested", date(spec.earliest_start));
-    put("latestCompletedDateRequested", date(spec.deadline));
-    put("reservationStartDate", Value::Null);
-    put("startDate", date(status.dates.start));
-    put("submitDate", date(Some(status.dates.submit)));
-    put("messages", json!(messages(job, r)));
-    put("requirements", json!([requirement(job, r)]));
+    put("activeDuration", &|| json!(job.active_seconds(r.now)));
+    put("effectiveQueueDuration", &|| {
+        json!(job.queued_seconds(r.now))
+    });
+    put("durationRequested", &|| json!(spec.duration));
+    put("suspendDuration", &|| json!(job.suspended_seconds(r.now)));
+    put("dedicatedProcessorSeconds", &|| {
+        json!(job.processors() as f64 * job.active_seconds(r.now) as f64)
+    });
+    put("completionDate", &|| date(status.dates.completion));
+    put("earliestStartDate", &|| {
+        date(Some(spec.earliest_start.unwrap_or(status.dates.submit)))
+    });
+    put("earliestStartDateRequested", &|| date(spec.earliest_start));
+    put("latestCompletedDateRequested", &|| date(spec.deadline));
+    put("reservationStartDate", &|| Value::Null);
+    put("startDate", &|| date(status.dates.start));
+    put("submitDate", &|| date(Some(status.dates.submit)));
+    put("messages", &|| json!(messages(job, r)));
+    put("requirements", &|| json!([requirement(job, r)]));
 }
 
 /// The messages, indexed.

@@ -14,9 +14,18 @@ use crate::input::{Fields, read_object};
 
 /// The job in its version-2 shape: its sections in the order of the spec.
 pub fn render(job: &Job, r: &Render) -> Value {
+    render_members(job, r, None)
+}
+
+/// The members named in `wanted` alone (all of them when `None`): each member's value
+/// is the whole rendering's, computed only when wanted (a list scan that judges a
+/// member the narrow fields do not know renders that member, not the job).
+pub fn render_members(job: &Job, r: &Render, wanted: Option<&[&str]>) -> Value {
     let mut out = Map::new();
-    let mut put = |key: &str, value: Value| {
-        out.insert(key.to_string(), value);
+    let mut put = |key: &str, value: &dyn Fn() -> Value| {
+        if wanted.is_none_or(|wanted| wanted.contains(&key)) {
+            out.insert(key.to_string(), value());
+        }
     };
     identity(job, &mut put);
     credentials_and_times(job, r, &mut put);
@@ -26,7 +35,7 @@ pub fn render(job: &Job, r: &Render) -> Value {
 }
 
 /// Names, counts, what runs and where.
-fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
+fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let blocks: Vec<Value> = status
@@ -34,48 +43,48 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, Value)) {
         .iter()
         .map(|b| json!({ "category": "Resources", "message": b.message, "type": b.kind }))
         .collect();
-    put("name", json!(job.id));
-    put("customName", json!(spec.custom_name));
+    put("name", &|| json!(job.id));
+    put("customName", &|| json!(spec.custom_name));
     let member = job.array_member();
-    put("arrayIndex", json!(member.map(|(_, index)| index)));
-    put("arrayMasterName", json!(member.map(|(master, _)| master)));
-    put(
-        "attributes",
+    put("arrayIndex", &|| json!(member.map(|(_, index)| index)));
+    put("arrayMasterName", &|| {
+        json!(member.map(|(master, _)| master))
+    });
+    put("attributes", &|| {
         json!(
             spec.extra
                 .attributes
                 .iter()
                 .map(|a| json!({ "name": a.name, "comparator": a.comparator, "value": a.value }))
                 .collect::<Vec<_>>()
-        ),
-    );
-    put("blocks", json!(blocks));
-    put("bypassCount", json!(0));
-    put("cancelCount", json!(status.counts.cancel));
-    put("deferCount", json!(0));
-    put("migrateCount", json!(0));
-    put("preemptCount", json!(status.counts.preempt));
-    put("startCount", json!(status.counts.start));
-    put("commandFile", json!(spec.command_file));
-    put("commandLineArgs", json!(spec.arguments));
-    put("completionCode", json!(status.completion_code));
-    put("initialWorkingDirectory", json!(spec.working_directory));
-    put("description", json!(spec.extra.description));
-    put("jobGroup", json!(spec.extra.job_group));
-    put(
-        "masterNode",
+        )
+    });
+    put("blocks", &|| json!(blocks));
+    put("bypassCount", &|| json!(0));
+    put("cancelCount", &|| json!(status.counts.cancel));
+    put("deferCount", &|| json!(0));
+    put("migrateCount", &|| json!(0));
+    put("preemptCount", &|| json!(status.counts.preempt));
+    put("startCount", &|| json!(status.counts.start));
+    put("commandFile", &|| json!(spec.command_file));
+    put("commandLineArgs", &|| json!(spec.arguments));
+    put("completionCode", &|| json!(status.completion_code));
+    put("initialWorkingDirectory", &|| json!(spec.working_directory));
+    put("description", &|| json!(spec.extra.description));
+    put("jobGroup", &|| json!(spec.extra.job_group));
+    put("masterNode", &|| {
         job.node_ids()
             .next()
             .map(|n| json!({ "name": n }))
-            .unwrap_or(Value::Null),
-    );
-    put("submitHost", json!(spec.extra.submit_host));
-    put("epilogScript", json!(spec.extra.epilog_script));
-    put("prologScript", json!(spec.extra.prolog_script));
+            .unwrap_or(Value::Null)
+    });
+    put("submitHost", &|| json!(spec.extra.submit_host));
+    put("epilogScript", &|| json!(spec.extra.epilog_script));
+    put("prologScript", &|| json!(spec.extra.prolog_script));
 }
 
 /// Credentials, dates, dependencies, durations and usage.
-fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
@@ -85,8 +94,7 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value
     let memory = request
         .memory_per_task
         .map_or(0.0, |m| m as f64 * f64::from(request.task_count));
-    put(
-        "credentials",
+    put("credentials", &|| {
         json!({
             "account": spec.account,
             "group": spec.group,
@@ -94,10 +102,9 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value
             "qos": spec.qos_requested,
             "qosRequested": spec.qos_requested,
             "user": job.user(),
-        }),
-    );
-    put(
-        "dates",
+        })
+    });
+    put("dates", &|| {
         json!({
             "completedDate": date(status.dates.completion),
             "createdDate": date(Some(status.dates.submit)),
@@ -113,143 +120,140 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value
             "startDate": date(status.dates.start),
             "submitDate": date(Some(status.dates.submit)),
             "terminationDate": date(status.dates.completion),
-        }),
-    );
-    put(
-        "dependencies",
+        })
+    });
+    put("dependencies", &|| {
         json!(
             spec.extra
                 .dependencies
                 .iter()
                 .map(|d| json!({ "type": d.kind, "name": d.name }))
                 .collect::<Vec<_>>()
-        ),
-    );
-    put("duration", json!(spec.duration));
-    put("durationActive", json!(active));
-    put("durationQueued", json!(job.queued_seconds(r.now)));
-    put(
-        "durationRemaining",
-        json!(spec.duration.map(|d| (d - active).max(0))),
-    );
-    put("durationSuspended", json!(job.suspended_seconds(r.now)));
-    put("cpuTime", json!(status.cpu_seconds));
-    put("memorySecondsDedicated", json!(memory * active as f64));
-    put("memorySecondsUtilized", json!(0.0));
-    put(
-        "processorSecondsDedicated",
-        json!(processors * active as f64),
-    );
-    put(
-        "processorSecondsLimit",
-        json!(spec.duration.map_or(0.0, |d| processors * d as f64)),
-    );
-    put("processorSecondsUtilized", json!(status.cpu_seconds));
-    put("minimumPreemptTime", json!(0));
+        )
+    });
+    put("duration", &|| json!(spec.duration));
+    put("durationActive", &|| json!(active));
+    put("durationQueued", &|| json!(job.queued_seconds(r.now)));
+    put("durationRemaining", &|| {
+        json!(spec.duration.map(|d| (d - active).max(0)))
+    });
+    put("durationSuspended", &|| json!(job.suspended_seconds(r.now)));
+    put("cpuTime", &|| json!(status.cpu_seconds));
+    put("memorySecondsDedicated", &|| json!(memory * active as f64));
+    put("memorySecondsUtilized", &|| json!(0.0));
+    put("processorSecondsDedicated", &|| {
+        json!(processors * active as f64)
+    });
+    put("processorSecondsLimit", &|| {
+        json!(spec.duration.map_or(0.0, |d| processors * d as f64))
+    });
+    put("processorSecondsUtilized", &|| json!(status.cpu_seconds));
+    put("minimumPreemptTime", &|| json!(0));
 }
 
 /// Notification, environment, holds, messages, nodes, partitions, priorities and the requirement.
-fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
     let date = |t: Option<i64>| r.date(t);
-    put("emailNotifyAddresses", json!(spec.extra.email_addresses));
-    put("emailNotifyTypes", json!(spec.extra.email_types));
-    put("environmentRequested", json!(spec.environment_requested));
-    put("environmentVariables", json!(spec.environment));
-    put("flags", json!(spec.flags));
-    put(
-        "holds",
-        json!(status.holds.iter().map(|h| h.as_str()).collect::<Vec<_>>()),
-    );
-    put(
-        "holdDate",
-        date(status.dates.hold.filter(|_| !status.holds.is_empty())),
-    );
-    put("holdReason", json!(status.hold_reason));
-    put("isActive", json!(!status.state.is_final()));
-    put("queueStatus", json!(queue_status(status.state)));
-    put("messages", json!(status.messages.iter().map(|m| json!({ "message": m.text, "author": m.author, "createdDate": date(Some(m.created)) })).collect::<Vec<_>>()));
-    put("nodesExcluded", refs(&request.nodes_excluded, "name"));
-    put("nodesRequested", refs(&request.nodes_requested, "name"));
-    put(
-        "nodesRequestedPolicy",
+    put("emailNotifyAddresses", &|| {
+        json!(spec.extra.email_addresses)
+    });
+    put("emailNotifyTypes", &|| json!(spec.extra.email_types));
+    put("environmentRequested", &|| {
+        json!(spec.environment_requested)
+    });
+    put("environmentVariables", &|| json!(spec.environment));
+    put("flags", &|| json!(spec.flags));
+    put("holds", &|| {
+        json!(status.holds.iter().map(|h| h.as_str()).collect::<Vec<_>>())
+    });
+    put("holdDate", &|| {
+        date(status.dates.hold.filter(|_| !status.holds.is_empty()))
+    });
+    put("holdReason", &|| json!(status.hold_reason));
+    put("isActive", &|| json!(!status.state.is_final()));
+    put("queueStatus", &|| json!(queue_status(status.state)));
+    put("messages", &|| {
+        json!(status.messages.iter().map(|m| json!({ "message": m.text, "author": m.author, "createdDate": date(Some(m.created)) })).collect::<Vec<_>>())
+    });
+    put("nodesExcluded", &|| refs(&request.nodes_excluded, "name"));
+    put("nodesRequested", &|| refs(&request.nodes_requested, "name"));
+    put("nodesRequestedPolicy", &|| {
         json!(if request.nodes_requested.is_empty() {
             None
         } else {
             Some("SUBSET")
-        }),
-    );
-    put("partitionAccessList", json!(r.effective_partitions(job)));
-    put(
-        "partitionAccessListRequested",
-        json!(spec.extra.partition_access_list),
-    );
+        })
+    });
+    put("partitionAccessList", &|| {
+        json!(r.effective_partitions(job))
+    });
+    put("partitionAccessListRequested", &|| {
+        json!(spec.extra.partition_access_list)
+    });
     put(
         "priorities",
-        json!({ "run": start_priority(job), "start": start_priority(job), "system": status.system_priority, "user": spec.user_priority }),
+        &|| json!({ "run": start_priority(job), "start": start_priority(job), "system": status.system_priority, "user": spec.user_priority }),
     );
-    put("rejectPolicies", json!([]));
-    put(
-        "triggers",
-        json!(spec.extra.trigger.iter().collect::<Vec<_>>()),
-    );
-    put("virtualMachines", json!([]));
-    put("requirements", json!([requirement(job)]));
+    put("rejectPolicies", &|| json!([]));
+    put("triggers", &|| {
+        json!(spec.extra.trigger.iter().collect::<Vec<_>>())
+    });
+    put("virtualMachines", &|| json!([]));
+    put("requirements", &|| json!([requirement(job)]));
 }
 
 /// The reservation, resource managers, outputs, states, templates and containers.
-fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, Value)) {
+fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     let date = |t: Option<i64>| r.date(t);
-    put(
-        "reservationRequested",
+    put("reservationRequested", &|| {
         spec.extra
             .reservation_requested
             .as_ref()
             .map(|n| json!({ "name": n }))
-            .unwrap_or(Value::Null),
-    );
-    put("resourceFailPolicy", json!(spec.extra.resource_fail_policy));
-    put("resourceManagerExtension", json!(spec.extra.rm_extension));
-    put(
-        "resourceManagers",
+            .unwrap_or(Value::Null)
+    });
+    put("resourceFailPolicy", &|| {
+        json!(spec.extra.resource_fail_policy)
+    });
+    put("resourceManagerExtension", &|| {
+        json!(spec.extra.rm_extension)
+    });
+    put("resourceManagers", &|| {
         json!([{ "isDestination": true, "isSource": true,
-                 "jobName": super::v1::rm_job_id(job), "name": r.rm_name }]),
-    );
-    put("schedName", json!(r.sched_name));
-    put(
-        "rmStandardErrorFilePath",
-        json!(r.output_path(job, Output::Stderr)),
-    );
-    put(
-        "rmStandardOutputFilePath",
-        json!(r.output_path(job, Output::Stdout)),
-    );
-    put("standardErrorFilePath", json!(spec.stderr_path));
-    put("standardOutputFilePath", json!(spec.stdout_path));
-    put(
-        "states",
+                 "jobName": super::v1::rm_job_id(job), "name": r.rm_name }])
+    });
+    put("schedName", &|| json!(r.sched_name));
+    put("rmStandardErrorFilePath", &|| {
+        json!(r.output_path(job, Output::Stderr))
+    });
+    put("rmStandardOutputFilePath", &|| {
+        json!(r.output_path(job, Output::Stdout))
+    });
+    put("standardErrorFilePath", &|| json!(spec.stderr_path));
+    put("standardOutputFilePath", &|| json!(spec.stdout_path));
+    put("states", &|| {
         json!({
             "state": status.state.as_str(),
             "stateExpected": expected_state(job).as_str(),
             "stateLastUpdatedDate": date(Some(status.dates.state_updated)),
             "subState": null,
-        }),
-    );
-    put("systemJobAction", Value::Null);
-    put("systemJobType", Value::Null);
-    put("targetedJobAction", Value::Null);
-    put("targetedJobName", Value::Null);
-    put("templates", refs(&spec.extra.templates, "name"));
-    put("variables", json!(spec.variables));
-    put(
-        "virtualContainers",
-        refs(&spec.extra.virtual_containers, "name"),
-    );
-    put("vmUsagePolicy", json!(spec.extra.vm_usage_policy));
+        })
+    });
+    put("systemJobAction", &|| Value::Null);
+    put("systemJobType", &|| Value::Null);
+    put("targetedJobAction", &|| Value::Null);
+    put("targetedJobName", &|| Value::Null);
+    put("templates", &|| refs(&spec.extra.templates, "name"));
+    put("variables", &|| json!(spec.variables));
+    put("virtualContainers", &|| {
+        refs(&spec.extra.virtual_containers, "name")
+    });
+    put("vmUsagePolicy", &|| json!(spec.extra.vm_usage_policy));
 }
 
 /// The one requirement a job has.

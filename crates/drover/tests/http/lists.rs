@@ -325,6 +325,12 @@ fn scans_over_several_chunks_agree_with_the_reference() {
             r#"{"dates.submitDate":-1}"#,
             page(0, None),
         ),
+        // A member the narrow fields do not know: jobs rendered with the members named.
+        (
+            r#"{"flags":{"$exists":true},"customName":{"$ne":"n4"}}"#,
+            r#"{"flags":-1,"dates":1,"name":-1}"#,
+            page(30, Some(25)),
+        ),
     ] {
         check(&server, 2, "", query, sort, paging);
     }
