@@ -321,9 +321,10 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
     .retry_after(budget.as_secs().max(1))
 }
 
-/// A scan's niceness. A long scan takes a thread per core, so at nice 10 (a tenth of a
-/// request handler's weight) 4 clients looping on a one-second list held submissions'
-/// p99 at 20 ms; at 19 (a seventieth) the handlers take a core whenever they need one.
+/// A scan's niceness. A long scan takes a thread per core: at nice 10 (a tenth of a
+/// request handler's weight), 4 clients looping on a one-second list at a million jobs
+/// held submissions' p99 at 20.1 ms; at 19 (about a seventieth), 17.2 ms
+/// (`scripts/bench-slow-lists`).
 const SCAN_NICENESS: libc::c_int = 19;
 
 /// Runs a scan on a thread of its own at the lowest CPU priority (nice 19), so that on a
