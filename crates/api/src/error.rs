@@ -252,6 +252,11 @@ impl From<StoreError> for ApiError {
             StoreError::Backend(reason) => {
                 Self::unavailable("The datastore is unavailable", reason)
             }
+            StoreError::InDoubt(reason) => Self::unavailable(
+                "The datastore failed while recording the change, which may have been \
+                 made: look for it before trying again",
+                reason,
+            ),
             StoreError::UnknownCollection(_) => Self::internal(e),
         }
     }
@@ -296,6 +301,10 @@ impl From<SchedError> for ApiError {
             SchedError::Forbidden(why) => ApiError::new(Kind::Forbidden, [why]),
             SchedError::Unavailable(why) => ApiError::unavailable("The change was not made", why),
             SchedError::Conflict(messages) => ApiError::new(Kind::Conflict, messages),
+            SchedError::OutcomeUnknown(why) => ApiError::unavailable(
+                "The outcome of the change is unknown: look for it before trying again",
+                why,
+            ),
         }
     }
 }
@@ -372,6 +381,7 @@ mod tests {
             (StoreError::Conflict("stale version".into()), 409),
             (StoreError::Invalid("NUL in a string".into()), 400),
             (StoreError::Backend("connection refused".into()), 503),
+            (StoreError::InDoubt("disk I/O error".into()), 503),
             (StoreError::UnknownCollection("x".into()), 500),
         ];
         for (error, status) in cases {

@@ -173,6 +173,11 @@ pub enum SchedError {
     /// The request conflicts with what exists (409), e.g. a dedicated reservation.
     #[error("{}", .0.join("; "))]
     Conflict(Vec<String>),
+    /// The journal failed while committing the change in a way that may have left it
+    /// stored, and could not settle which in time (503): the client must look before
+    /// trying again.
+    #[error("{0}")]
+    OutcomeUnknown(String),
 }
 
 impl SchedError {

@@ -177,6 +177,11 @@ pub enum StoreError {
     /// The database failed (I/O, connection, SQL); never caused by a client's input.
     #[error("store failure: {0}")]
     Backend(String),
+    /// A write failed while committing in a way that may have left it on disk (its
+    /// sync failed): whether it was made is unknown until [`DocumentStore::settle`]
+    /// succeeds, after which it certainly was not.
+    #[error("store failure while committing, outcome unknown: {0}")]
+    InDoubt(String),
 }
 
 /// Which one document a lookup wants.
@@ -284,6 +289,13 @@ pub trait DocumentStore: Send + Sync {
     /// where the store can be shared (PostgreSQL).
     fn lease(&self) -> Option<&dyn ActiveLease> {
         None
+    }
+
+    /// Settles a write that failed [`StoreError::InDoubt`]: once this answers `Ok`, that
+    /// write certainly was not made (and never will be, after a restart either). A store
+    /// whose failed writes always leave nothing behind answers `Ok` at once.
+    fn settle(&self) -> Result<()> {
+        Ok(())
     }
 
     /// Makes the on-disk state self-contained before the process exits (SQLite folds its

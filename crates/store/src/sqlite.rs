@@ -22,8 +22,10 @@
 //! writer checkpoints everything itself at `restart_frames`, which bounds the WAL.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use drover_query::{ListQuery, Page};
 use rusqlite::ffi;
@@ -47,6 +49,9 @@ pub struct SqliteStore {
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     collections: Catalog,
+    /// A commit failed after its frames may have reached the WAL file, and no commit has
+    /// succeeded since (see [`DocumentStore::settle`]).
+    in_doubt: AtomicBool,
     /// Held for its `Drop`, which stops the thread (after the writer has closed).
     _checkpointer: Checkpointer,
 }
@@ -322,6 +327,7 @@ impl SqliteStore {
             writer: Mutex::new(writer),
             readers: Mutex::new(Vec::new()),
             collections: Catalog::default(),
+            in_doubt: AtomicBool::new(false),
             _checkpointer: checkpointer,
         })
     }
@@ -364,16 +370,48 @@ fn connect(path: &Path, cache_kib: u32) -> Result<Connection> {
     conn.execute_batch(
         "PRAGMA journal_mode = WAL;
          PRAGMA synchronous = FULL;
-         PRAGMA busy_timeout = 10000;
          PRAGMA temp_store = MEMORY;",
     )
     .map_err(backend)?;
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
     conn.execute_batch(&format!(
         "PRAGMA cache_size = -{cache_kib}; PRAGMA journal_size_limit = {WAL_SIZE_LIMIT}"
     ))
     .map_err(backend)?;
     Ok(conn)
 }
+
+/// Commits a transaction that changes nothing but still writes a WAL frame (page 1,
+/// through the schema cookie's neighbour `user_version`, set to what it is). SQLite
+/// writes each commit's frames from the end of the last good commit, so this overwrites
+/// the frames of a commit that failed after reaching the file; once its sync succeeds,
+/// WAL recovery can never take that commit.
+///
+/// It waits for locks briefly: the journal tries it again and again while the file
+/// system refuses writes, and each try holds the writer.
+fn settle_wal(conn: &Connection) -> Result<()> {
+    conn.busy_timeout(SETTLE_BUSY_TIMEOUT).map_err(backend)?;
+    let settled = conn
+        .query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0))
+        .and_then(|version| {
+            conn.execute_batch(&format!(
+                "BEGIN IMMEDIATE; PRAGMA user_version = {version}; COMMIT;"
+            ))
+        })
+        .map_err(|e| {
+            // A failed COMMIT leaves the transaction open.
+            let _ = conn.execute_batch("ROLLBACK");
+            backend(e)
+        });
+    wal_buffer::take_sync_failure();
+    conn.busy_timeout(BUSY_TIMEOUT).map_err(backend)?;
+    settled
+}
+
+/// How long a connection waits for another's lock (the `busy_timeout`).
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`settle_wal`] waits for one.
+const SETTLE_BUSY_TIMEOUT: Duration = Duration::from_millis(100);
 
 fn migrate(conn: &Connection) -> Result<()> {
     let done = conn
@@ -605,17 +643,48 @@ impl DocumentStore for SqliteStore {
     fn write(&self, batch: &[Write]) -> Result<Vec<i64>> {
         let collections = self.collections.for_batch(batch)?;
         let mut conn = self.writer.lock().unwrap();
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(backend)?;
-        let versions = batch
-            .iter()
-            .zip(&collections)
-            .map(|(w, collection)| layout::apply(&mut SqliteRows(&tx), collection, w))
-            .collect::<Result<Vec<_>>>()?;
-        layout::count_batch(&mut SqliteRows(&tx), batch, &versions, &collections)?;
-        tx.commit().map_err(backend)?;
-        Ok(versions)
+        wal_buffer::take_sync_failure();
+        let written = (|| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(backend)?;
+            let versions = batch
+                .iter()
+                .zip(&collections)
+                .map(|(w, collection)| layout::apply(&mut SqliteRows(&tx), collection, w))
+                .collect::<Result<Vec<_>>>()?;
+            layout::count_batch(&mut SqliteRows(&tx), batch, &versions, &collections)?;
+            tx.commit().map_err(backend)?;
+            Ok(versions)
+        })();
+        match written {
+            // A commit overwrites the frames of any failed one before it: settled.
+            Ok(versions) => {
+                self.in_doubt.store(false, Ordering::Release);
+                Ok(versions)
+            }
+            // The frames of a commit whose sync failed may be on disk, and WAL recovery
+            // would take them after a restart: settled at once if another commit can be
+            // made now, else in doubt until one can.
+            Err(e) if wal_buffer::take_sync_failure() => match settle_wal(&conn) {
+                Ok(()) => Err(e),
+                Err(_) => {
+                    self.in_doubt.store(true, Ordering::Release);
+                    Err(StoreError::InDoubt(e.to_string()))
+                }
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    fn settle(&self) -> Result<()> {
+        if !self.in_doubt.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let conn = self.writer.lock().unwrap();
+        settle_wal(&conn)?;
+        self.in_doubt.store(false, Ordering::Release);
+        Ok(())
     }
 
     fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {
@@ -806,6 +875,38 @@ mod tests {
 #[cfg(test)]
 mod wal_policy_tests {
     use super::*;
+
+    /// Frames in the WAL of the database `conn` has open (a PASSIVE checkpoint reports them).
+    fn wal_frames(conn: &Connection) -> i64 {
+        conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get(1))
+            .unwrap()
+    }
+
+    #[test]
+    fn settling_commits_a_frame_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.db");
+        let conn = connect(&path, CHECKPOINTER_CACHE_KIB).unwrap();
+        migrate(&conn).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        // A reader holds a snapshot, so that the checkpoint cannot start the WAL over.
+        let reader = connect(&path, CHECKPOINTER_CACHE_KIB).unwrap();
+        reader
+            .execute_batch("BEGIN; SELECT count(*) FROM drover_collections;")
+            .unwrap();
+        let before = wal_frames(&conn);
+        settle_wal(&conn).unwrap();
+        assert!(
+            wal_frames(&conn) > before,
+            "the settling commit wrote a frame"
+        );
+        let after: i64 = conn
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(after, version);
+    }
 
     #[test]
     fn the_checkpointer_syncs_the_database_file_through_its_own_handle() {

@@ -22,6 +22,7 @@
 //! Database, journal and temporary files are the default VFS's own files, untouched.
 //! Only files SQLite opens with `SQLITE_OPEN_WAL` get the buffer.
 
+use std::cell::Cell;
 use std::ffi::{CStr, c_int, c_void};
 use std::mem::offset_of;
 use std::ptr;
@@ -344,7 +345,33 @@ unsafe extern "C" fn truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int 
     }
 }
 
-flushing!(sync, xSync(flags: c_int));
+/// Writes the buffer and syncs the file, remembering (for this thread) when that failed.
+/// The transaction SQLite was committing then fails, but its frames may already be in
+/// the file with a valid commit frame, and WAL recovery after a restart would take them:
+/// its outcome is unknown until a later commit overwrites them (see
+/// `SqliteStore::write`).
+unsafe extern "C" fn sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
+    unsafe {
+        let mut rc = flush(file);
+        if rc == ffi::SQLITE_OK {
+            rc = (base_methods(file).xSync.expect("files can be synced"))(base_file(file), flags);
+        }
+        if rc != ffi::SQLITE_OK {
+            SYNC_FAILED.set(true);
+        }
+        rc
+    }
+}
+
+thread_local! {
+    static SYNC_FAILED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether a WAL file's sync failed on this thread since the last call (which clears it).
+pub(crate) fn take_sync_failure() -> bool {
+    SYNC_FAILED.replace(false)
+}
+
 flushing!(file_size, xFileSize(size: *mut i64));
 flushing!(file_control, xFileControl(op: c_int, arg: *mut c_void));
 flushing!(fetch, xFetch(offset: i64, amount: c_int, out: *mut *mut c_void));

@@ -1,7 +1,9 @@
 //! Issue #32 item 2: nothing half-made. While the data directory's file system fills up
 //! or turns read-only under concurrent submitters, every answer agrees with what is
 //! stored: each 201's job exists once, under the id answered; a submission answered 503
-//! is never seen (in a list, by id, after recovery, after a restart); no id is reused.
+//! "not made" is never seen (in a list, by id, after recovery, after a restart); no id is
+//! reused. A 503 that says the outcome is unknown (a commit whose sync failed, which the
+//! store could not settle in time) promises neither.
 //!
 //! Both tests mount a file system, so they need root (or CAP_SYS_ADMIN); without it they
 //! say so and pass, unless `DROVER_REQUIRE_MOUNTS` is set (scripts/test sets it as root).
@@ -150,18 +152,30 @@ fn agent(timeout: Option<Duration>) -> ureq::Agent {
 /// `(customName, id)` any read showed.
 struct SubmissionWatch {
     stop: Arc<AtomicBool>,
-    /// customName -> the id answered with 201, or None for a 503.
-    answers: Arc<Mutex<HashMap<String, Option<String>>>>,
+    answers: Arc<Mutex<HashMap<String, Answer>>>,
     seen: Arc<Mutex<HashSet<(String, String)>>>,
     threads: Vec<JoinHandle<()>>,
+}
+
+/// What a submission was answered.
+#[derive(Clone, PartialEq)]
+enum Answer {
+    /// 201, with the id.
+    Made(String),
+    /// 503: the change was not made.
+    Refused,
+    /// 503: whether the change was made is unknown.
+    Unknown,
 }
 
 /// What a watch recorded, once stopped.
 struct Outcome {
     /// customName -> id, for every 201.
     made: HashMap<String, String>,
-    /// The customNames answered 503.
+    /// The customNames answered 503 "not made".
     refused: HashSet<String>,
+    /// The customNames answered 503 "outcome unknown": may be stored, or not.
+    unknown: HashSet<String>,
     seen: Vec<(String, String)>,
 }
 
@@ -254,11 +268,14 @@ impl SubmissionWatch {
                             let (name, number) = id.rsplit_once('.').unwrap();
                             *prefix.lock().unwrap() = format!("{name}.");
                             highest.fetch_max(number.parse().unwrap(), SeqCst);
-                            Some(id)
+                            Answer::Made(id)
+                        }
+                        503 if text.contains("outcome of the change is unknown") => {
+                            Answer::Unknown
                         }
                         503 => {
                             assert!(text.contains("\"messages\""), "{text}");
-                            None
+                            Answer::Refused
                         }
                         other => panic!("a submission answered {other}: {text}"),
                     };
@@ -279,7 +296,7 @@ impl SubmissionWatch {
 
     fn refused(&self) -> usize {
         let answers = self.answers.lock().unwrap();
-        answers.values().filter(|a| a.is_none()).count()
+        answers.values().filter(|a| **a == Answer::Refused).count()
     }
 
     /// Waits (10 s at most) for 20 more refusals, and fails unless there was at least one.
@@ -303,17 +320,24 @@ impl SubmissionWatch {
         let answers = self.answers.lock().unwrap();
         let made: HashMap<String, String> = answers
             .iter()
-            .filter_map(|(name, id)| id.clone().map(|id| (name.clone(), id)))
+            .filter_map(|(name, answer)| match answer {
+                Answer::Made(id) => Some((name.clone(), id.clone())),
+                _ => None,
+            })
             .collect();
-        let refused: HashSet<String> = answers
-            .iter()
-            .filter(|(_, id)| id.is_none())
-            .map(|(name, _)| name.clone())
-            .collect();
+        let named = |which: Answer| -> HashSet<String> {
+            answers
+                .iter()
+                .filter(|(_, answer)| **answer == which)
+                .map(|(name, _)| name.clone())
+                .collect()
+        };
+        let (refused, unknown) = (named(Answer::Refused), named(Answer::Unknown));
         eprintln!(
-            "{} submissions answered 201, {} answered 503",
+            "{} submissions answered 201, {} answered 503 not made, {} 503 outcome unknown",
             made.len(),
-            refused.len()
+            refused.len(),
+            unknown.len()
         );
         let ids: HashSet<&String> = made.values().collect();
         assert_eq!(
@@ -324,6 +348,7 @@ impl SubmissionWatch {
         let outcome = Outcome {
             made,
             refused,
+            unknown,
             seen: self.seen.lock().unwrap().iter().cloned().collect(),
         };
         outcome.check(&outcome.seen, "while submitting");
@@ -346,10 +371,15 @@ impl Outcome {
         }
     }
 
-    /// `listed` is exactly the jobs answered 201, under their ids.
+    /// `listed` is exactly the jobs answered 201, under their ids (and any of those whose
+    /// outcome was unknown).
     fn expect_exactly_made(&self, listed: &[(String, String)], when: &str) {
         self.check(listed, when);
-        let listed: HashMap<String, String> = listed.iter().cloned().collect();
+        let listed: HashMap<String, String> = listed
+            .iter()
+            .filter(|(name, _)| !self.unknown.contains(name))
+            .cloned()
+            .collect();
         assert_eq!(
             listed, self.made,
             "{when}: the list is not what was answered 201"
@@ -370,8 +400,10 @@ impl Outcome {
         }
     }
 
-    /// A new submission to `server` gets a number above every number answered before.
+    /// A new submission to `server` gets a number above every number answered or listed
+    /// before.
     fn expect_new_number_above_all(&self, server: &Server, password: &str) {
+        let listed = names_and_ids(&server.url, password).unwrap();
         let (status, body) = post(
             &format!("{}/rest/jobs?api-version=2", server.url),
             &[("Authorization", &basic("admin", password))],
@@ -382,7 +414,10 @@ impl Outcome {
         let number = |id: &str| id.rsplit_once('.').unwrap().1.parse::<u64>().unwrap();
         let new: serde_json::Value = serde_json::from_str(&body).unwrap();
         let new = number(new["name"].as_str().unwrap());
-        let highest = self.made.values().map(|id| number(id)).max().unwrap();
+        let highest = (self.made.values().chain(listed.iter().map(|(_, id)| id)))
+            .map(|id| number(id))
+            .max()
+            .unwrap();
         assert!(new > highest, "number {new}, {highest} answered before");
     }
 }
@@ -443,15 +478,21 @@ fn a_full_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
 /// and once the disk is repaired and the service restarted it lists exactly what it
 /// answered 201 and reuses no number.
 ///
-/// Ignored: it found a real fault, not yet fixed. When the file system turns read-only
-/// during a commit, SQLite's fsync fails and the submission is answered 503, but the
-/// commit's frames may already be on disk: after the repair and a restart the job is
-/// listed (CI, 2026-11-27: "t1-40 was answered 503 but is listed as Drover.154"; it
-/// passed on the first local run). An I/O error at commit leaves the outcome unknown, so
-/// "not made" must wait for a durable undo (or the answer must say the outcome is
-/// unknown). Run it with `cargo test -p drover --test binary -- --ignored read_only`.
+/// It found a real fault (CI, 2026-11-27: "t1-40 was answered 503 but is listed as
+/// Drover.154"): when the file system turns read-only during a commit, SQLite's fsync
+/// fails, but the commit's frames may already be on disk, and WAL recovery took them
+/// after the repair. Such a commit is now in doubt: its answers wait until a later
+/// commit overwrites the frames ("not made"), or say after 10 s that the outcome is
+/// unknown. That part passes (in 10 of 10 runs no 503 "not made" was listed).
+///
+/// Ignored for a second fault it finds, not understood yet: in about 1 run in 5, the
+/// last 2 or 3 jobs answered 201 before the abort are missing after e2fsck and a
+/// restart, although their commits' fsyncs succeeded. Whether ext4's abort drops
+/// journal transactions that had committed (e2fsck then not replaying them) or the WAL
+/// loses them is to be found out. Run it with
+/// `cargo test -p drover --test binary -- --ignored read_only` (as root).
 #[test]
-#[ignore = "finds a known fault: a commit whose fsync fails may still be on disk (see above)"]
+#[ignore = "in 1 run of 5 the last jobs answered 201 before the abort are missing after e2fsck (see above)"]
 fn a_read_only_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     let dir = tempfile::tempdir().unwrap();
     let mount_point = dir.path().join("disk");

@@ -89,9 +89,14 @@ impl JournalHandoff {
     ) {
         match result {
             Err(refusal) => drop(reply.send(Err(refusal))),
-            Ok(value) => self.batch.completions.push(Box::new(move |committed| {
+            Ok(value) => self.batch.answers.push(Box::new(move |committed| {
                 let _ = reply.send(match committed {
                     Ok(()) => Ok(value),
+                    Err(e) if e.outcome_unknown => Err(SchedError::OutcomeUnknown(format!(
+                        "the store failed while recording the change and could not tell \
+                         within {} s whether it was made: {e}",
+                        journal::HOLD_IN_DOUBT.as_secs()
+                    ))),
                     Err(e) => Err(SchedError::Unavailable(format!(
                         "the change could not be recorded: {e}"
                     ))),
@@ -140,7 +145,11 @@ impl JournalHandoff {
         }
         if !self.journaled {
             published.committed(book_len);
-            for completion in std::mem::take(&mut self.batch.completions) {
+            let completions = std::mem::take(&mut self.batch.completions);
+            for completion in completions
+                .into_iter()
+                .chain(std::mem::take(&mut self.batch.answers))
+            {
                 completion(&Ok(()));
             }
             self.batch.writes.clear();
@@ -167,14 +176,15 @@ impl JournalHandoff {
         let inbox = self.inbox.clone();
         batch.completions.push(Box::new(move |committed| {
             if let Err(e) = committed {
-                let _ = inbox.send(Inbox::JournalFailed(e.clone()));
+                let _ = inbox.send(Inbox::JournalFailed(e.to_string()));
             }
         }));
         if let Some(journal) = &self.journal
             && let Err(lost) = journal.send(batch)
         {
-            for completion in lost.0.completions {
-                completion(&Err("the journal has stopped".into()));
+            let failed = Err(journal::Failure::not_made("the journal has stopped"));
+            for completion in lost.0.completions.into_iter().chain(lost.0.answers) {
+                completion(&failed);
             }
         }
     }
@@ -192,6 +202,7 @@ impl JournalHandoff {
             completions: vec![Box::new(move |_| {
                 let _ = done.send(());
             })],
+            answers: Vec::new(),
         };
         journal
             .send(barrier)
