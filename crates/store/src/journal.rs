@@ -140,10 +140,8 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>, hold: Duration) 
                     held.release(false);
                     (Ok(()), false)
                 }
-                Err(StoreError::InDoubt(reason)) => (
-                    Err(Failure::not_made(format!("store failure: {reason}"))),
-                    true,
-                ),
+                // The reason names the store's failure already.
+                Err(StoreError::InDoubt(reason)) => (Err(Failure::not_made(reason)), true),
                 Err(e) => (Err(Failure::not_made(e.to_string())), false),
             }
         };
