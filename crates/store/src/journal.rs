@@ -28,8 +28,8 @@ pub type Completion = Box<dyn FnOnce(&Result<(), Failure>) + Send>;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     pub reason: String,
-    /// The store could not tell whether they were made ([`StoreError::InDoubt`]) and
-    /// could not settle it in time: never tell anyone "not made" then.
+    /// They may have been made after all ([`StoreError::InDoubt`], not settled): never
+    /// tell anyone "not made" then.
     pub outcome_unknown: bool,
 }
 
@@ -127,8 +127,8 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>, hold: Duration) 
             }
         }
         let merged = merge(&mut group);
-        let (result, in_doubt) = if merged.is_empty() {
-            (Ok(()), false)
+        let result = if merged.is_empty() {
+            Ok(())
         } else {
             let began = std::time::Instant::now();
             let written = store.write(&merged);
@@ -138,11 +138,14 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>, hold: Duration) 
                 Ok(_) => {
                     // This commit overwrote whatever a failed one left behind.
                     held.release(false);
-                    (Ok(()), false)
+                    Ok(())
                 }
                 // The reason names the store's failure already.
-                Err(StoreError::InDoubt(reason)) => (Err(Failure::not_made(reason)), true),
-                Err(e) => (Err(Failure::not_made(e.to_string())), false),
+                Err(StoreError::InDoubt(reason)) => Err(Failure {
+                    reason,
+                    outcome_unknown: true,
+                }),
+                Err(e) => Err(Failure::not_made(e.to_string())),
             }
         };
         let mut answers = Vec::new();
@@ -153,12 +156,16 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>, hold: Duration) 
             answers.extend(batch.answers);
         }
         match result {
-            Err(failure) if in_doubt => held.hold(answers, failure, hold),
+            Err(failure) if failure.outcome_unknown => held.hold(answers, failure, hold),
             result => {
                 for answer in answers {
                     answer(&result);
                 }
             }
+        }
+        // Batches that keep coming must not keep what waits from its deadline.
+        if held.overdue() {
+            held.try_settle(&*store);
         }
     }
     held.try_settle(&*store);
@@ -180,6 +187,10 @@ impl Held {
         self.until.get_or_insert_with(|| Instant::now() + hold);
     }
 
+    fn overdue(&self) -> bool {
+        self.until.is_some_and(|until| Instant::now() >= until)
+    }
+
     /// Answers what waits "not made" once the store has settled it, or "unknown" once
     /// it has waited long enough.
     fn try_settle(&mut self, store: &dyn DocumentStore) {
@@ -188,7 +199,7 @@ impl Held {
         }
         if store.settle().is_ok() {
             self.release(false);
-        } else if self.until.is_some_and(|until| Instant::now() >= until) {
+        } else if self.overdue() {
             self.release(true);
         }
     }
@@ -394,6 +405,35 @@ mod tests {
             result.unwrap_err().outcome_unknown,
             "never 'not made' unless settled"
         );
+        drop(journal);
+        thread.join().unwrap();
+    }
+
+    #[test]
+    fn batches_that_keep_coming_do_not_keep_the_held_answers_past_the_hold() {
+        let store = Scripted::new(vec![in_doubt()]);
+        let hold = Duration::from_millis(300);
+        let (journal, thread) = start_holding(store, "test", hold);
+        let (b, heard) = batch("a");
+        journal.send(b).unwrap();
+        assert_eq!(
+            heard.recv_timeout(Duration::from_secs(5)).unwrap().0,
+            "completion"
+        );
+        // Empty batches (the engine's drain barriers) faster than the settling period.
+        let until = Instant::now() + Duration::from_secs(3);
+        let answer = loop {
+            journal.send(Batch::default()).unwrap();
+            if let Ok(answer) = heard.recv_timeout(Duration::from_millis(50)) {
+                break Some(answer);
+            }
+            if Instant::now() > until {
+                break None;
+            }
+        };
+        let (what, result) = answer.expect("the held answer within 3 s");
+        assert_eq!(what, "a");
+        assert!(result.unwrap_err().outcome_unknown);
         drop(journal);
         thread.join().unwrap();
     }

@@ -408,6 +408,25 @@ fn settle_wal(conn: &Connection) -> Result<()> {
     settled
 }
 
+/// Applies `batch` in one transaction of `conn`; answers each write's version.
+fn write_batch(
+    conn: &mut Connection,
+    batch: &[Write],
+    collections: &[Arc<Collection>],
+) -> Result<Vec<i64>> {
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(backend)?;
+    let versions = batch
+        .iter()
+        .zip(collections)
+        .map(|(w, collection)| layout::apply(&mut SqliteRows(&tx), collection, w))
+        .collect::<Result<Vec<_>>>()?;
+    layout::count_batch(&mut SqliteRows(&tx), batch, &versions, collections)?;
+    tx.commit().map_err(backend)?;
+    Ok(versions)
+}
+
 /// How long a connection waits for another's lock (the `busy_timeout`).
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long [`settle_wal`] waits for one.
@@ -644,20 +663,7 @@ impl DocumentStore for SqliteStore {
         let collections = self.collections.for_batch(batch)?;
         let mut conn = self.writer.lock().unwrap();
         wal_buffer::take_sync_failure();
-        let written = (|| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(backend)?;
-            let versions = batch
-                .iter()
-                .zip(&collections)
-                .map(|(w, collection)| layout::apply(&mut SqliteRows(&tx), collection, w))
-                .collect::<Result<Vec<_>>>()?;
-            layout::count_batch(&mut SqliteRows(&tx), batch, &versions, &collections)?;
-            tx.commit().map_err(backend)?;
-            Ok(versions)
-        })();
-        match written {
+        match write_batch(&mut conn, batch, &collections) {
             // A commit overwrites the frames of any failed one before it: settled.
             Ok(versions) => {
                 self.in_doubt.store(false, Ordering::Release);
@@ -667,7 +673,10 @@ impl DocumentStore for SqliteStore {
             // would take them after a restart: settled at once if another commit can be
             // made now, else in doubt until one can.
             Err(e) if wal_buffer::take_sync_failure() => match settle_wal(&conn) {
-                Ok(()) => Err(e),
+                Ok(()) => {
+                    self.in_doubt.store(false, Ordering::Release);
+                    Err(e)
+                }
                 Err(_) => {
                     self.in_doubt.store(true, Ordering::Release);
                     Err(StoreError::InDoubt(e.to_string()))
