@@ -100,6 +100,12 @@ impl WireDates {
         &self.zone_name
     }
 
+    /// Whether representation `api_version` writes dates in UTC (`yyyy-MM-dd HH:mm:ss
+    /// UTC`): always from 2 on, and in version 1 when the local zone is UTC.
+    pub fn writes_utc(&self, api_version: u32) -> bool {
+        api_version >= 2 || self.zone == TimeZone::UTC
+    }
+
     /// Formats `ts` for representation `api_version`: local zone for 1, UTC from 2 on.
     pub fn format(&self, ts: Timestamp, api_version: u32) -> String {
         if api_version >= 2 {

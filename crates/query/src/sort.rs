@@ -10,6 +10,7 @@ use std::cmp::Ordering;
 use serde_json::Value;
 
 use crate::order::compare;
+use crate::view::{DocView, to_value};
 use crate::{Path, QueryError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,10 +91,10 @@ impl Sort {
     }
 
     /// The values `doc` sorts by, owned (so that the document itself can go).
-    pub fn keys_of(&self, doc: &Value) -> Vec<Option<Value>> {
+    pub fn keys_of<'a, V: DocView<'a>>(&self, doc: V) -> Vec<Option<Value>> {
         self.keys
             .iter()
-            .map(|(path, _)| path.first_value(doc).value.cloned())
+            .map(|(path, _)| path.first_value(doc).value.map(to_value))
             .collect()
     }
 

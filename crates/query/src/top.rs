@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::order::compare;
 use crate::sort::Direction;
+use crate::view::DocView;
 use crate::{ListQuery, Page};
 
 /// Candidates kept before the first selection, whatever the page (a small page then
@@ -74,12 +75,12 @@ impl<'q, T> Top<'q, T> {
     /// few matches beat the page's worst and need keeping. An unsorted list keeps the
     /// first matches offered, so it is offered in order. Parts of one list judged side
     /// by side are joined by [`Top::merge`].
-    pub fn offer_at(&mut self, seq: usize, doc: &Value, item: impl FnOnce() -> T) {
+    pub fn offer_at<'a, V: DocView<'a>>(&mut self, seq: usize, doc: V, item: impl FnOnce() -> T) {
         self.offered = self.offered.max(seq + 1);
         self.judge(seq, doc, item);
     }
 
-    fn judge(&mut self, seq: usize, doc: &Value, item: impl FnOnce() -> T) {
+    fn judge<'a, V: DocView<'a>>(&mut self, seq: usize, doc: V, item: impl FnOnce() -> T) {
         if !self.query.filter.matches(doc) {
             return;
         }
@@ -119,7 +120,7 @@ impl<'q, T> Top<'q, T> {
     }
 
     /// How `doc` sorts against the sort values `bar`.
-    fn against(&self, doc: &Value, bar: &[Option<Value>]) -> Ordering {
+    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<Value>]) -> Ordering {
         for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
             let o = compare(path.first_value(doc).value, y.as_ref());
             let o = match direction {

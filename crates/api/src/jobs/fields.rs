@@ -1,67 +1,116 @@
-//! The few fields lists filter and sort by most, rendered alone.
+//! The fields lists filter and sort by most, read without rendering the job.
 //!
 //! Judging a list over a deep queue by rendering every job whole costs tens of
-//! microseconds a job. When every path a query names is one of these, the job is
-//! rendered as a small document holding only those paths, with the very value the whole
-//! rendering has there (each entry repeats its expression in `v1`/`v2`; the HTTP tests
-//! compare lists judged both ways). Any other path, an object such as `dates`, or an
-//! element such as `partitionAccessList.0`, takes the whole rendering. Most entries read
-//! the job book's scan row of the job rather than the job (see `drover_sched::ScanRow`).
+//! microseconds a job. When every path a query names is one of these, the job is read
+//! as a small tree holding only those paths, each leaf a typed [`Cell`] borrowed from
+//! the book (no JSON value, map or string is made per job), which the evaluator reads
+//! through [`RowView`] exactly as it would read the whole rendering's value there (each
+//! entry repeats its expression in `v1`/`v2`; the HTTP tests compare lists judged both
+//! ways). Any other path, an object such as `dates`, or an element such as
+//! `partitionAccessList.0`, takes the rendering of the members it names. Most entries
+//! read the job book's scan row of the job rather than the job (see
+//! `drover_sched::ScanRow`).
 
-use drover_query::{Filter, Path, Sort};
-use drover_sched::job::Job;
+use std::cell::OnceCell;
+
+use drover_domain::dates::Timestamp;
+use drover_query::order::{Kind, date_seconds};
+use drover_query::{DocView, Filter, Path, Sort};
+use drover_sched::job::{Job, JobState};
 use drover_sched::{Interned, JobBook};
-use serde_json::{Map, Value};
 
 use super::v1::start_priority;
 use super::{Render, queue_status};
+
+/// One value of a narrow rendering: text is borrowed from the book or the job, and a
+/// date is its instant (its wire text is made only when a comparison needs it).
+#[derive(Clone, Copy)]
+enum Cell<'b> {
+    Null,
+    Text(&'b str),
+    Number(f64),
+    Bool(bool),
+    Date(i64),
+}
 
 /// Where the value at one path of a job's wire shape comes from: the book's scan row of
 /// the job (contiguous, so a scan reading only rows never follows a pointer to the job),
 /// or the job itself.
 #[derive(Clone, Copy)]
 enum Field {
-    Row(fn(&JobBook, usize, &Render) -> Value),
-    Job(fn(&Job, &Render) -> Value),
+    Row(for<'b> fn(&'b JobBook, usize) -> Cell<'b>),
+    Job(for<'b> fn(&'b Job) -> Cell<'b>),
 }
 
 /// A string of the row's.
-fn text(book: &JobBook, interned: Interned) -> Value {
-    book.strings()
-        .get(interned)
-        .map_or(Value::Null, Value::from)
+fn text(book: &JobBook, interned: Interned) -> Cell<'_> {
+    book.strings().get(interned).map_or(Cell::Null, Cell::Text)
 }
 
 /// The job's id, from its row when it fits there.
-fn id(book: &JobBook, position: usize) -> Value {
-    match &book.row(position).id {
-        Some(id) => Value::from(id.as_str()),
-        None => Value::from(book.at(position).id.clone()),
+fn id(book: &JobBook, position: usize) -> Cell<'_> {
+    Cell::Text(match &book.row(position).id {
+        Some(id) => id.as_str(),
+        None => &book.at(position).id,
+    })
+}
+
+/// A date as `Render::date` renders it: null when absent or out of range.
+fn date(seconds: Option<i64>) -> Cell<'static> {
+    match seconds {
+        Some(s) if Timestamp::from_second(s).is_ok() => Cell::Date(s),
+        _ => Cell::Null,
+    }
+}
+
+fn optional(text: &Option<String>) -> Cell<'_> {
+    text.as_deref().map_or(Cell::Null, Cell::Text)
+}
+
+fn number(n: impl Into<f64>) -> Cell<'static> {
+    Cell::Number(n.into())
+}
+
+/// An integer as JSON compares it (a double).
+fn integer(n: i64) -> Cell<'static> {
+    Cell::Number(n as f64)
+}
+
+/// Version 1's queue status: version 2's in upper case.
+fn queue_status_upper(state: JobState) -> &'static str {
+    match queue_status(state) {
+        "eligible" => "ELIGIBLE",
+        "blocked" => "BLOCKED",
+        "active" => "ACTIVE",
+        _ => "COMPLETED",
     }
 }
 
 fn version_1(path: &str) -> Option<Field> {
     use Field::{Job, Row};
     Some(match path {
-        "id" => Row(|b, p, _| id(b, p)),
-        "name" => Row(|b, p, _| text(b, b.row(p).custom_name)),
-        "account" => Row(|b, p, _| text(b, b.row(p).account)),
-        "user" => Row(|b, p, _| text(b, b.row(p).user)),
-        "group" => Row(|b, p, _| text(b, b.row(p).group)),
-        "qos" | "qosRequested" => Row(|b, p, _| text(b, b.row(p).qos)),
-        "queue" => Row(|b, p, _| text(b, b.row(p).class)),
-        "queueStatus" => Row(|b, p, _| Value::from(queue_status(b.row(p).state).to_uppercase())),
-        "state" => Row(|b, p, _| Value::from(b.row(p).state.upper())),
-        "startPriority" | "runPriority" => Job(|job, _| Value::from(start_priority(job))),
-        "systemPriority" => Row(|b, p, _| Value::from(b.row(p).system_priority)),
-        "userPriority" => Row(|b, p, _| Value::from(b.row(p).user_priority)),
-        "startCount" => Job(|job, _| Value::from(job.status.counts.start)),
-        "completionCode" => Job(|job, _| Value::from(job.status.completion_code)),
-        "commandFile" => Row(|b, p, _| text(b, b.row(p).command_file)),
-        "durationRequested" => Job(|job, _| Value::from(job.spec.duration)),
-        "submitDate" => Row(|b, p, r| r.date(Some(b.row(p).submit))),
-        "startDate" => Job(|job, r| r.date(job.status.dates.start)),
-        "completionDate" => Job(|job, r| r.date(job.status.dates.completion)),
+        "id" => Row(id),
+        "name" => Row(|b, p| text(b, b.row(p).custom_name)),
+        "account" => Row(|b, p| text(b, b.row(p).account)),
+        "user" => Row(|b, p| text(b, b.row(p).user)),
+        "group" => Row(|b, p| text(b, b.row(p).group)),
+        "qos" | "qosRequested" => Row(|b, p| text(b, b.row(p).qos)),
+        "queue" => Row(|b, p| text(b, b.row(p).class)),
+        "queueStatus" => Row(|b, p| Cell::Text(queue_status_upper(b.row(p).state))),
+        "state" => Row(|b, p| Cell::Text(b.row(p).state.upper())),
+        "startPriority" | "runPriority" => Job(|job| integer(start_priority(job))),
+        "systemPriority" => Row(|b, p| integer(b.row(p).system_priority)),
+        "userPriority" => Row(|b, p| integer(b.row(p).user_priority)),
+        "startCount" => Job(|job| number(job.status.counts.start)),
+        "completionCode" => Job(|job| job.status.completion_code.map_or(Cell::Null, number)),
+        "commandFile" => Row(|b, p| text(b, b.row(p).command_file)),
+        "commandLineArguments" => Job(|job| Cell::Text(&job.spec.arguments)),
+        "initialWorkingDirectory" => Job(|job| optional(&job.spec.working_directory)),
+        "submitHost" => Job(|job| optional(&job.spec.extra.submit_host)),
+        "durationRequested" => Job(|job| job.spec.duration.map_or(Cell::Null, integer)),
+        "submitDate" => Row(|b, p| date(Some(b.row(p).submit))),
+        "startDate" => Job(|job| date(job.status.dates.start)),
+        "completionDate" => Job(|job| date(job.status.dates.completion)),
         _ => return None,
     })
 }
@@ -69,39 +118,58 @@ fn version_1(path: &str) -> Option<Field> {
 fn version_2(path: &str) -> Option<Field> {
     use Field::{Job, Row};
     Some(match path {
-        "name" => Row(|b, p, _| id(b, p)),
-        "customName" => Row(|b, p, _| text(b, b.row(p).custom_name)),
-        "credentials.account" => Row(|b, p, _| text(b, b.row(p).account)),
-        "credentials.user" => Row(|b, p, _| text(b, b.row(p).user)),
-        "credentials.group" => Row(|b, p, _| text(b, b.row(p).group)),
-        "credentials.jobClass" => Row(|b, p, _| text(b, b.row(p).class)),
-        "credentials.qos" | "credentials.qosRequested" => Row(|b, p, _| text(b, b.row(p).qos)),
-        "states.state" => Row(|b, p, _| Value::from(b.row(p).state.as_str())),
-        "queueStatus" => Row(|b, p, _| Value::from(queue_status(b.row(p).state))),
-        "isActive" => Row(|b, p, _| Value::from(!b.row(p).state.is_final())),
-        "priorities.run" | "priorities.start" => Job(|job, _| Value::from(start_priority(job))),
-        "priorities.system" => Row(|b, p, _| Value::from(b.row(p).system_priority)),
-        "priorities.user" => Row(|b, p, _| Value::from(b.row(p).user_priority)),
-        "startCount" => Job(|job, _| Value::from(job.status.counts.start)),
-        "completionCode" => Job(|job, _| Value::from(job.status.completion_code)),
-        "commandFile" => Row(|b, p, _| text(b, b.row(p).command_file)),
-        "duration" => Job(|job, _| Value::from(job.spec.duration)),
-        "dates.submitDate" | "dates.createdDate" => Row(|b, p, r| r.date(Some(b.row(p).submit))),
-        "dates.startDate" | "dates.dispatchedDate" => Job(|job, r| r.date(job.status.dates.start)),
+        "name" => Row(id),
+        "customName" => Row(|b, p| text(b, b.row(p).custom_name)),
+        "credentials.account" => Row(|b, p| text(b, b.row(p).account)),
+        "credentials.user" => Row(|b, p| text(b, b.row(p).user)),
+        "credentials.group" => Row(|b, p| text(b, b.row(p).group)),
+        "credentials.jobClass" => Row(|b, p| text(b, b.row(p).class)),
+        "credentials.qos" | "credentials.qosRequested" => Row(|b, p| text(b, b.row(p).qos)),
+        "states.state" => Row(|b, p| Cell::Text(b.row(p).state.as_str())),
+        "queueStatus" => Row(|b, p| Cell::Text(queue_status(b.row(p).state))),
+        "isActive" => Row(|b, p| Cell::Bool(!b.row(p).state.is_final())),
+        "priorities.run" | "priorities.start" => Job(|job| integer(start_priority(job))),
+        "priorities.system" => Row(|b, p| integer(b.row(p).system_priority)),
+        "priorities.user" => Row(|b, p| integer(b.row(p).user_priority)),
+        "startCount" => Job(|job| number(job.status.counts.start)),
+        "completionCode" => Job(|job| job.status.completion_code.map_or(Cell::Null, number)),
+        "commandFile" => Row(|b, p| text(b, b.row(p).command_file)),
+        "commandLineArgs" => Job(|job| Cell::Text(&job.spec.arguments)),
+        "initialWorkingDirectory" => Job(|job| optional(&job.spec.working_directory)),
+        "submitHost" => Job(|job| optional(&job.spec.extra.submit_host)),
+        "description" => Job(|job| optional(&job.spec.extra.description)),
+        "jobGroup" => Job(|job| optional(&job.spec.extra.job_group)),
+        "arrayIndex" => Job(|job| job.array_member().map_or(Cell::Null, |(_, i)| integer(i))),
+        "arrayMasterName" => Job(|job| {
+            job.array_member()
+                .map_or(Cell::Null, |(m, _)| Cell::Text(m))
+        }),
+        "cancelCount" => Job(|job| number(job.status.counts.cancel)),
+        "preemptCount" => Job(|job| number(job.status.counts.preempt)),
+        "duration" => Job(|job| job.spec.duration.map_or(Cell::Null, integer)),
+        "dates.submitDate" | "dates.createdDate" => Row(|b, p| date(Some(b.row(p).submit))),
+        "dates.startDate" | "dates.dispatchedDate" => Job(|job| date(job.status.dates.start)),
         "dates.completedDate" | "dates.terminationDate" => {
-            Job(|job, r| r.date(job.status.dates.completion))
+            Job(|job| date(job.status.dates.completion))
         }
-        "dates.lastUpdatedDate" => Job(|job, r| r.date(Some(job.status.dates.last_updated))),
+        "dates.lastUpdatedDate" => Job(|job| date(Some(job.status.dates.last_updated))),
         _ => return None,
     })
 }
 
-/// A rendering of only the paths a query names, when each has an entry here.
+/// A node of the narrow document: an object of named members, or the value of a field.
+enum Node {
+    Object(Vec<(Box<str>, usize)>),
+    Leaf(usize),
+}
+
+/// A rendering of only the paths a query names, when each has an entry here: a small
+/// tree of objects whose leaves are [`Cell`]s, read by the evaluator through
+/// [`RowView`] without making a JSON value, a map or a string per job.
 pub(super) struct Narrow {
-    fields: Vec<(Vec<String>, Field)>,
-    /// The field of each leaf of [`Narrow::document`], in the order a walk of the
-    /// document meets them: [`Narrow::fill`] walks, rather than looks each path up.
-    leaf_fields: Vec<usize>,
+    fields: Vec<Field>,
+    /// The document's nodes; the first is its root object.
+    nodes: Vec<Node>,
 }
 
 impl Narrow {
@@ -110,7 +178,10 @@ impl Narrow {
     pub(super) fn of(filter: &Filter, sort: &Sort, version: u32) -> Option<Narrow> {
         let mut paths: Vec<&Path> = sort.keys.iter().map(|(path, _)| path).collect();
         paths_of(filter, &mut paths);
-        let mut fields = Vec::new();
+        let mut narrow = Narrow {
+            fields: Vec::new(),
+            nodes: vec![Node::Object(Vec::new())],
+        };
         for path in paths {
             let text = path.as_str();
             let field = if version >= 2 {
@@ -118,86 +189,211 @@ impl Narrow {
             } else {
                 version_1(text)
             }?;
-            let segments: Vec<String> = text.split('.').map(str::to_string).collect();
-            if !fields.iter().any(|(s, _)| *s == segments) {
-                fields.push((segments, field));
-            }
+            narrow.add(text, field);
         }
-        let mut narrow = Narrow {
-            fields,
-            leaf_fields: Vec::new(),
-        };
-        let mut leaves = Vec::new();
-        leaf_paths(&narrow.document(), &mut Vec::new(), &mut leaves);
-        narrow.leaf_fields = leaves
-            .iter()
-            .map(|path| {
-                narrow
-                    .fields
-                    .iter()
-                    .position(|(segments, _)| segments == path)
-                    .expect("every leaf is a field's")
-            })
-            .collect();
         Some(narrow)
     }
 
-    /// An empty document with the shape of the named paths, for [`Narrow::fill`].
-    pub(super) fn document(&self) -> Value {
-        let mut out = Map::new();
-        for (segments, _) in &self.fields {
-            let (last, parents) = segments.split_last().expect("a path has a segment");
-            let mut at = &mut out;
-            for parent in parents {
-                at = match at
-                    .entry(parent.clone())
-                    .or_insert_with(|| Value::Object(Map::new()))
-                {
-                    Value::Object(map) => map,
-                    _ => unreachable!("entries never name a prefix of another"),
-                };
-            }
-            at.insert(last.clone(), Value::Null);
-        }
-        Value::Object(out)
-    }
-
-    /// Puts the job's values into `document` (made by [`Narrow::document`]): one
-    /// document serves a whole scan, so a job costs its values, not a tree of maps.
-    pub(super) fn fill(&self, document: &mut Value, book: &JobBook, position: usize, r: &Render) {
-        let mut leaf = 0;
-        for_each_leaf(document, &mut |slot| {
-            *slot = match self.fields[self.leaf_fields[leaf]].1 {
-                Field::Row(field) => field(book, position, r),
-                Field::Job(field) => field(book.at(position), r),
+    /// Adds the leaf at the dotted `path` (once; entries never name a prefix of another).
+    fn add(&mut self, path: &str, field: Field) {
+        let (last, parents) = path
+            .rsplit_once('.')
+            .map_or((path, None), |(parents, last)| (last, Some(parents)));
+        let mut at = 0;
+        for name in parents.into_iter().flat_map(|p| p.split('.')) {
+            at = match self.member(at, name) {
+                Some(child) => child,
+                None => self.push_member(at, name, Node::Object(Vec::new())),
             };
-            leaf += 1;
-        });
+        }
+        if self.member(at, last).is_none() {
+            self.fields.push(field);
+            self.push_member(at, last, Node::Leaf(self.fields.len() - 1));
+        }
+    }
+
+    fn member(&self, object: usize, name: &str) -> Option<usize> {
+        match &self.nodes[object] {
+            Node::Object(members) => members.iter().find(|(n, _)| &**n == name).map(|m| m.1),
+            Node::Leaf(_) => unreachable!("entries never name a prefix of another"),
+        }
+    }
+
+    fn push_member(&mut self, object: usize, name: &str, node: Node) -> usize {
+        self.nodes.push(node);
+        let child = self.nodes.len() - 1;
+        if let Node::Object(members) = &mut self.nodes[object] {
+            members.push((name.into(), child));
+        }
+        child
+    }
+
+    /// Whether some field is read from the job rather than its scan row.
+    pub(super) fn reads_jobs(&self) -> bool {
+        self.fields.iter().any(|f| matches!(f, Field::Job(_)))
+    }
+
+    /// A row to [`Row::fill`] with one job after another (one serves a whole chunk).
+    pub(super) fn row<'b>(&'b self, render: &'b Render<'b>) -> Row<'b> {
+        Row {
+            narrow: self,
+            cells: vec![Cell::Null; self.fields.len()],
+            date_texts: vec![OnceCell::new(); self.fields.len()],
+            render,
+        }
     }
 }
 
-/// The paths of the leaves (non-objects) of `value`, in document order.
-fn leaf_paths(value: &Value, prefix: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
-    match value {
-        Value::Object(map) => {
-            for (key, member) in map {
-                prefix.push(key.clone());
-                leaf_paths(member, prefix, out);
-                prefix.pop();
+/// One job's narrow rendering.
+pub(super) struct Row<'b> {
+    narrow: &'b Narrow,
+    cells: Vec<Cell<'b>>,
+    /// The wire text of each date cell, made the first time a comparison asks for it.
+    date_texts: Vec<OnceCell<String>>,
+    render: &'b Render<'b>,
+}
+
+impl<'b> Row<'b> {
+    /// Reads the values of the job at `position`.
+    pub(super) fn fill(&mut self, book: &'b JobBook, position: usize) {
+        for ((cell, field), text) in self
+            .cells
+            .iter_mut()
+            .zip(&self.narrow.fields)
+            .zip(&mut self.date_texts)
+        {
+            *cell = match field {
+                Field::Row(field) => field(book, position),
+                Field::Job(field) => field(book.at(position)),
+            };
+            if matches!(cell, Cell::Date(_)) {
+                text.take();
             }
         }
-        _ => out.push(prefix.clone()),
+    }
+
+    /// The document, as the evaluator reads it.
+    pub(super) fn view(&self) -> RowView<'_> {
+        RowView { row: self, node: 0 }
     }
 }
 
-/// Calls `visit` on each leaf of `value` in document order (a field's value is never
-/// an object, so the leaves stay the same from one job to the next).
-fn for_each_leaf(value: &mut Value, visit: &mut impl FnMut(&mut Value)) {
-    match value {
-        Value::Object(map) => map
-            .values_mut()
-            .for_each(|member| for_each_leaf(member, visit)),
-        leaf => visit(leaf),
+/// A node of a [`Row`], read through [`DocView`] exactly as the whole rendering's
+/// `serde_json::Value` would be at the same path.
+#[derive(Clone, Copy)]
+pub(super) struct RowView<'v> {
+    row: &'v Row<'v>,
+    node: usize,
+}
+
+/// Instants from 1970 to the end of year 9999: written in UTC, each is a date of the
+/// value order at that very instant (four-digit years).
+const FOUR_DIGIT_YEARS: std::ops::RangeInclusive<i64> = 0..=253_402_300_799;
+
+impl<'v> RowView<'v> {
+    fn cell(self) -> Option<(usize, Cell<'v>)> {
+        match self.row.narrow.nodes[self.node] {
+            Node::Leaf(i) => Some((i, self.row.cells[i])),
+            Node::Object(_) => None,
+        }
+    }
+
+    /// Whether the date's wire text is known to be a date of the value order at that
+    /// instant without writing it (a local zone's may be a plain string).
+    fn date_in_utc(self, seconds: i64) -> bool {
+        self.row.render.dates.writes_utc(self.row.render.version)
+            && FOUR_DIGIT_YEARS.contains(&seconds)
+    }
+
+    fn date_text(self, i: usize, seconds: i64) -> &'v str {
+        self.row.date_texts[i].get_or_init(|| {
+            let instant = Timestamp::from_second(seconds).expect("cells hold valid dates");
+            self.row
+                .render
+                .dates
+                .format(instant, self.row.render.version)
+        })
+    }
+}
+
+impl<'v> DocView<'v> for RowView<'v> {
+    type Elements = std::iter::Empty<RowView<'v>>;
+    type Entries = std::vec::IntoIter<(&'v str, RowView<'v>)>;
+
+    fn kind(self) -> Kind {
+        match self.cell() {
+            None => Kind::Object,
+            Some((_, Cell::Null)) => Kind::Null,
+            Some((_, Cell::Number(_))) => Kind::Number,
+            Some((_, Cell::Bool(_))) => Kind::Bool,
+            Some(_) if self.date().is_some() => Kind::Date,
+            Some(_) => Kind::String,
+        }
+    }
+
+    fn number(self) -> Option<f64> {
+        match self.cell()? {
+            (_, Cell::Number(n)) => Some(if n == 0.0 { 0.0 } else { n }),
+            _ => None,
+        }
+    }
+
+    fn text(self) -> Option<&'v str> {
+        match self.cell()? {
+            (_, Cell::Text(text)) => Some(text),
+            (i, Cell::Date(seconds)) => Some(self.date_text(i, seconds)),
+            _ => None,
+        }
+    }
+
+    fn date(self) -> Option<i64> {
+        match self.cell()? {
+            (_, Cell::Text(text)) => date_seconds(text),
+            (_, Cell::Date(seconds)) if self.date_in_utc(seconds) => Some(seconds),
+            (i, Cell::Date(seconds)) => date_seconds(self.date_text(i, seconds)),
+            _ => None,
+        }
+    }
+
+    fn get(self, key: &str) -> Option<Self> {
+        match &self.row.narrow.nodes[self.node] {
+            Node::Object(members) => members
+                .iter()
+                .find(|(name, _)| &**name == key)
+                .map(|&(_, node)| RowView { node, ..self }),
+            Node::Leaf(_) => None,
+        }
+    }
+
+    fn element(self, _index: usize) -> Option<Self> {
+        None
+    }
+
+    fn elements(self) -> Self::Elements {
+        std::iter::empty()
+    }
+
+    fn entries(self) -> Self::Entries {
+        let members = match &self.row.narrow.nodes[self.node] {
+            Node::Object(members) => members
+                .iter()
+                .map(|(name, node)| {
+                    (
+                        &**name,
+                        RowView {
+                            node: *node,
+                            ..self
+                        },
+                    )
+                })
+                .collect(),
+            Node::Leaf(_) => Vec::new(),
+        };
+        members.into_iter()
+    }
+
+    fn truth(self) -> bool {
+        matches!(self.cell(), Some((_, Cell::Bool(true))))
     }
 }
 

@@ -22,7 +22,7 @@ use std::time::Instant;
 
 use drover_query::filter::{Cond, Filter};
 use drover_query::sort::Direction;
-use drover_query::{ListQuery, Page, Top};
+use drover_query::{DocView, ListQuery, Page, Sort, Top};
 use drover_sched::job::{Job, JobState};
 use drover_sched::{Attribute, JobBook, Scheduler};
 use roaring::RoaringBitmap;
@@ -227,6 +227,19 @@ impl Candidates {
         match self {
             Candidates::Set(set) => set.len() as usize,
             Candidates::Below(len) => *len as usize,
+        }
+    }
+
+    /// The first and last position of the `k`-th of `n` runs ([`Candidates::part`]).
+    fn ends(&self, k: usize, n: usize) -> Option<(u32, u32)> {
+        let len = self.len();
+        let (from, to) = (len * k / n, len * (k + 1) / n);
+        if from >= to {
+            return None;
+        }
+        match self {
+            Candidates::Set(set) => Some((set.select(from as u32)?, set.select(to as u32 - 1)?)),
+            Candidates::Below(_) => Some((from as u32, to as u32 - 1)),
         }
     }
 
@@ -445,62 +458,61 @@ fn judge_part<'q>(
     filter_render: &Render,
     deadline: Instant,
 ) -> Result<Found<'q>, OverBudget> {
-    // A descending sort is likely to run against the book's order (ids, dates and
-    // numbered names grow with it): judged backwards, few matches beat the page's worst.
-    let backwards = scan.date_order.is_none()
-        && query
-            .sort
-            .keys
-            .first()
-            .is_some_and(|(_, direction)| *direction == Direction::Descending);
-    let mut positions = scan.candidates.part(k, parts, backwards).peekable();
     // A list in date order needs no sort values: the filter's paths are rendered alone.
-    let no_sort = drover_query::Sort::default();
+    let no_sort = Sort::default();
     let sort = if scan.date_order.is_some() {
         &no_sort
     } else {
         &query.sort
     };
-    let mut narrow = Narrow::of(&query.filter, sort, filter_render.version).map(|narrow| {
-        let document = narrow.document();
-        (narrow, document)
-    });
+    let narrow = Narrow::of(&query.filter, sort, filter_render.version);
     // Otherwise each job is rendered with the members the query names, not whole.
     let members = fields::members_named(&query.filter, sort);
     let members: Vec<&str> = members.iter().map(String::as_str).collect();
+    let backwards = match scan.candidates.ends(k, parts) {
+        Some(ends) if !sort.is_empty() => scheduler.with_jobs(|book| {
+            let keys = |position: u32| match &narrow {
+                Some(narrow) => {
+                    let mut row = narrow.row(filter_render);
+                    row.fill(book, position as usize);
+                    sort.keys_of(row.view())
+                }
+                None => sort.keys_of(&filter_render.members(book.at(position as usize), &members)),
+            };
+            runs_backwards(sort, keys(ends.0), keys(ends.1))
+        }),
+        _ => false,
+    };
+    let mut positions = scan.candidates.part(k, parts, backwards).peekable();
     let mut found = match scan.date_order {
         Some(_) => Found::Positions(RoaringBitmap::new()),
         None => Found::Top(Top::new(query)),
     };
+    let reads_jobs = narrow.as_ref().is_none_or(Narrow::reads_jobs);
     let mut chunk = Vec::with_capacity(CHUNK);
     let mut judged = 0;
     while positions.peek().is_some() {
         chunk.clear();
         chunk.extend(positions.by_ref().take(CHUNK));
         let stopped = scheduler.with_jobs(|book| {
-            for &(rank, position) in &chunk {
+            let mut row = narrow.as_ref().map(|narrow| narrow.row(filter_render));
+            for (i, &(rank, position)) in chunk.iter().enumerate() {
                 if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
                     return true;
                 }
                 judged += 1;
+                if reads_jobs {
+                    load_ahead(book, &chunk, i);
+                }
                 let job = book.at(position as usize);
-                let whole;
-                let document = match &mut narrow {
-                    Some((narrow, document)) => {
-                        narrow.fill(document, book, position as usize, filter_render);
-                        &*document
+                match &mut row {
+                    Some(row) => {
+                        row.fill(book, position as usize);
+                        offer(&mut found, query, rank, position, row.view(), job);
                     }
                     None => {
-                        whole = filter_render.members(job, &members);
-                        &whole
-                    }
-                };
-                match &mut found {
-                    Found::Top(top) => top.offer_at(rank, document, || job.clone()),
-                    Found::Positions(matches) => {
-                        if query.filter.matches(document) {
-                            matches.insert(position);
-                        }
+                        let whole = filter_render.members(job, &members);
+                        offer(&mut found, query, rank, position, &whole, job);
                     }
                 }
             }
@@ -511,6 +523,70 @@ fn judge_part<'q>(
         }
     }
     Ok(found)
+}
+
+/// Whether a run of candidates whose first and last sort by `first` and `last` is best
+/// judged backwards. A descending sort is likely to run against the book's order (ids,
+/// dates and numbered names grow with it): judged backwards, few matches beat the
+/// page's worst. But when the two ends tie, the key likely ties all along (a member
+/// most jobs leave empty), and ties keep the book's order: judged forwards, each then
+/// loses to the page's worst at once, where backwards each would beat it.
+fn runs_backwards(sort: &Sort, first: Vec<Option<Value>>, last: Vec<Option<Value>>) -> bool {
+    sort.keys
+        .first()
+        .is_some_and(|(_, direction)| *direction == Direction::Descending)
+        && sort.compare_keys(&first, &last) != std::cmp::Ordering::Equal
+}
+
+/// Jobs ahead of the one being judged whose memory a scan that reads jobs asks for:
+/// the job itself this far ahead, its spec half as far (by then the job is loaded).
+const LOAD_AHEAD: usize = 16;
+
+/// Asks the processor to load what judging the jobs a little ahead in `chunk` will read.
+/// Jobs lie wherever the allocator put them, each a cache miss or two (the job, then
+/// its spec) that would otherwise stall the scan one after another; loaded ahead, they
+/// overlap.
+fn load_ahead(book: &JobBook, chunk: &[(usize, u32)], i: usize) {
+    if let Some(&(_, position)) = chunk.get(i + LOAD_AHEAD) {
+        // Addresses inside the job, worked out without reading it: where its status
+        // begins, and its spec's pointer (a job is several cache lines).
+        let job: &Job = book.at(position as usize);
+        prefetch(&job.status);
+        prefetch(&job.spec);
+    }
+    if let Some(&(_, position)) = chunk.get(i + LOAD_AHEAD / 2) {
+        prefetch(Arc::as_ptr(&book.at(position as usize).spec));
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+fn prefetch<T>(at: *const T) {
+    use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+    // SAFETY: a prefetch is a hint: it never faults, whatever the address, and reads
+    // nothing into the program.
+    unsafe { _mm_prefetch::<_MM_HINT_T0>(at.cast()) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn prefetch<T>(_at: *const T) {}
+
+/// Judges the job at `position`, of the given rank in the list, by its `document`.
+fn offer<'a, V: DocView<'a>>(
+    found: &mut Found<'_>,
+    query: &ListQuery,
+    rank: usize,
+    position: u32,
+    document: V,
+    job: &Arc<Job>,
+) {
+    match found {
+        Found::Top(top) => top.offer_at(rank, document, || job.clone()),
+        Found::Positions(matches) => {
+            if query.filter.matches(document) {
+                matches.insert(position);
+            }
+        }
+    }
 }
 
 /// The first `wanted` positions in submission-date order. Ascending, that is position

@@ -40,6 +40,14 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
         if i % 3 != 0 {
             body["customName"] = json!(format!("c{}", i % 5));
         }
+        if i % 2 == 0 {
+            body["commandLineArguments"] = json!(format!("-n {}", i % 6));
+        }
+        if i % 3 == 1 {
+            body["description"] = json!(format!("d{}", i % 4));
+            body["jobGroup"] = json!(format!("g{}", i % 2));
+            body["submitHost"] = json!(format!("h{}", i % 5));
+        }
         if i % 4 != 1 {
             body["credentials"] = json!({"account": format!("a{}", i % 3),
                 "qosRequested": if i % 2 == 0 { "high" } else { "low" }});
@@ -72,9 +80,9 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
 fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &str, page: Paging) {
     // Fields that do not change between two requests (durations do).
     let fields = if version == 2 {
-        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,commandFile,flags,isActive,startCount,duration"
+        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,isActive,startCount,duration"
     } else {
-        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,startCount,durationRequested"
+        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
     };
     let mut path = format!(
         "/rest/jobs{listing}?api-version={version}&fields={fields}&query={}&offset={}",
@@ -269,11 +277,11 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
     let known = [
         (
             2,
-            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate",
+            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate",
         ),
         (
             1,
-            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile durationRequested submitDate startDate completionDate",
+            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate",
         ),
     ];
     for (version, paths) in known {
@@ -354,7 +362,7 @@ fn a_costly_list_is_stopped_at_its_budget_and_lists_only_what_its_user_may_see()
     let costly = format!(
         "/rest/jobs?api-version=2&query={}&sort={}&max=50",
         encode(r#"{"states.state":"Hold"}"#),
-        encode(r#"{"commandLineArgs":-1}"#)
+        encode(r#"{"dates.eligibleDate":-1}"#)
     );
     let answer = server.get(&costly);
     assert_eq!(answer.status, 503, "{}", answer.body);
