@@ -136,8 +136,9 @@ fn run(store: Arc<dyn DocumentStore>, batches: Receiver<Batch>, hold: Duration) 
             BATCH_WRITES.observe(merged.len() as f64);
             match written {
                 Ok(_) => {
-                    // This commit overwrote whatever a failed one left behind.
-                    held.release(false);
+                    // A store may settle a failed commit by committing after it (SQLite
+                    // overwrites what it left behind); asked, not assumed.
+                    held.try_settle(&*store);
                     Ok(())
                 }
                 // The reason names the store's failure already.
@@ -280,11 +281,18 @@ mod tests {
             Ok(())
         }
         fn write(&self, _: &[Write]) -> crate::Result<Vec<i64>> {
-            self.outcomes
+            let outcome = self
+                .outcomes
                 .lock()
                 .unwrap()
                 .pop()
-                .expect("a scripted outcome")
+                .expect("a scripted outcome");
+            // Like SQLite's, a commit that succeeds settles the failed one before it.
+            if outcome.is_ok() {
+                self.settles
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
+            }
+            outcome
         }
         fn settle(&self) -> crate::Result<()> {
             if self.settles.load(std::sync::atomic::Ordering::SeqCst) {

@@ -39,7 +39,25 @@ pub struct PostgresStore {
     /// The epoch this server holds the lease at; 0 while it holds none (writes are then
     /// not fenced: a store no server shares has no lease).
     fence: AtomicI64,
+    /// The transaction of the last write whose COMMIT got no answer (the connection was
+    /// lost) and whose outcome is not known yet: see [`DocumentStore::settle`].
+    in_doubt: Mutex<Option<i64>>,
 }
+
+/// What became of a transaction whose COMMIT got no answer.
+#[derive(Debug, PartialEq)]
+enum CommitOutcome {
+    Committed,
+    Aborted,
+    /// Still in progress (the server has not yet seen the connection go), or the
+    /// database cannot say.
+    Unknown,
+}
+
+/// How often, and how far apart, a lost COMMIT's outcome is asked before it is left in
+/// doubt: the server ends a transaction whose client went away within moments.
+const OUTCOME_TRIES: u32 = 5;
+const OUTCOME_PAUSE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// The advisory lock of the active server: this number and the schema's hash.
 const ACTIVE_LOCK: i32 = 0x0d0e;
@@ -49,6 +67,9 @@ const LEASE_TABLE: &str = "CREATE TABLE IF NOT EXISTS drover_lease (id INTEGER P
 struct Conn {
     client: Client,
     statements: HashMap<String, Statement>,
+    /// Not to be used again (its COMMIT failed: the client may not know yet that the
+    /// connection is gone).
+    broken: bool,
 }
 
 /// The synchronous client panics when it is dropped inside an async runtime (it runs a
@@ -96,6 +117,7 @@ impl PostgresStore {
             collections: Catalog::default(),
             lease_session: Mutex::new(None),
             fence: AtomicI64::new(0),
+            in_doubt: Mutex::new(None),
         };
         store.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
@@ -154,7 +176,50 @@ impl PostgresStore {
         Ok(Conn {
             client,
             statements: HashMap::new(),
+            broken: false,
         })
+    }
+
+    /// Asks a new connection what became of transaction `txid`, whose COMMIT got no
+    /// answer.
+    fn commit_outcome(&self, txid: i64, tries: u32) -> CommitOutcome {
+        for attempt in 0..tries {
+            if attempt > 0 {
+                std::thread::sleep(OUTCOME_PAUSE);
+            }
+            let status = self.open_conn().and_then(|mut conn| {
+                conn.client
+                    .query_one("SELECT txid_status($1)::TEXT", &[&txid])
+                    .map(|row| row.get::<_, Option<String>>(0))
+                    .map_err(backend)
+            });
+            match status.ok().flatten().as_deref() {
+                Some("committed") => return CommitOutcome::Committed,
+                Some("aborted") => return CommitOutcome::Aborted,
+                _ => {}
+            }
+        }
+        CommitOutcome::Unknown
+    }
+
+    /// The answer to a write whose COMMIT failed with `error`. An error the server sent
+    /// means nothing was made; any other (the connection lost, reset or timed out) may
+    /// have come after the server committed, so the database is asked.
+    fn after_failed_commit(&self, txid: i64, error: postgres::Error) -> Result<()> {
+        if error.as_db_error().is_some() {
+            return Err(backend(error));
+        }
+        match self.commit_outcome(txid, OUTCOME_TRIES) {
+            CommitOutcome::Committed => Ok(()),
+            CommitOutcome::Aborted => Err(backend(error)),
+            CommitOutcome::Unknown => {
+                *self.in_doubt.lock().unwrap() = Some(txid);
+                Err(StoreError::InDoubt(format!(
+                    "postgresql: the connection was lost during COMMIT ({error}), and the \
+                     database cannot be asked whether it committed"
+                )))
+            }
+        }
     }
 
     fn with_conn<T>(&self, f: impl FnOnce(&mut Conn) -> Result<T>) -> Result<T> {
@@ -164,7 +229,7 @@ impl PostgresStore {
             _ => self.open_conn()?,
         };
         let out = f(&mut conn);
-        if !conn.client.is_closed() {
+        if !conn.broken && !conn.client.is_closed() {
             let mut idle = self.idle.lock().unwrap();
             if idle.len() < MAX_IDLE_CONNECTIONS {
                 idle.push(conn);
@@ -659,9 +724,35 @@ impl DocumentStore for PostgresStore {
                 statements: &mut conn.statements,
             };
             layout::count_batch(&mut rows, batch, &versions, &collections)?;
-            tx.commit().map_err(backend)?;
-            Ok(versions)
+            // Asked before COMMIT, so that a COMMIT whose answer is lost can be looked up.
+            let statement = prepare(&mut conn.statements, &mut tx, "SELECT txid_current()")?;
+            let txid: i64 = tx.query_one(&statement, &[]).map_err(backend)?.get(0);
+            match tx.commit() {
+                Ok(()) => Ok(versions),
+                Err(e) => {
+                    conn.broken = true;
+                    self.after_failed_commit(txid, e).map(|()| versions)
+                }
+            }
         })
+    }
+
+    /// A write in doubt is settled when the database says its transaction aborted. One
+    /// that committed after all stays in doubt: its answers say "unknown", which is true.
+    fn settle(&self) -> Result<()> {
+        let mut in_doubt = self.in_doubt.lock().unwrap();
+        let Some(txid) = *in_doubt else {
+            return Ok(());
+        };
+        match self.commit_outcome(txid, 1) {
+            CommitOutcome::Aborted => {
+                *in_doubt = None;
+                Ok(())
+            }
+            outcome => Err(StoreError::InDoubt(format!(
+                "postgresql: transaction {txid}, whose COMMIT got no answer: {outcome:?}"
+            ))),
+        }
     }
 
     fn find(&self, collection: &str, which: Find<'_>) -> Result<Option<Document>> {

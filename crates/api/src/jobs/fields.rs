@@ -63,6 +63,11 @@ fn date(seconds: Option<i64>) -> Cell<'static> {
     }
 }
 
+/// When the job may start: its requested earliest start, else its submission.
+fn eligible(job: &Job) -> i64 {
+    job.spec.earliest_start.unwrap_or(job.status.dates.submit)
+}
+
 fn optional(text: &Option<String>) -> Cell<'_> {
     text.as_deref().map_or(Cell::Null, Cell::Text)
 }
@@ -111,6 +116,9 @@ fn version_1(path: &str) -> Option<Field> {
         "submitDate" => Row(|b, p| date(Some(b.row(p).submit))),
         "startDate" => Job(|job| date(job.status.dates.start)),
         "completionDate" => Job(|job| date(job.status.dates.completion)),
+        "earliestStartDate" => Job(|job| date(Some(eligible(job)))),
+        "earliestStartDateRequested" => Job(|job| date(job.spec.earliest_start)),
+        "latestCompletedDateRequested" => Job(|job| date(job.spec.deadline)),
         _ => return None,
     })
 }
@@ -153,6 +161,13 @@ fn version_2(path: &str) -> Option<Field> {
             Job(|job| date(job.status.dates.completion))
         }
         "dates.lastUpdatedDate" => Job(|job| date(Some(job.status.dates.last_updated))),
+        "dates.deadlineDate" => Job(|job| date(job.spec.deadline)),
+        "dates.earliestRequestedStartDate" => Job(|job| date(job.spec.earliest_start)),
+        "dates.earliestStartDate" | "dates.eligibleDate" => Job(|job| date(Some(eligible(job)))),
+        "dates.lastCanceledDate" => Job(|job| date(job.status.dates.last_canceled)),
+        "dates.lastChargedDate" => Job(|_| Cell::Null),
+        "dates.lastPreemptedDate" => Job(|job| date(job.status.dates.last_preempted)),
+        "holdReason" => Job(|job| optional(&job.status.hold_reason)),
         _ => return None,
     })
 }

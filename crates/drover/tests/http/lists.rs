@@ -43,6 +43,12 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
         if i % 2 == 0 {
             body["commandLineArguments"] = json!(format!("-n {}", i % 6));
         }
+        if i % 5 == 2 {
+            body["dates"] = json!({
+                "earliestRequestedStartDate": format!("2026-01-0{} 00:00:00 UTC", 1 + i % 4),
+                "deadlineDate": format!("2031-01-0{} 00:00:00 UTC", 1 + i % 3),
+            });
+        }
         if i % 3 == 1 {
             body["description"] = json!(format!("d{}", i % 4));
             body["jobGroup"] = json!(format!("g{}", i % 2));
@@ -80,9 +86,9 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
 fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &str, page: Paging) {
     // Fields that do not change between two requests (durations do).
     let fields = if version == 2 {
-        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,isActive,startCount,duration"
+        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,holdReason,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,isActive,startCount,duration"
     } else {
-        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
+        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,earliestStartDate,earliestStartDateRequested,latestCompletedDateRequested,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
     };
     let mut path = format!(
         "/rest/jobs{listing}?api-version={version}&fields={fields}&query={}&offset={}",
@@ -277,11 +283,11 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
     let known = [
         (
             2,
-            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate",
+            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate dates.deadlineDate dates.earliestRequestedStartDate dates.earliestStartDate dates.eligibleDate dates.lastCanceledDate dates.lastChargedDate dates.lastPreemptedDate holdReason",
         ),
         (
             1,
-            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate",
+            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate earliestStartDate earliestStartDateRequested latestCompletedDateRequested",
         ),
     ];
     for (version, paths) in known {
