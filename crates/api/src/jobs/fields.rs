@@ -28,6 +28,8 @@ use super::{Render, queue_status};
 enum Cell<'b> {
     Null,
     Text(&'b str),
+    /// A list of strings (`flags`).
+    Words(&'b [String]),
     Number(f64),
     Bool(bool),
     Date(i64),
@@ -155,6 +157,20 @@ fn version_2(path: &str) -> Option<Field> {
         "cancelCount" => Job(|job| number(job.status.counts.cancel)),
         "preemptCount" => Job(|job| number(job.status.counts.preempt)),
         "duration" => Job(|job| job.spec.duration.map_or(Cell::Null, integer)),
+        "flags" => Job(|job| Cell::Words(&job.spec.flags)),
+        // `requirements` is a list of one requirement (see [`ONE_ELEMENT_LISTS`]).
+        "requirements.taskCount" => Job(|job| number(job.spec.request.task_count)),
+        "requirements.tasksPerNode" => {
+            Job(|job| job.spec.request.tasks_per_node.map_or(Cell::Null, number))
+        }
+        "requirements.nodeCount" => Job(|job| {
+            let nodes = job.node_ids().count().max(1) as u32;
+            number(job.spec.request.node_count.unwrap_or(nodes))
+        }),
+        "requirements.architecture" => Job(|job| optional(&job.spec.request.architecture)),
+        "requirements.image" => Job(|job| optional(&job.spec.request.os)),
+        "requirements.reservation" => Job(|job| optional(&job.spec.extra.reservation_requested)),
+        "requirements.index" => Job(|_| integer(0)),
         "dates.submitDate" | "dates.createdDate" => Row(|b, p| date(Some(b.row(p).submit))),
         "dates.startDate" | "dates.dispatchedDate" => Job(|job| date(job.status.dates.start)),
         "dates.completedDate" | "dates.terminationDate" => {
@@ -172,9 +188,16 @@ fn version_2(path: &str) -> Option<Field> {
     })
 }
 
-/// A node of the narrow document: an object of named members, or the value of a field.
+/// Members that version 2 renders as a list of exactly one object: a path may name its
+/// members through the list (`requirements.taskCount`) or its only element
+/// (`requirements.0.taskCount`), and both read that element.
+const ONE_ELEMENT_LISTS: [&str; 1] = ["requirements"];
+
+/// A node of the narrow document: an object of named members, a list of one element,
+/// or the value of a field.
 enum Node {
     Object(Vec<(Box<str>, usize)>),
+    ListOfOne(usize),
     Leaf(usize),
 }
 
@@ -198,23 +221,48 @@ impl Narrow {
             nodes: vec![Node::Object(Vec::new())],
         };
         for path in paths {
-            let text = path.as_str();
-            let field = if version >= 2 {
-                version_2(text)
-            } else {
-                version_1(text)
+            let (list, text) = match path.as_str().split_once('.') {
+                Some((list, rest)) if version >= 2 && ONE_ELEMENT_LISTS.contains(&list) => {
+                    (Some(list), rest.strip_prefix("0.").unwrap_or(rest))
+                }
+                _ => (None, path.as_str()),
+            };
+            let field = match list {
+                Some(list) => version_2(&format!("{list}.{text}")),
+                None if version >= 2 => version_2(text),
+                None => version_1(text),
             }?;
-            narrow.add(text, field);
+            let at = match list {
+                Some(list) => narrow.list_element(list),
+                None => 0,
+            };
+            narrow.add(at, text, field);
         }
         Some(narrow)
     }
 
-    /// Adds the leaf at the dotted `path` (once; entries never name a prefix of another).
-    fn add(&mut self, path: &str, field: Field) {
+    /// The element of the one-element list `name` of the root, made when first named.
+    fn list_element(&mut self, name: &str) -> usize {
+        match self.member(0, name) {
+            Some(list) => match self.nodes[list] {
+                Node::ListOfOne(element) => element,
+                _ => unreachable!("a one-element list is only ever made as one"),
+            },
+            None => {
+                self.nodes.push(Node::Object(Vec::new()));
+                let element = self.nodes.len() - 1;
+                self.push_member(0, name, Node::ListOfOne(element));
+                element
+            }
+        }
+    }
+
+    /// Adds the leaf at the dotted `path` below the object `at` (once; entries never
+    /// name a prefix of another).
+    fn add(&mut self, mut at: usize, path: &str, field: Field) {
         let (last, parents) = path
             .rsplit_once('.')
             .map_or((path, None), |(parents, last)| (last, Some(parents)));
-        let mut at = 0;
         for name in parents.into_iter().flat_map(|p| p.split('.')) {
             at = match self.member(at, name) {
                 Some(child) => child,
@@ -230,7 +278,9 @@ impl Narrow {
     fn member(&self, object: usize, name: &str) -> Option<usize> {
         match &self.nodes[object] {
             Node::Object(members) => members.iter().find(|(n, _)| &**n == name).map(|m| m.1),
-            Node::Leaf(_) => unreachable!("entries never name a prefix of another"),
+            Node::ListOfOne(_) | Node::Leaf(_) => {
+                unreachable!("entries never name a prefix of another")
+            }
         }
     }
 
@@ -289,126 +339,163 @@ impl<'b> Row<'b> {
 
     /// The document, as the evaluator reads it.
     pub(super) fn view(&self) -> RowView<'_> {
-        RowView { row: self, node: 0 }
+        RowView::Node(self, 0)
     }
 }
 
-/// A node of a [`Row`], read through [`DocView`] exactly as the whole rendering's
-/// `serde_json::Value` would be at the same path.
+/// A node of a [`Row`], or one string of a list cell, read through [`DocView`] exactly
+/// as the whole rendering's `serde_json::Value` would be at the same path.
 #[derive(Clone, Copy)]
-pub(super) struct RowView<'v> {
-    row: &'v Row<'v>,
-    node: usize,
+pub(super) enum RowView<'v> {
+    Node(&'v Row<'v>, usize),
+    Word(&'v str),
 }
 
 /// Instants from 1970 to the end of year 9999: written in UTC, each is a date of the
 /// value order at that very instant (four-digit years).
 const FOUR_DIGIT_YEARS: std::ops::RangeInclusive<i64> = 0..=253_402_300_799;
 
+/// What a view shows, worked out from its node.
+enum Shown<'v> {
+    Object(&'v [(Box<str>, usize)]),
+    ListOfOne(usize),
+    /// A cell: which one (for a date's text), and its value.
+    Cell(usize, Cell<'v>),
+}
+
 impl<'v> RowView<'v> {
-    fn cell(self) -> Option<(usize, Cell<'v>)> {
-        match self.row.narrow.nodes[self.node] {
-            Node::Leaf(i) => Some((i, self.row.cells[i])),
-            Node::Object(_) => None,
+    #[inline]
+    fn shown(self) -> Shown<'v> {
+        match self {
+            RowView::Node(row, node) => match &row.narrow.nodes[node] {
+                Node::Object(members) => Shown::Object(members),
+                Node::ListOfOne(element) => Shown::ListOfOne(*element),
+                Node::Leaf(i) => Shown::Cell(*i, row.cells[*i]),
+            },
+            // A word's cell number is never used: only dates ask for theirs.
+            RowView::Word(word) => Shown::Cell(usize::MAX, Cell::Text(word)),
+        }
+    }
+
+    #[inline]
+    fn row(self) -> Option<&'v Row<'v>> {
+        match self {
+            RowView::Node(row, _) => Some(row),
+            RowView::Word(_) => None,
         }
     }
 
     /// Whether the date's wire text is known to be a date of the value order at that
     /// instant without writing it (a local zone's may be a plain string).
-    fn date_in_utc(self, seconds: i64) -> bool {
-        self.row.render.dates.writes_utc(self.row.render.version)
-            && FOUR_DIGIT_YEARS.contains(&seconds)
+    #[inline]
+    fn date_in_utc(row: &Row<'_>, seconds: i64) -> bool {
+        row.render.dates.writes_utc(row.render.version) && FOUR_DIGIT_YEARS.contains(&seconds)
     }
 
-    fn date_text(self, i: usize, seconds: i64) -> &'v str {
-        self.row.date_texts[i].get_or_init(|| {
+    #[inline]
+    fn date_text(row: &'v Row<'v>, i: usize, seconds: i64) -> &'v str {
+        row.date_texts[i].get_or_init(|| {
             let instant = Timestamp::from_second(seconds).expect("cells hold valid dates");
-            self.row
-                .render
-                .dates
-                .format(instant, self.row.render.version)
+            row.render.dates.format(instant, row.render.version)
         })
     }
 }
 
 impl<'v> DocView<'v> for RowView<'v> {
-    type Elements = std::iter::Empty<RowView<'v>>;
+    type Elements = std::vec::IntoIter<RowView<'v>>;
     type Entries = std::vec::IntoIter<(&'v str, RowView<'v>)>;
 
+    #[inline]
     fn kind(self) -> Kind {
-        match self.cell() {
-            None => Kind::Object,
-            Some((_, Cell::Null)) => Kind::Null,
-            Some((_, Cell::Number(_))) => Kind::Number,
-            Some((_, Cell::Bool(_))) => Kind::Bool,
-            Some(_) if self.date().is_some() => Kind::Date,
-            Some(_) => Kind::String,
+        match self.shown() {
+            Shown::Object(_) => Kind::Object,
+            Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_)) => Kind::Array,
+            Shown::Cell(_, Cell::Null) => Kind::Null,
+            Shown::Cell(_, Cell::Number(_)) => Kind::Number,
+            Shown::Cell(_, Cell::Bool(_)) => Kind::Bool,
+            Shown::Cell(..) if self.date().is_some() => Kind::Date,
+            Shown::Cell(..) => Kind::String,
         }
     }
 
+    #[inline]
     fn number(self) -> Option<f64> {
-        match self.cell()? {
-            (_, Cell::Number(n)) => Some(if n == 0.0 { 0.0 } else { n }),
+        match self.shown() {
+            Shown::Cell(_, Cell::Number(n)) => Some(if n == 0.0 { 0.0 } else { n }),
             _ => None,
         }
     }
 
+    #[inline]
     fn text(self) -> Option<&'v str> {
-        match self.cell()? {
-            (_, Cell::Text(text)) => Some(text),
-            (i, Cell::Date(seconds)) => Some(self.date_text(i, seconds)),
+        match self.shown() {
+            Shown::Cell(_, Cell::Text(text)) => Some(text),
+            Shown::Cell(i, Cell::Date(seconds)) => Some(Self::date_text(self.row()?, i, seconds)),
             _ => None,
         }
     }
 
+    #[inline]
     fn date(self) -> Option<i64> {
-        match self.cell()? {
-            (_, Cell::Text(text)) => date_seconds(text),
-            (_, Cell::Date(seconds)) if self.date_in_utc(seconds) => Some(seconds),
-            (i, Cell::Date(seconds)) => date_seconds(self.date_text(i, seconds)),
+        match self.shown() {
+            Shown::Cell(_, Cell::Text(text)) => date_seconds(text),
+            Shown::Cell(i, Cell::Date(seconds)) => {
+                let row = self.row()?;
+                if Self::date_in_utc(row, seconds) {
+                    Some(seconds)
+                } else {
+                    date_seconds(Self::date_text(row, i, seconds))
+                }
+            }
             _ => None,
         }
     }
 
+    #[inline]
     fn get(self, key: &str) -> Option<Self> {
-        match &self.row.narrow.nodes[self.node] {
-            Node::Object(members) => members
+        match (self.shown(), self) {
+            (Shown::Object(members), RowView::Node(row, _)) => members
                 .iter()
                 .find(|(name, _)| &**name == key)
-                .map(|&(_, node)| RowView { node, ..self }),
-            Node::Leaf(_) => None,
+                .map(|&(_, node)| RowView::Node(row, node)),
+            _ => None,
         }
     }
 
-    fn element(self, _index: usize) -> Option<Self> {
-        None
+    #[inline]
+    fn element(self, index: usize) -> Option<Self> {
+        self.elements().nth(index)
     }
 
+    #[inline]
     fn elements(self) -> Self::Elements {
-        std::iter::empty()
+        let elements = match (self.shown(), self) {
+            (Shown::ListOfOne(element), RowView::Node(row, _)) => {
+                vec![RowView::Node(row, element)]
+            }
+            (Shown::Cell(_, Cell::Words(words)), _) => {
+                words.iter().map(|w| RowView::Word(w)).collect()
+            }
+            _ => Vec::new(),
+        };
+        elements.into_iter()
     }
 
+    #[inline]
     fn entries(self) -> Self::Entries {
-        let members = match &self.row.narrow.nodes[self.node] {
-            Node::Object(members) => members
+        let members = match (self.shown(), self) {
+            (Shown::Object(members), RowView::Node(row, _)) => members
                 .iter()
-                .map(|(name, node)| {
-                    (
-                        &**name,
-                        RowView {
-                            node: *node,
-                            ..self
-                        },
-                    )
-                })
+                .map(|(name, node)| (&**name, RowView::Node(row, *node)))
                 .collect(),
-            Node::Leaf(_) => Vec::new(),
+            _ => Vec::new(),
         };
         members.into_iter()
     }
 
+    #[inline]
     fn truth(self) -> bool {
-        matches!(self.cell(), Some((_, Cell::Bool(true))))
+        matches!(self.shown(), Shown::Cell(_, Cell::Bool(true)))
     }
 }
 

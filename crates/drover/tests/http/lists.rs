@@ -59,6 +59,17 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
                 "qosRequested": if i % 2 == 0 { "high" } else { "low" }});
         }
         let runs = i % 5 == 0 || i % 7 == 0;
+        if i % 4 == 0 {
+            body["flags"] = if i % 8 == 0 {
+                json!(["RESTARTABLE"])
+            } else {
+                json!(["RESTARTABLE", "PREEMPTEE"])
+            };
+        }
+        if !runs && i % 4 == 3 {
+            body["requirements"] = json!({"taskCount": 1 + i % 3, "architecture": "x86_64",
+                "tasksPerNode": 1 + i % 3 % 2});
+        }
         if !runs {
             body["holds"] = json!(["User"]);
         }
@@ -86,7 +97,7 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
 fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &str, page: Paging) {
     // Fields that do not change between two requests (durations do).
     let fields = if version == 2 {
-        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,holdReason,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,isActive,startCount,duration"
+        "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,holdReason,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,requirements,isActive,startCount,duration"
     } else {
         "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,earliestStartDate,earliestStartDateRequested,latestCompletedDateRequested,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
     };
@@ -283,7 +294,7 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
     let known = [
         (
             2,
-            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate dates.deadlineDate dates.earliestRequestedStartDate dates.earliestStartDate dates.eligibleDate dates.lastCanceledDate dates.lastChargedDate dates.lastPreemptedDate holdReason",
+            "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate dates.deadlineDate dates.earliestRequestedStartDate dates.earliestStartDate dates.eligibleDate dates.lastCanceledDate dates.lastChargedDate dates.lastPreemptedDate holdReason flags requirements.taskCount requirements.0.taskCount requirements.tasksPerNode requirements.0.nodeCount requirements.nodeCount requirements.architecture requirements.image requirements.reservation requirements.index",
         ),
         (
             1,
@@ -296,6 +307,8 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
             check(&server, version, "", "{}", &sort, page(1, Some(10)));
             let query = format!(r#"{{"{path}":{{"$type":10}}}}"#);
             check(&server, version, "", &query, &sort, page(0, Some(10)));
+            let query = format!(r#"{{"{path}":{{"$exists":true,"$ne":"PREEMPTEE"}}}}"#);
+            check(&server, version, "", &query, &sort, page(2, Some(10)));
         }
     }
 }
