@@ -2,27 +2,16 @@
 //! holder's session is gone, and writes of a server whose epoch is no longer the lease's
 //! refused (the fence), so that two servers never write side by side.
 
-use drover_store::{CollectionSpec, DocumentStore, PostgresStore, Write};
-use serde_json::json;
+use drover_store::{CollectionSpec, DocumentStore, PostgresStore};
+
+mod support;
 
 fn schema() -> String {
-    format!(
-        "lease{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    )
+    support::unique_schema("lease")
 }
 
 fn put(store: &PostgresStore, id: &str) -> drover_store::Result<Vec<i64>> {
-    store.write(&[Write::Put {
-        collection: "things".into(),
-        id: id.into(),
-        name: None,
-        body: json!({"id": id}).into(),
-    }])
+    support::put_thing(store, id)
 }
 
 #[test]

@@ -8,8 +8,7 @@ use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use drover_store::{CollectionSpec, DocumentStore, Find, PostgresStore, StoreError, Write};
-use serde_json::json;
+use drover_store::{CollectionSpec, DocumentStore, Find, PostgresStore, StoreError};
 
 /// What the proxy does to the next COMMIT, and to new connections.
 #[derive(Clone, Copy, PartialEq, Debug)]
@@ -128,24 +127,14 @@ fn through_proxy(url: &str) -> Option<(String, impl Fn(u16) -> String)> {
     }))
 }
 
+mod support;
+
 fn schema() -> String {
-    format!(
-        "lost{}_{}",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    )
+    support::unique_schema("lost")
 }
 
 fn put(store: &PostgresStore, id: &str) -> drover_store::Result<Vec<i64>> {
-    store.write(&[Write::Put {
-        collection: "things".into(),
-        id: id.into(),
-        name: None,
-        body: json!({"id": id}).into(),
-    }])
+    support::put_thing(store, id)
 }
 
 fn stored(store: &PostgresStore, id: &str) -> bool {

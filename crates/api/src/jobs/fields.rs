@@ -401,8 +401,26 @@ impl<'v> RowView<'v> {
     }
 }
 
+/// The elements of a list in a [`Row`], made as they are read (a path through a list
+/// asks for them for every job).
+pub(super) enum Elements<'v> {
+    One(Option<RowView<'v>>),
+    Words(std::slice::Iter<'v, String>),
+}
+
+impl<'v> Iterator for Elements<'v> {
+    type Item = RowView<'v>;
+
+    fn next(&mut self) -> Option<RowView<'v>> {
+        match self {
+            Elements::One(element) => element.take(),
+            Elements::Words(words) => words.next().map(|w| RowView::Word(w)),
+        }
+    }
+}
+
 impl<'v> DocView<'v> for RowView<'v> {
-    type Elements = std::vec::IntoIter<RowView<'v>>;
+    type Elements = Elements<'v>;
     type Entries = std::vec::IntoIter<(&'v str, RowView<'v>)>;
 
     #[inline]
@@ -464,21 +482,24 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn element(self, index: usize) -> Option<Self> {
-        self.elements().nth(index)
+        match (self.shown(), self) {
+            (Shown::ListOfOne(element), RowView::Node(row, _)) if index == 0 => {
+                Some(RowView::Node(row, element))
+            }
+            (Shown::Cell(_, Cell::Words(words)), _) => words.get(index).map(|w| RowView::Word(w)),
+            _ => None,
+        }
     }
 
     #[inline]
     fn elements(self) -> Self::Elements {
-        let elements = match (self.shown(), self) {
+        match (self.shown(), self) {
             (Shown::ListOfOne(element), RowView::Node(row, _)) => {
-                vec![RowView::Node(row, element)]
+                Elements::One(Some(RowView::Node(row, element)))
             }
-            (Shown::Cell(_, Cell::Words(words)), _) => {
-                words.iter().map(|w| RowView::Word(w)).collect()
-            }
-            _ => Vec::new(),
-        };
-        elements.into_iter()
+            (Shown::Cell(_, Cell::Words(words)), _) => Elements::Words(words.iter()),
+            _ => Elements::One(None),
+        }
     }
 
     #[inline]

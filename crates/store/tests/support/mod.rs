@@ -53,18 +53,33 @@ pub fn sqlite() -> Backend {
     }
 }
 
-/// A fresh PostgreSQL store in a schema of its own, if a server is configured.
-pub fn postgres() -> Option<Backend> {
-    let url = postgres_url()?;
-    let schema = format!(
-        "t{}_{}_{}",
+/// A schema name no other test, run or process uses, starting with `prefix`.
+pub fn unique_schema(prefix: &str) -> String {
+    format!(
+        "{prefix}{}_{}_{}",
         std::process::id(),
         COUNTER.fetch_add(1, Ordering::SeqCst),
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .subsec_nanos()
-    );
+    )
+}
+
+/// Writes the document `{"id": id}` to the collection `things`.
+pub fn put_thing(store: &dyn DocumentStore, id: &str) -> drover_store::Result<Vec<i64>> {
+    store.write(&[drover_store::Write::Put {
+        collection: "things".into(),
+        id: id.into(),
+        name: None,
+        body: serde_json::json!({"id": id}).into(),
+    }])
+}
+
+/// A fresh PostgreSQL store in a schema of its own, if a server is configured.
+pub fn postgres() -> Option<Backend> {
+    let url = postgres_url()?;
+    let schema = unique_schema("t");
     let open = move || PostgresStore::connect_in_schema(&url, Some(&schema)).unwrap();
     let first = open();
     let keeper = open();
