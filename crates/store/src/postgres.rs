@@ -39,9 +39,10 @@ pub struct PostgresStore {
     /// The epoch this server holds the lease at; 0 while it holds none (writes are then
     /// not fenced: a store no server shares has no lease).
     fence: AtomicI64,
-    /// The transaction of the last write whose COMMIT got no answer (the connection was
-    /// lost) and whose outcome is not known yet: see [`DocumentStore::settle`].
-    in_doubt: Mutex<Option<i64>>,
+    /// The transactions of writes whose COMMIT got no answer (the connection was lost)
+    /// and whose outcome is not known yet: see [`DocumentStore::settle`]. Every one, not
+    /// the last: the journal holds the answers of all of them until all are settled.
+    in_doubt: Mutex<Vec<i64>>,
 }
 
 /// What became of a transaction whose COMMIT got no answer.
@@ -117,7 +118,7 @@ impl PostgresStore {
             collections: Catalog::default(),
             lease_session: Mutex::new(None),
             fence: AtomicI64::new(0),
-            in_doubt: Mutex::new(None),
+            in_doubt: Mutex::new(Vec::new()),
         };
         store.with_conn(|conn| {
             let mut tx = conn.client.transaction().map_err(backend)?;
@@ -213,7 +214,7 @@ impl PostgresStore {
             CommitOutcome::Committed => Ok(()),
             CommitOutcome::Aborted => Err(backend(error)),
             CommitOutcome::Unknown => {
-                *self.in_doubt.lock().unwrap() = Some(txid);
+                self.in_doubt.lock().unwrap().push(txid);
                 Err(StoreError::InDoubt(format!(
                     "postgresql: the connection was lost during COMMIT ({error}), and the \
                      database cannot be asked whether it committed"
@@ -737,20 +738,16 @@ impl DocumentStore for PostgresStore {
         })
     }
 
-    /// A write in doubt is settled when the database says its transaction aborted. One
-    /// that committed after all stays in doubt: its answers say "unknown", which is true.
+    /// The writes in doubt are settled when the database says each one's transaction
+    /// aborted. One that committed after all stays in doubt: its answers say "unknown",
+    /// which is true.
     fn settle(&self) -> Result<()> {
         let mut in_doubt = self.in_doubt.lock().unwrap();
-        let Some(txid) = *in_doubt else {
-            return Ok(());
-        };
-        match self.commit_outcome(txid, 1) {
-            CommitOutcome::Aborted => {
-                *in_doubt = None;
-                Ok(())
-            }
-            outcome => Err(StoreError::InDoubt(format!(
-                "postgresql: transaction {txid}, whose COMMIT got no answer: {outcome:?}"
+        in_doubt.retain(|&txid| self.commit_outcome(txid, 1) != CommitOutcome::Aborted);
+        match in_doubt.first() {
+            None => Ok(()),
+            Some(txid) => Err(StoreError::InDoubt(format!(
+                "postgresql: transaction {txid}, whose COMMIT got no answer, did not abort"
             ))),
         }
     }

@@ -188,5 +188,28 @@ fn a_commit_whose_answer_is_lost_is_answered_by_what_the_database_did() {
     put(&store, "after").unwrap();
     assert!(stored(&store, "before") && stored(&store, "after"));
 
+    // Two writes in doubt, the first committed after all, the second not: settling must
+    // not take the second's abort for both.
+    for (mode, id) in [
+        (Mode::CutAfterCommit, "late"),
+        (Mode::CutBeforeCommit, "never"),
+    ] {
+        // A read leaves a connection in the pool for the write; then only the lookups
+        // of its outcome are refused.
+        stored(&store, "before");
+        proxy.refuse(true);
+        proxy.arm(mode);
+        match put(&store, id) {
+            Err(StoreError::InDoubt(_)) => {}
+            other => panic!("expected an answer in doubt for {id}, got {other:?}"),
+        }
+        proxy.refuse(false);
+    }
+    assert!(
+        store.settle().is_err(),
+        "a write that committed is not settled as not made"
+    );
+    assert!(stored(&store, "late") && !stored(&store, "never"));
+
     let _ = store.drop_schema();
 }
