@@ -93,36 +93,39 @@ fn queue_status_upper(state: JobState) -> &'static str {
     }
 }
 
+/// Version 1's paths: its own spellings of the state and queue status, its `id` and
+/// `name`, else the version 2 path the same value is at.
 fn version_1(path: &str) -> Option<Field> {
-    use Field::{Job, Row};
-    Some(match path {
-        "id" => Row(id),
-        "name" => Row(|b, p| text(b, b.row(p).custom_name)),
-        "account" => Row(|b, p| text(b, b.row(p).account)),
-        "user" => Row(|b, p| text(b, b.row(p).user)),
-        "group" => Row(|b, p| text(b, b.row(p).group)),
-        "qos" | "qosRequested" => Row(|b, p| text(b, b.row(p).qos)),
-        "queue" => Row(|b, p| text(b, b.row(p).class)),
-        "queueStatus" => Row(|b, p| Cell::Text(queue_status_upper(b.row(p).state))),
-        "state" => Row(|b, p| Cell::Text(b.row(p).state.upper())),
-        "startPriority" | "runPriority" => Job(|job| integer(start_priority(job))),
-        "systemPriority" => Row(|b, p| integer(b.row(p).system_priority)),
-        "userPriority" => Row(|b, p| integer(b.row(p).user_priority)),
-        "startCount" => Job(|job| number(job.status.counts.start)),
-        "completionCode" => Job(|job| job.status.completion_code.map_or(Cell::Null, number)),
-        "commandFile" => Row(|b, p| text(b, b.row(p).command_file)),
-        "commandLineArguments" => Job(|job| Cell::Text(&job.spec.arguments)),
-        "initialWorkingDirectory" => Job(|job| optional(&job.spec.working_directory)),
-        "submitHost" => Job(|job| optional(&job.spec.extra.submit_host)),
-        "durationRequested" => Job(|job| job.spec.duration.map_or(Cell::Null, integer)),
-        "submitDate" => Row(|b, p| date(Some(b.row(p).submit))),
-        "startDate" => Job(|job| date(job.status.dates.start)),
-        "completionDate" => Job(|job| date(job.status.dates.completion)),
-        "earliestStartDate" => Job(|job| date(Some(eligible(job)))),
-        "earliestStartDateRequested" => Job(|job| date(job.spec.earliest_start)),
-        "latestCompletedDateRequested" => Job(|job| date(job.spec.deadline)),
+    use Field::Row;
+    let same_as = match path {
+        "id" => return Some(Row(id)),
+        "name" => "customName",
+        "queueStatus" => return Some(Row(|b, p| Cell::Text(queue_status_upper(b.row(p).state)))),
+        "state" => return Some(Row(|b, p| Cell::Text(b.row(p).state.upper()))),
+        "account" | "user" | "group" | "qos" | "qosRequested" => {
+            return version_2(&format!("credentials.{path}"));
+        }
+        "queue" => "credentials.jobClass",
+        "startPriority" => "priorities.start",
+        "runPriority" => "priorities.run",
+        "systemPriority" => "priorities.system",
+        "userPriority" => "priorities.user",
+        "startCount"
+        | "completionCode"
+        | "commandFile"
+        | "initialWorkingDirectory"
+        | "submitHost" => path,
+        "commandLineArguments" => "commandLineArgs",
+        "durationRequested" => "duration",
+        "submitDate" => "dates.submitDate",
+        "startDate" => "dates.startDate",
+        "completionDate" => "dates.completedDate",
+        "earliestStartDate" => "dates.earliestStartDate",
+        "earliestStartDateRequested" => "dates.earliestRequestedStartDate",
+        "latestCompletedDateRequested" => "dates.deadlineDate",
         _ => return None,
-    })
+    };
+    version_2(same_as)
 }
 
 fn version_2(path: &str) -> Option<Field> {
