@@ -6,10 +6,18 @@
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/lib.rs");
-    let source = std::fs::read("src/lib.rs").expect("the shepherd's source");
+    println!("cargo:rerun-if-changed=src");
+    let mut files: Vec<_> = std::fs::read_dir("src")
+        .expect("the shepherd's source")
+        .map(|entry| entry.expect("the shepherd's source").path())
+        .collect();
+    files.sort();
     let mut hasher = DefaultHasher::new();
-    source.hash(&mut hasher);
+    for file in files {
+        std::fs::read(&file)
+            .expect("the shepherd's source")
+            .hash(&mut hasher);
+    }
     println!(
         "cargo:rustc-env=DROVER_SHEPHERD_SOURCE={:016x}",
         hasher.finish()

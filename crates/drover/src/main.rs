@@ -300,7 +300,7 @@ fn main() {
     // A job's shepherd, started by the local resource manager: one thread, no runtime
     // (it forks the job's process).
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::SUBCOMMAND) {
-        std::process::exit(drover_sched::rm::shepherd::run());
+        std::process::exit(drover_sched::rm::shepherd::main());
     }
     // A job's process in a guest (its user's, started by a shepherd): no runtime either.
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::GUEST_RUN) {

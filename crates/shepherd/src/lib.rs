@@ -30,6 +30,8 @@
 //! on to the job (blocked until the job exists). SIGKILL ends both. The job starts with
 //! every signal at its default and none blocked, whatever the service had.
 
+pub mod fork_server;
+
 use std::ffi::CString;
 use std::io::{Read, Write};
 use std::os::fd::FromRawFd;
@@ -248,6 +250,15 @@ fn settle_signals() {
         }
         libc::sigprocmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut());
     }
+}
+
+/// The `main` of `<program> job-shepherd [fork-server]`: one job's shepherd, or the
+/// [`fork_server`] that forks them.
+pub fn main() -> i32 {
+    if std::env::args().nth(2).as_deref() == Some(fork_server::ARGUMENT) {
+        return fork_server::serve();
+    }
+    run()
 }
 
 /// The shepherd's `main`: its exit code is the job's (128 + the signal that ended it).

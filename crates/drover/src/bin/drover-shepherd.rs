@@ -7,5 +7,5 @@ fn main() {
         println!("{}", drover_shepherd::SOURCE);
         return;
     }
-    std::process::exit(drover_shepherd::run());
+    std::process::exit(drover_shepherd::main());
 }

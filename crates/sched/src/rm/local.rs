@@ -18,23 +18,34 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod fork_server;
+
 use super::shepherd::{self, Ids, Output, Plan, Setup};
 use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
 use crate::job::ProcessRecord;
 use crate::sysuser;
 
-/// Starts `program job-shepherd` with the status file as fd 3 and the plan as fd 4, in a
-/// session of its own, in `/`, with an empty environment and `/dev/null` on 0, 1 and 2.
-/// `posix_spawn` (glibc: `clone` with the parent's memory shared until the exec), not
-/// fork: a fork copies the page tables of the whole service, which grow with its jobs,
-/// and would make every start slower the more jobs are queued. The shepherd ignores and
-/// blocks its signals itself (`shepherd::run`).
-fn spawn_shepherd(program: &Path, status_fd: i32, plan_fd: i32) -> std::io::Result<i32> {
+/// Starts `program job-shepherd [argument]` with each descriptor of `fds` moved to its
+/// number (the shepherd's: the status file as fd 3 and the plan as fd 4; the fork
+/// server's: its socket as fd 3), in a session of its own, in `/`, with an empty
+/// environment and `/dev/null` on 0, 1 and 2. `posix_spawn` (glibc: `clone` with the
+/// parent's memory shared until the exec), not fork: a fork copies the page tables of
+/// the whole service, which grow with its jobs, and would make every start slower the
+/// more jobs are queued. The shepherd ignores and blocks its signals itself
+/// (`shepherd::run`).
+fn spawn_shepherd(
+    program: &Path,
+    argument: Option<&str>,
+    fds: &[(i32, i32)],
+) -> std::io::Result<i32> {
     use std::ffi::CString;
     let program = CString::new(program.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::other("the shepherd's path holds a NUL"))?;
     let subcommand = CString::new(shepherd::SUBCOMMAND).expect("no NUL");
-    let argv = [program.as_ptr(), subcommand.as_ptr(), std::ptr::null()];
+    let argument = argument.map(|a| CString::new(a).expect("no NUL"));
+    let mut argv = vec![program.as_ptr(), subcommand.as_ptr()];
+    argv.extend(argument.as_ref().map(|a| a.as_ptr()));
+    argv.push(std::ptr::null());
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     let null = c"/dev/null";
     let root = c"/";
@@ -55,7 +66,10 @@ fn spawn_shepherd(program: &Path, status_fd: i32, plan_fd: i32) -> std::io::Resu
             Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(copy) })
         }
     };
-    let (status, plan) = (high(status_fd)?, high(plan_fd)?);
+    let moves = fds
+        .iter()
+        .map(|&(from, to)| Ok((high(from)?, to)))
+        .collect::<std::io::Result<Vec<_>>>()?;
     // SAFETY: the attribute and action objects are initialised before use and destroyed
     // on every path; every pointer handed over outlives the call.
     unsafe {
@@ -80,16 +94,13 @@ fn spawn_shepherd(program: &Path, status_fd: i32, plan_fd: i32) -> std::io::Resu
                     0,
                 ))?;
             }
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                status.as_raw_fd(),
-                shepherd::STATUS_FD,
-            ))?;
-            check(libc::posix_spawn_file_actions_adddup2(
-                &mut actions,
-                plan.as_raw_fd(),
-                shepherd::PLAN_FD,
-            ))?;
+            for (from, to) in &moves {
+                check(libc::posix_spawn_file_actions_adddup2(
+                    &mut actions,
+                    from.as_raw_fd(),
+                    *to,
+                ))?;
+            }
             check(libc::posix_spawn_file_actions_addchdir_np(
                 &mut actions,
                 root.as_ptr(),
@@ -139,6 +150,9 @@ pub struct LocalResourceManager {
     shepherd: PathBuf,
     /// The `drover` program, which a job in a guest runs (`guest-run`).
     guest_program: PathBuf,
+    /// Forks the shepherds of jobs on this machine (those of jobs in guests are started
+    /// one by one: they get two more descriptors).
+    fork_server: fork_server::ForkServer,
     /// Status files of ended jobs to remove (by the sweeper thread: file system work kept
     /// off the journal's thread, which tells of durable ends): job id and its process.
     sweep: std::sync::mpsc::Sender<(String, ProcessRecord)>,
@@ -146,6 +160,93 @@ pub struct LocalResourceManager {
     /// job started again (requeued) never loses its new file to the removal of its last
     /// run's.
     spool_lock: Arc<Mutex<()>>,
+    /// Status files of ended jobs, kept for new jobs in `<spool>/recycled`.
+    recycled: Arc<Recycled>,
+}
+
+/// Status files kept for reuse. A job's file is renamed into place from here rather
+/// than made: making a file costs an inode, and a file system that has freed thousands
+/// of inodes in the last minute (ext4 without a journal skips those when it allocates)
+/// spends a good part of a job's start finding one. A file enters only once the
+/// shepherd that held it is gone, so that nothing else can write in it.
+struct Recycled {
+    directory: PathBuf,
+    files: Mutex<(Vec<PathBuf>, u64)>,
+}
+
+impl Recycled {
+    /// The most files kept.
+    const LIMIT: usize = 4096;
+
+    /// The files an earlier run kept are kept again.
+    fn open(spool: &Path) -> std::io::Result<Recycled> {
+        let directory = spool.join("recycled");
+        std::fs::create_dir_all(&directory)?;
+        let mut files = Vec::new();
+        let mut next = 0;
+        for entry in std::fs::read_dir(&directory)? {
+            let entry = entry?;
+            let number = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<u64>().ok());
+            match number {
+                Some(n) if entry.file_type()?.is_file() && files.len() < Self::LIMIT => {
+                    next = next.max(n + 1);
+                    files.push(entry.path());
+                }
+                _ => {
+                    let _ = std::fs::remove_file(entry.path());
+                }
+            }
+        }
+        Ok(Recycled {
+            directory,
+            files: Mutex::new((files, next)),
+        })
+    }
+
+    /// Keeps the status file `file`, whose shepherd `pid` has ended, or removes it.
+    fn keep(&self, file: &Path, pid: i32) {
+        let gone = unsafe { libc::kill(pid, 0) } != 0
+            && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
+        if gone && files.0.len() < Self::LIMIT {
+            let kept = self.directory.join(files.1.to_string());
+            if std::fs::rename(file, &kept).is_ok() {
+                files.0.push(kept);
+                files.1 += 1;
+                return;
+            }
+        }
+        drop(files);
+        let _ = std::fs::remove_file(file);
+    }
+
+    /// A status file at `path`, empty, written by the service's user only: a kept one
+    /// renamed there, or a new one.
+    fn make(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        let kept = self.files.lock().unwrap_or_else(|e| e.into_inner()).0.pop();
+        // The rename replaces the file of an earlier run of the job (requeued), whose
+        // end is recorded.
+        if let Some(kept) = kept
+            && std::fs::rename(&kept, path).is_ok()
+            && let Ok(file) = std::fs::OpenOptions::new()
+                .write(true)
+                .truncate(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(path)
+        {
+            return Ok(file);
+        }
+        let _ = std::fs::remove_file(path);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+    }
 }
 
 impl LocalResourceManager {
@@ -161,7 +262,8 @@ impl LocalResourceManager {
         std::fs::set_permissions(&spool, std::fs::Permissions::from_mode(0o700))?;
         let (sweep, sweeps) = std::sync::mpsc::channel::<(String, ProcessRecord)>();
         let spool_lock = Arc::new(Mutex::new(()));
-        let (root, lock) = (spool.clone(), spool_lock.clone());
+        let recycled = Arc::new(Recycled::open(&spool)?);
+        let (root, lock, kept) = (spool.clone(), spool_lock.clone(), recycled.clone());
         std::thread::Builder::new()
             .name("spool-sweeper".into())
             .spawn(move || {
@@ -176,17 +278,19 @@ impl LocalResourceManager {
                     let _held = lock.lock().unwrap_or_else(|e| e.into_inner());
                     // Only the run that ended: a later run's shepherd writes its own pid.
                     if read_status(&file).is_some_and(|s| s.pid == Some(process.pid)) {
-                        let _ = std::fs::remove_file(&file);
+                        kept.keep(&file, process.pid);
                     }
                 }
             })?;
         Ok(LocalResourceManager {
             spool,
+            fork_server: fork_server::ForkServer::new(shepherd.clone(), events.clone()),
             events,
             shepherd,
             guest_program,
             sweep,
             spool_lock,
+            recycled,
         })
     }
 
@@ -207,28 +311,9 @@ impl LocalResourceManager {
                     }
                     break rc;
                 };
-                let code = if rc == pid {
-                    if libc::WIFEXITED(status) {
-                        Some(libc::WEXITSTATUS(status))
-                    } else if libc::WIFSIGNALED(status) {
-                        Some(128 + libc::WTERMSIG(status))
-                    } else {
-                        None
-                    }
-                } else {
-                    None
-                };
                 let seconds = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-                let exit = Exit {
-                    code,
-                    cpu_seconds: seconds(usage.ru_utime) + seconds(usage.ru_stime),
-                    // A command that never started exits non-zero: only then is the
-                    // status file read for the reason (not on every job's end).
-                    start_failure: code
-                        .filter(|c| *c != 0)
-                        .and_then(|_| read_status(&spool))
-                        .and_then(|status| status.reason),
-                };
+                let cpu_seconds = seconds(usage.ru_utime) + seconds(usage.ru_stime);
+                let exit = exit_of((rc == pid).then_some(status), cpu_seconds, &spool);
                 events(RmEvent::Exited { job_id, pid, exit });
             })
             .expect("cannot start a job watcher thread");
@@ -286,30 +371,53 @@ impl LocalResourceManager {
         // The watcher thread reaps it; the Child handle is not needed.
         Ok(child.id() as i32)
     }
+}
 
-    /// Polls a process that is not our child (re-adopted after a restart).
-    fn watch_adopted(&self, job_id: String, process: ProcessRecord) {
-        let events = self.events.clone();
-        std::thread::Builder::new()
-            .name(format!("job-{job_id}"))
-            .spawn(move || {
-                while is_alive(&process) {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                let status = read_status(Path::new(&process.spool));
-                let exit = Exit {
-                    code: status.as_ref().and_then(|s| s.code),
-                    cpu_seconds: 0.0,
-                    start_failure: status.and_then(|s| s.reason),
-                };
-                events(RmEvent::Exited {
-                    job_id,
-                    pid: process.pid,
-                    exit,
-                });
-            })
-            .expect("cannot start a job watcher thread");
+/// How a shepherd that ended with `wait_status` (`None`: unknown) ended its job. A
+/// command that never started exits non-zero: only then is the status file read for
+/// the reason (not on every job's end).
+fn exit_of(wait_status: Option<i32>, cpu_seconds: f64, spool: &Path) -> Exit {
+    let code = wait_status.and_then(|status| {
+        if libc::WIFEXITED(status) {
+            Some(libc::WEXITSTATUS(status))
+        } else if libc::WIFSIGNALED(status) {
+            Some(128 + libc::WTERMSIG(status))
+        } else {
+            None
+        }
+    });
+    Exit {
+        code,
+        cpu_seconds,
+        start_failure: code
+            .filter(|c| *c != 0)
+            .and_then(|_| read_status(spool))
+            .and_then(|status| status.reason),
     }
+}
+
+/// Polls a process that is not our child (re-adopted after a restart, or left by a fork
+/// server that ended) and reports its end as its status file tells it.
+fn watch_adopted(events: RmNotify, job_id: String, process: ProcessRecord) {
+    std::thread::Builder::new()
+        .name(format!("job-{job_id}"))
+        .spawn(move || {
+            while is_alive(&process) {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            let status = read_status(Path::new(&process.spool));
+            let exit = Exit {
+                code: status.as_ref().and_then(|s| s.code),
+                cpu_seconds: 0.0,
+                start_failure: status.and_then(|s| s.reason),
+            };
+            events(RmEvent::Exited {
+                job_id,
+                pid: process.pid,
+                exit,
+            });
+        })
+        .expect("cannot start a job watcher thread");
 }
 
 impl ResourceManager for LocalResourceManager {
@@ -321,14 +429,9 @@ impl ResourceManager for LocalResourceManager {
         let _spool_held = self.spool_lock.lock().unwrap_or_else(|e| e.into_inner());
         // One file per job (a directory and a pid file per job cost a start three inodes).
         let spool = status_file(&self.spool, &launch.job_id);
-        // Left by an earlier run of the job (requeued), whose end is recorded.
-        let _ = std::fs::remove_file(&spool);
-        let status_file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&spool)
+        let status_file = self
+            .recycled
+            .make(&spool)
             .map_err(|e| format!("cannot create the exit status file: {e}"))?;
         let plan = plan_file(&plan_of(&launch))
             .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
@@ -348,8 +451,9 @@ impl ResourceManager for LocalResourceManager {
             .zip(program.as_ref())
             .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
         let pid = match guest_fds {
-            None => spawn_shepherd(&self.shepherd, status_fd, plan_fd)
-                .map_err(|e| format!("cannot start the shepherd of {}: {e}", launch.job_id))?,
+            None => self
+                .fork_server
+                .start(&launch.job_id, &spool, status_fd, plan_fd)?,
             Some(guest_fds) => self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?,
         };
         // The shepherd has its own copies.
@@ -361,8 +465,11 @@ impl ResourceManager for LocalResourceManager {
             rm_job_id: None,
         };
         // The shepherd writes its pid first in its status file: a restart that finds
-        // the start unrecorded stops what that names (`abandon`).
-        self.watch_child(launch.job_id, pid, spool);
+        // the start unrecorded stops what that names (`abandon`). The fork server
+        // reports the ends of the shepherds it made.
+        if launch.guest.is_some() {
+            self.watch_child(launch.job_id, pid, spool);
+        }
         Ok(record)
     }
 
@@ -412,7 +519,7 @@ impl ResourceManager for LocalResourceManager {
         if !is_alive(process) {
             return false;
         }
-        self.watch_adopted(job_id.to_string(), process.clone());
+        watch_adopted(self.events.clone(), job_id.to_string(), process.clone());
         true
     }
 
