@@ -834,6 +834,61 @@ fn a_restart_adopts_running_jobs_and_keeps_everything_answered() {
     assert_eq!(job["completionCode"], 7);
 }
 
+/// The parent of a process, `None` when it is gone.
+fn parent_of(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
+/// The shepherds' fork server is the parent of the jobs' shepherds. Killed, the jobs it
+/// started still end with their codes (watched as after a restart), and the next job
+/// gets a new one.
+#[test]
+fn jobs_outlive_their_shepherds_fork_server() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let (flag, pid_file) = (work.path().join("go"), work.path().join("pid"));
+    let waiting = script(
+        work.path(),
+        "wait.sh",
+        &format!(
+            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit 7",
+            pid_file.display(),
+            flag.display()
+        ),
+    );
+    let first = submit_v1(
+        &server,
+        json!({"commandFile": waiting, "initialWorkingDirectory": work.path()}),
+    );
+    let job = wait_for_pid_file(&pid_file);
+    let shepherd = parent_of(job).expect("the job's shepherd");
+    let fork_server = parent_of(shepherd).expect("the shepherds' fork server");
+    let command = std::fs::read(format!("/proc/{fork_server}/cmdline")).unwrap();
+    assert!(
+        String::from_utf8_lossy(&command).contains("fork-server"),
+        "the shepherd's parent is {}",
+        String::from_utf8_lossy(&command)
+    );
+    unsafe { libc::kill(fork_server as i32, libc::SIGKILL) };
+
+    let quick = script(work.path(), "quick.sh", "exit 5");
+    let second = submit_v1(
+        &server,
+        json!({"commandFile": quick, "initialWorkingDirectory": work.path()}),
+    );
+    assert_eq!(
+        wait_state(&server, &second, "COMPLETED")["completionCode"],
+        5
+    );
+    assert_eq!(state_v1(&server, &first), "RUNNING");
+    std::fs::write(&flag, "").unwrap();
+    assert_eq!(
+        wait_state(&server, &first, "COMPLETED")["completionCode"],
+        7
+    );
+}
+
 /// The job listing answers from indexes and the book's order where it can; it must
 /// answer exactly what the reference semantics (`ListQuery::run` over every rendered
 /// job) answers.

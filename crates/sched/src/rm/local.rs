@@ -176,7 +176,7 @@ struct Recycled {
 
 impl Recycled {
     /// The most files kept.
-    const LIMIT: usize = 4096;
+    const LIMIT: usize = 1024;
 
     /// The files an earlier run kept are kept again.
     fn open(spool: &Path) -> std::io::Result<Recycled> {
@@ -207,11 +207,21 @@ impl Recycled {
     }
 
     /// Keeps the status file `file`, whose shepherd `pid` has ended, or removes it.
+    /// It is emptied here, with an opening of its own: ext4 writes out at the last close
+    /// a file that was truncated to nothing and written again (`auto_da_alloc`), which
+    /// would be the shepherd's close were the file emptied when a job gets it.
     fn keep(&self, file: &Path, pid: i32) {
         let gone = unsafe { libc::kill(pid, 0) } != 0
             && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        let emptied = gone
+            && std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(file)
+                .and_then(|f| f.set_len(0))
+                .is_ok();
         let mut files = self.files.lock().unwrap_or_else(|e| e.into_inner());
-        if gone && files.0.len() < Self::LIMIT {
+        if emptied && files.0.len() < Self::LIMIT {
             let kept = self.directory.join(files.1.to_string());
             if std::fs::rename(file, &kept).is_ok() {
                 files.0.push(kept);
@@ -233,11 +243,13 @@ impl Recycled {
             && std::fs::rename(&kept, path).is_ok()
             && let Ok(file) = std::fs::OpenOptions::new()
                 .write(true)
-                .truncate(true)
                 .custom_flags(libc::O_NOFOLLOW)
                 .open(path)
         {
-            return Ok(file);
+            // Kept files are empty; one an interrupted run left otherwise is emptied.
+            if file.metadata().is_ok_and(|m| m.len() == 0) || file.set_len(0).is_ok() {
+                return Ok(file);
+            }
         }
         let _ = std::fs::remove_file(path);
         std::fs::OpenOptions::new()
@@ -702,6 +714,35 @@ fn group_alive(pgid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_file_is_reused_empty_only_once_its_shepherd_is_gone() {
+        let spool = tempfile::tempdir().unwrap();
+        let recycled = Recycled::open(spool.path()).unwrap();
+        let ended = spool.path().join("Drover.1.status");
+        std::fs::write(&ended, "pid 1\n0\n").unwrap();
+        // A pid no process has (above the kernel's largest) and this process's own.
+        recycled.keep(&ended, i32::MAX);
+        let running = spool.path().join("Drover.2.status");
+        std::fs::write(&running, "pid 2\n").unwrap();
+        recycled.keep(&running, std::process::id() as i32);
+        assert!(!ended.exists() && !running.exists());
+        assert_eq!(recycled.files.lock().unwrap().0.len(), 1);
+
+        // Kept again by the next run, and handed out empty.
+        let again = Recycled::open(spool.path()).unwrap();
+        let next = spool.path().join("Drover.3.status");
+        let mut file = again.make(&next).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 0);
+        assert!(again.files.lock().unwrap().0.is_empty());
+        use std::io::Write;
+        writeln!(file, "pid 3").unwrap();
+        // None left: a new file.
+        let fresh = spool.path().join("Drover.4.status");
+        again.make(&fresh).unwrap();
+        assert_eq!(std::fs::read_to_string(&next).unwrap(), "pid 3\n");
+        assert!(fresh.exists());
+    }
 
     #[test]
     fn a_start_failure_is_the_status_files_second_line() {

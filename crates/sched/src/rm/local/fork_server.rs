@@ -152,6 +152,14 @@ impl ForkServer {
     }
 }
 
+impl Drop for Connection {
+    /// Ends the reader (the server ends with its end of the socket) when the resource
+    /// manager goes, as in a service started again within one process (tests).
+    fn drop(&mut self) {
+        unsafe { libc::shutdown(self.socket.as_raw_fd(), libc::SHUT_RDWR) };
+    }
+}
+
 /// The reader thread of one fork server.
 struct Reader {
     socket: Arc<OwnedFd>,
