@@ -870,6 +870,18 @@ fn jobs_outlive_their_shepherds_fork_server() {
         "the shepherd's parent is {}",
         String::from_utf8_lossy(&command)
     );
+    // Nothing of the fork server's (its socket to the service, its signalfd) reaches
+    // the shepherd or the job: their descriptors are files and pipes only.
+    for pid in [shepherd, job] {
+        for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
+            let target = std::fs::read_link(entry.unwrap().path()).unwrap_or_default();
+            let target = target.to_string_lossy();
+            assert!(
+                !target.starts_with("socket:") && !target.contains("signalfd"),
+                "process {pid} holds {target}"
+            );
+        }
+    }
     unsafe { libc::kill(fork_server as i32, libc::SIGKILL) };
 
     let quick = script(work.path(), "quick.sh", "exit 5");
