@@ -67,14 +67,33 @@ impl Interned {
 }
 
 /// The distinct strings the book's rows name (custom names, credentials, command
-/// files), each kept once; like jobs, never removed.
+/// files), and the distinct lists of them (flags), each kept once; like jobs, never
+/// removed.
 #[derive(Default)]
 pub struct Strings {
     texts: Vec<Arc<str>>,
     numbers: HashMap<Arc<str>, u32>,
+    lists: Vec<Arc<[String]>>,
+    list_numbers: HashMap<Arc<[String]>, u32>,
 }
 
 impl Strings {
+    fn intern_list(&mut self, words: &[String]) -> Interned {
+        if let Some(&n) = self.list_numbers.get(words) {
+            return Interned(n);
+        }
+        let n = self.lists.len() as u32;
+        let list: Arc<[String]> = Arc::from(words);
+        self.lists.push(list.clone());
+        self.list_numbers.insert(list, n);
+        Interned(n)
+    }
+
+    /// A list [`Strings::intern_list`] kept (empty for [`Interned::NONE`]).
+    pub fn list(&self, interned: Interned) -> &[String] {
+        self.lists.get(interned.0 as usize).map_or(&[], |l| &**l)
+    }
+
     fn intern(&mut self, text: Option<&str>) -> Interned {
         let Some(text) = text else {
             return Interned::NONE;
@@ -135,6 +154,9 @@ pub struct ScanRow {
     pub class: Interned,
     pub qos: Interned,
     pub command_file: Interned,
+    /// The flags, a list of [`Strings`].
+    pub flags: Interned,
+    pub task_count: u32,
     pub user_priority: i64,
     pub system_priority: i64,
     pub submit: i64,
@@ -152,6 +174,8 @@ impl ScanRow {
             class: strings.intern(job.spec.job_class.as_deref()),
             qos: strings.intern(job.spec.qos_requested.as_deref()),
             command_file: strings.intern(Some(&job.spec.command_file)),
+            flags: strings.intern_list(&job.spec.flags),
+            task_count: job.spec.request.task_count,
             user_priority: job.spec.user_priority,
             system_priority: job.status.system_priority,
             submit: job.status.dates.submit,

@@ -160,9 +160,9 @@ fn version_2(path: &str) -> Option<Field> {
         "cancelCount" => Job(|job| number(job.status.counts.cancel)),
         "preemptCount" => Job(|job| number(job.status.counts.preempt)),
         "duration" => Job(|job| job.spec.duration.map_or(Cell::Null, integer)),
-        "flags" => Job(|job| Cell::Words(&job.spec.flags)),
+        "flags" => Row(|b, p| Cell::Words(b.strings().list(b.row(p).flags))),
         // `requirements` is a list of one requirement (see [`ONE_ELEMENT_LISTS`]).
-        "requirements.taskCount" => Job(|job| number(job.spec.request.task_count)),
+        "requirements.taskCount" => Row(|b, p| number(b.row(p).task_count)),
         "requirements.tasksPerNode" => {
             Job(|job| job.spec.request.tasks_per_node.map_or(Cell::Null, number))
         }
