@@ -348,7 +348,7 @@ enum Found<'q> {
 /// The evaluator's answer over the candidates [`plan`] left, each judged by the whole
 /// filter on its rendering by `filter_render` (only the paths the query names, when
 /// [`Narrow`] knows them all; else only the members they start with). The candidates are cut in as many runs as there are
-/// processors (for a long list), judged side by side on threads of the caller's CPU
+/// processors (for a long list), judged side by side on threads of the lowest CPU
 /// priority; each takes the book's read lock a chunk at a time and keeps only the page's
 /// best candidates ([`Top`]); past `deadline` the scan stops.
 pub(super) fn scan(
@@ -369,17 +369,11 @@ pub(super) fn scan(
     let found: Vec<Result<Found<'_>, OverBudget>> = if parts == 1 {
         vec![judge(0)]
     } else {
-        // SAFETY (of the priority): getpriority/setpriority on this thread's id read and
-        // change only this thread's niceness.
-        let niceness = unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as _) };
         std::thread::scope(|threads| {
             let others: Vec<_> = (1..parts)
                 .map(|k| {
                     threads.spawn(move || {
-                        // A failure (not permitted) leaves the default priority.
-                        unsafe {
-                            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as _, niceness);
-                        }
+                        super::lower_this_thread();
                         judge(k)
                     })
                 })

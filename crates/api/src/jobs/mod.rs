@@ -321,15 +321,26 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
     .retry_after(budget.as_secs().max(1))
 }
 
-/// A scan's niceness. A long scan takes a thread per core: at nice 10 (a tenth of a
-/// request handler's weight), 4 clients looping on a one-second list at a million jobs
-/// held submissions' p99 at 20.1 ms; at 19 (about a seventieth), 17.2 ms
-/// (`scripts/bench-slow-lists`).
-const SCAN_NICENESS: libc::c_int = 19;
+/// Lowers the calling thread to the idle scheduling class (`SCHED_IDLE`): it runs only
+/// when no thread of the normal class wants its core, and a waking request handler, the
+/// engine or the journal takes the core from it at once. A long scan takes a thread per
+/// core: at nice 10, 4 clients looping on a one-second list at a million jobs held
+/// submissions' p99 at 20.1 ms; at nice 19, 17.2-23.6 ms (`scripts/bench-slow-lists`).
+/// Where the class is refused, nice 19.
+pub(super) fn lower_this_thread() {
+    // SAFETY: sched_setscheduler and setpriority on this thread's id change only this
+    // thread's scheduling; a failure leaves it as it was, which is harmless.
+    unsafe {
+        let parameters = libc::sched_param { sched_priority: 0 };
+        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &parameters) != 0 {
+            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
+        }
+    }
+}
 
-/// Runs a scan on a thread of its own at the lowest CPU priority (nice 19), so that on a
-/// busy machine the engine, the journal and other requests' handlers get the cores
-/// first. The thread ends with the scan: no pooled thread keeps the lower priority.
+/// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`]),
+/// so that on a busy machine the engine, the journal and other requests' handlers get the
+/// cores first. The thread ends with the scan: no pooled thread keeps the lower priority.
 async fn beside_the_service<R: Send + 'static>(
     scan: impl FnOnce() -> R + Send + 'static,
 ) -> ApiResult<R> {
@@ -337,15 +348,7 @@ async fn beside_the_service<R: Send + 'static>(
     std::thread::Builder::new()
         .name("drover-list-scan".into())
         .spawn(move || {
-            // SAFETY: setpriority with this thread's id changes only this thread's
-            // niceness; a failure (not permitted) leaves it as it was, which is harmless.
-            unsafe {
-                libc::setpriority(
-                    libc::PRIO_PROCESS,
-                    libc::gettid() as libc::id_t,
-                    SCAN_NICENESS,
-                );
-            }
+            lower_this_thread();
             let _ = answer.send(scan());
         })
         .map_err(|e| ApiError::internal(format!("cannot start a list scan: {e}")))?;
