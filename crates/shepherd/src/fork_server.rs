@@ -8,7 +8,11 @@
 //! It talks to the service on fd 3, one end of a `SOCK_SEQPACKET` socket pair whose
 //! other end only the service holds:
 //! - a request is one byte with two descriptors attached (the job's status file and its
-//!   plan); the server forks the shepherd and answers [`Report::Started`] at once;
+//!   plan); the server forks the shepherd, waits until it leads its own session (so that
+//!   a signal the service sends its group at once reaches it), and answers
+//!   [`Report::Started`] with its pid and start time; only once that answer is sent does
+//!   the shepherd go on to start the job (a shepherd whose pid the service never got
+//!   starts nothing);
 //! - the server is the shepherds' parent: it reaps each one and tells the service how it
 //!   ended ([`Report::Ended`]: wait status and CPU time, its job's included);
 //! - it ends when the service's end closes (the service ended): the shepherds it forked
@@ -24,12 +28,21 @@ pub const SOCKET_FD: i32 = 3;
 /// The argument after `job-shepherd` that makes the program the fork server.
 pub const ARGUMENT: &str = "fork-server";
 
+/// A shepherd the fork server made: its pid and its start time (clock ticks since boot,
+/// field 22 of `/proc/<pid>/stat`, read before the server could reap it; 0 if unknown),
+/// which tell it from a later process given the same pid.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shepherd {
+    pub pid: i32,
+    pub start_ticks: u64,
+}
+
 /// A message from the fork server to the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Report {
-    /// The answer to the latest request: the shepherd's pid, or the `errno` of the
-    /// failure to make it.
-    Started(Result<i32, i32>),
+    /// The answer to the latest request: the shepherd, or the `errno` of the failure to
+    /// make it.
+    Started(Result<Shepherd, i32>),
     /// A shepherd ended: its pid, its wait status, and the CPU time it and its job used,
     /// in microseconds.
     Ended {
@@ -44,10 +57,10 @@ pub const REPORT_SIZE: usize = 17;
 
 impl Report {
     /// A kind byte (`S` started, `F` failed, `E` ended), then the pid or `errno`, the
-    /// wait status and the CPU time, little-endian.
+    /// wait status and the CPU time (a start: its start time), little-endian.
     pub fn encode(&self) -> [u8; REPORT_SIZE] {
         let (kind, pid, status, micros) = match *self {
-            Report::Started(Ok(pid)) => (b'S', pid, 0, 0),
+            Report::Started(Ok(shepherd)) => (b'S', shepherd.pid, 0, shepherd.start_ticks),
             Report::Started(Err(errno)) => (b'F', errno, 0, 0),
             Report::Ended {
                 pid,
@@ -70,7 +83,10 @@ impl Report {
         let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let micros = u64::from_le_bytes(bytes[9..17].try_into().unwrap());
         match bytes[0] {
-            b'S' => Some(Report::Started(Ok(int(1)))),
+            b'S' => Some(Report::Started(Ok(Shepherd {
+                pid: int(1),
+                start_ticks: micros,
+            }))),
             b'F' => Some(Report::Started(Err(int(1)))),
             b'E' => Some(Report::Ended {
                 pid: int(1),
@@ -180,10 +196,10 @@ fn receive() -> Option<Result<[i32; 2], ()>> {
     }
 }
 
-fn report(report: Report) {
+/// Sends `report`; whether it was sent whole (a service gone is seen on the next poll).
+fn report(report: Report) -> bool {
     let bytes = report.encode();
-    // A service gone is seen on the next poll; nothing to do about it here.
-    unsafe {
+    let sent = unsafe {
         libc::send(
             SOCKET_FD,
             bytes.as_ptr() as *const libc::c_void,
@@ -191,6 +207,7 @@ fn report(report: Report) {
             libc::MSG_NOSIGNAL,
         )
     };
+    sent == bytes.len() as isize
 }
 
 /// The fork server's `main`. One thread: SIGCHLD is blocked and read from a signalfd, so
@@ -233,14 +250,21 @@ pub fn serve() -> i32 {
         if polled[0].revents != 0 {
             match receive() {
                 None => return 0,
-                Some(Err(())) => report(Report::Started(Err(libc::EINVAL))),
+                Some(Err(())) => {
+                    report(Report::Started(Err(libc::EINVAL)));
+                }
                 Some(Ok(fds)) => {
-                    let outcome = fork_shepherd(fds, children);
+                    let forked = fork_shepherd(fds, children);
                     unsafe {
                         libc::close(fds[0]);
                         libc::close(fds[1]);
                     }
-                    report(Report::Started(outcome));
+                    match forked {
+                        Err(errno) => {
+                            report(Report::Started(Err(errno)));
+                        }
+                        Ok((pid, handshake)) => answer_start(pid, handshake),
+                    }
                 }
             }
         }
@@ -274,20 +298,89 @@ fn reap(children: i32) {
     }
 }
 
-/// Forks the shepherd of the job whose status file and plan are `fds`.
-fn fork_shepherd(fds: [i32; 2], children: i32) -> Result<i32, i32> {
+/// Waits until the shepherd `pid` leads its own session (it writes a byte on the
+/// handshake), answers the service, and only then lets it go on. A shepherd that ended
+/// first is answered as a failure; one whose answer could not be sent (the service is
+/// gone) gets no go and starts nothing.
+fn answer_start(pid: i32, handshake: i32) {
+    let mut byte = [0u8; 1];
+    let ready = loop {
+        let n = unsafe { libc::read(handshake, byte.as_mut_ptr() as *mut libc::c_void, 1) };
+        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break n == 1;
+        }
+    };
+    if !ready {
+        report(Report::Started(Err(libc::ECHILD)));
+    } else {
+        // The shepherd is not reaped before this answer is sent: its /proc entry is there.
+        let start_ticks = start_ticks(pid).unwrap_or(0);
+        if report(Report::Started(Ok(Shepherd { pid, start_ticks }))) {
+            unsafe { libc::write(handshake, b"g".as_ptr() as *const libc::c_void, 1) };
+        }
+    }
+    unsafe { libc::close(handshake) };
+}
+
+/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
+fn start_ticks(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// A descriptor moved to 10 or above (close-on-exec), so that the child's moves to 3 and
+/// 4 cannot overwrite it.
+fn high(fd: i32) -> i32 {
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+    unsafe { libc::close(fd) };
+    moved
+}
+
+/// Forks the shepherd of the job whose status file and plan are `fds`: its pid and this
+/// process's end of the handshake (see [`answer_start`]).
+fn fork_shepherd(fds: [i32; 2], children: i32) -> Result<(i32, i32), i32> {
+    let errno = || {
+        io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            ends.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(errno());
+    }
+    let (ours, theirs) = (high(ends[0]), high(ends[1]));
+    if ours < 0 || theirs < 0 {
+        unsafe {
+            libc::close(ours);
+            libc::close(theirs);
+        }
+        return Err(libc::EMFILE);
+    }
     // SAFETY: this process has one thread, so the child may allocate; it only rearranges
     // descriptors and signals, then runs the shepherd and exits.
     let pid = unsafe { libc::fork() };
-    if pid < 0 {
-        return Err(io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO));
-    }
-    if pid > 0 {
-        return Ok(pid);
+    if pid != 0 {
+        unsafe { libc::close(theirs) };
+        if pid < 0 {
+            let failed = errno();
+            unsafe { libc::close(ours) };
+            return Err(failed);
+        }
+        return Ok((pid, ours));
     }
     unsafe {
+        libc::close(ours);
         // The signalfd first: it may be fd 4. The status file and the plan become fds 3
         // and 4 (over the socket, which the shepherd must not hold); their copies above
         // 10 close with `run`'s sweep.
@@ -295,12 +388,32 @@ fn fork_shepherd(fds: [i32; 2], children: i32) -> Result<i32, i32> {
         if libc::dup2(fds[0], STATUS_FD) < 0 || libc::dup2(fds[1], PLAN_FD) < 0 {
             libc::_exit(125);
         }
-        let mut none: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut none);
-        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        // Its own session and its signals settled first (SIGCHLD, blocked for the
+        // server's signalfd, is unblocked only then, and the signals passed on to the job
+        // stay blocked until it exists), then the handshake.
         if crate::prepare().is_err() {
             libc::_exit(125);
         }
+        let mut passed_on: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut passed_on);
+        for signal in crate::PASSED_ON {
+            libc::sigaddset(&mut passed_on, signal);
+        }
+        libc::sigprocmask(libc::SIG_SETMASK, &passed_on, std::ptr::null_mut());
+        let mut go = [0u8; 1];
+        if libc::write(theirs, b"r".as_ptr() as *const libc::c_void, 1) != 1 {
+            libc::_exit(125);
+        }
+        let n = loop {
+            let n = libc::read(theirs, go.as_mut_ptr() as *mut libc::c_void, 1);
+            if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+                break n;
+            }
+        };
+        if n != 1 || go[0] != b'g' {
+            libc::_exit(125);
+        }
+        libc::close(theirs);
     }
     std::process::exit(crate::run())
 }
@@ -312,7 +425,10 @@ mod tests {
     #[test]
     fn reports_read_back_as_written() {
         for report in [
-            Report::Started(Ok(4242)),
+            Report::Started(Ok(Shepherd {
+                pid: 4242,
+                start_ticks: 1 << 40,
+            })),
             Report::Started(Err(libc::EAGAIN)),
             Report::Ended {
                 pid: 7,

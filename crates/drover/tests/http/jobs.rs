@@ -901,6 +901,44 @@ fn jobs_outlive_their_shepherds_fork_server() {
     );
 }
 
+/// A job cancelled the moment it is submitted (cancelled while it starts: the engine
+/// signals its process group as soon as the start is answered) never runs its command
+/// to the end: the shepherd leads its group before its pid is given.
+#[test]
+fn a_job_cancelled_as_it_starts_does_not_run_on() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let marks = work.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    let job = script(
+        work.path(),
+        "late.sh",
+        &format!("sleep 1\ntouch {}/$DROVER_JOB_ID", marks.display()),
+    );
+    let ids: Vec<String> = (0..12)
+        .map(|_| {
+            let id = submit_v1(
+                &server,
+                json!({"commandFile": job, "initialWorkingDirectory": work.path()}),
+            );
+            let cancelled = server.send("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin);
+            assert!(cancelled.status < 300, "{}", cancelled.body);
+            id
+        })
+        .collect();
+    for id in &ids {
+        server.wait_for(&format!("/rest/jobs/{id}"), "a final state", |job| {
+            matches!(
+                job["state"].as_str(),
+                Some("COMPLETED" | "REMOVED" | "VACATED")
+            )
+        });
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let ran: Vec<_> = std::fs::read_dir(&marks).unwrap().collect();
+    assert!(ran.is_empty(), "cancelled jobs ran on: {ran:?}");
+}
+
 /// The job listing answers from indexes and the book's order where it can; it must
 /// answer exactly what the reference semantics (`ListQuery::run` over every rendered
 /// job) answers.

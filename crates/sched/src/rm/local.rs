@@ -462,17 +462,25 @@ impl ResourceManager for LocalResourceManager {
             .as_ref()
             .zip(program.as_ref())
             .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
-        let pid = match guest_fds {
-            None => self
-                .fork_server
-                .start(&launch.job_id, &spool, status_fd, plan_fd)?,
-            Some(guest_fds) => self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?,
+        // The fork server reads the start time before it can reap the shepherd; a
+        // process this service forked is its child, not reaped before it is read here.
+        let (pid, start_ticks) = match guest_fds {
+            None => {
+                let shepherd =
+                    self.fork_server
+                        .start(&launch.job_id, &spool, status_fd, plan_fd)?;
+                (shepherd.pid, shepherd.start_ticks)
+            }
+            Some(guest_fds) => {
+                let pid = self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?;
+                (pid, start_ticks(pid).unwrap_or(0))
+            }
         };
         // The shepherd has its own copies.
         drop((status_file, plan, program));
         let record = ProcessRecord {
             pid,
-            start_ticks: start_ticks(pid).unwrap_or(0),
+            start_ticks,
             spool: spool.to_string_lossy().into_owned(),
             rm_job_id: None,
         };

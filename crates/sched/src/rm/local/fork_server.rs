@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use super::super::shepherd::fork_server::{self, Report};
+use super::super::shepherd::fork_server::{self, Report, Shepherd};
 use super::super::{RmEvent, RmNotify};
 use crate::job::ProcessRecord;
 
@@ -26,14 +26,20 @@ pub(super) struct ForkServer {
     current: Mutex<Option<Connection>>,
 }
 
+/// How long a start waits for the fork server's answer: a fork and a few system calls
+/// take well under a millisecond, so a server that has not answered in this time is
+/// stuck (stopped, traced) and is replaced.
+const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// One running fork server.
 struct Connection {
     socket: Arc<OwnedFd>,
+    server: i32,
     /// The jobs whose requests are sent and not yet answered, in order (the server
     /// answers them in order).
     asked: Arc<Mutex<VecDeque<Asked>>>,
     /// The answers, from the reader thread; closed when the server has ended.
-    answers: Receiver<Result<i32, i32>>,
+    answers: Receiver<Result<Shepherd, i32>>,
     ended: Arc<AtomicBool>,
 }
 
@@ -54,14 +60,14 @@ impl ForkServer {
     }
 
     /// Forks the shepherd of `job_id`, with its status file (at `spool`) and plan; its
-    /// pid. Its end is reported on the events.
+    /// pid and start time. Its end is reported on the events.
     pub(super) fn start(
         &self,
         job_id: &str,
         spool: &Path,
         status_fd: i32,
         plan_fd: i32,
-    ) -> Result<i32, String> {
+    ) -> Result<Shepherd, String> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         // A server that ended is replaced once; a request it never received made nothing.
         for _ in 0..2 {
@@ -85,13 +91,18 @@ impl ForkServer {
                 *current = None;
                 continue;
             }
-            return match connection.answers.recv() {
-                Ok(Ok(pid)) => Ok(pid),
+            // A shepherd starts its job only once this answer was sent: when none comes,
+            // nothing runs (the server is ended, and with it the shepherd's handshake).
+            return match connection.answers.recv_timeout(ANSWER_WITHIN) {
+                Ok(Ok(shepherd)) => Ok(shepherd),
                 Ok(Err(errno)) => Err(format!(
                     "cannot fork the shepherd of {job_id}: {}",
                     io::Error::from_raw_os_error(errno)
                 )),
-                Err(_) => {
+                Err(e) => {
+                    if matches!(e, std::sync::mpsc::RecvTimeoutError::Timeout) {
+                        unsafe { libc::kill(connection.server, libc::SIGKILL) };
+                    }
                     *current = None;
                     Err(format!(
                         "the shepherds' fork server ended while starting {job_id}"
@@ -145,6 +156,7 @@ impl ForkServer {
             .spawn(move || reader.run())?;
         Ok(Connection {
             socket,
+            server: pid,
             asked,
             answers,
             ended,
@@ -165,15 +177,16 @@ struct Reader {
     socket: Arc<OwnedFd>,
     server: i32,
     asked: Arc<Mutex<VecDeque<Asked>>>,
-    answer: Sender<Result<i32, i32>>,
+    answer: Sender<Result<Shepherd, i32>>,
     ended: Arc<AtomicBool>,
     events: RmNotify,
 }
 
 impl Reader {
     fn run(self) {
-        // The shepherds this server made and that have not ended: pid to job and spool.
-        let mut running: HashMap<i32, Asked> = HashMap::new();
+        // The shepherds this server made and that have not ended: pid to job, spool and
+        // start time.
+        let mut running: HashMap<i32, (Asked, u64)> = HashMap::new();
         let mut bytes = [0u8; 64];
         loop {
             // SAFETY: `bytes` is writable for its whole length.
@@ -194,8 +207,8 @@ impl Reader {
             match Report::decode(&bytes[..n as usize]) {
                 Some(Report::Started(outcome)) => {
                     let asked = self.asked.lock().unwrap().pop_front();
-                    if let (Ok(pid), Some(asked)) = (outcome, asked) {
-                        running.insert(pid, asked);
+                    if let (Ok(shepherd), Some(asked)) = (outcome, asked) {
+                        running.insert(shepherd.pid, (asked, shepherd.start_ticks));
                     }
                     let _ = self.answer.send(outcome);
                 }
@@ -204,7 +217,7 @@ impl Reader {
                     wait_status,
                     cpu_micros,
                 }) => {
-                    if let Some(Asked { job_id, spool }) = running.remove(&pid) {
+                    if let Some((Asked { job_id, spool }, _)) = running.remove(&pid) {
                         let cpu_seconds = cpu_micros as f64 / 1e6;
                         let exit = super::exit_of(Some(wait_status), cpu_seconds, &spool);
                         (self.events)(RmEvent::Exited { job_id, pid, exit });
@@ -219,10 +232,10 @@ impl Reader {
         // The server is this process's child.
         unsafe { libc::waitpid(self.server, std::ptr::null_mut(), 0) };
         // Its shepherds live on without it: watched as a restart watches them.
-        for (pid, Asked { job_id, spool }) in running {
+        for (pid, (Asked { job_id, spool }, start_ticks)) in running {
             let record = ProcessRecord {
                 pid,
-                start_ticks: super::start_ticks(pid).unwrap_or(0),
+                start_ticks,
                 spool: spool.to_string_lossy().into_owned(),
                 rm_job_id: None,
             };
