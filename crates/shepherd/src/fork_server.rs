@@ -322,8 +322,9 @@ fn answer_start(pid: i32, handshake: i32) {
     unsafe { libc::close(handshake) };
 }
 
-/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-fn start_ticks(pid: i32) -> Option<u64> {
+/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`):
+/// with the pid, what tells a process from a later one given the same pid.
+pub fn start_ticks(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];

@@ -473,7 +473,7 @@ impl ResourceManager for LocalResourceManager {
             }
             Some(guest_fds) => {
                 let pid = self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?;
-                (pid, start_ticks(pid).unwrap_or(0))
+                (pid, shepherd::fork_server::start_ticks(pid).unwrap_or(0))
             }
         };
         // The shepherd has its own copies.
@@ -690,14 +690,6 @@ fn read_status(spool: &Path) -> Option<Status> {
         code,
         reason: code.and(reason).map(str::to_string),
     })
-}
-
-/// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`).
-pub fn start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// The recorded process still exists (same pid, same start time) and is not a zombie.
