@@ -354,6 +354,12 @@ const JOB_STACK: usize = 256 * 1024;
 /// stack of its own, and this process waits until it has exec'd or exited. So no copy of
 /// the shepherd's address space is made, only to be thrown away by the exec: a fork
 /// was about a tenth of the CPU of a short job.
+///
+/// Between its switch to the job's user and its exec, that process shares the memory of
+/// the shepherd, which runs as root. The kernel makes the memory non-dumpable at the
+/// switch when `fs.suid_dumpable` is 0 (the default), so the user can neither trace the
+/// process nor read or write its memory. Where the site has set it otherwise, the
+/// memory is copied, as by a fork ([`may_share_memory`]).
 fn spawn_the_job(job: &JobProcess) -> i32 {
     let page = 4096;
     // SAFETY: a fresh private mapping, unmapped below once the child has exec'd or
@@ -375,15 +381,32 @@ fn spawn_the_job(job: &JobProcess) -> i32 {
             return -1;
         }
         let top = (base as *mut u8).add(JOB_STACK + page) as *mut libc::c_void;
+        let suid_dumpable = match job.plan.switch_to {
+            Some(_) => std::fs::read_to_string("/proc/sys/fs/suid_dumpable").ok(),
+            None => None,
+        };
+        let shared = match may_share_memory(job.plan.switch_to.is_some(), suid_dumpable.as_deref())
+        {
+            true => libc::CLONE_VM,
+            false => 0,
+        };
         let child = libc::clone(
             job_process,
             top,
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            shared | libc::CLONE_VFORK | libc::SIGCHLD,
             job as *const JobProcess as *mut libc::c_void,
         );
         libc::munmap(base, JOB_STACK + page);
         child
     }
+}
+
+/// Whether the job's process may share the shepherd's memory until its exec: always when
+/// it stays who the shepherd is; after a switch of user only when `fs.suid_dumpable`
+/// (its text, `None` if unreadable) is 0, so that the kernel keeps its new user from
+/// tracing it.
+fn may_share_memory(switches_user: bool, suid_dumpable: Option<&str>) -> bool {
+    !switches_user || suid_dumpable.map(str::trim) == Some("0")
 }
 
 /// The job's process, until it execs: it shares the shepherd's memory (which waits, so
@@ -615,6 +638,15 @@ fn reason(e: &std::io::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_job_shares_root_memory_only_where_the_kernel_keeps_its_user_out() {
+        assert!(may_share_memory(false, None));
+        assert!(may_share_memory(true, Some("0\n")));
+        assert!(!may_share_memory(true, Some("1\n")));
+        assert!(!may_share_memory(true, Some("2\n")));
+        assert!(!may_share_memory(true, None));
+    }
 
     #[test]
     fn a_plan_reads_back_as_written() {

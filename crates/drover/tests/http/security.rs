@@ -299,6 +299,91 @@ fn nix_group_id(name: &str) -> u32 {
         .unwrap()
 }
 
+// 1c. Until its exec, the job's process shares the memory of its shepherd, a root
+// process (it is cloned with it, not forked). Stopped there after the switch to bob (its
+// output is a FIFO no one reads yet), it cannot be read or written through
+// `/proc/<pid>/mem` by bob, whose own processes can: the kernel keeps him out.
+#[test]
+fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().sqlite().start();
+    let spool = server.data_dir().join("spool");
+    let work = scratch_dir();
+    let fifo = work.path().join("out.fifo");
+    let made = std::process::Command::new("mkfifo")
+        .args(["-m", "666"])
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let id = submitted(&submit_as(
+        &server,
+        as_(BOB),
+        &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
+               "standardOutputFilePath": fifo, "standardErrorFilePath": "/dev/null"}),
+    ));
+    let status = wait_for_file(&spool.join(format!("{id}.status")));
+    let shepherd: u32 = status
+        .strip_prefix("pid ")
+        .and_then(|rest| rest.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{status}"));
+    let bobs_uid = String::from_utf8(
+        std::process::Command::new("id")
+            .args(["-u", BOB])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    // The job's process, waiting to open the FIFO as bob.
+    let job = std::cell::Cell::new(0u32);
+    wait_until("the job's process to wait on its output as bob", || {
+        let children =
+            std::fs::read_to_string(format!("/proc/{shepherd}/task/{shepherd}/children"))
+                .unwrap_or_default();
+        let Some(child) = children.split_whitespace().next() else {
+            return false;
+        };
+        let uids = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap_or_default();
+        job.set(child.parse().unwrap());
+        uids.lines()
+            .find_map(|l| l.strip_prefix("Uid:"))
+            .and_then(|l| l.split_whitespace().next())
+            == Some(bobs_uid.trim())
+    });
+    let job = job.get();
+    let bob_opens = |path: &str| {
+        std::process::Command::new("runuser")
+            .args(["-u", BOB, "--", "sh", "-c", &format!("exec 3<>{path}")])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    };
+    assert!(
+        bob_opens("/proc/self/mem"),
+        "bob opens the memory of a process of his own"
+    );
+    assert!(
+        !bob_opens(&format!("/proc/{job}/mem")),
+        "bob cannot open the memory his job's process shares with the shepherd"
+    );
+    assert!(
+        !bob_opens(&format!("/proc/{shepherd}/mem")),
+        "nor the shepherd's"
+    );
+    // Read, the FIFO lets the job go on; it ends as it would have.
+    let mut output = String::new();
+    std::fs::File::open(&fifo)
+        .unwrap()
+        .read_to_string(&mut output)
+        .unwrap();
+    let done = wait_state_v2(&server, &id, "Completed");
+    assert_eq!(done["completionCode"], 0, "{done}");
+}
+
 // 2. Charge rates are the accounting administrators'; a guaranteed quote binds only a
 //    job of its own user.
 #[test]
