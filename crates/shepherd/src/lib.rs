@@ -541,16 +541,6 @@ fn become_the_job(setup: &Setup, command: &Command) -> ! {
             reason(&e)
         ));
     }
-    // An output path naming a directory gets the file under its default name there.
-    let place = |output: &Output| {
-        let is_directory = std::fs::metadata(&output.path).is_ok_and(|m| m.is_dir());
-        match is_directory {
-            true => (format!("{}/{}", output.path, output.default_name), true),
-            false => (output.path.clone(), false),
-        }
-    };
-    let (stdout, out_in_directory) = place(&setup.stdout);
-    let (stderr, err_in_directory) = place(&setup.stderr);
     let program = &command.argv[0];
     let may = |mode| unsafe { libc::access(program.as_ptr(), mode) } == 0;
     let executable = may(libc::X_OK);
@@ -572,19 +562,33 @@ fn become_the_job(setup: &Setup, command: &Command) -> ! {
             reason(&e)
         ))
     });
-    let append = |path: &str| {
+    // An output path naming a directory gets the file under its default name there
+    // (the open says so, EISDIR: no look before it).
+    let append = |output: &Output| -> (std::fs::File, bool) {
         use std::os::unix::fs::OpenOptionsExt;
-        std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .mode(0o666)
-            .custom_flags(libc::O_NOCTTY)
-            .open(path)
-            .unwrap_or_else(|e| cannot(format!("cannot open {path} for output: {}", reason(&e))))
+        let open = |path: &str| {
+            std::fs::OpenOptions::new()
+                .append(true)
+                .create(true)
+                .mode(0o666)
+                .custom_flags(libc::O_NOCTTY)
+                .open(path)
+        };
+        let cannot_open = |path: &str, e| -> ! {
+            cannot(format!("cannot open {path} for output: {}", reason(&e)))
+        };
+        match open(&output.path) {
+            Ok(file) => (file, false),
+            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
+                let path = format!("{}/{}", output.path, output.default_name);
+                (open(&path).unwrap_or_else(|e| cannot_open(&path, e)), true)
+            }
+            Err(e) => cannot_open(&output.path, e),
+        }
     };
-    let out = append(&stdout);
-    let joined = stdout == stderr && !out_in_directory && !err_in_directory;
-    let err = (!joined).then(|| append(&stderr));
+    let (out, out_in_directory) = append(&setup.stdout);
+    let joined = setup.stdout.path == setup.stderr.path && !out_in_directory;
+    let err = (!joined).then(|| append(&setup.stderr).0);
     let err_fd = err.as_ref().unwrap_or(&out).as_raw_fd();
     use std::os::fd::AsRawFd;
     // SAFETY: descriptors this process owns; the originals close on exec.
