@@ -301,11 +301,10 @@ pub fn run() -> i32 {
         return 125;
     }
     let [report_read, report_write] = report;
-    let child = spawn_the_job(&JobProcess {
-        plan: &plan,
-        command: &command,
-        report_write,
-    });
+    let Some(job) = JobProcess::of(&plan, &command, report_write) else {
+        return 125;
+    };
+    let child = spawn_the_job(&job);
     if child < 0 {
         return 125;
     }
@@ -338,15 +337,88 @@ pub fn run() -> i32 {
     code
 }
 
-/// What the job's process starts from: all made before it is cloned, for it only reads.
+/// What the job's process needs, all made before it is cloned. From the clone to its exec
+/// it allocates nothing, takes no lock and writes no memory but its own stack: it may
+/// be ended at any instruction (by the service's cancel, and by its user once it is
+/// theirs), and its memory is the shepherd's (see [`spawn_the_job`]).
 struct JobProcess<'a> {
     plan: &'a Plan,
-    command: &'a Command,
     report_write: i32,
+    /// The working directory to enter (`None`: stay in `/`).
+    directory: Option<CString>,
+    stdin: CString,
+    stdout: OutputPaths,
+    stderr: OutputPaths,
+    /// Output and error name the same path: one opening, as `>>file 2>&1` (unless the
+    /// path is a directory, where each has its own file).
+    joined: bool,
+    /// `execve`'s arguments, and the same after `/bin/sh`; each ends with a null.
+    argv: Vec<*const libc::c_char>,
+    shell_argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    /// Who the job runs as, for a message (`USER` in its environment).
+    user: &'a [u8],
 }
 
-/// The job's process's stack: ample for [`become_the_job`] (which needs a few KiB),
-/// with a guard page below it.
+/// An output's path, and its file under the default name should the path be a directory.
+struct OutputPaths {
+    path: CString,
+    in_directory: CString,
+}
+
+/// The shell that runs a command file its user may read but not execute.
+const SHELL: &std::ffi::CStr = c"/bin/sh";
+
+impl<'a> JobProcess<'a> {
+    /// `None` when the plan has no command.
+    fn of(plan: &'a Plan, command: &'a Command, report_write: i32) -> Option<Self> {
+        if command.argv.is_empty() {
+            return None;
+        }
+        let c_string = |text: &str| CString::new(text).ok();
+        let output = |output: &Output| {
+            Some(OutputPaths {
+                path: c_string(&output.path)?,
+                in_directory: c_string(&format!("{}/{}", output.path, output.default_name))?,
+            })
+        };
+        let pointers = |strings: &'a [CString]| -> Vec<*const libc::c_char> {
+            strings
+                .iter()
+                .map(|s| s.as_ptr())
+                .chain(std::iter::once(std::ptr::null()))
+                .collect()
+        };
+        let argv = pointers(&command.argv);
+        let shell_argv = std::iter::once(SHELL.as_ptr())
+            .chain(argv.iter().copied())
+            .collect();
+        let setup = &plan.setup;
+        Some(JobProcess {
+            plan,
+            report_write,
+            directory: match setup.directory.is_empty() {
+                true => None,
+                false => Some(c_string(&setup.directory)?),
+            },
+            stdin: c_string(setup.stdin.as_deref().unwrap_or("/dev/null"))?,
+            stdout: output(&setup.stdout)?,
+            stderr: output(&setup.stderr)?,
+            joined: setup.stdout.path == setup.stderr.path,
+            argv,
+            shell_argv,
+            envp: pointers(&command.envp),
+            user: command
+                .envp
+                .iter()
+                .find_map(|e| e.as_bytes().strip_prefix(b"USER="))
+                .unwrap_or(b"of the job"),
+        })
+    }
+}
+
+/// The job's process's stack: ample for [`become_the_job`] (a few KiB), with a guard
+/// page below it.
 const JOB_STACK: usize = 256 * 1024;
 
 /// Starts the job's process and returns its pid (negative on failure). It is cloned
@@ -356,12 +428,17 @@ const JOB_STACK: usize = 256 * 1024;
 /// was about a tenth of the CPU of a short job.
 ///
 /// Between its switch to the job's user and its exec, that process shares the memory of
-/// the shepherd, which runs as root. The kernel makes the memory non-dumpable at the
-/// switch when `fs.suid_dumpable` is 0 (the default), so the user can neither trace the
-/// process nor read or write its memory. Where the site has set it otherwise, the
-/// memory is copied, as by a fork ([`may_share_memory`]).
+/// the shepherd, which runs as root. It only reads it (see [`JobProcess`]), and the
+/// kernel makes the memory non-dumpable at the switch when `fs.suid_dumpable` is 0 (the
+/// default), so the user can neither trace the process nor read or write its memory.
+/// Where the site has set it otherwise, the memory is copied, as by a fork
+/// ([`may_share_memory`]).
 fn spawn_the_job(job: &JobProcess) -> i32 {
-    let page = 4096;
+    // SAFETY: sysconf has no preconditions.
+    let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        size if size > 0 => size as usize,
+        _ => 4096,
+    };
     // SAFETY: a fresh private mapping, unmapped below once the child has exec'd or
     // exited (CLONE_VFORK: `clone` returns only then).
     unsafe {
@@ -409,10 +486,13 @@ fn may_share_memory(switches_user: bool, suid_dumpable: Option<&str>) -> bool {
     !switches_user || suid_dumpable.map(str::trim) == Some("0")
 }
 
-/// The job's process, until it execs: it shares the shepherd's memory (which waits, so
-/// nothing else touches it), never returns, and frees nothing of the shepherd's. It may
-/// allocate: the shepherd has one thread, which is not in the allocator while it waits.
-/// The ids are switched by plain system calls, as a process of its own.
+// The ids are switched by the system calls themselves (glibc's wrappers act on every
+// thread they know of in this memory), which take 32-bit ids on 64-bit Linux only.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("the shepherd switches ids with the system calls of 64-bit Linux");
+
+/// The job's process, until it execs (see [`JobProcess`] for what it may not do). It
+/// never returns.
 extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `JobProcess` that `spawn_the_job` holds until this process
     // has exec'd or exited.
@@ -421,7 +501,7 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         // Every signal at its default and none blocked (Rust's runtime ignores SIGPIPE,
         // and an ignored signal stays ignored across exec).
-        for signal in 1..libc::SIGRTMAX() {
+        for signal in 1..=libc::SIGRTMAX() {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
                 libc::signal(signal, libc::SIG_DFL);
             }
@@ -441,17 +521,20 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
         } else {
             REPORT_FD as u32 + 1
         });
-        // Raw calls: glibc's wrappers act on every thread they know of in this memory.
         if let Some(ids) = &plan.switch_to
-            && (libc::syscall(libc::SYS_setgroups, ids.groups.len(), ids.groups.as_ptr()) != 0
-                || libc::syscall(libc::SYS_setgid, ids.gid) != 0
-                || libc::syscall(libc::SYS_setuid, ids.uid) != 0)
+            && (libc::syscall(
+                libc::SYS_setgroups,
+                ids.groups.len() as libc::c_long,
+                ids.groups.as_ptr(),
+            ) != 0
+                || libc::syscall(libc::SYS_setgid, ids.gid as libc::c_long) != 0
+                || libc::syscall(libc::SYS_setuid, ids.uid as libc::c_long) != 0)
         {
             libc::_exit(126);
         }
     }
     // As the job's user from here on.
-    become_the_job(&plan.setup, job.command)
+    become_the_job(job)
 }
 
 /// How `child` ended: its exit status, or 128 + the signal that ended it. Its pid is
@@ -492,7 +575,7 @@ fn wait_for(child: i32) -> i32 {
     }
 }
 
-/// The command in the form `execve` takes, made before the fork.
+/// The command in the form `execve` takes, made before the clone.
 struct Command {
     argv: Vec<CString>,
     envp: Vec<CString>,
@@ -508,140 +591,250 @@ impl Command {
             envp: c_strings(&mut plan.environment.iter().map(|(k, v)| format!("{k}={v}")))?,
         })
     }
-
-    /// `execve` of `argv` (after `prefix`, when given: the shell that reads the file).
-    fn exec(&self, prefix: Option<&std::ffi::CStr>) -> std::io::Error {
-        let mut argv: Vec<*const libc::c_char> = prefix.iter().map(|p| p.as_ptr()).collect();
-        argv.extend(self.argv.iter().map(|a| a.as_ptr()));
-        argv.push(std::ptr::null());
-        let mut envp: Vec<*const libc::c_char> = self.envp.iter().map(|e| e.as_ptr()).collect();
-        envp.push(std::ptr::null());
-        // SAFETY: both arrays end with a null pointer, and their strings outlive the call.
-        unsafe { libc::execve(argv[0], argv.as_ptr(), envp.as_ptr()) };
-        std::io::Error::last_os_error()
-    }
 }
 
-/// In the job's process, as the job's user: makes the setup and becomes the command.
-/// Until the outputs are in place, why the job cannot start is written on the report
-/// pipe (fd 3), and the process ends with 126.
-fn become_the_job(setup: &Setup, command: &Command) -> ! {
-    let cannot = |what: String| -> ! {
-        let mut report =
-            std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(REPORT_FD) });
-        let _ = writeln!(report, "{what}");
+/// In the job's process, as the job's user: makes the setup and becomes the command,
+/// with system calls on what [`JobProcess`] prepared. Until the outputs are in place,
+/// why the job cannot start is written on the report pipe (fd 3), and the process ends
+/// with 126.
+fn become_the_job(job: &JobProcess) -> ! {
+    let errno = || std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+    let cannot = |message: &Message| -> ! {
+        message.write_to(REPORT_FD);
         unsafe { libc::_exit(126) }
     };
-    if !setup.directory.is_empty()
-        && let Err(e) = std::env::set_current_dir(&setup.directory)
+    if let Some(directory) = &job.directory
+        && unsafe { libc::chdir(directory.as_ptr()) } != 0
     {
-        cannot(format!(
-            "cannot enter the working directory {}: {}",
-            setup.directory,
-            reason(&e)
-        ));
+        cannot(
+            Message::new()
+                .text(b"cannot enter the working directory ")
+                .text(directory.as_bytes())
+                .text(b": ")
+                .reason(errno()),
+        );
     }
-    let program = &command.argv[0];
+    // SAFETY: `argv` has the command first and ends with a null (`JobProcess::of`).
+    let program = unsafe { std::ffi::CStr::from_ptr(job.argv[0]) };
     let may = |mode| unsafe { libc::access(program.as_ptr(), mode) } == 0;
     let executable = may(libc::X_OK);
     if !executable && !may(libc::R_OK) {
-        let user = command
-            .envp
-            .iter()
-            .find_map(|e| e.to_str().ok()?.strip_prefix("USER="))
-            .unwrap_or("of the job");
-        cannot(format!(
-            "the command file {} cannot be read by the user {user}",
-            program.to_string_lossy()
-        ));
+        cannot(
+            Message::new()
+                .text(b"the command file ")
+                .text(program.to_bytes())
+                .text(b" cannot be read by the user ")
+                .text(job.user),
+        );
     }
-    let stdin_path = setup.stdin.as_deref().unwrap_or("/dev/null");
-    let stdin = std::fs::File::open(stdin_path).unwrap_or_else(|e| {
-        cannot(format!(
-            "cannot open {stdin_path} for input: {}",
-            reason(&e)
-        ))
-    });
+    let stdin = unsafe { libc::open(job.stdin.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if stdin < 0 {
+        cannot(
+            Message::new()
+                .text(b"cannot open ")
+                .text(job.stdin.as_bytes())
+                .text(b" for input: ")
+                .reason(errno()),
+        );
+    }
+    let append = |path: &CString| unsafe {
+        libc::open(
+            path.as_ptr(),
+            libc::O_WRONLY | libc::O_APPEND | libc::O_CREAT | libc::O_NOCTTY | libc::O_CLOEXEC,
+            0o666,
+        )
+    };
+    let cannot_open = |path: &CString, errno: i32| -> ! {
+        cannot(
+            Message::new()
+                .text(b"cannot open ")
+                .text(path.as_bytes())
+                .text(b" for output: ")
+                .reason(errno),
+        )
+    };
     // An output path naming a directory gets the file under its default name there
     // (the open says so, EISDIR: no look before it).
-    let append = |output: &Output| -> (std::fs::File, bool) {
-        use std::os::unix::fs::OpenOptionsExt;
-        let open = |path: &str| {
-            std::fs::OpenOptions::new()
-                .append(true)
-                .create(true)
-                .mode(0o666)
-                .custom_flags(libc::O_NOCTTY)
-                .open(path)
-        };
-        let cannot_open = |path: &str, e| -> ! {
-            cannot(format!("cannot open {path} for output: {}", reason(&e)))
-        };
-        match open(&output.path) {
-            Ok(file) => (file, false),
-            Err(e) if e.raw_os_error() == Some(libc::EISDIR) => {
-                let path = format!("{}/{}", output.path, output.default_name);
-                (open(&path).unwrap_or_else(|e| cannot_open(&path, e)), true)
+    let open_output = |output: &OutputPaths| -> (i32, bool) {
+        let fd = append(&output.path);
+        if fd >= 0 {
+            return (fd, false);
+        }
+        match errno() {
+            libc::EISDIR => {
+                let fd = append(&output.in_directory);
+                match (fd, errno()) {
+                    (fd, _) if fd >= 0 => (fd, true),
+                    // A path ending in `/` that names nothing: say so of the path given.
+                    (_, libc::ENOENT) => cannot_open(&output.path, libc::ENOENT),
+                    (_, e) => cannot_open(&output.in_directory, e),
+                }
             }
-            Err(e) => cannot_open(&output.path, e),
+            e => cannot_open(&output.path, e),
         }
     };
-    let (out, out_in_directory) = append(&setup.stdout);
-    let joined = setup.stdout.path == setup.stderr.path && !out_in_directory;
-    let err = (!joined).then(|| append(&setup.stderr).0);
-    let err_fd = err.as_ref().unwrap_or(&out).as_raw_fd();
-    use std::os::fd::AsRawFd;
+    let (out, out_in_directory) = open_output(&job.stdout);
+    let err = match job.joined && !out_in_directory {
+        true => out,
+        false => open_output(&job.stderr).0,
+    };
     // SAFETY: descriptors this process owns; the originals close on exec.
     unsafe {
-        if libc::dup2(stdin.as_raw_fd(), 0) < 0
-            || libc::dup2(out.as_raw_fd(), 1) < 0
-            || libc::dup2(err_fd, 2) < 0
-        {
-            cannot(format!(
-                "cannot redirect: {}",
-                std::io::Error::last_os_error()
-            ));
+        if libc::dup2(stdin, 0) < 0 || libc::dup2(out, 1) < 0 || libc::dup2(err, 2) < 0 {
+            cannot(Message::new().text(b"cannot redirect: ").reason(errno()));
         }
         libc::close(REPORT_FD);
     }
     // From here on, what goes wrong goes to the job's error file, as a shell's would.
-    let failed = |e: std::io::Error, program: &std::ffi::CStr| -> ! {
-        let _ = writeln!(
-            std::io::stderr(),
-            "drover: cannot run {}: {}",
-            program.to_string_lossy(),
-            reason(&e)
-        );
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            127
-        } else {
-            126
-        };
-        unsafe { libc::_exit(code) }
+    let failed = |program: &std::ffi::CStr| -> ! {
+        let e = errno();
+        Message::new()
+            .text(b"drover: cannot run ")
+            .text(program.to_bytes())
+            .text(b": ")
+            .reason(e)
+            .text(b"\n")
+            .write_to(2);
+        unsafe { libc::_exit(if e == libc::ENOENT { 127 } else { 126 }) }
     };
     if executable {
-        let e = command.exec(None);
+        // SAFETY: both arrays end with a null, and their strings outlive the call.
+        unsafe { libc::execve(program.as_ptr(), job.argv.as_ptr(), job.envp.as_ptr()) };
         // A script without a `#!` line is run by the shell, as a shell would.
-        if e.raw_os_error() != Some(libc::ENOEXEC) {
-            failed(e, program);
+        if errno() != libc::ENOEXEC {
+            failed(program);
         }
     }
-    let shell = c"/bin/sh";
-    failed(command.exec(Some(shell)), shell)
+    unsafe { libc::execve(SHELL.as_ptr(), job.shell_argv.as_ptr(), job.envp.as_ptr()) };
+    failed(SHELL)
 }
 
-/// An error's text without Rust's "(os error N)".
-fn reason(e: &std::io::Error) -> String {
-    let text = e.to_string();
-    match text.find(" (os error") {
-        Some(at) => text[..at].to_string(),
-        None => text,
+/// A message made on the stack (the job's process may not allocate), in pieces; what
+/// goes past its size is cut (the shepherd keeps [`REPORT_LIMIT`] bytes anyway).
+struct Message {
+    bytes: [u8; REPORT_LIMIT],
+    len: usize,
+}
+
+impl Message {
+    fn new() -> Message {
+        Message {
+            bytes: [0; REPORT_LIMIT],
+            len: 0,
+        }
     }
+
+    fn text(&mut self, piece: &[u8]) -> &mut Message {
+        let room = self.bytes.len() - self.len;
+        let taken = piece.len().min(room);
+        self.bytes[self.len..self.len + taken].copy_from_slice(&piece[..taken]);
+        self.len += taken;
+        self
+    }
+
+    /// The C library's text for `errno` (as Rust's `io::Error` shows it, without the
+    /// number), or `error <n>` for one not listed.
+    fn reason(&mut self, errno: i32) -> &mut Message {
+        match errno_text(errno) {
+            Some(text) => self.text(text.as_bytes()),
+            None => {
+                let mut digits = [0u8; 12];
+                let mut at = digits.len();
+                let mut rest = errno.unsigned_abs();
+                loop {
+                    at -= 1;
+                    digits[at] = b'0' + (rest % 10) as u8;
+                    rest /= 10;
+                    if rest == 0 {
+                        break;
+                    }
+                }
+                self.text(b"error ").text(&digits[at..])
+            }
+        }
+    }
+
+    /// Writes the message whole (a pipe or the job's error file); errors are ignored,
+    /// there being no one left to tell.
+    fn write_to(&self, fd: i32) {
+        let mut done = 0;
+        while done < self.len {
+            let rest = &self.bytes[done..self.len];
+            let n = unsafe { libc::write(fd, rest.as_ptr() as *const libc::c_void, rest.len()) };
+            if n <= 0 {
+                return;
+            }
+            done += n as usize;
+        }
+    }
+}
+
+/// glibc's texts for the errors that opening, entering and executing files give.
+fn errno_text(errno: i32) -> Option<&'static str> {
+    Some(match errno {
+        libc::EPERM => "Operation not permitted",
+        libc::ENOENT => "No such file or directory",
+        libc::EINTR => "Interrupted system call",
+        libc::EIO => "Input/output error",
+        libc::ENXIO => "No such device or address",
+        libc::E2BIG => "Argument list too long",
+        libc::ENOEXEC => "Exec format error",
+        libc::EAGAIN => "Resource temporarily unavailable",
+        libc::ENOMEM => "Cannot allocate memory",
+        libc::EACCES => "Permission denied",
+        libc::EFAULT => "Bad address",
+        libc::EBUSY => "Device or resource busy",
+        libc::EEXIST => "File exists",
+        libc::ENODEV => "No such device",
+        libc::ENOTDIR => "Not a directory",
+        libc::EISDIR => "Is a directory",
+        libc::EINVAL => "Invalid argument",
+        libc::ENFILE => "Too many open files in system",
+        libc::EMFILE => "Too many open files",
+        libc::ETXTBSY => "Text file busy",
+        libc::EFBIG => "File too large",
+        libc::ENOSPC => "No space left on device",
+        libc::EROFS => "Read-only file system",
+        libc::ENAMETOOLONG => "File name too long",
+        libc::ELOOP => "Too many levels of symbolic links",
+        libc::EOVERFLOW => "Value too large for defined data type",
+        libc::ESTALE => "Stale file handle",
+        libc::EDQUOT => "Disk quota exceeded",
+        _ => return None,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_is_made_without_allocating_and_cut_at_its_size() {
+        let mut message = Message::new();
+        message
+            .text(b"cannot open /x for output: ")
+            .reason(libc::EACCES);
+        assert_eq!(
+            &message.bytes[..message.len],
+            b"cannot open /x for output: Permission denied"
+        );
+        let mut unknown = Message::new();
+        unknown.reason(4095);
+        assert_eq!(&unknown.bytes[..unknown.len], b"error 4095");
+        let mut long = Message::new();
+        long.text(&[b'a'; 700]).text(&[b'b'; 700]);
+        assert_eq!(long.len, REPORT_LIMIT);
+        assert_eq!(long.bytes[REPORT_LIMIT - 1], b'b');
+    }
+
+    #[test]
+    fn errno_texts_are_the_c_librarys() {
+        let listed = (1..200).filter_map(|errno| Some((errno, errno_text(errno)?)));
+        for (errno, text) in listed {
+            let rust = std::io::Error::from_raw_os_error(errno).to_string();
+            assert_eq!(rust, format!("{text} (os error {errno})"));
+        }
+    }
 
     #[test]
     fn the_job_shares_root_memory_only_where_the_kernel_keeps_its_user_out() {

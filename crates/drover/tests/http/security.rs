@@ -354,6 +354,16 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
             == Some(bobs_uid.trim())
     });
     let job = job.get();
+    // Cloned with the shepherd's memory where fs.suid_dumpable is 0 (as here): what bob
+    // tries below is against root's own memory, not a copy.
+    if std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
+        .unwrap()
+        .trim()
+        == "0"
+    {
+        let maps = |pid: u32| std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert_eq!(maps(job), maps(shepherd), "one memory");
+    }
     let bob_opens = |path: &str| {
         std::process::Command::new("runuser")
             .args(["-u", BOB, "--", "sh", "-c", &format!("exec 3<>{path}")])
@@ -382,6 +392,46 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         .unwrap();
     let done = wait_state_v2(&server, &id, "Completed");
     assert_eq!(done["completionCode"], 0, "{done}");
+
+    // Nor can his job take that memory as its input or output, which would outlive the
+    // exec: the job does not start, and says why.
+    let marker = work.path().join("ran");
+    let command = script(
+        work.path(),
+        "mark.sh",
+        &format!("echo ran >{}", marker.display()),
+    );
+    // (Version 1 has the input's field; both take the outputs.)
+    for (version, stream, path) in [
+        (2, "standardOutputFilePath", "/proc/self/mem"),
+        (2, "standardErrorFilePath", "/proc/self/environ"),
+        (1, "standardInputFilePath", "/proc/self/mem"),
+    ] {
+        let mut body = json!({"commandFile": command, "initialWorkingDirectory": work.path()});
+        body[stream] = json!(path);
+        let reply = send(
+            &server,
+            "POST",
+            &format!("/rest/jobs?api-version={version}"),
+            as_(BOB),
+            &body,
+        );
+        if reply.status != 201 {
+            assert!(reply.status / 100 == 4, "{stream}: {}", reply.body);
+            continue;
+        }
+        let id = match version {
+            1 => reply.json()["id"].as_str().unwrap().to_string(),
+            _ => submitted(&reply),
+        };
+        let done = wait_state_v2(&server, &id, "Completed");
+        assert_ne!(done["completionCode"], 0, "{stream}: {done}");
+        assert!(
+            done["messages"].to_string().contains("Permission denied"),
+            "{stream}: {done}"
+        );
+        assert!(!marker.exists(), "{stream}: the command ran");
+    }
 }
 
 // 2. Charge rates are the accounting administrators'; a guaranteed quote binds only a
