@@ -501,9 +501,18 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     unsafe {
         // Every signal at its default and none blocked (Rust's runtime ignores SIGPIPE,
         // and an ignored signal stays ignored across exec).
+        // By the system call itself: newer glibc's wrapper takes a lock for SIGABRT. A
+        // zeroed kernel `sigaction` is SIG_DFL with no flags, mask or restorer.
+        let default = [0u64; 4];
         for signal in 1..=libc::SIGRTMAX() {
             if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                libc::signal(signal, libc::SIG_DFL);
+                libc::syscall(
+                    libc::SYS_rt_sigaction,
+                    signal as libc::c_long,
+                    default.as_ptr(),
+                    std::ptr::null_mut::<u64>(),
+                    8 as libc::c_long,
+                );
             }
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
@@ -665,8 +674,11 @@ fn become_the_job(job: &JobProcess) -> ! {
                 let fd = append(&output.in_directory);
                 match (fd, errno()) {
                     (fd, _) if fd >= 0 => (fd, true),
-                    // A path ending in `/` that names nothing: say so of the path given.
-                    (_, libc::ENOENT) => cannot_open(&output.path, libc::ENOENT),
+                    // A path ending in `/` that names nothing (which the open also
+                    // answers EISDIR): said of the path given, as before.
+                    (_, libc::ENOENT) if output.path.as_bytes().ends_with(b"/") => {
+                        cannot_open(&output.path, libc::EISDIR)
+                    }
                     (_, e) => cannot_open(&output.in_directory, e),
                 }
             }
@@ -800,6 +812,16 @@ fn errno_text(errno: i32) -> Option<&'static str> {
         libc::EOVERFLOW => "Value too large for defined data type",
         libc::ESTALE => "Stale file handle",
         libc::EDQUOT => "Disk quota exceeded",
+        libc::EBADF => "Bad file descriptor",
+        libc::ENOTCONN => "Transport endpoint is not connected",
+        libc::ETIMEDOUT => "Connection timed out",
+        libc::EOPNOTSUPP => "Operation not supported",
+        libc::ELIBBAD => "Accessing a corrupted shared library",
+        libc::EUCLEAN => "Structure needs cleaning",
+        libc::EKEYEXPIRED => "Key has expired",
+        libc::ENOKEY => "Required key not available",
+        libc::EHOSTDOWN => "Host is down",
+        libc::ECONNREFUSED => "Connection refused",
         _ => return None,
     })
 }
@@ -809,7 +831,60 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_message_is_made_without_allocating_and_cut_at_its_size() {
+    fn the_job_process_gets_its_paths_and_null_ended_arrays_made_before_the_clone() {
+        let plan = Plan {
+            switch_to: None,
+            guest: false,
+            setup: Setup {
+                directory: "/work".into(),
+                stdin: None,
+                stdout: Output {
+                    path: "/logs".into(),
+                    default_name: "job.o1".into(),
+                },
+                stderr: Output {
+                    path: "/logs".into(),
+                    default_name: "job.e1".into(),
+                },
+            },
+            argv: vec!["/bin/job".into(), "-v".into()],
+            environment: vec![("USER".into(), "bob".into()), ("X".into(), "1".into())],
+        };
+        let command = Command::of(&plan).unwrap();
+        let job = JobProcess::of(&plan, &command, 7).unwrap();
+        let texts = |pointers: &[*const libc::c_char]| -> Vec<String> {
+            assert!(pointers.last().unwrap().is_null(), "ends with a null");
+            pointers[..pointers.len() - 1]
+                .iter()
+                .map(|&p| {
+                    unsafe { std::ffi::CStr::from_ptr(p) }
+                        .to_str()
+                        .unwrap()
+                        .into()
+                })
+                .collect()
+        };
+        assert_eq!(texts(&job.argv), ["/bin/job", "-v"]);
+        assert_eq!(texts(&job.shell_argv), ["/bin/sh", "/bin/job", "-v"]);
+        assert_eq!(texts(&job.envp), ["USER=bob", "X=1"]);
+        assert_eq!(job.user, b"bob");
+        assert_eq!(job.directory.as_deref(), Some(c"/work"));
+        assert_eq!(job.stdin.as_c_str(), c"/dev/null");
+        assert_eq!(job.stdout.in_directory.as_c_str(), c"/logs/job.o1");
+        assert_eq!(job.stderr.in_directory.as_c_str(), c"/logs/job.e1");
+        assert!(
+            job.joined,
+            "one path: one opening, unless it is a directory"
+        );
+        let no_command = Plan {
+            argv: vec![],
+            ..plan.clone()
+        };
+        assert!(JobProcess::of(&no_command, &Command::of(&no_command).unwrap(), 7).is_none());
+    }
+
+    #[test]
+    fn a_message_is_made_on_the_stack_and_cut_at_its_size() {
         let mut message = Message::new();
         message
             .text(b"cannot open /x for output: ")
