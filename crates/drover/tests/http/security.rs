@@ -338,6 +338,12 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
     )
     .unwrap();
     // The job's process, waiting to open the FIFO as bob.
+    // A process's real uid, while it lives.
+    let uid_of = |pid: &str| {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+        Some(uids.split_whitespace().next()?.to_string())
+    };
     let job = std::cell::Cell::new(0u32);
     wait_until("the job's process to wait on its output as bob", || {
         let children =
@@ -346,12 +352,8 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         let Some(child) = children.split_whitespace().next() else {
             return false;
         };
-        let uids = std::fs::read_to_string(format!("/proc/{child}/status")).unwrap_or_default();
         job.set(child.parse().unwrap());
-        uids.lines()
-            .find_map(|l| l.strip_prefix("Uid:"))
-            .and_then(|l| l.split_whitespace().next())
-            == Some(bobs_uid.trim())
+        uid_of(child).as_deref() == Some(bobs_uid.trim())
     });
     let job = job.get();
     // Cloned with the shepherd's memory where fs.suid_dumpable is 0 (as here): what bob
@@ -396,10 +398,10 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         refused.contains("Permission denied"),
         "bob cannot open the memory his job's process shares with the shepherd: {refused}"
     );
-    let status = std::fs::read_to_string(format!("/proc/{job}/status")).unwrap();
-    assert!(
-        status.contains(bobs_uid.trim()),
-        "still bob's, still waiting: {status}"
+    assert_eq!(
+        uid_of(&job.to_string()).as_deref(),
+        Some(bobs_uid.trim()),
+        "still bob's, still waiting"
     );
     // Read, the FIFO lets the job go on; it ends as it would have.
     let mut output = String::new();
