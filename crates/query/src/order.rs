@@ -110,17 +110,40 @@ pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ord
             }
         }
         Kind::Object => {
-            let (x, y) = (sorted_entries(a), sorted_entries(b));
-            for ((kx, vx), (ky, vy)) in x.iter().zip(&y) {
+            // Members already in key order (a narrow rendering's, and the sort keys made
+            // from one) compare as they come, without a sorted copy of each object.
+            let in_order = |keys: &mut dyn Iterator<Item = &[u8]>| keys.is_sorted();
+            if in_order(&mut a.entries().map(|(k, _)| k.as_bytes()))
+                && in_order(&mut b.entries().map(|(k, _)| k.as_bytes()))
+            {
+                compare_entries(a.entries(), b.entries())
+            } else {
+                compare_entries(sorted_entries(a).into_iter(), sorted_entries(b).into_iter())
+            }
+        }
+    }
+}
+
+/// Compares two objects' members, each in key order: key by key, then value by value,
+/// the shorter first when one is the other's beginning.
+fn compare_entries<'a, 'b, A: DocView<'a>, B: DocView<'b>>(
+    mut x: impl Iterator<Item = (&'a str, A)>,
+    mut y: impl Iterator<Item = (&'b str, B)>,
+) -> Ordering {
+    loop {
+        match (x.next(), y.next()) {
+            (Some((kx, vx)), Some((ky, vy))) => {
                 let o = kx
                     .as_bytes()
                     .cmp(ky.as_bytes())
-                    .then_with(|| compare_values(*vx, *vy));
+                    .then_with(|| compare_values(vx, vy));
                 if o != Ordering::Equal {
                     return o;
                 }
             }
-            x.len().cmp(&y.len())
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
         }
     }
 }
@@ -258,6 +281,30 @@ mod tests {
         #[test]
         fn order_is_antisymmetric(a in arb_value(), b in arb_value()) {
             prop_assert_eq!(compare_values(&a, &b), compare_values(&b, &a).reverse());
+        }
+
+        /// Objects whose members come in key order compare without being sorted: the
+        /// same answer as with their members in any other order.
+        #[test]
+        fn members_in_key_order_compare_as_any_order(a in arb_value(), b in arb_value()) {
+            let reversed = |v: &Value| match v {
+                Value::Object(m) => {
+                    Value::Object(m.iter().rev().map(|(k, v)| (k.clone(), v.clone())).collect())
+                }
+                other => other.clone(),
+            };
+            let sorted = |v: &Value| match v {
+                Value::Object(m) => {
+                    let mut members: Vec<_> = m.iter().collect();
+                    members.sort_by(|x, y| x.0.as_bytes().cmp(y.0.as_bytes()));
+                    Value::Object(members.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+                }
+                other => other.clone(),
+            };
+            let expected = compare_values(&a, &b);
+            prop_assert_eq!(compare_values(&sorted(&a), &sorted(&b)), expected);
+            prop_assert_eq!(compare_values(&reversed(&a), &sorted(&b)), expected);
+            prop_assert_eq!(compare_values(&sorted(&a), &reversed(&b)), expected);
         }
     }
 

@@ -16,10 +16,10 @@ use std::cell::OnceCell;
 use drover_domain::dates::Timestamp;
 use drover_query::order::{Kind, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort};
-use drover_sched::job::{Job, JobState};
+use drover_sched::job::{Hold, Job, JobState};
 use drover_sched::{Interned, JobBook};
 
-use super::v1::start_priority;
+use super::v1::{expected_state, start_priority};
 use super::{Render, queue_status};
 
 /// One value of a narrow rendering: text is borrowed from the book or the job, and a
@@ -30,6 +30,8 @@ enum Cell<'b> {
     Text(&'b str),
     /// A list of strings (`flags`).
     Words(&'b [String]),
+    /// The job's holds, a list of their names.
+    Holds(&'b [Hold]),
     Number(f64),
     Bool(bool),
     Date(i64),
@@ -42,6 +44,8 @@ enum Cell<'b> {
 enum Field {
     Row(for<'b> fn(&'b JobBook, usize) -> Cell<'b>),
     Job(for<'b> fn(&'b Job) -> Cell<'b>),
+    /// Read from the job at the list's time (durations, usage) or with its settings.
+    Rendered(for<'b> fn(&'b Job, &'b Render<'b>) -> Cell<'b>),
 }
 
 /// A string of the row's.
@@ -76,6 +80,25 @@ fn optional(text: &Option<String>) -> Cell<'_> {
 
 fn number(n: impl Into<f64>) -> Cell<'static> {
     Cell::Number(n.into())
+}
+
+/// The partitions a job may run in, as version 2 renders them
+/// (`Render::effective_partitions`).
+fn partitions(job: &Job) -> Cell<'_> {
+    static ALL: std::sync::LazyLock<[String; 1]> = std::sync::LazyLock::new(|| ["ALL".into()]);
+    Cell::Words(match &job.spec.request.partition {
+        Some(partition) => std::slice::from_ref(partition),
+        None if job.spec.extra.partition_access_list.is_empty() => &*ALL,
+        None => &job.spec.extra.partition_access_list,
+    })
+}
+
+/// The memory the job's tasks asked for, in all (`memorySeconds*`).
+fn memory(job: &Job) -> f64 {
+    let request = &job.spec.request;
+    request
+        .memory_per_task
+        .map_or(0.0, |m| m as f64 * f64::from(request.task_count))
 }
 
 /// An integer as JSON compares it (a double).
@@ -129,7 +152,7 @@ fn version_1(path: &str) -> Option<Field> {
 }
 
 fn version_2(path: &str) -> Option<Field> {
-    use Field::{Job, Row};
+    use Field::{Job, Rendered, Row};
     Some(match path {
         "name" => Row(id),
         "customName" => Row(|b, p| text(b, b.row(p).custom_name)),
@@ -187,6 +210,65 @@ fn version_2(path: &str) -> Option<Field> {
         "dates.lastChargedDate" => Job(|_| Cell::Null),
         "dates.lastPreemptedDate" => Job(|job| date(job.status.dates.last_preempted)),
         "holdReason" => Job(|job| optional(&job.status.hold_reason)),
+        "holds" => Job(|job| Cell::Holds(&job.status.holds)),
+        "holdDate" => Job(|job| {
+            date(
+                job.status
+                    .dates
+                    .hold
+                    .filter(|_| !job.status.holds.is_empty()),
+            )
+        }),
+        "bypassCount" | "deferCount" | "migrateCount" | "minimumPreemptTime" => Job(|_| integer(0)),
+        "memorySecondsUtilized" => Job(|_| number(0.0)),
+        "cpuTime" | "processorSecondsUtilized" => Job(|job| number(job.status.cpu_seconds)),
+        "epilogScript" => Job(|job| optional(&job.spec.extra.epilog_script)),
+        "prologScript" => Job(|job| optional(&job.spec.extra.prolog_script)),
+        "resourceFailPolicy" => Job(|job| optional(&job.spec.extra.resource_fail_policy)),
+        "resourceManagerExtension" => Job(|job| optional(&job.spec.extra.rm_extension)),
+        "vmUsagePolicy" => Job(|job| optional(&job.spec.extra.vm_usage_policy)),
+        "standardErrorFilePath" => Job(|job| optional(&job.spec.stderr_path)),
+        "standardOutputFilePath" => Job(|job| optional(&job.spec.stdout_path)),
+        "emailNotifyAddresses" => Job(|job| Cell::Words(&job.spec.extra.email_addresses)),
+        "emailNotifyTypes" => Job(|job| Cell::Words(&job.spec.extra.email_types)),
+        "partitionAccessList" => Job(partitions),
+        "partitionAccessListRequested" => {
+            Job(|job| Cell::Words(&job.spec.extra.partition_access_list))
+        }
+        "nodesRequestedPolicy" => Job(|job| {
+            if job.spec.request.nodes_requested.is_empty() {
+                Cell::Null
+            } else {
+                Cell::Text("SUBSET")
+            }
+        }),
+        "systemJobAction" | "systemJobType" | "targetedJobAction" | "targetedJobName"
+        | "states.subState" => Job(|_| Cell::Null),
+        "states.stateExpected" => Job(|job| Cell::Text(expected_state(job).as_str())),
+        "states.stateLastUpdatedDate" => Job(|job| date(Some(job.status.dates.state_updated))),
+        "schedName" => Rendered(|_, render| Cell::Text(render.sched_name)),
+        "durationActive" => Rendered(|job, render| integer(job.active_seconds(render.now))),
+        "durationQueued" => Rendered(|job, render| integer(job.queued_seconds(render.now))),
+        "durationSuspended" => Rendered(|job, render| integer(job.suspended_seconds(render.now))),
+        "durationRemaining" => Rendered(|job, render| {
+            let active = job.active_seconds(render.now);
+            job.spec
+                .duration
+                .map_or(Cell::Null, |d| integer((d - active).max(0)))
+        }),
+        "memorySecondsDedicated" => {
+            Rendered(|job, render| number(memory(job) * job.active_seconds(render.now) as f64))
+        }
+        "processorSecondsDedicated" => Rendered(|job, render| {
+            number(job.processors() as f64 * job.active_seconds(render.now) as f64)
+        }),
+        "processorSecondsLimit" => Job(|job| {
+            number(
+                job.spec
+                    .duration
+                    .map_or(0.0, |d| job.processors() as f64 * d as f64),
+            )
+        }),
         _ => return None,
     })
 }
@@ -195,6 +277,46 @@ fn version_2(path: &str) -> Option<Field> {
 /// members through the list (`requirements.taskCount`) or its only element
 /// (`requirements.0.taskCount`), and both read that element.
 const ONE_ELEMENT_LISTS: [&str; 1] = ["requirements"];
+
+/// Objects of version 2 whose every member has an entry, in the order of their
+/// rendering: a path that names the whole object reads them all.
+const WHOLE_OBJECTS: [(&str, &[&str]); 4] = [
+    (
+        "credentials",
+        &[
+            "account",
+            "group",
+            "jobClass",
+            "qos",
+            "qosRequested",
+            "user",
+        ],
+    ),
+    (
+        "dates",
+        &[
+            "completedDate",
+            "createdDate",
+            "deadlineDate",
+            "dispatchedDate",
+            "earliestRequestedStartDate",
+            "earliestStartDate",
+            "eligibleDate",
+            "lastCanceledDate",
+            "lastChargedDate",
+            "lastPreemptedDate",
+            "lastUpdatedDate",
+            "startDate",
+            "submitDate",
+            "terminationDate",
+        ],
+    ),
+    ("priorities", &["run", "start", "system", "user"]),
+    (
+        "states",
+        &["state", "stateExpected", "stateLastUpdatedDate", "subState"],
+    ),
+];
 
 /// A node of the narrow document: an object of named members, a list of one element,
 /// or the value of a field.
@@ -224,6 +346,16 @@ impl Narrow {
             nodes: vec![Node::Object(Vec::new())],
         };
         for path in paths {
+            let whole = WHOLE_OBJECTS
+                .iter()
+                .find(|(name, _)| *name == path.as_str());
+            if let Some((name, members)) = whole.filter(|_| version >= 2) {
+                for member in *members {
+                    let leaf = format!("{name}.{member}");
+                    narrow.add(0, &leaf, version_2(&leaf)?);
+                }
+                continue;
+            }
             let (list, text) = match path.as_str().split_once('.') {
                 Some((list, rest)) if version >= 2 && ONE_ELEMENT_LISTS.contains(&list) => {
                     (Some(list), rest.strip_prefix("0.").unwrap_or(rest))
@@ -240,6 +372,13 @@ impl Narrow {
                 None => 0,
             };
             narrow.add(at, text, field);
+        }
+        // Objects compare member by member in key order: kept in it, they need no
+        // sorted copy per comparison.
+        for node in &mut narrow.nodes {
+            if let Node::Object(members) = node {
+                members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            }
         }
         Some(narrow)
     }
@@ -298,7 +437,7 @@ impl Narrow {
 
     /// Whether some field is read from the job rather than its scan row.
     pub(super) fn reads_jobs(&self) -> bool {
-        self.fields.iter().any(|f| matches!(f, Field::Job(_)))
+        self.fields.iter().any(|f| !matches!(f, Field::Row(_)))
     }
 
     /// A row to [`Row::fill`] with one job after another (one serves a whole chunk).
@@ -333,6 +472,7 @@ impl<'b> Row<'b> {
             *cell = match field {
                 Field::Row(field) => field(book, position),
                 Field::Job(field) => field(book.at(position)),
+                Field::Rendered(field) => field(book.at(position), self.render),
             };
             if matches!(cell, Cell::Date(_)) {
                 text.take();
@@ -409,6 +549,7 @@ impl<'v> RowView<'v> {
 pub(super) enum Elements<'v> {
     One(Option<RowView<'v>>),
     Words(std::slice::Iter<'v, String>),
+    Holds(std::slice::Iter<'v, Hold>),
 }
 
 impl<'v> Iterator for Elements<'v> {
@@ -418,19 +559,35 @@ impl<'v> Iterator for Elements<'v> {
         match self {
             Elements::One(element) => element.take(),
             Elements::Words(words) => words.next().map(|w| RowView::Word(w)),
+            Elements::Holds(holds) => holds.next().map(|h| RowView::Word(h.as_str())),
         }
+    }
+}
+
+/// The members of an object in a [`Row`], in key order.
+pub(super) struct Entries<'v> {
+    row: Option<&'v Row<'v>>,
+    members: std::slice::Iter<'v, (Box<str>, usize)>,
+}
+
+impl<'v> Iterator for Entries<'v> {
+    type Item = (&'v str, RowView<'v>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (name, node) = self.members.next()?;
+        Some((&**name, RowView::Node(self.row?, *node)))
     }
 }
 
 impl<'v> DocView<'v> for RowView<'v> {
     type Elements = Elements<'v>;
-    type Entries = std::vec::IntoIter<(&'v str, RowView<'v>)>;
+    type Entries = Entries<'v>;
 
     #[inline]
     fn kind(self) -> Kind {
         match self.shown() {
             Shown::Object(_) => Kind::Object,
-            Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_)) => Kind::Array,
+            Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_) | Cell::Holds(_)) => Kind::Array,
             Shown::Cell(_, Cell::Null) => Kind::Null,
             Shown::Cell(_, Cell::Number(_)) => Kind::Number,
             Shown::Cell(_, Cell::Bool(_)) => Kind::Bool,
@@ -490,6 +647,9 @@ impl<'v> DocView<'v> for RowView<'v> {
                 Some(RowView::Node(row, element))
             }
             (Shown::Cell(_, Cell::Words(words)), _) => words.get(index).map(|w| RowView::Word(w)),
+            (Shown::Cell(_, Cell::Holds(holds)), _) => {
+                holds.get(index).map(|h| RowView::Word(h.as_str()))
+            }
             _ => None,
         }
     }
@@ -501,20 +661,23 @@ impl<'v> DocView<'v> for RowView<'v> {
                 Elements::One(Some(RowView::Node(row, element)))
             }
             (Shown::Cell(_, Cell::Words(words)), _) => Elements::Words(words.iter()),
+            (Shown::Cell(_, Cell::Holds(holds)), _) => Elements::Holds(holds.iter()),
             _ => Elements::One(None),
         }
     }
 
     #[inline]
     fn entries(self) -> Self::Entries {
-        let members = match (self.shown(), self) {
-            (Shown::Object(members), RowView::Node(row, _)) => members
-                .iter()
-                .map(|(name, node)| (&**name, RowView::Node(row, *node)))
-                .collect(),
-            _ => Vec::new(),
-        };
-        members.into_iter()
+        match (self.shown(), self) {
+            (Shown::Object(members), RowView::Node(row, _)) => Entries {
+                row: Some(row),
+                members: members.iter(),
+            },
+            _ => Entries {
+                row: None,
+                members: [].iter(),
+            },
+        }
     }
 
     #[inline]

@@ -12,8 +12,9 @@
 //!   rendered with only the fields the query names when `fields::Narrow` knows them all
 //!   (most read from the book's scan rows), else with only the top-level members they
 //!   start with; only the page's best `offset + max` are kept (`query::Top`), or only which
-//!   positions match when the sort is the book's order, the book's lock is taken a
-//!   chunk at a time (the engine never waits long on a list), the candidates are judged
+//!   positions match when the sort is the book's order, the book's lock is held at
+//!   most [`HOLD_AT_MOST`] at a time and nothing is rendered under it (the engine never
+//!   waits long on a list, even when the scan's thread loses its core), the candidates are judged
 //!   in runs side by side, one per processor, and the scan stops at its deadline. The
 //!   caller bounds how many scans run at once, and runs each at a lower CPU priority.
 
@@ -321,12 +322,21 @@ pub(super) fn plan(
     }
 }
 
-/// Jobs judged under one read lock of the book: few enough that the engine, which
-/// writes under that lock, never waits long for a scan.
+/// Jobs taken from the candidates at a time: judged under one read lock of the book
+/// (at most [`HOLD_AT_MOST`] of it), or their handles copied under one.
 const CHUNK: usize = 1024;
 
 /// Jobs judged between two looks at the clock.
 const DEADLINE_EVERY: usize = 256;
+
+/// The longest a scan holds the book's read lock at once. A scan runs at the lowest CPU
+/// priority: any other thread may preempt it while it holds the lock, and the engine
+/// then waits for the lock until the scan gets a core again. The shorter the hold, the
+/// rarer that is.
+const HOLD_AT_MOST: std::time::Duration = std::time::Duration::from_micros(200);
+
+/// Jobs judged under the lock between two looks at how long it has been held.
+const HOLD_CHECK_EVERY: usize = 64;
 
 /// Below this many candidates a scan is not worth a second thread (one costs tens of
 /// microseconds; judging this many jobs, about a millisecond).
@@ -484,32 +494,66 @@ fn judge_part<'q>(
     };
     let reads_jobs = narrow.as_ref().is_none_or(Narrow::reads_jobs);
     let mut chunk = Vec::with_capacity(CHUNK);
+    // `chunk[next..]` is yet to be judged.
+    let mut next = 0;
+    let mut jobs: Vec<Arc<Job>> = Vec::with_capacity(CHUNK);
     let mut judged = 0;
-    while positions.peek().is_some() {
-        chunk.clear();
-        chunk.extend(positions.by_ref().take(CHUNK));
+    let over = |judged: usize| judged.is_multiple_of(DEADLINE_EVERY) && Instant::now() > deadline;
+    loop {
+        if next == chunk.len() {
+            chunk.clear();
+            chunk.extend(positions.by_ref().take(CHUNK));
+            next = 0;
+            if chunk.is_empty() {
+                break;
+            }
+        }
+        let Some(narrow) = &narrow else {
+            // Rendering members costs microseconds a job: it is done outside the book's
+            // lock, on the handles copied under it, so that this thread (at the lowest
+            // CPU priority, preempted by any other) never holds the lock the engine
+            // writes under for longer than copying the handles takes.
+            jobs.clear();
+            scheduler.with_jobs(|book| {
+                jobs.extend(chunk.iter().map(|&(_, p)| book.at(p as usize).clone()));
+            });
+            for (&(rank, position), job) in chunk.iter().zip(&jobs) {
+                if over(judged) {
+                    return Err(OverBudget { judged });
+                }
+                judged += 1;
+                let whole = filter_render.members(job, &members);
+                offer(&mut found, query, rank, position, &whole, job);
+            }
+            next = chunk.len();
+            continue;
+        };
+        // A narrow rendering borrows from the book, so it is judged under the book's
+        // lock, held for at most HOLD_AT_MOST at a time.
         let stopped = scheduler.with_jobs(|book| {
-            let mut row = narrow.as_ref().map(|narrow| narrow.row(filter_render));
-            for (i, &(rank, position)) in chunk.iter().enumerate() {
-                if judged % DEADLINE_EVERY == 0 && Instant::now() > deadline {
+            let held = Instant::now();
+            let mut row = narrow.row(filter_render);
+            let first = next;
+            for i in first..chunk.len() {
+                if over(judged) {
                     return true;
+                }
+                if (i - first) % HOLD_CHECK_EVERY == HOLD_CHECK_EVERY - 1
+                    && held.elapsed() > HOLD_AT_MOST
+                {
+                    next = i;
+                    return false;
                 }
                 judged += 1;
                 if reads_jobs {
                     load_ahead(book, &chunk, i);
                 }
+                let (rank, position) = chunk[i];
+                row.fill(book, position as usize);
                 let job = book.at(position as usize);
-                match &mut row {
-                    Some(row) => {
-                        row.fill(book, position as usize);
-                        offer(&mut found, query, rank, position, row.view(), job);
-                    }
-                    None => {
-                        let whole = filter_render.members(job, &members);
-                        offer(&mut found, query, rank, position, &whole, job);
-                    }
-                }
+                offer(&mut found, query, rank, position, row.view(), job);
             }
+            next = chunk.len();
             false
         });
         if stopped {
