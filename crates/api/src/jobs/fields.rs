@@ -12,6 +12,7 @@
 //! `drover_sched::ScanRow`).
 
 use std::cell::OnceCell;
+use std::collections::BTreeMap;
 
 use drover_domain::dates::Timestamp;
 use drover_query::order::{Kind, date_seconds};
@@ -32,6 +33,9 @@ enum Cell<'b> {
     Words(&'b [String]),
     /// The job's holds, a list of their names.
     Holds(&'b [Hold]),
+    /// An object of strings (`environmentVariables`, `variables`), its members in key
+    /// order.
+    Map(&'b BTreeMap<String, String>),
     Number(f64),
     Bool(bool),
     Date(i64),
@@ -211,6 +215,9 @@ fn version_2(path: &str) -> Option<Field> {
         "dates.lastPreemptedDate" => Job(|job| date(job.status.dates.last_preempted)),
         "holdReason" => Job(|job| optional(&job.status.hold_reason)),
         "holds" => Job(|job| Cell::Holds(&job.status.holds)),
+        "environmentVariables" => Job(|job| Cell::Map(&job.spec.environment)),
+        "variables" => Job(|job| Cell::Map(&job.spec.variables)),
+        "environmentRequested" => Job(|job| Cell::Bool(job.spec.environment_requested)),
         "holdDate" => Job(|job| {
             date(
                 job.status
@@ -277,6 +284,10 @@ fn version_2(path: &str) -> Option<Field> {
 /// members through the list (`requirements.taskCount`) or its only element
 /// (`requirements.0.taskCount`), and both read that element.
 const ONE_ELEMENT_LISTS: [&str; 1] = ["requirements"];
+
+/// Members of version 2 that are objects of strings with any keys: a path through one
+/// (`environmentVariables.HOME`) reads the object's cell.
+const STRING_MAPS: [&str; 2] = ["environmentVariables", "variables"];
 
 /// Objects of version 2 whose every member has an entry, in the order of their
 /// rendering: a path that names the whole object reads them all.
@@ -354,6 +365,13 @@ impl Narrow {
                     let leaf = format!("{name}.{member}");
                     narrow.add(0, &leaf, version_2(&leaf)?);
                 }
+                continue;
+            }
+            if let Some((map, _)) = path.as_str().split_once('.')
+                && version >= 2
+                && STRING_MAPS.contains(&map)
+            {
+                narrow.add(0, map, version_2(map)?);
                 continue;
             }
             let (list, text) = match path.as_str().split_once('.') {
@@ -565,17 +583,22 @@ impl<'v> Iterator for Elements<'v> {
 }
 
 /// The members of an object in a [`Row`], in key order.
-pub(super) struct Entries<'v> {
-    row: Option<&'v Row<'v>>,
-    members: std::slice::Iter<'v, (Box<str>, usize)>,
+pub(super) enum Entries<'v> {
+    Members(&'v Row<'v>, std::slice::Iter<'v, (Box<str>, usize)>),
+    Map(std::collections::btree_map::Iter<'v, String, String>),
 }
 
 impl<'v> Iterator for Entries<'v> {
     type Item = (&'v str, RowView<'v>);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let (name, node) = self.members.next()?;
-        Some((&**name, RowView::Node(self.row?, *node)))
+        match self {
+            Entries::Members(row, members) => {
+                let (name, node) = members.next()?;
+                Some((&**name, RowView::Node(row, *node)))
+            }
+            Entries::Map(map) => map.next().map(|(k, v)| (k.as_str(), RowView::Word(v))),
+        }
     }
 }
 
@@ -586,7 +609,7 @@ impl<'v> DocView<'v> for RowView<'v> {
     #[inline]
     fn kind(self) -> Kind {
         match self.shown() {
-            Shown::Object(_) => Kind::Object,
+            Shown::Object(_) | Shown::Cell(_, Cell::Map(_)) => Kind::Object,
             Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_) | Cell::Holds(_)) => Kind::Array,
             Shown::Cell(_, Cell::Null) => Kind::Null,
             Shown::Cell(_, Cell::Number(_)) => Kind::Number,
@@ -636,6 +659,7 @@ impl<'v> DocView<'v> for RowView<'v> {
                 .iter()
                 .find(|(name, _)| &**name == key)
                 .map(|&(_, node)| RowView::Node(row, node)),
+            (Shown::Cell(_, Cell::Map(map)), _) => map.get(key).map(|v| RowView::Word(v)),
             _ => None,
         }
     }
@@ -669,14 +693,11 @@ impl<'v> DocView<'v> for RowView<'v> {
     #[inline]
     fn entries(self) -> Self::Entries {
         match (self.shown(), self) {
-            (Shown::Object(members), RowView::Node(row, _)) => Entries {
-                row: Some(row),
-                members: members.iter(),
-            },
-            _ => Entries {
-                row: None,
-                members: [].iter(),
-            },
+            (Shown::Object(members), RowView::Node(row, _)) => {
+                Entries::Members(row, members.iter())
+            }
+            (Shown::Cell(_, Cell::Map(map)), _) => Entries::Map(map.iter()),
+            _ => Entries::Map(std::collections::btree_map::Iter::default()),
         }
     }
 

@@ -78,6 +78,10 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
                 body["emailNotifyAddresses"] = json!([format!("u{}@example.org", i % 3)]);
                 body["partitionAccessList"] = json!(["default"]);
             }
+            if i % 4 == 2 {
+                body["environmentVariables"] = json!({"SITE": format!("s{}", i % 3), "A": "1"});
+                body["variables"] = json!({"v": format!("{}", i % 5)});
+            }
         }
         let name = submit_v2(server, body);
         if runs {
@@ -111,7 +115,7 @@ fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &s
     } else if version == 2 {
         concat!(
             "name,customName,states,credentials,dates,priorities,queueStatus,completionCode,holdReason,commandFile,commandLineArgs,initialWorkingDirectory,submitHost,description,jobGroup,arrayIndex,arrayMasterName,cancelCount,preemptCount,flags,requirements,isActive,startCount,duration,",
-            "holds,holdDate,bypassCount,deferCount,migrateCount,minimumPreemptTime,memorySecondsUtilized,cpuTime,processorSecondsUtilized,epilogScript,prologScript,resourceFailPolicy,resourceManagerExtension,vmUsagePolicy,standardErrorFilePath,standardOutputFilePath,emailNotifyAddresses,emailNotifyTypes,partitionAccessList,partitionAccessListRequested,nodesRequestedPolicy,systemJobAction,systemJobType,targetedJobAction,targetedJobName,schedName,processorSecondsLimit,messages,blocks,environmentVariables"
+            "holds,holdDate,bypassCount,deferCount,migrateCount,minimumPreemptTime,memorySecondsUtilized,cpuTime,processorSecondsUtilized,epilogScript,prologScript,resourceFailPolicy,resourceManagerExtension,vmUsagePolicy,standardErrorFilePath,standardOutputFilePath,emailNotifyAddresses,emailNotifyTypes,partitionAccessList,partitionAccessListRequested,nodesRequestedPolicy,systemJobAction,systemJobType,targetedJobAction,targetedJobName,schedName,processorSecondsLimit,messages,blocks,environmentVariables,variables,environmentRequested"
         )
     } else {
         "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,earliestStartDate,earliestStartDateRequested,latestCompletedDateRequested,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
@@ -323,7 +327,8 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
             2,
             "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate dates.deadlineDate dates.earliestRequestedStartDate dates.earliestStartDate dates.eligibleDate dates.lastCanceledDate dates.lastChargedDate dates.lastPreemptedDate holdReason flags requirements.taskCount requirements.0.taskCount requirements.tasksPerNode requirements.0.nodeCount requirements.nodeCount requirements.architecture requirements.image requirements.reservation requirements.index \
              holds holdDate bypassCount deferCount migrateCount minimumPreemptTime memorySecondsUtilized cpuTime processorSecondsUtilized epilogScript prologScript resourceFailPolicy resourceManagerExtension vmUsagePolicy standardErrorFilePath standardOutputFilePath emailNotifyAddresses emailNotifyTypes partitionAccessList partitionAccessListRequested nodesRequestedPolicy systemJobAction systemJobType targetedJobAction targetedJobName schedName processorSecondsLimit \
-             states.stateExpected states.stateLastUpdatedDate states.subState credentials dates priorities states",
+             states.stateExpected states.stateLastUpdatedDate states.subState credentials dates priorities states \
+             environmentVariables environmentVariables.SITE environmentVariables.NOPE variables variables.v environmentRequested",
         ),
         (
             1,
@@ -397,7 +402,7 @@ fn scans_over_several_chunks_agree_with_the_reference() {
         // A member the narrow fields do not know: jobs rendered with the members named
         // (outside the book's lock, a chunk of handles at a time).
         (
-            r#"{"environmentVariables":{"$exists":true},"customName":{"$ne":"n4"}}"#,
+            r#"{"messages":{"$exists":true},"customName":{"$ne":"n4"}}"#,
             r#"{"requirements":-1,"priorities":1,"name":-1}"#,
             page(1030, Some(25)),
         ),
