@@ -12,6 +12,7 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
+use crate::compact::CompactDoc;
 use crate::order::compare;
 use crate::sort::Direction;
 use crate::view::DocView;
@@ -34,8 +35,9 @@ pub struct Top<'q, T = usize> {
     offered: usize,
     /// The sort values and number of the worst candidate kept at the last selection: a
     /// match that does not sort before it can never be on the page, and is dropped
-    /// without copying anything.
-    bar: Option<(Vec<Option<Value>>, usize)>,
+    /// without copying anything. Kept in the compact form, whose dates are parsed once
+    /// rather than at every comparison.
+    bar: Option<(Vec<Option<CompactDoc>>, usize)>,
     total: usize,
 }
 
@@ -115,14 +117,15 @@ impl<'q, T> Top<'q, T> {
             self.kept.select_nth_unstable_by(keep - 1, order);
             self.kept.truncate(keep);
             let (worst, seq, _) = &self.kept[keep - 1];
-            self.bar = Some((worst.clone(), *seq));
+            let worst = worst.iter().map(|key| key.as_ref().map(CompactDoc::new));
+            self.bar = Some((worst.collect(), *seq));
         }
     }
 
     /// How `doc` sorts against the sort values `bar`.
-    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<Value>]) -> Ordering {
+    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<CompactDoc>]) -> Ordering {
         for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
-            let o = compare(path.first_value(doc).value, y.as_ref());
+            let o = compare(path.first_value(doc).value, y.as_ref().map(CompactDoc::root));
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),
