@@ -59,7 +59,7 @@ fn submit_all(options: &Options, count: usize, held: bool, tag: &str) -> Vec<Dur
                 let mut mine = Vec::new();
                 while next.fetch_add(1, Ordering::Relaxed) < count {
                     let start = Instant::now();
-                    let response = agent
+                    let mut response = agent
                         .post(&url)
                         .header("Authorization", &authorization)
                         .header("Content-Type", "application/json")
@@ -70,6 +70,13 @@ fn submit_all(options: &Options, count: usize, held: bool, tag: &str) -> Vec<Dur
                         201,
                         "a submission was refused"
                     );
+                    // Read to its end, so that the connection goes back to the agent's
+                    // pool: a body left unread closes it, and every submission would
+                    // then pay a new connection on both sides, as no real client does.
+                    response
+                        .body_mut()
+                        .read_to_vec()
+                        .expect("the answer's body");
                     mine.push(start.elapsed());
                 }
                 latencies.lock().unwrap().extend(mine);

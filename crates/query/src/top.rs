@@ -125,7 +125,10 @@ impl<'q, T> Top<'q, T> {
     /// How `doc` sorts against the sort values `bar`.
     fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<CompactDoc>]) -> Ordering {
         for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
-            let o = compare(path.first_value(doc).value, y.as_ref().map(CompactDoc::root));
+            let o = compare(
+                path.first_value(doc).value,
+                y.as_ref().map(CompactDoc::root),
+            );
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),
