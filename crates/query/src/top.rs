@@ -36,7 +36,8 @@ pub struct Top<'q, T = usize> {
     /// The sort values and number of the worst candidate kept at the last selection: a
     /// match that does not sort before it can never be on the page, and is dropped
     /// without copying anything. Kept in the compact form, whose dates are parsed once
-    /// rather than at every comparison.
+    /// rather than at every comparison (unshaped: the keys of its objects may be any a
+    /// request chose).
     bar: Option<(Vec<Option<CompactDoc>>, usize)>,
     total: usize,
 }
@@ -117,7 +118,9 @@ impl<'q, T> Top<'q, T> {
             self.kept.select_nth_unstable_by(keep - 1, order);
             self.kept.truncate(keep);
             let (worst, seq, _) = &self.kept[keep - 1];
-            let worst = worst.iter().map(|key| key.as_ref().map(CompactDoc::new));
+            let worst = worst
+                .iter()
+                .map(|key| key.as_ref().map(CompactDoc::unshaped));
             self.bar = Some((worst.collect(), *seq));
         }
     }

@@ -6,10 +6,11 @@
 //! the book (no JSON value, map or string is made per job), which the evaluator reads
 //! through [`RowView`] exactly as it would read the whole rendering's value there (each
 //! entry repeats its expression in `v1`/`v2`; the HTTP tests compare lists judged both
-//! ways). Any other path, an object such as `dates`, or an element such as
-//! `partitionAccessList.0`, takes the rendering of the members it names. Most entries
-//! read the job book's scan row of the job rather than the job (see
-//! `drover_sched::ScanRow`).
+//! ways). A path naming a whole object of [`WHOLE_OBJECTS`] reads all its members, and
+//! one through an object of strings of [`STRING_MAPS`] reads that object. Any other path
+//! (a list of objects such as `messages`, an element such as `partitionAccessList.0`)
+//! takes the rendering of the members it names. Most entries read the job book's scan
+//! row of the job rather than the job (see `drover_sched::ScanRow`).
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;

@@ -12,9 +12,10 @@
 //!   rendered with only the fields the query names when `fields::Narrow` knows them all
 //!   (most read from the book's scan rows), else with only the top-level members they
 //!   start with; only the page's best `offset + max` are kept (`query::Top`), or only which
-//!   positions match when the sort is the book's order, the book's lock is held at
-//!   most [`HOLD_AT_MOST`] at a time and nothing is rendered under it (the engine never
-//!   waits long on a list, even when the scan's thread loses its core), the candidates are judged
+//!   positions match when the sort is the book's order, the book's lock is given up
+//!   every [`HOLD_AT_MOST`] (checked between jobs) and no member is rendered under it
+//!   (the engine never waits long on a list, even when the scan's thread loses its
+//!   core; what may still hold it longer is keeping a very large page's best), the candidates are judged
 //!   in runs side by side, one per processor, and the scan stops at its deadline. The
 //!   caller bounds how many scans run at once, and runs each at a lower CPU priority.
 

@@ -477,8 +477,17 @@ fn a_costly_list_is_stopped_at_its_budget_and_lists_only_what_its_user_may_see()
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
     });
 
-    // The ordinary user sees none of the administrator's jobs, whatever the query says.
+    // The ordinary user sees none of the administrator's jobs, whatever the query says,
+    // nor learns what their members hold by asking for them.
+    submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp", "holds": ["User"],
+               "environmentVariables": {"SECRET": "s3"}, "variables": {"v": "x"}}),
+    );
     for query in [
+        r#"{"environmentVariables.SECRET":"s3"}"#,
+        r#"{"variables.v":{"$exists":true}}"#,
+        r#"{"environmentVariables":{"$ne":{}}}"#,
         "{}",
         r#"{"credentials.user":"admin"}"#,
         r#"{"$or":[{"credentials.user":"admin"},{"customName":"x1"}]}"#,
