@@ -61,19 +61,8 @@ pub struct CompactDoc {
 
 impl CompactDoc {
     pub fn new(value: &Value) -> Self {
-        Self::encoded(value, Shapes::Intern)
-    }
-
-    /// The document of a value whose object keys a request chose (a sort value taken
-    /// from `variables`, say): its objects are written with their keys, never given a
-    /// shape, so that no request grows the process-wide shape table, which is never freed.
-    pub fn unshaped(value: &Value) -> Self {
-        Self::encoded(value, Shapes::Never)
-    }
-
-    fn encoded(value: &Value, shapes: Shapes) -> Self {
         let mut out = Vec::with_capacity(256);
-        encode(value, &mut out, shapes);
+        encode(value, &mut out);
         Self {
             bytes: out.into_boxed_slice(),
         }
@@ -103,14 +92,7 @@ fn put_u32(out: &mut Vec<u8>, n: usize) {
     out.extend_from_slice(&(n as u32).to_le_bytes());
 }
 
-/// Whether objects are written as shapes (interned key sequences) where they can be.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Shapes {
-    Intern,
-    Never,
-}
-
-fn encode(value: &Value, out: &mut Vec<u8>, shapes: Shapes) {
+fn encode(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Null => out.push(NULL),
         Value::Bool(false) => out.push(FALSE),
@@ -152,9 +134,7 @@ fn encode(value: &Value, out: &mut Vec<u8>, shapes: Shapes) {
         },
         Value::Array(items) => {
             let mut payload = Vec::new();
-            items
-                .iter()
-                .for_each(|item| encode(item, &mut payload, shapes));
+            items.iter().for_each(|item| encode(item, &mut payload));
             match (u16::try_from(payload.len()), u16::try_from(items.len())) {
                 (Ok(length), Ok(count)) => {
                     out.push(SHORT_ARRAY);
@@ -170,7 +150,7 @@ fn encode(value: &Value, out: &mut Vec<u8>, shapes: Shapes) {
             out.extend_from_slice(&payload);
         }
         Value::Object(map) => {
-            if shapes == Shapes::Intern && encode_shaped(map, out) {
+            if encode_shaped(map, out) {
                 return;
             }
             let mut members = Vec::new();
@@ -184,7 +164,7 @@ fn encode(value: &Value, out: &mut Vec<u8>, shapes: Shapes) {
                     put_u32(&mut members, k.len());
                 }
                 members.extend_from_slice(k.as_bytes());
-                encode(v, &mut members, shapes);
+                encode(v, &mut members);
             }
             let narrow = members.len() <= usize::from(u16::MAX);
             let width = if narrow { 2 } else { 4 };
@@ -221,7 +201,7 @@ fn encode_shaped(map: &serde_json::Map<String, Value>, out: &mut Vec<u8>) -> boo
     let mut offsets = Vec::with_capacity(map.len());
     for value in map.values() {
         offsets.push(table + values.len());
-        encode(value, &mut values, Shapes::Intern);
+        encode(value, &mut values);
     }
     if table + values.len() > usize::from(u16::MAX) {
         return false;
@@ -252,7 +232,7 @@ pub struct CompactDocs {
 impl CompactDocs {
     pub fn push(&mut self, value: &Value) {
         self.starts.push(self.bytes.len());
-        encode(value, &mut self.bytes, Shapes::Intern);
+        encode(value, &mut self.bytes);
     }
 
     pub fn len(&self) -> usize {
@@ -706,29 +686,5 @@ mod tests {
         );
         assert_eq!(root.entries().count(), 301);
         assert!(root.get("key300").is_none());
-    }
-
-    /// Values a request chose the keys of are read the same, and add no shape.
-    #[test]
-    fn unshaped_documents_add_no_shape_and_read_the_same() {
-        let chosen = serde_json::json!({"unshaped-test-key-1": {"unshaped-test-key-2": "2026-01-01 00:00:00 UTC"}, "b": [1, {"c": null}]});
-        let unshaped = CompactDoc::unshaped(&chosen);
-        assert!(!shape::is_interned(["unshaped-test-key-1", "b"]));
-        assert!(!shape::is_interned(["unshaped-test-key-2"]));
-        assert_eq!(
-            crate::order::compare_values(unshaped.root(), &chosen),
-            std::cmp::Ordering::Equal
-        );
-        let inner = unshaped.root().get("unshaped-test-key-1").unwrap();
-        assert_eq!(
-            inner.get("unshaped-test-key-2").unwrap().date(),
-            Some(1_767_225_600)
-        );
-        let shaped = CompactDoc::new(&chosen);
-        assert!(shape::is_interned(["unshaped-test-key-1", "b"]));
-        assert_eq!(
-            crate::order::compare_values(unshaped.root(), shaped.root()),
-            std::cmp::Ordering::Equal
-        );
     }
 }

@@ -62,20 +62,6 @@ pub fn get(id: u32) -> &'static Shape {
     cell(id).get().expect("shape ids come from intern")
 }
 
-/// Whether a shape with these keys was interned (for tests).
-#[cfg(test)]
-pub(crate) fn is_interned<const N: usize>(keys: [&str; N]) -> bool {
-    let mut signature = Vec::new();
-    for key in keys {
-        signature.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        signature.extend_from_slice(key.as_bytes());
-    }
-    let interned = INTERNED.lock().unwrap_or_else(|e| e.into_inner());
-    interned
-        .as_ref()
-        .is_some_and(|map| map.contains_key(signature.as_slice()))
-}
-
 /// The id of the shape with these keys; `None` when the object is too large to be
 /// shaped or the table is full.
 pub fn intern<'k>(keys: impl ExactSizeIterator<Item = &'k str> + Clone) -> Option<u32> {

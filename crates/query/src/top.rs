@@ -12,7 +12,6 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
-use crate::compact::CompactDoc;
 use crate::order::compare;
 use crate::sort::Direction;
 use crate::view::DocView;
@@ -35,10 +34,8 @@ pub struct Top<'q, T = usize> {
     offered: usize,
     /// The sort values and number of the worst candidate kept at the last selection: a
     /// match that does not sort before it can never be on the page, and is dropped
-    /// without copying anything. Kept in the compact form, whose dates are parsed once
-    /// rather than at every comparison (unshaped: the keys of its objects may be any a
-    /// request chose).
-    bar: Option<(Vec<Option<CompactDoc>>, usize)>,
+    /// without copying anything.
+    bar: Option<(Vec<Option<Value>>, usize)>,
     total: usize,
 }
 
@@ -118,20 +115,14 @@ impl<'q, T> Top<'q, T> {
             self.kept.select_nth_unstable_by(keep - 1, order);
             self.kept.truncate(keep);
             let (worst, seq, _) = &self.kept[keep - 1];
-            let worst = worst
-                .iter()
-                .map(|key| key.as_ref().map(CompactDoc::unshaped));
-            self.bar = Some((worst.collect(), *seq));
+            self.bar = Some((worst.clone(), *seq));
         }
     }
 
     /// How `doc` sorts against the sort values `bar`.
-    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<CompactDoc>]) -> Ordering {
+    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<Value>]) -> Ordering {
         for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
-            let o = compare(
-                path.first_value(doc).value,
-                y.as_ref().map(CompactDoc::root),
-            );
+            let o = compare(path.first_value(doc).value, y.as_ref());
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),

@@ -15,8 +15,8 @@
 //!   positions match when the sort is the book's order, the book's lock is given up
 //!   every [`HOLD_AT_MOST`] (checked between jobs) and no member is rendered under it
 //!   (the engine never waits long on a list, even when the scan's thread loses its
-//!   core; what may still hold it longer is keeping a very large page's best), the candidates are judged
-//!   in runs side by side, one per processor, and the scan stops at its deadline. The
+//!   core; what may still hold it longer is keeping a very large page's best), the
+//!   candidates are judged in runs side by side, one per processor, and the scan stops at its deadline. The
 //!   caller bounds how many scans run at once, and runs each at a lower CPU priority.
 
 use std::sync::Arc;

@@ -136,6 +136,26 @@ fn refs(items: impl IntoIterator<Item = impl AsRef<str>>, key: &str) -> Value {
     Value::Array(items.into_iter().map(|i| one(i.as_ref())).collect())
 }
 
+/// The partitions a job may run in: the one it asked for, else its access list, else
+/// all (`ALL`).
+pub(super) fn effective_partitions(job: &Job) -> &[String] {
+    static ALL: std::sync::LazyLock<[String; 1]> = std::sync::LazyLock::new(|| ["ALL".into()]);
+    match &job.spec.request.partition {
+        Some(partition) => std::slice::from_ref(partition),
+        None if job.spec.extra.partition_access_list.is_empty() => &*ALL,
+        None => &job.spec.extra.partition_access_list,
+    }
+}
+
+/// The memory all the job's tasks asked for (0 when it asked for none), as the usage
+/// figures multiply it.
+pub(super) fn requested_memory(job: &Job) -> f64 {
+    let request = &job.spec.request;
+    request
+        .memory_per_task
+        .map_or(0.0, |m| m as f64 * f64::from(request.task_count))
+}
+
 /// What rendering a job needs besides the job.
 pub struct Render<'a> {
     pub now: i64,
@@ -156,14 +176,6 @@ impl Render<'_> {
             .partition
             .clone()
             .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
-    }
-
-    fn effective_partitions(&self, job: &Job) -> Vec<String> {
-        match &job.spec.request.partition {
-            Some(p) => vec![p.clone()],
-            None if job.spec.extra.partition_access_list.is_empty() => vec!["ALL".into()],
-            None => job.spec.extra.partition_access_list.clone(),
-        }
     }
 
     /// A stream's path, once the job has a working directory (from submission on).

@@ -99,7 +99,7 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     put("emailNotifyTypes", &|| json!(spec.extra.email_types));
     put("emailNotifyUsers", &|| json!(spec.extra.email_addresses));
     put("effectivePartitionAccessList", &|| {
-        json!(r.effective_partitions(job))
+        json!(super::effective_partitions(job))
     });
     put("partitionAccessList", &|| {
         json!(spec.extra.partition_access_list)

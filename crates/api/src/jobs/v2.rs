@@ -87,13 +87,10 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
 fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let request = &spec.request;
     let date = |t: Option<i64>| r.date(t);
     let active = job.active_seconds(r.now);
     let processors = job.processors() as f64;
-    let memory = request
-        .memory_per_task
-        .map_or(0.0, |m| m as f64 * f64::from(request.task_count));
+    let memory = super::requested_memory(job);
     put("credentials", &|| {
         json!({
             "account": spec.account,
@@ -188,7 +185,7 @@ fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value
         })
     });
     put("partitionAccessList", &|| {
-        json!(r.effective_partitions(job))
+        json!(super::effective_partitions(job))
     });
     put("partitionAccessListRequested", &|| {
         json!(spec.extra.partition_access_list)

@@ -335,6 +335,18 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
             "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate earliestStartDate earliestStartDateRequested latestCompletedDateRequested",
         ),
     ];
+    // A whole object judged narrow equals its rendering: every member is there.
+    for one in [&names[7], &names[8], &names[10]] {
+        let job = server
+            .get(&format!("/rest/jobs/{one}?api-version=2"))
+            .json();
+        for object in ["credentials", "dates", "priorities", "states"] {
+            let query = json!({ object: job[object] }).to_string();
+            check(&server, 2, "", &query, "", page(0, None));
+            let query = json!({ object: {"$in": [job[object]]} }).to_string();
+            check(&server, 2, "", &query, r#"{"name":-1}"#, page(0, Some(5)));
+        }
+    }
     // The durations and usage of jobs that ended (those of others change by the second).
     for path in "durationActive durationQueued durationSuspended durationRemaining memorySecondsDedicated processorSecondsDedicated cpuTime".split(' ') {
         let sort = format!(r#"{{"{path}":-1}}"#);
