@@ -19,6 +19,7 @@ pub mod projection;
 pub mod scan;
 pub mod shape;
 pub mod sort;
+pub mod sort_value;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod top;
@@ -31,6 +32,7 @@ pub use paging::Paging;
 pub use path::Path;
 pub use projection::Projection;
 pub use sort::{Direction, Sort};
+pub use sort_value::SortValue;
 pub use top::Top;
 pub use view::DocView;
 

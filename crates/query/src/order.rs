@@ -110,12 +110,9 @@ pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ord
             }
         }
         Kind::Object => {
-            // Members already in key order (a narrow rendering's, and the sort keys made
-            // from one) compare as they come, without a sorted copy of each object.
-            let in_order = |keys: &mut dyn Iterator<Item = &[u8]>| keys.is_sorted();
-            if in_order(&mut a.entries().map(|(k, _)| k.as_bytes()))
-                && in_order(&mut b.entries().map(|(k, _)| k.as_bytes()))
-            {
+            // Members already in key order (a narrow rendering's, a kept sort value's)
+            // compare as they come, without a sorted copy of each object.
+            if a.keys_in_order() && b.keys_in_order() {
                 compare_entries(a.entries(), b.entries())
             } else {
                 compare_entries(sorted_entries(a).into_iter(), sorted_entries(b).into_iter())

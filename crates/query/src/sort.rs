@@ -10,7 +10,8 @@ use std::cmp::Ordering;
 use serde_json::Value;
 
 use crate::order::compare;
-use crate::view::{DocView, to_value};
+use crate::sort_value::SortValue;
+use crate::view::DocView;
 use crate::{Path, QueryError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,19 +91,28 @@ impl Sort {
         Ordering::Equal
     }
 
-    /// The values `doc` sorts by, owned (so that the document itself can go).
-    pub fn keys_of<'a, V: DocView<'a>>(&self, doc: V) -> Vec<Option<Value>> {
+    /// The values `doc` sorts by, owned (so that the document itself can go) and ready
+    /// to be compared many times.
+    pub fn keys_of<'a, V: DocView<'a>>(&self, doc: V) -> Vec<Option<SortValue>> {
         self.keys
             .iter()
-            .map(|(path, _)| path.first_value(doc).value.map(to_value))
+            .map(|(path, _)| path.first_value(doc).value.map(SortValue::of))
             .collect()
     }
 
     /// Compares the keys [`Sort::keys_of`] took of two documents (equal when they tie).
-    pub fn compare_keys(&self, a: &[Option<Value>], b: &[Option<Value>]) -> Ordering {
-        let a: Vec<Option<&Value>> = a.iter().map(Option::as_ref).collect();
-        let b: Vec<Option<&Value>> = b.iter().map(Option::as_ref).collect();
-        self.compare_resolved(&a, &b)
+    pub fn compare_keys(&self, a: &[Option<SortValue>], b: &[Option<SortValue>]) -> Ordering {
+        for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
+            let o = compare(x.as_ref(), y.as_ref());
+            let o = match direction {
+                Direction::Ascending => o,
+                Direction::Descending => o.reverse(),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
     }
 
     /// Sorts `items` stably by the documents `doc` gives for them.

@@ -14,6 +14,7 @@ use serde_json::Value;
 
 use crate::order::compare;
 use crate::sort::Direction;
+use crate::sort_value::SortValue;
 use crate::view::DocView;
 use crate::{ListQuery, Page};
 
@@ -22,7 +23,7 @@ use crate::{ListQuery, Page};
 const SLACK: usize = 1024;
 
 /// A match the page may use: its sort values, when it was offered, and its item.
-type Candidate<T> = (Vec<Option<Value>>, usize, T);
+type Candidate<T> = (Vec<Option<SortValue>>, usize, T);
 
 /// One pass over a list's documents that keeps only what its page can use.
 pub struct Top<'q, T = usize> {
@@ -35,7 +36,7 @@ pub struct Top<'q, T = usize> {
     /// The sort values and number of the worst candidate kept at the last selection: a
     /// match that does not sort before it can never be on the page, and is dropped
     /// without copying anything.
-    bar: Option<(Vec<Option<Value>>, usize)>,
+    bar: Option<(Vec<Option<SortValue>>, usize)>,
     total: usize,
 }
 
@@ -120,7 +121,7 @@ impl<'q, T> Top<'q, T> {
     }
 
     /// How `doc` sorts against the sort values `bar`.
-    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<Value>]) -> Ordering {
+    fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<SortValue>]) -> Ordering {
         for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
             let o = compare(path.first_value(doc).value, y.as_ref());
             let o = match direction {
@@ -137,20 +138,7 @@ impl<'q, T> Top<'q, T> {
     /// The answer's order over candidates: the sort, then the order of offering.
     fn order(&self) -> impl Fn(&Candidate<T>, &Candidate<T>) -> Ordering + use<'q, T> {
         let query: &'q ListQuery = self.query;
-        let keys = &query.sort.keys;
-        move |(a, i, _), (b, j, _)| {
-            for ((x, y), (_, direction)) in a.iter().zip(b).zip(keys.iter()) {
-                let o = compare(x.as_ref(), y.as_ref());
-                let o = match direction {
-                    Direction::Ascending => o,
-                    Direction::Descending => o.reverse(),
-                };
-                if o != Ordering::Equal {
-                    return o;
-                }
-            }
-            i.cmp(j)
-        }
+        move |(a, i, _), (b, j, _)| query.sort.compare_keys(a, b).then(i.cmp(j))
     }
 
     /// Joins the candidates of `other`, a `Top` of the same query over another part of

@@ -10,26 +10,6 @@ use serde_json::Value;
 use crate::order::{Kind, date_seconds, number_f64};
 use crate::path::Segment;
 
-/// An owned copy of the value `view` shows (numbers as the doubles they compare as):
-/// what a scan keeps of the few documents it does not drop.
-pub fn to_value<'a, V: DocView<'a>>(view: V) -> Value {
-    match view.kind() {
-        Kind::Missing | Kind::Null => Value::Null,
-        Kind::Number => view
-            .number()
-            .and_then(serde_json::Number::from_f64)
-            .map_or(Value::Null, Value::Number),
-        Kind::Date | Kind::String => Value::from(view.text().unwrap_or_default()),
-        Kind::Bool => Value::Bool(view.truth()),
-        Kind::Array => Value::Array(view.elements().map(to_value).collect()),
-        Kind::Object => Value::Object(
-            view.entries()
-                .map(|(key, member)| (key.to_string(), to_value(member)))
-                .collect(),
-        ),
-    }
-}
-
 /// A read-only view of one JSON value inside a document that lives for `'a`.
 pub trait DocView<'a>: Copy + 'a {
     type Elements: Iterator<Item = Self>;
@@ -62,6 +42,12 @@ pub trait DocView<'a>: Copy + 'a {
     fn entries(self) -> Self::Entries;
     /// Whether the value is `true` (for booleans; false otherwise).
     fn truth(self) -> bool;
+    /// Whether an object's members come in key order (by key bytes), so that objects
+    /// compare without a sorted copy. A representation that always keeps them so says
+    /// so without looking.
+    fn keys_in_order(self) -> bool {
+        self.entries().map(|(key, _)| key.as_bytes()).is_sorted()
+    }
 }
 
 type ValueEntries<'a> =

@@ -7,10 +7,12 @@
 //! through [`RowView`] exactly as it would read the whole rendering's value there (each
 //! entry repeats its expression in `v1`/`v2`; the HTTP tests compare lists judged both
 //! ways). A path naming a whole object of [`WHOLE_OBJECTS`] reads all its members, and
-//! one through an object of strings of [`STRING_MAPS`] reads that object. Any other path
-//! (a list of objects such as `messages`, an element such as `partitionAccessList.0`)
-//! takes the rendering of the members it names. Most entries read the job book's scan
-//! row of the job rather than the job (see `drover_sched::ScanRow`).
+//! one through an object of strings of [`STRING_MAPS`] reads that object. A top-level
+//! member that some path reads beyond the entries (a list of objects such as `messages`,
+//! an element such as `partitionAccessList.0`, a member no job has) is rendered alone,
+//! once per job, when first read ([`Field::Member`]), and every path through it reads
+//! that value. Most entries read the job book's scan row of the job rather than the job
+//! (see `drover_sched::ScanRow`).
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
@@ -20,6 +22,7 @@ use drover_query::order::{Kind, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort};
 use drover_sched::job::{Hold, Job, JobState};
 use drover_sched::{Interned, JobBook};
+use serde_json::Value;
 
 use super::v1::{expected_state, start_priority};
 use super::{Render, effective_partitions, queue_status, requested_memory};
@@ -45,12 +48,16 @@ enum Cell<'b> {
 /// Where the value at one path of a job's wire shape comes from: the book's scan row of
 /// the job (contiguous, so a scan reading only rows never follows a pointer to the job),
 /// or the job itself.
-#[derive(Clone, Copy)]
+#[derive(Clone)]
 enum Field {
     Row(for<'b> fn(&'b JobBook, usize) -> Cell<'b>),
     Job(for<'b> fn(&'b Job) -> Cell<'b>),
     /// Read from the job at the list's time (durations, usage) or with its settings.
     Rendered(for<'b> fn(&'b Job, &'b Render<'b>) -> Cell<'b>),
+    /// A top-level member that some path reads beyond what the entries know (a list of
+    /// objects such as `messages`, an element such as `flags.0`): rendered alone
+    /// ([`Render::member`]), once per job, when first read.
+    Member(Box<str>),
 }
 
 /// A string of the row's.
@@ -312,6 +319,61 @@ const WHOLE_OBJECTS: [(&str, &[&str]); 4] = [
     ),
 ];
 
+/// One value a path reads through the entries: the one-element list it is in (if any),
+/// its path below that, and where it comes from.
+struct Leaf {
+    list: Option<&'static str>,
+    path: String,
+    field: Field,
+}
+
+/// The values `path` reads, if the entries know them all: a whole object of
+/// [`WHOLE_OBJECTS`] is all its members, a path through an object of [`STRING_MAPS`]
+/// is that object, one through a list of [`ONE_ELEMENT_LISTS`] is inside its element.
+fn leaves(path: &str, version: u32) -> Option<Vec<Leaf>> {
+    let plain = |path: &str, field: Option<Field>| {
+        Some(vec![Leaf {
+            list: None,
+            path: path.to_string(),
+            field: field?,
+        }])
+    };
+    if version < 2 {
+        return plain(path, version_1(path));
+    }
+    if let Some((name, members)) = WHOLE_OBJECTS.iter().find(|(name, _)| *name == path) {
+        return members
+            .iter()
+            .map(|member| {
+                let path = format!("{name}.{member}");
+                let field = version_2(&path)?;
+                Some(Leaf {
+                    list: None,
+                    path,
+                    field,
+                })
+            })
+            .collect();
+    }
+    let Some((first, rest)) = path.split_once('.') else {
+        return plain(path, version_2(path));
+    };
+    if STRING_MAPS.contains(&first) {
+        return plain(first, version_2(first));
+    }
+    match ONE_ELEMENT_LISTS.iter().find(|list| **list == first) {
+        Some(list) => {
+            let below = rest.strip_prefix("0.").unwrap_or(rest);
+            Some(vec![Leaf {
+                list: Some(list),
+                path: below.to_string(),
+                field: version_2(&format!("{list}.{below}"))?,
+            }])
+        }
+        None => plain(path, version_2(path)),
+    }
+}
+
 /// A node of the narrow document: an object of named members, a list of one element,
 /// or the value of a field.
 enum Node {
@@ -322,7 +384,8 @@ enum Node {
 
 /// A rendering of only the paths a query names, when each has an entry here: a small
 /// tree of objects whose leaves are [`Cell`]s, read by the evaluator through
-/// [`RowView`] without making a JSON value, a map or a string per job.
+/// [`RowView`] without making a JSON value, a map or a string per job (but for a member
+/// rendered whole).
 pub(super) struct Narrow {
     fields: Vec<Field>,
     /// The document's nodes; the first is its root object.
@@ -330,49 +393,41 @@ pub(super) struct Narrow {
 }
 
 impl Narrow {
-    /// The narrow rendering of what `filter` and `sort` read, if every path they name
-    /// has an entry for `version`.
-    pub(super) fn of(filter: &Filter, sort: &Sort, version: u32) -> Option<Narrow> {
+    /// The narrow rendering of what `filter` and `sort` read: each path through the
+    /// entries when they know it, and a top-level member some path reads beyond them
+    /// rendered whole (with every path through it).
+    pub(super) fn of(filter: &Filter, sort: &Sort, version: u32) -> Narrow {
         let mut paths: Vec<&Path> = sort.keys.iter().map(|(path, _)| path).collect();
         paths_of(filter, &mut paths);
+        let placed: Vec<(&str, Option<Vec<Leaf>>)> = paths
+            .iter()
+            .map(|path| {
+                let top = path.as_str().split('.').next().unwrap_or_default();
+                (top, leaves(path.as_str(), version))
+            })
+            .collect();
+        let rendered: Vec<&str> = placed
+            .iter()
+            .filter(|(_, leaves)| leaves.is_none())
+            .map(|(top, _)| *top)
+            .collect();
         let mut narrow = Narrow {
             fields: Vec::new(),
             nodes: vec![Node::Object(Vec::new())],
         };
-        for path in paths {
-            let whole = WHOLE_OBJECTS
-                .iter()
-                .find(|(name, _)| *name == path.as_str());
-            if let Some((name, members)) = whole.filter(|_| version >= 2) {
-                for member in *members {
-                    let leaf = format!("{name}.{member}");
-                    narrow.add(0, &leaf, version_2(&leaf)?);
+        for (top, leaves) in placed {
+            match leaves {
+                Some(leaves) if !rendered.contains(&top) => {
+                    for leaf in leaves {
+                        let at = match leaf.list {
+                            Some(list) => narrow.list_element(list),
+                            None => 0,
+                        };
+                        narrow.add(at, &leaf.path, leaf.field);
+                    }
                 }
-                continue;
+                _ => narrow.add(0, top, Field::Member(top.into())),
             }
-            if let Some((map, _)) = path.as_str().split_once('.')
-                && version >= 2
-                && STRING_MAPS.contains(&map)
-            {
-                narrow.add(0, map, version_2(map)?);
-                continue;
-            }
-            let (list, text) = match path.as_str().split_once('.') {
-                Some((list, rest)) if version >= 2 && ONE_ELEMENT_LISTS.contains(&list) => {
-                    (Some(list), rest.strip_prefix("0.").unwrap_or(rest))
-                }
-                _ => (None, path.as_str()),
-            };
-            let field = match list {
-                Some(list) => version_2(&format!("{list}.{text}")),
-                None if version >= 2 => version_2(text),
-                None => version_1(text),
-            }?;
-            let at = match list {
-                Some(list) => narrow.list_element(list),
-                None => 0,
-            };
-            narrow.add(at, text, field);
         }
         // Objects compare member by member in key order: kept in it, they need no
         // sorted copy per comparison.
@@ -381,7 +436,7 @@ impl Narrow {
                 members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             }
         }
-        Some(narrow)
+        narrow
     }
 
     /// The element of the one-element list `name` of the root, made when first named.
@@ -441,12 +496,19 @@ impl Narrow {
         self.fields.iter().any(|f| !matches!(f, Field::Row(_)))
     }
 
+    /// Whether some member is rendered (microseconds a job, not nanoseconds).
+    pub(super) fn renders(&self) -> bool {
+        self.fields.iter().any(|f| matches!(f, Field::Member(_)))
+    }
+
     /// A row to [`Row::fill`] with one job after another (one serves a whole chunk).
     pub(super) fn row<'b>(&'b self, render: &'b Render<'b>) -> Row<'b> {
         Row {
             narrow: self,
+            at: None,
             cells: vec![Cell::Null; self.fields.len()],
             date_texts: vec![OnceCell::new(); self.fields.len()],
+            members: vec![OnceCell::new(); self.fields.len()],
             render,
         }
     }
@@ -455,25 +517,39 @@ impl Narrow {
 /// One job's narrow rendering.
 pub(super) struct Row<'b> {
     narrow: &'b Narrow,
+    /// The job's book and position, once filled.
+    at: Option<(&'b JobBook, usize)>,
+    /// Each field's value (read by the evaluator several times per job: its kind, then
+    /// its value), but a rendered member's.
     cells: Vec<Cell<'b>>,
     /// The wire text of each date cell, made the first time a comparison asks for it.
     date_texts: Vec<OnceCell<String>>,
+    /// The value of each rendered member ([`Field::Member`]; `None` when the rendering
+    /// has no such member), made the first time it is read.
+    members: Vec<OnceCell<Option<Value>>>,
     render: &'b Render<'b>,
 }
 
 impl<'b> Row<'b> {
-    /// Reads the values of the job at `position`.
+    /// Reads the values of the job at `position` (a rendered member's when first asked
+    /// for).
     pub(super) fn fill(&mut self, book: &'b JobBook, position: usize) {
-        for ((cell, field), text) in self
+        self.at = Some((book, position));
+        for (((cell, field), text), member) in self
             .cells
             .iter_mut()
             .zip(&self.narrow.fields)
             .zip(&mut self.date_texts)
+            .zip(&mut self.members)
         {
             *cell = match field {
                 Field::Row(field) => field(book, position),
                 Field::Job(field) => field(book.at(position)),
                 Field::Rendered(field) => field(book.at(position), self.render),
+                Field::Member(_) => {
+                    member.take();
+                    Cell::Null
+                }
             };
             if matches!(cell, Cell::Date(_)) {
                 text.take();
@@ -485,21 +561,34 @@ impl<'b> Row<'b> {
     pub(super) fn view(&self) -> RowView<'_> {
         RowView::Node(self, 0)
     }
+
+    /// The value of the rendered member that is field `i`.
+    fn member(&self, i: usize) -> Option<&Value> {
+        let (book, position) = self.at?;
+        let Field::Member(name) = &self.narrow.fields[i] else {
+            return None;
+        };
+        self.members[i]
+            .get_or_init(|| self.render.member(book.at(position), name))
+            .as_ref()
+    }
 }
 
-/// A node of a [`Row`], or one string of a list cell, read through [`DocView`] exactly
-/// as the whole rendering's `serde_json::Value` would be at the same path.
+/// A node of a [`Row`], one string of a list cell, or a value inside a rendered member,
+/// read through [`DocView`] exactly as the whole rendering's `serde_json::Value` would
+/// be at the same path.
 #[derive(Clone, Copy)]
 pub(super) enum RowView<'v> {
     Node(&'v Row<'v>, usize),
     Word(&'v str),
+    Json(&'v Value),
 }
 
 /// Instants from 1970 to the end of year 9999: written in UTC, each is a date of the
 /// value order at that very instant (four-digit years).
 const FOUR_DIGIT_YEARS: std::ops::RangeInclusive<i64> = 0..=253_402_300_799;
 
-/// What a view shows, worked out from its node.
+/// What a view of a row's node or word shows, worked out from its node.
 enum Shown<'v> {
     Object(&'v [(Box<str>, usize)]),
     ListOfOne(usize),
@@ -508,6 +597,8 @@ enum Shown<'v> {
 }
 
 impl<'v> RowView<'v> {
+    /// What a node or word shows (a rendered member's value shows itself: callers read
+    /// [`RowView::Json`] first).
     #[inline]
     fn shown(self) -> Shown<'v> {
         match self {
@@ -518,6 +609,19 @@ impl<'v> RowView<'v> {
             },
             // A word's cell number is never used: only dates ask for theirs.
             RowView::Word(word) => Shown::Cell(usize::MAX, Cell::Text(word)),
+            RowView::Json(_) => Shown::Cell(usize::MAX, Cell::Null),
+        }
+    }
+
+    /// The member at `node` of an object of `row`: a rendered member is its value, and
+    /// nothing when the rendering has no such member.
+    #[inline]
+    fn member_of(row: &'v Row<'v>, node: usize) -> Option<RowView<'v>> {
+        match row.narrow.nodes[node] {
+            Node::Leaf(i) if matches!(row.narrow.fields[i], Field::Member(_)) => {
+                row.member(i).map(RowView::Json)
+            }
+            _ => Some(RowView::Node(row, node)),
         }
     }
 
@@ -525,7 +629,7 @@ impl<'v> RowView<'v> {
     fn row(self) -> Option<&'v Row<'v>> {
         match self {
             RowView::Node(row, _) => Some(row),
-            RowView::Word(_) => None,
+            RowView::Word(_) | RowView::Json(_) => None,
         }
     }
 
@@ -551,6 +655,7 @@ pub(super) enum Elements<'v> {
     One(Option<RowView<'v>>),
     Words(std::slice::Iter<'v, String>),
     Holds(std::slice::Iter<'v, Hold>),
+    Json(std::slice::Iter<'v, Value>),
 }
 
 impl<'v> Iterator for Elements<'v> {
@@ -561,14 +666,17 @@ impl<'v> Iterator for Elements<'v> {
             Elements::One(element) => element.take(),
             Elements::Words(words) => words.next().map(|w| RowView::Word(w)),
             Elements::Holds(holds) => holds.next().map(|h| RowView::Word(h.as_str())),
+            Elements::Json(values) => values.next().map(RowView::Json),
         }
     }
 }
 
-/// The members of an object in a [`Row`], in key order.
+/// The members of an object in a [`Row`], in key order (a rendered member's, in its own
+/// order).
 pub(super) enum Entries<'v> {
     Members(&'v Row<'v>, std::slice::Iter<'v, (Box<str>, usize)>),
     Map(std::collections::btree_map::Iter<'v, String, String>),
+    Json(serde_json::map::Iter<'v>),
 }
 
 impl<'v> Iterator for Entries<'v> {
@@ -576,11 +684,11 @@ impl<'v> Iterator for Entries<'v> {
 
     fn next(&mut self) -> Option<Self::Item> {
         match self {
-            Entries::Members(row, members) => {
-                let (name, node) = members.next()?;
-                Some((&**name, RowView::Node(row, *node)))
-            }
+            Entries::Members(row, members) => members.find_map(|(name, node)| {
+                RowView::member_of(row, *node).map(|member| (&**name, member))
+            }),
             Entries::Map(map) => map.next().map(|(k, v)| (k.as_str(), RowView::Word(v))),
+            Entries::Json(map) => map.next().map(|(k, v)| (k.as_str(), RowView::Json(v))),
         }
     }
 }
@@ -591,6 +699,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn kind(self) -> Kind {
+        if let RowView::Json(value) = self {
+            return value.kind();
+        }
         match self.shown() {
             Shown::Object(_) | Shown::Cell(_, Cell::Map(_)) => Kind::Object,
             Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_) | Cell::Holds(_)) => Kind::Array,
@@ -604,6 +715,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn number(self) -> Option<f64> {
+        if let RowView::Json(value) = self {
+            return value.number();
+        }
         match self.shown() {
             Shown::Cell(_, Cell::Number(n)) => Some(if n == 0.0 { 0.0 } else { n }),
             _ => None,
@@ -612,6 +726,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn text(self) -> Option<&'v str> {
+        if let RowView::Json(value) = self {
+            return value.text();
+        }
         match self.shown() {
             Shown::Cell(_, Cell::Text(text)) => Some(text),
             Shown::Cell(i, Cell::Date(seconds)) => Some(Self::date_text(self.row()?, i, seconds)),
@@ -621,6 +738,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn date(self) -> Option<i64> {
+        if let RowView::Json(value) = self {
+            return value.date();
+        }
         match self.shown() {
             Shown::Cell(_, Cell::Text(text)) => date_seconds(text),
             Shown::Cell(i, Cell::Date(seconds)) => {
@@ -637,11 +757,14 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn get(self, key: &str) -> Option<Self> {
+        if let RowView::Json(value) = self {
+            return value.get(key).map(RowView::Json);
+        }
         match (self.shown(), self) {
             (Shown::Object(members), RowView::Node(row, _)) => members
                 .iter()
                 .find(|(name, _)| &**name == key)
-                .map(|&(_, node)| RowView::Node(row, node)),
+                .and_then(|&(_, node)| RowView::member_of(row, node)),
             (Shown::Cell(_, Cell::Map(map)), _) => map.get(key).map(|v| RowView::Word(v)),
             _ => None,
         }
@@ -649,6 +772,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn element(self, index: usize) -> Option<Self> {
+        if let RowView::Json(value) = self {
+            return value.element(index).map(RowView::Json);
+        }
         match (self.shown(), self) {
             (Shown::ListOfOne(element), RowView::Node(row, _)) if index == 0 => {
                 Some(RowView::Node(row, element))
@@ -663,6 +789,9 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn elements(self) -> Self::Elements {
+        if let RowView::Json(value) = self {
+            return Elements::Json(value.elements());
+        }
         match (self.shown(), self) {
             (Shown::ListOfOne(element), RowView::Node(row, _)) => {
                 Elements::One(Some(RowView::Node(row, element)))
@@ -675,6 +804,16 @@ impl<'v> DocView<'v> for RowView<'v> {
 
     #[inline]
     fn entries(self) -> Self::Entries {
+        static NO_MEMBERS: std::sync::OnceLock<serde_json::Map<String, Value>> =
+            std::sync::OnceLock::new();
+        if let RowView::Json(value) = self {
+            return Entries::Json(
+                value
+                    .as_object()
+                    .unwrap_or_else(|| NO_MEMBERS.get_or_init(serde_json::Map::new))
+                    .iter(),
+            );
+        }
         match (self.shown(), self) {
             (Shown::Object(members), RowView::Node(row, _)) => {
                 Entries::Members(row, members.iter())
@@ -685,24 +824,22 @@ impl<'v> DocView<'v> for RowView<'v> {
     }
 
     #[inline]
-    fn truth(self) -> bool {
-        matches!(self.shown(), Shown::Cell(_, Cell::Bool(true)))
-    }
-}
-
-/// The top-level members the paths of `filter` and `sort` start with: what a job must
-/// be rendered with to be judged when [`Narrow`] does not know every path.
-pub(super) fn members_named(filter: &Filter, sort: &Sort) -> Vec<String> {
-    let mut paths: Vec<&Path> = sort.keys.iter().map(|(path, _)| path).collect();
-    paths_of(filter, &mut paths);
-    let mut members: Vec<String> = Vec::new();
-    for path in paths {
-        let first = path.as_str().split('.').next().unwrap_or_default();
-        if !members.iter().any(|m| m == first) {
-            members.push(first.to_string());
+    fn keys_in_order(self) -> bool {
+        match self {
+            RowView::Json(value) => value.keys_in_order(),
+            // A narrow object's members are sorted once (`Narrow::of`), and an object of
+            // strings is a BTreeMap.
+            RowView::Node(..) | RowView::Word(_) => true,
         }
     }
-    members
+
+    #[inline]
+    fn truth(self) -> bool {
+        if let RowView::Json(value) = self {
+            return value.truth();
+        }
+        matches!(self.shown(), Shown::Cell(_, Cell::Bool(true)))
+    }
 }
 
 fn paths_of<'f>(filter: &'f Filter, out: &mut Vec<&'f Path>) {

@@ -9,28 +9,28 @@
 //!   submission order, as the stable sort of the reference does), so only the page is
 //!   rendered;
 //! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
-//!   rendered with only the fields the query names when `fields::Narrow` knows them all
-//!   (most read from the book's scan rows), else with only the top-level members they
-//!   start with; only the page's best `offset + max` are kept (`query::Top`), or only which
-//!   positions match when the sort is the book's order, the book's lock is given up
-//!   every [`HOLD_AT_MOST`] (checked between jobs) and no member is rendered under it
-//!   (the engine never waits long on a list, even when the scan's thread loses its
-//!   core; what may still hold it longer is keeping a very large page's best), the
-//!   candidates are judged in runs side by side, one per processor, and the scan stops at its deadline. The
-//!   caller bounds how many scans run at once, and runs each at a lower CPU priority.
+//!   read with only the paths the query names (`fields::Narrow`: typed cells, most from
+//!   the book's scan rows; a member the cells do not know is rendered alone); only the
+//!   page's best `offset + max` are kept (`query::Top`), or only which positions match
+//!   when the sort is the book's order, the book's lock is given up every
+//!   [`HOLD_AT_MOST`] (checked between jobs: the engine never waits long on a list, even
+//!   when the scan's thread loses its core; what may still hold it longer is keeping a
+//!   very large page's best), the candidates are judged in runs side by side, one per
+//!   processor, and the scan stops at its deadline. The caller bounds how many scans run
+//!   at once, and runs each at a lower CPU priority.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use drover_query::filter::{Cond, Filter};
 use drover_query::sort::Direction;
-use drover_query::{DocView, ListQuery, Page, Sort, Top};
+use drover_query::{DocView, ListQuery, Page, Sort, SortValue, Top};
 use drover_sched::job::{Job, JobState};
 use drover_sched::{Attribute, JobBook, Scheduler};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
-use super::fields::{self, Narrow};
+use super::fields::Narrow;
 use super::{Listing, Render, queue_status};
 
 /// What an equality on a wire path can be looked up by.
@@ -323,8 +323,8 @@ pub(super) fn plan(
     }
 }
 
-/// Jobs taken from the candidates at a time: judged under one read lock of the book
-/// (at most [`HOLD_AT_MOST`] of it), or their handles copied under one.
+/// Jobs taken from the candidates at a time, judged under read locks of the book held
+/// for at most [`HOLD_AT_MOST`] each.
 const CHUNK: usize = 1024;
 
 /// Jobs judged between two looks at the clock.
@@ -357,11 +357,11 @@ enum Found<'q> {
 }
 
 /// The evaluator's answer over the candidates [`plan`] left, each judged by the whole
-/// filter on its rendering by `filter_render` (only the paths the query names, when
-/// [`Narrow`] knows them all; else only the members they start with). The candidates are cut in as many runs as there are
-/// processors (for a long list), judged side by side on threads of the lowest CPU
-/// priority; each takes the book's read lock a chunk at a time and keeps only the page's
-/// best candidates ([`Top`]); past `deadline` the scan stops.
+/// filter on its rendering by `filter_render` (only the paths the query names: see
+/// [`Narrow`]). The candidates are cut in as many runs as there are processors (for a
+/// long list), judged side by side on threads of the lowest CPU priority; each takes the
+/// book's read lock a chunk at a time and keeps only the page's best candidates
+/// ([`Top`]); past `deadline` the scan stops.
 pub(super) fn scan(
     scheduler: &Scheduler,
     scan: &Scan,
@@ -471,18 +471,12 @@ fn judge_part<'q>(
         &query.sort
     };
     let narrow = Narrow::of(&query.filter, sort, filter_render.version);
-    // Otherwise each job is rendered with the members the query names, not whole.
-    let members = fields::members_named(&query.filter, sort);
-    let members: Vec<&str> = members.iter().map(String::as_str).collect();
     let backwards = match scan.candidates.ends(k, parts) {
         Some(ends) if !sort.is_empty() => scheduler.with_jobs(|book| {
-            let keys = |position: u32| match &narrow {
-                Some(narrow) => {
-                    let mut row = narrow.row(filter_render);
-                    row.fill(book, position as usize);
-                    sort.keys_of(row.view())
-                }
-                None => sort.keys_of(&filter_render.members(book.at(position as usize), &members)),
+            let keys = |position: u32| {
+                let mut row = narrow.row(filter_render);
+                row.fill(book, position as usize);
+                sort.keys_of(row.view())
             };
             runs_backwards(sort, keys(ends.0), keys(ends.1))
         }),
@@ -493,11 +487,17 @@ fn judge_part<'q>(
         Some(_) => Found::Positions(RoaringBitmap::new()),
         None => Found::Top(Top::new(query)),
     };
-    let reads_jobs = narrow.as_ref().is_none_or(Narrow::reads_jobs);
+    let reads_jobs = narrow.reads_jobs();
+    // Rendering a member costs microseconds a job (more for a long list of messages):
+    // then the clock is read after every job, not every HOLD_CHECK_EVERY.
+    let check_every = if narrow.renders() {
+        1
+    } else {
+        HOLD_CHECK_EVERY
+    };
     let mut chunk = Vec::with_capacity(CHUNK);
     // `chunk[next..]` is yet to be judged.
     let mut next = 0;
-    let mut jobs: Vec<Arc<Job>> = Vec::with_capacity(CHUNK);
     let mut judged = 0;
     let over = |judged: usize| judged.is_multiple_of(DEADLINE_EVERY) && Instant::now() > deadline;
     loop {
@@ -509,28 +509,8 @@ fn judge_part<'q>(
                 break;
             }
         }
-        let Some(narrow) = &narrow else {
-            // Rendering members costs microseconds a job: it is done outside the book's
-            // lock, on the handles copied under it, so that this thread (at the lowest
-            // CPU priority, preempted by any other) never holds the lock the engine
-            // writes under for longer than copying the handles takes.
-            jobs.clear();
-            scheduler.with_jobs(|book| {
-                jobs.extend(chunk.iter().map(|&(_, p)| book.at(p as usize).clone()));
-            });
-            for (&(rank, position), job) in chunk.iter().zip(&jobs) {
-                if over(judged) {
-                    return Err(OverBudget { judged });
-                }
-                judged += 1;
-                let whole = filter_render.members(job, &members);
-                offer(&mut found, query, rank, position, &whole, job);
-            }
-            next = chunk.len();
-            continue;
-        };
-        // A narrow rendering borrows from the book, so it is judged under the book's
-        // lock, held for at most HOLD_AT_MOST at a time.
+        // A row borrows from the book, so it is judged under the book's lock, held for
+        // at most HOLD_AT_MOST at a time.
         let stopped = scheduler.with_jobs(|book| {
             let held = Instant::now();
             let mut row = narrow.row(filter_render);
@@ -539,9 +519,8 @@ fn judge_part<'q>(
                 if over(judged) {
                     return true;
                 }
-                if (i - first) % HOLD_CHECK_EVERY == HOLD_CHECK_EVERY - 1
-                    && held.elapsed() > HOLD_AT_MOST
-                {
+                // Never before the first job: each hold judges at least one.
+                if i > first && (i - first) % check_every == 0 && held.elapsed() > HOLD_AT_MOST {
                     next = i;
                     return false;
                 }
@@ -570,7 +549,11 @@ fn judge_part<'q>(
 /// page's worst. But when the two ends tie, the key likely ties all along (a member
 /// most jobs leave empty), and ties keep the book's order: judged forwards, each then
 /// loses to the page's worst at once, where backwards each would beat it.
-fn runs_backwards(sort: &Sort, first: Vec<Option<Value>>, last: Vec<Option<Value>>) -> bool {
+fn runs_backwards(
+    sort: &Sort,
+    first: Vec<Option<SortValue>>,
+    last: Vec<Option<SortValue>>,
+) -> bool {
     sort.keys
         .first()
         .is_some_and(|(_, direction)| *direction == Direction::Descending)

@@ -193,13 +193,13 @@ impl Render<'_> {
         }
     }
 
-    /// The job with only the top-level members named in `wanted`, each as
-    /// [`Render::job`] has it.
-    pub fn members(&self, job: &Job, wanted: &[&str]) -> Value {
+    /// The job's top-level member `name` alone, as [`Render::job`] has it (`None`: it has
+    /// no such member).
+    pub fn member(&self, job: &Job, name: &str) -> Option<Value> {
         if self.version >= 2 {
-            v2::render_members(job, self, Some(wanted))
+            v2::render_member(job, self, name)
         } else {
-            v1::render_members(job, self, Some(wanted))
+            v1::render_member(job, self, name)
         }
     }
 }

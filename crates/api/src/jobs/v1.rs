@@ -12,23 +12,31 @@ use crate::input::{Fields, read_object};
 
 /// The job in its version-1 shape.
 pub fn render(job: &Job, r: &Render) -> Value {
-    render_members(job, r, None)
+    let mut out = Map::new();
+    each_member(job, r, &mut |key, value| {
+        out.insert(key.to_string(), value());
+    });
+    Value::Object(out)
 }
 
-/// The members named in `wanted` alone (all of them when `None`): each member's value
-/// is the whole rendering's, computed only when wanted (a list scan that judges a
-/// member the narrow fields do not know renders that member, not the job).
-pub fn render_members(job: &Job, r: &Render, wanted: Option<&[&str]>) -> Value {
-    let mut out = Map::new();
-    let mut put = |key: &str, value: &dyn Fn() -> Value| {
-        if wanted.is_none_or(|wanted| wanted.contains(&key)) {
-            out.insert(key.to_string(), value());
+/// The top-level member `name` alone, as [`render`] has it (`None`: the rendering has no
+/// such member); only that member's value is computed (a list scan judges a member the
+/// narrow fields do not know by rendering that member, not the job).
+pub fn render_member(job: &Job, r: &Render, name: &str) -> Option<Value> {
+    let mut found = None;
+    each_member(job, r, &mut |key, value| {
+        if found.is_none() && key == name {
+            found = Some(value());
         }
-    };
-    identity(job, &mut put);
-    execution(job, r, &mut put);
-    times(job, r, &mut put);
-    Value::Object(out)
+    });
+    found
+}
+
+/// Offers every member's name, in order, with how to compute its value.
+fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
+    identity(job, put);
+    execution(job, r, put);
+    times(job, r, put);
 }
 
 /// Who, in which queue, in which state, on which hosts, with which priorities.

@@ -84,6 +84,18 @@ fn varied_jobs(server: &TestServer, count: usize) -> Vec<String> {
             }
         }
         let name = submit_v2(server, body);
+        if !runs && i % 5 == 3 {
+            // Messages: a list of objects, judged by rendering that member alone.
+            let messages: Vec<Value> = (0..1 + i % 2)
+                .map(|k| json!({"message": format!("m{}", (i + k) % 3)}))
+                .collect();
+            let reply = server.send_json(
+                "PUT",
+                &format!("/rest/jobs/{name}?api-version=2"),
+                &json!({ "messages": messages }),
+            );
+            assert_eq!(reply.status, 200, "{}", reply.body);
+        }
         if runs {
             finished.push(name.clone());
         } else if i % 6 == 1 {
@@ -118,7 +130,7 @@ fn check(server: &TestServer, version: u32, listing: &str, query: &str, sort: &s
             "holds,holdDate,bypassCount,deferCount,migrateCount,minimumPreemptTime,memorySecondsUtilized,cpuTime,processorSecondsUtilized,epilogScript,prologScript,resourceFailPolicy,resourceManagerExtension,vmUsagePolicy,standardErrorFilePath,standardOutputFilePath,emailNotifyAddresses,emailNotifyTypes,partitionAccessList,partitionAccessListRequested,nodesRequestedPolicy,systemJobAction,systemJobType,targetedJobAction,targetedJobName,schedName,processorSecondsLimit,messages,blocks,environmentVariables,variables,environmentRequested"
         )
     } else {
-        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,earliestStartDate,earliestStartDateRequested,latestCompletedDateRequested,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested"
+        "id,name,user,account,group,qos,qosRequested,queue,state,queueStatus,submitDate,startDate,completionDate,earliestStartDate,earliestStartDateRequested,latestCompletedDateRequested,userPriority,startPriority,runPriority,systemPriority,completionCode,commandFile,commandLineArguments,initialWorkingDirectory,submitHost,startCount,durationRequested,messages,hosts"
     };
     let mut path = format!(
         "/rest/jobs{listing}?api-version={version}&fields={fields}&query={}&offset={}",
@@ -267,6 +279,47 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
             r#"{"blocks":-1}"#,
             page(0, Some(9)),
         ),
+        // A member rendered alone, read through its lists and objects.
+        (
+            "",
+            r#"{"messages.message":{"$in":["m1","m2"]}}"#,
+            r#"{"messages":-1,"name":1}"#,
+            page(1, Some(6)),
+        ),
+        (
+            "",
+            r#"{"messages.0.author":{"$exists":true}}"#,
+            r#"{"messages.createdDate":1,"messages.1.message":-1}"#,
+            page(0, None),
+        ),
+        // One path the fields know and one they do not, through the same member: the
+        // member is rendered whole for both.
+        (
+            "",
+            r#"{"requirements.0.taskCount":{"$gte":1},"requirements.0.nodes":{"$exists":false}}"#,
+            r#"{"requirements.taskCount":-1}"#,
+            page(0, Some(8)),
+        ),
+        (
+            "",
+            r#"{"dates.nosuch":{"$exists":false}}"#,
+            r#"{"dates":1,"dates.submitDate":-1}"#,
+            page(2, Some(8)),
+        ),
+        // Elements of lists of strings, and a member no job has.
+        (
+            "",
+            r#"{"flags.0":"RESTARTABLE"}"#,
+            r#"{"flags.1":-1,"holds.0":1}"#,
+            page(0, None),
+        ),
+        (
+            "",
+            r#"{"nosuch":{"$exists":false},"nosuch.deeper":null}"#,
+            r#"{"nosuch":1,"name":-1}"#,
+            page(0, Some(7)),
+        ),
+        ("", r#"{"nosuch":{"$exists":true}}"#, "", page(0, None)),
         ("", "{}", r#"{"name":1}"#, page(100, Some(5))),
         ("", "{}", r#"{"name":1}"#, page(3, Some(0))),
         ("/active", "{}", r#"{"customName":1}"#, page(1, Some(6))),
@@ -310,6 +363,12 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
         ),
         ("", "{}", r#"{"startPriority":1,"id":-1}"#, page(5, Some(5))),
         ("", r#"{"name":"c4"}"#, r#"{"account":-1}"#, page(0, None)),
+        (
+            "",
+            r#"{"messages":{"$exists":true},"nosuch":{"$exists":false}}"#,
+            r#"{"messages":1,"hosts":-1}"#,
+            page(1, Some(6)),
+        ),
         (
             "/active",
             r#"{"qos":"low"}"#,
@@ -411,8 +470,8 @@ fn scans_over_several_chunks_agree_with_the_reference() {
             r#"{"flags":-1,"dates":1,"name":-1}"#,
             page(30, Some(25)),
         ),
-        // A member the narrow fields do not know: jobs rendered with the members named
-        // (outside the book's lock, a chunk of handles at a time).
+        // Members the narrow fields do not know (each rendered alone, under the book's
+        // lock given up between jobs), and whole objects they know.
         (
             r#"{"messages":{"$exists":true},"customName":{"$ne":"n4"}}"#,
             r#"{"requirements":-1,"priorities":1,"name":-1}"#,
