@@ -82,8 +82,9 @@ pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ord
     if by_kind != Ordering::Equal {
         return by_kind;
     }
-    let text =
-        |a: Option<&[u8]>, b: Option<&[u8]>| a.unwrap_or_default().cmp(b.unwrap_or_default());
+    let text = |a: Option<&[u8]>, b: Option<&[u8]>| {
+        compare_bytes(a.unwrap_or_default(), b.unwrap_or_default())
+    };
     match kind {
         Kind::Missing | Kind::Null => Ordering::Equal,
         Kind::Number => a
@@ -130,9 +131,7 @@ fn compare_entries<'a, 'b, A: DocView<'a>, B: DocView<'b>>(
     loop {
         match (x.next(), y.next()) {
             (Some((kx, vx)), Some((ky, vy))) => {
-                let o = kx
-                    .as_bytes()
-                    .cmp(ky.as_bytes())
+                let o = compare_bytes(kx.as_bytes(), ky.as_bytes())
                     .then_with(|| compare_values(vx, vy));
                 if o != Ordering::Equal {
                     return o;
@@ -142,6 +141,20 @@ fn compare_entries<'a, 'b, A: DocView<'a>, B: DocView<'b>>(
             (None, Some(_)) => return Ordering::Less,
             (Some(_), None) => return Ordering::Greater,
         }
+    }
+}
+
+/// Compares byte strings as `Ord` does, but never hands `memcmp` an empty one: glibc's
+/// AVX-512 `memcmp` (Debian 12's) reads even zero bytes with a masked load at the
+/// slice's address, an empty slice's address is a dangling one on an unmapped page, and
+/// the load then costs a fault-suppression assist of hundreds of cycles. A list sorted
+/// by a member most jobs leave empty spent 44% of its scan there.
+#[inline]
+pub fn compare_bytes(a: &[u8], b: &[u8]) -> Ordering {
+    if a.is_empty() || b.is_empty() {
+        a.len().cmp(&b.len())
+    } else {
+        a.cmp(b)
     }
 }
 
@@ -270,6 +283,14 @@ mod tests {
     }
 
     proptest! {
+        #[test]
+        fn bytes_compare_as_ord_does(
+            a in proptest::collection::vec(0u8..4, 0..4),
+            b in proptest::collection::vec(0u8..4, 0..4),
+        ) {
+            prop_assert_eq!(compare_bytes(&a, &b), a.cmp(&b));
+        }
+
         #[test]
         fn key_bytes_order_is_the_value_order(a in arb_value(), b in arb_value()) {
             prop_assert_eq!(key(Some(&a)).cmp(&key(Some(&b))), compare_values(&a, &b));
