@@ -550,13 +550,22 @@ fn a_costly_list_is_stopped_at_its_budget_and_lists_only_what_its_user_may_see()
 
     // The ordinary user sees none of the administrator's jobs, whatever the query says,
     // nor learns what their members hold by asking for them.
-    submit_v2(
+    let secret = submit_v2(
         &server,
         json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp", "holds": ["User"],
                "environmentVariables": {"SECRET": "s3"}, "variables": {"v": "x"}}),
     );
+    let noted = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{secret}?api-version=2"),
+        &json!({"messages": [{"message": "secret note"}]}),
+    );
+    assert_eq!(noted.status, 200, "{}", noted.body);
     for query in [
         r#"{"environmentVariables.SECRET":"s3"}"#,
+        // A member rendered alone to be judged (a list of objects).
+        r#"{"messages.message":"secret note"}"#,
+        r#"{"messages.0":{"$exists":true}}"#,
         r#"{"variables.v":{"$exists":true}}"#,
         r#"{"environmentVariables":{"$ne":{}}}"#,
         "{}",
