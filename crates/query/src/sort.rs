@@ -76,10 +76,15 @@ impl Sort {
         self.keys.is_empty()
     }
 
-    /// Compares the resolved sort values of two documents (equal when they tie).
-    fn compare_resolved(&self, a: &[Option<&Value>], b: &[Option<&Value>]) -> Ordering {
-        for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
-            let o = compare(*x, *y);
+    /// Compares two documents by their sort values, key by key in each key's direction
+    /// (equal when they tie); the values are read only as far as the first difference.
+    pub fn compare_by_keys<'a, 'b, A: DocView<'a>, B: DocView<'b>>(
+        &self,
+        a: impl IntoIterator<Item = Option<A>>,
+        b: impl IntoIterator<Item = Option<B>>,
+    ) -> Ordering {
+        for ((x, y), (_, direction)) in a.into_iter().zip(b).zip(&self.keys) {
+            let o = compare(x, y);
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),
@@ -89,6 +94,11 @@ impl Sort {
             }
         }
         Ordering::Equal
+    }
+
+    /// Compares the resolved sort values of two documents (equal when they tie).
+    fn compare_resolved(&self, a: &[Option<&Value>], b: &[Option<&Value>]) -> Ordering {
+        self.compare_by_keys(a.iter().copied(), b.iter().copied())
     }
 
     /// The values `doc` sorts by, owned (so that the document itself can go) and ready
@@ -102,17 +112,7 @@ impl Sort {
 
     /// Compares the keys [`Sort::keys_of`] took of two documents (equal when they tie).
     pub fn compare_keys(&self, a: &[Option<SortValue>], b: &[Option<SortValue>]) -> Ordering {
-        for ((x, y), (_, direction)) in a.iter().zip(b).zip(&self.keys) {
-            let o = compare(x.as_ref(), y.as_ref());
-            let o = match direction {
-                Direction::Ascending => o,
-                Direction::Descending => o.reverse(),
-            };
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        Ordering::Equal
+        self.compare_by_keys(a.iter().map(Option::as_ref), b.iter().map(Option::as_ref))
     }
 
     /// Sorts `items` stably by the documents `doc` gives for them.

@@ -12,8 +12,6 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
-use crate::order::compare;
-use crate::sort::Direction;
 use crate::sort_value::SortValue;
 use crate::view::DocView;
 use crate::{ListQuery, Page};
@@ -122,17 +120,12 @@ impl<'q, T> Top<'q, T> {
 
     /// How `doc` sorts against the sort values `bar`.
     fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<SortValue>]) -> Ordering {
-        for ((path, direction), y) in self.query.sort.keys.iter().zip(bar) {
-            let o = compare(path.first_value(doc).value, y.as_ref());
-            let o = match direction {
-                Direction::Ascending => o,
-                Direction::Descending => o.reverse(),
-            };
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        Ordering::Equal
+        let sort = &self.query.sort;
+        let values = sort
+            .keys
+            .iter()
+            .map(|(path, _)| path.first_value(doc).value);
+        sort.compare_by_keys(values, bar.iter().map(Option::as_ref))
     }
 
     /// The answer's order over candidates: the sort, then the order of offering.

@@ -18,7 +18,7 @@ use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
 use drover_sched::job::{Hold, Job, JobState, Output};
 use drover_sched::{JobAction, Requester, Scheduler};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult, Kind};
@@ -186,20 +186,33 @@ impl Render<'_> {
 
     /// The job in the shape of this version.
     pub fn job(&self, job: &Job) -> Value {
-        if self.version >= 2 {
-            v2::render(job, self)
-        } else {
-            v1::render(job, self)
-        }
+        let mut out = Map::new();
+        self.each_member(job, &mut |key, value| {
+            out.insert(key.to_string(), value());
+        });
+        Value::Object(out)
     }
 
     /// The job's top-level member `name` alone, as [`Render::job`] has it (`None`: it has
-    /// no such member).
+    /// no such member); only that member's value is computed (a list scan judges a
+    /// member the narrow fields do not know by rendering that member, not the job).
     pub fn member(&self, job: &Job, name: &str) -> Option<Value> {
+        let mut found = None;
+        self.each_member(job, &mut |key, value| {
+            if found.is_none() && key == name {
+                found = Some(value());
+            }
+        });
+        found
+    }
+
+    /// Offers every member of the job in this version's shape, in order, with how to
+    /// compute its value.
+    fn each_member(&self, job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
         if self.version >= 2 {
-            v2::render_member(job, self, name)
+            v2::each_member(job, self, put);
         } else {
-            v1::render_member(job, self, name)
+            v1::each_member(job, self, put);
         }
     }
 }

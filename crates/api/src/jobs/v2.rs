@@ -12,30 +12,9 @@ use super::{Render, holds_from, queue_status, refs};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
-/// The job in its version-2 shape: its sections in the order of the spec.
-pub fn render(job: &Job, r: &Render) -> Value {
-    let mut out = Map::new();
-    each_member(job, r, &mut |key, value| {
-        out.insert(key.to_string(), value());
-    });
-    Value::Object(out)
-}
-
-/// The top-level member `name` alone, as [`render`] has it (`None`: the rendering has no
-/// such member); only that member's value is computed (a list scan judges a member the
-/// narrow fields do not know by rendering that member, not the job).
-pub fn render_member(job: &Job, r: &Render, name: &str) -> Option<Value> {
-    let mut found = None;
-    each_member(job, r, &mut |key, value| {
-        if found.is_none() && key == name {
-            found = Some(value());
-        }
-    });
-    found
-}
-
-/// Offers every member's name, in order, with how to compute its value.
-fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
+/// Offers every member of the job in its version-2 shape, in order, with how to compute
+/// its value (see `Render::job` and `Render::member`).
+pub fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     identity(job, put);
     credentials_and_times(job, r, put);
     requests(job, r, put);
