@@ -382,10 +382,9 @@ enum Node {
     Leaf(usize),
 }
 
-/// A rendering of only the paths a query names, when each has an entry here: a small
-/// tree of objects whose leaves are [`Cell`]s, read by the evaluator through
-/// [`RowView`] without making a JSON value, a map or a string per job (but for a member
-/// rendered whole).
+/// A rendering of only the paths a query names: a small tree of objects whose leaves are
+/// [`Cell`]s, read by the evaluator through [`RowView`] without making a JSON value, a
+/// map or a string per job (but for a member no entry knows, rendered alone).
 pub(super) struct Narrow {
     fields: Vec<Field>,
     /// The document's nodes; the first is its root object.
