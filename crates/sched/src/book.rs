@@ -111,6 +111,11 @@ impl Strings {
     pub fn get(&self, interned: Interned) -> Option<&str> {
         self.texts.get(interned.0 as usize).map(|t| &**t)
     }
+
+    /// The number `text` was interned as, if it was.
+    pub fn find(&self, text: &str) -> Option<Interned> {
+        self.numbers.get(text).map(|&n| Interned(n))
+    }
 }
 
 /// A job id short enough to be kept inside its row (a scheduler name and a number
@@ -163,6 +168,19 @@ pub struct ScanRow {
 }
 
 impl ScanRow {
+    /// The row's string of an attribute other than the state (which is its own field).
+    pub fn interned(&self, attribute: Attribute) -> Interned {
+        match attribute {
+            Attribute::User => self.user,
+            Attribute::Account => self.account,
+            Attribute::Class => self.class,
+            Attribute::Qos => self.qos,
+            Attribute::Group => self.group,
+            Attribute::CustomName => self.custom_name,
+            Attribute::State => Interned::NONE,
+        }
+    }
+
     fn of(job: &Job, strings: &mut Strings) -> ScanRow {
         ScanRow {
             id: InlineId::of(&job.id),

@@ -409,21 +409,18 @@ async fn list(
     });
     let page = match outcome {
         listing::Outcome::Page(page) => page,
-        // The whole filter again: the index lookups are cheap to re-check and keep the
-        // evaluator the judge.
         listing::Outcome::Scan(scan) => {
             let _turn = tokio::time::timeout(budget, scan_turns().acquire())
                 .await
                 .map_err(|_| over_budget(budget, "Other costly lists are running"))?
                 .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
-            let (state, query, api_version) =
-                (state.clone(), params.query.clone(), params.api_version);
+            let (state, api_version) = (state.clone(), params.api_version);
             beside_the_service(move || {
                 let scheduler = state.scheduler();
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
                 let shown = render_with(scheduler, api_version, &state.settings().dates);
-                listing::scan(scheduler, &scan, &query, &filter_render, &shown, deadline)
+                listing::scan(scheduler, &scan, &filter_render, &shown, deadline)
             })
             .await?
             .map_err(|stopped| {

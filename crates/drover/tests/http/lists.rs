@@ -591,3 +591,53 @@ fn a_costly_list_is_stopped_at_its_budget_and_lists_only_what_its_user_may_see()
         }
     }
 }
+
+/// A list whose filter an index answers and whose sort it does not takes its candidates
+/// from the index, then judges them one by one under later holds of the book's lock: a
+/// job that left the state in between (released, here, while lists loop on the held
+/// jobs newest first, the very jobs being released) is never shown.
+#[test]
+fn a_scanned_list_never_shows_a_job_that_left_the_indexed_state() {
+    let server = TestServer::start();
+    let names: Vec<String> = (0..1500)
+        .map(|_| {
+            submit_v2(
+                &server,
+                json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
+                       "holds": ["User"]}),
+            )
+        })
+        .collect();
+    let held = format!(
+        "/rest/jobs?api-version=2&fields=name,states&max=20&query={}&sort={}",
+        encode(r#"{"states.state":"Hold"}"#),
+        encode(r#"{"name":-1}"#)
+    );
+    let releasing = std::sync::atomic::AtomicBool::new(true);
+    let mut lists = 0;
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            // Newest first: each released job is on the page the lists are judging.
+            let mut newest_first = names.clone();
+            newest_first.sort_by(|a, b| b.cmp(a));
+            for name in newest_first.iter().take(400) {
+                let released =
+                    server.send("PUT", &format!("/rest/jobs/{name}/unhold"), Auth::Admin);
+                assert_eq!(released.status, 200, "{}", released.body);
+            }
+            releasing.store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+        while releasing.load(std::sync::atomic::Ordering::Relaxed) {
+            let answer = server.get(&held);
+            assert_eq!(answer.status, 200, "{}", answer.body);
+            for job in answer.json()["results"].as_array().unwrap() {
+                assert_eq!(job["states"]["state"], "Hold", "{job}");
+            }
+            lists += 1;
+        }
+    });
+    assert!(
+        lists > 10,
+        "only {lists} lists ran while jobs were released"
+    );
+}
