@@ -43,6 +43,8 @@ enum Cell<'b> {
     Number(f64),
     Bool(bool),
     Date(i64),
+    /// A field of the job's, read each time it is asked for ([`Row::cell`]).
+    InJob,
 }
 
 /// Where the value at one path of a job's wire shape comes from: the book's scan row of
@@ -518,8 +520,11 @@ pub(super) struct Row<'b> {
     narrow: &'b Narrow,
     /// The job's book and position, once filled.
     at: Option<(&'b JobBook, usize)>,
-    /// Each field's value (read by the evaluator several times per job: its kind, then
-    /// its value), but a rendered member's.
+    /// The value of each field read from the scan row (read by the evaluator several
+    /// times per job: its kind, then its value). A field of the job is read each time
+    /// it is asked for instead ([`Row::cell`]), as a comparison often ends before it:
+    /// two `dates` objects mostly differ at their second member, a row's, and most of
+    /// the rest are in the job's spec, a cache miss of its own.
     cells: Vec<Cell<'b>>,
     /// The wire text of each date cell, made the first time a comparison asks for it.
     date_texts: Vec<OnceCell<String>>,
@@ -530,8 +535,8 @@ pub(super) struct Row<'b> {
 }
 
 impl<'b> Row<'b> {
-    /// Reads the values of the job at `position` (a rendered member's when first asked
-    /// for).
+    /// Reads the values of the job at `position` from its scan row (the job's fields,
+    /// and a rendered member, when asked for).
     pub(super) fn fill(&mut self, book: &'b JobBook, position: usize) {
         self.at = Some((book, position));
         for (((cell, field), text), member) in self
@@ -543,16 +548,36 @@ impl<'b> Row<'b> {
         {
             *cell = match field {
                 Field::Row(field) => field(book, position),
-                Field::Job(field) => field(book.at(position)),
-                Field::Rendered(field) => field(book.at(position), self.render),
+                Field::Job(_) | Field::Rendered(_) => Cell::InJob,
                 Field::Member(_) => {
                     member.take();
                     Cell::Null
                 }
             };
-            if matches!(cell, Cell::Date(_)) {
+            if matches!(cell, Cell::Date(_) | Cell::InJob) {
                 text.take();
             }
+        }
+    }
+
+    /// The value of field `i` (a rendered member's is read by [`Row::member`]).
+    #[inline]
+    fn cell(&self, i: usize) -> Cell<'b> {
+        match self.cells[i] {
+            Cell::InJob => self.read(i),
+            cell => cell,
+        }
+    }
+
+    /// The value of field `i`, one of the job's.
+    #[inline(never)]
+    fn read(&self, i: usize) -> Cell<'b> {
+        match (&self.narrow.fields[i], self.at) {
+            (Field::Job(field), Some((book, position))) => field(book.at(position)),
+            (Field::Rendered(field), Some((book, position))) => {
+                field(book.at(position), self.render)
+            }
+            _ => Cell::Null,
         }
     }
 
@@ -604,7 +629,7 @@ impl<'v> RowView<'v> {
             RowView::Node(row, node) => match &row.narrow.nodes[node] {
                 Node::Object(members) => Shown::Object(members),
                 Node::ListOfOne(element) => Shown::ListOfOne(*element),
-                Node::Leaf(i) => Shown::Cell(*i, row.cells[*i]),
+                Node::Leaf(i) => Shown::Cell(*i, row.cell(*i)),
             },
             // A word's cell number is never used: only dates ask for theirs.
             RowView::Word(word) => Shown::Cell(usize::MAX, Cell::Text(word)),
