@@ -22,12 +22,8 @@ pub fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -
 fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let hosts: Vec<&str> = job.node_ids().collect();
-    let block = status
-        .block
-        .as_ref()
-        .map(|b| json!({ "message": b.message, "type": b.kind }))
-        .unwrap_or(Value::Null);
+    // Values several members share are made only when one of them is asked for: a
+    // list renders a single member of every job it judges (`Render::member`).
     put("id", &|| json!(job.id));
     put("name", &|| json!(spec.custom_name));
     put("account", &|| json!(spec.account));
@@ -45,18 +41,26 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     put("holds", &|| {
         json!(status.holds.iter().map(|h| h.upper()).collect::<Vec<_>>())
     });
-    put("hosts", &|| json!(hosts));
+    put("hosts", &|| json!(job.node_ids().collect::<Vec<_>>()));
     put("allocatedNodes", &|| refs(job.node_ids(), "id"));
-    let in_vm = drover_domain::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref())
-        && matches!(
-            status.state,
-            JobState::Starting | JobState::Running | JobState::Suspended
-        );
-    put("allocatedVMs", &|| match in_vm {
+    let in_vm = || {
+        drover_domain::vm::wants_vm(job.spec.extra.vm_usage_policy.as_deref())
+            && matches!(
+                status.state,
+                JobState::Starting | JobState::Running | JobState::Suspended
+            )
+    };
+    put("allocatedVMs", &|| match in_vm() {
         true => json!([{ "id": drover_domain::vm::id_for_job(&job.id) }]),
         false => json!([]),
     });
-    put("blockReason", &|| block.clone());
+    put("blockReason", &|| {
+        status
+            .block
+            .as_ref()
+            .map(|b| json!({ "message": b.message, "type": b.kind }))
+            .unwrap_or(Value::Null)
+    });
     put("bypass", &|| json!(0));
     put("startCount", &|| json!(status.counts.start));
     put("startPriority", &|| json!(start_priority(job)));
@@ -70,10 +74,6 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
-    let hosts: Vec<&str> = job.node_ids().collect();
-    let memory = request
-        .memory_per_task
-        .map(|m| m * u64::from(request.task_count));
     put("commandFile", &|| json!(spec.command_file));
     put("commandLineArguments", &|| json!(spec.arguments));
     put("completionCode", &|| json!(status.completion_code));
@@ -91,8 +91,11 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     put("partitionAccessList", &|| {
         json!(spec.extra.partition_access_list)
     });
-    put("masterHost", &|| json!(hosts.first()));
+    put("masterHost", &|| json!(job.node_ids().next()));
     put("memoryRequested", &|| {
+        let memory = request
+            .memory_per_task
+            .map(|m| m * u64::from(request.task_count));
         json!(memory.map_or(-1, |m| m as i64))
     });
     put("os", &|| json!(request.os));
@@ -108,9 +111,8 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     put("standardErrorFilePath", &|| json!(spec.stderr_path));
     put("standardOutputFilePath", &|| json!(spec.stdout_path));
     // The resource manager's own id of the job (Slurm's job id), else ours.
-    let rm_job_id = rm_job_id(job);
-    put("sourceRmJobId", &|| json!(rm_job_id));
-    put("destinationRmJobId", &|| json!(rm_job_id));
+    put("sourceRmJobId", &|| json!(rm_job_id(job)));
+    put("destinationRmJobId", &|| json!(rm_job_id(job)));
     put("reservationRequested", &|| {
         json!(spec.extra.reservation_requested)
     });

@@ -25,11 +25,8 @@ pub fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -
 fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let blocks: Vec<Value> = status
-        .block
-        .iter()
-        .map(|b| json!({ "category": "Resources", "message": b.message, "type": b.kind }))
-        .collect();
+    // Values several members share are made only when one of them is asked for: a
+    // list renders a single member of every job it judges (`Render::member`).
     put("name", &|| json!(job.id));
     put("customName", &|| json!(spec.custom_name));
     let member = job.array_member();
@@ -46,7 +43,15 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
                 .collect::<Vec<_>>()
         )
     });
-    put("blocks", &|| json!(blocks));
+    put("blocks", &|| {
+        json!(
+            status
+                .block
+                .iter()
+                .map(|b| json!({ "category": "Resources", "message": b.message, "type": b.kind }))
+                .collect::<Vec<_>>()
+        )
+    });
     put("bypassCount", &|| json!(0));
     put("cancelCount", &|| json!(status.counts.cancel));
     put("deferCount", &|| json!(0));
@@ -75,9 +80,8 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn 
     let spec = &job.spec;
     let status = &job.status;
     let date = |t: Option<i64>| r.date(t);
-    let active = job.active_seconds(r.now);
-    let processors = job.processors() as f64;
-    let memory = super::requested_memory(job);
+    let active = || job.active_seconds(r.now);
+    let processors = || job.processors() as f64;
     put("credentials", &|| {
         json!({
             "account": spec.account,
@@ -116,20 +120,22 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn 
         )
     });
     put("duration", &|| json!(spec.duration));
-    put("durationActive", &|| json!(active));
+    put("durationActive", &|| json!(active()));
     put("durationQueued", &|| json!(job.queued_seconds(r.now)));
     put("durationRemaining", &|| {
-        json!(spec.duration.map(|d| (d - active).max(0)))
+        json!(spec.duration.map(|d| (d - active()).max(0)))
     });
     put("durationSuspended", &|| json!(job.suspended_seconds(r.now)));
     put("cpuTime", &|| json!(status.cpu_seconds));
-    put("memorySecondsDedicated", &|| json!(memory * active as f64));
+    put("memorySecondsDedicated", &|| {
+        json!(super::requested_memory(job) * active() as f64)
+    });
     put("memorySecondsUtilized", &|| json!(0.0));
     put("processorSecondsDedicated", &|| {
-        json!(processors * active as f64)
+        json!(processors() * active() as f64)
     });
     put("processorSecondsLimit", &|| {
-        json!(spec.duration.map_or(0.0, |d| processors * d as f64))
+        json!(spec.duration.map_or(0.0, |d| processors() * d as f64))
     });
     put("processorSecondsUtilized", &|| json!(status.cpu_seconds));
     put("minimumPreemptTime", &|| json!(0));
