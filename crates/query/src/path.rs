@@ -140,6 +140,9 @@ impl Path {
     /// end are passed whole), stopping at the first `true`. Answers whether one did.
     #[inline(always)]
     pub fn any_value<'a, V: DocView<'a>>(&self, doc: V, visit: &mut impl FnMut(V) -> bool) -> bool {
+        if let Some(known) = doc.known(self) {
+            return known.is_some_and(visit);
+        }
         // Fast path through objects; the general walk takes over at the first array.
         let mut value = doc;
         for (i, segment) in self.segments.iter().enumerate() {
@@ -167,6 +170,16 @@ impl Path {
         FirstValue {
             value,
             crossed_array,
+        }
+    }
+
+    /// [`Path::first_value`]'s value, without walking the path where the document
+    /// knows it ([`DocView::known`]).
+    #[inline]
+    pub fn first<'a, V: DocView<'a>>(&self, doc: V) -> Option<V> {
+        match doc.known(self) {
+            Some(known) => known,
+            None => self.first_value(doc).value,
         }
     }
 }

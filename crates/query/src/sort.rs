@@ -106,7 +106,7 @@ impl Sort {
     pub fn keys_of<'a, V: DocView<'a>>(&self, doc: V) -> Vec<Option<SortValue>> {
         self.keys
             .iter()
-            .map(|(path, _)| path.first_value(doc).value.map(SortValue::of))
+            .map(|(path, _)| path.first(doc).map(SortValue::of))
             .collect()
     }
 
@@ -126,11 +126,7 @@ impl Sort {
             .enumerate()
             .map(|(i, item)| {
                 let d = doc(item);
-                let keys = self
-                    .keys
-                    .iter()
-                    .map(|(p, _)| p.first_value(d).value)
-                    .collect();
+                let keys = self.keys.iter().map(|(p, _)| p.first(d)).collect();
                 (keys, i)
             })
             .collect();

@@ -121,10 +121,7 @@ impl<'q, T> Top<'q, T> {
     /// How `doc` sorts against the sort values `bar`.
     fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<SortValue>]) -> Ordering {
         let sort = &self.query.sort;
-        let values = sort
-            .keys
-            .iter()
-            .map(|(path, _)| path.first_value(doc).value);
+        let values = sort.keys.iter().map(|(path, _)| path.first(doc));
         sort.compare_by_keys(values, bar.iter().map(Option::as_ref))
     }
 

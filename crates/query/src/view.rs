@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::order::{Kind, date_seconds, number_f64};
-use crate::path::Segment;
+use crate::path::{Path, Segment};
 
 /// A read-only view of one JSON value inside a document that lives for `'a`.
 pub trait DocView<'a>: Copy + 'a {
@@ -47,6 +47,13 @@ pub trait DocView<'a>: Copy + 'a {
     /// so without looking.
     fn keys_in_order(self) -> bool {
         self.entries().map(|(key, _)| key.as_bytes()).is_sorted()
+    }
+    /// What `path` resolves to in this document, when the representation knows it
+    /// without walking the path: `Some(Some(v))` when it resolves to the one value `v`,
+    /// `Some(None)` when to nothing, `None` when it must be walked. A rendering made for
+    /// a query's paths knows where each of them leads, once for all its documents.
+    fn known(self, _path: &Path) -> Option<Option<Self>> {
+        None
     }
 }
 

@@ -391,6 +391,11 @@ pub(super) struct Narrow {
     fields: Vec<Field>,
     /// The document's nodes; the first is its root object.
     nodes: Vec<Node>,
+    /// The node each path of the query leads to, by the path's address: the evaluator
+    /// reads the query's own paths, so a row answers them without walking
+    /// ([`DocView::known`]); a path not found here (another copy, or one that leads
+    /// into a cell or a rendered member) is walked.
+    known: Vec<(usize, usize)>,
 }
 
 impl Narrow {
@@ -415,6 +420,7 @@ impl Narrow {
         let mut narrow = Narrow {
             fields: Vec::new(),
             nodes: vec![Node::Object(Vec::new())],
+            known: Vec::new(),
         };
         for (top, leaves) in placed {
             match leaves {
@@ -437,7 +443,38 @@ impl Narrow {
                 members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
             }
         }
+        narrow.known = paths
+            .iter()
+            .filter_map(|path| Some((address(path), narrow.lead(path)?)))
+            .collect();
         narrow
+    }
+
+    /// The node `path` leads to from the root, as the evaluator walks it, when it leads
+    /// to one (not into a cell's value): through objects by name, and through a
+    /// one-element list by index 0 or, as for any list of objects, by applying the
+    /// segment to its element.
+    fn lead(&self, path: &Path) -> Option<usize> {
+        let mut node = 0;
+        for segment in path.segments() {
+            node = match &self.nodes[node] {
+                Node::Object(_) => self.member(node, &segment.name)?,
+                Node::ListOfOne(element) if segment.index == Some(0) => *element,
+                Node::ListOfOne(element) => self.member(*element, &segment.name)?,
+                Node::Leaf(_) => return None,
+            };
+        }
+        Some(node)
+    }
+
+    /// The node a path of the query leads to ([`Narrow::lead`]), found by its address.
+    #[inline]
+    fn known(&self, path: &Path) -> Option<usize> {
+        let at = address(path);
+        self.known
+            .iter()
+            .find(|(path, _)| *path == at)
+            .map(|&(_, node)| node)
     }
 
     /// The element of the one-element list `name` of the root, made when first named.
@@ -858,12 +895,26 @@ impl<'v> DocView<'v> for RowView<'v> {
     }
 
     #[inline]
+    fn known(self, path: &Path) -> Option<Option<Self>> {
+        let RowView::Node(row, 0) = self else {
+            return None;
+        };
+        let node = row.narrow.known(path)?;
+        Some(RowView::member_of(row, node))
+    }
+
+    #[inline]
     fn truth(self) -> bool {
         if let RowView::Json(value) = self {
             return value.truth();
         }
         matches!(self.shown(), Shown::Cell(_, Cell::Bool(true)))
     }
+}
+
+/// Where a path lives: only ever compared, never read through.
+fn address(path: &Path) -> usize {
+    std::ptr::from_ref(path) as usize
 }
 
 fn paths_of<'f>(filter: &'f Filter, out: &mut Vec<&'f Path>) {
