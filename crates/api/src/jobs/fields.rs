@@ -52,7 +52,7 @@ enum Cell<'b> {
 /// or the job itself.
 #[derive(Clone)]
 enum Field {
-    Row(for<'b> fn(&'b JobBook, usize) -> Cell<'b>),
+    Row(RowField),
     Job(for<'b> fn(&'b Job) -> Cell<'b>),
     /// Read from the job at the list's time (durations, usage) or with its settings.
     Rendered(for<'b> fn(&'b Job, &'b Render<'b>) -> Cell<'b>),
@@ -396,7 +396,14 @@ pub(super) struct Narrow {
     /// ([`DocView::known`]); a path not found here (another copy, or one that leads
     /// into a cell or a rendered member) is walked.
     known: Vec<(usize, usize)>,
+    /// The fields read from the scan row, each with its number: what filling a row reads.
+    from_row: Vec<(usize, RowField)>,
+    /// The numbers of the rendered members' fields.
+    rendered: Vec<usize>,
 }
+
+/// A field of the job's scan row.
+type RowField = for<'b> fn(&'b JobBook, usize) -> Cell<'b>;
 
 impl Narrow {
     /// The narrow rendering of what `filter` and `sort` read: each path through the
@@ -421,6 +428,8 @@ impl Narrow {
             fields: Vec::new(),
             nodes: vec![Node::Object(Vec::new())],
             known: Vec::new(),
+            from_row: Vec::new(),
+            rendered: Vec::new(),
         };
         for (top, leaves) in placed {
             match leaves {
@@ -441,6 +450,13 @@ impl Narrow {
         for node in &mut narrow.nodes {
             if let Node::Object(members) = node {
                 members.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            }
+        }
+        for (i, field) in narrow.fields.iter().enumerate() {
+            match field {
+                Field::Row(read) => narrow.from_row.push((i, *read)),
+                Field::Member(_) => narrow.rendered.push(i),
+                Field::Job(_) | Field::Rendered(_) => {}
             }
         }
         narrow.known = paths
@@ -544,8 +560,16 @@ impl Narrow {
         Row {
             narrow: self,
             at: None,
-            cells: vec![Cell::Null; self.fields.len()],
+            cells: self
+                .fields
+                .iter()
+                .map(|field| match field {
+                    Field::Job(_) | Field::Rendered(_) => Cell::InJob,
+                    Field::Row(_) | Field::Member(_) => Cell::Null,
+                })
+                .collect(),
             date_texts: vec![OnceCell::new(); self.fields.len()],
+            texts_made: std::cell::Cell::new(false),
             members: vec![OnceCell::new(); self.fields.len()],
             render,
         }
@@ -565,6 +589,9 @@ pub(super) struct Row<'b> {
     cells: Vec<Cell<'b>>,
     /// The wire text of each date cell, made the first time a comparison asks for it.
     date_texts: Vec<OnceCell<String>>,
+    /// Whether some date's text was made since the last fill (rarely: dates in UTC
+    /// compare by their instant), so that filling forgets texts only then.
+    texts_made: std::cell::Cell<bool>,
     /// The value of each rendered member ([`Field::Member`]; `None` when the rendering
     /// has no such member), made the first time it is read.
     members: Vec<OnceCell<Option<Value>>>,
@@ -576,24 +603,16 @@ impl<'b> Row<'b> {
     /// and a rendered member, when asked for).
     pub(super) fn fill(&mut self, book: &'b JobBook, position: usize) {
         self.at = Some((book, position));
-        for (((cell, field), text), member) in self
-            .cells
-            .iter_mut()
-            .zip(&self.narrow.fields)
-            .zip(&mut self.date_texts)
-            .zip(&mut self.members)
-        {
-            *cell = match field {
-                Field::Row(field) => field(book, position),
-                Field::Job(_) | Field::Rendered(_) => Cell::InJob,
-                Field::Member(_) => {
-                    member.take();
-                    Cell::Null
-                }
-            };
-            if matches!(cell, Cell::Date(_) | Cell::InJob) {
-                text.take();
-            }
+        for &(i, read) in &self.narrow.from_row {
+            self.cells[i] = read(book, position);
+        }
+        for &i in &self.narrow.rendered {
+            self.members[i].take();
+        }
+        if self.texts_made.replace(false) {
+            self.date_texts
+                .iter_mut()
+                .for_each(|text| drop(text.take()));
         }
     }
 
@@ -704,6 +723,7 @@ impl<'v> RowView<'v> {
     #[inline]
     fn date_text(row: &'v Row<'v>, i: usize, seconds: i64) -> &'v str {
         row.date_texts[i].get_or_init(|| {
+            row.texts_made.set(true);
             let instant = Timestamp::from_second(seconds).expect("cells hold valid dates");
             row.render.dates.format(instant, row.render.version)
         })
