@@ -11,8 +11,9 @@
 //! member that some path reads beyond the entries (a list of objects such as `messages`,
 //! an element such as `partitionAccessList.0`, a member no job has) is rendered alone,
 //! once per job, when first read ([`Field::Member`]), and every path through it reads
-//! that value. Most entries read the job book's scan row of the job rather than the job
-//! (see `drover_sched::ScanRow`).
+//! that value (a list most jobs leave empty, such as `messages`, is known empty from the
+//! job without rendering it: [`empty_list`]). Most entries read the job book's scan row
+//! of the job rather than the job (see `drover_sched::ScanRow`).
 
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
@@ -59,8 +60,23 @@ enum Field {
     /// A top-level member that some path reads beyond what the entries know (a list of
     /// objects such as `messages`, an element such as `flags.0`): rendered alone
     /// ([`Render::member`]), once per job, when first read.
-    Member(Box<str>),
+    /// With how to tell, for a list most jobs leave empty, that the job's is empty
+    /// without rendering it ([`empty_list`]).
+    Member(Box<str>, Option<fn(&Job) -> bool>),
 }
+
+/// How to tell from a job that its member `name` is an empty list, for lists of objects
+/// most jobs leave empty (in every version): one reads as `[]` without rendering the
+/// member, most of the cost of a list that filters on it.
+fn empty_list(name: &str) -> Option<fn(&Job) -> bool> {
+    match name {
+        "messages" => Some(|job| job.status.messages.is_empty()),
+        _ => None,
+    }
+}
+
+/// What an empty list renders as.
+static EMPTY_LIST: Value = Value::Array(Vec::new());
 
 /// A string of the row's.
 fn text(book: &JobBook, interned: Interned) -> Cell<'_> {
@@ -442,7 +458,7 @@ impl Narrow {
                         narrow.add(at, &leaf.path, leaf.field);
                     }
                 }
-                _ => narrow.add(0, top, Field::Member(top.into())),
+                _ => narrow.add(0, top, Field::Member(top.into(), empty_list(top))),
             }
         }
         // Objects compare member by member in key order: kept in it, they need no
@@ -455,7 +471,7 @@ impl Narrow {
         for (i, field) in narrow.fields.iter().enumerate() {
             match field {
                 Field::Row(read) => narrow.from_row.push((i, *read)),
-                Field::Member(_) => narrow.rendered.push(i),
+                Field::Member(..) => narrow.rendered.push(i),
                 Field::Job(_) | Field::Rendered(_) => {}
             }
         }
@@ -550,11 +566,6 @@ impl Narrow {
         self.fields.iter().any(|f| !matches!(f, Field::Row(_)))
     }
 
-    /// Whether some member is rendered (microseconds a job, not nanoseconds).
-    pub(super) fn renders(&self) -> bool {
-        self.fields.iter().any(|f| matches!(f, Field::Member(_)))
-    }
-
     /// A row to [`Row::fill`] with one job after another (one serves a whole chunk).
     pub(super) fn row<'b>(&'b self, render: &'b Render<'b>) -> Row<'b> {
         Row {
@@ -565,11 +576,12 @@ impl Narrow {
                 .iter()
                 .map(|field| match field {
                     Field::Job(_) | Field::Rendered(_) => Cell::InJob,
-                    Field::Row(_) | Field::Member(_) => Cell::Null,
+                    Field::Row(_) | Field::Member(..) => Cell::Null,
                 })
                 .collect(),
             date_texts: vec![OnceCell::new(); self.fields.len()],
             texts_made: std::cell::Cell::new(false),
+            rendered: std::cell::Cell::new(false),
             members: vec![OnceCell::new(); self.fields.len()],
             render,
         }
@@ -592,6 +604,8 @@ pub(super) struct Row<'b> {
     /// Whether some date's text was made since the last fill (rarely: dates in UTC
     /// compare by their instant), so that filling forgets texts only then.
     texts_made: std::cell::Cell<bool>,
+    /// Whether a member was rendered since [`Row::rendered_any`] was last asked.
+    rendered: std::cell::Cell<bool>,
     /// The value of each rendered member ([`Field::Member`]; `None` when the rendering
     /// has no such member), made the first time it is read.
     members: Vec<OnceCell<Option<Value>>>,
@@ -645,12 +659,24 @@ impl<'b> Row<'b> {
     /// The value of the rendered member that is field `i`.
     fn member(&self, i: usize) -> Option<&Value> {
         let (book, position) = self.at?;
-        let Field::Member(name) = &self.narrow.fields[i] else {
+        let Field::Member(name, empty) = &self.narrow.fields[i] else {
             return None;
         };
+        if empty.is_some_and(|empty| empty(book.at(position))) {
+            return Some(&EMPTY_LIST);
+        }
         self.members[i]
-            .get_or_init(|| self.render.member(book.at(position), name))
+            .get_or_init(|| {
+                self.rendered.set(true);
+                self.render.member(book.at(position), name)
+            })
             .as_ref()
+    }
+
+    /// Whether a member was rendered (microseconds, not nanoseconds) since this was
+    /// last asked.
+    pub(super) fn rendered_any(&self) -> bool {
+        self.rendered.replace(false)
     }
 }
 
@@ -698,7 +724,7 @@ impl<'v> RowView<'v> {
     #[inline]
     fn member_of(row: &'v Row<'v>, node: usize) -> Option<RowView<'v>> {
         match row.narrow.nodes[node] {
-            Node::Leaf(i) if matches!(row.narrow.fields[i], Field::Member(_)) => {
+            Node::Leaf(i) if matches!(row.narrow.fields[i], Field::Member(..)) => {
                 row.member(i).map(RowView::Json)
             }
             _ => Some(RowView::Node(row, node)),

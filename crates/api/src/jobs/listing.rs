@@ -556,13 +556,6 @@ fn judge_part<'q>(
     };
     let rechecks = scheduler.with_jobs(|book| Recheck::of(book, &scan.lookups));
     let reads_jobs = narrow.reads_jobs();
-    // Rendering a member costs microseconds a job (more for a long list of messages):
-    // then the clock is read after every job, not every HOLD_CHECK_EVERY.
-    let check_every = if narrow.renders() {
-        1
-    } else {
-        HOLD_CHECK_EVERY
-    };
     let mut chunk = Vec::with_capacity(CHUNK);
     // `chunk[next..]` is yet to be judged.
     let mut next = 0;
@@ -587,8 +580,11 @@ fn judge_part<'q>(
                 if over(judged) {
                     return true;
                 }
-                // Never before the first job: each hold judges at least one.
-                if i > first && (i - first) % check_every == 0 && held.elapsed() > HOLD_AT_MOST {
+                // Never before the first job: each hold judges at least one. Rendering a
+                // member costs microseconds (more for a long list of messages): after a
+                // job that rendered one, the clock is read at once.
+                let due = (i - first).is_multiple_of(HOLD_CHECK_EVERY) || row.rendered_any();
+                if i > first && due && held.elapsed() > HOLD_AT_MOST {
                     next = i;
                     return false;
                 }

@@ -387,11 +387,13 @@ fn scanned_lists_agree_with_the_reference_over_many_fields() {
             "name customName credentials.account credentials.user credentials.group credentials.jobClass credentials.qos credentials.qosRequested states.state queueStatus isActive priorities.run priorities.start priorities.system priorities.user startCount completionCode commandFile commandLineArgs initialWorkingDirectory submitHost description jobGroup arrayIndex arrayMasterName cancelCount preemptCount duration dates.submitDate dates.createdDate dates.startDate dates.dispatchedDate dates.completedDate dates.terminationDate dates.lastUpdatedDate dates.deadlineDate dates.earliestRequestedStartDate dates.earliestStartDate dates.eligibleDate dates.lastCanceledDate dates.lastChargedDate dates.lastPreemptedDate holdReason flags requirements.taskCount requirements.0.taskCount requirements.tasksPerNode requirements.0.nodeCount requirements.nodeCount requirements.architecture requirements.image requirements.reservation requirements.index \
              holds holdDate bypassCount deferCount migrateCount minimumPreemptTime memorySecondsUtilized cpuTime processorSecondsUtilized epilogScript prologScript resourceFailPolicy resourceManagerExtension vmUsagePolicy standardErrorFilePath standardOutputFilePath emailNotifyAddresses emailNotifyTypes partitionAccessList partitionAccessListRequested nodesRequestedPolicy systemJobAction systemJobType targetedJobAction targetedJobName schedName processorSecondsLimit \
              states.stateExpected states.stateLastUpdatedDate states.subState credentials dates priorities states \
-             environmentVariables environmentVariables.SITE environmentVariables.NOPE variables variables.v environmentRequested",
+             environmentVariables environmentVariables.SITE environmentVariables.NOPE variables variables.v environmentRequested \
+             messages messages.message messages.0.author",
         ),
         (
             1,
-            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate earliestStartDate earliestStartDateRequested latestCompletedDateRequested",
+            "id name account user group qos qosRequested queue queueStatus state startPriority runPriority systemPriority userPriority startCount completionCode commandFile commandLineArguments initialWorkingDirectory submitHost durationRequested submitDate startDate completionDate earliestStartDate earliestStartDateRequested latestCompletedDateRequested \
+             messages messages.message messages.index",
         ),
     ];
     // A whole object judged narrow equals its rendering: every member is there.
