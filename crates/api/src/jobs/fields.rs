@@ -412,6 +412,8 @@ pub(super) struct Narrow {
     /// ([`DocView::known`]); a path not found here (another copy, or one that leads
     /// into a cell or a rendered member) is walked.
     known: Vec<(usize, usize)>,
+    /// How many paths the query reads.
+    paths: usize,
     /// The fields read from the scan row, each with its number: what filling a row reads.
     from_row: Vec<(usize, RowField)>,
     /// The numbers of the rendered members' fields.
@@ -444,6 +446,7 @@ impl Narrow {
             fields: Vec::new(),
             nodes: vec![Node::Object(Vec::new())],
             known: Vec::new(),
+            paths: 0,
             from_row: Vec::new(),
             rendered: Vec::new(),
         };
@@ -475,10 +478,14 @@ impl Narrow {
                 Field::Job(_) | Field::Rendered(_) => {}
             }
         }
+        narrow.paths = paths.len();
         narrow.known = paths
             .iter()
             .filter_map(|path| Some((address(path), narrow.lead(path)?)))
             .collect();
+        // Found by binary search: a query of thousands of clauses costs each job
+        // thousands of lookups, each of a few comparisons.
+        narrow.known.sort_unstable();
         narrow
     }
 
@@ -503,10 +510,13 @@ impl Narrow {
     #[inline]
     fn known(&self, path: &Path) -> Option<usize> {
         let at = address(path);
-        self.known
-            .iter()
-            .find(|(path, _)| *path == at)
-            .map(|&(_, node)| node)
+        let found = self.known.binary_search_by_key(&at, |&(path, _)| path);
+        found.ok().map(|i| self.known[i].1)
+    }
+
+    /// How many paths the query reads (a clause of an `$or` each).
+    pub(super) fn paths(&self) -> usize {
+        self.paths
     }
 
     /// The element of the one-element list `name` of the root, made when first named.

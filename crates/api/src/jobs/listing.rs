@@ -9,7 +9,8 @@
 //!   submission order, as the stable sort of the reference does), so only the page is
 //!   rendered;
 //! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
-//!   read with only the paths the query names (`fields::Narrow`: typed cells, most from
+//!   read with only the paths of what the index lookups leave of the filter and of the
+//!   sort, the lookups being checked again on the job's row (`fields::Narrow`: typed cells, most from
 //!   the book's scan rows; a member the cells do not know is rendered alone); only the
 //!   page's best `offset + max` are kept (`query::Top`), or only which positions match
 //!   when the sort is the book's order, the book's lock is given up every
@@ -163,7 +164,8 @@ impl Recheck {
                         .filter(|s| values.iter().any(|v| v == s.as_str()))
                         .collect(),
                 )),
-                // A value never interned is no row's (strings are never removed).
+                // A value never interned is no row's (strings are never removed from a
+                // book; a reload makes a new book, so these are made per hold).
                 Key::Indexed(attribute) => Some(Recheck::Interned(
                     *attribute,
                     values
@@ -257,7 +259,8 @@ pub(super) struct Scan {
     /// only which positions match (no sort values), and the page is cut as [`plan`]
     /// cuts a covered one.
     date_order: Option<bool>,
-    /// The filter's index lookups, checked again on each candidate's row ([`Recheck`]).
+    /// The filter's index lookups and the listing's states, checked again on each
+    /// candidate's row ([`Recheck`]).
     lookups: Vec<(Key, Vec<String>)>,
     /// The query with only what the lookups leave of its filter.
     query: ListQuery,
@@ -342,7 +345,21 @@ pub(super) fn plan(
         filter: rest,
         ..query.clone()
     };
-    let rechecks = lookups.clone();
+    // What can change of a job the indexes chose: its state (the listing's too) and a
+    // modified credential or name. A job's user never changes.
+    let mut rechecks = lookups.clone();
+    let final_states = |last: bool| -> Vec<String> {
+        JobState::ALL
+            .into_iter()
+            .filter(|s| s.is_final() == last)
+            .map(|s| s.as_str().to_string())
+            .collect()
+    };
+    match listing {
+        Listing::All => {}
+        Listing::Active => rechecks.push((Key::Indexed(Attribute::State), final_states(false))),
+        Listing::Complete => rechecks.push((Key::Indexed(Attribute::State), final_states(true))),
+    }
     if let Some(owner) = owner {
         lookups.push((Key::Indexed(Attribute::User), vec![owner.to_string()]));
     }
@@ -554,8 +571,10 @@ fn judge_part<'q>(
         Some(_) => Found::Positions(RoaringBitmap::new()),
         None => Found::Top(Top::new(query)),
     };
-    let rechecks = scheduler.with_jobs(|book| Recheck::of(book, &scan.lookups));
     let reads_jobs = narrow.reads_jobs();
+    // A job costs about as much as the query has paths: a query of many clauses reads
+    // the clock more often, so that a hold stays short whatever the query.
+    let check_every = (HOLD_CHECK_EVERY * 4 / narrow.paths().max(4)).max(1);
     let mut chunk = Vec::with_capacity(CHUNK);
     // `chunk[next..]` is yet to be judged.
     let mut next = 0;
@@ -574,6 +593,7 @@ fn judge_part<'q>(
         // at most HOLD_AT_MOST at a time.
         let stopped = scheduler.with_jobs(|book| {
             let held = Instant::now();
+            let rechecks = Recheck::of(book, &scan.lookups);
             let mut row = narrow.row(filter_render);
             let first = next;
             for i in first..chunk.len() {
@@ -583,7 +603,7 @@ fn judge_part<'q>(
                 // Never before the first job: each hold judges at least one. Rendering a
                 // member costs microseconds (more for a long list of messages): after a
                 // job that rendered one, the clock is read at once.
-                let due = (i - first).is_multiple_of(HOLD_CHECK_EVERY) || row.rendered_any();
+                let due = (i - first).is_multiple_of(check_every) || row.rendered_any();
                 if i > first && due && held.elapsed() > HOLD_AT_MOST {
                     next = i;
                     return false;
