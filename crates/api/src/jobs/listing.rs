@@ -8,17 +8,17 @@
 //! - no sort, or a sort on the submission date, is the book's own order (ties keep
 //!   submission order, as the stable sort of the reference does), so only the page is
 //!   rendered;
-//! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job is
-//!   read with only the paths of what the index lookups leave of the filter and of the
-//!   sort, the lookups being checked again on the job's row (`fields::Narrow`: typed cells, most from
-//!   the book's scan rows; a member the cells do not know is rendered alone); only the
-//!   page's best `offset + max` are kept (`query::Top`), or only which positions match
-//!   when the sort is the book's order, the book's lock is given up every
-//!   [`HOLD_AT_MOST`] (checked between jobs: the engine never waits long on a list, even
-//!   when the scan's thread loses its core; what may still hold it longer is keeping a
-//!   very large page's best), the candidates are judged in runs side by side, one per
-//!   processor, and the scan stops at its deadline. The caller bounds how many scans run
-//!   at once, and runs each at a lower CPU priority.
+//! - anything else is a scan ([`scan`]) of the candidates the indexes leave: each job
+//!   is read with only the paths of what the index lookups leave of the filter and of
+//!   the sort, the lookups being checked again on the job's row (`fields::Narrow`:
+//!   typed cells, most from the book's scan rows; a member the cells do not know is
+//!   rendered alone); only the page's best `offset + max` are kept (`query::Top`), or
+//!   only which positions match when the sort is the book's order, the book's lock is
+//!   given up every [`HOLD_AT_MOST`] (checked between jobs: the engine never waits long
+//!   on a list, even when the scan's thread loses its core; what may still hold it
+//!   longer is keeping a very large page's best), the candidates are judged in runs
+//!   side by side, one per processor, and the scan stops at its deadline. The caller
+//!   bounds how many scans run at once, and runs each at a lower CPU priority.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -186,6 +186,17 @@ impl Recheck {
     }
 }
 
+/// The states a listing keeps (`None`: all).
+fn listing_states(listing: Listing) -> Option<Vec<&'static str>> {
+    let last = match listing {
+        Listing::All => return None,
+        Listing::Active => false,
+        Listing::Complete => true,
+    };
+    let states = JobState::ALL.into_iter().filter(|s| s.is_final() == last);
+    Some(states.map(JobState::as_str).collect())
+}
+
 /// The positions that pass the lookups and the listing; `None` means every job readers
 /// see (the book's durable prefix).
 fn candidates(
@@ -210,16 +221,8 @@ fn candidates(
                 .collect(),
         })
         .collect();
-    let states = |last: bool| {
-        JobState::ALL
-            .into_iter()
-            .filter(move |s| s.is_final() == last)
-            .map(|s| s.as_str())
-    };
-    match listing {
-        Listing::All => {}
-        Listing::Active => sets.push(union(Attribute::State, &mut states(false))),
-        Listing::Complete => sets.push(union(Attribute::State, &mut states(true))),
+    if let Some(states) = listing_states(listing) {
+        sets.push(union(Attribute::State, &mut states.into_iter()));
     }
     sets.sort_by_key(|s| s.len());
     let mut sets = sets.into_iter();
@@ -261,7 +264,7 @@ pub(super) struct Scan {
     date_order: Option<bool>,
     /// The filter's index lookups and the listing's states, checked again on each
     /// candidate's row ([`Recheck`]).
-    lookups: Vec<(Key, Vec<String>)>,
+    rechecked: Vec<(Key, Vec<String>)>,
     /// The query with only what the lookups leave of its filter.
     query: ListQuery,
 }
@@ -347,18 +350,10 @@ pub(super) fn plan(
     };
     // What can change of a job the indexes chose: its state (the listing's too) and a
     // modified credential or name. A job's user never changes.
-    let mut rechecks = lookups.clone();
-    let final_states = |last: bool| -> Vec<String> {
-        JobState::ALL
-            .into_iter()
-            .filter(|s| s.is_final() == last)
-            .map(|s| s.as_str().to_string())
-            .collect()
-    };
-    match listing {
-        Listing::All => {}
-        Listing::Active => rechecks.push((Key::Indexed(Attribute::State), final_states(false))),
-        Listing::Complete => rechecks.push((Key::Indexed(Attribute::State), final_states(true))),
+    let mut rechecked = lookups.clone();
+    if let Some(states) = listing_states(listing) {
+        let states = states.into_iter().map(String::from).collect();
+        rechecked.push((Key::Indexed(Attribute::State), states));
     }
     if let Some(owner) = owner {
         lookups.push((Key::Indexed(Attribute::User), vec![owner.to_string()]));
@@ -398,7 +393,7 @@ pub(super) fn plan(
                 None => Candidates::Below(book.published_len() as u32),
             },
             date_order: by_position.filter(|_| !query.sort.is_empty()),
-            lookups: rechecks,
+            rechecked,
             query: scan_query,
         })),
     }
@@ -438,11 +433,11 @@ enum Found<'q> {
 }
 
 /// The evaluator's answer over the candidates [`plan`] left, each judged by what the
-/// index lookups leave of the filter on its rendering by `filter_render` (only the paths the query names: see
-/// [`Narrow`]). The candidates are cut in as many runs as there are processors (for a
-/// long list), judged side by side on threads of the lowest CPU priority; each takes the
-/// book's read lock a chunk at a time and keeps only the page's best candidates
-/// ([`Top`]); past `deadline` the scan stops.
+/// index lookups leave of the filter on its rendering by `filter_render` (only the
+/// paths of that rest and of the sort: see [`Narrow`]). The candidates are cut in as
+/// many runs as there are processors (for a long list), judged side by side on threads
+/// of the lowest CPU priority; each takes the book's read lock a chunk at a time and
+/// keeps only the page's best candidates ([`Top`]); past `deadline` the scan stops.
 pub(super) fn scan(
     scheduler: &Scheduler,
     scan: &Scan,
@@ -593,7 +588,7 @@ fn judge_part<'q>(
         // at most HOLD_AT_MOST at a time.
         let stopped = scheduler.with_jobs(|book| {
             let held = Instant::now();
-            let rechecks = Recheck::of(book, &scan.lookups);
+            let rechecks = Recheck::of(book, &scan.rechecked);
             let mut row = narrow.row(filter_render);
             let first = next;
             for i in first..chunk.len() {
@@ -638,16 +633,16 @@ const ORDER_SAMPLES: usize = 17;
 
 /// Whether a run of candidates is best judged backwards, by the sort values of
 /// candidates spread evenly over it (`samples`, in position order): when at least three
-/// in four steps from one sample to the next go to a value that sorts before. Sort keys tend to follow the
-/// book's order one way or the other (ids, dates and numbered names grow with it, the
-/// time queued shrinks): judged from the end the page wants first, few later matches
-/// beat the page's worst and need keeping. Otherwise forwards: ties keep the book's
-/// order, so judged forwards each loses to the page's worst at once, where backwards
-/// each would beat it (a key a fifth of the jobs leave empty made a scan 15% slower
-/// backwards), and keys in no order gain nothing either way. More than two samples,
-/// because one step may go against the rest (names numbered past a power of ten sort
-/// before their predecessors); three in four, because keys in no order step back half
-/// the time (all but 2% of such runs stay forwards).
+/// in four steps from one sample to the next go to a value that sorts before. Sort keys
+/// tend to follow the book's order one way or the other (ids, dates and numbered names
+/// grow with it, the time queued shrinks): judged from the end the page wants first,
+/// few later matches beat the page's worst and need keeping. Otherwise forwards: ties
+/// keep the book's order, so judged forwards each loses to the page's worst at once,
+/// where backwards each would beat it (a key a fifth of the jobs leave empty made a
+/// scan 15% slower backwards), and keys in no order gain nothing either way. More than
+/// two samples, because one step may go against the rest (names numbered past a power
+/// of ten sort before their predecessors); three in four, because keys in no order step
+/// back half the time (all but 2% of such runs stay forwards).
 fn runs_backwards(sort: &Sort, samples: &[Vec<Option<SortValue>>]) -> bool {
     let steps = samples.windows(2).map(|w| sort.compare_keys(&w[0], &w[1]));
     let (back, all) = steps.fold((0, 0), |(back, all), o| {
