@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use roaring::RoaringBitmap;
 
-use crate::job::{Job, JobState};
+use crate::job::{Hold, Job, JobState};
 
 /// Attributes with an index: a set of book positions per value (a compressed bitmap, so
 /// that intersections and counts over a million jobs take microseconds).
@@ -67,17 +67,34 @@ impl Interned {
 }
 
 /// The distinct strings the book's rows name (custom names, credentials, command
-/// files), and the distinct lists of them (flags), each kept once; like jobs, never
-/// removed.
+/// files), and the distinct lists of them (flags, the names of holds), each kept once;
+/// like jobs, never removed.
 #[derive(Default)]
 pub struct Strings {
     texts: Vec<Arc<str>>,
     numbers: HashMap<Arc<str>, u32>,
     lists: Vec<Arc<[String]>>,
     list_numbers: HashMap<Arc<[String]>, u32>,
+    /// The list of names each list of holds is interned as (found without making the
+    /// names: a job's row is made again at each of its changes).
+    hold_lists: HashMap<Box<[Hold]>, Interned>,
 }
 
 impl Strings {
+    /// The names of `holds` (version 2's spelling), as a list; none when empty.
+    fn intern_holds(&mut self, holds: &[Hold]) -> Interned {
+        if holds.is_empty() {
+            return Interned::NONE;
+        }
+        if let Some(&interned) = self.hold_lists.get(holds) {
+            return interned;
+        }
+        let names: Vec<String> = holds.iter().map(|h| h.as_str().to_string()).collect();
+        let interned = self.intern_list(&names);
+        self.hold_lists.insert(holds.into(), interned);
+        interned
+    }
+
     fn intern_list(&mut self, words: &[String]) -> Interned {
         if let Some(&n) = self.list_numbers.get(words) {
             return Interned(n);
@@ -161,13 +178,26 @@ pub struct ScanRow {
     pub command_file: Interned,
     /// The flags, a list of [`Strings`].
     pub flags: Interned,
+    /// The names of the holds, a list of [`Strings`].
+    pub holds: Interned,
     pub task_count: u32,
     pub user_priority: i64,
     pub system_priority: i64,
     pub submit: i64,
+    /// When the job completed ([`ScanRow::completion`]), or [`NOT_COMPLETED`].
+    completion: i64,
 }
 
+/// What a row's completion date is while the job has none (an `Option` would make
+/// every row 8 bytes longer, and a scan reads them all).
+const NOT_COMPLETED: i64 = i64::MIN;
+
 impl ScanRow {
+    /// When the job completed, if it has.
+    pub fn completion(&self) -> Option<i64> {
+        Some(self.completion).filter(|&date| date != NOT_COMPLETED)
+    }
+
     /// The row's string of an attribute other than the state (which is its own field).
     pub fn interned(&self, attribute: Attribute) -> Interned {
         match attribute {
@@ -193,10 +223,12 @@ impl ScanRow {
             qos: strings.intern(job.spec.qos_requested.as_deref()),
             command_file: strings.intern(Some(&job.spec.command_file)),
             flags: strings.intern_list(&job.spec.flags),
+            holds: strings.intern_holds(&job.status.holds),
             task_count: job.spec.request.task_count,
             user_priority: job.spec.user_priority,
             system_priority: job.status.system_priority,
             submit: job.status.dates.submit,
+            completion: job.status.dates.completion.unwrap_or(NOT_COMPLETED),
         }
     }
 }
@@ -493,5 +525,31 @@ mod tests {
         // The same string is kept once.
         let again = book.push(job(3, "Drover.3".into(), Some("b")));
         assert_eq!(book.row(again).custom_name, row.custom_name);
+    }
+
+    /// A row's holds are the names of its job's, in its order, and its completion date
+    /// is the job's, after each change.
+    #[test]
+    fn a_row_names_its_holds_and_knows_its_completion() {
+        let mut book = JobBook::new();
+        let a = book.push(job(1, "Drover.1".into(), None));
+        let b = book.push(job(2, "Drover.2".into(), None));
+        let holds = |book: &JobBook, at| book.strings().list(book.row(at).holds).to_vec();
+        assert!(holds(&book, a).is_empty());
+        assert_eq!(book.row(a).completion(), None);
+
+        book.change(a, |job| job.status.holds = vec![Hold::System, Hold::User]);
+        book.change(b, |job| job.status.holds = vec![Hold::User, Hold::System]);
+        assert_eq!(holds(&book, a), ["System", "User"]);
+        assert_eq!(holds(&book, b), ["User", "System"]);
+        book.change(b, |job| job.status.holds = vec![Hold::System, Hold::User]);
+        assert_eq!(book.row(b).holds, book.row(a).holds);
+
+        book.change(a, |job| {
+            job.status.holds.clear();
+            job.status.dates.completion = Some(1_700_000_000);
+        });
+        assert!(holds(&book, a).is_empty());
+        assert_eq!(book.row(a).completion(), Some(1_700_000_000));
     }
 }

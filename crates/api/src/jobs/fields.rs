@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use drover_domain::dates::Timestamp;
 use drover_query::order::{Kind, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort};
-use drover_sched::job::{Hold, Job, JobState};
+use drover_sched::job::{Job, JobState};
 use drover_sched::{Interned, JobBook};
 use serde_json::Value;
 
@@ -34,10 +34,8 @@ use super::{Render, effective_partitions, queue_status, requested_memory};
 enum Cell<'b> {
     Null,
     Text(&'b str),
-    /// A list of strings (`flags`).
+    /// A list of strings (`flags`, `holds`).
     Words(&'b [String]),
-    /// The job's holds, a list of their names.
-    Holds(&'b [Hold]),
     /// An object of strings (`environmentVariables`, `variables`), its members in key
     /// order.
     Map(&'b BTreeMap<String, String>),
@@ -210,9 +208,7 @@ fn version_2(path: &str) -> Option<Field> {
         "requirements.index" => Job(|_| integer(0)),
         "dates.submitDate" | "dates.createdDate" => Row(|b, p| date(Some(b.row(p).submit))),
         "dates.startDate" | "dates.dispatchedDate" => Job(|job| date(job.status.dates.start)),
-        "dates.completedDate" | "dates.terminationDate" => {
-            Job(|job| date(job.status.dates.completion))
-        }
+        "dates.completedDate" | "dates.terminationDate" => Row(|b, p| date(b.row(p).completion())),
         "dates.lastUpdatedDate" => Job(|job| date(Some(job.status.dates.last_updated))),
         "dates.deadlineDate" => Job(|job| date(job.spec.deadline)),
         "dates.earliestRequestedStartDate" => Job(|job| date(job.spec.earliest_start)),
@@ -221,7 +217,7 @@ fn version_2(path: &str) -> Option<Field> {
         "dates.lastChargedDate" => Job(|_| Cell::Null),
         "dates.lastPreemptedDate" => Job(|job| date(job.status.dates.last_preempted)),
         "holdReason" => Job(|job| optional(&job.status.hold_reason)),
-        "holds" => Job(|job| Cell::Holds(&job.status.holds)),
+        "holds" => Row(|b, p| Cell::Words(b.strings().list(b.row(p).holds))),
         "environmentVariables" => Job(|job| Cell::Map(&job.spec.environment)),
         "variables" => Job(|job| Cell::Map(&job.spec.variables)),
         "environmentRequested" => Job(|job| Cell::Bool(job.spec.environment_requested)),
@@ -592,6 +588,7 @@ impl Narrow {
             date_texts: vec![OnceCell::new(); self.fields.len()],
             texts_made: std::cell::Cell::new(false),
             rendered: std::cell::Cell::new(false),
+            job_reads: std::cell::Cell::new(0),
             members: vec![OnceCell::new(); self.fields.len()],
             render,
         }
@@ -616,6 +613,8 @@ pub(super) struct Row<'b> {
     texts_made: std::cell::Cell<bool>,
     /// Whether a member was rendered since [`Row::rendered_any`] was last asked.
     rendered: std::cell::Cell<bool>,
+    /// How many times a field was read from a job since [`Row::take_job_reads`].
+    job_reads: std::cell::Cell<u32>,
     /// The value of each rendered member ([`Field::Member`]; `None` when the rendering
     /// has no such member), made the first time it is read.
     members: Vec<OnceCell<Option<Value>>>,
@@ -652,6 +651,7 @@ impl<'b> Row<'b> {
     /// The value of field `i`, one of the job's.
     #[inline(never)]
     fn read(&self, i: usize) -> Cell<'b> {
+        self.job_reads.set(self.job_reads.get() + 1);
         match (&self.narrow.fields[i], self.at) {
             (Field::Job(field), Some((book, position))) => field(book.at(position)),
             (Field::Rendered(field), Some((book, position))) => {
@@ -672,6 +672,7 @@ impl<'b> Row<'b> {
         let Field::Member(name, empty) = &self.narrow.fields[i] else {
             return None;
         };
+        self.job_reads.set(self.job_reads.get() + 1);
         if empty.is_some_and(|empty| empty(book.at(position))) {
             return Some(&EMPTY_LIST);
         }
@@ -681,6 +682,12 @@ impl<'b> Row<'b> {
                 self.render.member(book.at(position), name)
             })
             .as_ref()
+    }
+
+    /// How many times a field was read from a job (rather than its scan row) since this
+    /// was last asked.
+    pub(super) fn take_job_reads(&self) -> u32 {
+        self.job_reads.replace(0)
     }
 
     /// Whether a member was rendered (microseconds, not nanoseconds) since this was
@@ -771,7 +778,6 @@ impl<'v> RowView<'v> {
 pub(super) enum Elements<'v> {
     One(Option<RowView<'v>>),
     Words(std::slice::Iter<'v, String>),
-    Holds(std::slice::Iter<'v, Hold>),
     Json(std::slice::Iter<'v, Value>),
 }
 
@@ -782,7 +788,6 @@ impl<'v> Iterator for Elements<'v> {
         match self {
             Elements::One(element) => element.take(),
             Elements::Words(words) => words.next().map(|w| RowView::Word(w)),
-            Elements::Holds(holds) => holds.next().map(|h| RowView::Word(h.as_str())),
             Elements::Json(values) => values.next().map(RowView::Json),
         }
     }
@@ -821,7 +826,7 @@ impl<'v> DocView<'v> for RowView<'v> {
         }
         match self.shown() {
             Shown::Object(_) | Shown::Cell(_, Cell::Map(_)) => Kind::Object,
-            Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_) | Cell::Holds(_)) => Kind::Array,
+            Shown::ListOfOne(_) | Shown::Cell(_, Cell::Words(_)) => Kind::Array,
             Shown::Cell(_, Cell::Null) => Kind::Null,
             Shown::Cell(_, Cell::Number(_)) => Kind::Number,
             Shown::Cell(_, Cell::Bool(_)) => Kind::Bool,
@@ -897,9 +902,6 @@ impl<'v> DocView<'v> for RowView<'v> {
                 Some(RowView::Node(row, element))
             }
             (Shown::Cell(_, Cell::Words(words)), _) => words.get(index).map(|w| RowView::Word(w)),
-            (Shown::Cell(_, Cell::Holds(holds)), _) => {
-                holds.get(index).map(|h| RowView::Word(h.as_str()))
-            }
             _ => None,
         }
     }
@@ -914,7 +916,6 @@ impl<'v> DocView<'v> for RowView<'v> {
                 Elements::One(Some(RowView::Node(row, element)))
             }
             (Shown::Cell(_, Cell::Words(words)), _) => Elements::Words(words.iter()),
-            (Shown::Cell(_, Cell::Holds(holds)), _) => Elements::Holds(holds.iter()),
             _ => Elements::One(None),
         }
     }

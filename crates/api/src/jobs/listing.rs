@@ -31,7 +31,7 @@ use drover_sched::{Attribute, Interned, JobBook, ScanRow, Scheduler};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
-use super::fields::Narrow;
+use super::fields::{Narrow, Row};
 use super::{Listing, Render, queue_status};
 
 /// What an equality on a wire path can be looked up by.
@@ -567,6 +567,10 @@ fn judge_part<'q>(
         None => Found::Top(Top::new(query)),
     };
     let reads_jobs = narrow.reads_jobs();
+    // Loading jobs ahead pays only while jobs are read: a sort on a whole object may
+    // name fields of the job yet mostly decide on its row's.
+    let mut load_jobs = reads_jobs;
+    let mut window = JobReads::default();
     // A job costs about as much as the query has paths: a query of many clauses reads
     // the clock more often, so that a hold stays short whatever the query.
     let check_every = (HOLD_CHECK_EVERY * 4 / narrow.paths().max(4)).max(1);
@@ -601,12 +605,18 @@ fn judge_part<'q>(
                 let due = (i - first).is_multiple_of(check_every) || row.rendered_any();
                 if i > first && due && held.elapsed() > HOLD_AT_MOST {
                     next = i;
+                    window.reads += row.take_job_reads();
                     return false;
                 }
                 judged += 1;
-                if reads_jobs {
+                if window.judged(&row) {
+                    load_jobs = reads_jobs && window.reads_often();
+                    window = JobReads::default();
+                }
+                if load_jobs {
                     load_ahead(book, &chunk, i);
                 }
+                load_row_ahead(book, &chunk, i);
                 let (rank, position) = chunk[i];
                 if !rechecks.is_empty() {
                     let scan_row = book.row(position as usize);
@@ -619,6 +629,7 @@ fn judge_part<'q>(
                 offer(&mut found, query, rank, position, row.view(), job);
             }
             next = chunk.len();
+            window.reads += row.take_job_reads();
             false
         });
         if stopped {
@@ -654,6 +665,34 @@ fn runs_backwards(sort: &Sort, samples: &[Vec<Option<SortValue>>]) -> bool {
     all > 0 && back * 4 >= all * 3
 }
 
+/// How often the jobs of a stretch of a scan were read (not only their rows).
+#[derive(Default)]
+struct JobReads {
+    judged: u32,
+    reads: u32,
+}
+
+/// Jobs judged between two decisions whether to load jobs ahead.
+const JOB_READS_WINDOW: u32 = 256;
+
+impl JobReads {
+    /// Counts one more job judged; whether the window is full.
+    fn judged(&mut self, row: &Row) -> bool {
+        self.judged += 1;
+        if self.judged < JOB_READS_WINDOW {
+            return false;
+        }
+        self.reads += row.take_job_reads();
+        true
+    }
+
+    /// Whether jobs were read often enough that loading them ahead pays (a load ahead
+    /// costs a little for each job; a read without one, a stall).
+    fn reads_often(&self) -> bool {
+        self.reads * 8 >= self.judged
+    }
+}
+
 /// Jobs ahead of the one being judged whose memory a scan that reads jobs asks for:
 /// the job itself this far ahead, its spec half as far (by then the job is loaded).
 const LOAD_AHEAD: usize = 16;
@@ -672,6 +711,19 @@ fn load_ahead(book: &JobBook, chunk: &[(usize, u32)], i: usize) {
     }
     if let Some(&(_, position)) = chunk.get(i + LOAD_AHEAD / 2) {
         prefetch(Arc::as_ptr(&book.at(position as usize).spec));
+    }
+}
+
+/// Asks the processor to load the scan row of the job [`LOAD_AHEAD`] jobs ahead in
+/// `chunk`. Rows are contiguous, but the candidates of a lookup skip many, and a row
+/// spans two or three cache lines.
+fn load_row_ahead(book: &JobBook, chunk: &[(usize, u32)], i: usize) {
+    if let Some(&(_, position)) = chunk.get(i + LOAD_AHEAD) {
+        let row = (book.row(position as usize) as *const ScanRow).cast::<u8>();
+        let size = std::mem::size_of::<ScanRow>();
+        for offset in (0..size).step_by(64).chain([size - 1]) {
+            prefetch(row.wrapping_add(offset));
+        }
     }
 }
 
