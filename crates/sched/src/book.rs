@@ -135,6 +135,28 @@ impl Strings {
     }
 }
 
+/// A set of kinds of hold, one bit each: what a job's row says of its holds, which
+/// the book also indexes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HoldSet(u8);
+
+impl HoldSet {
+    pub fn of(holds: impl IntoIterator<Item = Hold>) -> HoldSet {
+        HoldSet(holds.into_iter().fold(0, |set, hold| set | 1 << hold as u8))
+    }
+
+    /// Whether the two sets share a kind.
+    pub fn meets(self, other: HoldSet) -> bool {
+        self.0 & other.0 != 0
+    }
+
+    fn kinds(self) -> impl Iterator<Item = Hold> {
+        Hold::ALL
+            .into_iter()
+            .filter(move |&hold| self.meets(HoldSet::of([hold])))
+    }
+}
+
 /// A job id short enough to be kept inside its row (a scheduler name and a number
 /// are); a longer one is read from the job.
 #[derive(Debug, Clone, Copy)]
@@ -180,6 +202,8 @@ pub struct ScanRow {
     pub flags: Interned,
     /// The names of the holds, a list of [`Strings`].
     pub holds: Interned,
+    /// The kinds of the holds.
+    pub hold_set: HoldSet,
     pub task_count: u32,
     pub user_priority: i64,
     pub system_priority: i64,
@@ -224,6 +248,7 @@ impl ScanRow {
             command_file: strings.intern(Some(&job.spec.command_file)),
             flags: strings.intern_list(&job.spec.flags),
             holds: strings.intern_holds(&job.status.holds),
+            hold_set: HoldSet::of(job.status.holds.iter().copied()),
             task_count: job.spec.request.task_count,
             user_priority: job.spec.user_priority,
             system_priority: job.status.system_priority,
@@ -247,6 +272,8 @@ pub struct JobBook {
     /// the first position and how many, by the master's number.
     members: HashMap<u64, (u32, u32)>,
     index: HashMap<(Attribute, Box<str>), RoaringBitmap>,
+    /// Positions by kind of hold (a job may have several), in [`Hold::ALL`]'s order.
+    held: [RoaringBitmap; Hold::ALL.len()],
     /// Whether submission dates never decrease with position (the wall clock never went
     /// back): then position order is submission-date order.
     submit_order: bool,
@@ -358,6 +385,11 @@ impl JobBook {
         self.index.get(&(attribute, Box::from(value)))
     }
 
+    /// The positions of the jobs that have a hold of this kind.
+    pub fn with_hold(&self, hold: Hold) -> &RoaringBitmap {
+        &self.held[hold as usize]
+    }
+
     /// Whether position order is also the order of submission dates.
     pub fn in_submit_order(&self) -> bool {
         self.submit_order
@@ -416,7 +448,9 @@ impl JobBook {
             self.by_seq.insert(job.seq, position as u32);
         }
         self.add_to_index(position, &job);
-        self.rows.push(ScanRow::of(&job, &mut self.strings));
+        let row = ScanRow::of(&job, &mut self.strings);
+        self.index_holds(position, HoldSet::default(), row.hold_set);
+        self.rows.push(row);
         self.jobs.push(Arc::new(job));
         position
     }
@@ -430,7 +464,9 @@ impl JobBook {
         let job = Arc::make_mut(&mut self.jobs[position]);
         let result = change(job);
         let job = self.jobs[position].clone();
-        self.rows[position] = ScanRow::of(&job, &mut self.strings);
+        let row = ScanRow::of(&job, &mut self.strings);
+        self.index_holds(position, self.rows[position].hold_set, row.hold_set);
+        self.rows[position] = row;
         for (attribute, old) in Attribute::ALL.into_iter().zip(before) {
             let new = attribute.of(&job);
             if old.as_deref() != new {
@@ -446,6 +482,18 @@ impl JobBook {
             }
         }
         result
+    }
+
+    /// Moves `position` from the hold index's sets of `before` to those of `after`.
+    fn index_holds(&mut self, position: usize, before: HoldSet, after: HoldSet) {
+        if before != after {
+            for hold in before.kinds() {
+                self.held[hold as usize].remove(position as u32);
+            }
+            for hold in after.kinds() {
+                self.held[hold as usize].insert(position as u32);
+            }
+        }
     }
 
     fn add_to_index(&mut self, position: usize, job: &Job) {
@@ -528,7 +576,7 @@ mod tests {
     }
 
     /// A row's holds are the names of its job's, in its order, and its completion date
-    /// is the job's, after each change.
+    /// is the job's, after each change; the hold index follows.
     #[test]
     fn a_row_names_its_holds_and_knows_its_completion() {
         let mut book = JobBook::new();
@@ -544,6 +592,20 @@ mod tests {
         assert_eq!(holds(&book, b), ["User", "System"]);
         book.change(b, |job| job.status.holds = vec![Hold::System, Hold::User]);
         assert_eq!(book.row(b).holds, book.row(a).holds);
+        let with = |book: &JobBook, hold| book.with_hold(hold).iter().collect::<Vec<u32>>();
+        assert_eq!(with(&book, Hold::System), [0, 1]);
+        assert!(with(&book, Hold::Batch).is_empty());
+        assert!(
+            book.row(a)
+                .hold_set
+                .meets(HoldSet::of([Hold::Batch, Hold::User]))
+        );
+        assert!(
+            !book
+                .row(a)
+                .hold_set
+                .meets(HoldSet::of([Hold::Batch, Hold::Defer]))
+        );
 
         book.change(a, |job| {
             job.status.holds.clear();
@@ -551,5 +613,9 @@ mod tests {
         });
         assert!(holds(&book, a).is_empty());
         assert_eq!(book.row(a).completion(), Some(1_700_000_000));
+        assert_eq!(
+            (with(&book, Hold::System), with(&book, Hold::User)),
+            (vec![1], vec![1])
+        );
     }
 }

@@ -32,7 +32,7 @@ pub mod sim;
 pub mod sysuser;
 pub mod vm_host;
 
-pub use book::{Attribute, Interned, JobBook, ScanRow};
+pub use book::{Attribute, HoldSet, Interned, JobBook, ScanRow};
 pub use engine::{
     ConfiguredCredentials, CredentialKind, EngineParts, Receipt, SchedConfig, Scheduler,
 };

@@ -26,8 +26,8 @@ use std::time::Instant;
 use drover_query::filter::{Cond, Filter};
 use drover_query::sort::Direction;
 use drover_query::{DocView, ListQuery, Page, Sort, SortValue, Top};
-use drover_sched::job::{Job, JobState};
-use drover_sched::{Attribute, Interned, JobBook, ScanRow, Scheduler};
+use drover_sched::job::{Hold, Job, JobState};
+use drover_sched::{Attribute, HoldSet, Interned, JobBook, ScanRow, Scheduler};
 use roaring::RoaringBitmap;
 use serde_json::Value;
 
@@ -42,6 +42,8 @@ enum Key {
     QueueStatus,
     /// The job's id (`name` in version 2): its position.
     Id,
+    /// `holds`, a list: the jobs that have a hold of that kind.
+    Hold,
 }
 
 /// The key of an equality on `path`, per representation version.
@@ -58,12 +60,13 @@ fn key_at(path: &str, version: u32) -> Option<Key> {
         (2, "customName") | (1, "name") => Attribute::CustomName,
         (_, "queueStatus") => return Some(Key::QueueStatus),
         (2, "name") | (1, "id") => return Some(Key::Id),
+        (_, "holds") => return Some(Key::Hold),
         _ => return None,
     }))
 }
 
-/// The index keys of a wire value (states are spelt per version; a queue status is
-/// several states).
+/// The index keys of a wire value (states and holds are spelt per version; a queue
+/// status is several states).
 fn index_values(key: Key, text: &str, version: u32) -> Vec<String> {
     let spelt = |state: JobState| {
         if version >= 2 {
@@ -90,8 +93,22 @@ fn index_values(key: Key, text: &str, version: u32) -> Vec<String> {
             })
             .map(|s| s.as_str().to_string())
             .collect(),
+        Key::Hold => Hold::ALL
+            .into_iter()
+            .filter(|&h| text == if version >= 2 { h.as_str() } else { h.upper() })
+            .map(|h| h.as_str().to_string())
+            .collect(),
         _ => vec![text.to_string()],
     }
+}
+
+/// The kinds of hold named by index keys of [`Key::Hold`].
+fn hold_set(values: &[String]) -> HoldSet {
+    HoldSet::of(
+        Hold::ALL
+            .into_iter()
+            .filter(|h| values.iter().any(|v| v == h.as_str())),
+    )
 }
 
 /// Paths whose order is the book's order (submission date).
@@ -150,6 +167,7 @@ fn split(filter: &Filter, version: u32) -> (Vec<(Key, Vec<String>)>, Filter) {
 enum Recheck {
     States(Vec<JobState>),
     Interned(Attribute, Vec<Interned>),
+    Holds(HoldSet),
 }
 
 impl Recheck {
@@ -173,6 +191,7 @@ impl Recheck {
                         .filter_map(|v| book.strings().find(v))
                         .collect(),
                 )),
+                Key::Hold => Some(Recheck::Holds(hold_set(values))),
                 Key::Id => None,
             })
             .collect()
@@ -182,6 +201,7 @@ impl Recheck {
         match self {
             Recheck::States(states) => states.contains(&row.state),
             Recheck::Interned(attribute, values) => values.contains(&row.interned(*attribute)),
+            Recheck::Holds(holds) => row.hold_set.meets(*holds),
         }
     }
 }
@@ -219,6 +239,10 @@ fn candidates(
                 .filter_map(|id| book.published_position(id))
                 .map(|p| p as u32)
                 .collect(),
+            Key::Hold => Hold::ALL
+                .into_iter()
+                .filter(|&h| hold_set(values).meets(HoldSet::of([h])))
+                .fold(RoaringBitmap::new(), |all, h| all | book.with_hold(h)),
         })
         .collect();
     if let Some(states) = listing_states(listing) {
