@@ -140,6 +140,17 @@ impl Strings {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HoldSet(u8);
 
+// A kind of hold is its bit in a set and its place in the index: there are at most 8,
+// and `Hold::ALL` lists them in declaration order.
+const _: () = {
+    assert!(Hold::ALL.len() <= 8);
+    let mut i = 0;
+    while i < Hold::ALL.len() {
+        assert!(Hold::ALL[i] as usize == i);
+        i += 1;
+    }
+};
+
 impl HoldSet {
     pub fn of(holds: impl IntoIterator<Item = Hold>) -> HoldSet {
         HoldSet(holds.into_iter().fold(0, |set, hold| set | 1 << hold as u8))

@@ -588,6 +588,7 @@ impl Narrow {
             date_texts: vec![OnceCell::new(); self.fields.len()],
             texts_made: std::cell::Cell::new(false),
             rendered: std::cell::Cell::new(false),
+            read_job: std::cell::Cell::new(false),
             job_reads: std::cell::Cell::new(0),
             members: vec![OnceCell::new(); self.fields.len()],
             render,
@@ -613,7 +614,9 @@ pub(super) struct Row<'b> {
     texts_made: std::cell::Cell<bool>,
     /// Whether a member was rendered since [`Row::rendered_any`] was last asked.
     rendered: std::cell::Cell<bool>,
-    /// How many times a field was read from a job since [`Row::take_job_reads`].
+    /// Whether a field was read from the job since the last fill.
+    read_job: std::cell::Cell<bool>,
+    /// How many of the jobs filled since [`Row::take_job_reads`] had a field read.
     job_reads: std::cell::Cell<u32>,
     /// The value of each rendered member ([`Field::Member`]; `None` when the rendering
     /// has no such member), made the first time it is read.
@@ -626,6 +629,9 @@ impl<'b> Row<'b> {
     /// and a rendered member, when asked for).
     pub(super) fn fill(&mut self, book: &'b JobBook, position: usize) {
         self.at = Some((book, position));
+        if self.read_job.replace(false) {
+            self.job_reads.set(self.job_reads.get() + 1);
+        }
         for &(i, read) in &self.narrow.from_row {
             self.cells[i] = read(book, position);
         }
@@ -651,7 +657,7 @@ impl<'b> Row<'b> {
     /// The value of field `i`, one of the job's.
     #[inline(never)]
     fn read(&self, i: usize) -> Cell<'b> {
-        self.job_reads.set(self.job_reads.get() + 1);
+        self.read_job.set(true);
         match (&self.narrow.fields[i], self.at) {
             (Field::Job(field), Some((book, position))) => field(book.at(position)),
             (Field::Rendered(field), Some((book, position))) => {
@@ -672,7 +678,7 @@ impl<'b> Row<'b> {
         let Field::Member(name, empty) = &self.narrow.fields[i] else {
             return None;
         };
-        self.job_reads.set(self.job_reads.get() + 1);
+        self.read_job.set(true);
         if empty.is_some_and(|empty| empty(book.at(position))) {
             return Some(&EMPTY_LIST);
         }
@@ -684,10 +690,10 @@ impl<'b> Row<'b> {
             .as_ref()
     }
 
-    /// How many times a field was read from a job (rather than its scan row) since this
-    /// was last asked.
+    /// How many of the jobs filled since this was last asked had a field read from the
+    /// job (rather than its scan row), the one filled now included.
     pub(super) fn take_job_reads(&self) -> u32 {
-        self.job_reads.replace(0)
+        self.job_reads.replace(0) + u32::from(self.read_job.replace(false))
     }
 
     /// Whether a member was rendered (microseconds, not nanoseconds) since this was

@@ -338,8 +338,8 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
         "The list was not answered within its time budget",
         format!(
             "{why} (budget {} ms); try again later, or narrow the query: equality on \
-             state, queueStatus, user, account, group, queue (jobClass), qos, name or \
-             customName is answered from an index",
+             state, queueStatus, user, account, group, queue (jobClass), qos, name, \
+             customName or holds is answered from an index",
             budget.as_millis()
         ),
     )
