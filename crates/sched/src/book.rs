@@ -161,7 +161,8 @@ impl HoldSet {
         self.0 & other.0 != 0
     }
 
-    fn kinds(self) -> impl Iterator<Item = Hold> {
+    /// The kinds in the set, in [`Hold::ALL`]'s order.
+    pub fn kinds(self) -> impl Iterator<Item = Hold> {
         Hold::ALL
             .into_iter()
             .filter(move |&hold| self.meets(HoldSet::of([hold])))

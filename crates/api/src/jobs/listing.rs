@@ -239,9 +239,8 @@ fn candidates(
                 .filter_map(|id| book.published_position(id))
                 .map(|p| p as u32)
                 .collect(),
-            Key::Hold => Hold::ALL
-                .into_iter()
-                .filter(|&h| hold_set(values).meets(HoldSet::of([h])))
+            Key::Hold => hold_set(values)
+                .kinds()
                 .fold(RoaringBitmap::new(), |all, h| all | book.with_hold(h)),
         })
         .collect();
