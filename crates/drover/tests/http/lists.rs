@@ -674,32 +674,49 @@ fn a_scanned_list_never_shows_a_job_that_left_the_indexed_state() {
         lists_by(r#"{"states.state":"Hold"}"#),
         lists_by(r#"{"holds":"User"}"#),
     ];
-    let releasing = std::sync::atomic::AtomicBool::new(true);
-    let mut lists = 0;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let releasing = AtomicBool::new(true);
+    let lists = AtomicUsize::new(0);
     std::thread::scope(|scope| {
         scope.spawn(|| {
             // Newest first: each released job is on the page the lists are judging.
             let mut newest_first = names.clone();
             newest_first.sort_by(|a, b| b.cmp(a));
-            for name in newest_first.iter().take(400) {
+            for (released_so_far, name) in newest_first.iter().take(400).enumerate() {
+                // Pace the releases by the lists (a slow machine answers few lists while
+                // 400 releases go by): every 20 releases wait for one more list to end,
+                // so the lists overlap releases throughout.
+                if released_so_far % 20 == 0 {
+                    let seen = lists.load(Ordering::Relaxed);
+                    let waited = std::time::Instant::now();
+                    while lists.load(Ordering::Relaxed) == seen {
+                        // The lists stopped (a failed assertion there): end, not hang.
+                        if waited.elapsed() > std::time::Duration::from_secs(60) {
+                            releasing.store(false, Ordering::Relaxed);
+                            panic!("no list ended in 60 s");
+                        }
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                }
                 let released =
                     server.send("PUT", &format!("/rest/jobs/{name}/unhold"), Auth::Admin);
                 assert_eq!(released.status, 200, "{}", released.body);
             }
-            releasing.store(false, std::sync::atomic::Ordering::Relaxed);
+            releasing.store(false, Ordering::Relaxed);
         });
-        while releasing.load(std::sync::atomic::Ordering::Relaxed) {
-            let answer = server.get(&held[lists % 2]);
+        while releasing.load(Ordering::Relaxed) {
+            let answer = server.get(&held[lists.load(Ordering::Relaxed) % 2]);
             assert_eq!(answer.status, 200, "{}", answer.body);
             for job in answer.json()["results"].as_array().unwrap() {
                 assert_eq!(job["states"]["state"], "Hold", "{job}");
                 assert_eq!(job["holds"], json!(["User"]), "{job}");
             }
-            lists += 1;
+            lists.fetch_add(1, Ordering::Relaxed);
         }
     });
+    let lists = lists.into_inner();
     assert!(
-        lists > 10,
+        lists >= 20,
         "only {lists} lists ran while jobs were released"
     );
 }
