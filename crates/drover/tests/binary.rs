@@ -875,3 +875,87 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
 mod client;
 #[path = "binary/nothing_half_made.rs"]
 mod nothing_half_made;
+
+/// Issue #32, item 3: jobs that end around a SIGKILL of the service, while it is down,
+/// and as it starts again, all end `Completed` with their own exit codes: each job's end
+/// is in its status file before its process is gone (its shepherd writes it, then reaps
+/// the job), and a restarted service reads it there or watches the job to its end.
+#[test]
+fn exit_codes_survive_a_sigkill_while_short_jobs_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let config = dir.path().join("drover.toml");
+    std::fs::write(&config, "[[nodes]]\nid = \"n1\"\nprocessors = 64\n").unwrap();
+    let config = config.to_string_lossy().into_owned();
+    let args = ["--config", config.as_str()];
+    let server = serve(dir.path(), &args);
+    let password = generated_password(&server.banner);
+    let auth = basic("admin", &password);
+    // 60 jobs, each with its own code, ending spread over 1.5 s.
+    let jobs = 60;
+    for k in 0..jobs {
+        let body = serde_json::json!({
+            "customName": format!("ends-{k}"),
+            "commandFile": "/bin/sh",
+            "commandLineArguments":
+                ["-c", format!("sleep {}.{:03}; exit {}", k * 25 / 1000, k * 25 % 1000, k + 1)],
+            "initialWorkingDirectory": "/tmp",
+            "standardOutputFilePath": "/dev/null",
+            "standardErrorFilePath": "/dev/null",
+        });
+        let (status, answer) = post(
+            &format!("{}/rest/jobs?api-version=2", server.url),
+            &[("Authorization", &auth)],
+            "application/json",
+            &body.to_string(),
+        );
+        assert_eq!(status, 201, "{answer}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while all_jobs(&server.url, &password)
+        .iter()
+        .any(|(_, state)| state != "Running" && state != "Completed")
+    {
+        assert!(Instant::now() < deadline, "the jobs never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut server = server;
+    std::thread::sleep(Duration::from_millis(300));
+    unsafe_kill(server.child.id() as i32);
+    let _ = server.child.wait();
+    std::thread::sleep(Duration::from_millis(600));
+    let server = serve(dir.path(), &args);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let states = all_jobs(&server.url, &password);
+        if states.iter().all(|(_, state)| state != "Running") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "jobs never ended: {states:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let states = all_jobs(&server.url, &password);
+    assert_eq!(states.len(), jobs);
+    for (name, state) in &states {
+        assert_eq!(state, "Completed", "{name}");
+    }
+    let (status, body) = get(
+        &format!(
+            "{}/rest/jobs?api-version=2&fields=customName,completionCode",
+            server.url
+        ),
+        "admin",
+        &password,
+    );
+    assert_eq!(status, 200, "{body}");
+    let list: serde_json::Value = serde_json::from_str(&body).unwrap();
+    for job in list["results"].as_array().unwrap() {
+        let name = job["customName"].as_str().unwrap();
+        let k: i64 = name.trim_start_matches("ends-").parse().unwrap();
+        assert_eq!(job["completionCode"], k + 1, "{job}");
+    }
+}

@@ -1,38 +1,46 @@
-//! The fork server: one long-lived shepherd process that the service starts once and
-//! that forks the shepherd of each job, instead of the service starting the shepherd's
-//! program anew for every job. Starting a program costs its exec and dynamic loading,
-//! about 0.9 ms of CPU on a small machine; a fork of this small, single-threaded process
-//! costs a tenth of that. The forked shepherd then runs [`crate::run`] exactly as a
-//! started one does: same descriptors, same session of its own, same signals.
+//! The fork server: one long-lived process of the service's user, started once, that
+//! keeps a pool of shepherds, each running one job at a time and then waiting for the
+//! next. A job so costs neither the start of a program (its exec and dynamic loading,
+//! about 0.9 ms of CPU on a small machine) nor the fork and exit of a shepherd of its
+//! own (about a fifth of the CPU of a short job).
 //!
 //! It talks to the service on fd 3, one end of a `SOCK_SEQPACKET` socket pair whose
 //! other end only the service holds:
 //! - a request is one byte with two descriptors attached (the job's status file and its
-//!   plan); the server forks the shepherd, waits until it leads its own session (so that
-//!   a signal the service sends its group at once reaches it), and answers
-//!   [`Report::Started`] with its pid and start time; only once that answer is sent does
-//!   the shepherd go on to start the job (a shepherd whose pid the service never got
-//!   starts nothing);
-//! - the server is the shepherds' parent: it reaps each one and tells the service how it
-//!   ended ([`Report::Ended`]: wait status and CPU time, its job's included);
-//! - it ends when the service's end closes (the service ended): the shepherds it forked
-//!   go on, write their job's exit status in the status file as always, and are reaped
-//!   by init, so that a restarted service finds every end.
+//!   plan). The server hands them to an idle shepherd over that shepherd's link (forking
+//!   a new one when none is idle). The shepherd reads the plan and clones the job's
+//!   process, which first leads a session of its own, writes `pid <n>` in the status
+//!   file and says its pid on the link (`crate::Handshake`). The server answers
+//!   [`Report::Started`] with that pid and its start time, and only once that answer is
+//!   sent tells the job's process to go on: a job whose pid the service never got runs
+//!   nothing. The signals the service sends the job's group reach the job alone;
+//! - the shepherd waits for its job, writes how it ended in the status file, closes the
+//!   file, reaps the job, and says so on the socket all shepherds share with the server,
+//!   which passes it on ([`Report::Ended`]: wait status and CPU time). The shepherd is
+//!   then idle. So once a job's pid is gone, its end is in its status file;
+//! - a job's process that blocks before its exec (on an output path that is a FIFO)
+//!   holds up its own shepherd only: the next jobs go to others;
+//! - the server ends when the service's end closes (the service ended): idle shepherds
+//!   end with it, busy ones see their jobs to the end, write their exit statuses as
+//!   always, and then end, so that a restarted service finds every end.
+//!
+//! A shepherd's memory holds what is left of the plans of the jobs it ran. A job's
+//! process shares that memory until its exec only where the kernel keeps its user out
+//! (`fs.suid_dumpable` 0); elsewhere it gets a copy, and so each such job has a shepherd
+//! that has run nothing before.
 
 use std::io;
-
-use crate::{PLAN_FD, STATUS_FD};
 
 /// The fork server's end of the socket.
 pub const SOCKET_FD: i32 = 3;
 /// The argument after `job-shepherd` that makes the program the fork server.
 pub const ARGUMENT: &str = "fork-server";
 
-/// A shepherd the fork server made: its pid and its start time (clock ticks since boot,
-/// field 22 of `/proc/<pid>/stat`, read before the server could reap it; 0 if unknown),
-/// which tell it from a later process given the same pid.
+/// A job's process the fork server started: its pid and its start time (clock ticks
+/// since boot, field 22 of `/proc/<pid>/stat`, read before its shepherd could reap it; 0
+/// if unknown), which tell it from a later process given the same pid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Shepherd {
+pub struct StartedJob {
     pub pid: i32,
     pub start_ticks: u64,
 }
@@ -40,11 +48,11 @@ pub struct Shepherd {
 /// A message from the fork server to the service.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Report {
-    /// The answer to the latest request: the shepherd, or the `errno` of the failure to
-    /// make it.
-    Started(Result<Shepherd, i32>),
-    /// A shepherd ended: its pid, its wait status, and the CPU time it and its job used,
-    /// in microseconds.
+    /// The answer to the latest request: the job's process, or the `errno` of the
+    /// failure to start it.
+    Started(Result<StartedJob, i32>),
+    /// A job ended: its pid, its wait status, and the CPU time it used, in microseconds
+    /// (a job whose shepherd was killed: the shepherd's wait status, and no time).
     Ended {
         pid: i32,
         wait_status: i32,
@@ -60,7 +68,7 @@ impl Report {
     /// wait status and the CPU time (a start: its start time), little-endian.
     pub fn encode(&self) -> [u8; REPORT_SIZE] {
         let (kind, pid, status, micros) = match *self {
-            Report::Started(Ok(shepherd)) => (b'S', shepherd.pid, 0, shepherd.start_ticks),
+            Report::Started(Ok(job)) => (b'S', job.pid, 0, job.start_ticks),
             Report::Started(Err(errno)) => (b'F', errno, 0, 0),
             Report::Ended {
                 pid,
@@ -83,7 +91,7 @@ impl Report {
         let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
         let micros = u64::from_le_bytes(bytes[9..17].try_into().unwrap());
         match bytes[0] {
-            b'S' => Some(Report::Started(Ok(Shepherd {
+            b'S' => Some(Report::Started(Ok(StartedJob {
                 pid: int(1),
                 start_ticks: micros,
             }))),
@@ -98,11 +106,15 @@ impl Report {
     }
 }
 
-/// Asks the fork server on `socket` for the shepherd of one job: its status file and
-/// plan go with the request (the server has its own copies once this returns).
+/// Asks the fork server on `socket` for the start of one job: its status file and plan
+/// go with the request (the server has its own copies once this returns).
 pub fn request(socket: i32, status_fd: i32, plan_fd: i32) -> io::Result<()> {
-    let fds = [status_fd, plan_fd];
-    let payload = [b'L'];
+    send_with_fds(socket, b'L', [status_fd, plan_fd])
+}
+
+/// Sends the one byte `kind` with the two descriptors `fds` attached.
+fn send_with_fds(socket: i32, kind: u8, fds: [i32; 2]) -> io::Result<()> {
+    let payload = [kind];
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
@@ -136,17 +148,18 @@ pub fn request(socket: i32, status_fd: i32, plan_fd: i32) -> io::Result<()> {
     }
 }
 
-/// The next request on the socket: its two descriptors, moved to 10 and above
-/// (close-on-exec); `None` when the service's end has closed or the request is not one.
-fn receive() -> Option<Result<[i32; 2], ()>> {
+/// The next request on `socket`: its two descriptors, moved to 10 and above
+/// (close-on-exec); `None` when the other end has closed, `Err` with its first byte when
+/// the message is not a request of two descriptors.
+fn receive(socket: i32) -> Option<Result<[i32; 2], u8>> {
     let mut payload = [0u8; 8];
     let mut iov = libc::iovec {
         iov_base: payload.as_mut_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
     };
     let mut control = [0u64; 8];
-    // SAFETY: as in `request`; descriptors are read from the control message only when
-    // the kernel wrote one of the expected kind.
+    // SAFETY: as in `send_with_fds`; descriptors are read from the control message only
+    // when the kernel wrote one of the expected kind.
     unsafe {
         let mut message: libc::msghdr = std::mem::zeroed();
         message.msg_iov = &mut iov;
@@ -154,7 +167,7 @@ fn receive() -> Option<Result<[i32; 2], ()>> {
         message.msg_control = control.as_mut_ptr() as *mut libc::c_void;
         message.msg_controllen = std::mem::size_of_val(&control) as _;
         let n = loop {
-            let n = libc::recvmsg(SOCKET_FD, &mut message, libc::MSG_CMSG_CLOEXEC);
+            let n = libc::recvmsg(socket, &mut message, libc::MSG_CMSG_CLOEXEC);
             if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
                 break n;
             }
@@ -174,14 +187,7 @@ fn receive() -> Option<Result<[i32; 2], ()>> {
             }
             header = libc::CMSG_NXTHDR(&message, header);
         }
-        let moved: Vec<i32> = received
-            .iter()
-            .map(|&fd| {
-                let high = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-                libc::close(fd);
-                high
-            })
-            .collect();
+        let moved: Vec<i32> = received.iter().map(|&fd| high(fd)).collect();
         match moved[..] {
             [status, plan] if status >= 0 && plan >= 0 && payload[0] == b'L' => {
                 Some(Ok([status, plan]))
@@ -190,18 +196,18 @@ fn receive() -> Option<Result<[i32; 2], ()>> {
                 for fd in moved.into_iter().filter(|fd| *fd >= 0) {
                     libc::close(fd);
                 }
-                Some(Err(()))
+                Some(Err(payload[0]))
             }
         }
     }
 }
 
-/// Sends `report`; whether it was sent whole (a service gone is seen on the next poll).
-fn report(report: Report) -> bool {
-    let bytes = report.encode();
+/// Sends `bytes` as one message on `socket`; whether it was sent whole (a peer gone is
+/// seen where it is read from).
+fn send(socket: i32, bytes: &[u8]) -> bool {
     let sent = unsafe {
         libc::send(
-            SOCKET_FD,
+            socket,
             bytes.as_ptr() as *const libc::c_void,
             bytes.len(),
             libc::MSG_NOSIGNAL,
@@ -210,9 +216,279 @@ fn report(report: Report) -> bool {
     sent == bytes.len() as isize
 }
 
+/// Receives one message of at most `N` bytes on `socket`: its length, 0 when the peer
+/// has closed or on an error.
+fn receive_bytes<const N: usize>(socket: i32, into: &mut [u8; N]) -> usize {
+    loop {
+        let n = unsafe { libc::recv(socket, into.as_mut_ptr() as *mut libc::c_void, N, 0) };
+        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return n.max(0) as usize;
+        }
+    }
+}
+
+/// How long the server waits for a shepherd's answer to a request, in milliseconds:
+/// below the service's own wait for the server's answer.
+const ANSWER_WITHIN_MS: i32 = 5_000;
+
+/// Whether `socket` has something to read (or has closed) within `ms` milliseconds.
+fn readable_within(socket: i32, ms: i32) -> bool {
+    let mut polled = [libc::pollfd {
+        fd: socket,
+        events: libc::POLLIN,
+        revents: 0,
+    }];
+    loop {
+        match unsafe { libc::poll(polled.as_mut_ptr(), 1, ms) } {
+            n if n > 0 => return true,
+            0 => return false,
+            _ if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted => {}
+            _ => return false,
+        }
+    }
+}
+
+/// Sends `report` to the service; whether it was sent whole.
+fn report(report: Report) -> bool {
+    send(SOCKET_FD, &report.encode())
+}
+
+/// In a shepherd, its link to the server (and, until its handshake, its job's process's).
+const LINK_FD: i32 = 3;
+/// In a shepherd, the socket on which it tells the server its job ended.
+const ENDS_FD: i32 = 4;
+/// The most idle shepherds kept: more end (the pool grows back with the jobs).
+const IDLE_LIMIT: usize = 64;
+
+/// What a shepherd says on the shared socket when its job ended: `E`, its own pid, the
+/// job's pid and wait status, and the job's CPU time in microseconds, little-endian.
+struct JobEnded {
+    shepherd: i32,
+    job: i32,
+    wait_status: i32,
+    cpu_micros: u64,
+}
+
+impl JobEnded {
+    const SIZE: usize = 21;
+
+    fn encode(&self) -> [u8; Self::SIZE] {
+        let mut bytes = [0; Self::SIZE];
+        bytes[0] = b'E';
+        bytes[1..5].copy_from_slice(&self.shepherd.to_le_bytes());
+        bytes[5..9].copy_from_slice(&self.job.to_le_bytes());
+        bytes[9..13].copy_from_slice(&self.wait_status.to_le_bytes());
+        bytes[13..21].copy_from_slice(&self.cpu_micros.to_le_bytes());
+        bytes
+    }
+
+    fn decode(bytes: &[u8]) -> Option<JobEnded> {
+        if bytes.len() != Self::SIZE || bytes[0] != b'E' {
+            return None;
+        }
+        let int = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+        Some(JobEnded {
+            shepherd: int(1),
+            job: int(5),
+            wait_status: int(9),
+            cpu_micros: u64::from_le_bytes(bytes[13..21].try_into().unwrap()),
+        })
+    }
+}
+
+/// A shepherd of the pool: its pid and the server's end of its link.
+struct Member {
+    pid: i32,
+    link: i32,
+}
+
+/// The server's shepherds.
+struct Pool {
+    idle: Vec<Member>,
+    /// Busy shepherds by pid, with the pid of their job.
+    busy: std::collections::HashMap<i32, (Member, i32)>,
+    /// The socket on which shepherds say their jobs ended: the server reads one end and
+    /// gives each shepherd the other.
+    ends: [i32; 2],
+    /// The server's SIGCHLD signalfd.
+    children: i32,
+    /// The limit of open files the server was started with, which its shepherds (and so
+    /// the jobs) keep: the server raises its own.
+    files_limit: Option<libc::rlimit>,
+}
+
+impl Pool {
+    /// Starts the job whose status file and plan are `fds` in a shepherd: its pid, once
+    /// its process is waiting for the go, and the shepherd that holds it.
+    fn start(&mut self, fds: [i32; 2]) -> Result<(Member, i32), i32> {
+        // A job whose process would get a copy of its shepherd's memory gets a shepherd
+        // that has run nothing before (nothing of another job's plan is in the copy).
+        let fresh_only = memory_may_be_copied();
+        loop {
+            let reused = if fresh_only { None } else { self.idle.pop() };
+            let member = match reused {
+                Some(member) => member,
+                None => self.fork_shepherd()?,
+            };
+            if send_with_fds(member.link, b'L', fds).is_err() {
+                // It ended while idle (its reaping is on the signalfd).
+                unsafe { libc::close(member.link) };
+                continue;
+            }
+            let mut answer = [0u8; 8];
+            // The job's process says its pid at once (it cannot block before); a
+            // shepherd that says nothing in this time is stuck, and is ended.
+            let n = match readable_within(member.link, ANSWER_WITHIN_MS) {
+                true => receive_bytes(member.link, &mut answer),
+                false => {
+                    unsafe { libc::kill(member.pid, libc::SIGKILL) };
+                    0
+                }
+            };
+            let number = i32::from_le_bytes(answer[1..5].try_into().unwrap());
+            return match (n, answer[0]) {
+                (5, b'S') => Ok((member, number)),
+                (5, b'F') => {
+                    self.idle.push(member);
+                    Err(number)
+                }
+                _ => {
+                    unsafe { libc::close(member.link) };
+                    Err(libc::ECHILD)
+                }
+            };
+        }
+    }
+
+    /// Forks a new shepherd: it runs [`shepherd`] on its end of a new link.
+    fn fork_shepherd(&mut self) -> Result<Member, i32> {
+        let errno = || {
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        };
+        let mut ends = [0; 2];
+        // SAFETY: `ends` has room for the two descriptors.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                ends.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(errno());
+        }
+        let (ours, theirs) = (high(ends[0]), high(ends[1]));
+        if ours < 0 || theirs < 0 {
+            unsafe {
+                libc::close(ours);
+                libc::close(theirs);
+            }
+            return Err(libc::EMFILE);
+        }
+        // SAFETY: this process has one thread, so the child may allocate.
+        let pid = unsafe { libc::fork() };
+        if pid != 0 {
+            unsafe { libc::close(theirs) };
+            if pid < 0 {
+                let failed = errno();
+                unsafe { libc::close(ours) };
+                return Err(failed);
+            }
+            return Ok(Member { pid, link: ours });
+        }
+        // The shepherd keeps its link and the ends socket (as fds 3 and 4: over the
+        // service's socket, which it must not hold) and nothing else of the server's:
+        // not the signalfd, not the other shepherds' links.
+        unsafe {
+            if libc::dup2(theirs, LINK_FD) < 0 || libc::dup2(self.ends[1], ENDS_FD) < 0 {
+                libc::_exit(125);
+            }
+            crate::close_from(ENDS_FD as u32 + 1);
+            if let Some(limit) = &self.files_limit {
+                libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+            }
+            libc::_exit(shepherd())
+        }
+    }
+
+    /// A shepherd said its job ended: passed on to the service, and the shepherd is idle.
+    fn ended(&mut self, ended: JobEnded) {
+        if let Some((member, _)) = self.busy.remove(&ended.shepherd) {
+            if self.idle.len() < IDLE_LIMIT {
+                self.idle.push(member);
+            } else {
+                // Its link closed, it ends (and is reaped on the signalfd).
+                unsafe { libc::close(member.link) };
+            }
+        }
+        report(Report::Ended {
+            pid: ended.job,
+            wait_status: ended.wait_status,
+            cpu_micros: ended.cpu_micros,
+        });
+    }
+
+    /// Reaps every shepherd that has ended. One that ended with its job unreported (it
+    /// was killed) reports the job ended as it did.
+    fn reap(&mut self) {
+        let mut drained = [0u8; 128 * 4];
+        while unsafe {
+            libc::read(
+                self.children,
+                drained.as_mut_ptr() as *mut libc::c_void,
+                drained.len(),
+            )
+        } > 0
+        {}
+        loop {
+            let mut status: libc::c_int = 0;
+            let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+            let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
+            if pid <= 0 {
+                return;
+            }
+            if let Some((member, job)) = self.busy.remove(&pid) {
+                unsafe { libc::close(member.link) };
+                report(Report::Ended {
+                    pid: job,
+                    wait_status: status,
+                    cpu_micros: 0,
+                });
+            } else if let Some(at) = self.idle.iter().position(|m| m.pid == pid) {
+                unsafe { libc::close(self.idle.swap_remove(at).link) };
+            }
+        }
+    }
+}
+
+/// Whether a job's process may be given a copy of its shepherd's memory rather than
+/// share it (see `crate::may_share_memory`): the service runs as root and
+/// `fs.suid_dumpable` is not 0.
+fn memory_may_be_copied() -> bool {
+    let root = unsafe { libc::geteuid() } == 0;
+    root && std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
+        .map_or(true, |value| value.trim() != "0")
+}
+
 /// The fork server's `main`. One thread: SIGCHLD is blocked and read from a signalfd, so
-/// that requests and ends are taken in one `poll` loop and a fork never races a handler.
+/// that requests, ends and deaths are taken in one `poll` loop and a fork never races a
+/// handler.
 pub fn serve() -> i32 {
+    // A descriptor per shepherd: as many as jobs run at once, past the usual soft limit.
+    let files_limit = unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        (libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0).then(|| {
+            let raised = libc::rlimit {
+                rlim_cur: limit.rlim_max,
+                ..limit
+            };
+            libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
+            limit
+        })
+    };
     // SAFETY: plain system calls on this process's own signal state and descriptors.
     let children = unsafe {
         let mut chld: libc::sigset_t = std::mem::zeroed();
@@ -225,101 +501,98 @@ pub fn serve() -> i32 {
         }
         fd
     };
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            ends.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return 125;
+    }
+    let mut pool = Pool {
+        idle: Vec::new(),
+        busy: std::collections::HashMap::new(),
+        ends: [high(ends[0]), high(ends[1])],
+        children,
+        files_limit,
+    };
     loop {
-        let mut polled = [
-            libc::pollfd {
-                fd: SOCKET_FD,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: children,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        if unsafe { libc::poll(polled.as_mut_ptr(), 2, -1) } < 0 {
+        let mut polled = [SOCKET_FD, pool.ends[0], children].map(|fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        });
+        if unsafe { libc::poll(polled.as_mut_ptr(), polled.len() as libc::nfds_t, -1) } < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             return 125;
         }
+        // Ends before deaths: a shepherd that ended after saying its job ended is
+        // reaped as one whose job's end was passed on.
         if polled[1].revents != 0 {
-            reap(children);
+            let mut said = [0u8; JobEnded::SIZE];
+            loop {
+                let n = unsafe {
+                    libc::recv(
+                        pool.ends[0],
+                        said.as_mut_ptr() as *mut libc::c_void,
+                        said.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                if n <= 0 {
+                    break;
+                }
+                if let Some(ended) = JobEnded::decode(&said[..n as usize]) {
+                    pool.ended(ended);
+                }
+            }
+        }
+        if polled[2].revents != 0 {
+            pool.reap();
         }
         if polled[0].revents != 0 {
-            match receive() {
+            match receive(SOCKET_FD) {
                 None => return 0,
-                Some(Err(())) => {
+                Some(Err(_)) => {
                     report(Report::Started(Err(libc::EINVAL)));
                 }
                 Some(Ok(fds)) => {
-                    let forked = fork_shepherd(fds, children);
+                    let started = pool.start(fds);
                     unsafe {
                         libc::close(fds[0]);
                         libc::close(fds[1]);
                     }
-                    match forked {
+                    match started {
                         Err(errno) => {
                             report(Report::Started(Err(errno)));
                         }
-                        Ok((pid, handshake)) => answer_start(pid, handshake),
+                        Ok((member, job)) => {
+                            // The job's process is not reaped before it has its go: its
+                            // /proc entry is there.
+                            let start_ticks = start_ticks(job).unwrap_or(0);
+                            let answered = report(Report::Started(Ok(StartedJob {
+                                pid: job,
+                                start_ticks,
+                            })));
+                            let go = if answered { b"g" } else { b"n" };
+                            send(member.link, go);
+                            pool.busy.insert(member.pid, (member, job));
+                        }
                     }
                 }
             }
         }
     }
-}
-
-/// Reaps every shepherd that has ended and reports it.
-fn reap(children: i32) {
-    let mut drained = [0u8; 128 * 4];
-    while unsafe {
-        libc::read(
-            children,
-            drained.as_mut_ptr() as *mut libc::c_void,
-            drained.len(),
-        )
-    } > 0
-    {}
-    loop {
-        let mut status: libc::c_int = 0;
-        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-        let pid = unsafe { libc::wait4(-1, &mut status, libc::WNOHANG, &mut usage) };
-        if pid <= 0 {
-            return;
-        }
-        let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-        report(Report::Ended {
-            pid,
-            wait_status: status,
-            cpu_micros: micros(usage.ru_utime) + micros(usage.ru_stime),
-        });
-    }
-}
-
-/// Waits until the shepherd `pid` leads its own session (it writes a byte on the
-/// handshake), answers the service, and only then lets it go on. A shepherd that ended
-/// first is answered as a failure; one whose answer could not be sent (the service is
-/// gone) gets no go and starts nothing.
-fn answer_start(pid: i32, handshake: i32) {
-    let mut byte = [0u8; 1];
-    let ready = loop {
-        let n = unsafe { libc::read(handshake, byte.as_mut_ptr() as *mut libc::c_void, 1) };
-        if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            break n == 1;
-        }
-    };
-    if !ready {
-        report(Report::Started(Err(libc::ECHILD)));
-    } else {
-        // The shepherd is not reaped before this answer is sent: its /proc entry is there.
-        let start_ticks = start_ticks(pid).unwrap_or(0);
-        if report(Report::Started(Ok(Shepherd { pid, start_ticks }))) {
-            unsafe { libc::write(handshake, b"g".as_ptr() as *const libc::c_void, 1) };
-        }
-    }
-    unsafe { libc::close(handshake) };
 }
 
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`):
@@ -331,92 +604,151 @@ pub fn start_ticks(pid: i32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
-/// A descriptor moved to 10 or above (close-on-exec), so that the child's moves to 3 and
-/// 4 cannot overwrite it.
+/// A descriptor moved to 10 or above (close-on-exec), so that moves to 3 and 4 cannot
+/// overwrite it.
 fn high(fd: i32) -> i32 {
     let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
     unsafe { libc::close(fd) };
     moved
 }
 
-/// Forks the shepherd of the job whose status file and plan are `fds`: its pid and this
-/// process's end of the handshake (see [`answer_start`]).
-fn fork_shepherd(fds: [i32; 2], children: i32) -> Result<(i32, i32), i32> {
-    let errno = || {
-        io::Error::last_os_error()
+/// A shepherd of the pool: runs the jobs it is handed on its link one after another,
+/// until the link closes (the server ended). Its exit code.
+fn shepherd() -> i32 {
+    crate::settle_signals();
+    // SIGCHLD, blocked in the server for its signalfd, at its default again.
+    unsafe {
+        let mut chld: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut chld);
+        libc::sigaddset(&mut chld, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &chld, std::ptr::null_mut());
+    }
+    let mut served = false;
+    loop {
+        let fds = match receive(LINK_FD) {
+            None => return 0,
+            // A request whose descriptors did not come (no room for them).
+            Some(Err(b'L')) => {
+                send(LINK_FD, &failure(libc::EMFILE));
+                continue;
+            }
+            // The go for a job's process that ended before it read it (killed as it
+            // started): nothing to answer.
+            Some(Err(_)) => continue,
+            Some(Ok(fds)) => fds,
+        };
+        let ran = run_one(fds, served);
+        // The plan, read; the status file was closed by `run_one` once a job ran.
+        unsafe { libc::close(fds[1]) };
+        match ran {
+            Ok(ended) => {
+                served = true;
+                send(ENDS_FD, &ended.encode());
+            }
+            Err(errno) => {
+                unsafe { libc::close(fds[0]) };
+                send(LINK_FD, &failure(errno));
+            }
+        }
+    }
+}
+
+/// What a shepherd says on its link when it cannot start the job it was handed.
+fn failure(errno: i32) -> [u8; 5] {
+    let mut said = [b'F', 0, 0, 0, 0];
+    said[1..].copy_from_slice(&errno.to_le_bytes());
+    said
+}
+
+/// Runs the job whose status file and plan are `fds` to its end (the shepherd has
+/// `served` jobs before: its memory holds what is left of their plans), and closes the
+/// status file. `Err` with an `errno` when it could not be started (its process never
+/// existed; the status file is left open).
+fn run_one([status, plan]: [i32; 2], served: bool) -> Result<JobEnded, i32> {
+    use std::io::Read;
+    use std::os::fd::FromRawFd;
+    let mut plan_bytes = Vec::new();
+    // SAFETY: `plan` is this process's own copy, read once; the caller closes it.
+    let mut plan_file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(plan) });
+    plan_file
+        .read_to_end(&mut plan_bytes)
+        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let plan = crate::Plan::decode(&plan_bytes).ok_or(libc::EINVAL)?;
+    // A job in a guest has a shepherd of its own, started with the guest's descriptors.
+    if plan.guest {
+        return Err(libc::EINVAL);
+    }
+    let share_memory = crate::shares_memory(&plan);
+    if !share_memory && served {
+        return Err(libc::EPERM);
+    }
+    let command = crate::Command::of(&plan).ok_or(libc::EINVAL)?;
+    let mut report = [0; 2];
+    // SAFETY: `report` has room for the two descriptors.
+    if unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+        return Err(io::Error::last_os_error()
             .raw_os_error()
-            .unwrap_or(libc::EIO)
+            .unwrap_or(libc::EIO));
+    }
+    let [report_read, report_write] = report;
+    let handshake = crate::Handshake {
+        link: LINK_FD,
+        status,
     };
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            ends.as_mut_ptr(),
+    let job = crate::JobProcess::of(&plan, &command, report_write, Some(handshake));
+    let child = match &job {
+        Some(job) => crate::spawn_the_job(job, share_memory),
+        None => -1,
+    };
+    let errno = io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO);
+    // SAFETY: the write end is this process's own; the child has its copy.
+    unsafe { libc::close(report_write) };
+    if child < 0 {
+        unsafe { libc::close(report_read) };
+        return Err(if job.is_none() { libc::EINVAL } else { errno });
+    }
+    // Its end written and the status file closed before the job is reaped: once its pid
+    // is gone, its end is recorded.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    while unsafe {
+        libc::waitid(
+            libc::P_PID,
+            child as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT,
         )
     } != 0
-    {
-        return Err(errno());
+        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
+    {}
+    let mut wait_status: libc::c_int = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let reason = crate::read_report(report_read);
+    // The wait status, without reaping yet: `waitid` with WNOWAIT gives the code and
+    // signal only, so the reaping `wait4` below gives the status and CPU time; the
+    // code written is from the same status.
+    let code = unsafe {
+        match info.si_code {
+            libc::CLD_EXITED => info.si_status(),
+            _ => 128 + info.si_status(),
+        }
+    };
+    crate::write_end(status, code, &reason);
+    unsafe { libc::close(status) };
+    loop {
+        let rc = unsafe { libc::wait4(child, &mut wait_status, 0, &mut usage) };
+        if rc == child || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            break;
+        }
     }
-    let (ours, theirs) = (high(ends[0]), high(ends[1]));
-    if ours < 0 || theirs < 0 {
-        unsafe {
-            libc::close(ours);
-            libc::close(theirs);
-        }
-        return Err(libc::EMFILE);
-    }
-    // SAFETY: this process has one thread, so the child may allocate; it only rearranges
-    // descriptors and signals, then runs the shepherd and exits.
-    let pid = unsafe { libc::fork() };
-    if pid != 0 {
-        unsafe { libc::close(theirs) };
-        if pid < 0 {
-            let failed = errno();
-            unsafe { libc::close(ours) };
-            return Err(failed);
-        }
-        return Ok((pid, ours));
-    }
-    unsafe {
-        libc::close(ours);
-        // The signalfd first: it may be fd 4. The status file and the plan become fds 3
-        // and 4 (over the socket, which the shepherd must not hold); their copies above
-        // 10 close with `run`'s sweep.
-        libc::close(children);
-        if libc::dup2(fds[0], STATUS_FD) < 0 || libc::dup2(fds[1], PLAN_FD) < 0 {
-            libc::_exit(125);
-        }
-        // Its own session and its signals settled first (SIGCHLD, blocked for the
-        // server's signalfd, is unblocked only then, and the signals passed on to the job
-        // stay blocked until it exists), then the handshake.
-        if crate::prepare().is_err() {
-            libc::_exit(125);
-        }
-        let mut passed_on: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut passed_on);
-        for signal in crate::PASSED_ON {
-            libc::sigaddset(&mut passed_on, signal);
-        }
-        libc::sigprocmask(libc::SIG_SETMASK, &passed_on, std::ptr::null_mut());
-        let mut go = [0u8; 1];
-        if libc::write(theirs, b"r".as_ptr() as *const libc::c_void, 1) != 1 {
-            libc::_exit(125);
-        }
-        let n = loop {
-            let n = libc::read(theirs, go.as_mut_ptr() as *mut libc::c_void, 1);
-            if n >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-                break n;
-            }
-        };
-        if n != 1 || go[0] != b'g' {
-            libc::_exit(125);
-        }
-        libc::close(theirs);
-    }
-    std::process::exit(crate::run())
+    let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
+    Ok(JobEnded {
+        shepherd: unsafe { libc::getpid() },
+        job: child,
+        wait_status,
+        cpu_micros: micros(usage.ru_utime) + micros(usage.ru_stime),
+    })
 }
 
 #[cfg(test)]
@@ -426,7 +758,7 @@ mod tests {
     #[test]
     fn reports_read_back_as_written() {
         for report in [
-            Report::Started(Ok(Shepherd {
+            Report::Started(Ok(StartedJob {
                 pid: 4242,
                 start_ticks: 1 << 40,
             })),
@@ -440,6 +772,18 @@ mod tests {
             assert_eq!(Report::decode(&report.encode()), Some(report));
         }
         assert_eq!(Report::decode(b"short"), None);
+        let ended = JobEnded {
+            shepherd: 12,
+            job: 34,
+            wait_status: 0x0900,
+            cpu_micros: u64::MAX,
+        };
+        let read = JobEnded::decode(&ended.encode()).unwrap();
+        assert_eq!(
+            (read.shepherd, read.job, read.wait_status, read.cpu_micros),
+            (12, 34, 0x0900, u64::MAX)
+        );
+        assert!(JobEnded::decode(&ended.encode()[..20]).is_none());
         assert_eq!(Report::decode(&[b'X'; REPORT_SIZE]), None);
     }
 }

@@ -22,6 +22,12 @@
 //! it could not start goes to the shepherd on the report pipe, and from there to the
 //! status file's second line.
 //!
+//! Jobs on this machine are run by shepherds of the [`fork_server`]'s pool, each running
+//! one job after another: the status file and plan come on a socket instead, and the
+//! job's process leads its own session and process group (see `Handshake`); signals
+//! reach it directly. What follows is the shepherd of a job in a guest, a process of its
+//! own.
+//!
 //! It leads the job's session and process group. The signals the service sends to the
 //! group (SIGTERM, SIGSTOP, SIGCONT, SIGKILL) reach the job directly, so the shepherd
 //! ignores SIGTERM, SIGINT, SIGHUP and SIGQUIT to outlive the job and record how it
@@ -301,10 +307,10 @@ pub fn run() -> i32 {
         return 125;
     }
     let [report_read, report_write] = report;
-    let Some(job) = JobProcess::of(&plan, &command, report_write) else {
+    let Some(job) = JobProcess::of(&plan, &command, report_write, None) else {
         return 125;
     };
-    let child = spawn_the_job(&job);
+    let child = spawn_the_job(&job, shares_memory(&plan));
     if child < 0 {
         return 125;
     }
@@ -320,21 +326,45 @@ pub fn run() -> i32 {
     // SAFETY: the write end is this process's own; the child has its copy.
     unsafe { libc::close(report_write) };
     let code = wait_for(child);
-    // SAFETY: the read end is this process's own, read once here.
+    let reason = read_report(report_read);
+    write_end(STATUS_FD, code, &reason);
+    code
+}
+
+/// Why the job could not start, as its process wrote it on the report pipe (read once
+/// the process ended; the read end, non-blocking, is closed here).
+fn read_report(report_read: i32) -> String {
+    // SAFETY: the read end is the caller's own, read once here.
     let mut report_file = unsafe { std::fs::File::from_raw_fd(report_read) };
     let mut reason = Vec::new();
     let _ = (&mut report_file)
         .take(REPORT_LIMIT as u64)
         .read_to_end(&mut reason);
     let reason = String::from_utf8_lossy(&reason);
-    // SAFETY: fd 3 is the status file the service opened for this process.
-    let mut status = unsafe { std::fs::File::from_raw_fd(STATUS_FD) };
-    let _ = writeln!(status, "{code}");
-    let reason = reason.split_whitespace().collect::<Vec<_>>().join(" ");
-    if !reason.is_empty() {
-        let _ = writeln!(status, "{reason}");
+    reason.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Writes the job's end in its status file `status` (which stays open): its exit code,
+/// then why it could not start, if it said.
+fn write_end(status: i32, code: i32, reason: &str) {
+    // SAFETY: the status file is the caller's, and stays open (not dropped here).
+    let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(status) });
+    let _ = match reason.is_empty() {
+        true => writeln!(file, "{code}"),
+        false => write!(file, "{code}\n{reason}\n"),
+    };
+}
+
+/// The exit code of a process that ended with `wait_status`: its exit status, or 128 +
+/// the signal that ended it.
+fn code_of(wait_status: i32) -> Option<i32> {
+    if libc::WIFEXITED(wait_status) {
+        Some(libc::WEXITSTATUS(wait_status))
+    } else if libc::WIFSIGNALED(wait_status) {
+        Some(128 + libc::WTERMSIG(wait_status))
+    } else {
+        None
     }
-    code
 }
 
 /// What the job's process needs, all made before it is cloned. From the clone to its exec
@@ -358,6 +388,19 @@ struct JobProcess<'a> {
     envp: Vec<*const libc::c_char>,
     /// Who the job runs as, for a message (`USER` in its environment).
     user: &'a [u8],
+    /// Started by a pooled shepherd (see [`fork_server`]): what the process does first.
+    handshake: Option<Handshake>,
+}
+
+/// What the job's process of a pooled shepherd does before anything of the job: it leads
+/// a session of its own (the shepherd, which runs one job after another, leads none),
+/// writes `pid <n>` in the status file, says `S` and its pid on the shepherd's link to
+/// the fork server, and goes on only when the server answers `g` (once the service has
+/// its pid). Both descriptors close before the job's user is switched to.
+#[derive(Debug, Clone, Copy)]
+struct Handshake {
+    link: i32,
+    status: i32,
 }
 
 /// An output's path, and its file under the default name should the path be a directory.
@@ -371,7 +414,12 @@ const SHELL: &std::ffi::CStr = c"/bin/sh";
 
 impl<'a> JobProcess<'a> {
     /// `None` when the plan has no command.
-    fn of(plan: &'a Plan, command: &'a Command, report_write: i32) -> Option<Self> {
+    fn of(
+        plan: &'a Plan,
+        command: &'a Command,
+        report_write: i32,
+        handshake: Option<Handshake>,
+    ) -> Option<Self> {
         if command.argv.is_empty() {
             return None;
         }
@@ -413,6 +461,7 @@ impl<'a> JobProcess<'a> {
                 .iter()
                 .find_map(|e| e.as_bytes().strip_prefix(b"USER="))
                 .unwrap_or(b"of the job"),
+            handshake,
         })
     }
 }
@@ -433,7 +482,7 @@ const JOB_STACK: usize = 256 * 1024;
 /// default), so the user can neither trace the process nor read or write its memory.
 /// Where the site has set it otherwise, the memory is copied, as by a fork
 /// ([`may_share_memory`]).
-fn spawn_the_job(job: &JobProcess) -> i32 {
+fn spawn_the_job(job: &JobProcess, share_memory: bool) -> i32 {
     // SAFETY: sysconf has no preconditions.
     let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         size if size > 0 => size as usize,
@@ -458,12 +507,7 @@ fn spawn_the_job(job: &JobProcess) -> i32 {
             return -1;
         }
         let top = (base as *mut u8).add(JOB_STACK + page) as *mut libc::c_void;
-        let suid_dumpable = match job.plan.switch_to {
-            Some(_) => std::fs::read_to_string("/proc/sys/fs/suid_dumpable").ok(),
-            None => None,
-        };
-        let shared = match may_share_memory(job.plan.switch_to.is_some(), suid_dumpable.as_deref())
-        {
+        let shared = match share_memory {
             true => libc::CLONE_VM,
             false => 0,
         };
@@ -476,6 +520,16 @@ fn spawn_the_job(job: &JobProcess) -> i32 {
         libc::munmap(base, JOB_STACK + page);
         child
     }
+}
+
+/// Whether the process of the job of `plan` may share the shepherd's memory (see
+/// [`may_share_memory`]).
+fn shares_memory(plan: &Plan) -> bool {
+    let suid_dumpable = match plan.switch_to {
+        Some(_) => std::fs::read_to_string("/proc/sys/fs/suid_dumpable").ok(),
+        None => None,
+    };
+    may_share_memory(plan.switch_to.is_some(), suid_dumpable.as_deref())
 }
 
 /// Whether the job's process may share the shepherd's memory until its exec: always when
@@ -498,6 +552,11 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     // has exec'd or exited.
     let job = unsafe { &*(arg as *const JobProcess) };
     let plan = job.plan;
+    if let Some(handshake) = job.handshake
+        && !shake_hands(handshake)
+    {
+        unsafe { libc::_exit(125) };
+    }
     unsafe {
         // Every signal at its default and none blocked (Rust's runtime ignores SIGPIPE,
         // and an ignored signal stays ignored across exec).
@@ -546,6 +605,41 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     become_the_job(job)
 }
 
+/// The job's process's side of a [`Handshake`]: whether it may go on. Async-signal-safe
+/// and allocation-free, as all of [`job_process`].
+fn shake_hands(handshake: Handshake) -> bool {
+    // SAFETY: plain system calls on this process's own descriptors and stack.
+    unsafe {
+        if libc::setsid() < 0 {
+            return false;
+        }
+        let pid = libc::getpid();
+        Message::new()
+            .text(b"pid ")
+            .number(pid as u64)
+            .text(b"\n")
+            .write_to(handshake.status);
+        let mut said = [b'S', 0, 0, 0, 0];
+        said[1..].copy_from_slice(&pid.to_le_bytes());
+        let sent = libc::send(
+            handshake.link,
+            said.as_ptr() as *const libc::c_void,
+            said.len(),
+            libc::MSG_NOSIGNAL,
+        );
+        if sent != said.len() as isize {
+            return false;
+        }
+        let mut go = [0u8; 1];
+        loop {
+            let n = libc::read(handshake.link, go.as_mut_ptr() as *mut libc::c_void, 1);
+            if n >= 0 || *libc::__errno_location() != libc::EINTR {
+                return n == 1 && go[0] == b'g';
+            }
+        }
+    }
+}
+
 /// How `child` ended: its exit status, or 128 + the signal that ended it. Its pid is
 /// forgotten before it is reaped, so that no signal is passed on to a process that
 /// takes the pid over.
@@ -572,11 +666,8 @@ fn wait_for(child: i32) -> i32 {
         let mut status: libc::c_int = 0;
         let rc = unsafe { libc::waitpid(child, &mut status, 0) };
         if rc == child {
-            if libc::WIFEXITED(status) {
-                return libc::WEXITSTATUS(status);
-            }
-            if libc::WIFSIGNALED(status) {
-                return 128 + libc::WTERMSIG(status);
+            if let Some(code) = code_of(status) {
+                return code;
             }
         } else if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
             return 125;
@@ -749,21 +840,24 @@ impl Message {
     fn reason(&mut self, errno: i32) -> &mut Message {
         match errno_text(errno) {
             Some(text) => self.text(text.as_bytes()),
-            None => {
-                let mut digits = [0u8; 12];
-                let mut at = digits.len();
-                let mut rest = errno.unsigned_abs();
-                loop {
-                    at -= 1;
-                    digits[at] = b'0' + (rest % 10) as u8;
-                    rest /= 10;
-                    if rest == 0 {
-                        break;
-                    }
-                }
-                self.text(b"error ").text(&digits[at..])
+            None => self.text(b"error ").number(errno.unsigned_abs() as u64),
+        }
+    }
+
+    /// `number` in decimal.
+    fn number(&mut self, number: u64) -> &mut Message {
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = number;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
             }
         }
+        self.text(&digits[at..])
     }
 
     /// Writes the message whole (a pipe or the job's error file); errors are ignored,
@@ -851,7 +945,7 @@ mod tests {
             environment: vec![("USER".into(), "bob".into()), ("X".into(), "1".into())],
         };
         let command = Command::of(&plan).unwrap();
-        let job = JobProcess::of(&plan, &command, 7).unwrap();
+        let job = JobProcess::of(&plan, &command, 7, None).unwrap();
         let texts = |pointers: &[*const libc::c_char]| -> Vec<String> {
             assert!(pointers.last().unwrap().is_null(), "ends with a null");
             pointers[..pointers.len() - 1]
@@ -880,7 +974,8 @@ mod tests {
             argv: vec![],
             ..plan.clone()
         };
-        assert!(JobProcess::of(&no_command, &Command::of(&no_command).unwrap(), 7).is_none());
+        let no_command_either = Command::of(&no_command).unwrap();
+        assert!(JobProcess::of(&no_command, &no_command_either, 7, None).is_none());
     }
 
     #[test]
@@ -896,6 +991,9 @@ mod tests {
         let mut unknown = Message::new();
         unknown.reason(4095);
         assert_eq!(&unknown.bytes[..unknown.len], b"error 4095");
+        let mut pid = Message::new();
+        pid.text(b"pid ").number(0).text(b" ").number(u64::MAX);
+        assert_eq!(&pid.bytes[..pid.len], b"pid 0 18446744073709551615");
         let mut long = Message::new();
         long.text(&[b'a'; 700]).text(&[b'b'; 700]);
         assert_eq!(long.len, REPORT_LIMIT);

@@ -840,9 +840,9 @@ fn parent_of(pid: i64) -> Option<i64> {
     stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
-/// The shepherds' fork server is the parent of the jobs' shepherds. Killed, the jobs it
-/// started still end with their codes (watched as after a restart), and the next job
-/// gets a new one.
+/// The shepherds' fork server is the parent of the jobs' shepherds, and a job leads its
+/// own session. Killed, the jobs it started still end with their codes (written by their
+/// shepherds, watched as after a restart), and the next job gets a new one.
 #[test]
 fn jobs_outlive_their_shepherds_fork_server() {
     let server = TestServer::start();
@@ -870,17 +870,44 @@ fn jobs_outlive_their_shepherds_fork_server() {
         "the shepherd's parent is {}",
         String::from_utf8_lossy(&command)
     );
+    let session = |pid: i64| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let fields: Vec<String> = stat[stat.rfind(')').unwrap() + 2..]
+            .split(' ')
+            .map(String::from)
+            .collect();
+        (fields[2].clone(), fields[3].clone())
+    };
+    assert_eq!(
+        session(job),
+        (job.to_string(), job.to_string()),
+        "the job leads its group and session"
+    );
+    let held = |pid: i64| -> Vec<String> {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|entry| {
+                let target = std::fs::read_link(entry.unwrap().path()).unwrap_or_default();
+                target.to_string_lossy().into_owned()
+            })
+            .collect()
+    };
     // Nothing of the fork server's (its socket to the service, its signalfd) reaches
-    // the shepherd or the job: their descriptors are files and pipes only.
-    for pid in [shepherd, job] {
-        for entry in std::fs::read_dir(format!("/proc/{pid}/fd")).unwrap() {
-            let target = std::fs::read_link(entry.unwrap().path()).unwrap_or_default();
-            let target = target.to_string_lossy();
-            assert!(
-                !target.starts_with("socket:") && !target.contains("signalfd"),
-                "process {pid} holds {target}"
-            );
-        }
+    // the shepherd, nor anything but files and pipes the job.
+    let service_socket = std::fs::read_link(format!("/proc/{fork_server}/fd/3")).unwrap();
+    let service_socket = service_socket.to_string_lossy();
+    assert!(service_socket.starts_with("socket:"), "{service_socket}");
+    for target in held(shepherd) {
+        assert!(
+            target != service_socket && !target.contains("signalfd"),
+            "the shepherd holds {target}"
+        );
+    }
+    for target in held(job) {
+        assert!(
+            !target.starts_with("socket:") && !target.contains("signalfd"),
+            "the job holds {target}"
+        );
     }
     unsafe { libc::kill(fork_server as i32, libc::SIGKILL) };
 

@@ -299,10 +299,17 @@ fn nix_group_id(name: &str) -> u32 {
         .unwrap()
 }
 
+/// The parent of a process, `None` when it is gone.
+fn parent_of(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+}
+
 // 1c. Until its exec, the job's process shares the memory of its shepherd, a root
 // process (it is cloned with it, not forked). Stopped there after the switch to bob (its
 // output is a FIFO no one reads yet), it cannot be read or written through
-// `/proc/<pid>/mem` by bob, whose own processes can: the kernel keeps him out.
+// `/proc/<pid>/mem` by bob, whose own processes can: the kernel keeps him out. Nor does
+// it hold up anyone else's job: its shepherd waits for it, others start the next jobs.
 #[test]
 fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
     if !system_accounts() {
@@ -324,11 +331,13 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         &json!({"commandFile": "/bin/true", "initialWorkingDirectory": work.path(),
                "standardOutputFilePath": fifo, "standardErrorFilePath": "/dev/null"}),
     ));
+    // The job's process writes its pid first.
     let status = wait_for_file(&spool.join(format!("{id}.status")));
-    let shepherd: u32 = status
+    let job: u32 = status
         .strip_prefix("pid ")
         .and_then(|rest| rest.trim().parse().ok())
         .unwrap_or_else(|| panic!("{status}"));
+    let shepherd = parent_of(job).expect("the job's shepherd");
     let bobs_uid = String::from_utf8(
         std::process::Command::new("id")
             .args(["-u", BOB])
@@ -344,18 +353,9 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
         Some(uids.split_whitespace().next()?.to_string())
     };
-    let job = std::cell::Cell::new(0u32);
     wait_until("the job's process to wait on its output as bob", || {
-        let children =
-            std::fs::read_to_string(format!("/proc/{shepherd}/task/{shepherd}/children"))
-                .unwrap_or_default();
-        let Some(child) = children.split_whitespace().next() else {
-            return false;
-        };
-        job.set(child.parse().unwrap());
-        uid_of(child).as_deref() == Some(bobs_uid.trim())
+        uid_of(&job.to_string()).as_deref() == Some(bobs_uid.trim())
     });
-    let job = job.get();
     // Cloned with the shepherd's memory where fs.suid_dumpable is 0 (as here): what bob
     // tries below is against root's own memory, not a copy.
     if std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
@@ -402,6 +402,23 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         uid_of(&job.to_string()).as_deref(),
         Some(bobs_uid.trim()),
         "still bob's, still waiting"
+    );
+    // Meanwhile other jobs (bob's own, carol's) start, run and end.
+    for user in [BOB, CAROL] {
+        let other = submitted(&submit_as(
+            &server,
+            as_(user),
+            &json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
+                   "standardOutputFilePath": "/dev/null",
+                   "standardErrorFilePath": "/dev/null"}),
+        ));
+        let done = wait_state_v2(&server, &other, "Completed");
+        assert_eq!(done["completionCode"], 0, "{done}");
+    }
+    assert_eq!(
+        parent_of(job),
+        Some(shepherd),
+        "still waiting on its output"
     );
     // Read, the FIFO lets the job go on; it ends as it would have.
     let mut output = String::new();

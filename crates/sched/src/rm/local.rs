@@ -2,9 +2,12 @@
 //! process group of its own, run as the job's system user.
 //!
 //! Each job has a [`shepherd`](super::shepherd): a process of the service's user that
-//! starts it, waits for it and writes its pid and exit status into the job's status file
-//! (the service's, mode 0700), for a service that restarts meanwhile. Nothing the
-//! service reads there is in a place, or a descriptor, of the job's user. The job's
+//! starts it, waits for it and writes its exit status into the job's status file (the
+//! service's, mode 0700), for a service that restarts meanwhile; the job's process
+//! writes its pid there first. A job on this machine leads its own session and process
+//! group, and its shepherd is one of a pool the fork server keeps, each running one job
+//! after another; a job in a guest has a shepherd of its own, which leads the group.
+//! Nothing the service reads there is in a place, or a descriptor, of the job's user. The job's
 //! process enters the working directory and opens the output files *after* the switch
 //! to the job's user (`shepherd::Setup`: a job can only write where its user may), then
 //! becomes the command; no shell stands between, unless the command file is a script
@@ -462,14 +465,14 @@ impl ResourceManager for LocalResourceManager {
             .as_ref()
             .zip(program.as_ref())
             .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
-        // The fork server reads the start time before it can reap the shepherd; a
-        // process this service forked is its child, not reaped before it is read here.
+        // The fork server reads the job's start time before it lets it go on; a shepherd
+        // this service forked is its child, not reaped before it is read here.
         let (pid, start_ticks) = match guest_fds {
             None => {
-                let shepherd =
-                    self.fork_server
-                        .start(&launch.job_id, &spool, status_fd, plan_fd)?;
-                (shepherd.pid, shepherd.start_ticks)
+                let job = self
+                    .fork_server
+                    .start(&launch.job_id, &spool, status_fd, plan_fd)?;
+                (job.pid, job.start_ticks)
             }
             Some(guest_fds) => {
                 let pid = self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?;
@@ -484,9 +487,9 @@ impl ResourceManager for LocalResourceManager {
             spool: spool.to_string_lossy().into_owned(),
             rm_job_id: None,
         };
-        // The shepherd writes its pid first in its status file: a restart that finds
-        // the start unrecorded stops what that names (`abandon`). The fork server
-        // reports the ends of the shepherds it made.
+        // The job's process (in a guest: its shepherd) writes its pid first in its
+        // status file: a restart that finds the start unrecorded stops what that names
+        // (`abandon`). The fork server reports the ends of the jobs it started.
         if launch.guest.is_some() {
             self.watch_child(launch.job_id, pid, spool);
         }
@@ -692,7 +695,10 @@ fn read_status(spool: &Path) -> Option<Status> {
     })
 }
 
-/// The recorded process still exists (same pid, same start time) and is not a zombie.
+/// The recorded process still exists (same pid, same start time), a zombie included: a
+/// job's shepherd writes its end in the status file before it reaps it, so its end is
+/// recorded only once its pid is gone. (A shepherd recorded by an earlier version wrote
+/// it before it ended.)
 pub fn is_alive(process: &ProcessRecord) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", process.pid)) else {
         return false;
@@ -703,7 +709,7 @@ pub fn is_alive(process: &ProcessRecord) -> bool {
     let mut fields = stat[close + 2..].split_whitespace();
     let state = fields.next().unwrap_or("Z");
     let ticks: Option<u64> = fields.nth(18).and_then(|t| t.parse().ok());
-    state != "Z" && state != "X" && (process.start_ticks == 0 || ticks == Some(process.start_ticks))
+    state != "X" && (process.start_ticks == 0 || ticks == Some(process.start_ticks))
 }
 
 /// Whether any process of the group led by `pgid` is left.

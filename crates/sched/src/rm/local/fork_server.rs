@@ -1,12 +1,13 @@
-//! The service's side of the shepherds' fork server (`shepherd::fork_server`): one
-//! process, started on the first job and again whenever it has ended, that forks each
-//! job's shepherd (a fork of a small process, where starting the shepherd's program costs
-//! an exec and its dynamic loading). It is the shepherds' parent: a reader thread takes
-//! its reports, answers the start waiting for its pid, and reports each shepherd's end
-//! (wait status and CPU time) as a job watcher thread did, without a thread per job.
+//! The service's side of the fork server (`shepherd::fork_server`): one process,
+//! started on the first job and again whenever it has ended, that keeps a pool of
+//! shepherds and starts each job in one of them (no program is started and no process
+//! forked for a job but the job's own). A reader thread takes its reports, answers the
+//! start waiting for its job's pid, and reports each job's end (wait status and CPU
+//! time) as a job watcher thread did, without a thread per job.
 //!
-//! Should it end (killed), the shepherds it made live on; the reader hands each one to a
-//! poller, as a restarted service does, and the next start makes a new server.
+//! Should it end (killed), the jobs it started live on, and their shepherds with them;
+//! the reader hands each job to a poller, as a restarted service does, and the next
+//! start makes a new server.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -16,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use super::super::shepherd::fork_server::{self, Report, Shepherd};
+use super::super::shepherd::fork_server::{self, Report, StartedJob};
 use super::super::{RmEvent, RmNotify};
 use crate::job::ProcessRecord;
 
@@ -39,7 +40,7 @@ struct Connection {
     /// answers them in order).
     asked: Arc<Mutex<VecDeque<Asked>>>,
     /// The answers, from the reader thread; closed when the server has ended.
-    answers: Receiver<Result<Shepherd, i32>>,
+    answers: Receiver<Result<StartedJob, i32>>,
     ended: Arc<AtomicBool>,
 }
 
@@ -49,7 +50,7 @@ struct Asked {
 }
 
 impl ForkServer {
-    /// Shepherds forked from `program job-shepherd fork-server`, their ends reported on
+    /// Jobs started by `program job-shepherd fork-server`, their ends reported on
     /// `events`. Nothing starts until the first job.
     pub(super) fn new(program: PathBuf, events: RmNotify) -> ForkServer {
         ForkServer {
@@ -59,15 +60,16 @@ impl ForkServer {
         }
     }
 
-    /// Forks the shepherd of `job_id`, with its status file (at `spool`) and plan; its
-    /// pid and start time. Its end is reported on the events.
+    /// Starts `job_id` in a shepherd of the pool, with its status file (at `spool`) and
+    /// plan: the pid and start time of the job's process, which leads its group. Its end
+    /// is reported on the events.
     pub(super) fn start(
         &self,
         job_id: &str,
         spool: &Path,
         status_fd: i32,
         plan_fd: i32,
-    ) -> Result<Shepherd, String> {
+    ) -> Result<StartedJob, String> {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
         // A server that ended is replaced once; a request it never received made nothing.
         for _ in 0..2 {
@@ -91,12 +93,12 @@ impl ForkServer {
                 *current = None;
                 continue;
             }
-            // A shepherd starts its job only once this answer was sent: when none comes,
-            // nothing runs (the server is ended, and with it the shepherd's handshake).
+            // A job's process goes on only once this answer was sent: when none comes,
+            // nothing runs (the server is ended, and with it the job's handshake).
             return match connection.answers.recv_timeout(ANSWER_WITHIN) {
-                Ok(Ok(shepherd)) => Ok(shepherd),
+                Ok(Ok(job)) => Ok(job),
                 Ok(Err(errno)) => Err(format!(
-                    "cannot fork the shepherd of {job_id}: {}",
+                    "cannot start the shepherd of {job_id}: {}",
                     io::Error::from_raw_os_error(errno)
                 )),
                 Err(e) => {
@@ -177,14 +179,14 @@ struct Reader {
     socket: Arc<OwnedFd>,
     server: i32,
     asked: Arc<Mutex<VecDeque<Asked>>>,
-    answer: Sender<Result<Shepherd, i32>>,
+    answer: Sender<Result<StartedJob, i32>>,
     ended: Arc<AtomicBool>,
     events: RmNotify,
 }
 
 impl Reader {
     fn run(self) {
-        // The shepherds this server made and that have not ended: pid to job, spool and
+        // The jobs this server started and that have not ended: pid to job, spool and
         // start time.
         let mut running: HashMap<i32, (Asked, u64)> = HashMap::new();
         let mut bytes = [0u8; 64];
@@ -207,8 +209,8 @@ impl Reader {
             match Report::decode(&bytes[..n as usize]) {
                 Some(Report::Started(outcome)) => {
                     let asked = self.asked.lock().unwrap().pop_front();
-                    if let (Ok(shepherd), Some(asked)) = (outcome, asked) {
-                        running.insert(shepherd.pid, (asked, shepherd.start_ticks));
+                    if let (Ok(job), Some(asked)) = (outcome, asked) {
+                        running.insert(job.pid, (asked, job.start_ticks));
                     }
                     let _ = self.answer.send(outcome);
                 }
@@ -231,7 +233,7 @@ impl Reader {
         drop(self.answer);
         // The server is this process's child.
         unsafe { libc::waitpid(self.server, std::ptr::null_mut(), 0) };
-        // Its shepherds live on without it: watched as a restart watches them.
+        // Its jobs live on without it: watched as a restart watches them.
         for (pid, (Asked { job_id, spool }, start_ticks)) in running {
             let record = ProcessRecord {
                 pid,
