@@ -51,21 +51,25 @@ pub enum Report {
     /// The answer to the latest request: the job's process, or the `errno` of the
     /// failure to start it.
     Started(Result<StartedJob, i32>),
-    /// A job ended: its pid, its wait status, and the CPU time it used, in microseconds
-    /// (a job whose shepherd was killed: the shepherd's wait status, and no time).
+    /// A job ended: its pid, its wait status, and the CPU time it used, in microseconds.
     Ended {
         pid: i32,
         wait_status: i32,
         cpu_micros: u64,
     },
+    /// The shepherd of the job `pid` ended (was killed) before it: nothing will report
+    /// the job's end, which only watching the process tells (and its exit status is
+    /// lost).
+    Lost { pid: i32 },
 }
 
 /// The size of every report on the wire.
 pub const REPORT_SIZE: usize = 17;
 
 impl Report {
-    /// A kind byte (`S` started, `F` failed, `E` ended), then the pid or `errno`, the
-    /// wait status and the CPU time (a start: its start time), little-endian.
+    /// A kind byte (`S` started, `F` failed, `E` ended, `L` lost), then the pid or
+    /// `errno`, the wait status and the CPU time (a start: its start time),
+    /// little-endian.
     pub fn encode(&self) -> [u8; REPORT_SIZE] {
         let (kind, pid, status, micros) = match *self {
             Report::Started(Ok(job)) => (b'S', job.pid, 0, job.start_ticks),
@@ -75,6 +79,7 @@ impl Report {
                 wait_status,
                 cpu_micros,
             } => (b'E', pid, wait_status, cpu_micros),
+            Report::Lost { pid } => (b'L', pid, 0, 0),
         };
         let mut bytes = [0; REPORT_SIZE];
         bytes[0] = kind;
@@ -101,6 +106,7 @@ impl Report {
                 wait_status: int(5),
                 cpu_micros: micros,
             }),
+            b'L' => Some(Report::Lost { pid: int(1) }),
             _ => None,
         }
     }
@@ -261,16 +267,18 @@ const ENDS_FD: i32 = 4;
 const IDLE_LIMIT: usize = 64;
 
 /// What a shepherd says on the shared socket when its job ended: `E`, its own pid, the
-/// job's pid and wait status, and the job's CPU time in microseconds, little-endian.
+/// job's pid and wait status, and the job's CPU time in microseconds, little-endian,
+/// then whether the shepherd ends now rather than waiting for another job.
 struct JobEnded {
     shepherd: i32,
     job: i32,
     wait_status: i32,
     cpu_micros: u64,
+    retiring: bool,
 }
 
 impl JobEnded {
-    const SIZE: usize = 21;
+    const SIZE: usize = 22;
 
     fn encode(&self) -> [u8; Self::SIZE] {
         let mut bytes = [0; Self::SIZE];
@@ -279,6 +287,7 @@ impl JobEnded {
         bytes[5..9].copy_from_slice(&self.job.to_le_bytes());
         bytes[9..13].copy_from_slice(&self.wait_status.to_le_bytes());
         bytes[13..21].copy_from_slice(&self.cpu_micros.to_le_bytes());
+        bytes[21] = self.retiring as u8;
         bytes
     }
 
@@ -292,6 +301,7 @@ impl JobEnded {
             job: int(5),
             wait_status: int(9),
             cpu_micros: u64::from_le_bytes(bytes[13..21].try_into().unwrap()),
+            retiring: bytes[21] != 0,
         })
     }
 }
@@ -414,10 +424,11 @@ impl Pool {
         }
     }
 
-    /// A shepherd said its job ended: passed on to the service, and the shepherd is idle.
+    /// A shepherd said its job ended: passed on to the service, and the shepherd is idle
+    /// (unless it ends, too many are, or jobs get fresh shepherds only).
     fn ended(&mut self, ended: JobEnded) {
         if let Some((member, _)) = self.busy.remove(&ended.shepherd) {
-            if self.idle.len() < IDLE_LIMIT {
+            if !ended.retiring && self.idle.len() < IDLE_LIMIT && !memory_may_be_copied() {
                 self.idle.push(member);
             } else {
                 // Its link closed, it ends (and is reaped on the signalfd).
@@ -431,9 +442,35 @@ impl Pool {
         });
     }
 
-    /// Reaps every shepherd that has ended. One that ended with its job unreported (it
-    /// was killed) reports the job ended as it did.
+    /// Takes every end the shepherds have said so far.
+    fn take_ends(&mut self) {
+        let mut said = [0u8; JobEnded::SIZE];
+        loop {
+            // SAFETY: `said` is writable for its whole length.
+            let n = unsafe {
+                libc::recv(
+                    self.ends[0],
+                    said.as_mut_ptr() as *mut libc::c_void,
+                    said.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if n <= 0 {
+                return;
+            }
+            if let Some(ended) = JobEnded::decode(&said[..n as usize]) {
+                self.ended(ended);
+            }
+        }
+    }
+
+    /// Reaps every shepherd that has ended (after taking the ends they said). One that
+    /// ended with its job's end unsaid (it was killed) reports the job lost.
     fn reap(&mut self) {
+        self.take_ends();
         let mut drained = [0u8; 128 * 4];
         while unsafe {
             libc::read(
@@ -452,11 +489,7 @@ impl Pool {
             }
             if let Some((member, job)) = self.busy.remove(&pid) {
                 unsafe { libc::close(member.link) };
-                report(Report::Ended {
-                    pid: job,
-                    wait_status: status,
-                    cpu_micros: 0,
-                });
+                report(Report::Lost { pid: job });
             } else if let Some(at) = self.idle.iter().position(|m| m.pid == pid) {
                 unsafe { libc::close(self.idle.swap_remove(at).link) };
             }
@@ -536,26 +569,7 @@ pub fn serve() -> i32 {
         // Ends before deaths: a shepherd that ended after saying its job ended is
         // reaped as one whose job's end was passed on.
         if polled[1].revents != 0 {
-            let mut said = [0u8; JobEnded::SIZE];
-            loop {
-                let n = unsafe {
-                    libc::recv(
-                        pool.ends[0],
-                        said.as_mut_ptr() as *mut libc::c_void,
-                        said.len(),
-                        libc::MSG_DONTWAIT,
-                    )
-                };
-                if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                if n <= 0 {
-                    break;
-                }
-                if let Some(ended) = JobEnded::decode(&said[..n as usize]) {
-                    pool.ended(ended);
-                }
-            }
+            pool.take_ends();
         }
         if polled[2].revents != 0 {
             pool.reap();
@@ -577,6 +591,10 @@ pub fn serve() -> i32 {
                             report(Report::Started(Err(errno)));
                         }
                         Ok((member, job)) => {
+                            // An earlier job that had this pid: its end (or loss) is
+                            // reported first (its shepherd said it before freeing the
+                            // pid, or died before it).
+                            pool.reap();
                             // The job's process is not reaped before it has its go: its
                             // /proc entry is there.
                             let start_ticks = start_ticks(job).unwrap_or(0);
@@ -585,7 +603,10 @@ pub fn serve() -> i32 {
                                 start_ticks,
                             })));
                             let go = if answered { b"g" } else { b"n" };
-                            send(member.link, go);
+                            if !send(member.link, go) {
+                                // It would wait for its go for ever, as root.
+                                unsafe { libc::kill(job, libc::SIGKILL) };
+                            }
                             pool.busy.insert(member.pid, (member, job));
                         }
                     }
@@ -637,18 +658,12 @@ fn shepherd() -> i32 {
             Some(Err(_)) => continue,
             Some(Ok(fds)) => fds,
         };
-        let ran = run_one(fds, served);
+        let ran = run_one(fds, &mut served);
         // The plan, read; the status file was closed by `run_one` once a job ran.
         unsafe { libc::close(fds[1]) };
-        match ran {
-            Ok(ended) => {
-                served = true;
-                send(ENDS_FD, &ended.encode());
-            }
-            Err(errno) => {
-                unsafe { libc::close(fds[0]) };
-                send(LINK_FD, &failure(errno));
-            }
+        if let Err(errno) = ran {
+            unsafe { libc::close(fds[0]) };
+            send(LINK_FD, &failure(errno));
         }
     }
 }
@@ -660,26 +675,30 @@ fn failure(errno: i32) -> [u8; 5] {
     said
 }
 
-/// Runs the job whose status file and plan are `fds` to its end (the shepherd has
-/// `served` jobs before: its memory holds what is left of their plans), and closes the
-/// status file. `Err` with an `errno` when it could not be started (its process never
-/// existed; the status file is left open).
-fn run_one([status, plan]: [i32; 2], served: bool) -> Result<JobEnded, i32> {
+/// Runs the job whose status file and plan are `fds` to its end and closes the status
+/// file. `served`: the shepherd has read a plan before (its memory holds what is left of
+/// it); set once this one is read. `Err` with an `errno` when the job could not be
+/// started (its process never existed; the status file is left open).
+///
+/// The end is written and the status file closed, then said to the server, and only
+/// then is the job reaped: once its pid is gone, its end is recorded, and the server
+/// has its end before a later job can be given the same pid.
+fn run_one([status, plan]: [i32; 2], served: &mut bool) -> Result<(), i32> {
     use std::io::Read;
     use std::os::fd::FromRawFd;
     let mut plan_bytes = Vec::new();
     // SAFETY: `plan` is this process's own copy, read once; the caller closes it.
     let mut plan_file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(plan) });
-    plan_file
-        .read_to_end(&mut plan_bytes)
-        .map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
+    let read = plan_file.read_to_end(&mut plan_bytes);
+    let served_before = std::mem::replace(served, true);
+    read.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
     let plan = crate::Plan::decode(&plan_bytes).ok_or(libc::EINVAL)?;
     // A job in a guest has a shepherd of its own, started with the guest's descriptors.
     if plan.guest {
         return Err(libc::EINVAL);
     }
     let share_memory = crate::shares_memory(&plan);
-    if !share_memory && served {
+    if !share_memory && served_before {
         return Err(libc::EPERM);
     }
     let command = crate::Command::of(&plan).ok_or(libc::EINVAL)?;
@@ -694,6 +713,7 @@ fn run_one([status, plan]: [i32; 2], served: bool) -> Result<JobEnded, i32> {
     let handshake = crate::Handshake {
         link: LINK_FD,
         status,
+        close: [status, report_read, ENDS_FD],
     };
     let job = crate::JobProcess::of(&plan, &command, report_write, Some(handshake));
     let child = match &job {
@@ -709,46 +729,84 @@ fn run_one([status, plan]: [i32; 2], served: bool) -> Result<JobEnded, i32> {
         unsafe { libc::close(report_read) };
         return Err(if job.is_none() { libc::EINVAL } else { errno });
     }
-    // Its end written and the status file closed before the job is reaped: once its pid
-    // is gone, its end is recorded.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    while unsafe {
-        libc::waitid(
-            libc::P_PID,
-            child as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOWAIT,
-        )
-    } != 0
-        && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted
-    {}
-    let mut wait_status: libc::c_int = 0;
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let ended = wait_without_reaping(child);
     let reason = crate::read_report(report_read);
-    // The wait status, without reaping yet: `waitid` with WNOWAIT gives the code and
-    // signal only, so the reaping `wait4` below gives the status and CPU time; the
-    // code written is from the same status.
-    let code = unsafe {
-        match info.si_code {
-            libc::CLD_EXITED => info.si_status(),
-            _ => 128 + info.si_status(),
-        }
+    let (wait_status, cpu_micros) = ended.unwrap_or((0, 0));
+    let code = match ended {
+        Some(_) => crate::code_of(wait_status).unwrap_or(125),
+        None => 125,
     };
     crate::write_end(status, code, &reason);
     unsafe { libc::close(status) };
+    // A process the job made a child of this shepherd (`clone` with CLONE_PARENT) would
+    // stay its child: a shepherd with other children ends after this job (they go to
+    // init), instead of waiting idle with them.
+    let retiring = has_other_children(child);
+    let said = JobEnded {
+        shepherd: unsafe { libc::getpid() },
+        job: child,
+        wait_status,
+        cpu_micros,
+        retiring,
+    };
+    send(ENDS_FD, &said.encode());
     loop {
-        let rc = unsafe { libc::wait4(child, &mut wait_status, 0, &mut usage) };
+        let rc = unsafe { libc::waitpid(child, std::ptr::null_mut(), 0) };
         if rc == child || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
             break;
         }
     }
+    if retiring {
+        unsafe { libc::_exit(0) };
+    }
+    Ok(())
+}
+
+/// Waits until `child` has ended, leaving it a zombie: its wait status and the CPU time
+/// it and the children it waited for used, in microseconds (`waitid` with WNOWAIT and
+/// the kernel's rusage argument, which the C library's wrapper lacks). `None` if the
+/// wait failed.
+fn wait_without_reaping(child: i32) -> Option<(i32, u64)> {
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both out-arguments are writable and outlive the call.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_waitid,
+                libc::P_PID as libc::c_long,
+                child as libc::c_long,
+                &mut info as *mut libc::siginfo_t,
+                (libc::WEXITED | libc::WNOWAIT) as libc::c_long,
+                &mut usage as *mut libc::rusage,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+    // SAFETY: a siginfo that waitid filled for a child's end.
+    let (code, status) = unsafe { (info.si_code, info.si_status()) };
+    let wait_status = match code {
+        libc::CLD_EXITED => (status & 0xff) << 8,
+        libc::CLD_KILLED => status & 0x7f,
+        libc::CLD_DUMPED => (status & 0x7f) | 0x80,
+        _ => return None,
+    };
     let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
-    Ok(JobEnded {
-        shepherd: unsafe { libc::getpid() },
-        job: child,
-        wait_status,
-        cpu_micros: micros(usage.ru_utime) + micros(usage.ru_stime),
-    })
+    Some((wait_status, micros(usage.ru_utime) + micros(usage.ru_stime)))
+}
+
+/// Whether this (single-threaded) process has a child other than `job`, or cannot tell.
+fn has_other_children(job: i32) -> bool {
+    let pid = std::process::id();
+    match std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        Ok(children) => children.split_whitespace().any(|c| c != job.to_string()),
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]
@@ -768,6 +826,7 @@ mod tests {
                 wait_status: 0x0100,
                 cpu_micros: u64::MAX - 1,
             },
+            Report::Lost { pid: 99 },
         ] {
             assert_eq!(Report::decode(&report.encode()), Some(report));
         }
@@ -777,13 +836,15 @@ mod tests {
             job: 34,
             wait_status: 0x0900,
             cpu_micros: u64::MAX,
+            retiring: true,
         };
         let read = JobEnded::decode(&ended.encode()).unwrap();
         assert_eq!(
-            (read.shepherd, read.job, read.wait_status, read.cpu_micros),
-            (12, 34, 0x0900, u64::MAX)
+            (read.shepherd, read.job, read.wait_status),
+            (12, 34, 0x0900)
         );
-        assert!(JobEnded::decode(&ended.encode()[..20]).is_none());
+        assert_eq!((read.cpu_micros, read.retiring), (u64::MAX, true));
+        assert!(JobEnded::decode(&ended.encode()[..21]).is_none());
         assert_eq!(Report::decode(&[b'X'; REPORT_SIZE]), None);
     }
 }

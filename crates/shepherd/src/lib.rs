@@ -401,6 +401,10 @@ struct JobProcess<'a> {
 struct Handshake {
     link: i32,
     status: i32,
+    /// Closed by the process by name once the handshake is done (the shepherd's status
+    /// file, the report pipe's read end, the ends socket): not left to `close_range`,
+    /// which older kernels lack.
+    close: [i32; 3],
 }
 
 /// An output's path, and its file under the default name should the path be a directory.
@@ -552,10 +556,13 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     // has exec'd or exited.
     let job = unsafe { &*(arg as *const JobProcess) };
     let plan = job.plan;
-    if let Some(handshake) = job.handshake
-        && !shake_hands(handshake)
-    {
-        unsafe { libc::_exit(125) };
+    if let Some(handshake) = job.handshake {
+        if !shake_hands(handshake) {
+            unsafe { libc::_exit(125) };
+        }
+        for fd in handshake.close {
+            unsafe { libc::close(fd) };
+        }
     }
     unsafe {
         // Every signal at its default and none blocked (Rust's runtime ignores SIGPIPE,

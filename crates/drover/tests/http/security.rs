@@ -299,6 +299,59 @@ fn nix_group_id(name: &str) -> u32 {
         .unwrap()
 }
 
+// 1d. A job that makes a process of its own a child of its shepherd (`clone` with
+// CLONE_PARENT), a root process that runs one job after another, leaves it no zombie:
+// that shepherd ends with the job (what it leaves goes to init, which reaps it), and the
+// next jobs run in others.
+#[test]
+fn a_process_a_job_makes_its_shepherds_child_is_reaped() {
+    if !system_accounts() {
+        return;
+    }
+    let server = with_accounts().sqlite().start();
+    let work = scratch_dir();
+    let pid_file = work.path().join("sibling.pid");
+    // clone(CLONE_PARENT | SIGCHLD) on x86-64 (syscall 56): the new process's parent is
+    // the job's, its shepherd. It lives a second after the job ended, then exits.
+    let program = format!(
+        "import ctypes, os, time\n\
+         libc = ctypes.CDLL(None, use_errno=True)\n\
+         pid = libc.syscall(56, 0x8000 | 17, 0, 0, 0, 0)\n\
+         if pid == 0:\n    time.sleep(1.5)\n    os._exit(0)\n\
+         open('{}', 'w').write('%d\\n' % pid)\n",
+        pid_file.display()
+    );
+    let job = script(
+        work.path(),
+        "sibling.sh",
+        &format!("exec python3 -c \"$(cat <<'EOF'\n{program}EOF\n)\""),
+    );
+    let id = submitted(&submit_as(
+        &server,
+        as_(BOB),
+        &json!({"commandFile": job, "initialWorkingDirectory": work.path()}),
+    ));
+    let done = wait_state_v2(&server, &id, "Completed");
+    assert_eq!(done["completionCode"], 0, "{done}");
+    let sibling: u32 = wait_for_file(&pid_file).trim().parse().unwrap();
+    // Reaped once it has ended: gone, not a zombie of a waiting shepherd.
+    wait_until("the job's sibling to be reaped", || {
+        !std::path::Path::new(&format!("/proc/{sibling}")).exists()
+    });
+    // The next jobs still run.
+    for user in [BOB, CAROL] {
+        let other = submitted(&submit_as(
+            &server,
+            as_(user),
+            &json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
+                   "standardOutputFilePath": "/dev/null",
+                   "standardErrorFilePath": "/dev/null"}),
+        ));
+        let done = wait_state_v2(&server, &other, "Completed");
+        assert_eq!(done["completionCode"], 0, "{done}");
+    }
+}
+
 /// The parent of a process, `None` when it is gone.
 fn parent_of(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;

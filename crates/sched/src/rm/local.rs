@@ -412,12 +412,15 @@ fn exit_of(wait_status: Option<i32>, cpu_seconds: f64, spool: &Path) -> Exit {
 }
 
 /// Polls a process that is not our child (re-adopted after a restart, or left by a fork
-/// server that ended) and reports its end as its status file tells it.
+/// server or a shepherd that ended) and reports its end as its status file tells it:
+/// once the process is gone, or its end is written there (a zombie no one reaps, where
+/// the service is the init of its container, ends too).
 fn watch_adopted(events: RmNotify, job_id: String, process: ProcessRecord) {
     std::thread::Builder::new()
         .name(format!("job-{job_id}"))
         .spawn(move || {
-            while is_alive(&process) {
+            let ended = || read_status(Path::new(&process.spool)).is_some_and(|s| s.code.is_some());
+            while is_alive(&process) && !ended() {
                 std::thread::sleep(Duration::from_millis(200));
             }
             let status = read_status(Path::new(&process.spool));

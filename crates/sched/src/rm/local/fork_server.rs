@@ -225,6 +225,18 @@ impl Reader {
                         (self.events)(RmEvent::Exited { job_id, pid, exit });
                     }
                 }
+                Some(Report::Lost { pid }) => {
+                    // Its shepherd was killed: the job is watched as after a restart.
+                    if let Some((Asked { job_id, spool }, start_ticks)) = running.remove(&pid) {
+                        let record = ProcessRecord {
+                            pid,
+                            start_ticks,
+                            spool: spool.to_string_lossy().into_owned(),
+                            rm_job_id: None,
+                        };
+                        super::watch_adopted(self.events.clone(), job_id, record);
+                    }
+                }
                 None => {}
             }
         }
