@@ -112,6 +112,25 @@ impl Report {
     }
 }
 
+/// The two ends of a new `SOCK_SEQPACKET` socket pair (close-on-exec): messages keep
+/// their bounds, and descriptors go with them.
+pub fn seqpacket_pair() -> io::Result<[i32; 2]> {
+    let mut ends = [0; 2];
+    // SAFETY: `ends` has room for the two descriptors.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            ends.as_mut_ptr(),
+        )
+    };
+    match made {
+        0 => Ok(ends),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Asks the fork server on `socket` for the start of one job: its status file and plan
 /// go with the request (the server has its own copies once this returns).
 pub fn request(socket: i32, status_fd: i32, plan_fd: i32) -> io::Result<()> {
@@ -377,19 +396,7 @@ impl Pool {
                 .raw_os_error()
                 .unwrap_or(libc::EIO)
         };
-        let mut ends = [0; 2];
-        // SAFETY: `ends` has room for the two descriptors.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                ends.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(errno());
-        }
+        let ends = seqpacket_pair().map_err(|_| errno())?;
         let (ours, theirs) = (high(ends[0]), high(ends[1]));
         if ours < 0 || theirs < 0 {
             unsafe {
@@ -534,19 +541,9 @@ pub fn serve() -> i32 {
         }
         fd
     };
-    let mut ends = [0; 2];
-    // SAFETY: `ends` has room for the two descriptors.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-            0,
-            ends.as_mut_ptr(),
-        )
-    } != 0
-    {
+    let Ok(ends) = seqpacket_pair() else {
         return 125;
-    }
+    };
     let mut pool = Pool {
         idle: Vec::new(),
         busy: std::collections::HashMap::new(),

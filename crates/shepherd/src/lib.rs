@@ -357,7 +357,7 @@ fn write_end(status: i32, code: i32, reason: &str) {
 
 /// The exit code of a process that ended with `wait_status`: its exit status, or 128 +
 /// the signal that ended it.
-fn code_of(wait_status: i32) -> Option<i32> {
+pub fn code_of(wait_status: i32) -> Option<i32> {
     if libc::WIFEXITED(wait_status) {
         Some(libc::WEXITSTATUS(wait_status))
     } else if libc::WIFSIGNALED(wait_status) {

@@ -339,15 +339,20 @@ fn a_process_a_job_makes_its_shepherds_child_is_reaped() {
         !std::path::Path::new(&format!("/proc/{sibling}")).exists()
     });
     // The next jobs still run.
+    short_jobs_of_bob_and_carol_run(&server);
+}
+
+/// A short job of bob's and one of carol's start, run and end with code 0.
+fn short_jobs_of_bob_and_carol_run(server: &TestServer) {
     for user in [BOB, CAROL] {
         let other = submitted(&submit_as(
-            &server,
+            server,
             as_(user),
             &json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
                    "standardOutputFilePath": "/dev/null",
                    "standardErrorFilePath": "/dev/null"}),
         ));
-        let done = wait_state_v2(&server, &other, "Completed");
+        let done = wait_state_v2(server, &other, "Completed");
         assert_eq!(done["completionCode"], 0, "{done}");
     }
 }
@@ -457,17 +462,7 @@ fn a_job_before_its_exec_keeps_its_user_out_of_the_shepherds_memory() {
         "still bob's, still waiting"
     );
     // Meanwhile other jobs (bob's own, carol's) start, run and end.
-    for user in [BOB, CAROL] {
-        let other = submitted(&submit_as(
-            &server,
-            as_(user),
-            &json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
-                   "standardOutputFilePath": "/dev/null",
-                   "standardErrorFilePath": "/dev/null"}),
-        ));
-        let done = wait_state_v2(&server, &other, "Completed");
-        assert_eq!(done["completionCode"], 0, "{done}");
-    }
+    short_jobs_of_bob_and_carol_run(&server);
     assert_eq!(
         parent_of(job),
         Some(shepherd),

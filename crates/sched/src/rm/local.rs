@@ -392,15 +392,7 @@ impl LocalResourceManager {
 /// command that never started exits non-zero: only then is the status file read for
 /// the reason (not on every job's end).
 fn exit_of(wait_status: Option<i32>, cpu_seconds: f64, spool: &Path) -> Exit {
-    let code = wait_status.and_then(|status| {
-        if libc::WIFEXITED(status) {
-            Some(libc::WEXITSTATUS(status))
-        } else if libc::WIFSIGNALED(status) {
-            Some(128 + libc::WTERMSIG(status))
-        } else {
-            None
-        }
-    });
+    let code = wait_status.and_then(shepherd::code_of);
     Exit {
         code,
         cpu_seconds,

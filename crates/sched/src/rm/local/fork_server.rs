@@ -119,19 +119,7 @@ impl ForkServer {
 
     /// Starts a fork server and its reader thread.
     fn connect(&self) -> io::Result<Connection> {
-        let mut ends = [0; 2];
-        // SAFETY: `ends` has room for the two descriptors.
-        if unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                ends.as_mut_ptr(),
-            )
-        } != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
+        let ends = fork_server::seqpacket_pair()?;
         // SAFETY: both descriptors were just made and are owned by nothing else.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
@@ -227,14 +215,8 @@ impl Reader {
                 }
                 Some(Report::Lost { pid }) => {
                     // Its shepherd was killed: the job is watched as after a restart.
-                    if let Some((Asked { job_id, spool }, start_ticks)) = running.remove(&pid) {
-                        let record = ProcessRecord {
-                            pid,
-                            start_ticks,
-                            spool: spool.to_string_lossy().into_owned(),
-                            rm_job_id: None,
-                        };
-                        super::watch_adopted(self.events.clone(), job_id, record);
+                    if let Some((asked, start_ticks)) = running.remove(&pid) {
+                        watch(&self.events, pid, asked, start_ticks);
                     }
                 }
                 None => {}
@@ -246,14 +228,20 @@ impl Reader {
         // The server is this process's child.
         unsafe { libc::waitpid(self.server, std::ptr::null_mut(), 0) };
         // Its jobs live on without it: watched as a restart watches them.
-        for (pid, (Asked { job_id, spool }, start_ticks)) in running {
-            let record = ProcessRecord {
-                pid,
-                start_ticks,
-                spool: spool.to_string_lossy().into_owned(),
-                rm_job_id: None,
-            };
-            super::watch_adopted(self.events.clone(), job_id, record);
+        for (pid, (asked, start_ticks)) in running {
+            watch(&self.events, pid, asked, start_ticks);
         }
     }
+}
+
+/// Watches the job `asked` (process `pid`, started at `start_ticks`), which no shepherd
+/// will report, as a restart watches its jobs.
+fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool }: Asked, start_ticks: u64) {
+    let record = ProcessRecord {
+        pid,
+        start_ticks,
+        spool: spool.to_string_lossy().into_owned(),
+        rm_job_id: None,
+    };
+    super::watch_adopted(events.clone(), job_id, record);
 }
