@@ -15,9 +15,13 @@
 //!   sent tells the job's process to go on: a job whose pid the service never got runs
 //!   nothing. The signals the service sends the job's group reach the job alone;
 //! - the shepherd waits for its job, writes how it ended in the status file, closes the
-//!   file, reaps the job, and says so on the socket all shepherds share with the server,
-//!   which passes it on ([`Report::Ended`]: wait status and CPU time). The shepherd is
-//!   then idle. So once a job's pid is gone, its end is in its status file;
+//!   file, says so on the socket all shepherds share with the server, which passes it
+//!   on ([`Report::Ended`]: wait status and CPU time), and only then reaps the job. So
+//!   once a job's pid is gone, its end is in its status file, and the server has its end
+//!   before it starts a later job given the same pid. The shepherd is then idle (or
+//!   ends, when the job left it a child of its own);
+//! - a shepherd that dies with its job running reports the job lost
+//!   ([`Report::Lost`]): the service watches it as after a restart;
 //! - a job's process that blocks before its exec (on an output path that is a FIFO)
 //!   holds up its own shepherd only: the next jobs go to others;
 //! - the server ends when the service's end closes (the service ended): idle shepherds
