@@ -7,11 +7,11 @@
 //! writes its pid there first. A job on this machine leads its own session and process
 //! group, and its shepherd is one of a pool the fork server keeps, each running one job
 //! after another; a job in a guest has a shepherd of its own, which leads the group.
-//! Nothing the service reads there is in a place, or a descriptor, of the job's user. The job's
-//! process enters the working directory and opens the output files *after* the switch
-//! to the job's user (`shepherd::Setup`: a job can only write where its user may), then
-//! becomes the command; no shell stands between, unless the command file is a script
-//! its user may only read.
+//! Nothing the service reads there is in a place, or a descriptor, of the job's user.
+//! The job's process enters the working directory and opens the output files *after*
+//! the switch to the job's user (`shepherd::Setup`: a job can only write where its user
+//! may), then becomes the command; no shell stands between, unless the command file is
+//! a script its user may only read.
 
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -388,9 +388,9 @@ impl LocalResourceManager {
     }
 }
 
-/// How a shepherd that ended with `wait_status` (`None`: unknown) ended its job. A
-/// command that never started exits non-zero: only then is the status file read for
-/// the reason (not on every job's end).
+/// How a job (or the shepherd of a job in a guest) that ended with `wait_status`
+/// (`None`: unknown) ended. A command that never started exits non-zero: only then is
+/// the status file read for the reason (not on every job's end).
 fn exit_of(wait_status: Option<i32>, cpu_seconds: f64, spool: &Path) -> Exit {
     let code = wait_status.and_then(shepherd::code_of);
     Exit {
