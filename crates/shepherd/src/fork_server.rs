@@ -345,6 +345,9 @@ struct Pool {
     ends: [i32; 2],
     /// The server's SIGCHLD signalfd.
     children: i32,
+    /// Whether the latest start found that jobs get fresh shepherds only (see
+    /// [`memory_may_be_copied`]): then no shepherd is kept idle.
+    fresh_only: bool,
     /// The limit of open files the server was started with, which its shepherds (and so
     /// the jobs) keep: the server raises its own.
     files_limit: Option<libc::rlimit>,
@@ -356,9 +359,13 @@ impl Pool {
     fn start(&mut self, fds: [i32; 2]) -> Result<(Member, i32), i32> {
         // A job whose process would get a copy of its shepherd's memory gets a shepherd
         // that has run nothing before (nothing of another job's plan is in the copy).
-        let fresh_only = memory_may_be_copied();
+        self.fresh_only = memory_may_be_copied();
         loop {
-            let reused = if fresh_only { None } else { self.idle.pop() };
+            let reused = if self.fresh_only {
+                None
+            } else {
+                self.idle.pop()
+            };
             let member = match reused {
                 Some(member) => member,
                 None => self.fork_shepherd()?,
@@ -439,7 +446,7 @@ impl Pool {
     /// (unless it ends, too many are, or jobs get fresh shepherds only).
     fn ended(&mut self, ended: JobEnded) {
         if let Some((member, _)) = self.busy.remove(&ended.shepherd) {
-            if !ended.retiring && self.idle.len() < IDLE_LIMIT && !memory_may_be_copied() {
+            if !ended.retiring && self.idle.len() < IDLE_LIMIT && !self.fresh_only {
                 self.idle.push(member);
             } else {
                 // Its link closed, it ends (and is reaped on the signalfd).
@@ -553,6 +560,7 @@ pub fn serve() -> i32 {
         busy: std::collections::HashMap::new(),
         ends: [high(ends[0]), high(ends[1])],
         children,
+        fresh_only: false,
         files_limit,
     };
     loop {
