@@ -25,6 +25,7 @@ use std::cmp::Ordering;
 use drover_domain::dates;
 use serde_json::Value;
 
+use crate::sort_value::SortValue;
 use crate::view::DocView;
 
 /// The kind of a value in the order above; the discriminant is the key's first byte.
@@ -72,6 +73,18 @@ pub fn compare<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: Option<A>, b: Option<B
     match (a, b) {
         (Some(a), Some(b)) => compare_values(a, b),
         _ => Kind::of(a).cmp(&Kind::of(b)),
+    }
+}
+
+/// [`compare`] of a document's value with a kept sort value, the quicker way when the
+/// document's representation has one ([`DocView::compare_kept`]).
+#[inline]
+pub fn compare_with_kept<'a, V: DocView<'a>>(a: Option<V>, kept: Option<&SortValue>) -> Ordering {
+    match (a, kept) {
+        (Some(a), Some(kept)) => a
+            .compare_kept(kept)
+            .unwrap_or_else(|| compare_values(a, kept)),
+        _ => Kind::of(a).cmp(&Kind::of(kept)),
     }
 }
 

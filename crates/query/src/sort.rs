@@ -9,7 +9,7 @@ use std::cmp::Ordering;
 
 use serde_json::Value;
 
-use crate::order::compare;
+use crate::order::{compare, compare_with_kept};
 use crate::sort_value::SortValue;
 use crate::view::DocView;
 use crate::{Path, QueryError};
@@ -74,6 +74,26 @@ impl Sort {
 
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
+    }
+
+    /// [`Sort::compare_by_keys`] of a document's values with kept ones (a page's worst):
+    /// each compared the quicker way when the document's representation has one.
+    pub fn compare_with_kept<'a, V: DocView<'a>>(
+        &self,
+        a: impl IntoIterator<Item = Option<V>>,
+        kept: &[Option<SortValue>],
+    ) -> Ordering {
+        for ((x, y), (_, direction)) in a.into_iter().zip(kept).zip(&self.keys) {
+            let o = compare_with_kept(x, y.as_ref());
+            let o = match direction {
+                Direction::Ascending => o,
+                Direction::Descending => o.reverse(),
+            };
+            if o != Ordering::Equal {
+                return o;
+            }
+        }
+        Ordering::Equal
     }
 
     /// Compares two documents by their sort values, key by key in each key's direction

@@ -122,7 +122,7 @@ impl<'q, T> Top<'q, T> {
     fn against<'a, V: DocView<'a>>(&self, doc: V, bar: &[Option<SortValue>]) -> Ordering {
         let sort = &self.query.sort;
         let values = sort.keys.iter().map(|(path, _)| path.first(doc));
-        sort.compare_by_keys(values, bar.iter().map(Option::as_ref))
+        sort.compare_with_kept(values, bar)
     }
 
     /// The answer's order over candidates: the sort, then the order of offering.

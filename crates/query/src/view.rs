@@ -7,8 +7,11 @@
 
 use serde_json::Value;
 
+use std::cmp::Ordering;
+
 use crate::order::{Kind, date_seconds, number_f64};
 use crate::path::{Path, Segment};
+use crate::sort_value::SortValue;
 
 /// A read-only view of one JSON value inside a document that lives for `'a`.
 pub trait DocView<'a>: Copy + 'a {
@@ -53,6 +56,13 @@ pub trait DocView<'a>: Copy + 'a {
     /// `Some(None)` when to nothing, `None` when it must be walked. A rendering made for
     /// a query's paths knows where each of them leads, once for all its documents.
     fn known(self, _path: &Path) -> Option<Option<Self>> {
+        None
+    }
+    /// How this value sorts against a kept sort value, when the representation has a
+    /// quicker way to tell than the generic walk of [`crate::order::compare_values`]
+    /// (which it must agree with); `None` to walk. A list sorted over a deep table
+    /// compares every document with the page's worst ([`crate::Top`]).
+    fn compare_kept(self, _kept: &SortValue) -> Option<Ordering> {
         None
     }
 }

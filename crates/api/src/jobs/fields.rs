@@ -19,8 +19,10 @@ use std::cell::OnceCell;
 use std::collections::BTreeMap;
 
 use drover_domain::dates::Timestamp;
-use drover_query::order::{Kind, date_seconds};
-use drover_query::{DocView, Filter, Path, Sort};
+use std::cmp::Ordering;
+
+use drover_query::order::{Kind, compare_bytes, compare_with_kept, date_seconds};
+use drover_query::{DocView, Filter, Path, Sort, SortValue};
 use drover_sched::job::{Job, JobState};
 use drover_sched::{Interned, JobBook};
 use serde_json::Value;
@@ -972,6 +974,77 @@ impl<'v> DocView<'v> for RowView<'v> {
             return value.truth();
         }
         matches!(self.shown(), Shown::Cell(_, Cell::Bool(true)))
+    }
+
+    /// An object of the row against a kept object, member by member as
+    /// `compare_values` walks them (both in key order, a member the rendering lacks
+    /// skipped), and a cell against a kept value by its kind and value read once: the
+    /// generic walk reads a cell's kind, then its value, each through [`RowView::shown`].
+    /// Anything else (a rendered member, a list, an object of strings, a date in a local
+    /// zone) is walked.
+    #[inline]
+    fn compare_kept(self, kept: &SortValue) -> Option<Ordering> {
+        let RowView::Node(row, node) = self else {
+            return None;
+        };
+        match &row.narrow.nodes[node] {
+            Node::Object(members) => {
+                let SortValue::Object(kept_members) = kept else {
+                    return Some(Kind::Object.cmp(&kept.kind()));
+                };
+                let mut mine = members.iter().filter_map(|(name, node)| {
+                    RowView::member_of(row, *node).map(|member| (&**name, member))
+                });
+                let mut theirs = kept_members.iter();
+                loop {
+                    match (mine.next(), theirs.next()) {
+                        (Some((name, member)), Some((kept_name, kept_member))) => {
+                            let o = compare_bytes(name.as_bytes(), kept_name.as_bytes())
+                                .then_with(|| compare_with_kept(Some(member), Some(kept_member)));
+                            if o != Ordering::Equal {
+                                return Some(o);
+                            }
+                        }
+                        (None, None) => return Some(Ordering::Equal),
+                        (None, Some(_)) => return Some(Ordering::Less),
+                        (Some(_), None) => return Some(Ordering::Greater),
+                    }
+                }
+            }
+            Node::Leaf(i) if !matches!(row.narrow.fields[*i], Field::Member(..)) => {
+                // A text that is a UTC wire date is that date.
+                let cell = match row.cell(*i) {
+                    Cell::Date(seconds) if !Self::date_in_utc(row, seconds) => return None,
+                    Cell::Text(text) => date_seconds(text).map_or(Cell::Text(text), Cell::Date),
+                    cell => cell,
+                };
+                let kind = match cell {
+                    Cell::Null => Kind::Null,
+                    Cell::Number(_) => Kind::Number,
+                    Cell::Bool(_) => Kind::Bool,
+                    Cell::Date(_) => Kind::Date,
+                    Cell::Text(_) => Kind::String,
+                    Cell::Words(_) | Cell::Map(_) | Cell::InJob => return None,
+                };
+                let by_kind = kind.cmp(&kept.kind());
+                if by_kind != Ordering::Equal {
+                    return Some(by_kind);
+                }
+                Some(match (cell, kept) {
+                    // `-0.0` is `0.0`, as `number` says (a kept number is so already).
+                    (Cell::Number(n), SortValue::Number(m)) => {
+                        (if n == 0.0 { 0.0 } else { n }).total_cmp(m)
+                    }
+                    (Cell::Date(seconds), SortValue::Date(instant, _)) => seconds.cmp(instant),
+                    (Cell::Text(text), SortValue::Text(kept)) => {
+                        compare_bytes(text.as_bytes(), kept.as_bytes())
+                    }
+                    (Cell::Bool(b), SortValue::Bool(c)) => b.cmp(c),
+                    _ => Ordering::Equal,
+                })
+            }
+            Node::Leaf(_) | Node::ListOfOne(_) => None,
+        }
     }
 }
 

@@ -488,8 +488,14 @@ fn scans_over_several_chunks_agree_with_the_reference() {
     for i in 0..2600 {
         let mut body = json!({"commandFile": "/bin/true", "initialWorkingDirectory": "/tmp",
             "holds": ["User"], "priorities": {"user": (i % 3) as i64}});
-        if i % 4 != 0 {
+        if i % 13 == 5 {
+            // A text that is a date sorts as one.
+            body["customName"] = json!(format!("2026-0{}-01 00:00:00 UTC", 1 + i % 3));
+        } else if i % 4 != 0 {
             body["customName"] = json!(format!("n{}", i % 11));
+        }
+        if i % 9 == 4 {
+            body["requirements"] = json!({"taskCount": 1 + i % 2, "architecture": "x86_64"});
         }
         submit_v2(&server, body);
     }
@@ -522,6 +528,27 @@ fn scans_over_several_chunks_agree_with_the_reference() {
             r#"{"flags":{"$exists":true},"customName":{"$ne":"n4"}}"#,
             r#"{"flags":-1,"dates":1,"name":-1}"#,
             page(30, Some(25)),
+        ),
+        // Every job matches, so each is compared with the page's worst kept so far (the
+        // row's quicker comparison): whole objects of dates, numbers and texts, texts
+        // some of which are dates, and numbers where the page's worst is not the best.
+        ("{}", r#"{"dates":1,"name":-1}"#, page(100, Some(50))),
+        ("{}", r#"{"dates":-1}"#, page(0, Some(50))),
+        (
+            r#"{"priorities.user":{"$gte":1}}"#,
+            r#"{"priorities":-1,"customName":1}"#,
+            page(40, Some(50)),
+        ),
+        (
+            "{}",
+            r#"{"requirements":1,"customName":-1}"#,
+            page(0, Some(30)),
+        ),
+        ("{}", r#"{"customName":-1,"name":1}"#, page(60, Some(20))),
+        (
+            "{}",
+            r#"{"commandFile":1,"priorities.user":-1,"name":1}"#,
+            page(400, Some(50)),
         ),
         // Members the narrow fields do not know (each rendered alone, under the book's
         // lock given up between jobs), and whole objects they know.
