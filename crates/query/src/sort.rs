@@ -83,17 +83,8 @@ impl Sort {
         a: impl IntoIterator<Item = Option<V>>,
         kept: &[Option<SortValue>],
     ) -> Ordering {
-        for ((x, y), (_, direction)) in a.into_iter().zip(kept).zip(&self.keys) {
-            let o = compare_with_kept(x, y.as_ref());
-            let o = match direction {
-                Direction::Ascending => o,
-                Direction::Descending => o.reverse(),
-            };
-            if o != Ordering::Equal {
-                return o;
-            }
-        }
-        Ordering::Equal
+        let keys = a.into_iter().zip(kept);
+        self.first_difference(keys.map(|(x, y)| compare_with_kept(x, y.as_ref())))
     }
 
     /// Compares two documents by their sort values, key by key in each key's direction
@@ -103,8 +94,13 @@ impl Sort {
         a: impl IntoIterator<Item = Option<A>>,
         b: impl IntoIterator<Item = Option<B>>,
     ) -> Ordering {
-        for ((x, y), (_, direction)) in a.into_iter().zip(b).zip(&self.keys) {
-            let o = compare(x, y);
+        self.first_difference(a.into_iter().zip(b).map(|(x, y)| compare(x, y)))
+    }
+
+    /// The first of the keys' orders (made one at a time) that is not equal, in its
+    /// key's direction.
+    fn first_difference(&self, orders: impl Iterator<Item = Ordering>) -> Ordering {
+        for (o, (_, direction)) in orders.zip(&self.keys) {
             let o = match direction {
                 Direction::Ascending => o,
                 Direction::Descending => o.reverse(),
