@@ -127,25 +127,29 @@ pub fn compare_values<'a, 'b, A: DocView<'a>, B: DocView<'b>>(a: A, b: B) -> Ord
             // Members already in key order (a narrow rendering's, a kept sort value's)
             // compare as they come, without a sorted copy of each object.
             if a.keys_in_order() && b.keys_in_order() {
-                compare_entries(a.entries(), b.entries())
+                compare_members(a.entries(), b.entries(), compare_values)
             } else {
-                compare_entries(sorted_entries(a).into_iter(), sorted_entries(b).into_iter())
+                compare_members(
+                    sorted_entries(a).into_iter(),
+                    sorted_entries(b).into_iter(),
+                    compare_values,
+                )
             }
         }
     }
 }
 
-/// Compares two objects' members, each in key order: key by key, then value by value,
-/// the shorter first when one is the other's beginning.
-fn compare_entries<'a, 'b, A: DocView<'a>, B: DocView<'b>>(
+/// Compares two objects' members, each in key order: key by key, then value by value
+/// (by `values`), the shorter first when one is the other's beginning.
+pub fn compare_members<'a, 'b, A, B>(
     mut x: impl Iterator<Item = (&'a str, A)>,
     mut y: impl Iterator<Item = (&'b str, B)>,
+    values: impl Fn(A, B) -> Ordering,
 ) -> Ordering {
     loop {
         match (x.next(), y.next()) {
             (Some((kx, vx)), Some((ky, vy))) => {
-                let o = compare_bytes(kx.as_bytes(), ky.as_bytes())
-                    .then_with(|| compare_values(vx, vy));
+                let o = compare_bytes(kx.as_bytes(), ky.as_bytes()).then_with(|| values(vx, vy));
                 if o != Ordering::Equal {
                     return o;
                 }

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use drover_domain::dates::Timestamp;
 use std::cmp::Ordering;
 
-use drover_query::order::{Kind, compare_bytes, compare_with_kept, date_seconds};
+use drover_query::order::{Kind, compare_bytes, compare_members, compare_with_kept, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort, SortValue};
 use drover_sched::job::{Job, JobState};
 use drover_sched::{Interned, JobBook};
@@ -1003,24 +1003,15 @@ impl<'v> DocView<'v> for RowView<'v> {
                 let SortValue::Object(kept_members) = kept else {
                     return Some(Kind::Object.cmp(&kept.kind()));
                 };
-                let mut mine = members.iter().filter_map(|(name, node)| {
+                let mine = members.iter().filter_map(|(name, node)| {
                     RowView::member_of(row, *node).map(|member| (&**name, member))
                 });
-                let mut theirs = kept_members.iter();
-                loop {
-                    match (mine.next(), theirs.next()) {
-                        (Some((name, member)), Some((kept_name, kept_member))) => {
-                            let o = compare_bytes(name.as_bytes(), kept_name.as_bytes())
-                                .then_with(|| compare_with_kept(Some(member), Some(kept_member)));
-                            if o != Ordering::Equal {
-                                return Some(o);
-                            }
-                        }
-                        (None, None) => return Some(Ordering::Equal),
-                        (None, Some(_)) => return Some(Ordering::Less),
-                        (Some(_), None) => return Some(Ordering::Greater),
-                    }
-                }
+                let theirs = kept_members
+                    .iter()
+                    .map(|(name, kept)| (name.as_str(), kept));
+                Some(compare_members(mine, theirs, |member, kept| {
+                    compare_with_kept(Some(member), Some(kept))
+                }))
             }
             Node::Leaf(i) if !matches!(row.narrow.fields[*i], Field::Member(..)) => {
                 // A text that is a UTC wire date is that date.
