@@ -532,7 +532,7 @@ pub(super) fn scan(
                 .offset
                 .saturating_add(paging.max.unwrap_or(usize::MAX));
             let matches = Some(matches);
-            let items = scheduler.with_jobs(|book| {
+            let items = read_book(scheduler, |book| {
                 let ordered = in_date_order(
                     book,
                     positions(book, &matches, descending),
@@ -550,6 +550,12 @@ pub(super) fn scan(
             Ok(Page { total, items })
         }
     }
+}
+
+/// Reads the job book under its lock, at the normal priority on a scan's lowered thread
+/// ([`super::at_normal_priority`]).
+fn read_book<R>(scheduler: &Scheduler, read: impl FnOnce(&JobBook) -> R) -> R {
+    super::at_normal_priority(|| scheduler.with_jobs(read))
 }
 
 /// Judges the `k`-th of `parts` runs of the candidates.
@@ -571,7 +577,7 @@ fn judge_part<'q>(
     };
     let narrow = Narrow::of(&query.filter, sort, filter_render.version);
     let backwards = !sort.is_empty()
-        && scheduler.with_jobs(|book| {
+        && read_book(scheduler, |book| {
             let mut row = narrow.row(filter_render);
             let keys: Vec<_> = scan
                 .candidates
@@ -613,7 +619,7 @@ fn judge_part<'q>(
         }
         // A row borrows from the book, so it is judged under the book's lock, held for
         // at most HOLD_AT_MOST at a time.
-        let stopped = scheduler.with_jobs(|book| {
+        let stopped = read_book(scheduler, |book| {
             let held = Instant::now();
             let rechecks = Recheck::of(book, &scan.rechecked);
             let mut row = narrow.row(filter_render);

@@ -361,6 +361,33 @@ pub(super) fn lower_this_thread() {
             libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
         }
     }
+    LOWERED.set(true);
+}
+
+thread_local! {
+    /// Whether [`lower_this_thread`] lowered this thread.
+    static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `work` at the normal priority on a lowered thread (elsewhere, as it is). A scan
+/// reads the job book under its lock. Were the idle-class thread preempted while it held
+/// the lock, it would not run again until a core fell idle, and the engine, waiting to
+/// write, would wait with it, and every submission behind the engine: a priority
+/// inversion (the engine waited up to 18 ms for a hold meant to last 200 us). A hold is
+/// short, so it costs the others little to let it finish.
+pub(super) fn at_normal_priority<R>(work: impl FnOnce() -> R) -> R {
+    if !LOWERED.get() {
+        return work();
+    }
+    let parameters = libc::sched_param { sched_priority: 0 };
+    // SAFETY: as in lower_this_thread: this thread's own scheduling only.
+    let raised = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &parameters) } == 0;
+    let answer = work();
+    if raised {
+        // SAFETY: as above.
+        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &parameters) };
+    }
+    answer
 }
 
 /// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`]),
