@@ -390,9 +390,9 @@ pub(super) fn at_normal_priority<R>(work: impl FnOnce() -> R) -> R {
     answer
 }
 
-/// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`]),
-/// so that on a busy machine the engine, the journal and other requests' handlers get the
-/// cores first. The thread ends with the scan: no pooled thread keeps the lower priority.
+/// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`];
+/// each hold of the job book's lock excepted, [`at_normal_priority`]), so that on a busy
+/// machine the engine, the journal and other requests' handlers get the cores first. The thread ends with the scan: no pooled thread keeps the lower priority.
 async fn beside_the_service<R: Send + 'static>(
     scan: impl FnOnce() -> R + Send + 'static,
 ) -> ApiResult<R> {
@@ -606,4 +606,35 @@ fn cancelled(message: String) -> Response {
         response.headers_mut().insert("X-SVC-Message", value);
     }
     response
+}
+
+#[cfg(test)]
+mod tests {
+    fn policy() -> libc::c_int {
+        // SAFETY: reads this thread's own scheduling policy.
+        unsafe { libc::sched_getscheduler(0) }
+    }
+
+    #[test]
+    fn a_scan_thread_holds_the_book_at_the_normal_priority_and_is_lowered_again() {
+        std::thread::spawn(|| {
+            // A thread that was never lowered is left as it is.
+            super::at_normal_priority(|| assert_eq!(policy(), libc::SCHED_OTHER));
+            super::lower_this_thread();
+            if policy() != libc::SCHED_IDLE {
+                return; // the idle class was refused here (nice 19 instead)
+            }
+            // Leaving the idle class needs privilege (the service runs as root).
+            // SAFETY: geteuid has no preconditions.
+            let root = unsafe { libc::geteuid() } == 0;
+            super::at_normal_priority(|| {
+                if root {
+                    assert_eq!(policy(), libc::SCHED_OTHER, "a hold of the book's lock");
+                }
+            });
+            assert_eq!(policy(), libc::SCHED_IDLE, "after the hold, idle again");
+        })
+        .join()
+        .expect("the scan thread's checks");
+    }
 }
