@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use roaring::RoaringBitmap;
 
 use crate::job::{Hold, Job, JobState};
+use crate::sharded::ShardedMap;
 
 /// Attributes with an index: a set of book positions per value (a compressed bitmap, so
 /// that intersections and counts over a million jobs take microseconds).
@@ -72,7 +73,7 @@ impl Interned {
 #[derive(Default)]
 pub struct Strings {
     texts: Vec<Arc<str>>,
-    numbers: HashMap<Arc<str>, u32>,
+    numbers: ShardedMap<Arc<str>, u32>,
     lists: Vec<Arc<[String]>>,
     list_numbers: HashMap<Arc<[String]>, u32>,
     /// The list of names each list of holds is interned as (found without making the
@@ -279,11 +280,12 @@ pub struct JobBook {
     rows: Vec<ScanRow>,
     strings: Strings,
     /// Position by the number at the end of the id (`<name>.<seq>`).
-    by_seq: HashMap<u64, u32>,
+    by_seq: ShardedMap<u64, u32>,
     /// Array sub-jobs (`<name>.<seq>[<index>]`, right after their master, by index):
     /// the first position and how many, by the master's number.
-    members: HashMap<u64, (u32, u32)>,
-    index: HashMap<(Attribute, Box<str>), RoaringBitmap>,
+    members: ShardedMap<u64, (u32, u32)>,
+    /// Maps that gain an entry per job are sharded: see [`ShardedMap`].
+    index: ShardedMap<(Attribute, Box<str>), RoaringBitmap>,
     /// Positions by kind of hold (a job may have several), in [`Hold::ALL`]'s order.
     held: [RoaringBitmap; Hold::ALL.len()],
     /// Whether submission dates never decrease with position (the wall clock never went

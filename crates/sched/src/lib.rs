@@ -28,6 +28,7 @@ pub mod fsfacts;
 pub mod place;
 pub mod policy;
 pub mod rm;
+mod sharded;
 pub mod sim;
 pub mod sysuser;
 pub mod vm_host;
