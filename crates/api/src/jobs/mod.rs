@@ -392,7 +392,8 @@ pub(super) fn at_normal_priority<R>(work: impl FnOnce() -> R) -> R {
 
 /// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`];
 /// each hold of the job book's lock excepted, [`at_normal_priority`]), so that on a busy
-/// machine the engine, the journal and other requests' handlers get the cores first. The thread ends with the scan: no pooled thread keeps the lower priority.
+/// machine the engine, the journal and other requests' handlers get the cores first.
+/// The thread ends with the scan: no pooled thread keeps the lower priority.
 async fn beside_the_service<R: Send + 'static>(
     scan: impl FnOnce() -> R + Send + 'static,
 ) -> ApiResult<R> {
