@@ -274,6 +274,17 @@ pub trait DocumentStore: Send + Sync {
     /// The documents matching `query`, sorted and paged, with the number of matches.
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>>;
 
+    /// Hands every document of `collection` to `visit`, one at a time, in creation order:
+    /// its id and its body as stored JSON text. For loading a whole collection (the
+    /// engine's recovery) without holding every document in memory at once, as parsed
+    /// JSON. The default lists them all first.
+    fn visit_all(&self, collection: &str, visit: &mut dyn FnMut(&str, &str)) -> Result<()> {
+        for document in self.list(collection, &ListQuery::default())?.items {
+            visit(&document.id, &document.body.to_string());
+        }
+        Ok(())
+    }
+
     /// Checks that the database answers.
     fn ping(&self) -> Result<()>;
 

@@ -763,6 +763,32 @@ impl DocumentStore for PostgresStore {
         })
     }
 
+    fn visit_all(&self, collection: &str, visit: &mut dyn FnMut(&str, &str)) -> Result<()> {
+        use postgres::fallible_iterator::FallibleIterator;
+        let table = &self.collections.get(collection)?.layout.table;
+        self.with_conn(|conn| {
+            // One snapshot from the first document to the last; rows come as they are read.
+            let mut tx = conn
+                .client
+                .build_transaction()
+                .isolation_level(postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .map_err(backend)?;
+            let select = format!("SELECT id, body::text FROM {table} ORDER BY seq");
+            let mut rows = tx
+                .query_raw(select.as_str(), std::iter::empty::<&str>())
+                .map_err(backend)?;
+            while let Some(row) = rows.next().map_err(backend)? {
+                let id: &str = row.try_get(0).map_err(backend)?;
+                let body: &str = row.try_get(1).map_err(backend)?;
+                visit(id, body);
+            }
+            drop(rows);
+            tx.commit().map_err(backend)
+        })
+    }
+
     fn list(&self, collection: &str, query: &ListQuery) -> Result<Page<Document>> {
         let layout = &self.collections.get(collection)?.layout;
         self.with_conn(|conn| {

@@ -722,6 +722,17 @@ impl DocumentStore for SqliteStore {
         })
     }
 
+    fn visit_all(&self, collection: &str, visit: &mut dyn FnMut(&str, &str)) -> Result<()> {
+        let table = &self.collections.get(collection)?.layout.table;
+        self.read(|conn| {
+            // One read transaction: one snapshot from the first document to the last.
+            conn.execute_batch("BEGIN").map_err(backend)?;
+            let visited = visit_rows(conn, table, visit);
+            conn.execute_batch("COMMIT").map_err(backend)?;
+            visited
+        })
+    }
+
     fn ping(&self) -> Result<()> {
         self.read(|conn| conn.query_row("SELECT 1", [], |_| Ok(())).map_err(backend))
     }
@@ -751,6 +762,21 @@ impl DocumentStore for SqliteStore {
         conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
             .map_err(backend)
     }
+}
+
+/// Hands each row of `table` to `visit` as it is read, in creation order.
+fn visit_rows(conn: &Connection, table: &str, visit: &mut dyn FnMut(&str, &str)) -> Result<()> {
+    let mut select = conn
+        .prepare(&format!("SELECT id, body FROM {table} ORDER BY seq"))
+        .map_err(backend)?;
+    let mut rows = select.query([]).map_err(backend)?;
+    let text = |row: &rusqlite::Row<'_>, column: usize| -> Result<String> {
+        row.get::<_, String>(column).map_err(backend)
+    };
+    while let Some(row) = rows.next().map_err(backend)? {
+        visit(&text(row, 0)?, &text(row, 1)?);
+    }
+    Ok(())
 }
 
 /// Computes the new key columns `added` for every stored document.

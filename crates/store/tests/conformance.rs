@@ -275,6 +275,54 @@ fn the_last_created_document_is_found_after_changes_and_deletes() {
 }
 
 #[test]
+fn visiting_a_collection_gives_every_document_in_creation_order_as_stored() {
+    for b in backends() {
+        let s = &*b.store;
+        s.ensure_collection(&jobs_spec()).unwrap();
+        let mut seen = Vec::new();
+        s.visit_all("jobs", &mut |id, body| {
+            seen.push((id.to_string(), body.to_string()))
+        })
+        .unwrap();
+        assert!(seen.is_empty(), "{}", b.name());
+        for id in ["b", "a", "c", "d"] {
+            s.insert(
+                "jobs",
+                id,
+                None,
+                json!({"id": id, "n": [1, 2.5], "s": "é\"x"}),
+            )
+            .unwrap();
+        }
+        // A change keeps a document's place and shows its new body; a deleted one is gone.
+        s.put("jobs", "a", None, json!({"changed": true})).unwrap();
+        s.delete("jobs", "d", None).unwrap();
+        s.visit_all("jobs", &mut |id, body| {
+            seen.push((id.to_string(), body.to_string()))
+        })
+        .unwrap();
+        let parsed: Vec<(&str, Value)> = seen
+            .iter()
+            .map(|(id, body)| (id.as_str(), serde_json::from_str(body).unwrap()))
+            .collect();
+        assert_eq!(
+            parsed,
+            vec![
+                ("b", json!({"id": "b", "n": [1, 2.5], "s": "é\"x"})),
+                ("a", json!({"changed": true})),
+                ("c", json!({"id": "c", "n": [1, 2.5], "s": "é\"x"})),
+            ],
+            "{}",
+            b.name()
+        );
+        assert!(matches!(
+            s.visit_all("nowhere", &mut |_, _| {}),
+            Err(StoreError::UnknownCollection(_))
+        ));
+    }
+}
+
+#[test]
 fn a_batch_is_all_or_nothing() {
     for b in backends() {
         let s = &*b.store;

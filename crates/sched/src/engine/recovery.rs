@@ -8,6 +8,7 @@
 //! are made again from their master.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use drover_query::ListQuery;
 use drover_store::{Body, Write};
@@ -56,14 +57,17 @@ impl Engine {
         self.credentials.clear();
         self.credentials
             .remember_configured(&self.config.credentials);
-        {
+        // The jobs move into the book; what follows reads them from there (shared, not
+        // copied: a copy of every job doubled what a restart holds).
+        let jobs: Vec<Arc<Job>> = {
             let mut book = self.shared.jobs.write().unwrap();
             *book = crate::book::JobBook::new();
-            for job in &jobs {
-                book.push(job.clone());
+            for job in jobs {
+                book.push(job);
             }
             book.publish_all();
-        }
+            (0..book.len()).map(|p| book.at(p).clone()).collect()
+        };
 
         self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
         let now = self.now();
@@ -214,26 +218,28 @@ impl Engine {
         collection: &str,
         what: &str,
     ) -> Result<Vec<T>, String> {
-        let stored = self
-            .store
-            .list(collection, &ListQuery::default())
+        // One document at a time, straight from its text: a store of millions of jobs
+        // held as parsed JSON all at once took more memory than the machine had.
+        let mut loaded = Vec::new();
+        self.store
+            .visit_all(
+                collection,
+                &mut |id, body| match serde_json::from_str::<T>(body) {
+                    Ok(item) => loaded.push(item),
+                    Err(e) => eprintln!("drover: skipping unreadable {what} {id}: {e}"),
+                },
+            )
             .map_err(|e| format!("cannot read the {what}s: {e}"))?;
-        let mut loaded = Vec::with_capacity(stored.items.len());
-        for document in stored.items {
-            match serde_json::from_value::<T>(document.body) {
-                Ok(item) => loaded.push(item),
-                Err(e) => eprintln!("drover: skipping unreadable {what} {}: {e}", document.id),
-            }
-        }
         Ok(loaded)
     }
 }
 
 /// Fair-share usage as the ended runs of `jobs` leave it, oldest end first.
-fn usage_of(jobs: &[Job], half_life: crate::clock::Seconds) -> Usage {
+fn usage_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> Usage {
     let mut usage = Usage::new(half_life);
     let mut finished: Vec<&Job> = jobs
         .iter()
+        .map(|job| &**job)
         .filter(|j| j.status.dates.start.is_some() && j.status.dates.completion.is_some())
         .collect();
     finished.sort_by_key(|j| j.status.dates.completion);
