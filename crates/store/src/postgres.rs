@@ -352,6 +352,16 @@ fn prepare(
     Ok(stmt)
 }
 
+/// A read-only transaction that sees one snapshot throughout.
+fn read_snapshot(client: &mut postgres::Client) -> Result<Transaction<'_>> {
+    client
+        .build_transaction()
+        .isolation_level(postgres::IsolationLevel::RepeatableRead)
+        .read_only(true)
+        .start()
+        .map_err(backend)
+}
+
 fn to_row(r: &postgres::Row) -> Row {
     Row {
         id: r.get(0),
@@ -768,13 +778,7 @@ impl DocumentStore for PostgresStore {
         let table = &self.collections.get(collection)?.layout.table;
         self.with_conn(|conn| {
             // One snapshot from the first document to the last; rows come as they are read.
-            let mut tx = conn
-                .client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .map_err(backend)?;
+            let mut tx = read_snapshot(&mut conn.client)?;
             let select = format!("SELECT id, body::text FROM {table} ORDER BY seq");
             let mut rows = tx
                 .query_raw(select.as_str(), std::iter::empty::<&str>())
@@ -793,13 +797,7 @@ impl DocumentStore for PostgresStore {
         let layout = &self.collections.get(collection)?.layout;
         self.with_conn(|conn| {
             // One snapshot for the count and the page.
-            let mut tx = conn
-                .client
-                .build_transaction()
-                .isolation_level(postgres::IsolationLevel::RepeatableRead)
-                .read_only(true)
-                .start()
-                .map_err(backend)?;
+            let mut tx = read_snapshot(&mut conn.client)?;
             let page = plan::list(
                 &mut Reader {
                     tx: &mut tx,
