@@ -1710,10 +1710,16 @@ fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
     let said = job["messages"].to_string();
     assert!(said.contains("could not be started"), "{job}");
     assert!(said.contains("outputs/out"), "{job}");
-    let events = server.get(&format!(
-        "/rest/events?query=%7B%22eventType%22%3A%22jobend%22%2C%22primaryObject.id%22%3A%22{id}%22%7D"
-    ));
-    assert!(events.body.contains("outputs/out"), "{}", events.body);
+    // The book shows the end at once; its event is read from the store, once the end's
+    // journal batch has committed.
+    let events = server.wait_for(
+        &format!(
+            "/rest/events?query=%7B%22eventType%22%3A%22jobend%22%2C%22primaryObject.id%22%3A%22{id}%22%7D"
+        ),
+        "its end event",
+        |list| list["resultCount"] != 0,
+    );
+    assert!(events.to_string().contains("outputs/out"), "{events}");
     // A command file gone while the job was held.
     let gone = script(work.path(), "gone.sh", "echo ran");
     let id = submit_v2(
