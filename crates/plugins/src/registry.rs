@@ -924,6 +924,20 @@ impl Plugins {
         }
     }
 
+    /// Whether a plugin may be STARTED (only those are handed events): true also while
+    /// the plugins are being changed, so an async caller never waits on their store write.
+    pub fn may_have_started(&self) -> bool {
+        let inner = match self.inner.try_lock() {
+            Ok(inner) => inner,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return true,
+        };
+        inner
+            .plugins
+            .values()
+            .any(|p| p.state == PluginState::Started)
+    }
+
     /// Hands `event` to every STARTED plugin whose script has `on_event(event)`, and
     /// runs the Native plugins' action URLs; a failure leaves that plugin ERRORED.
     pub fn deliver(&self, event: &Value) {
