@@ -571,7 +571,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N] | schedule [--nodes N] [--jobs N,N,..] | throughput --url URL --authorization HEADER [--jobs N] [--held N] [--clients N] [--command PATH]"
+                "usage: drover-bench evaluator [--docs N] | store --backend sqlite|postgres [--url URL] [--path FILE] [--docs N] [--queries Q] | auth [--rounds N] | schedule [--nodes N] [--jobs N,N,..] | throughput --url URL --authorization HEADER [--jobs N] [--held N] [--clients N] [--command PATH] [--directory DIR]"
             );
             std::process::exit(2);
         }
