@@ -645,6 +645,10 @@ fn high(fd: i32) -> i32 {
 /// A shepherd of the pool: runs the jobs it is handed on its link one after another,
 /// until the link closes (the server ended). Its exit code.
 fn shepherd() -> i32 {
+    // Every signal at its default (what the server and its runtime set, and what the
+    // service had ignored), but those `settle_signals` ignores: a job's process then
+    // has only those to set back (`job_process`).
+    crate::default_signals(crate::every_signal());
     crate::settle_signals();
     // SIGCHLD, blocked in the server for its signalfd, at its default again.
     unsafe {

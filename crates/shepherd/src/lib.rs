@@ -258,6 +258,29 @@ fn settle_signals() {
     }
 }
 
+/// Every signal whose disposition can be changed.
+fn every_signal() -> impl Iterator<Item = libc::c_int> {
+    (1..=libc::SIGRTMAX()).filter(|&s| s != libc::SIGKILL && s != libc::SIGSTOP)
+}
+
+/// Sets `signals` to their default action. By the system call itself: newer glibc's
+/// wrapper takes a lock for SIGABRT. A zeroed kernel `sigaction` is SIG_DFL with no
+/// flags, mask or restorer. Async-signal-safe.
+fn default_signals(signals: impl Iterator<Item = libc::c_int>) {
+    let default = [0u64; 4];
+    for signal in signals {
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal as libc::c_long,
+                default.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8 as libc::c_long,
+            )
+        };
+    }
+}
+
 /// The `main` of `<program> job-shepherd [fork-server]`: one job's shepherd, or the
 /// [`fork_server`] that forks them.
 pub fn main() -> i32 {
@@ -566,20 +589,13 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     }
     unsafe {
         // Every signal at its default and none blocked (Rust's runtime ignores SIGPIPE,
-        // and an ignored signal stays ignored across exec).
-        // By the system call itself: newer glibc's wrapper takes a lock for SIGABRT. A
-        // zeroed kernel `sigaction` is SIG_DFL with no flags, mask or restorer.
-        let default = [0u64; 4];
-        for signal in 1..=libc::SIGRTMAX() {
-            if signal != libc::SIGKILL && signal != libc::SIGSTOP {
-                libc::syscall(
-                    libc::SYS_rt_sigaction,
-                    signal as libc::c_long,
-                    default.as_ptr(),
-                    std::ptr::null_mut::<u64>(),
-                    8 as libc::c_long,
-                );
-            }
+        // and an ignored signal stays ignored across exec). A pooled shepherd set every
+        // signal to its default as it began (`fork_server`), and since then only ignores
+        // `IGNORED`: those are enough, and save some sixty system calls a job.
+        if job.handshake.is_some() {
+            default_signals(IGNORED.into_iter());
+        } else {
+            default_signals(every_signal());
         }
         let mut none: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut none);
