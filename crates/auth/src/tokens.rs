@@ -66,6 +66,15 @@ pub struct Tokens {
     settings: TokenSettings,
 }
 
+/// The first whole second at which a token issued at `issued` for `lifetime` seconds is
+/// dead: the second after `issued + lifetime`, so that it lives at least its lifetime
+/// (and less than a second more). From `issued`'s whole second alone, a token issued
+/// just before a second's end would die that much too early.
+fn expiry(issued: SystemTime, lifetime: u64) -> i64 {
+    let since = issued.duration_since(UNIX_EPOCH).unwrap_or_default();
+    since.as_secs() as i64 + lifetime as i64 + i64::from(since.subsec_nanos() > 0)
+}
+
 pub(crate) fn now_seconds() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -156,7 +165,7 @@ impl Tokens {
                 "origin": origin.user_type(),
                 "client": client,
                 "issued": now,
-                "expires": now + lifetime as i64,
+                "expires": expiry(SystemTime::now(), lifetime),
             })
             .into(),
         });
@@ -270,6 +279,16 @@ fn well_formed(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_token_lives_at_least_its_lifetime_whenever_in_a_second_it_is_issued() {
+        let at = |millis: u64| UNIX_EPOCH + Duration::from_millis(millis);
+        // Issued at 10.999 s for 1 s: alive through 11.999 s, dead from second 12.
+        assert_eq!(expiry(at(10_999), 1), 12);
+        assert_eq!(expiry(at(10_001), 1), 12);
+        // Issued on the second: dead from 11.
+        assert_eq!(expiry(at(10_000), 1), 11);
+    }
 
     fn tokens(max_per_user: usize, lifetime: Duration) -> (tempfile::TempDir, Tokens) {
         let dir = tempfile::tempdir().unwrap();
