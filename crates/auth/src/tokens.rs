@@ -76,8 +76,12 @@ fn expiry(issued: SystemTime, lifetime: u64) -> i64 {
 }
 
 pub(crate) fn now_seconds() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
+    seconds_of(SystemTime::now())
+}
+
+/// `at`'s whole seconds since the epoch.
+fn seconds_of(at: SystemTime) -> i64 {
+    at.duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
 }
 
@@ -121,7 +125,9 @@ impl Tokens {
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).expect("the operating system's random source works");
         let token = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
-        let now = now_seconds();
+        // One reading of the clock for the issue and the expiry.
+        let issued = SystemTime::now();
+        let now = seconds_of(issued);
         let lifetime = self.settings.lifetime.as_secs().max(1);
         let held = self.store.list(
             TOKENS,
@@ -165,7 +171,7 @@ impl Tokens {
                 "origin": origin.user_type(),
                 "client": client,
                 "issued": now,
-                "expires": expiry(SystemTime::now(), lifetime),
+                "expires": expiry(issued, lifetime),
             })
             .into(),
         });
