@@ -520,8 +520,8 @@ impl Pool {
 /// `fs.suid_dumpable` is not 0.
 fn memory_may_be_copied() -> bool {
     let root = unsafe { libc::geteuid() } == 0;
-    root && std::fs::read_to_string("/proc/sys/fs/suid_dumpable")
-        .map_or(true, |value| value.trim() != "0")
+    root && crate::read_proc_line("/proc/sys/fs/suid_dumpable")
+        .is_none_or(|value| value.trim() != "0")
 }
 
 /// The fork server's `main`. One thread: SIGCHLD is blocked and read from a signalfd, so
@@ -628,7 +628,7 @@ pub fn serve() -> i32 {
 /// The start time of `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`):
 /// with the pid, what tells a process from a later one given the same pid.
 pub fn start_ticks(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let stat = crate::read_proc_line(&format!("/proc/{pid}/stat"))?;
     // The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     rest.split_whitespace().nth(19)?.parse().ok()
@@ -658,6 +658,8 @@ fn shepherd() -> i32 {
         libc::sigprocmask(libc::SIG_UNBLOCK, &chld, std::ptr::null_mut());
     }
     let mut served = false;
+    // SAFETY: getpid has no preconditions; this process's pid does not change.
+    let me = unsafe { libc::getpid() };
     loop {
         let fds = match receive(LINK_FD) {
             None => return 0,
@@ -671,7 +673,7 @@ fn shepherd() -> i32 {
             Some(Err(_)) => continue,
             Some(Ok(fds)) => fds,
         };
-        let ran = run_one(fds, &mut served);
+        let ran = run_one(fds, &mut served, me);
         // The plan, read; the status file was closed by `run_one` once a job ran.
         unsafe { libc::close(fds[1]) };
         if let Err(errno) = ran {
@@ -689,14 +691,15 @@ fn failure(errno: i32) -> [u8; 5] {
 }
 
 /// Runs the job whose status file and plan are `fds` to its end and closes the status
-/// file. `served`: the shepherd has read a plan before (its memory holds what is left of
-/// it); set once this one is read. `Err` with an `errno` when the job could not be
-/// started (its process never existed; the status file is left open).
+/// file; `me` is this shepherd's pid. `served`: the shepherd has read a plan before
+/// (its memory holds what is left of it); set once this one is read. `Err` with an
+/// `errno` when the job could not be started (its process never existed; the status
+/// file is left open).
 ///
 /// The end is written and the status file closed, then said to the server, and only
 /// then is the job reaped: once its pid is gone, its end is recorded, and the server
 /// has its end before a later job can be given the same pid.
-fn run_one([status, plan]: [i32; 2], served: &mut bool) -> Result<(), i32> {
+fn run_one([status, plan]: [i32; 2], served: &mut bool, me: i32) -> Result<(), i32> {
     use std::io::Read;
     use std::os::fd::FromRawFd;
     let mut plan_bytes = Vec::new();
@@ -754,9 +757,9 @@ fn run_one([status, plan]: [i32; 2], served: &mut bool) -> Result<(), i32> {
     // A process the job made a child of this shepherd (`clone` with CLONE_PARENT) would
     // stay its child: a shepherd with other children ends after this job (they go to
     // init), instead of waiting idle with them.
-    let retiring = has_other_children(child);
+    let retiring = has_other_children(me, child);
     let said = JobEnded {
-        shepherd: unsafe { libc::getpid() },
+        shepherd: me,
         job: child,
         wait_status,
         cpu_micros,
@@ -813,12 +816,12 @@ fn wait_without_reaping(child: i32) -> Option<(i32, u64)> {
     Some((wait_status, micros(usage.ru_utime) + micros(usage.ru_stime)))
 }
 
-/// Whether this (single-threaded) process has a child other than `job`, or cannot tell.
-fn has_other_children(job: i32) -> bool {
-    let pid = std::process::id();
-    match std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
-        Ok(children) => children.split_whitespace().any(|c| c != job.to_string()),
-        Err(_) => true,
+/// Whether this (single-threaded) process, `me`, has a child other than `job`, or
+/// cannot tell.
+fn has_other_children(me: i32, job: i32) -> bool {
+    match crate::read_proc_line(&format!("/proc/{me}/task/{me}/children")) {
+        Some(children) => children.split_whitespace().any(|c| c != job.to_string()),
+        None => true,
     }
 }
 

@@ -372,10 +372,38 @@ fn read_report(report_read: i32) -> String {
 fn write_end(status: i32, code: i32, reason: &str) {
     // SAFETY: the status file is the caller's, and stays open (not dropped here).
     let mut file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(status) });
-    let _ = match reason.is_empty() {
-        true => writeln!(file, "{code}"),
-        false => write!(file, "{code}\n{reason}\n"),
+    // Made whole first: one write, where a formatted write makes one per piece.
+    let end = match reason.is_empty() {
+        true => format!("{code}\n"),
+        false => format!("{code}\n{reason}\n"),
     };
+    let _ = file.write_all(end.as_bytes());
+}
+
+/// The text of a file of /proc that holds one line at most (a process's `stat`, its
+/// `children`, a setting), read with as few system calls as the kernel allows: a line
+/// read short of the buffer is the whole file (not so in a file of many lines, which the
+/// kernel may hand out line by line). The standard library's read of a whole file asks
+/// the file's size first and reads in growing pieces: nine calls for a process's `stat`
+/// where three do. `None` if it cannot be read or is not UTF-8.
+pub(crate) fn read_proc_line(path: &str) -> Option<String> {
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut text = Vec::with_capacity(1024);
+    let mut piece = [0u8; 1024];
+    loop {
+        match file.read(&mut piece) {
+            Ok(0) => break,
+            Ok(n) => {
+                text.extend_from_slice(&piece[..n]);
+                if n < piece.len() && text.ends_with(b"\n") {
+                    break;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(text).ok()
 }
 
 /// The exit code of a process that ended with `wait_status`: its exit status, or 128 +
@@ -510,13 +538,47 @@ const JOB_STACK: usize = 256 * 1024;
 /// Where the site has set it otherwise, the memory is copied, as by a fork
 /// ([`may_share_memory`]).
 fn spawn_the_job(job: &JobProcess, share_memory: bool) -> i32 {
+    let Some(top) = job_stack_top() else {
+        return -1;
+    };
+    let shared = match share_memory {
+        true => libc::CLONE_VM,
+        false => 0,
+    };
+    // SAFETY: `top` is the top of a stack this thread alone uses, and only here: the
+    // child runs on it until it has exec'd or exited, and `clone` returns only then
+    // (CLONE_VFORK), so the next job's process finds it free.
+    unsafe {
+        libc::clone(
+            job_process,
+            top,
+            shared | libc::CLONE_VFORK | libc::SIGCHLD,
+            job as *const JobProcess as *mut libc::c_void,
+        )
+    }
+}
+
+thread_local! {
+    /// The top of this thread's stack for its jobs' processes, mapped at its first job
+    /// and kept: a mapping made and removed per job cost three system calls and the
+    /// faults of fresh pages each time.
+    static JOB_STACK_TOP: std::cell::Cell<*mut libc::c_void> =
+        const { std::cell::Cell::new(std::ptr::null_mut()) };
+}
+
+/// The top of this thread's stack for its jobs' processes (see [`JOB_STACK_TOP`]):
+/// [`JOB_STACK`] bytes above a guard page. `None` if it could not be mapped.
+fn job_stack_top() -> Option<*mut libc::c_void> {
+    let kept = JOB_STACK_TOP.get();
+    if !kept.is_null() {
+        return Some(kept);
+    }
     // SAFETY: sysconf has no preconditions.
     let page = match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
         size if size > 0 => size as usize,
         _ => 4096,
     };
-    // SAFETY: a fresh private mapping, unmapped below once the child has exec'd or
-    // exited (CLONE_VFORK: `clone` returns only then).
+    // SAFETY: a fresh private mapping, never unmapped once its guard page is set.
     unsafe {
         let base = libc::mmap(
             std::ptr::null_mut(),
@@ -527,25 +589,15 @@ fn spawn_the_job(job: &JobProcess, share_memory: bool) -> i32 {
             0,
         );
         if base == libc::MAP_FAILED {
-            return -1;
+            return None;
         }
         if libc::mprotect(base, page, libc::PROT_NONE) != 0 {
             libc::munmap(base, JOB_STACK + page);
-            return -1;
+            return None;
         }
         let top = (base as *mut u8).add(JOB_STACK + page) as *mut libc::c_void;
-        let shared = match share_memory {
-            true => libc::CLONE_VM,
-            false => 0,
-        };
-        let child = libc::clone(
-            job_process,
-            top,
-            shared | libc::CLONE_VFORK | libc::SIGCHLD,
-            job as *const JobProcess as *mut libc::c_void,
-        );
-        libc::munmap(base, JOB_STACK + page);
-        child
+        JOB_STACK_TOP.set(top);
+        Some(top)
     }
 }
 
@@ -553,7 +605,7 @@ fn spawn_the_job(job: &JobProcess, share_memory: bool) -> i32 {
 /// [`may_share_memory`]).
 fn shares_memory(plan: &Plan) -> bool {
     let suid_dumpable = match plan.switch_to {
-        Some(_) => std::fs::read_to_string("/proc/sys/fs/suid_dumpable").ok(),
+        Some(_) => read_proc_line("/proc/sys/fs/suid_dumpable"),
         None => None,
     };
     may_share_memory(plan.switch_to.is_some(), suid_dumpable.as_deref())
@@ -946,6 +998,42 @@ fn errno_text(errno: i32) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_proc_line_reads_whole_as_the_standard_library_reads_it() {
+        for path in [
+            "/proc/self/stat",
+            "/proc/sys/fs/suid_dumpable",
+            "/proc/self/comm",
+        ] {
+            let line = read_proc_line(path).expect("readable");
+            assert!(line.ends_with('\n'), "{path}: {line:?}");
+            // The fields that do not move between two reads agree.
+            let whole = std::fs::read_to_string(path).unwrap();
+            fn first(text: &str) -> Vec<&str> {
+                text.split_whitespace().take(3).collect()
+            }
+            assert_eq!(first(&line), first(&whole), "{path}");
+        }
+        assert_eq!(read_proc_line("/proc/self/no-such-file"), None);
+        // A file without a closing newline (the thread's children: "pid pid ") is read to
+        // its end.
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let thread = unsafe { libc::gettid() };
+        let children = read_proc_line(&format!("/proc/self/task/{thread}/children"));
+        let _ = child.kill();
+        let _ = child.wait();
+        let children = children.expect("readable");
+        assert!(
+            children
+                .split_whitespace()
+                .any(|pid| pid == child.id().to_string()),
+            "{children:?}"
+        );
+    }
 
     #[test]
     fn the_job_process_gets_its_paths_and_null_ended_arrays_made_before_the_clone() {
