@@ -928,6 +928,76 @@ fn jobs_outlive_their_shepherds_fork_server() {
     );
 }
 
+/// A fork server that stops answering (stopped, traced) is ended once a start has waited
+/// 10 s for it: the jobs it never answered for (the first and those asked after it) do
+/// not run, and are held saying why; the next job gets a new server.
+#[test]
+fn a_stuck_fork_server_is_replaced_and_its_unanswered_job_never_runs() {
+    let server = TestServer::start();
+    let work = scratch_dir();
+    let (flag, pid_file) = (work.path().join("go"), work.path().join("pid"));
+    let waiting = script(
+        work.path(),
+        "wait.sh",
+        &format!(
+            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.1; done",
+            pid_file.display(),
+            flag.display()
+        ),
+    );
+    let first = submit_v1(
+        &server,
+        json!({"commandFile": waiting, "initialWorkingDirectory": work.path()}),
+    );
+    let job = wait_for_pid_file(&pid_file);
+    let fork_server = parent_of(parent_of(job).expect("its shepherd")).expect("the server");
+    std::fs::write(&flag, "").unwrap();
+    wait_state(&server, &first, "COMPLETED");
+    unsafe { libc::kill(fork_server as i32, libc::SIGSTOP) };
+
+    let marks = work.path().join("marks");
+    std::fs::create_dir(&marks).unwrap();
+    std::fs::set_permissions(&marks, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mark = |n: u32| {
+        let command = script(
+            work.path(),
+            &format!("mark{n}.sh"),
+            &format!("touch {}/{n}", marks.display()),
+        );
+        submit_v1(
+            &server,
+            json!({"commandFile": command, "initialWorkingDirectory": work.path()}),
+        )
+    };
+    // Those the node has room for are asked of the stuck server; the others start
+    // later, on the next.
+    let mut held = 0;
+    let ids: Vec<String> = (0..3).map(mark).collect();
+    for (n, id) in ids.iter().enumerate() {
+        let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
+            j["states"]["state"] == "Hold" || j["states"]["state"] == "Completed"
+        });
+        if job["states"]["state"] == "Hold" {
+            held += 1;
+            assert!(job["messages"].to_string().contains("fork server"), "{job}");
+            assert!(
+                !marks.join(n.to_string()).exists(),
+                "{id} was not answered, and ran"
+            );
+        } else {
+            assert!(marks.join(n.to_string()).exists(), "{job}");
+        }
+    }
+    assert!(held >= 1, "no start waited for the stuck server");
+    assert!(
+        parent_of(fork_server).is_none(),
+        "the stuck server was not ended"
+    );
+    let next = mark(9);
+    wait_state(&server, &next, "COMPLETED");
+    assert!(marks.join("9").exists());
+}
+
 /// A job cancelled the moment it is submitted (cancelled while it starts: the engine
 /// signals its process group as soon as the start is answered) never runs its command
 /// to the end: the shepherd leads its group before its pid is given.

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 mod fork_server;
 
+use super::shepherd::fork_server::StartedJob;
 use super::shepherd::{self, Ids, Output, Plan, Setup};
-use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify};
+use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify, StartDone};
 use crate::job::ProcessRecord;
 use crate::sysuser;
 
@@ -436,59 +437,81 @@ impl ResourceManager for LocalResourceManager {
     }
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
-        let _spool_held = self.spool_lock.lock().unwrap_or_else(|e| e.into_inner());
+        let (done, outcome) = std::sync::mpsc::channel();
+        self.start_then(
+            launch,
+            Box::new(move |started| {
+                let _ = done.send(started);
+            }),
+        );
+        // The fork server's reader answers every start, if only "ended" (it ends a
+        // server that does not answer in time).
+        outcome
+            .recv()
+            .unwrap_or_else(|_| Err("the start was never answered".into()))
+    }
+
+    fn start_then(&self, launch: Launch, done: StartDone) {
         // One file per job (a directory and a pid file per job cost a start three inodes).
         let spool = status_file(&self.spool, &launch.job_id);
-        let status_file = self
-            .recycled
-            .make(&spool)
-            .map_err(|e| format!("cannot create the exit status file: {e}"))?;
-        let plan = plan_file(&plan_of(&launch))
-            .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
+        let status_file = {
+            let _spool_held = self.spool_lock.lock().unwrap_or_else(|e| e.into_inner());
+            self.recycled.make(&spool)
+        };
+        let made = status_file
+            .map_err(|e| format!("cannot create the exit status file: {e}"))
+            .and_then(|status_file| {
+                let plan = plan_file(&plan_of(&launch))
+                    .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
+                Ok((status_file, plan))
+            });
+        let (status_file, plan) = match made {
+            Ok(files) => files,
+            Err(e) => return done(Err(e)),
+        };
         let (status_fd, plan_fd) = (status_file.as_raw_fd(), plan.as_raw_fd());
+        let Some(agent) = &launch.guest else {
+            // The fork server reads the job's start time before it lets it go on. The
+            // job's process writes its pid first in its status file: a restart that finds
+            // the start unrecorded stops what that names (`abandon`). The fork server
+            // reports the ends of the jobs it started.
+            let record_spool = spool.to_string_lossy().into_owned();
+            let answer = Box::new(move |started: Result<StartedJob, String>| {
+                done(started.map(|job| ProcessRecord {
+                    pid: job.pid,
+                    start_ticks: job.start_ticks,
+                    spool: record_spool,
+                    rm_job_id: None,
+                }))
+            });
+            // The server has its own copies of the files once the request is sent.
+            return self
+                .fork_server
+                .start_then(&launch.job_id, &spool, status_fd, plan_fd, answer);
+        };
         // A job in a guest: the agent's connection and this program, which its process
-        // runs (`guest-run`), become fds 5 and 6 of the shepherd and of the job.
-        let program = match &launch.guest {
-            Some(_) => Some(
-                std::fs::File::open(&self.guest_program)
-                    .map_err(|e| format!("cannot open {}: {e}", self.guest_program.display()))?,
-            ),
-            None => None,
-        };
-        let guest_fds = launch
-            .guest
-            .as_ref()
-            .zip(program.as_ref())
-            .map(|(agent, program)| (agent.as_raw_fd(), program.as_raw_fd()));
-        // The fork server reads the job's start time before it lets it go on; a shepherd
-        // this service forked is its child, not reaped before it is read here.
-        let (pid, start_ticks) = match guest_fds {
-            None => {
-                let job = self
-                    .fork_server
-                    .start(&launch.job_id, &spool, status_fd, plan_fd)?;
-                (job.pid, job.start_ticks)
-            }
-            Some(guest_fds) => {
-                let pid = self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)?;
-                (pid, shepherd::fork_server::start_ticks(pid).unwrap_or(0))
-            }
-        };
+        // runs (`guest-run`), become fds 5 and 6 of the shepherd and of the job. A
+        // shepherd this service forked is its child, not reaped before it is read here.
+        let started = std::fs::File::open(&self.guest_program)
+            .map_err(|e| format!("cannot open {}: {e}", self.guest_program.display()))
+            .and_then(|program| {
+                let guest_fds = (agent.as_raw_fd(), program.as_raw_fd());
+                self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)
+            });
         // The shepherd has its own copies.
-        drop((status_file, plan, program));
-        let record = ProcessRecord {
-            pid,
-            start_ticks,
-            spool: spool.to_string_lossy().into_owned(),
-            rm_job_id: None,
-        };
-        // The job's process (in a guest: its shepherd) writes its pid first in its
-        // status file: a restart that finds the start unrecorded stops what that names
-        // (`abandon`). The fork server reports the ends of the jobs it started.
-        if launch.guest.is_some() {
-            self.watch_child(launch.job_id, pid, spool);
-        }
-        Ok(record)
+        drop((status_file, plan));
+        done(started.map(|pid| {
+            let record = ProcessRecord {
+                pid,
+                start_ticks: shepherd::fork_server::start_ticks(pid).unwrap_or(0),
+                spool: spool.to_string_lossy().into_owned(),
+                rm_job_id: None,
+            };
+            // Its status file names the shepherd first, for `abandon` as above; watched
+            // (and so reaped) only once its start time is read.
+            self.watch_child(launch.job_id.clone(), pid, spool.clone());
+            record
+        }))
     }
 
     fn signal(&self, process: &ProcessRecord, signal: JobSignal) -> Result<(), String> {

@@ -132,12 +132,23 @@ pub struct DetectedJob {
 /// Where a resource manager reports events (the engine's inbox).
 pub type RmNotify = std::sync::Arc<dyn Fn(RmEvent) + Send + Sync>;
 
+/// What takes the outcome of [`ResourceManager::start_then`].
+pub type StartDone = Box<dyn FnOnce(Result<ProcessRecord, String>) + Send>;
+
 pub trait ResourceManager: Send + Sync {
     /// The name jobs report as their resource manager.
     fn name(&self) -> &str;
 
     /// Starts the job; its end is reported later as [`RmEvent::Exited`].
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String>;
+
+    /// Starts the job as [`start`](Self::start) does, and hands the outcome to `done`
+    /// (called once): at once, or later on another thread when the start is made
+    /// elsewhere. Starts so handed over one after another are made in that order, and
+    /// the next need not wait for the answer to the last.
+    fn start_then(&self, launch: Launch, done: StartDone) {
+        done(self.start(launch))
+    }
 
     /// Signals the job's processes.
     fn signal(&self, process: &ProcessRecord, signal: JobSignal) -> Result<(), String>;

@@ -14,8 +14,8 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
 
 use super::super::shepherd::fork_server::{self, Report, StartedJob};
 use super::super::{RmEvent, RmNotify};
@@ -32,21 +32,35 @@ pub(super) struct ForkServer {
 /// stuck (stopped, traced) and is replaced.
 const ANSWER_WITHIN: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Most starts asked of a server and not yet answered; a further start waits. The
+/// server takes them one at a time; a few waiting keep it busy, and its socket's buffer
+/// (which its reports share) far from full.
+const MOST_ASKED: usize = 16;
+
+/// What takes the answer to a start: the started job, or why it could not start.
+pub(super) type Answer = Box<dyn FnOnce(Result<StartedJob, String>) + Send>;
+
 /// One running fork server.
 struct Connection {
     socket: Arc<OwnedFd>,
-    server: i32,
-    /// The jobs whose requests are sent and not yet answered, in order (the server
-    /// answers them in order).
-    asked: Arc<Mutex<VecDeque<Asked>>>,
-    /// The answers, from the reader thread; closed when the server has ended.
-    answers: Receiver<Result<StartedJob, i32>>,
+    asked: Arc<AskedQueue>,
     ended: Arc<AtomicBool>,
+}
+
+/// The jobs whose requests are sent and not yet answered, in order (the server answers
+/// them in order); the condition is signalled as answers take them off.
+#[derive(Default)]
+struct AskedQueue {
+    jobs: Mutex<VecDeque<Asked>>,
+    answered: Condvar,
 }
 
 struct Asked {
     job_id: String,
     spool: PathBuf,
+    /// Taken when the answer comes.
+    answer: Option<Answer>,
+    since: Instant,
 }
 
 impl ForkServer {
@@ -61,60 +75,76 @@ impl ForkServer {
     }
 
     /// Starts `job_id` in a shepherd of the pool, with its status file (at `spool`) and
-    /// plan: the pid and start time of the job's process, which leads its group. Its end
-    /// is reported on the events.
-    pub(super) fn start(
+    /// plan, and hands `answer` the pid and start time of the job's process, which leads
+    /// its group, once the server has said them (on the reader thread). Its end is
+    /// reported on the events, after the answer. Returns once the request is sent (the
+    /// server has its own copies of the files): starts asked one after another are
+    /// answered in that order.
+    pub(super) fn start_then(
         &self,
         job_id: &str,
         spool: &Path,
         status_fd: i32,
         plan_fd: i32,
-    ) -> Result<StartedJob, String> {
+        answer: Answer,
+    ) {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+        let mut answer = Some(answer);
         // A server that ended is replaced once; a request it never received made nothing.
         for _ in 0..2 {
             if current
                 .as_ref()
                 .is_none_or(|c| c.ended.load(Ordering::Acquire))
             {
-                *current = Some(
-                    self.connect()
-                        .map_err(|e| format!("cannot start the shepherds' fork server: {e}"))?,
-                );
+                match self.connect() {
+                    Ok(connection) => *current = Some(connection),
+                    Err(e) => {
+                        let answer = answer.take().expect("not yet given");
+                        return answer(Err(format!(
+                            "cannot start the shepherds' fork server: {e}"
+                        )));
+                    }
+                }
             }
             let connection = current.as_ref().expect("made above");
-            let asked = Asked {
-                job_id: job_id.to_string(),
-                spool: spool.to_path_buf(),
-            };
-            connection.asked.lock().unwrap().push_back(asked);
-            if fork_server::request(connection.socket.as_raw_fd(), status_fd, plan_fd).is_err() {
-                connection.asked.lock().unwrap().pop_back();
+            let queue = &connection.asked;
+            let mut asked = queue.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let deadline = Instant::now() + ANSWER_WITHIN;
+            while asked.len() >= MOST_ASKED && Instant::now() < deadline {
+                asked = queue
+                    .answered
+                    .wait_timeout(asked, deadline - Instant::now())
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
+            // The reader marks the server ended with the queue held, and answers what is
+            // queued then: a start queued later would have no answer.
+            if connection.ended.load(Ordering::Acquire) {
+                drop(asked);
                 *current = None;
                 continue;
             }
-            // A job's process goes on only once this answer was sent: when none comes,
-            // nothing runs (the server is ended, and with it the job's handshake).
-            return match connection.answers.recv_timeout(ANSWER_WITHIN) {
-                Ok(Ok(job)) => Ok(job),
-                Ok(Err(errno)) => Err(format!(
-                    "cannot start the shepherd of {job_id}: {}",
-                    io::Error::from_raw_os_error(errno)
-                )),
-                Err(e) => {
-                    if matches!(e, std::sync::mpsc::RecvTimeoutError::Timeout) {
-                        unsafe { libc::kill(connection.server, libc::SIGKILL) };
-                    }
-                    *current = None;
-                    Err(format!(
-                        "the shepherds' fork server ended while starting {job_id}"
-                    ))
-                }
-            };
+            // The request is sent with the queue held: the reader cannot take an answer
+            // for it before it is queued, nor (the server gone) answer it "ended" before
+            // it is known whether the server received it.
+            asked.push_back(Asked {
+                job_id: job_id.to_string(),
+                spool: spool.to_path_buf(),
+                answer: answer.take(),
+                since: Instant::now(),
+            });
+            if fork_server::request(connection.socket.as_raw_fd(), status_fd, plan_fd).is_ok() {
+                return;
+            }
+            answer = asked.pop_back().and_then(|unsent| unsent.answer);
+            drop(asked);
+            *current = None;
         }
-        Err(format!(
-            "the shepherds' fork server ended twice while starting {job_id}"
-        ))
+        if let Some(answer) = answer {
+            answer(Err(format!(
+                "the shepherds' fork server ended twice while starting {job_id}"
+            )));
+        }
     }
 
     /// Starts a fork server and its reader thread.
@@ -130,14 +160,12 @@ impl ForkServer {
         )?;
         drop(theirs);
         let socket = Arc::new(ours);
-        let asked = Arc::new(Mutex::new(VecDeque::new()));
+        let asked = Arc::new(AskedQueue::default());
         let ended = Arc::new(AtomicBool::new(false));
-        let (answer, answers) = std::sync::mpsc::channel();
         let reader = Reader {
             socket: socket.clone(),
             server: pid,
             asked: asked.clone(),
-            answer,
             ended: ended.clone(),
             events: self.events.clone(),
         };
@@ -146,9 +174,7 @@ impl ForkServer {
             .spawn(move || reader.run())?;
         Ok(Connection {
             socket,
-            server: pid,
             asked,
-            answers,
             ended,
         })
     }
@@ -166,8 +192,7 @@ impl Drop for Connection {
 struct Reader {
     socket: Arc<OwnedFd>,
     server: i32,
-    asked: Arc<Mutex<VecDeque<Asked>>>,
-    answer: Sender<Result<StartedJob, i32>>,
+    asked: Arc<AskedQueue>,
     ended: Arc<AtomicBool>,
     events: RmNotify,
 }
@@ -178,6 +203,7 @@ impl Reader {
         // start time.
         let mut running: HashMap<i32, (Asked, u64)> = HashMap::new();
         let mut bytes = [0u8; 64];
+        let mut killed = false;
         loop {
             // SAFETY: `bytes` is writable for its whole length.
             let n = unsafe {
@@ -185,29 +211,62 @@ impl Reader {
                     self.socket.as_raw_fd(),
                     bytes.as_mut_ptr() as *mut libc::c_void,
                     bytes.len(),
-                    0,
+                    libc::MSG_DONTWAIT,
                 )
             };
-            if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            if n < 0 {
+                // Nothing to read (or interrupted): waits, and reads again.
+                match io::Error::last_os_error().kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    // Killed: waits for the close.
+                    io::ErrorKind::WouldBlock if killed => self.wait_readable(),
+                    io::ErrorKind::WouldBlock => {
+                        if !self.readable_in_time() {
+                            // Stuck (stopped, traced): ended, and with it the handshakes
+                            // of the jobs it has not answered for, which so run nothing.
+                            // Its socket closes.
+                            unsafe { libc::kill(self.server, libc::SIGKILL) };
+                            killed = true;
+                        }
+                    }
+                    _ => break,
+                }
                 continue;
             }
-            if n <= 0 {
+            if n == 0 {
                 break;
             }
             match Report::decode(&bytes[..n as usize]) {
                 Some(Report::Started(outcome)) => {
-                    let asked = self.asked.lock().unwrap().pop_front();
-                    if let (Ok(job), Some(asked)) = (outcome, asked) {
+                    let asked = self
+                        .asked
+                        .jobs
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .pop_front();
+                    self.asked.answered.notify_all();
+                    let Some(mut asked) = asked else { continue };
+                    let answer = asked.answer.take();
+                    let outcome = outcome.map_err(|errno| {
+                        format!(
+                            "cannot start the shepherd of {}: {}",
+                            asked.job_id,
+                            io::Error::from_raw_os_error(errno)
+                        )
+                    });
+                    if let Ok(job) = outcome {
                         running.insert(job.pid, (asked, job.start_ticks));
                     }
-                    let _ = self.answer.send(outcome);
+                    if let Some(answer) = answer {
+                        answer(outcome);
+                    }
                 }
                 Some(Report::Ended {
                     pid,
                     wait_status,
                     cpu_micros,
                 }) => {
-                    if let Some((Asked { job_id, spool }, _)) = running.remove(&pid) {
+                    if let Some((Asked { job_id, spool, .. }, _)) = running.remove(&pid) {
                         let cpu_seconds = cpu_micros as f64 / 1e6;
                         let exit = super::exit_of(Some(wait_status), cpu_seconds, &spool);
                         (self.events)(RmEvent::Exited { job_id, pid, exit });
@@ -222,9 +281,22 @@ impl Reader {
                 None => {}
             }
         }
-        self.ended.store(true, Ordering::Release);
-        // A start waiting for its answer gets none.
-        drop(self.answer);
+        // No start is asked of this server from now on; those it did not answer get
+        // none.
+        let unanswered = {
+            let mut asked = self.asked.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            self.ended.store(true, Ordering::Release);
+            std::mem::take(&mut *asked)
+        };
+        self.asked.answered.notify_all();
+        for mut asked in unanswered {
+            if let Some(answer) = asked.answer.take() {
+                answer(Err(format!(
+                    "the shepherds' fork server ended while starting {}",
+                    asked.job_id
+                )));
+            }
+        }
         // The server is this process's child.
         unsafe { libc::waitpid(self.server, std::ptr::null_mut(), 0) };
         // Its jobs live on without it: watched as a restart watches them.
@@ -232,11 +304,52 @@ impl Reader {
             watch(&self.events, pid, asked, start_ticks);
         }
     }
+
+    /// Waits until the socket has something to read or has closed.
+    fn wait_readable(&self) {
+        let mut polled = [libc::pollfd {
+            fd: self.socket.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one pollfd, writable.
+        unsafe { libc::poll(polled.as_mut_ptr(), 1, -1) };
+    }
+
+    /// Waits until the socket has something to read or has closed: false if the oldest
+    /// start asked has waited [`ANSWER_WITHIN`] for its answer meanwhile.
+    fn readable_in_time(&self) -> bool {
+        loop {
+            let asked = self.asked.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            let oldest = asked.front().map(|a| a.since);
+            drop(asked);
+            // At most a second, rounded up: a start asked while this waits is timed
+            // from its own ask, on the next round.
+            let timeout_ms = match oldest {
+                None => 1000,
+                Some(since) => match (since + ANSWER_WITHIN).checked_duration_since(Instant::now())
+                {
+                    None => return false,
+                    Some(left) => (left.as_millis() as i32 + 1).min(1000),
+                },
+            };
+            let mut polled = [libc::pollfd {
+                fd: self.socket.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            }];
+            // SAFETY: one pollfd, writable.
+            if unsafe { libc::poll(polled.as_mut_ptr(), 1, timeout_ms) } != 0 {
+                // Readable, closed, or interrupted (the read then says which).
+                return true;
+            }
+        }
+    }
 }
 
 /// Watches the job `asked` (process `pid`, started at `start_ticks`), which no shepherd
 /// will report, as a restart watches its jobs.
-fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool }: Asked, start_ticks: u64) {
+fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool, .. }: Asked, start_ticks: u64) {
     let record = ProcessRecord {
         pid,
         start_ticks,
