@@ -840,6 +840,30 @@ fn parent_of(pid: i64) -> Option<i64> {
     stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
 }
 
+/// A job, running in `work` until a file `go` appears there, then ending with `code`:
+/// its id, the pid of its process, and the path of its flag.
+fn a_job_waiting_for_its_flag(
+    server: &TestServer,
+    work: &std::path::Path,
+    code: i32,
+) -> (String, i64, std::path::PathBuf) {
+    let (flag, pid_file) = (work.join("go"), work.join("pid"));
+    let waiting = script(
+        work,
+        "wait.sh",
+        &format!(
+            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit {code}",
+            pid_file.display(),
+            flag.display()
+        ),
+    );
+    let id = submit_v1(
+        server,
+        json!({"commandFile": waiting, "initialWorkingDirectory": work}),
+    );
+    (id, wait_for_pid_file(&pid_file), flag)
+}
+
 /// The shepherds' fork server is the parent of the jobs' shepherds, and a job leads its
 /// own session. Killed, the jobs it started still end with their codes (written by their
 /// shepherds, watched as after a restart), and the next job gets a new one.
@@ -847,21 +871,7 @@ fn parent_of(pid: i64) -> Option<i64> {
 fn jobs_outlive_their_shepherds_fork_server() {
     let server = TestServer::start();
     let work = scratch_dir();
-    let (flag, pid_file) = (work.path().join("go"), work.path().join("pid"));
-    let waiting = script(
-        work.path(),
-        "wait.sh",
-        &format!(
-            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.1; done\nexit 7",
-            pid_file.display(),
-            flag.display()
-        ),
-    );
-    let first = submit_v1(
-        &server,
-        json!({"commandFile": waiting, "initialWorkingDirectory": work.path()}),
-    );
-    let job = wait_for_pid_file(&pid_file);
+    let (first, job, flag) = a_job_waiting_for_its_flag(&server, work.path(), 7);
     let shepherd = parent_of(job).expect("the job's shepherd");
     let fork_server = parent_of(shepherd).expect("the shepherds' fork server");
     let command = std::fs::read(format!("/proc/{fork_server}/cmdline")).unwrap();
@@ -935,21 +945,7 @@ fn jobs_outlive_their_shepherds_fork_server() {
 fn a_stuck_fork_server_is_replaced_and_its_unanswered_job_never_runs() {
     let server = TestServer::start();
     let work = scratch_dir();
-    let (flag, pid_file) = (work.path().join("go"), work.path().join("pid"));
-    let waiting = script(
-        work.path(),
-        "wait.sh",
-        &format!(
-            "echo $$ > {}\nwhile [ ! -e {} ]; do sleep 0.1; done",
-            pid_file.display(),
-            flag.display()
-        ),
-    );
-    let first = submit_v1(
-        &server,
-        json!({"commandFile": waiting, "initialWorkingDirectory": work.path()}),
-    );
-    let job = wait_for_pid_file(&pid_file);
+    let (first, job, flag) = a_job_waiting_for_its_flag(&server, work.path(), 0);
     let fork_server = parent_of(parent_of(job).expect("its shepherd")).expect("the server");
     std::fs::write(&flag, "").unwrap();
     wait_state(&server, &first, "COMPLETED");
