@@ -1008,12 +1008,15 @@ mod tests {
         ] {
             let line = read_proc_line(path).expect("readable");
             assert!(line.ends_with('\n'), "{path}: {line:?}");
-            // The fields that do not move between two reads agree.
+            // Read whole: as many fields, and those that do not move between two reads
+            // (a process's pid and name; its state may) agree.
             let whole = std::fs::read_to_string(path).unwrap();
             fn first(text: &str) -> Vec<&str> {
-                text.split_whitespace().take(3).collect()
+                text.split_whitespace().take(2).collect()
             }
             assert_eq!(first(&line), first(&whole), "{path}");
+            let count = |text: &str| text.split_whitespace().count();
+            assert_eq!(count(&line), count(&whole), "{path}");
         }
         assert_eq!(read_proc_line("/proc/self/no-such-file"), None);
         // A file without a closing newline (the thread's children: "pid pid ") is read to
