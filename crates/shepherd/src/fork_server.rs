@@ -234,15 +234,19 @@ fn receive(socket: i32) -> Option<Result<[i32; 2], u8>> {
 /// Sends `bytes` as one message on `socket`; whether it was sent whole (a peer gone is
 /// seen where it is read from).
 fn send(socket: i32, bytes: &[u8]) -> bool {
-    let sent = unsafe {
-        libc::send(
-            socket,
-            bytes.as_ptr() as *const libc::c_void,
-            bytes.len(),
-            libc::MSG_NOSIGNAL,
-        )
-    };
-    sent == bytes.len() as isize
+    loop {
+        let sent = unsafe {
+            libc::send(
+                socket,
+                bytes.as_ptr() as *const libc::c_void,
+                bytes.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if sent >= 0 || io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return sent == bytes.len() as isize;
+        }
+    }
 }
 
 /// Receives one message of at most `N` bytes on `socket`: its length, 0 when the peer
@@ -584,10 +588,15 @@ pub fn serve() -> i32 {
             pool.reap();
         }
         if polled[0].revents != 0 {
+            // The service matches answers to its starts by their order: an answer it
+            // did not get would give the next start this one's answer, so the server
+            // ends instead (the service answers its starts "ended").
             match receive(SOCKET_FD) {
                 None => return 0,
                 Some(Err(_)) => {
-                    report(Report::Started(Err(libc::EINVAL)));
+                    if !report(Report::Started(Err(libc::EINVAL))) {
+                        return 1;
+                    }
                 }
                 Some(Ok(fds)) => {
                     let started = pool.start(fds);
@@ -597,7 +606,9 @@ pub fn serve() -> i32 {
                     }
                     match started {
                         Err(errno) => {
-                            report(Report::Started(Err(errno)));
+                            if !report(Report::Started(Err(errno))) {
+                                return 1;
+                            }
                         }
                         Ok((member, job)) => {
                             // An earlier job that had this pid: its end (or loss) is
@@ -617,6 +628,9 @@ pub fn serve() -> i32 {
                                 unsafe { libc::kill(job, libc::SIGKILL) };
                             }
                             pool.busy.insert(member.pid, (member, job));
+                            if !answered {
+                                return 1;
+                            }
                         }
                     }
                 }

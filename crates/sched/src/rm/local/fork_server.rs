@@ -53,6 +53,9 @@ struct Connection {
 struct AskedQueue {
     jobs: Mutex<VecDeque<Asked>>,
     answered: Condvar,
+    /// Set when the reader has ended a stuck server: the next start makes a new one
+    /// without waiting for this one's socket to close.
+    replace: AtomicBool,
 }
 
 struct Asked {
@@ -92,10 +95,9 @@ impl ForkServer {
         let mut answer = Some(answer);
         // A server that ended is replaced once; a request it never received made nothing.
         for _ in 0..2 {
-            if current
-                .as_ref()
-                .is_none_or(|c| c.ended.load(Ordering::Acquire))
-            {
+            if current.as_ref().is_none_or(|c| {
+                c.ended.load(Ordering::Acquire) || c.asked.replace.load(Ordering::Acquire)
+            }) {
                 match self.connect() {
                     Ok(connection) => *current = Some(connection),
                     Err(e) => {
@@ -199,6 +201,11 @@ struct Reader {
 
 impl Reader {
     fn run(self) {
+        // Whatever ends this loop, a panic included, the starts not answered are.
+        let unanswered = AnswerTheRestOnDrop {
+            asked: self.asked.clone(),
+            ended: self.ended.clone(),
+        };
         // The jobs this server started and that have not ended: pid to job, spool and
         // start time.
         let mut running: HashMap<i32, (Asked, u64)> = HashMap::new();
@@ -217,7 +224,10 @@ impl Reader {
             if n < 0 {
                 // Nothing to read (or interrupted): waits, and reads again.
                 match io::Error::last_os_error().kind() {
-                    io::ErrorKind::Interrupted => continue,
+                    // A server that ended with requests unread leaves this error, once,
+                    // ahead of the reports it sent: they are read still (a start it
+                    // answered runs), up to the close.
+                    io::ErrorKind::Interrupted | io::ErrorKind::ConnectionReset => continue,
                     // Killed: waits for the close.
                     io::ErrorKind::WouldBlock if killed => self.wait_readable(),
                     io::ErrorKind::WouldBlock => {
@@ -227,6 +237,9 @@ impl Reader {
                             // Its socket closes.
                             unsafe { libc::kill(self.server, libc::SIGKILL) };
                             killed = true;
+                            // Starts go to a new server from now on; this one's queue is
+                            // answered when its socket closes.
+                            self.asked.replace.store(true, Ordering::Release);
                         }
                     }
                     _ => break,
@@ -238,12 +251,16 @@ impl Reader {
             }
             match Report::decode(&bytes[..n as usize]) {
                 Some(Report::Started(outcome)) => {
-                    let asked = self
-                        .asked
-                        .jobs
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .pop_front();
+                    let asked = {
+                        let mut jobs = self.asked.jobs.lock().unwrap_or_else(|e| e.into_inner());
+                        let answered = jobs.pop_front();
+                        // The server takes starts one at a time: the next one's wait is
+                        // timed from now, not from when it was queued behind this one.
+                        if let Some(next) = jobs.front_mut() {
+                            next.since = Instant::now();
+                        }
+                        answered
+                    };
                     self.asked.answered.notify_all();
                     let Some(mut asked) = asked else { continue };
                     let answer = asked.answer.take();
@@ -281,22 +298,7 @@ impl Reader {
                 None => {}
             }
         }
-        // No start is asked of this server from now on; those it did not answer get
-        // none.
-        let unanswered = {
-            let mut asked = self.asked.jobs.lock().unwrap_or_else(|e| e.into_inner());
-            self.ended.store(true, Ordering::Release);
-            std::mem::take(&mut *asked)
-        };
-        self.asked.answered.notify_all();
-        for mut asked in unanswered {
-            if let Some(answer) = asked.answer.take() {
-                answer(Err(format!(
-                    "the shepherds' fork server ended while starting {}",
-                    asked.job_id
-                )));
-            }
-        }
+        drop(unanswered);
         // The server is this process's child.
         unsafe { libc::waitpid(self.server, std::ptr::null_mut(), 0) };
         // Its jobs live on without it: watched as a restart watches them.
@@ -347,6 +349,33 @@ impl Reader {
     }
 }
 
+/// Marks a server's connection ended and answers the starts it did not ("ended"),
+/// when the reader stops, however it stops.
+struct AnswerTheRestOnDrop {
+    asked: Arc<AskedQueue>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Drop for AnswerTheRestOnDrop {
+    fn drop(&mut self) {
+        // Marked with the queue held: no start is queued on this server from now on.
+        let unanswered = {
+            let mut asked = self.asked.jobs.lock().unwrap_or_else(|e| e.into_inner());
+            self.ended.store(true, Ordering::Release);
+            std::mem::take(&mut *asked)
+        };
+        self.asked.answered.notify_all();
+        for mut asked in unanswered {
+            if let Some(answer) = asked.answer.take() {
+                answer(Err(format!(
+                    "the shepherds' fork server ended while starting {}",
+                    asked.job_id
+                )));
+            }
+        }
+    }
+}
+
 /// Watches the job `asked` (process `pid`, started at `start_ticks`), which no shepherd
 /// will report, as a restart watches its jobs.
 fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool, .. }: Asked, start_ticks: u64) {
@@ -357,4 +386,116 @@ fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool, .. }: Asked, start_
         rm_job_id: None,
     };
     super::watch_adopted(events.clone(), job_id, record);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Queues a start whose outcome (started or not) goes to `answers`, tagged `job`.
+    fn ask(asked: &AskedQueue, job: &str, answers: &std::sync::mpsc::Sender<(String, bool)>) {
+        let (job, answers) = (job.to_string(), answers.clone());
+        asked.jobs.lock().unwrap().push_back(Asked {
+            job_id: job.clone(),
+            spool: PathBuf::from("/nonexistent"),
+            answer: Some(Box::new(move |outcome| {
+                let _ = answers.send((job, outcome.is_ok()));
+            })),
+            since: Instant::now(),
+        });
+    }
+
+    /// A server that ends with a request unread leaves the service's socket an error
+    /// (ECONNRESET) ahead of the answers it sent: the answer it gave is still taken (its
+    /// job runs), and only the start it did not answer is answered "ended".
+    #[test]
+    fn an_answer_sent_before_the_server_ended_is_not_lost() {
+        let ends = fork_server::seqpacket_pair().unwrap();
+        let (ours, server_end) =
+            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let asked = Arc::new(AskedQueue::default());
+        let (answers, answered) = std::sync::mpsc::channel();
+        ask(&asked, "first", &answers);
+        ask(&asked, "second", &answers);
+        // The second request, which the server never reads; its answer to the first (a
+        // process gone by now); then its end.
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        gone.wait().unwrap();
+        let started = Report::Started(Ok(StartedJob {
+            pid: gone.id() as i32,
+            start_ticks: 1,
+        }));
+        let send = |socket: &OwnedFd, bytes: &[u8]| {
+            let sent =
+                unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+            assert_eq!(sent, bytes.len() as isize);
+        };
+        send(&ours, b"L");
+        send(&server_end, &started.encode());
+        drop(server_end);
+        // The reader reaps its server at its end: a child of this test's.
+        #[allow(clippy::zombie_processes)]
+        let server = std::process::Command::new("true").spawn().unwrap();
+        let reader = Reader {
+            socket: Arc::new(ours),
+            server: server.id() as i32,
+            asked: asked.clone(),
+            ended: Arc::new(AtomicBool::new(false)),
+            events: Arc::new(|_| {}),
+        };
+        reader.run();
+        drop(answers);
+        let outcomes: Vec<(String, bool)> = answered.iter().collect();
+        assert_eq!(
+            outcomes,
+            [("first".to_string(), true), ("second".to_string(), false)]
+        );
+    }
+
+    /// A reader that stops by a panic still answers the starts it had not ("ended"),
+    /// and marks its server ended, so the next start makes a new one.
+    #[test]
+    fn a_reader_that_panics_answers_the_starts_it_had_not() {
+        let ends = fork_server::seqpacket_pair().unwrap();
+        let (ours, server_end) =
+            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let asked = Arc::new(AskedQueue::default());
+        asked.jobs.lock().unwrap().push_back(Asked {
+            job_id: "first".into(),
+            spool: PathBuf::from("/nonexistent"),
+            answer: Some(Box::new(|_| panic!("an answer that fails"))),
+            since: Instant::now(),
+        });
+        let (answers, answered) = std::sync::mpsc::channel();
+        ask(&asked, "second", &answers);
+        drop(answers);
+        let failed = Report::Started(Err(libc::EAGAIN)).encode();
+        let sent = unsafe {
+            libc::send(
+                server_end.as_raw_fd(),
+                failed.as_ptr().cast(),
+                failed.len(),
+                0,
+            )
+        };
+        assert_eq!(sent, failed.len() as isize);
+        let ended = Arc::new(AtomicBool::new(false));
+        // The reader reaps its server at its end: a child of this test's.
+        #[allow(clippy::zombie_processes)]
+        let server = std::process::Command::new("true").spawn().unwrap();
+        let reader = Reader {
+            socket: Arc::new(ours),
+            server: server.id() as i32,
+            asked: asked.clone(),
+            ended: ended.clone(),
+            events: Arc::new(|_| {}),
+        };
+        assert!(std::thread::spawn(move || reader.run()).join().is_err());
+        assert_eq!(
+            answered.iter().collect::<Vec<_>>(),
+            [("second".to_string(), false)]
+        );
+        assert!(ended.load(Ordering::Acquire));
+        drop(server_end);
+    }
 }
