@@ -392,6 +392,32 @@ fn watch(events: &RmNotify, pid: i32, Asked { job_id, spool, .. }: Asked, start_
 mod tests {
     use super::*;
 
+    /// The service's end and the server's end of a new socket pair.
+    fn socket_pair() -> (OwnedFd, OwnedFd) {
+        let ends = fork_server::seqpacket_pair().unwrap();
+        unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) }
+    }
+
+    /// Sends `bytes` as one message on `socket`.
+    fn send(socket: &OwnedFd, bytes: &[u8]) {
+        let sent = unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
+        assert_eq!(sent, bytes.len() as isize);
+    }
+
+    /// A reader of the service's end `ours`, for a "server" that is a child process
+    /// doing nothing (the reader reaps it at its end).
+    fn reader(ours: OwnedFd, asked: &Arc<AskedQueue>, ended: &Arc<AtomicBool>) -> Reader {
+        #[allow(clippy::zombie_processes)]
+        let server = std::process::Command::new("true").spawn().unwrap();
+        Reader {
+            socket: Arc::new(ours),
+            server: server.id() as i32,
+            asked: asked.clone(),
+            ended: ended.clone(),
+            events: Arc::new(|_| {}),
+        }
+    }
+
     /// Queues a start whose outcome (started or not) goes to `answers`, tagged `job`.
     fn ask(asked: &AskedQueue, job: &str, answers: &std::sync::mpsc::Sender<(String, bool)>) {
         let (job, answers) = (job.to_string(), answers.clone());
@@ -410,9 +436,7 @@ mod tests {
     /// job runs), and only the start it did not answer is answered "ended".
     #[test]
     fn an_answer_sent_before_the_server_ended_is_not_lost() {
-        let ends = fork_server::seqpacket_pair().unwrap();
-        let (ours, server_end) =
-            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let (ours, server_end) = socket_pair();
         let asked = Arc::new(AskedQueue::default());
         let (answers, answered) = std::sync::mpsc::channel();
         ask(&asked, "first", &answers);
@@ -425,25 +449,10 @@ mod tests {
             pid: gone.id() as i32,
             start_ticks: 1,
         }));
-        let send = |socket: &OwnedFd, bytes: &[u8]| {
-            let sent =
-                unsafe { libc::send(socket.as_raw_fd(), bytes.as_ptr().cast(), bytes.len(), 0) };
-            assert_eq!(sent, bytes.len() as isize);
-        };
         send(&ours, b"L");
         send(&server_end, &started.encode());
         drop(server_end);
-        // The reader reaps its server at its end: a child of this test's.
-        #[allow(clippy::zombie_processes)]
-        let server = std::process::Command::new("true").spawn().unwrap();
-        let reader = Reader {
-            socket: Arc::new(ours),
-            server: server.id() as i32,
-            asked: asked.clone(),
-            ended: Arc::new(AtomicBool::new(false)),
-            events: Arc::new(|_| {}),
-        };
-        reader.run();
+        reader(ours, &asked, &Arc::new(AtomicBool::new(false))).run();
         drop(answers);
         let outcomes: Vec<(String, bool)> = answered.iter().collect();
         assert_eq!(
@@ -456,9 +465,7 @@ mod tests {
     /// and marks its server ended, so the next start makes a new one.
     #[test]
     fn a_reader_that_panics_answers_the_starts_it_had_not() {
-        let ends = fork_server::seqpacket_pair().unwrap();
-        let (ours, server_end) =
-            unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        let (ours, server_end) = socket_pair();
         let asked = Arc::new(AskedQueue::default());
         asked.jobs.lock().unwrap().push_back(Asked {
             job_id: "first".into(),
@@ -469,27 +476,9 @@ mod tests {
         let (answers, answered) = std::sync::mpsc::channel();
         ask(&asked, "second", &answers);
         drop(answers);
-        let failed = Report::Started(Err(libc::EAGAIN)).encode();
-        let sent = unsafe {
-            libc::send(
-                server_end.as_raw_fd(),
-                failed.as_ptr().cast(),
-                failed.len(),
-                0,
-            )
-        };
-        assert_eq!(sent, failed.len() as isize);
+        send(&server_end, &Report::Started(Err(libc::EAGAIN)).encode());
         let ended = Arc::new(AtomicBool::new(false));
-        // The reader reaps its server at its end: a child of this test's.
-        #[allow(clippy::zombie_processes)]
-        let server = std::process::Command::new("true").spawn().unwrap();
-        let reader = Reader {
-            socket: Arc::new(ours),
-            server: server.id() as i32,
-            asked: asked.clone(),
-            ended: ended.clone(),
-            events: Arc::new(|_| {}),
-        };
+        let reader = reader(ours, &asked, &ended);
         assert!(std::thread::spawn(move || reader.run()).join().is_err());
         assert_eq!(
             answered.iter().collect::<Vec<_>>(),
