@@ -7,8 +7,8 @@
 //! of book positions as a compressed bitmap: a count or an intersection over a million
 //! jobs takes microseconds. Jobs are never removed, so positions never move; an array's
 //! sub-jobs follow their master in index order and are found by binary search. Beside
-//! each job is its [`ScanRow`], the fields lists filter and sort by most, in one
-//! contiguous vector, so that a list that must judge every job reads rows, not jobs.
+//! each job is its [`ScanRow`], the fields lists filter and sort by most, in contiguous
+//! chunks, so that a list that must judge every job reads rows, not jobs.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use roaring::RoaringBitmap;
 
 use crate::job::{Hold, Job, JobState};
-use crate::sharded::ShardedMap;
+use crate::sharded::{ChunkedVec, ShardedMap};
 
 /// Attributes with an index: a set of book positions per value (a compressed bitmap, so
 /// that intersections and counts over a million jobs take microseconds).
@@ -196,7 +196,7 @@ impl InlineId {
     }
 }
 
-/// What list queries read most of a job, kept beside it in one contiguous vector: a
+/// What list queries read most of a job, kept beside it in chunks of contiguous rows: a
 /// scan over a deep book that reads only these never follows a pointer to a job, its
 /// spec or its strings (each a cache miss), which is most of what a scan costs.
 #[derive(Debug, Clone, Copy)]
@@ -277,7 +277,7 @@ impl ScanRow {
 pub struct JobBook {
     jobs: Vec<Arc<Job>>,
     /// The [`ScanRow`] of each job, at its position; made again whenever it changes.
-    rows: Vec<ScanRow>,
+    rows: ChunkedVec<ScanRow>,
     strings: Strings,
     /// Position by the number at the end of the id (`<name>.<seq>`).
     by_seq: ShardedMap<u64, u32>,

@@ -1,11 +1,13 @@
-//! A hash map kept in shards, so that it never grows all at once.
+//! Collections kept in parts, so that they never grow all at once.
 //!
 //! A `HashMap` that outgrows its table moves every entry to a new one in a single
-//! insert. The job book's maps gain an entry per job (a position by number, a custom
-//! name's index entry, an interned text), and the book grows under its write lock, on
-//! the engine's thread: at 917,503 jobs of distinct custom names one push took 440 ms,
-//! and every request that reads the book or waits for the engine waited with it. In
-//! [`SHARDS`] maps, each a 256th of the entries, one push moves at most one shard.
+//! insert, and a `Vec` that outgrows its buffer copies every element. The job book gains
+//! an entry per job in several (a position by number, a custom name's index entry, an
+//! interned text, a scan row), and the book grows under its write lock, on the engine's
+//! thread: at 917,503 jobs of distinct custom names one push took 440 ms, and every
+//! request that reads the book or waits for the engine waited with it. In [`SHARDS`]
+//! maps, each a 256th of the entries, one push moves at most one shard; a
+//! [`ChunkedVec`] moves nothing.
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -81,6 +83,57 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
     }
 }
 
+/// A vector in chunks of [`CHUNK`] elements, each allocated whole when the first of
+/// its elements is pushed. The book's scan rows are about 100 bytes a job: as one `Vec`,
+/// the push of the 1,048,577th job copied 100 MB into fresh pages, a stall of 100-280 ms
+/// of every submission (found by `scripts/bench-slow-lists`).
+pub(crate) struct ChunkedVec<T> {
+    chunks: Vec<Vec<T>>,
+    len: usize,
+}
+
+const CHUNK_BITS: u32 = 14;
+/// Elements per chunk: about 1.7 MB of rows, touched a page at a time as they fill.
+const CHUNK: usize = 1 << CHUNK_BITS;
+
+impl<T> Default for ChunkedVec<T> {
+    fn default() -> Self {
+        ChunkedVec {
+            chunks: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<T> ChunkedVec<T> {
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    pub(crate) fn push(&mut self, value: T) {
+        if self.len.is_multiple_of(CHUNK) {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        self.chunks[self.len >> CHUNK_BITS].push(value);
+        self.len += 1;
+    }
+}
+
+impl<T> std::ops::Index<usize> for ChunkedVec<T> {
+    type Output = T;
+
+    fn index(&self, index: usize) -> &T {
+        &self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+    }
+}
+
+impl<T> std::ops::IndexMut<usize> for ChunkedVec<T> {
+    fn index_mut(&mut self, index: usize) -> &mut T {
+        &mut self.chunks[index >> CHUNK_BITS][index & (CHUNK - 1)]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +160,23 @@ mod tests {
         assert_eq!(map.get("name-10000"), None);
         // The entries spread over the shards.
         assert!(map.shards.iter().filter(|s| !s.is_empty()).count() > SHARDS / 2);
+    }
+
+    #[test]
+    fn a_chunked_vector_keeps_its_elements_in_place_as_it_grows() {
+        let mut rows: ChunkedVec<u64> = ChunkedVec::default();
+        rows.push(0);
+        let first: *const u64 = &rows[0];
+        for n in 1..(3 * CHUNK as u64 + 5) {
+            rows.push(n);
+        }
+        assert_eq!(rows.len(), 3 * CHUNK + 5);
+        assert!(std::ptr::eq(first, &rows[0]), "the first element moved");
+        rows[CHUNK] += 1_000_000;
+        for n in 0..rows.len() {
+            let bonus = if n == CHUNK { 1_000_000 } else { 0 };
+            assert_eq!(rows[n], n as u64 + bonus);
+        }
+        assert_eq!(rows.chunks.len(), 4);
     }
 }
