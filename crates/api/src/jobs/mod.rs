@@ -321,13 +321,18 @@ async fn list_complete(
 /// Lists whose filter or sort the job book's indexes cannot answer scan the book on
 /// blocking threads, at most this many at once (half the processors, at least one): the
 /// rest of the service keeps processors to answer with, and a scan waits for its turn
-/// only as long as its budget lets it.
-fn scan_turns() -> &'static tokio::sync::Semaphore {
-    static TURNS: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    TURNS.get_or_init(|| {
-        let processors = std::thread::available_parallelism().map_or(2, |n| n.get());
-        tokio::sync::Semaphore::new((processors / 2).max(1))
-    })
+/// only as long as its budget lets it. Narrow scans (`Scan::is_narrow`, a few ms each)
+/// take their turns apart, so that they never queue behind a costly one; they too are
+/// bounded (twice the processors), since each runs on a thread of its own.
+fn scan_turns(narrow: bool) -> &'static tokio::sync::Semaphore {
+    static COSTLY: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    static NARROW: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
+    let processors = || std::thread::available_parallelism().map_or(2, |n| n.get());
+    if narrow {
+        NARROW.get_or_init(|| tokio::sync::Semaphore::new(2 * processors()))
+    } else {
+        COSTLY.get_or_init(|| tokio::sync::Semaphore::new((processors() / 2).max(1)))
+    }
 }
 
 /// The answer to a list past its budget: the service is not failing, this list is too
@@ -438,7 +443,7 @@ async fn list(
     let page = match outcome {
         listing::Outcome::Page(page) => page,
         listing::Outcome::Scan(scan) => {
-            let _turn = tokio::time::timeout(budget, scan_turns().acquire())
+            let _turn = tokio::time::timeout(budget, scan_turns(scan.is_narrow()).acquire())
                 .await
                 .map_err(|_| over_budget(budget, "Other costly lists are running"))?
                 .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
