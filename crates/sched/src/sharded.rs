@@ -85,7 +85,7 @@ impl<K: Hash + Eq, V> ShardedMap<K, V> {
 
 /// A vector in chunks of [`CHUNK`] elements, each allocated whole when the first of
 /// its elements is pushed. The book's scan rows are about 100 bytes a job: as one `Vec`,
-/// the push of the 1,048,577th job copied 100 MB into fresh pages, a stall of 100-280 ms
+/// the push of the 1,048,577th job copied 104 MB into fresh pages, a stall of 250-280 ms
 /// of every submission (found by `scripts/bench-slow-lists`).
 pub(crate) struct ChunkedVec<T> {
     chunks: Vec<Vec<T>>,

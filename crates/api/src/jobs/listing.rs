@@ -296,7 +296,7 @@ pub(super) struct Scan {
 /// is judged in 30-50 ns, a rendered member in up to 1 us): such a scan takes its turn
 /// apart from costly ones. In a soak with one client looping on a scan of every job, an
 /// indexed list that still had to sort its 100,000 candidates waited for that scan each
-/// time and took its latency (p50 130 ms).
+/// time and took its latency (p50 104-147 ms at 0.6-1.2M jobs).
 const NARROW_SCAN: usize = 65_536;
 
 impl Scan {

@@ -321,9 +321,9 @@ async fn list_complete(
 /// Lists whose filter or sort the job book's indexes cannot answer scan the book on
 /// blocking threads, at most this many at once (half the processors, at least one): the
 /// rest of the service keeps processors to answer with, and a scan waits for its turn
-/// only as long as its budget lets it. Narrow scans (`Scan::is_narrow`, a few ms each)
-/// take their turns apart, so that they never queue behind a costly one; they too are
-/// bounded (twice the processors), since each runs on a thread of its own.
+/// only as long as its budget lets it. Narrow scans (`Scan::is_narrow`: a few ms over
+/// row fields) take their turns apart, so that they never queue behind a costly one;
+/// they too are bounded (twice the processors), since each runs on a thread of its own.
 fn scan_turns(narrow: bool) -> &'static tokio::sync::Semaphore {
     static COSTLY: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
     static NARROW: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
