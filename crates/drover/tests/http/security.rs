@@ -660,7 +660,9 @@ if ln -sf /etc/shadow \"$target\" 2>/dev/null || echo 0 2>/dev/null >\"$target\"
 else
   echo denied >{attack}
 fi
-while [ ! -e {go} ]; do sleep 0.1; done
+# Bounded, so that a test that fails before it writes `go` leaves no job behind.
+n=0
+while [ ! -e {go} ] && [ $n -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
 exit 7",
             attack = attack.display(),
             go = go.display()
