@@ -72,10 +72,10 @@ impl Interned {
 /// like jobs, never removed.
 #[derive(Default)]
 pub struct Strings {
-    texts: Vec<Arc<str>>,
+    texts: ChunkedVec<Arc<str>>,
     numbers: ShardedMap<Arc<str>, u32>,
-    lists: Vec<Arc<[String]>>,
-    list_numbers: HashMap<Arc<[String]>, u32>,
+    lists: ChunkedVec<Arc<[String]>>,
+    list_numbers: ShardedMap<Arc<[String]>, u32>,
     /// The list of names each list of holds is interned as (found without making the
     /// names: a job's row is made again at each of its changes).
     hold_lists: HashMap<Box<[Hold]>, Interned>,

@@ -7,7 +7,9 @@
 //! thread: at 917,503 jobs of distinct custom names one push took 440 ms, and every
 //! request that reads the book or waits for the engine waited with it. In [`SHARDS`]
 //! maps, each a 256th of the entries, one push moves at most one shard; a
-//! [`ChunkedVec`] moves nothing.
+//! [`ChunkedVec`] moves nothing. (The book's job handles, 8 bytes a job, are still one
+//! vector, which readers take as a slice: its doubling at a million jobs copies 8 MB,
+//! 3-23 ms with mimalloc on a busy 2-core machine, where the rows' 104 MB took 250 ms.)
 
 use std::borrow::Borrow;
 use std::collections::HashMap;
@@ -106,9 +108,12 @@ impl<T> Default for ChunkedVec<T> {
 }
 
 impl<T> ChunkedVec<T> {
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    pub(crate) fn get(&self, index: usize) -> Option<&T> {
+        (index < self.len).then(|| &self[index])
     }
 
     pub(crate) fn push(&mut self, value: T) {
@@ -171,6 +176,9 @@ mod tests {
             rows.push(n);
         }
         assert_eq!(rows.len(), 3 * CHUNK + 5);
+        assert_eq!(rows.get(3 * CHUNK + 4), Some(&(3 * CHUNK as u64 + 4)));
+        assert_eq!(rows.get(3 * CHUNK + 5), None);
+        assert_eq!(rows.get(u32::MAX as usize), None);
         assert!(std::ptr::eq(first, &rows[0]), "the first element moved");
         rows[CHUNK] += 1_000_000;
         for n in 0..rows.len() {

@@ -290,19 +290,25 @@ pub(super) struct Scan {
     rechecked: Vec<(Key, Vec<String>)>,
     /// The query with only what the lookups leave of its filter.
     query: ListQuery,
+    /// Whether every path of that filter and of the sort is read from the scan row, not
+    /// the job ([`Narrow::reads_jobs`]).
+    rows_only: bool,
 }
 
-/// Candidates few enough that judging them costs about what an indexed list does (a row
-/// is judged in 30-50 ns, a rendered member in up to 1 us): such a scan takes its turn
-/// apart from costly ones. In a soak with one client looping on a scan of every job, an
-/// indexed list that still had to sort its 100,000 candidates waited for that scan each
-/// time and took its latency (p50 104-147 ms at 0.6-1.2M jobs).
+/// Candidates few enough that judging their scan rows costs about what an indexed list
+/// does (a row is judged in 30-50 ns: a few ms): such a scan takes its turn apart from
+/// costly ones, and runs on one thread. In a soak with one client looping on a scan of
+/// every job, an indexed list that still had to sort its 100,000 candidates waited for
+/// that scan each time and took its latency (p50 104-147 ms at 0.6-1.2M jobs).
 const NARROW_SCAN: usize = 65_536;
 
 impl Scan {
-    /// Whether the index lookups left few enough jobs to judge ([`NARROW_SCAN`]).
+    /// Whether the scan is cheap whatever it asks: at most [`NARROW_SCAN`] candidates,
+    /// judged on their rows alone. A path read from the job (a rendered member can cost
+    /// a microsecond or more, and its length is the user's) makes it costly, however few
+    /// the candidates: an ordinary user's candidates are all their own jobs.
     pub(super) fn is_narrow(&self) -> bool {
-        self.candidates.len() <= NARROW_SCAN
+        self.rows_only && self.candidates.len() <= NARROW_SCAN
     }
 }
 
@@ -431,6 +437,7 @@ pub(super) fn plan(
             },
             date_order: by_position.filter(|_| !query.sort.is_empty()),
             rechecked,
+            rows_only: !Narrow::of(&scan_query.filter, &scan_query.sort, version).reads_jobs(),
             query: scan_query,
         })),
     }
@@ -484,7 +491,7 @@ pub(super) fn scan(
 ) -> Result<Page<Value>, OverBudget> {
     let query = &scan.query;
     let processors = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let parts = if scan.candidates.len() >= PARALLEL_FROM {
+    let parts = if scan.candidates.len() >= PARALLEL_FROM && !scan.is_narrow() {
         processors.min(4)
     } else {
         1
@@ -842,18 +849,22 @@ mod tests {
 
     #[test]
     fn a_scan_is_narrow_by_the_candidates_it_judges() {
-        let scan = |candidates| Scan {
+        let scan = |candidates, rows_only| Scan {
             candidates,
             date_order: None,
             rechecked: Vec::new(),
             query: ListQuery::default(),
+            rows_only,
         };
-        assert!(scan(Candidates::Below(NARROW_SCAN as u32)).is_narrow());
-        assert!(!scan(Candidates::Below(NARROW_SCAN as u32 + 1)).is_narrow());
+        assert!(scan(Candidates::Below(NARROW_SCAN as u32), true).is_narrow());
+        assert!(!scan(Candidates::Below(NARROW_SCAN as u32 + 1), true).is_narrow());
         let few: RoaringBitmap = (0..1_000_000).step_by(100).collect();
-        assert!(scan(Candidates::Set(few)).is_narrow());
+        assert!(scan(Candidates::Set(few.clone()), true).is_narrow());
         let many: RoaringBitmap = (0..1_000_000).step_by(2).collect();
-        assert!(!scan(Candidates::Set(many)).is_narrow());
+        assert!(!scan(Candidates::Set(many), true).is_narrow());
+        // Reading the job makes even ten candidates costly.
+        assert!(!scan(Candidates::Below(10), false).is_narrow());
+        assert!(!scan(Candidates::Set(few), false).is_narrow());
     }
 
     #[test]

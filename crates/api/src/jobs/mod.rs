@@ -322,8 +322,8 @@ async fn list_complete(
 /// blocking threads, at most this many at once (half the processors, at least one): the
 /// rest of the service keeps processors to answer with, and a scan waits for its turn
 /// only as long as its budget lets it. Narrow scans (`Scan::is_narrow`: a few ms over
-/// row fields) take their turns apart, so that they never queue behind a costly one;
-/// they too are bounded (twice the processors), since each runs on a thread of its own.
+/// row fields, on one thread) take their turns apart, so that they never queue behind a
+/// costly one; they too are bounded (twice the processors: a thread each).
 fn scan_turns(narrow: bool) -> &'static tokio::sync::Semaphore {
     static COSTLY: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
     static NARROW: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
@@ -443,12 +443,15 @@ async fn list(
     let page = match outcome {
         listing::Outcome::Page(page) => page,
         listing::Outcome::Scan(scan) => {
-            let _turn = tokio::time::timeout(budget, scan_turns(scan.is_narrow()).acquire())
+            let turn = tokio::time::timeout(budget, scan_turns(scan.is_narrow()).acquire())
                 .await
-                .map_err(|_| over_budget(budget, "Other costly lists are running"))?
+                .map_err(|_| over_budget(budget, "Other lists that scan are running"))?
                 .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
             let (state, api_version) = (state.clone(), params.api_version);
             beside_the_service(move || {
+                // The turn ends with the scan, not with the request: a client that hangs
+                // up does not free a turn while its scan still runs.
+                let _turn = turn;
                 let scheduler = state.scheduler();
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
