@@ -479,7 +479,8 @@ enum Found<'q> {
 /// The evaluator's answer over the candidates [`plan`] left, each judged by what the
 /// index lookups leave of the filter on its rendering by `filter_render` (only the
 /// paths of that rest and of the sort: see [`Narrow`]). The candidates are cut in as
-/// many runs as there are processors (for a long list), judged side by side on threads
+/// many runs as there are processors, up to 4 (for a long list that is not narrow:
+/// [`Scan::is_narrow`]), judged side by side on threads
 /// of the lowest CPU priority; each takes the book's read lock a chunk at a time and
 /// keeps only the page's best candidates ([`Top`]); past `deadline` the scan stops.
 pub(super) fn scan(
