@@ -4,13 +4,14 @@
 //!
 //! It is one middleware rather than one per concern: each axum middleware layer costs a
 //! request a boxed service clone and a boxed future. In order: panic containment (a JSON
-//! 500), JSON 414/431 for targets and heads larger than the service reads, the declared
+//! 500), JSON 414/431 for targets and heads larger than the service reads, a change a
+//! browser sent from another site's page refused (403, [`crate::cross_site`]), the declared
 //! length (413 before anything reads the body), the login of a body over 64 KiB or of
 //! unknown length checked before it is read (a bad one answered 401 at once with
 //! `Connection: close`, a good one handed to the gate as `Authenticated`), then the
 //! whole body read within `body_timeout` (else 408) before routing: a request answered
 //! with its body unread would make hyper close the connection unannounced, and a pooling
-//! client would find it dead.
+//! client would find it dead. A browser's 401 carries no Basic challenge.
 
 use std::panic::AssertUnwindSafe;
 
@@ -19,12 +20,13 @@ use axum::body::{Body, to_bytes};
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, OriginalUri, Request, State};
-use axum::http::{HeaderValue, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use futures_util::FutureExt;
 
 use crate::AppState;
+use crate::cross_site;
 use crate::error::{ApiError, Kind};
 use crate::identity::authenticate;
 use crate::metrics::MatchedRoute;
@@ -89,8 +91,27 @@ async fn every_request(
     response
 }
 
-async fn answer(limit: usize, state: &AppState, mut request: Request, next: Next) -> Response {
+async fn answer(limit: usize, state: &AppState, request: Request, next: Next) -> Response {
+    let from_browser = cross_site::is_browser(request.headers());
+    let mut response = checked_and_read(limit, state, request, next).await;
+    if from_browser && response.status() == StatusCode::UNAUTHORIZED {
+        // No Basic challenge for a browser: it would ask once and then send that login
+        // with every request, those a page of another site makes it send included.
+        response.headers_mut().remove(header::WWW_AUTHENTICATE);
+    }
+    response
+}
+
+async fn checked_and_read(
+    limit: usize,
+    state: &AppState,
+    mut request: Request,
+    next: Next,
+) -> Response {
     if let Some(refused) = head_too_large(&request) {
+        return closing(refused);
+    }
+    if let Err(refused) = cross_site::check(request.method(), request.headers()) {
         return closing(refused);
     }
     let headers = request.headers();

@@ -35,6 +35,7 @@ mod acl;
 mod audit;
 pub mod containers;
 pub mod credentials;
+mod cross_site;
 pub mod dashboard;
 pub mod diag;
 pub mod error;

@@ -11,17 +11,22 @@ queue, opens the job's detail (fields, events), the nodes (what runs where), the
 reservation timeline, a report's chart of datapoints fed through the interface, the live
 event feed (an event made while it is open appears), VMs and services, and logs out;
 then logs in as an ordinary user, who sees none of the administrator's jobs and is told
-that events are not theirs to read.
+that events are not theirs to read. Last, a page of another site posts a form to the
+service in a browser that holds the administrator's login: refused, and no job made.
 Every step leaves a screenshot in the artifact directory; any JavaScript error, console
 error or failed request fails the test.
 """
 
 import base64
 import datetime
+import html
+import http.server
 import json
 import pathlib
 import sys
+import threading
 import time
+import urllib.parse
 import urllib.request
 
 from playwright.sync_api import expect, sync_playwright
@@ -81,6 +86,49 @@ def setup():
                         "data": {"cpu": 40 + 30 * ((minute * 7) % 11) / 10, "memory": 20 + minute / 2}})
     rest("POST", "reports/cluster-load/samples", samples)
     return long
+
+
+def forgery_is_refused(browser, problems):
+    """A page of another site (served at `localhost`, another site than `127.0.0.1`)
+    posts a form to the service, in a browser that holds the administrator's Basic
+    login and sends it to the service with every request: the post is refused, and no
+    job is made."""
+    service = urllib.parse.urlsplit(BASE)
+    target = BASE + "/rest/jobs?api-version=2"
+    name = '{"commandFile":"/bin/true","customName":"forged","x":"'
+    page_html = (f'<form method="POST" enctype="text/plain" action="{html.escape(target)}">'
+                 f'<input name="{html.escape(name)}" value=\'"}}\'></form>'
+                 '<script>document.forms[0].submit()</script>').encode()
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(page_html)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    origin = f"{service.scheme}://{service.netloc}"
+    context = browser.new_context(http_credentials={
+        "username": USER, "password": PASSWORD, "origin": origin})
+    page = context.new_page()
+    try:
+        with page.expect_response(lambda r: r.url == target) as answered:
+            page.goto(f"http://localhost:{server.server_port}/")
+        answer = answered.value
+        if answer.status != 403:
+            problems.append(f"a form of another site was answered {answer.status}: {answer.text()}")
+        page.screenshot(path=str(ARTIFACTS / "13-forged-form-refused.png"))
+    finally:
+        context.close()
+        server.shutdown()
+    forged = rest("GET", "jobs?api-version=2&query=" + urllib.parse.quote('{"customName":"forged"}'))
+    if forged["totalCount"] != 0:
+        problems.append(f"a form of another site made a job: {forged}")
 
 
 def main():
@@ -286,6 +334,7 @@ def main():
         tolerate["errors"] = False
         page.click("#logout")
 
+        forgery_is_refused(browser, problems)
         browser.close()
 
     rest("PUT", f"jobs/{long_job}/cancel", {})

@@ -5,6 +5,7 @@ mod access;
 mod accounting;
 mod containers;
 mod conventions;
+mod cross_site;
 mod dashboard;
 mod diag;
 mod directory;
