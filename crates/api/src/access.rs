@@ -28,6 +28,8 @@ pub struct AccessControl {
     refreshing: AtomicBool,
     default_roles: Vec<String>,
     throttle: LoginThrottle,
+    /// Refused bearer tokens, counted per source for the audit only (never blocking).
+    token_refusals: LoginThrottle,
     password_checks: PasswordChecks,
     proxied: ProxiedIdentities,
 }
@@ -45,6 +47,7 @@ impl AccessControl {
             loaded: Mutex::new(Instant::now()),
             refreshing: AtomicBool::new(false),
             default_roles,
+            token_refusals: LoginThrottle::counting_only(throttle.window()),
             throttle,
             password_checks: PasswordChecks::new(),
             proxied: ProxiedIdentities::default(),
@@ -101,6 +104,10 @@ impl AccessControl {
 
     pub fn throttle(&self) -> &LoginThrottle {
         &self.throttle
+    }
+
+    pub(crate) fn token_refusals(&self) -> &LoginThrottle {
+        &self.token_refusals
     }
 
     pub(crate) fn password_checks(&self) -> &PasswordChecks {

@@ -56,3 +56,36 @@ pub fn record(state: &AppState, what: Audit, user: &str, source: Option<&str>, m
         let _ = events.record(vec![event]).await;
     });
 }
+
+/// Audits a refused login of `name` as the throttle says: the first failure of its
+/// source in a window (with how many of the last window's went unrecorded) and each
+/// block's start, not every failure (a flood would fill the store).
+pub fn failed_login(
+    state: &AppState,
+    name: &str,
+    source: Option<&str>,
+    failure: &drover_auth::throttle::Failure,
+    what: &str,
+) {
+    if let Some(earlier) = failure.report {
+        let more = match earlier {
+            0 => String::new(),
+            n => format!(" ({n} more from this source in its last window were not recorded)"),
+        };
+        record(
+            state,
+            Audit::LoginFailed,
+            name,
+            source,
+            format!("{what}{more}"),
+        );
+    }
+    if let Some(block) = failure.blocked {
+        let message = format!(
+            "too many failed logins: logins refused unchecked for {} s (of this name from \
+             this source, from this source, or of this name from sources it never used)",
+            block.as_secs()
+        );
+        record(state, Audit::LoginThrottled, name, source, message);
+    }
+}

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
 use drover_auth::roles::{Authority, Member};
+use drover_auth::throttle::source_group;
 use drover_auth::{DirectoryError, Identity, Origin, basic_credentials};
 use drover_sched::sysuser::SystemUser;
 
@@ -121,11 +122,16 @@ impl PasswordChecks {
         source: Option<&str>,
         name: &str,
     ) -> Result<(Option<Turn<'_>>, Turn<'_>), ApiError> {
-        let source = match source {
-            Some(source) => Some(self.sources.take(source, "address").await?),
-            None => None,
+        // Keyed as the throttle counts: a flood of checks of a name from elsewhere must
+        // not keep its user waiting.
+        let (source, name) = match source.map(source_group) {
+            Some(group) => {
+                let turn = self.sources.take(&group, "address").await?;
+                (Some(turn), format!("{name} from {group}"))
+            }
+            None => (None, name.to_string()),
         };
-        let name = self.names.take(name, "user name").await?;
+        let name = self.names.take(&name, "user name").await?;
         Ok((source, name))
     }
 
@@ -288,20 +294,16 @@ pub(crate) async fn login(
 }
 
 /// The identity a live bearer token stands for: its user as they are now (a local user
-/// since removed, or a directory user the directory no longer knows, is refused). A token not found counts as a failed login of its source
-/// (under a name of that source's own, so that guessing from one address blocks that
-/// address, not every token's holder).
+/// since removed, or a directory user the directory no longer knows, is refused). The
+/// token is looked up before anything else: no one's failures block a valid token. A
+/// token that is not (or no longer) valid is refused and audited, once a window per
+/// source; it is never throttled, as tokens are 256 random bits (there is nothing to
+/// guess) and a portal sending expired ones is ordinary traffic.
 async fn bearer(
     state: &AppState,
     token: String,
     source: Option<IpAddr>,
 ) -> Result<Identity, ApiError> {
-    let source = source.map(|ip| ip.to_string());
-    let guesser = format!("bearer token from {}", source.as_deref().unwrap_or("?"));
-    let throttle = state.access().throttle();
-    if let Some(wait) = throttle.wait(source.as_deref(), &guesser) {
-        return Err(ApiError::throttled(wait.as_secs().max(1)));
-    }
     let tokens = state.tokens().clone();
     let owner = tokio::task::spawn_blocking(move || tokens.find(&token))
         .await
@@ -315,31 +317,24 @@ async fn bearer(
         }
         _ => None,
     };
-    let identity = match identity {
-        Some(identity) => identity,
-        None => {
-            let blocked = throttle.failed(source.as_deref(), &guesser);
-            audit::record(
+    identity.ok_or_else(|| {
+        let source = source.map(|ip| ip.to_string());
+        let refusals = state.access().token_refusals();
+        if let Some(earlier) = refusals.failed(source.as_deref(), "bearer token").report {
+            let failure = drover_auth::throttle::Failure {
+                blocked: None,
+                report: Some(earlier),
+            };
+            audit::failed_login(
                 state,
-                Audit::LoginFailed,
-                &guesser,
+                "bearer token",
                 source.as_deref(),
-                "bearer token refused".into(),
+                &failure,
+                "bearer token refused (unknown, expired or revoked)",
             );
-            if blocked {
-                audit::record(
-                    state,
-                    Audit::LoginThrottled,
-                    &guesser,
-                    source.as_deref(),
-                    "too many refused bearer tokens: further logins refused unchecked for a while"
-                        .into(),
-                );
-            }
-            return Err(ApiError::unauthorized());
         }
-    };
-    Ok(identity)
+        ApiError::unauthorized()
+    })
 }
 
 /// A directory user as the directory knows them now (found lately, or asked now);
@@ -410,28 +405,13 @@ async fn check_password(
     };
     match verified {
         Some(identity) => {
-            throttle.succeeded(&user);
+            throttle.succeeded(source, &user);
             audit::record(state, Audit::Login, &user, source, "login checked".into());
             Ok(identity)
         }
         None => {
-            let blocked = throttle.failed(source, &user);
-            audit::record(
-                state,
-                Audit::LoginFailed,
-                &user,
-                source,
-                "login refused".into(),
-            );
-            if blocked {
-                audit::record(
-                    state,
-                    Audit::LoginThrottled,
-                    &user,
-                    source,
-                    "too many failed logins: further logins refused unchecked for a while".into(),
-                );
-            }
+            let failure = throttle.failed(source, &user);
+            audit::failed_login(state, &user, source, &failure, "login refused");
             Err(ApiError::unauthorized())
         }
     }

@@ -271,15 +271,18 @@ async fn check_client(
         None => false,
     };
     match (client, verified) {
-        (Some(client), true) => Ok(client),
+        (Some(client), true) => {
+            throttle.succeeded(source.as_deref(), &name);
+            Ok(client)
+        }
         _ => {
-            throttle.failed(source.as_deref(), &name);
-            crate::audit::record(
+            let failure = throttle.failed(source.as_deref(), &name);
+            crate::audit::failed_login(
                 state,
-                crate::audit::Audit::LoginFailed,
                 &name,
                 source.as_deref(),
-                "OAuth client refused".into(),
+                &failure,
+                "OAuth client refused",
             );
             Err(invalid_client())
         }

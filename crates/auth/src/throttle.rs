@@ -1,25 +1,113 @@
-//! Failed-login throttling: after too many failures from one source or for one user name
-//! within a window, further logins are refused unchecked until the window has passed.
-//! A login already verified and remembered still passes (it proves the password, and
-//! keeps a busy client working while someone else guesses at its name).
+//! Failed-login throttling that a stranger cannot turn against the user they guess at.
+//!
+//! Failures are counted per *(name, source)*, per *source* and per *name*, where a
+//! source is an IPv4 address or an IPv6 /64 (one host's or one site's addresses). Each
+//! count that reaches its limit within the window blocks, for the window, then twice
+//! it, four times... (at most [`MAX_BACKOFF`] windows) while failures go on:
+//! - the pair blocks that name from that source: guessing from one address;
+//! - the source blocks every name from it: one address trying many names;
+//! - the name (at [`NAME_WIDE_FACTOR`] times the limit) blocks that name from every
+//!   source: many addresses guessing one name.
+//!
+//! A source from which the name has logged in before is *known*: the source's and the
+//! name's blocks do not apply to it, so that nobody else's failures (from another
+//! address, or from a shared one) keep a user out of an address they use. Only its own
+//! failures (the pair) block it.
+//!
+//! The table is bounded: when full, expired counts go first, then the counts that block
+//! nothing, oldest first; a block is dropped only when everything tracked is a block.
+//! Spraying from many sources therefore cannot flush a block out of it.
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// At most this many sources and names are tracked; beyond it expired ones are dropped,
-/// and if none has expired the record starts over.
+/// At most this many counts are tracked (about 100 bytes each).
 const MAX_TRACKED: usize = 100_000;
+/// At most this many (name, source) pairs are remembered as known.
+const MAX_KNOWN: usize = 100_000;
+/// A name is blocked for unknown sources after this many times the limit, from anywhere.
+pub const NAME_WIDE_FACTOR: u32 = 10;
+/// The longest block, in windows.
+pub const MAX_BACKOFF: u32 = 16;
 
-struct Failures {
-    count: u32,
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Pair(String, String),
+    Source(String),
+    Name(String),
+}
+
+struct Count {
+    failures: u32,
+    /// When the current window of failures began.
     since: Instant,
+    /// Blocks so far without a quiet window between them (the backoff's exponent).
+    strikes: u32,
+    blocked_until: Option<Instant>,
+    last: Instant,
+    /// Failures not audited one by one (a source's: one audit event per window).
+    unreported: u32,
+}
+
+impl Count {
+    fn new(now: Instant) -> Self {
+        Count {
+            failures: 0,
+            since: now,
+            strikes: 0,
+            blocked_until: None,
+            last: now,
+            unreported: 0,
+        }
+    }
+
+    fn blocks(&self, now: Instant) -> Option<Duration> {
+        self.blocked_until
+            .and_then(|until| until.checked_duration_since(now))
+            .filter(|left| !left.is_zero())
+    }
+}
+
+#[derive(Default)]
+struct Tables {
+    counts: HashMap<Key, Count>,
+    /// (name, source) pairs that logged in, with when they last did.
+    known: HashMap<(String, String), Instant>,
 }
 
 pub struct LoginThrottle {
     max_failures: u32,
     window: Duration,
-    failures: Mutex<HashMap<String, Failures>>,
+    tables: Mutex<Tables>,
+}
+
+/// What a failure changed, for the audit.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Failure {
+    /// A block started (of the pair, the source or the name), lasting this long.
+    pub blocked: Option<Duration>,
+    /// Audit this failure: it is its source's first in a window (or it has no source),
+    /// and its source had this many more in its last window that were not audited.
+    pub report: Option<u32>,
+}
+
+/// The source as throttled: an IPv4 address, or the /64 of an IPv6 one (a host or a
+/// site has a /64 to itself, so its addresses are one source). Anything that is not an
+/// address is taken as it is.
+pub fn source_group(source: &str) -> String {
+    match source.parse::<IpAddr>() {
+        Ok(IpAddr::V6(v6)) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        Ok(IpAddr::V4(v4)) => v4.to_string(),
+        Err(_) => source.to_string(),
+    }
 }
 
 impl LoginThrottle {
@@ -28,72 +116,154 @@ impl LoginThrottle {
         Self {
             max_failures,
             window,
-            failures: Mutex::new(HashMap::new()),
+            tables: Mutex::new(Tables::default()),
         }
     }
 
-    fn keys(source: Option<&str>, user: &str) -> Vec<String> {
-        let mut keys = vec![format!("user:{user}")];
+    /// Counts failures for the audit's once-a-window reports, and never blocks.
+    pub fn counting_only(window: Duration) -> Self {
+        Self::new(u32::MAX, window)
+    }
+
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    fn keys(source: Option<&str>, name: &str) -> Vec<Key> {
+        let mut keys = vec![Key::Name(name.to_string())];
         if let Some(source) = source {
-            keys.push(format!("source:{source}"));
+            let group = source_group(source);
+            keys.push(Key::Pair(name.to_string(), group.clone()));
+            keys.push(Key::Source(group));
         }
         keys
     }
 
-    /// How long until `source` and `user` may try again; `None`: now.
-    pub fn wait(&self, source: Option<&str>, user: &str) -> Option<Duration> {
+    fn limit(&self, key: &Key) -> u32 {
+        match key {
+            Key::Name(_) => self.max_failures.saturating_mul(NAME_WIDE_FACTOR),
+            _ => self.max_failures,
+        }
+    }
+
+    /// How long until `name` may try again from `source`; `None`: now.
+    pub fn wait(&self, source: Option<&str>, name: &str) -> Option<Duration> {
         if self.max_failures == 0 {
             return None;
         }
         let now = Instant::now();
-        let failures = self.failures.lock().unwrap();
-        Self::keys(source, user)
+        let tables = self.tables.lock().unwrap();
+        let known = source.is_some_and(|s| {
+            tables
+                .known
+                .contains_key(&(name.to_string(), source_group(s)))
+        });
+        Self::keys(source, name)
             .iter()
-            .filter_map(|key| failures.get(key))
-            .filter(|f| f.count >= self.max_failures)
-            .filter_map(|f| (f.since + self.window).checked_duration_since(now))
-            .filter(|left| !left.is_zero())
+            .filter(|key| !known || matches!(key, Key::Pair(..)))
+            .filter_map(|key| tables.counts.get(key))
+            .filter_map(|count| count.blocks(now))
             .max()
     }
 
-    /// Counts a failed login of `user` from `source`; `true` when this failure starts a
-    /// block (of the name, the source or both).
-    pub fn failed(&self, source: Option<&str>, user: &str) -> bool {
+    /// Counts a failed login of `name` from `source`.
+    pub fn failed(&self, source: Option<&str>, name: &str) -> Failure {
         if self.max_failures == 0 {
-            return false;
+            return Failure::default();
         }
         let now = Instant::now();
-        let mut failures = self.failures.lock().unwrap();
-        if failures.len() >= MAX_TRACKED {
-            failures.retain(|_, f| f.since + self.window > now);
-            if failures.len() >= MAX_TRACKED {
-                failures.clear();
+        let mut tables = self.tables.lock().unwrap();
+        let mut failure = Failure {
+            blocked: None,
+            report: source.is_none().then_some(0),
+        };
+        for key in Self::keys(source, name) {
+            if !tables.counts.contains_key(&key) && tables.counts.len() >= MAX_TRACKED {
+                self.make_room(&mut tables.counts, now);
             }
-        }
-        let mut blocked = false;
-        for key in Self::keys(source, user) {
-            let entry = failures.entry(key).or_insert(Failures {
-                count: 0,
-                since: now,
+            let limit = self.limit(&key);
+            let is_source = matches!(key, Key::Source(_));
+            let mut fresh = false;
+            let count = tables.counts.entry(key).or_insert_with(|| {
+                fresh = true;
+                Count::new(now)
             });
-            if entry.since + self.window <= now {
-                *entry = Failures {
-                    count: 0,
-                    since: now,
-                };
+            let new_window = fresh || now >= count.since + self.window;
+            if let Some(block) = self.count_one(count, limit, now) {
+                failure.blocked = failure.blocked.max(Some(block));
             }
-            entry.count += 1;
-            blocked |= entry.count == self.max_failures;
+            if is_source && new_window {
+                failure.report = Some(std::mem::take(&mut count.unreported));
+            } else if is_source {
+                count.unreported += 1;
+            }
         }
-        blocked
+        failure
     }
 
-    /// A good login of `user` forgives that name's failures (not the source's).
-    pub fn succeeded(&self, user: &str) {
-        self.failures
-            .lock()
-            .unwrap()
-            .remove(&format!("user:{user}"));
+    /// Adds one failure to `count`; the length of the block it starts, if it does.
+    fn count_one(&self, count: &mut Count, limit: u32, now: Instant) -> Option<Duration> {
+        let quiet_since_block = count
+            .blocked_until
+            .is_none_or(|until| now >= until + self.window);
+        if now >= count.since + self.window {
+            count.failures = 0;
+            count.since = now;
+            if quiet_since_block {
+                count.strikes = 0;
+            }
+        }
+        count.failures += 1;
+        count.last = now;
+        if count.failures < limit || count.blocks(now).is_some() {
+            return None;
+        }
+        let block = self.window * 2u32.saturating_pow(count.strikes).min(MAX_BACKOFF);
+        count.strikes += 1;
+        count.failures = 0;
+        count.since = now;
+        count.blocked_until = Some(now + block);
+        Some(block)
+    }
+
+    /// Drops counts to get under the bound: expired ones, then those that block
+    /// nothing (oldest first), then (only if all block) the oldest blocks.
+    fn make_room(&self, counts: &mut HashMap<Key, Count>, now: Instant) {
+        let window = self.window;
+        counts.retain(|_, c| c.blocks(now).is_some() || now < c.last + window * MAX_BACKOFF);
+        let target = MAX_TRACKED - MAX_TRACKED / 10;
+        if counts.len() < target {
+            return;
+        }
+        let mut order: Vec<(bool, Instant, Key)> = counts
+            .iter()
+            .map(|(k, c)| (c.blocks(now).is_some(), c.last, k.clone()))
+            .collect();
+        order.sort_by_key(|(blocking, last, _)| (*blocking, *last));
+        for (_, _, key) in order.into_iter().take(counts.len() - target) {
+            counts.remove(&key);
+        }
+    }
+
+    /// A good login of `name` from `source`: its pair's failures are forgiven, and the
+    /// source is known for the name from now on.
+    pub fn succeeded(&self, source: Option<&str>, name: &str) {
+        let mut tables = self.tables.lock().unwrap();
+        let Some(source) = source else {
+            return;
+        };
+        let group = source_group(source);
+        tables
+            .counts
+            .remove(&Key::Pair(name.to_string(), group.clone()));
+        let now = Instant::now();
+        if tables.known.len() >= MAX_KNOWN {
+            let oldest = tables.known.iter().min_by_key(|(_, at)| **at);
+            if let Some(oldest) = oldest.map(|(k, _)| k.clone()) {
+                tables.known.remove(&oldest);
+            }
+        }
+        tables.known.insert((name.to_string(), group), now);
     }
 }
 
@@ -101,33 +271,113 @@ impl LoginThrottle {
 mod tests {
     use super::*;
 
-    #[test]
-    fn too_many_failures_block_the_source_and_the_name() {
-        let throttle = LoginThrottle::new(3, Duration::from_secs(60));
-        for _ in 0..2 {
-            assert!(!throttle.failed(Some("10.0.0.1"), "alice"));
+    const MINUTE: Duration = Duration::from_secs(60);
+
+    fn fail(throttle: &LoginThrottle, source: &str, name: &str, times: u32) -> Failure {
+        let mut last = Failure::default();
+        for _ in 0..times {
+            last = throttle.failed(Some(source), name);
         }
-        assert_eq!(throttle.wait(Some("10.0.0.1"), "alice"), None);
-        assert!(
-            throttle.failed(Some("10.0.0.1"), "alice"),
-            "the block starts"
-        );
-        assert!(throttle.wait(Some("10.0.0.1"), "alice").is_some());
-        // The same name from elsewhere, and the same source for another name.
-        assert!(throttle.wait(Some("10.0.0.2"), "alice").is_some());
-        assert!(throttle.wait(Some("10.0.0.1"), "bob").is_some());
-        assert_eq!(throttle.wait(Some("10.0.0.2"), "bob"), None);
-        throttle.succeeded("alice");
-        assert_eq!(throttle.wait(Some("10.0.0.2"), "alice"), None);
+        last
     }
 
     #[test]
-    fn failures_expire_with_the_window_and_zero_turns_it_off() {
-        let throttle = LoginThrottle::new(1, Duration::ZERO);
-        throttle.failed(None, "a");
-        assert_eq!(throttle.wait(None, "a"), None);
-        let off = LoginThrottle::new(0, Duration::from_secs(60));
-        off.failed(None, "a");
-        assert_eq!(off.wait(None, "a"), None);
+    fn guessing_from_one_address_blocks_that_address_not_the_name_elsewhere() {
+        let throttle = LoginThrottle::new(3, MINUTE);
+        assert_eq!(fail(&throttle, "10.0.0.1", "admin", 2).blocked, None);
+        assert_eq!(throttle.wait(Some("10.0.0.1"), "admin"), None);
+        assert_eq!(
+            fail(&throttle, "10.0.0.1", "admin", 1).blocked,
+            Some(MINUTE)
+        );
+        assert!(throttle.wait(Some("10.0.0.1"), "admin").is_some());
+        assert!(
+            throttle.wait(Some("10.0.0.1"), "bob").is_some(),
+            "the source"
+        );
+        assert_eq!(throttle.wait(Some("10.0.0.2"), "admin"), None, "elsewhere");
+    }
+
+    #[test]
+    fn a_known_source_keeps_its_way_in_through_others_blocks() {
+        let throttle = LoginThrottle::new(3, MINUTE);
+        throttle.succeeded(Some("10.0.0.9"), "admin");
+        // Many addresses guess at admin until the name is blocked everywhere...
+        for i in 0..(3 * NAME_WIDE_FACTOR) {
+            throttle.failed(Some(&format!("10.1.{}.{}", i / 200, i % 200)), "admin");
+        }
+        assert!(
+            throttle.wait(Some("10.0.0.8"), "admin").is_some(),
+            "an unknown source"
+        );
+        // ...and someone behind the same address as admin guesses other names.
+        fail(&throttle, "10.0.0.9", "carol", 3);
+        assert!(throttle.wait(Some("10.0.0.9"), "carol").is_some());
+        assert_eq!(throttle.wait(Some("10.0.0.9"), "admin"), None, "known");
+        // Its own failures still count.
+        fail(&throttle, "10.0.0.9", "admin", 3);
+        assert!(throttle.wait(Some("10.0.0.9"), "admin").is_some());
+    }
+
+    #[test]
+    fn blocks_double_while_failures_go_on() {
+        let throttle = LoginThrottle::new(1, MINUTE);
+        let now = Instant::now();
+        let mut count = Count::new(now);
+        let second = Duration::from_secs(1);
+        assert_eq!(throttle.count_one(&mut count, 1, now), Some(MINUTE));
+        let later = now + MINUTE + second;
+        assert_eq!(throttle.count_one(&mut count, 1, later), Some(2 * MINUTE));
+        let much_later = later + 2 * MINUTE + second;
+        assert_eq!(
+            throttle.count_one(&mut count, 1, much_later),
+            Some(4 * MINUTE)
+        );
+        // A quiet window after the block ends forgives the strikes.
+        let quiet = much_later + 4 * MINUTE + MINUTE + second;
+        assert_eq!(throttle.count_one(&mut count, 1, quiet), Some(MINUTE));
+    }
+
+    #[test]
+    fn a_source_is_audited_once_a_window() {
+        let throttle = LoginThrottle::new(100, MINUTE);
+        assert_eq!(throttle.failed(Some("10.0.0.1"), "a").report, Some(0));
+        for name in ["a", "b", "c"] {
+            assert_eq!(throttle.failed(Some("10.0.0.1"), name).report, None);
+        }
+        assert_eq!(throttle.failed(Some("10.0.0.2"), "a").report, Some(0));
+        assert_eq!(throttle.failed(None, "a").report, Some(0));
+    }
+
+    #[test]
+    fn ipv6_sources_are_grouped_by_their_64() {
+        assert_eq!(source_group("2001:db8:1:2:aaaa::1"), "2001:db8:1:2::/64");
+        assert_eq!(source_group("2001:db8:1:2:bbbb::7"), "2001:db8:1:2::/64");
+        assert_eq!(source_group("::ffff:10.0.0.1"), "10.0.0.1");
+        assert_eq!(source_group("10.0.0.1"), "10.0.0.1");
+        let throttle = LoginThrottle::new(2, MINUTE);
+        throttle.failed(Some("2001:db8:1:2::1"), "admin");
+        throttle.failed(Some("2001:db8:1:2::2"), "admin");
+        assert!(throttle.wait(Some("2001:db8:1:2::3"), "admin").is_some());
+    }
+
+    #[test]
+    fn spraying_cannot_flush_a_block() {
+        let throttle = LoginThrottle::new(2, MINUTE);
+        fail(&throttle, "10.0.0.1", "admin", 2);
+        assert!(throttle.wait(Some("10.0.0.1"), "admin").is_some());
+        for i in 0..(MAX_TRACKED as u32 / 2 + 10) {
+            let source = format!("172.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
+            throttle.failed(Some(&source), &format!("client{}", i % 7));
+        }
+        assert!(throttle.tables.lock().unwrap().counts.len() <= MAX_TRACKED);
+        assert!(throttle.wait(Some("10.0.0.1"), "admin").is_some());
+    }
+
+    #[test]
+    fn zero_turns_it_off() {
+        let off = LoginThrottle::new(0, MINUTE);
+        off.failed(Some("10.0.0.1"), "a");
+        assert_eq!(off.wait(Some("10.0.0.1"), "a"), None);
     }
 }

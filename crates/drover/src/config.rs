@@ -309,9 +309,11 @@ impl ExecConfig {
 pub struct AccessConfig {
     /// Roles (by id) every authenticated user holds besides those principals give.
     pub default_roles: Vec<String>,
-    /// Failed logins from one source, or for one user name, allowed within
-    /// `failed_login_window_seconds`; beyond that, logins are refused (429) until the
-    /// window has passed.
+    /// Failed logins of one name from one source (an IPv4 address or an IPv6 /64), or
+    /// from one source, allowed within `failed_login_window_seconds` (and ten times as
+    /// many of one name from everywhere); beyond that, those logins are refused (429)
+    /// for the window, then twice as long while failures go on (at most 16 windows). A
+    /// source a name has logged in from is refused only for its own failures.
     pub max_failed_logins: u32,
     pub failed_login_window_seconds: u64,
 }

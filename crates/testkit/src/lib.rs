@@ -450,6 +450,43 @@ impl TestServer {
         }
     }
 
+    /// `method path` with `auth` and a body (`(content type, bytes)`) sent from the
+    /// loopback address `source` (any of 127.0.0.0/8), as if from another machine:
+    /// what the service keys by source address (the login throttle, connection caps)
+    /// sees another peer.
+    pub fn call_from(
+        &self,
+        source: std::net::Ipv4Addr,
+        method: &str,
+        path: &str,
+        auth: Auth,
+        body: Option<(&str, &[u8])>,
+    ) -> Reply {
+        let mut stream = connect_from(source, &self.address);
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut head = format!(
+            "{method} {}{path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n",
+            self.prefix, self.address
+        );
+        if let Some(value) = auth.header() {
+            head.push_str(&format!("Authorization: {value}\r\n"));
+        }
+        let (content_type, bytes) = body.unwrap_or(("application/json", b""));
+        if body.is_some() {
+            head.push_str(&format!("Content-Type: {content_type}\r\n"));
+        }
+        head.push_str(&format!("Content-Length: {}\r\n\r\n", bytes.len()));
+        stream
+            .write_all(head.as_bytes())
+            .expect("the request is sent");
+        stream.write_all(bytes).expect("the body is sent");
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).expect("the answer is read");
+        parse_answer(&String::from_utf8_lossy(&answer))
+    }
+
     /// Writes `request` as is on a new connection and returns everything the server
     /// answers until it closes (for requests a well-behaved client would not send).
     pub fn raw(&self, request: &[u8]) -> String {
@@ -552,6 +589,66 @@ pub fn drover_binary() -> std::path::PathBuf {
         binary.display()
     );
     binary
+}
+
+/// A connection to `address` from the local address `source` (port chosen by the
+/// system).
+pub fn connect_from(source: std::net::Ipv4Addr, address: &str) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let peer: std::net::SocketAddrV4 = address.parse().expect("an IPv4 address and port");
+    let sockaddr = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let size = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a new socket, bound and connected with addresses that live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        assert!(fd >= 0, "a socket: {}", std::io::Error::last_os_error());
+        let stream = TcpStream::from_raw_fd(fd);
+        let local = sockaddr(source, 0);
+        let bound = libc::bind(fd, (&raw const local).cast(), size);
+        assert_eq!(
+            bound,
+            0,
+            "bind {source}: {}",
+            std::io::Error::last_os_error()
+        );
+        let remote = sockaddr(*peer.ip(), peer.port());
+        let connected = libc::connect(fd, (&raw const remote).cast(), size);
+        assert_eq!(
+            connected,
+            0,
+            "connect from {source}: {}",
+            std::io::Error::last_os_error()
+        );
+        stream
+    }
+}
+
+/// A whole HTTP/1.1 answer read to its close: status, headers and body (a body of
+/// known length; the service sends no chunked JSON).
+fn parse_answer(answer: &str) -> Reply {
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((answer, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|line| line.split(' ').nth(1))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"));
+    let headers = lines
+        .filter_map(|line| line.split_once(':'))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Reply {
+        status,
+        headers,
+        body: body.to_string(),
+    }
 }
 
 /// Submits a version-2 job as `auth`; the answer as it came.

@@ -14,6 +14,7 @@ mod idempotency;
 mod images;
 mod jobs;
 mod lists;
+mod logins;
 mod metrics;
 mod monitoring;
 mod oauth;

@@ -1478,9 +1478,9 @@ fn tokens_give_their_user_nothing_more_and_cannot_be_guessed_or_revoked_by_anoth
     // A token is not a password.
     let reply = server.get_as(Auth::Basic(CAROL.into(), carols.clone()), &path);
     assert_eq!(reply.status, 401, "{}", reply.body);
-    // Guessing: three wrong tokens from one address, and that address is refused
-    // unchecked, bob's own good token included, and passwords not verified lately
-    // (a remembered login still passes, as with Basic).
+    // Guessing tokens gains nothing (256 random bits) and blocks nothing: wrong tokens
+    // are refused, and bob's own token and carol's password from the same address pass
+    // (issue #53: a portal sending expired tokens must not lock its users out).
     let server = with_accounts()
         .config(|c| {
             clients(c);
@@ -1489,12 +1489,10 @@ fn tokens_give_their_user_nothing_more_and_cannot_be_guessed_or_revoked_by_anoth
         })
         .start();
     let bobs = token_for(&server, BOB);
-    for guess in ["x", &"A".repeat(43), &format!("{}x", &bobs[..42])] {
+    for guess in ["x", &"A".repeat(43), &format!("{}x", &bobs[..42]), "y", "z"] {
         let reply = server.get_as(bearer(guess), "/rest/diag/auth");
         assert_eq!(reply.status, 401, "{guess}: {}", reply.body);
     }
-    let blocked = server.get_as(bearer(&bobs), "/rest/diag/auth");
-    blocked.assert_refused(429, "Too many failed logins", &"after guessing");
-    let blocked = server.get_as(as_(CAROL), "/rest/diag/auth");
-    blocked.assert_refused(429, "Too many failed logins", &"a password after guessing");
+    assert_eq!(server.get_as(bearer(&bobs), "/rest/diag/auth").status, 200);
+    assert_eq!(server.get_as(as_(CAROL), "/rest/diag/auth").status, 200);
 }
