@@ -59,6 +59,12 @@ pub struct Config {
     pub header_timeout_seconds: u64,
     /// How long a client has to send a request's body once the head has arrived.
     pub body_timeout_seconds: u64,
+    /// How long a new connection may send nothing before it is closed.
+    pub idle_connection_seconds: u64,
+    /// Connections open at once (at most three quarters of the open-file limit).
+    pub max_connections: usize,
+    /// Connections open at once from one source (an IPv4 address or an IPv6 /64).
+    pub max_connections_per_source: usize,
     /// How long a job list that must scan may take, its wait for a turn included;
     /// past it the list is answered 503 with `Retry-After`.
     pub list_budget_ms: u64,
@@ -510,6 +516,9 @@ impl Default for Config {
             max_body_bytes: 10 * 1024 * 1024,
             login_cache_seconds: 60,
             header_timeout_seconds: 30,
+            idle_connection_seconds: 10,
+            max_connections: 4096,
+            max_connections_per_source: 256,
             body_timeout_seconds: 60,
             list_budget_ms: 2000,
             admin_user: "admin".into(),
@@ -608,8 +617,16 @@ impl Config {
         if self.list_budget_ms == 0 {
             return Err("list_budget_ms must be positive".into());
         }
-        if self.header_timeout_seconds == 0 || self.body_timeout_seconds == 0 {
-            return Err("header_timeout_seconds and body_timeout_seconds must be positive".into());
+        if self.header_timeout_seconds == 0
+            || self.body_timeout_seconds == 0
+            || self.idle_connection_seconds == 0
+        {
+            return Err("header_timeout_seconds, body_timeout_seconds and \
+                 idle_connection_seconds must be positive"
+                .into());
+        }
+        if self.max_connections == 0 || self.max_connections_per_source == 0 {
+            return Err("max_connections and max_connections_per_source must be positive".into());
         }
         drover_auth::users::validate_name(&self.admin_user).map_err(|e| e.to_string())?;
         for user in &self.users {

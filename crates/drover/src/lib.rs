@@ -440,6 +440,35 @@ pub async fn launch(
 }
 
 /// [`launch`] with a given set of routes (tests add routes of their own).
+/// The connection bounds of `config`, within the open-file limit (raised to its hard
+/// limit first): at most three quarters of it, the rest kept for the store, jobs and
+/// guests.
+fn connection_limits(config: &Config) -> serve::Limits {
+    let mut max_total = config.max_connections;
+    if let Some((given, raised)) = drover_shepherd::files_limit::raise() {
+        let room = usize::try_from(raised / 4 * 3)
+            .unwrap_or(usize::MAX)
+            .max(16);
+        if room < max_total {
+            eprintln!(
+                "drover: warning: at most {room} connections (max_connections is \
+                 {max_total}, but open files are limited to {raised}; raise the hard limit, \
+                 e.g. LimitNOFILE)"
+            );
+            max_total = room;
+        }
+        if given < raised {
+            eprintln!("drover: open files limit raised from {given} to {raised}");
+        }
+    }
+    serve::Limits {
+        header_timeout: Duration::from_secs(config.header_timeout_seconds),
+        idle_timeout: Duration::from_secs(config.idle_connection_seconds),
+        max_total,
+        max_per_source: config.max_connections_per_source,
+    }
+}
+
 pub async fn launch_with(
     config: Config,
     routes: Routes,
@@ -449,7 +478,7 @@ pub async fn launch_with(
 ) -> Result<(), String> {
     config.validate()?;
     config.check_high_availability()?;
-    let config_header_timeout = config.header_timeout_seconds;
+    let limits = connection_limits(&config);
     let mut shutdown = Box::pin(shutdown);
     let store = {
         let config = config.clone();
@@ -515,7 +544,6 @@ pub async fn launch_with(
         address,
         generated_admin,
     });
-    let header_timeout = Duration::from_secs(config_header_timeout);
     // Open event streams never end by themselves: end them as shutdown begins, so that
     // their connections finish.
     let streams = state.event_streams().clone();
@@ -523,7 +551,7 @@ pub async fn launch_with(
         shutdown.await;
         streams.close_all();
     };
-    serve::serve(listener, app, header_timeout, shutdown)
+    serve::serve(listener, app, limits, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     // The controller's next start resumes what it was doing.

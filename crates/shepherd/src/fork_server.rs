@@ -39,6 +39,23 @@ use std::io;
 pub const SOCKET_FD: i32 = 3;
 /// The argument after `job-shepherd` that makes the program the fork server.
 pub const ARGUMENT: &str = "fork-server";
+/// The fork server's optional next argument: the soft limit of open files its jobs get
+/// (else the one it was given).
+const JOB_FILES_LIMIT: &str = "--job-files-limit=";
+
+/// The argument that gives jobs `limit` open files.
+pub fn job_files_limit(limit: u64) -> String {
+    format!("{JOB_FILES_LIMIT}{limit}")
+}
+
+/// The limit [`job_files_limit`] put in this process's arguments.
+fn job_files_limit_given() -> Option<u64> {
+    std::env::args()
+        .nth(3)?
+        .strip_prefix(JOB_FILES_LIMIT)?
+        .parse()
+        .ok()
+}
 
 /// A job's process the fork server started: its pid and its start time (clock ticks
 /// since boot, field 22 of `/proc/<pid>/stat`, read before its shepherd could reap it; 0
@@ -533,6 +550,7 @@ fn memory_may_be_copied() -> bool {
 /// handler.
 pub fn serve() -> i32 {
     // A descriptor per shepherd: as many as jobs run at once, past the usual soft limit.
+    // Jobs get the limit the service was given (its argument), else this one's.
     let files_limit = unsafe {
         let mut limit: libc::rlimit = std::mem::zeroed();
         (libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0).then(|| {
@@ -541,7 +559,13 @@ pub fn serve() -> i32 {
                 ..limit
             };
             libc::setrlimit(libc::RLIMIT_NOFILE, &raised);
-            limit
+            match job_files_limit_given() {
+                Some(given) => libc::rlimit {
+                    rlim_cur: given.min(limit.rlim_max),
+                    ..limit
+                },
+                None => limit,
+            }
         })
     };
     // SAFETY: plain system calls on this process's own signal state and descriptors.

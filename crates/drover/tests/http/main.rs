@@ -3,6 +3,7 @@
 
 mod access;
 mod accounting;
+mod connections;
 mod containers;
 mod conventions;
 mod cross_site;

@@ -39,16 +39,19 @@ use crate::sysuser;
 /// (`shepherd::run`).
 fn spawn_shepherd(
     program: &Path,
-    argument: Option<&str>,
+    arguments: &[String],
     fds: &[(i32, i32)],
 ) -> std::io::Result<i32> {
     use std::ffi::CString;
     let program = CString::new(program.as_os_str().as_encoded_bytes())
         .map_err(|_| std::io::Error::other("the shepherd's path holds a NUL"))?;
     let subcommand = CString::new(shepherd::SUBCOMMAND).expect("no NUL");
-    let argument = argument.map(|a| CString::new(a).expect("no NUL"));
+    let arguments: Vec<CString> = arguments
+        .iter()
+        .map(|a| CString::new(a.as_str()).expect("no NUL"))
+        .collect();
     let mut argv = vec![program.as_ptr(), subcommand.as_ptr()];
-    argv.extend(argument.as_ref().map(|a| a.as_ptr()));
+    argv.extend(arguments.iter().map(|a| a.as_ptr()));
     argv.push(std::ptr::null());
     let envp: [*const libc::c_char; 1] = [std::ptr::null()];
     let null = c"/dev/null";

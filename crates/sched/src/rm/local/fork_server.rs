@@ -155,9 +155,14 @@ impl ForkServer {
         // SAFETY: both descriptors were just made and are owned by nothing else.
         let (ours, theirs) =
             unsafe { (OwnedFd::from_raw_fd(ends[0]), OwnedFd::from_raw_fd(ends[1])) };
+        // Jobs get the descriptor limit the service was given, not the one it raised.
+        let mut arguments = vec![fork_server::ARGUMENT.to_string()];
+        arguments.extend(
+            super::super::shepherd::files_limit::for_jobs().map(fork_server::job_files_limit),
+        );
         let pid = super::spawn_shepherd(
             &self.program,
-            Some(fork_server::ARGUMENT),
+            &arguments,
             &[(theirs.as_raw_fd(), fork_server::SOCKET_FD)],
         )?;
         drop(theirs);
