@@ -126,8 +126,10 @@ impl DirectoryConfig {
         name: &str,
         password: Option<&str>,
     ) -> Result<Identity, DirectoryError> {
-        // An empty password would make an unauthenticated bind, which succeeds.
-        if password.is_some_and(str::is_empty) || name.is_empty() {
+        // An empty password would make an unauthenticated bind, which succeeds. Spaces
+        // around a name are insignificant to the directory's match, so ` lena` would
+        // be lena under another name (and another user's limits).
+        if password.is_some_and(str::is_empty) || name.is_empty() || name.trim() != name {
             return Err(DirectoryError::Refused);
         }
         let mut settings = LdapConnSettings::new()
@@ -158,13 +160,18 @@ impl DirectoryConfig {
         let mut found = Vec::new();
         for base in &self.base_dns {
             let (entries, _) = ldap
-                .search(base, ldap3::Scope::Subtree, &filter, vec!["1.1"])
+                .search(
+                    base,
+                    ldap3::Scope::Subtree,
+                    &filter,
+                    vec![self.user_name_attribute.as_str()],
+                )
                 .await
                 .and_then(|r| r.success())
                 .map_err(unavailable("the user search failed"))?;
-            found.extend(entries.into_iter().map(|e| SearchEntry::construct(e).dn));
+            found.extend(entries.into_iter().map(SearchEntry::construct));
         }
-        let [dn] = found.as_slice() else {
+        let [entry] = found.as_slice() else {
             // A bind that must fail, so an unknown name costs what a wrong password does
             // (timing does not tell which names exist).
             if let (Some(password), Some(base)) = (password, self.base_dns.first()) {
@@ -177,6 +184,10 @@ impl DirectoryConfig {
             }
             return Err(DirectoryError::Refused);
         };
+        let dn = &entry.dn;
+        // The user is named as the directory names them, not as typed: `LENA` is lena.
+        let name = canonical_name(entry, &self.user_name_attribute, name);
+        let name = name.as_str();
         if let Some(password) = password {
             match ldap
                 .simple_bind(dn, password)
@@ -238,6 +249,23 @@ impl DirectoryConfig {
     }
 }
 
+/// The name the directory gives the user it found for `typed`: the value of its name
+/// attribute that matches what was typed (the directory's match ignores case; a user may
+/// have several values), else its first value, else what was typed.
+fn canonical_name(entry: &SearchEntry, attribute: &str, typed: &str) -> String {
+    let values = entry
+        .attrs
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(attribute))
+        .map(|(_, values)| values.as_slice())
+        .unwrap_or_default();
+    values
+        .iter()
+        .find(|v| v.to_lowercase() == typed.to_lowercase())
+        .or(values.first())
+        .map_or_else(|| typed.to_string(), Clone::clone)
+}
+
 /// The `ou=` values of a DN, nearest first (`uid=a,ou=x,ou=y,dc=o` gives `x`, `y`).
 fn organizational_units(dn: &str) -> Vec<String> {
     dn.split(',')
@@ -280,6 +308,26 @@ mod tests {
             ["people", "east"]
         );
         assert!(organizational_units("cn=admin,dc=example,dc=org").is_empty());
+    }
+
+    #[test]
+    fn users_are_named_as_the_directory_names_them() {
+        let entry = |values: &[&str]| SearchEntry {
+            dn: "uid=lena,dc=x".into(),
+            attrs: [(
+                "uid".to_string(),
+                values.iter().map(|v| v.to_string()).collect(),
+            )]
+            .into(),
+            bin_attrs: Default::default(),
+        };
+        assert_eq!(canonical_name(&entry(&["lena"]), "uid", "LENA"), "lena");
+        assert_eq!(
+            canonical_name(&entry(&["l", "Lena"]), "UID", "lena"),
+            "Lena"
+        );
+        assert_eq!(canonical_name(&entry(&["x"]), "uid", "lena"), "x");
+        assert_eq!(canonical_name(&entry(&[]), "uid", "lena"), "lena");
     }
 
     #[test]

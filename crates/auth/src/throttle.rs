@@ -93,6 +93,12 @@ pub struct Failure {
     pub report: Option<u32>,
 }
 
+/// A name as throttled: a directory matches names whatever their case and surrounding
+/// spaces, so `LENA` and ` lena` are guesses at lena.
+fn fold(name: &str) -> String {
+    name.trim().to_lowercase()
+}
+
 /// The source as throttled: an IPv4 address, or the /64 of an IPv6 one (a host or a
 /// site has a /64 to itself, so its addresses are one source). Anything that is not an
 /// address is taken as it is.
@@ -130,6 +136,7 @@ impl LoginThrottle {
     }
 
     fn keys(source: Option<&str>, name: &str) -> Vec<Key> {
+        let name = &fold(name);
         let mut keys = vec![Key::Name(name.to_string())];
         if let Some(source) = source {
             let group = source_group(source);
@@ -153,11 +160,8 @@ impl LoginThrottle {
         }
         let now = Instant::now();
         let tables = self.tables.lock().unwrap();
-        let known = source.is_some_and(|s| {
-            tables
-                .known
-                .contains_key(&(name.to_string(), source_group(s)))
-        });
+        let known =
+            source.is_some_and(|s| tables.known.contains_key(&(fold(name), source_group(s))));
         Self::keys(source, name)
             .iter()
             .filter(|key| !known || matches!(key, Key::Pair(..)))
@@ -253,9 +257,10 @@ impl LoginThrottle {
             return;
         };
         let group = source_group(source);
+        let name = fold(name);
         tables
             .counts
-            .remove(&Key::Pair(name.to_string(), group.clone()));
+            .remove(&Key::Pair(name.clone(), group.clone()));
         let now = Instant::now();
         if tables.known.len() >= MAX_KNOWN {
             let oldest = tables.known.iter().min_by_key(|(_, at)| **at);
@@ -263,7 +268,7 @@ impl LoginThrottle {
                 tables.known.remove(&oldest);
             }
         }
-        tables.known.insert((name.to_string(), group), now);
+        tables.known.insert((name, group), now);
     }
 }
 
@@ -372,6 +377,17 @@ mod tests {
         }
         assert!(throttle.tables.lock().unwrap().counts.len() <= MAX_TRACKED);
         assert!(throttle.wait(Some("10.0.0.1"), "admin").is_some());
+    }
+
+    #[test]
+    fn a_name_in_another_case_or_with_spaces_is_the_same_name() {
+        let lena = LoginThrottle::keys(Some("10.0.0.1"), "lena");
+        for name in ["LENA", " Lena "] {
+            assert!(
+                LoginThrottle::keys(Some("10.0.0.1"), name) == lena,
+                "{name}"
+            );
+        }
     }
 
     #[test]

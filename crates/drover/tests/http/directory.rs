@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use drover_auth::{DirectoryConfig, SecurityType};
-use drover_testkit::{Auth, TestServer};
+use drover_testkit::{Auth, TestServer, submit_as, submitted};
 use serde_json::{Value, json};
 
 /// The test directory's address, if there is one; with `DROVER_REQUIRE_LDAP=1`, there
@@ -229,4 +229,39 @@ fn failed_logins_are_throttled_and_audited() {
                 .as_str()
                 .is_some_and(|m| m.contains("principals:delete"))
     });
+}
+
+/// A directory matches `LENA` and ` lena` to lena; each was a Drover user of its own,
+/// with limits of its own (issue #53, item 6). The user is named as the directory names
+/// them, and names with spaces around are refused.
+#[test]
+fn a_directory_user_is_one_user_whatever_the_name_typed() {
+    let Some((host, port)) = test_directory() else {
+        eprintln!("no test directory (DROVER_TEST_LDAP): skipped");
+        return;
+    };
+    let server = TestServer::builder()
+        .config(|c| {
+            c.ldap = Some(directory(&host, port));
+            c.scheduler.limits.max_queued_jobs_per_user = 1;
+        })
+        .start();
+    for spaced in [" lena", "lena   ", "lena\t"] {
+        let reply = server.get_as(login(spaced, "lenapw"), "/rest/diag/auth");
+        assert_eq!(reply.status, 401, "{spaced:?}: {}", reply.body);
+    }
+    let held = json!({"commandFile": "/bin/true", "holds": ["User"]});
+    let first = submit_as(&server, login("LENA", "lenapw"), &held);
+    let job = submitted(&first);
+    let record = server
+        .get(&format!("/rest/jobs/{job}?api-version=2"))
+        .json();
+    assert_eq!(record["credentials"]["user"], "lena", "{record}");
+    // The same user's limit, whatever the case typed.
+    let second = submit_as(&server, login("Lena", "lenapw"), &held);
+    second.assert_refused(
+        400,
+        "max_queued_jobs_per_user",
+        &"lena's second job as Lena",
+    );
 }
