@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::http::{HeaderMap, header};
-use drover_auth::roles::{Authority, Member};
+use drover_auth::roles::{Authority, Member, Scope};
 use drover_auth::throttle::source_group;
 use drover_auth::{DirectoryError, Identity, Origin, basic_credentials};
 use drover_sched::sysuser::SystemUser;
@@ -169,11 +169,18 @@ impl ProxiedIdentities {
     }
 }
 
-/// `proxy-user` is honoured with `ENABLEPROXY` for the configured proxy users and for
-/// holders of a role that names `proxy-user:use`.
-pub(crate) fn may_proxy(state: &AppState, authority: &Authority, identity: &Identity) -> bool {
+/// `proxy-user` naming another user is honoured with `ENABLEPROXY` for the configured
+/// proxy users and for holders of a role that names `proxy-user:use` with scope `ALL`.
+/// Scope `OWN` acts only for oneself: a `proxy-user` it names is ignored, as the
+/// interface says of one not allowed.
+pub(crate) fn may_proxy_others(
+    state: &AppState,
+    authority: &Authority,
+    identity: &Identity,
+) -> bool {
     let proxy = &state.settings().proxy;
-    proxy.may_proxy(&identity.name) || (proxy.enabled && authority.may_proxy(identity))
+    proxy.may_proxy(&identity.name)
+        || (proxy.enabled && authority.proxy_scope(identity) == Some(Scope::All))
 }
 
 /// A local user's identity with the groups of the system account of the same name (what

@@ -25,8 +25,8 @@ use serde_json::Value;
 
 use crate::access::AccessControl;
 use crate::audit::{self, Audit};
-use crate::error::ApiError;
-use crate::identity::{authenticate, may_proxy, proxied_identity};
+use crate::error::{ApiError, Kind};
+use crate::identity::{authenticate, may_proxy_others, proxied_identity};
 use crate::input::Warnings;
 use crate::layers::Authenticated;
 use crate::metrics::{HttpMetrics, MatchedRoute};
@@ -627,8 +627,21 @@ async fn pass_gate(gate: Gate, mut request: Request, next: Next) -> Response {
     if let (Access::Needs(permission), Some(identity)) = (gate.access, &caller.identity) {
         let authority = AccessControl::current(state);
         let subject = match &caller.proxy_user {
-            Some(proxied) if may_proxy(state, &authority, identity) => {
+            Some(proxied) if may_proxy_others(state, &authority, identity) => {
                 match proxied_identity(state, proxied).await {
+                    Ok(subject) if subject.admin && !identity.admin => {
+                        return ApiError::new(
+                            Kind::Forbidden,
+                            [
+                                "You are not allowed to do this".to_string(),
+                                format!(
+                                    "Only an administrator may act for the administrator \
+                                     '{proxied}'"
+                                ),
+                            ],
+                        )
+                        .into_response();
+                    }
                     Ok(subject) => subject,
                     Err(e) => return e.into_response(),
                 }

@@ -288,12 +288,15 @@ impl Authority {
         self.held_ids(who).filter_map(|id| self.roles.get(id))
     }
 
-    /// Whether a role of `who` names [`PROXY`] itself: wildcards never grant acting for
-    /// others (the configured proxy users are the other way to it).
-    pub fn may_proxy(&self, who: &Identity) -> bool {
+    /// The widest scope of the roles of `who` that name [`PROXY`] itself: `All` acts
+    /// for others, `Own` only for themselves. Wildcards never grant acting for others
+    /// (the configured proxy users are the other way to it).
+    pub fn proxy_scope(&self, who: &Identity) -> Option<Scope> {
         self.held(who)
             .flat_map(|role| &role.grants)
-            .any(|g| g.resource == PROXY.resource && g.action == PROXY.action.as_str())
+            .filter(|g| g.resource == PROXY.resource && g.action == PROXY.action.as_str())
+            .map(|g| g.scope)
+            .max()
     }
 
     /// The widest scope in which `who` holds `permission`; `None`: not held.
@@ -362,7 +365,11 @@ mod tests {
             admin: true,
             ..who("root", Origin::Local, &[])
         };
-        assert!(!authority.may_proxy(&admin), "not through a wildcard");
+        assert_eq!(
+            authority.proxy_scope(&admin),
+            None,
+            "not through a wildcard"
+        );
         let proxies = Role {
             id: "proxies".into(),
             name: "proxies".into(),
@@ -372,7 +379,7 @@ mod tests {
         let mut roles = built_in_roles();
         roles.push(proxies);
         let authority = Authority::new(roles, vec![], vec![USER.into(), "proxies".into()]);
-        assert!(authority.may_proxy(&alice));
+        assert_eq!(authority.proxy_scope(&alice), Some(Scope::All));
     }
 
     #[test]

@@ -449,6 +449,63 @@ fn proxying_is_granted_by_role_and_acts_with_the_proxied_users_rights() {
     assert_eq!(whoami(Auth::Admin, "ghost").json()["totalCount"], 1);
 }
 
+/// `proxy-user:use` of scope `OWN` acted as `ALL`, and reached the local administrator:
+/// bob deleted a principal through `proxy-user=admin` (issue #53, item 11).
+#[test]
+fn proxying_keeps_its_scope_and_never_reaches_an_administrator() {
+    let server = TestServer::builder()
+        .user("pat", false)
+        .user("olga", false)
+        .config(|c| c.scheduler.enable_proxy = true)
+        .start();
+    submit(&server, Auth::User, json!({}));
+    let grant = |role: &str, scope: &str, user: &str| {
+        let permission = json!({"resource": "proxy-user", "action": "use", "scope": scope});
+        let made = server.send_json(
+            "POST",
+            "/rest/roles",
+            &json!({"name": role, "permissions": [permission]}),
+        );
+        assert_eq!(made.status, 201, "{}", made.body);
+        let mapped = server.send_json(
+            "POST",
+            "/rest/principals",
+            &json!({"name": role, "attachedRoles": [role], "users": [{"name": user, "type": "PAM"}]}),
+        );
+        assert_eq!(mapped.status, 201, "{}", mapped.body);
+    };
+    grant("self-only", "OWN", "pat");
+    grant("portal", "ALL", "olga");
+    let jobs_seen = |who: &str, proxied: &str| {
+        let path = format!("/rest/jobs?api-version=2&proxy-user={proxied}");
+        server.send("GET", &path, as_user(who)).json()["totalCount"].clone()
+    };
+    let delete_principal = |who: &str| {
+        server.send(
+            "DELETE",
+            "/rest/principals/portal?proxy-user=admin",
+            as_user(who),
+        )
+    };
+    // Scope OWN acts only for oneself: the parameter is ignored.
+    assert_eq!(jobs_seen("pat", USER), 0);
+    let as_pat = delete_principal("pat");
+    as_pat.assert_refused(403, "principals:delete", &"pat through proxy-user=admin");
+    // Scope ALL acts for others, but never for an administrator.
+    assert_eq!(jobs_seen("olga", USER), 1);
+    let as_olga = delete_principal("olga");
+    as_olga.assert_refused(
+        403,
+        "Only an administrator",
+        &"olga through proxy-user=admin",
+    );
+    assert_eq!(
+        server.get("/rest/principals/portal").status,
+        200,
+        "still there"
+    );
+}
+
 #[test]
 fn ordinary_users_see_and_release_only_their_own_reservations() {
     let server = TestServer::builder()
