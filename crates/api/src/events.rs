@@ -17,7 +17,7 @@ use drover_query::Filter;
 use serde_json::{Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult, NOT_CREATED};
+use crate::error::{ApiError, ApiResult, Kind, NOT_CREATED};
 use crate::input::read_object;
 use crate::openapi::schema::*;
 use crate::params::{ApiVersion, CommonParams, ListParams};
@@ -187,12 +187,22 @@ async fn create(
     } else {
         v1_events(&headers, &body)?
     };
-    // Who created an event is who may see it with a permission over their own only.
     for event in &mut events {
-        if event.initiated_by.is_none() {
+        if !caller.over_all() {
+            refuse_reserved(event)?;
+        }
+        // Who created an event is who may see it with a permission over their own
+        // only, and who it says initiated it: only a caller over all events names
+        // someone else.
+        if event.initiated_by.is_none() || !caller.over_all() {
+            let proxied = caller.effective_user != caller.identity.as_ref().map(|i| i.name.clone());
             event.initiated_by = Some(InitiatedBy {
                 user: caller.effective_user.clone(),
-                proxy_user: None,
+                proxy_user: caller
+                    .identity
+                    .as_ref()
+                    .filter(|_| proxied)
+                    .map(|i| i.name.clone()),
             });
         }
     }
@@ -215,6 +225,36 @@ async fn create(
             json!({ "messages": [format!("{count} {noun} created")], "ids": ids }),
         ))
     }
+}
+
+/// Origins and the facility the service's own events carry (its audit, services,
+/// scheduler and plugins): an event a caller over their own events only posts cannot
+/// pass for one.
+fn refuse_reserved(event: &Event) -> Result<(), ApiError> {
+    let origin = event
+        .origin
+        .as_deref()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let reserved_origin = origin == "drover"
+        || origin.starts_with("drover/")
+        || origin == "scheduler"
+        || origin.starts_with("plugin/");
+    let facility = event.facility.as_deref().unwrap_or_default().trim();
+    if reserved_origin || facility.eq_ignore_ascii_case("security") {
+        return Err(ApiError::new(
+            Kind::BadRequest,
+            [
+                NOT_CREATED.to_string(),
+                "origins drover, drover/..., scheduler and plugin/..., and the facility \
+                 security, are the service's own"
+                    .to_string(),
+                "Give the event an origin of your own".to_string(),
+            ],
+        ));
+    }
+    Ok(())
 }
 
 /// The events of a version-1 body (spec 6.1), all or none.

@@ -759,3 +759,80 @@ fn events_of_the_common_severity_and_origin_are_listed_like_the_rest() {
         assert_eq!(first["results"][0]["id"], expected[0], "{filter}");
     }
 }
+
+/// An ordinary user posted a version-1 event naming carol as its initiator, from the
+/// service's own origin: it was stored as carol's and shown to her as the service's
+/// (issue #53, item 10).
+#[test]
+fn an_event_posted_by_a_user_is_theirs_and_never_the_services() {
+    let server = TestServer::builder()
+        .user("bob", false)
+        .user("carol", false)
+        .start();
+    let permissions = json!([
+        {"resource": "events", "action": "create", "scope": "OWN"},
+        {"resource": "events", "action": "read", "scope": "OWN"}
+    ]);
+    let role = server.send_json(
+        "POST",
+        "/rest/roles",
+        &json!({"name": "reporters", "permissions": permissions}),
+    );
+    assert_eq!(role.status, 201, "{}", role.body);
+    let principal = server.send_json(
+        "POST",
+        "/rest/principals",
+        &json!({"name": "reporters", "attachedRoles": ["reporters"],
+                "users": [{"name": "bob", "type": "PAM"}, {"name": "carol", "type": "PAM"}]}),
+    );
+    assert_eq!(principal.status, 201, "{}", principal.body);
+    let bob = || Auth::Basic("bob".into(), drover_testkit::PASSWORD.into());
+    let forged = |origin: &str, facility: &str| {
+        format!(
+            r#"<Events><Event eventTime="2026-11-22T10:00:00Z" eventType="userlogin"
+               eventCategory="login" sourceComponent="{origin}" status="success"
+               facility="{facility}">
+               <InitiatedBy user="carol"/></Event></Events>"#
+        )
+    };
+    let post = |xml: String| {
+        server.call(
+            "POST",
+            "/rest/events",
+            bob(),
+            Some(("application/xml", xml.into_bytes())),
+        )
+    };
+    for (origin, facility) in [
+        ("drover/api", "job"),
+        ("Drover", "job"),
+        ("scheduler", "job"),
+        ("plugin/x", "job"),
+        ("portal", "security"),
+    ] {
+        post(forged(origin, facility)).assert_refused(400, "service's own", &origin);
+    }
+    let v3 = server.call(
+        "POST",
+        "/rest/events?api-version=3",
+        bob(),
+        Some((
+            "application/json",
+            json!({"eventType": "x", "severity": "INFO", "origin": "drover/services"})
+                .to_string()
+                .into_bytes(),
+        )),
+    );
+    v3.assert_refused(400, "service's own", &"a version-3 event");
+    // From an origin of bob's own, the event is bob's whatever it says.
+    let posted = post(forged("portal", "job"));
+    assert_eq!(posted.status, 201, "{}", posted.body);
+    let id = posted.json()["ids"][0].as_str().unwrap().to_string();
+    let read = server.get(&format!("/rest/events/{id}")).json();
+    assert_eq!(read["initiatedBy"]["user"], "bob", "{read}");
+    let carols = server.get_as(
+        Auth::Basic("carol".into(), drover_testkit::PASSWORD.into()),
+        &format!("/rest/events/{id}"),
+    );
+    assert_eq!(carols.status, 404, "not carol's: {}", carols.body);
+}
