@@ -5,6 +5,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
 use drover_auth::Permission;
+use drover_auth::roles::Scope;
 use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
 use drover_sched::NodeChanges;
@@ -185,29 +186,91 @@ pub fn render(node: &Node, rm_name: &str, dates: &WireDates, version: u32) -> Va
     first
 }
 
-async fn list(State(state): State<AppState>, params: ListParams) -> Json<Value> {
+async fn list(State(state): State<AppState>, params: ListParams, caller: Caller) -> Json<Value> {
     let scheduler = state.scheduler();
     let (nodes, rm_name) = (scheduler.nodes(), scheduler.resource_manager_name());
+    let sight = Sight::of(&state, &caller);
     reply::list_rendered(
         &nodes,
         &params,
         &state.settings().dates,
-        |node, dates, version| render(node, rm_name, dates, version),
+        |node, dates, version| sight.hide_others(&state, render(node, rm_name, dates, version)),
     )
 }
 
-async fn one(ItemRead(state, params, _, id): ItemRead) -> ApiResult<Json<Value>> {
+async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let nodes = state.scheduler().nodes();
     let node = nodes
         .iter()
         .find(|n| n.id() == id)
         .ok_or_else(|| ApiError::not_found(format!("No node '{id}'")))?;
-    Ok(Json(render(
+    let rendered = render(
         node,
         state.scheduler().resource_manager_name(),
         &state.settings().dates,
         params.api_version.number(),
-    )))
+    );
+    Ok(Json(
+        Sight::of(&state, &caller).hide_others(&state, rendered),
+    ))
+}
+
+/// Whose jobs and VMs a caller sees on a node: everybody's with `jobs:read` (or
+/// `vms:read`) of scope `ALL`, else only their own (another's job or VM is not theirs
+/// to know of, as its own read is a 404).
+struct Sight {
+    user: Option<String>,
+    all_jobs: bool,
+    all_vms: bool,
+}
+
+impl Sight {
+    fn of(state: &AppState, caller: &Caller) -> Sight {
+        let authority = crate::access::AccessControl::current(state);
+        // Proxied, the scope of the proxied user's roles is not looked up: own only.
+        let identity = caller
+            .identity
+            .as_ref()
+            .filter(|i| caller.effective_user.as_deref() == Some(i.name.as_str()));
+        let all = |resource: &'static str| {
+            identity.is_some_and(|i| {
+                authority.scope_of(i, Permission::read(resource)) == Some(Scope::All)
+            })
+        };
+        Sight {
+            user: caller.effective_user.clone(),
+            all_jobs: all("jobs"),
+            all_vms: all("vms"),
+        }
+    }
+
+    /// `node` (rendered) with only the jobs and VMs this caller sees.
+    fn hide_others(&self, state: &AppState, mut node: Value) -> Value {
+        let mine = |owner: Option<String>| owner.is_some() && owner == self.user;
+        if !self.all_jobs
+            && let Some(jobs) = node.get_mut("jobs").and_then(Value::as_array_mut)
+        {
+            let scheduler = state.scheduler();
+            jobs.retain(|j| {
+                let job = j["id"].as_str().and_then(|id| scheduler.job(id));
+                mine(job.map(|job| job.user().to_string()))
+            });
+        }
+        if !self.all_vms
+            && let Some(vms) = node
+                .get_mut("virtualMachines")
+                .and_then(Value::as_array_mut)
+        {
+            let all = state.scheduler().vms();
+            vms.retain(|v| {
+                let vm = all
+                    .iter()
+                    .find(|vm| Some(vm.id.as_str()) == v["id"].as_str());
+                mine(vm.map(|vm| vm.owner.clone()))
+            });
+        }
+        node
+    }
 }
 
 fn changes(body: &Value) -> Result<NodeChanges, ApiError> {

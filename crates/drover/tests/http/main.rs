@@ -20,6 +20,7 @@ mod metrics;
 mod monitoring;
 mod oauth;
 mod openapi;
+mod others_work;
 mod plugins;
 mod principals;
 mod reservations;

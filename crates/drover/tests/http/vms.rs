@@ -126,7 +126,7 @@ fn job_id(reply: &Reply) -> String {
     reply.json()["jobId"].as_str().unwrap().to_string()
 }
 
-fn wait_substate(server: &TestServer, id: &str, substate: &str) -> Value {
+pub(crate) fn wait_substate(server: &TestServer, id: &str, substate: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let reply = server.get(&format!("/rest/vms/{id}"));
@@ -561,9 +561,12 @@ fn without_a_provisioner_a_vm_setup_fails_and_says_why() {
     );
 }
 
-#[test]
-fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
-    // No QEMU: the site's own commands (here, scripts keeping a state file per VM).
+/// A server whose VMs the site's own commands make (the exec provisioner; no QEMU):
+/// scripts keeping a state file per VM in `<site>/state`, the image `guest` registered,
+/// and the local user `bob`; `configure` changes the rest.
+pub(crate) fn with_site_commands(
+    configure: impl FnOnce(&mut drover::Config),
+) -> (TestServer, tempfile::TempDir) {
     let site = tempfile::tempdir().unwrap();
     let state = site.path().join("state");
     std::fs::create_dir(&state).unwrap();
@@ -588,6 +591,7 @@ fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
         &format!("if [ -e {state}/$DROVER_VM_ID ]; then echo running; else echo gone; fi"),
     );
     let server = TestServer::builder()
+        .user("bob", false)
         .config(|c| {
             c.cloud.provisioner = Some(drover::config::ProvisionerKind::Exec);
             c.cloud.exec = Some(drover::config::ExecConfig {
@@ -600,6 +604,7 @@ fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
                 adopt: None,
                 timeout_seconds: 30,
             });
+            configure(c);
         })
         .start();
     let image = json!({"name": "guest", "hypervisor": false, "osType": "linux",
@@ -612,6 +617,13 @@ fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
         send(&server, "POST", "/rest/images", Auth::Admin, &image).status,
         201
     );
+    (server, site)
+}
+
+#[test]
+fn the_exec_provisioner_runs_the_sites_commands_for_each_operation() {
+    // No QEMU: the site's own commands (here, scripts keeping a state file per VM).
+    let (server, site) = with_site_commands(|_| {});
     let body =
         json!({"id": "site1", "totalProcessors": 2, "totalMemory": 256, "storage": "data:3"});
     job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));

@@ -117,10 +117,16 @@ impl Engine {
                     )));
                 }
                 if self.vms.position(&id).is_some() {
-                    return Err(SchedError::Conflict(vec![
-                        VM_NOT_CREATED.into(),
-                        format!("id: a VM '{id}' exists already"),
-                    ]));
+                    // Another user's VM is not theirs to know of (its read is a 404):
+                    // ids are shared, so only that this one cannot be had is said.
+                    let why = match self.vms.position_for(&id, by) {
+                        Some(_) => format!("id: a VM '{id}' exists already"),
+                        None => format!(
+                            "id: '{id}' is not available; choose another, or leave it out \
+                             and one is chosen"
+                        ),
+                    };
+                    return Err(SchedError::Conflict(vec![VM_NOT_CREATED.into(), why]));
                 }
                 id
             }
