@@ -326,6 +326,29 @@ fn bad_requests_are_refused_with_reasons() {
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
 
+/// A zip bomb (#53): 256 entries declaring 1 byte each, all pointing at one stored
+/// block of 4 MiB, are refused as overlapping before any is copied (they made the
+/// server copy the block for each entry: 1.2 GB); a stored entry giving more than its
+/// bound, whatever it declares, is refused too, and the service goes on answering.
+#[test]
+fn zip_bombs_are_refused_with_the_reason() {
+    let server = server();
+    let block = vec![b' '; 4 << 20];
+    for (count, words) in [(256, "overlap"), (1, "gives more than 262144 bytes")] {
+        let archive = drover_plugins::archive::overlapping_zip(&block, count, 1);
+        let reply = upload(
+            &server,
+            "application/x-jar",
+            &archive,
+            "?jar-filename=b.jar",
+        );
+        reply.assert_refused(400, words, &format!("{count} entries"));
+        reply.assert_refused(400, "The archive b.jar was not read", &"its summary");
+    }
+    assert_eq!(server.get("/rest/plugin-types").json()["totalCount"], 1);
+    assert_eq!(server.get("/rest/diag/about").status, 200);
+}
+
 /// A plugin that submits a job for each job submitted is not handed the events of the
 /// jobs it submitted itself: one submission is not an endless chain of jobs.
 #[test]
