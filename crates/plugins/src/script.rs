@@ -30,8 +30,11 @@ use serde_json::{Map, Value};
 /// What a script may reach: everything outside its own values. Implemented by the
 /// service; every call is checked against the plugin's user there.
 pub trait Host: Send + Sync {
-    /// Runs host function `name` with `args` (JSON), answering JSON or why not.
-    fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String>;
+    /// Runs host function `name` with `args` (JSON), answering JSON or why not, and
+    /// stopping at `deadline`, the end of the script call's time: the engine checks its
+    /// time only between operations, so a host function that waits (a program, a
+    /// message to the engine) must not wait past it.
+    fn call(&self, name: &str, args: Vec<Value>, deadline: Instant) -> Result<Value, String>;
     /// A line the script logged (`log`, `print`, `debug`).
     fn log(&self, level: &str, message: &str);
 }
@@ -401,7 +404,8 @@ pub fn call(
 const UNMETERED: &str = "scripts run only where their memory is counted, and this \
                           program's allocator does not count it (drover_alloc::Metered)";
 
-/// Why `on_progress` stops a call: what is said of the two reasons apart.
+/// The tokens a call is stopped with (`ErrorTerminated`), told apart in its error.
+const TIMEOUT: &str = "timeout";
 const OUT_OF_MEMORY: &str = "memory";
 
 fn describe_error(error: &EvalAltResult, limits: &Limits) -> String {
@@ -444,7 +448,7 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
     let (start, memory) = (drover_alloc::held_by_this_thread(), limits.memory_bytes);
     engine.on_progress(move |_| {
         if Instant::now() > deadline {
-            Some(Dynamic::from("timeout"))
+            Some(Dynamic::from(TIMEOUT))
         } else {
             let held = drover_alloc::held_by_this_thread().wrapping_sub(start);
             (held > memory as isize).then(|| Dynamic::from(OUT_OF_MEMORY))
@@ -464,40 +468,64 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
         logger.log(level, message)
     });
     for &(name, arity) in HOST_FUNCTIONS {
-        let host = host.clone();
+        let call = HostCall {
+            host: host.clone(),
+            name,
+            deadline,
+        };
         match arity {
             0 => {
-                engine.register_fn(name, move || host_call(&host, name, vec![]));
+                engine.register_fn(name, move || call.run(vec![]));
             }
             1 => {
-                engine.register_fn(name, move |a: Dynamic| host_call(&host, name, vec![a]));
+                engine.register_fn(name, move |a: Dynamic| call.run(vec![a]));
             }
             _ => {
-                engine.register_fn(name, move |a: Dynamic, b: Dynamic| {
-                    host_call(&host, name, vec![a, b])
-                });
+                engine.register_fn(name, move |a: Dynamic, b: Dynamic| call.run(vec![a, b]));
             }
         }
     }
     engine
 }
 
-fn host_call(
-    host: &Arc<dyn Host>,
-    name: &str,
-    args: Vec<Dynamic>,
-) -> Result<Dynamic, Box<EvalAltResult>> {
-    let args: Vec<Value> = args
-        .iter()
-        .map(rhai::serde::from_dynamic::<Value>)
-        .collect::<Result<_, _>>()?;
-    let answer = host.call(name, args).map_err(|why| {
-        Box::new(EvalAltResult::ErrorRuntime(
-            format!("{name}: {why}").into(),
-            Position::NONE,
-        ))
-    })?;
-    rhai::serde::to_dynamic(&answer)
+/// A host function as a script calls it, within the call's time.
+struct HostCall {
+    host: Arc<dyn Host>,
+    name: &'static str,
+    deadline: Instant,
+}
+
+impl HostCall {
+    fn run(&self, args: Vec<Dynamic>) -> Result<Dynamic, Box<EvalAltResult>> {
+        // Past the deadline the call ends as a runaway loop does, whatever the host
+        // answered: a script cannot catch it and go on calling.
+        let out_of_time = || {
+            (Instant::now() >= self.deadline).then(|| {
+                Box::new(EvalAltResult::ErrorTerminated(
+                    Dynamic::from(TIMEOUT),
+                    Position::NONE,
+                ))
+            })
+        };
+        if let Some(stop) = out_of_time() {
+            return Err(stop);
+        }
+        let args: Vec<Value> = args
+            .iter()
+            .map(rhai::serde::from_dynamic::<Value>)
+            .collect::<Result<_, _>>()?;
+        let answer = self.host.call(self.name, args, self.deadline);
+        if let Some(stop) = out_of_time() {
+            return Err(stop);
+        }
+        let answer = answer.map_err(|why| {
+            Box::new(EvalAltResult::ErrorRuntime(
+                format!("{}: {why}", self.name).into(),
+                Position::NONE,
+            ))
+        })?;
+        rhai::serde::to_dynamic(&answer)
+    }
 }
 
 #[cfg(test)]
@@ -519,7 +547,7 @@ mod tests {
     struct Recording(Mutex<Map<String, Value>>);
 
     impl Host for Recording {
-        fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String> {
+        fn call(&self, name: &str, args: Vec<Value>, _: Instant) -> Result<Value, String> {
             let mut data = self.0.lock().unwrap();
             match name {
                 "data_get" => Ok(data
@@ -599,12 +627,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn runaway_scripts_are_stopped() {
-        let limits = Limits {
+    /// The default limits but a wall time of 300 ms.
+    fn quick() -> Limits {
+        Limits {
             wall_time: Duration::from_millis(300),
             ..Limits::default()
-        };
+        }
+    }
+
+    #[test]
+    fn runaway_scripts_are_stopped() {
+        let limits = quick();
         let script = compile(
             r#"fn describe() { #{ id: "Bad" } }
                fn spin() { loop { } }
@@ -666,5 +699,39 @@ mod tests {
             );
         }
         assert_eq!(call(&script, "churn", vec![], None, &limits).unwrap(), 1);
+    }
+
+    /// A host that waits as long as it is let: until the deadline it is given.
+    struct Waiting(Mutex<Vec<Instant>>);
+
+    impl Host for Waiting {
+        fn call(&self, _: &str, _: Vec<Value>, deadline: Instant) -> Result<Value, String> {
+            self.0.lock().unwrap().push(deadline);
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            Err("timed out".into())
+        }
+        fn log(&self, _: &str, _: &str) {}
+    }
+
+    /// Host functions get the call's deadline, and a call whose host function ran to it
+    /// ends with the deadline's error, even when the script catches the function's.
+    #[test]
+    fn host_functions_stop_at_the_calls_deadline() {
+        let limits = quick();
+        let script = compile(
+            r#"fn describe() { #{ id: "Patient" } }
+               fn wait() { for i in 0..3 { try { read_url("exec:///slow"); } catch (e) { } } "done" }"#,
+            &limits,
+        )
+        .unwrap();
+        let host = Arc::new(Waiting(Mutex::new(Vec::new())));
+        let started = Instant::now();
+        let error = call(&script, "wait", vec![], Some(host.clone()), &limits).unwrap_err();
+        let ended = Instant::now();
+        assert!(error.contains("ran past its 300 ms"), "{error}");
+        let deadlines = host.0.lock().unwrap();
+        assert_eq!(deadlines.len(), 1, "called again after the deadline");
+        // The call's own deadline: its wall time from when it began.
+        assert!(deadlines[0] >= started + limits.wall_time && deadlines[0] <= ended);
     }
 }

@@ -43,8 +43,14 @@ fn plugin(server: &TestServer, id: &str) -> Value {
 }
 
 /// Uploads the type `source` (whose id is `ty`), creates a plugin of it (its id `ty` in
-/// lower case) and calls its web service `service` with `{}`.
-fn call_new_service(server: &TestServer, source: &str, ty: &str, service: &str) -> Reply {
+/// lower case) and calls its web service `service` with `request`.
+fn call_new_service(
+    server: &TestServer,
+    source: &str,
+    ty: &str,
+    service: &str,
+    request: &Value,
+) -> Reply {
     uploaded(server, source);
     let id = ty.to_lowercase();
     created(
@@ -52,7 +58,7 @@ fn call_new_service(server: &TestServer, source: &str, ty: &str, service: &str) 
         &json!({"id": id, "pluginType": ty, "pollInterval": 86400}),
     );
     let path = format!("/rest/plugins/{id}/services/{service}");
-    send(server, "POST", &path, &json!({}))
+    send(server, "POST", &path, request)
 }
 
 const PRIVILEGED: &str = r#"
@@ -134,6 +140,7 @@ fn data_set_is_refused_once_the_plugin_data_is_full() {
     "#,
         "Hoarder",
         "fill",
+        &json!({}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
     let at = reply.json()["refusedAt"].as_i64();
@@ -375,9 +382,55 @@ const KEY_HOARDER: &str = r#"
 #[test]
 fn what_a_script_holds_is_bounded_map_keys_included() {
     let server = server();
-    let reply = call_new_service(&server, KEY_HOARDER, "Keys", "hoard");
+    let reply = call_new_service(&server, KEY_HOARDER, "Keys", "hoard", &json!({}));
     reply.assert_refused(400, "held more than 16777216 bytes", &"64 KiB keys");
     assert_eq!(server.get("/rest/diag/about").status, 200);
+}
+
+/// Reads the URL it is given.
+const SLEEPER: &str = r#"
+    fn describe() { #{ id: "Sleeper", services: ["wait"] } }
+    fn wait(request) { read_url(request.body.url) }
+"#;
+
+/// A host function stops at the end of its script call's time (#53: the engine checks
+/// its 2 s only between operations, so read_url of a slow program ran for the program's
+/// 30 s timeout, holding the plugin's lock, and failed with that timeout): the program
+/// is killed with what it started, and the call ends with the deadline's error.
+#[test]
+fn a_slow_host_function_ends_with_its_calls_time() {
+    let probes = tempfile::tempdir().unwrap();
+    let pid = probes.path().join("pid");
+    let program = drover_testkit::script(
+        probes.path(),
+        "slow.sh",
+        &format!("sleep 600 &\necho $! > {}\nwait", pid.display()),
+    );
+    let dir = probes.path().to_path_buf();
+    let server = TestServer::builder()
+        .config(move |c| {
+            c.plugins.native_directories = vec![dir];
+            // The program runs as the service's own user (root in the test runs).
+            c.plugins.native_allow_root = true;
+        })
+        .start();
+    let url = json!({"url": format!("exec://{program}")});
+    let reply = call_new_service(&server, SLEEPER, "Sleeper", "wait", &url);
+    reply.assert_refused(
+        400,
+        "ran past its 2000 ms and was stopped",
+        &"a slow read_url",
+    );
+    let pid = std::fs::read_to_string(&pid).unwrap();
+    drover_testkit::wait_until("the program's sleep is killed", || {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    });
 }
 
 /// A plugin that submits a job for each job submitted is not handed the events of the
@@ -447,6 +500,7 @@ fn one_call_of_a_script_acts_a_bounded_number_of_times() {
     "#,
         "Flood",
         "flood",
+        &json!({}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
     assert_eq!(reply.json()["done"], 100, "{}", reply.body);
