@@ -12,15 +12,24 @@
 //! `System` allocator, a request whose alignment is at most 16 and at most its size gets a
 //! plain `mi_malloc` (per v2 job submission, `scripts/bench-instructions`: 139k → 137k
 //! instructions, mostly in the HTTP workers); others keep the aligned calls.
+//!
+//! [`Metered`] wraps it to count what each thread holds, which bounds the memory of a
+//! plugin's script call (`meter`).
 
 #![no_std]
+
+// The meter's per-thread counts are thread-locals.
+extern crate std;
 
 use core::alloc::{GlobalAlloc, Layout};
 use core::ffi::c_void;
 
 use libmimalloc_sys as mi;
 
-/// Put it in place with `#[global_allocator] static A: drover_alloc::Mimalloc = drover_alloc::Mimalloc;`.
+mod meter;
+pub use meter::{Metered, held_by_this_thread, metering};
+
+/// Put it in place, metered, with `#[global_allocator] static A: drover_alloc::Metered<drover_alloc::Mimalloc> = drover_alloc::Metered(drover_alloc::Mimalloc);`.
 pub struct Mimalloc;
 
 /// The alignment every block of at least this size has (the C `max_align_t`).

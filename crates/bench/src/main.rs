@@ -23,10 +23,11 @@ use drover_query::{Filter, ListQuery, Paging, Sort};
 use drover_store::{CollectionSpec, DocumentStore, PostgresStore, SqliteStore, Write};
 use serde_json::{Value, json};
 
-/// The service's allocator (see `drover_alloc`), so the store and the evaluator
-/// are measured as the service runs them.
+/// The service's allocator (see `drover_alloc`), metered as the service's is, so the
+/// store and the evaluator are measured as the service runs them.
 #[global_allocator]
-static ALLOCATOR: drover_alloc::Mimalloc = drover_alloc::Mimalloc;
+static ALLOCATOR: drover_alloc::Metered<drover_alloc::Mimalloc> =
+    drover_alloc::Metered(drover_alloc::Mimalloc);
 
 const USERS: u64 = 1000;
 const STATES: &[&str] = &[

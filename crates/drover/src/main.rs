@@ -9,9 +9,11 @@ mod replay;
 use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
 
-/// mimalloc (see `drover_alloc` for why, and how it is asked).
+/// mimalloc (see `drover_alloc` for why, and how it is asked), metered: what a plugin's
+/// script holds is counted on its thread (`drover_plugins::script`).
 #[global_allocator]
-static ALLOCATOR: drover_alloc::Mimalloc = drover_alloc::Mimalloc;
+static ALLOCATOR: drover_alloc::Metered<drover_alloc::Mimalloc> =
+    drover_alloc::Metered(drover_alloc::Mimalloc);
 
 const USAGE: &str = "\
 usage:

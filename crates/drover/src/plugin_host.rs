@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drover_api::AppState;
 use drover_auth::roles::Scope;
@@ -214,7 +214,7 @@ impl HostFactory for PluginHosts {
 struct NoHost(String);
 
 impl Host for NoHost {
-    fn call(&self, _: &str, _: Vec<Value>) -> Result<Value, String> {
+    fn call(&self, _: &str, _: Vec<Value>, _: Instant) -> Result<Value, String> {
         Err(self.0.clone())
     }
 
@@ -235,6 +235,24 @@ struct PluginHost {
 }
 
 impl PluginHost {
+    /// Waits for `work` (a message to the engine or the recorder) until `deadline`, the
+    /// script call's: what was sent is done either way, but the script waits no longer
+    /// than its time (it holds its plugin's lock meanwhile).
+    fn until<T, E: ToString>(
+        &self,
+        deadline: Instant,
+        work: impl Future<Output = Result<T, E>>,
+    ) -> Result<T, String> {
+        let deadline = tokio::time::Instant::from_std(deadline);
+        match self
+            .runtime
+            .block_on(async { tokio::time::timeout_at(deadline, work).await })
+        {
+            Ok(done) => done.map_err(|e| e.to_string()),
+            Err(_) => Err("not answered within the call's time".into()),
+        }
+    }
+
     /// The plugin's user as the engine sees them, if they hold `permission` now.
     fn allowed(&self, permission: Permission) -> Result<Requester, String> {
         let scope = if self.identity.admin {
@@ -314,7 +332,7 @@ impl PluginHost {
         Ok(Value::Array(listed))
     }
 
-    fn set_node(&self, id: &str, change: &Value) -> Result<Value, String> {
+    fn set_node(&self, id: &str, change: &Value, deadline: Instant) -> Result<Value, String> {
         let by = self.allowed(Permission::update("nodes"))?;
         let state = match change.get("state").and_then(Value::as_str) {
             Some(text) => Some(
@@ -345,14 +363,14 @@ impl PluginHost {
             generic_metrics,
             ..NodeChanges::default()
         };
-        let said = self
-            .runtime
-            .block_on(self.state.scheduler().modify_node(id, changes, by))
-            .map_err(|e| e.to_string())?;
+        let said = self.until(
+            deadline,
+            self.state.scheduler().modify_node(id, changes, by),
+        )?;
         Ok(json!(said))
     }
 
-    fn submit_job(&self, request: &Value) -> Result<Value, String> {
+    fn submit_job(&self, request: &Value, deadline: Instant) -> Result<Value, String> {
         let by = self.allowed(Permission::create("jobs"))?;
         let text = |key: &str| request.get(key).and_then(Value::as_str).map(String::from);
         let command = text("command").ok_or("submit_job needs #{command}")?;
@@ -373,13 +391,11 @@ impl PluginHost {
             .map_or(1, |n| n.clamp(1, 4096) as u32);
         spec.variables
             .insert("DROVER_PLUGIN".into(), self.plugin.clone());
-        self.runtime
-            .block_on(self.state.scheduler().submit(spec, by))
+        self.until(deadline, self.state.scheduler().submit(spec, by))
             .map(Value::String)
-            .map_err(|e| e.to_string())
     }
 
-    fn modify_job(&self, id: &str, change: &Value) -> Result<Value, String> {
+    fn modify_job(&self, id: &str, change: &Value, deadline: Instant) -> Result<Value, String> {
         let by = self.allowed(Permission::update("jobs"))?;
         let changes = JobChanges {
             custom_name: change.get("name").and_then(Value::as_str).map(String::from),
@@ -389,22 +405,17 @@ impl PluginHost {
                 .map(String::from),
             ..JobChanges::default()
         };
-        let said = self
-            .runtime
-            .block_on(self.state.scheduler().modify(id, changes, by))
-            .map_err(|e| e.to_string())?;
+        let said = self.until(deadline, self.state.scheduler().modify(id, changes, by))?;
         Ok(json!(said))
     }
 
-    fn cancel_job(&self, id: &str) -> Result<Value, String> {
+    fn cancel_job(&self, id: &str, deadline: Instant) -> Result<Value, String> {
         let by = self.allowed(Permission::delete("jobs"))?;
-        self.runtime
-            .block_on(self.state.scheduler().act(id, JobAction::Cancel, by))
-            .map(Value::String)
-            .map_err(|e| e.to_string())
+        let cancel = self.state.scheduler().act(id, JobAction::Cancel, by);
+        self.until(deadline, cancel).map(Value::String)
     }
 
-    fn create_event(&self, request: &Value) -> Result<Value, String> {
+    fn create_event(&self, request: &Value, deadline: Instant) -> Result<Value, String> {
         self.allowed(Permission::create("events"))?;
         let text = |key: &str| request.get(key).and_then(Value::as_str).map(String::from);
         let kind = text("type").ok_or("create_event needs #{type}")?;
@@ -435,10 +446,7 @@ impl PluginHost {
                     .collect()
             })
             .unwrap_or_default();
-        let recorded = self
-            .runtime
-            .block_on(self.state.events().record(vec![event]))
-            .map_err(|e| e.to_string())?;
+        let recorded = self.until(deadline, self.state.events().record(vec![event]))?;
         Ok(json!(recorded.first().map(|e| e.id.clone())))
     }
 
@@ -460,7 +468,7 @@ impl PluginHost {
 }
 
 impl Host for PluginHost {
-    fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String> {
+    fn call(&self, name: &str, args: Vec<Value>, deadline: Instant) -> Result<Value, String> {
         let text = |i: usize| {
             args.get(i)
                 .and_then(Value::as_str)
@@ -514,11 +522,11 @@ impl Host for PluginHost {
                     .collect();
                 Ok(Value::Array(ids))
             }
-            "set_node" => self.set_node(text(0)?, arg(1)),
-            "submit_job" => self.submit_job(arg(0)),
-            "modify_job" => self.modify_job(text(0)?, arg(1)),
-            "cancel_job" => self.cancel_job(text(0)?),
-            "create_event" => self.create_event(arg(0)),
+            "set_node" => self.set_node(text(0)?, arg(1), deadline),
+            "submit_job" => self.submit_job(arg(0), deadline),
+            "modify_job" => self.modify_job(text(0)?, arg(1), deadline),
+            "cancel_job" => self.cancel_job(text(0)?, deadline),
+            "create_event" => self.create_event(arg(0), deadline),
             "post_sample" => self.post_sample(text(0)?, arg(1)),
             "data_get" => Ok(self
                 .data
@@ -547,10 +555,12 @@ impl Host for PluginHost {
             }
             "config" => Ok(Value::Object(self.config.clone())),
             // Only inside the directories the operator configured for Native URLs, as
-            // the user configured there.
-            "read_url" => drover_plugins::native::read_url(text(0)?, &self.locations)
-                .map(Value::String)
-                .map_err(|e| e.to_string()),
+            // the user configured there, and killed when the call's time is up.
+            "read_url" => {
+                drover_plugins::native::read_url(text(0)?, &self.locations.until(deadline))
+                    .map(Value::String)
+                    .map_err(|e| e.to_string())
+            }
             other => Err(format!("no host function '{other}'")),
         }
     }

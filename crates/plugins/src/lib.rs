@@ -6,3 +6,9 @@ pub mod archive;
 pub mod native;
 pub mod registry;
 pub mod script;
+
+/// Scripts run only where the allocator counts what each thread holds (`script`).
+#[cfg(test)]
+#[global_allocator]
+static ALLOCATOR: drover_alloc::Metered<std::alloc::System> =
+    drover_alloc::Metered(std::alloc::System);

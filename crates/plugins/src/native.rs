@@ -446,6 +446,17 @@ impl Locations {
             allow_root: false,
         }
     }
+
+    /// These locations with the timeout cut to what is left before `deadline`: a
+    /// script's call passes its own, so that a program it runs is killed when the call's
+    /// time is up rather than after the full timeout.
+    pub fn until(&self, deadline: Instant) -> Locations {
+        let left = deadline.saturating_duration_since(Instant::now());
+        Locations {
+            timeout: self.timeout.min(left),
+            ..self.clone()
+        }
+    }
 }
 
 /// Why a URL was refused or could not be read; each message is a sentence for the user.
@@ -1425,6 +1436,26 @@ mod tests {
         assert!(error.to_string().contains("timeout"), "{error}");
         let pid = std::fs::read_to_string(&pid_file).expect("pid");
         assert!(gone(pid.trim()), "the background sleep survived");
+    }
+
+    #[test]
+    fn a_deadline_before_the_timeout_cuts_it() {
+        let (dir, locations) = allowed();
+        let program = script(&dir, "slow.sh", "exec sleep 600");
+        let within = locations.until(Instant::now() + Duration::from_millis(300));
+        let error = read_url(&url("exec", &program), &within).unwrap_err();
+        assert!(
+            matches!(error, UrlError::Timeout { after, .. } if after <= Duration::from_millis(300)),
+            "{error}"
+        );
+        let past = locations.until(Instant::now() - Duration::from_secs(1));
+        assert_eq!(past.timeout, Duration::ZERO);
+        assert_eq!(
+            locations
+                .until(Instant::now() + Duration::from_secs(600))
+                .timeout,
+            locations.timeout
+        );
     }
 
     /// Whether a process is gone or a zombie (killed, not yet reaped by init).

@@ -3,8 +3,15 @@
 //! Rhai has no file system, network or process access of its own; the only way out of a
 //! script is the host functions [`Host`] provides, each checked by the host against the
 //! plugin's user. Every call gets a fresh engine bounded in operations, call depth,
-//! expression depth, string, array and map sizes, variables, and wall time, so a runaway
-//! script ends with an error instead of holding a thread or the memory.
+//! expression depth, string, array and map sizes, variables, wall time and memory, so a
+//! runaway script ends with an error instead of holding a thread or the memory.
+//!
+//! The engine's own size limits count each value apart, and neither map keys nor what
+//! values there are: a script holding 10,000 keys of 64 KiB grew to 660 MB. So what a
+//! call holds in all is counted by the global allocator, per thread
+//! (`drover_alloc::Metered`), and checked between operations with the wall time: every
+//! way of growing (keys, strings, arrays, variables, the answers of host functions)
+//! counts. Scripts run only in a binary whose allocator is metered.
 //!
 //! A script declares itself with `fn describe()`, which answers
 //! `#{id, author, description, config: #{<key>: #{type, required, "default"}}, services: [..]}`
@@ -23,8 +30,11 @@ use serde_json::{Map, Value};
 /// What a script may reach: everything outside its own values. Implemented by the
 /// service; every call is checked against the plugin's user there.
 pub trait Host: Send + Sync {
-    /// Runs host function `name` with `args` (JSON), answering JSON or why not.
-    fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String>;
+    /// Runs host function `name` with `args` (JSON), answering JSON or why not, and
+    /// stopping at `deadline`, the end of the script call's time: the engine checks its
+    /// time only between operations, so a host function that waits (a program, a
+    /// message to the engine) must not wait past it.
+    fn call(&self, name: &str, args: Vec<Value>, deadline: Instant) -> Result<Value, String>;
     /// A line the script logged (`log`, `print`, `debug`).
     fn log(&self, level: &str, message: &str);
 }
@@ -60,6 +70,8 @@ pub struct Limits {
     pub map_items: usize,
     pub variables: usize,
     pub wall_time: Duration,
+    /// The most bytes a call may come to hold, all values together.
+    pub memory_bytes: usize,
 }
 
 impl Default for Limits {
@@ -73,6 +85,7 @@ impl Default for Limits {
             map_items: 10_000,
             variables: 512,
             wall_time: Duration::from_secs(2),
+            memory_bytes: 16 << 20,
         }
     }
 }
@@ -368,6 +381,9 @@ pub fn call(
     host: Option<Arc<dyn Host>>,
     limits: &Limits,
 ) -> Result<Value, String> {
+    if !drover_alloc::metering() {
+        return Err(UNMETERED.into());
+    }
     let deadline = Instant::now() + limits.wall_time;
     let engine = sandbox(limits, host, deadline);
     let args: Vec<Dynamic> = args
@@ -385,8 +401,19 @@ pub fn call(
     rhai::serde::from_dynamic::<Value>(&answer).map_err(|e| format!("its answer is not JSON: {e}"))
 }
 
+const UNMETERED: &str = "scripts run only where their memory is counted, and this \
+                          program's allocator does not count it (drover_alloc::Metered)";
+
+/// The tokens a call is stopped with (`ErrorTerminated`), told apart in its error.
+const TIMEOUT: &str = "timeout";
+const OUT_OF_MEMORY: &str = "memory";
+
 fn describe_error(error: &EvalAltResult, limits: &Limits) -> String {
     match error {
+        EvalAltResult::ErrorTerminated(why, _) if why.to_string() == OUT_OF_MEMORY => format!(
+            "it held more than {} bytes and was stopped",
+            limits.memory_bytes
+        ),
         EvalAltResult::ErrorTerminated(_, _) => format!(
             "it ran past its {} ms and was stopped",
             limits.wall_time.as_millis()
@@ -417,7 +444,16 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
     engine.set_max_variables(limits.variables);
     engine.set_max_functions(256);
     engine.disable_symbol("eval");
-    engine.on_progress(move |_| (Instant::now() > deadline).then(|| Dynamic::from("timeout")));
+    // Counted from here: the engine itself is the same for every call.
+    let (start, memory) = (drover_alloc::held_by_this_thread(), limits.memory_bytes);
+    engine.on_progress(move |_| {
+        if Instant::now() > deadline {
+            Some(Dynamic::from(TIMEOUT))
+        } else {
+            let held = drover_alloc::held_by_this_thread().wrapping_sub(start);
+            (held > memory as isize).then(|| Dynamic::from(OUT_OF_MEMORY))
+        }
+    });
     let Some(host) = host else {
         engine.on_print(|_| {});
         engine.on_debug(|_, _, _| {});
@@ -432,40 +468,64 @@ fn sandbox(limits: &Limits, host: Option<Arc<dyn Host>>, deadline: Instant) -> E
         logger.log(level, message)
     });
     for &(name, arity) in HOST_FUNCTIONS {
-        let host = host.clone();
+        let call = HostCall {
+            host: host.clone(),
+            name,
+            deadline,
+        };
         match arity {
             0 => {
-                engine.register_fn(name, move || host_call(&host, name, vec![]));
+                engine.register_fn(name, move || call.run(vec![]));
             }
             1 => {
-                engine.register_fn(name, move |a: Dynamic| host_call(&host, name, vec![a]));
+                engine.register_fn(name, move |a: Dynamic| call.run(vec![a]));
             }
             _ => {
-                engine.register_fn(name, move |a: Dynamic, b: Dynamic| {
-                    host_call(&host, name, vec![a, b])
-                });
+                engine.register_fn(name, move |a: Dynamic, b: Dynamic| call.run(vec![a, b]));
             }
         }
     }
     engine
 }
 
-fn host_call(
-    host: &Arc<dyn Host>,
-    name: &str,
-    args: Vec<Dynamic>,
-) -> Result<Dynamic, Box<EvalAltResult>> {
-    let args: Vec<Value> = args
-        .iter()
-        .map(rhai::serde::from_dynamic::<Value>)
-        .collect::<Result<_, _>>()?;
-    let answer = host.call(name, args).map_err(|why| {
-        Box::new(EvalAltResult::ErrorRuntime(
-            format!("{name}: {why}").into(),
-            Position::NONE,
-        ))
-    })?;
-    rhai::serde::to_dynamic(&answer)
+/// A host function as a script calls it, within the call's time.
+struct HostCall {
+    host: Arc<dyn Host>,
+    name: &'static str,
+    deadline: Instant,
+}
+
+impl HostCall {
+    fn run(&self, args: Vec<Dynamic>) -> Result<Dynamic, Box<EvalAltResult>> {
+        // Past the deadline the call ends as a runaway loop does, whatever the host
+        // answered: a script cannot catch it and go on calling.
+        let out_of_time = || {
+            (Instant::now() >= self.deadline).then(|| {
+                Box::new(EvalAltResult::ErrorTerminated(
+                    Dynamic::from(TIMEOUT),
+                    Position::NONE,
+                ))
+            })
+        };
+        if let Some(stop) = out_of_time() {
+            return Err(stop);
+        }
+        let args: Vec<Value> = args
+            .iter()
+            .map(rhai::serde::from_dynamic::<Value>)
+            .collect::<Result<_, _>>()?;
+        let answer = self.host.call(self.name, args, self.deadline);
+        if let Some(stop) = out_of_time() {
+            return Err(stop);
+        }
+        let answer = answer.map_err(|why| {
+            Box::new(EvalAltResult::ErrorRuntime(
+                format!("{}: {why}", self.name).into(),
+                Position::NONE,
+            ))
+        })?;
+        rhai::serde::to_dynamic(&answer)
+    }
 }
 
 #[cfg(test)]
@@ -487,7 +547,7 @@ mod tests {
     struct Recording(Mutex<Map<String, Value>>);
 
     impl Host for Recording {
-        fn call(&self, name: &str, args: Vec<Value>) -> Result<Value, String> {
+        fn call(&self, name: &str, args: Vec<Value>, _: Instant) -> Result<Value, String> {
             let mut data = self.0.lock().unwrap();
             match name {
                 "data_get" => Ok(data
@@ -567,12 +627,17 @@ mod tests {
         }
     }
 
-    #[test]
-    fn runaway_scripts_are_stopped() {
-        let limits = Limits {
+    /// The default limits but a wall time of 300 ms.
+    fn quick() -> Limits {
+        Limits {
             wall_time: Duration::from_millis(300),
             ..Limits::default()
-        };
+        }
+    }
+
+    #[test]
+    fn runaway_scripts_are_stopped() {
+        let limits = quick();
         let script = compile(
             r#"fn describe() { #{ id: "Bad" } }
                fn spin() { loop { } }
@@ -596,5 +661,77 @@ mod tests {
             );
             assert!(started.elapsed() < Duration::from_secs(5), "{function}");
         }
+    }
+
+    /// Every way of growing counts towards one bound for the whole call: map keys (the
+    /// engine's own limits left them out), strings and arrays held in many variables;
+    /// what a call allocates and frees again does not.
+    #[test]
+    fn what_a_call_holds_in_all_is_bounded() {
+        let limits = Limits {
+            memory_bytes: 4 << 20,
+            // Generous: only the memory bound may stop these, however slow the machine.
+            wall_time: Duration::from_secs(120),
+            ..Limits::default()
+        };
+        let lets = |make: &str| -> String {
+            (0..200)
+                .map(|i| format!("let v{i} = {make}({i});\n"))
+                .collect()
+        };
+        let source = format!(
+            r#"fn describe() {{ #{{ id: "Greedy" }} }}
+               fn text(n) {{ let s = "x"; while s.len() < 32768 {{ s += s; }} s + n }}
+               fn list(n) {{ let a = []; a.pad(10000, n); a }}
+               fn keys() {{ let k = text(0); let m = #{{}}; for i in 0..10000 {{ m[k + i] = i; }} m.len() }}
+               fn strings() {{ {} 0 }}
+               fn arrays() {{ {} 0 }}
+               fn churn() {{ for i in 0..1000 {{ let s = text(i); }} 1 }}"#,
+            lets("text"),
+            lets("list")
+        );
+        let script = compile(&source, &limits).unwrap();
+        for function in ["keys", "strings", "arrays"] {
+            let error = call(&script, function, vec![], None, &limits).unwrap_err();
+            assert!(
+                error.contains("held more than 4194304 bytes"),
+                "{function}: {error}"
+            );
+        }
+        assert_eq!(call(&script, "churn", vec![], None, &limits).unwrap(), 1);
+    }
+
+    /// A host that waits as long as it is let: until the deadline it is given.
+    struct Waiting(Mutex<Vec<Instant>>);
+
+    impl Host for Waiting {
+        fn call(&self, _: &str, _: Vec<Value>, deadline: Instant) -> Result<Value, String> {
+            self.0.lock().unwrap().push(deadline);
+            std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+            Err("timed out".into())
+        }
+        fn log(&self, _: &str, _: &str) {}
+    }
+
+    /// Host functions get the call's deadline, and a call whose host function ran to it
+    /// ends with the deadline's error, even when the script catches the function's.
+    #[test]
+    fn host_functions_stop_at_the_calls_deadline() {
+        let limits = quick();
+        let script = compile(
+            r#"fn describe() { #{ id: "Patient" } }
+               fn wait() { for i in 0..3 { try { read_url("exec:///slow"); } catch (e) { } } "done" }"#,
+            &limits,
+        )
+        .unwrap();
+        let host = Arc::new(Waiting(Mutex::new(Vec::new())));
+        let started = Instant::now();
+        let error = call(&script, "wait", vec![], Some(host.clone()), &limits).unwrap_err();
+        let ended = Instant::now();
+        assert!(error.contains("ran past its 300 ms"), "{error}");
+        let deadlines = host.0.lock().unwrap();
+        assert_eq!(deadlines.len(), 1, "called again after the deadline");
+        // The call's own deadline: its wall time from when it began.
+        assert!(deadlines[0] >= started + limits.wall_time && deadlines[0] <= ended);
     }
 }

@@ -21,6 +21,12 @@ use drover_api::Routes;
 use drover_auth::{User, password};
 use serde_json::Value;
 
+/// The servers of tests count what plugins' scripts hold as the `drover` binary does
+/// (`drover_plugins::script`): every test binary that starts one has this allocator.
+#[global_allocator]
+static ALLOCATOR: drover_alloc::Metered<std::alloc::System> =
+    drover_alloc::Metered(std::alloc::System);
+
 pub const ADMIN: &str = "admin";
 pub const USER: &str = "alice";
 pub const PASSWORD: &str = "test-password";

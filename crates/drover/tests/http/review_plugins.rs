@@ -42,6 +42,25 @@ fn plugin(server: &TestServer, id: &str) -> Value {
     reply.json()
 }
 
+/// Uploads the type `source` (whose id is `ty`), creates a plugin of it (its id `ty` in
+/// lower case) and calls its web service `service` with `request`.
+fn call_new_service(
+    server: &TestServer,
+    source: &str,
+    ty: &str,
+    service: &str,
+    request: &Value,
+) -> Reply {
+    uploaded(server, source);
+    let id = ty.to_lowercase();
+    created(
+        server,
+        &json!({"id": id, "pluginType": ty, "pollInterval": 86400}),
+    );
+    let path = format!("/rest/plugins/{id}/services/{service}");
+    send(server, "POST", &path, request)
+}
+
 const PRIVILEGED: &str = r#"
     fn describe() { #{ id: "Privileged", services: ["shout"] } }
     fn shout(request) { create_event(#{ type: "shout", message: "as my creator" }) }
@@ -106,7 +125,7 @@ fn a_plugin_loses_the_administrator_rights_its_creator_lost() {
 #[test]
 fn data_set_is_refused_once_the_plugin_data_is_full() {
     let server = server();
-    uploaded(
+    let reply = call_new_service(
         &server,
         r#"
         fn describe() { #{ id: "Hoarder", services: ["fill"] } }
@@ -119,12 +138,8 @@ fn data_set_is_refused_once_the_plugin_data_is_full() {
             #{ refusedAt: () }
         }
     "#,
-    );
-    created(&server, &json!({"id": "hoard", "pluginType": "Hoarder"}));
-    let reply = send(
-        &server,
-        "POST",
-        "/rest/plugins/hoard/services/fill",
+        "Hoarder",
+        "fill",
         &json!({}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -326,6 +341,98 @@ fn bad_requests_are_refused_with_reasons() {
     assert_eq!(reply.status, 400, "{}", reply.body);
 }
 
+/// A zip bomb (#53): 256 entries declaring 1 byte each, all pointing at one stored
+/// block of 4 MiB, are refused as overlapping before any is copied (they made the
+/// server copy the block for each entry: 1.2 GB); a stored entry giving more than its
+/// bound, whatever it declares, is refused too, and the service goes on answering.
+#[test]
+fn zip_bombs_are_refused_with_the_reason() {
+    let server = server();
+    let block = vec![b' '; 4 << 20];
+    for (count, words) in [(256, "overlap"), (1, "gives more than 262144 bytes")] {
+        let archive = drover_plugins::archive::overlapping_zip(&block, count, 1);
+        let reply = upload(
+            &server,
+            "application/x-jar",
+            &archive,
+            "?jar-filename=b.jar",
+        );
+        reply.assert_refused(400, words, &format!("{count} entries"));
+        reply.assert_refused(400, "The archive b.jar was not read", &"its summary");
+    }
+    assert_eq!(server.get("/rest/plugin-types").json()["totalCount"], 1);
+    assert_eq!(server.get("/rest/diag/about").status, 200);
+}
+
+/// Fills a map with keys of 64 KiB, 10,000 of them (650 MB).
+const KEY_HOARDER: &str = r#"
+    fn describe() { #{ id: "Keys", services: ["hoard"] } }
+    fn hoard(request) {
+        let key = "k";
+        key.pad(65000, "k");
+        let map = #{};
+        for i in 0..10000 { map[key + i] = i; }
+        map.len()
+    }
+"#;
+
+/// A script filling a map with keys of 64 KiB (#53: 660 MB before its 2 s were up, the
+/// engine's size limits counting values but not keys) is stopped once its call holds
+/// 16 MiB, with the reason, and the service goes on answering.
+#[test]
+fn what_a_script_holds_is_bounded_map_keys_included() {
+    let server = server();
+    let reply = call_new_service(&server, KEY_HOARDER, "Keys", "hoard", &json!({}));
+    reply.assert_refused(400, "held more than 16777216 bytes", &"64 KiB keys");
+    assert_eq!(server.get("/rest/diag/about").status, 200);
+}
+
+/// Reads the URL it is given.
+const SLEEPER: &str = r#"
+    fn describe() { #{ id: "Sleeper", services: ["wait"] } }
+    fn wait(request) { read_url(request.body.url) }
+"#;
+
+/// A host function stops at the end of its script call's time (#53: the engine checks
+/// its 2 s only between operations, so read_url of a slow program ran for the program's
+/// 30 s timeout, holding the plugin's lock, and failed with that timeout): the program
+/// is killed with what it started, and the call ends with the deadline's error.
+#[test]
+fn a_slow_host_function_ends_with_its_calls_time() {
+    let probes = tempfile::tempdir().unwrap();
+    let pid = probes.path().join("pid");
+    let program = drover_testkit::script(
+        probes.path(),
+        "slow.sh",
+        &format!("sleep 600 &\necho $! > {}\nwait", pid.display()),
+    );
+    let dir = probes.path().to_path_buf();
+    let server = TestServer::builder()
+        .config(move |c| {
+            c.plugins.native_directories = vec![dir];
+            // The program runs as the service's own user (root in the test runs).
+            c.plugins.native_allow_root = true;
+        })
+        .start();
+    let url = json!({"url": format!("exec://{program}")});
+    let reply = call_new_service(&server, SLEEPER, "Sleeper", "wait", &url);
+    reply.assert_refused(
+        400,
+        "ran past its 2000 ms and was stopped",
+        &"a slow read_url",
+    );
+    let pid = std::fs::read_to_string(&pid).unwrap();
+    drover_testkit::wait_until("the program's sleep is killed", || {
+        std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).map_or(true, |stat| {
+            stat.rsplit(')')
+                .next()
+                .unwrap_or("")
+                .trim_start()
+                .starts_with('Z')
+        })
+    });
+}
+
 /// A plugin that submits a job for each job submitted is not handed the events of the
 /// jobs it submitted itself: one submission is not an endless chain of jobs.
 #[test]
@@ -378,7 +485,7 @@ fn a_plugin_is_not_handed_the_events_of_its_own_jobs() {
 #[test]
 fn one_call_of_a_script_acts_a_bounded_number_of_times() {
     let server = server();
-    uploaded(
+    let reply = call_new_service(
         &server,
         r#"
         fn describe() { #{ id: "Flood", services: ["flood"] } }
@@ -391,12 +498,8 @@ fn one_call_of_a_script_acts_a_bounded_number_of_times() {
             #{ done: done }
         }
     "#,
-    );
-    created(&server, &json!({"id": "flood", "pluginType": "Flood"}));
-    let reply = send(
-        &server,
-        "POST",
-        "/rest/plugins/flood/services/flood",
+        "Flood",
+        "flood",
         &json!({}),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
