@@ -40,6 +40,12 @@ pub struct Limits {
     pub user_vm_max_count: usize,
     /// The most GB of extra disks (`storage`) one VM of an ordinary user may have.
     pub user_vm_max_storage_gb: u64,
+    /// The most processors, and MB of memory, one ordinary user's VMs may hold in all.
+    pub user_vm_max_processors: u32,
+    pub user_vm_max_memory_mb: u64,
+    /// The time to live of an ordinary user's VM that asks for none, in seconds; 0:
+    /// none (it lives until destroyed).
+    pub user_vm_default_time_to_live_seconds: i64,
     /// The most services (nested ones included) one ordinary user may have at once.
     pub user_service_max_count: usize,
 }
@@ -56,6 +62,9 @@ impl Default for Limits {
             user_container_max_count: 100,
             user_vm_max_count: 8,
             user_vm_max_storage_gb: 64,
+            user_vm_max_processors: 16,
+            user_vm_max_memory_mb: 32 * 1024,
+            user_vm_default_time_to_live_seconds: 7 * 86_400,
             user_service_max_count: 64,
         }
     }
@@ -79,6 +88,13 @@ impl Limits {
         }
         if self.user_reservation_max_seconds < 0 {
             problems.push("user_reservation_max_seconds: must not be negative".into());
+        }
+        let ttl = self.user_vm_default_time_to_live_seconds;
+        if !(0..=crate::vm::MAX_TIME_TO_LIVE).contains(&ttl) {
+            problems.push(format!(
+                "user_vm_default_time_to_live_seconds: must be from 0 to {}",
+                crate::vm::MAX_TIME_TO_LIVE
+            ));
         }
         problems
     }

@@ -128,6 +128,12 @@ impl AclRule {
         }
     }
 
+    /// Whether this rule admits what `user` owns outside jobs (their VMs): only a USER
+    /// rule can say, as nothing else of a job's is there to judge.
+    pub fn admits_user(&self, user: &str) -> bool {
+        self.kind == "USER" && self.compare_text(user)
+    }
+
     fn compare_text(&self, actual: &str) -> bool {
         match self.comparator.as_deref() {
             Some("LEXIGRAPHIC_SUBSTRING") => actual.contains(&self.value),
@@ -380,6 +386,11 @@ impl Reservation {
     /// that asked for this reservation needs that too.
     pub fn admits(&self, job: &Job) -> bool {
         self.acl.iter().any(|rule| rule.admits(job))
+    }
+
+    /// Whether `user`'s VMs may use the reserved resources (a USER rule admits them).
+    pub fn admits_user(&self, user: &str) -> bool {
+        self.acl.iter().any(|rule| rule.admits_user(user))
     }
 
     /// The strongest affinity of the rules admitting `job` (POSITIVE over NEUTRAL over

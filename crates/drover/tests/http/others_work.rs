@@ -73,3 +73,90 @@ fn a_node_shows_each_caller_only_their_own_jobs_and_vms() {
     own.assert_refused(409, "exists already", &"his own VM id");
     server.send("DELETE", &format!("/rest/jobs/{alices}"), Auth::Admin);
 }
+
+/// With a node reserved for carol, bob's VM was placed on it and held it; a user's VMs
+/// were bounded in number only, and lived for ever by default (issue #53, item 7).
+#[test]
+fn vms_keep_out_of_others_reservations_and_within_a_users_share() {
+    let (server, _site) = crate::vms::with_site_commands(|c| {
+        c.nodes = vec![
+            drover_sched::node::NodeConfig::new("n1", 6),
+            drover_sched::node::NodeConfig::new("n2", 4),
+        ];
+        c.users.push(drover_auth::User {
+            name: "carol".into(),
+            password_hash: drover_auth::password::hash(
+                PASSWORD,
+                drover_auth::password::Cost::Minimal,
+            ),
+            admin: false,
+        });
+        c.scheduler.limits.user_vm_max_processors = 5;
+        c.scheduler.limits.user_vm_default_time_to_live_seconds = 3600;
+    });
+    let carol = || Auth::Basic("carol".into(), PASSWORD.into());
+    let reserved = send(
+        &server,
+        "POST",
+        "/rest/reservations",
+        Auth::Admin,
+        &json!({"hostListExpression": "n2", "duration": 86_400,
+                "flags": ["DEDICATEDRESOURCE"],
+                "aclRules": [{"type": "USER", "value": "carol"}]}),
+    );
+    assert_eq!(reserved.status, 201, "{}", reserved.body);
+    let vm = |id: &str, extra: Value| {
+        let mut body = json!({"id": id, "totalProcessors": 2});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    // Bob may not put a VM on carol's node, even a short-lived one...
+    for ttl in [json!(null), json!(60)] {
+        let body = vm(
+            "on-n2",
+            json!({"node": {"id": "n2"}, "requestedTimeToLive": ttl}),
+        );
+        send(&server, "POST", "/rest/vms", bob(), &body).assert_refused(
+            400,
+            "reservations",
+            &"bob's VM on carol's node",
+        );
+    }
+    // ...and one placed anywhere goes elsewhere; carol's own goes on hers.
+    let anywhere = send(&server, "POST", "/rest/vms", bob(), &vm("b1", json!({})));
+    assert_eq!(anywhere.status, 202, "{}", anywhere.body);
+    assert_eq!(server.get("/rest/vms/b1").json()["node"]["id"], "n1");
+    let hers = send(
+        &server,
+        "POST",
+        "/rest/vms",
+        carol(),
+        &vm("c1", json!({"node": {"id": "n2"}})),
+    );
+    assert_eq!(hers.status, 202, "{}", hers.body);
+    // Bob's VMs hold at most 5 processors in all: 2 + 2, then not 2 more.
+    let second = send(&server, "POST", "/rest/vms", bob(), &vm("b2", json!({})));
+    assert_eq!(second.status, 202, "{}", second.body);
+    send(&server, "POST", "/rest/vms", bob(), &vm("b3", json!({}))).assert_refused(
+        400,
+        "user_vm_max_processors",
+        &"bob's third VM",
+    );
+    // A VM that asks for no time to live gets the site's default; the administrator's
+    // lives until destroyed.
+    assert_eq!(
+        server.get("/rest/vms/b1").json()["requestedTimeToLive"],
+        3600
+    );
+    let admins = send(
+        &server,
+        "POST",
+        "/rest/vms",
+        Auth::Admin,
+        &json!({"id": "a1"}),
+    );
+    assert_eq!(admins.status, 202, "{}", admins.body);
+    assert!(server.get("/rest/vms/a1").json()["requestedTimeToLive"].is_null());
+}

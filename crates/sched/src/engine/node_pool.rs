@@ -172,11 +172,16 @@ impl NodePool {
 
     /// The first node where a VM of `size` fits now (powered on, taking work, with that
     /// much free), other than `except`.
-    pub(super) fn room_for_vm(&self, size: VmSize, except: Option<&str>) -> Option<&Node> {
+    pub(super) fn room_for_vm(
+        &self,
+        size: VmSize,
+        except: Option<&str>,
+        reserved: impl Fn(&Node) -> u32,
+    ) -> Option<&Node> {
         self.nodes
             .iter()
             .filter(|n| Some(n.id()) != except)
-            .find(|n| vm_fits(n, size).is_ok())
+            .find(|n| vm_fits(n, size, reserved(n)).is_ok())
     }
 }
 
@@ -198,8 +203,9 @@ impl VmSize {
     }
 }
 
-/// Whether a VM of `size` fits on `node` now; if not, why.
-pub(super) fn vm_fits(node: &Node, size: VmSize) -> Result<(), String> {
+/// Whether a VM of `size` fits on `node` now, `reserved` of its processors being set
+/// aside for others by reservations while the VM would live; if not, why.
+pub(super) fn vm_fits(node: &Node, size: VmSize, reserved: u32) -> Result<(), String> {
     let VmSize {
         processors,
         memory,
@@ -212,11 +218,17 @@ pub(super) fn vm_fits(node: &Node, size: VmSize) -> Result<(), String> {
             node.state().as_str()
         ));
     }
-    if node.free_processors() < processors {
+    let free = node.free_processors();
+    if free.saturating_sub(reserved) < processors {
+        let set_aside = match reserved {
+            0 => String::new(),
+            n => format!(
+                " and reservations the VM's owner is not admitted to hold {n} while it lives"
+            ),
+        };
         return Err(format!(
-            "node {} has {} free processors, the VM asks for {processors}",
+            "node {} has {free} free processors{set_aside}, the VM asks for {processors}",
             node.id(),
-            node.free_processors()
         ));
     }
     if let Some(free) = node.free_memory()

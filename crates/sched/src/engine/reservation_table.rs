@@ -56,6 +56,17 @@ impl IdTable<Reservation> {
         }
     }
 
+    /// Processors of `node` held, during `start..end`, by reservations that do not
+    /// admit `user`'s VMs.
+    pub(super) fn held_against(&self, node: &str, user: &str, start: i64, end: i64) -> u32 {
+        self.all()
+            .iter()
+            .filter(|r| r.start < end && start < r.end && !r.admits_user(user))
+            .flat_map(|r| r.held.iter().filter(|h| h.node == node))
+            .map(|h| h.processors)
+            .sum()
+    }
+
     /// What the reservations set aside, for the planner (indices as in the list).
     pub(super) fn set_asides(&self, nodes: &NodePool) -> Vec<SetAside> {
         self.all()

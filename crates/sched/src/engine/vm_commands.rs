@@ -64,6 +64,14 @@ fn carried_bytes(vm: &Vm) -> usize {
 }
 
 /// Who a system job of the scheduler's own (a time-to-live expiry) acts for.
+/// Whose a VM is and how long it would live from now: what the reservations on a node
+/// it may go to are judged against.
+struct Lifetime<'a> {
+    owner: &'a str,
+    /// Seconds; `None`: until destroyed.
+    time_to_live: Option<i64>,
+}
+
 fn scheduler_itself() -> Requester {
     Requester {
         user: "root".into(),
@@ -137,12 +145,23 @@ impl Engine {
             }
         };
         let (size, disks) = self.new_vm_size(&request, by)?;
-        let node = self.host_for(size, request.node.as_deref())?;
+        if !by.admin {
+            self.within_users_vm_share(&by.user, size)?;
+        }
+        let default_ttl = self.config.limits.user_vm_default_time_to_live_seconds;
+        let time_to_live = request
+            .time_to_live
+            .or((!by.admin && default_ttl > 0).then_some(default_ttl));
+        let lives = Lifetime {
+            owner: &by.user,
+            time_to_live,
+        };
+        let node = self.host_for(size, request.node.as_deref(), &lives)?;
         let now = self.now();
         let vm = Vm {
             disk: request.disk,
             image: request.image,
-            time_to_live: request.time_to_live,
+            time_to_live,
             description: request.description,
             template: request.template,
             storage: request.storage,
@@ -217,9 +236,56 @@ impl Engine {
         Ok((size, disks))
     }
 
+    /// Whether `user`'s VMs (not those made for jobs, which hold their jobs' share)
+    /// stay within the processors and memory an ordinary user's VMs may hold with one
+    /// more of `size`.
+    fn within_users_vm_share(&self, user: &str, size: VmSize) -> Result<(), SchedError> {
+        let limits = &self.config.limits;
+        let (processors, memory) = self
+            .vms
+            .all()
+            .iter()
+            .filter(|vm| vm.owner == user && vm.for_job.is_none())
+            .fold((size.processors, size.memory), |(p, m), vm| {
+                (p.saturating_add(vm.processors), m.saturating_add(vm.memory))
+            });
+        let refuse = |what: String| Err(SchedError::invalid(VM_NOT_CREATED, what));
+        if processors > limits.user_vm_max_processors {
+            return refuse(format!(
+                "totalProcessors: {user}'s VMs would hold {processors} processors; an ordinary \
+                 user's VMs may hold {} ([scheduler.limits] user_vm_max_processors)",
+                limits.user_vm_max_processors
+            ));
+        }
+        if memory > limits.user_vm_max_memory_mb {
+            return refuse(format!(
+                "totalMemory: {user}'s VMs would hold {memory} MB; an ordinary user's VMs may \
+                 hold {} MB ([scheduler.limits] user_vm_max_memory_mb)",
+                limits.user_vm_max_memory_mb
+            ));
+        }
+        Ok(())
+    }
+
+    /// Processors of `node` that reservations hold while a VM would live on it and do
+    /// not admit its owner: a VM is placed around them as a job is.
+    fn reserved_against(&self, node: &crate::node::Node, lives: &Lifetime) -> u32 {
+        let now = self.now();
+        let end = lives
+            .time_to_live
+            .map_or(i64::MAX, |ttl| now.saturating_add(ttl));
+        self.reservations
+            .held_against(node.id(), lives.owner, now, end)
+    }
+
     /// The node a new VM of `size` goes to: `node` if it has room now, else (none
     /// named) the first that has.
-    fn host_for(&self, size: VmSize, node: Option<&str>) -> Result<String, SchedError> {
+    fn host_for(
+        &self,
+        size: VmSize,
+        node: Option<&str>,
+        lives: &Lifetime,
+    ) -> Result<String, SchedError> {
         let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
         match node {
             Some(node) => {
@@ -227,13 +293,14 @@ impl Engine {
                     .nodes
                     .index_of(node)
                     .ok_or_else(|| invalid(format!("node: no node '{node}'")))?;
-                vm_fits(&self.nodes.all()[index], size)
+                let host = &self.nodes.all()[index];
+                vm_fits(host, size, self.reserved_against(host, lives))
                     .map_err(|why| invalid(format!("node: the VM does not fit: {why}")))?;
                 Ok(node.to_string())
             }
             None => self
                 .nodes
-                .room_for_vm(size, None)
+                .room_for_vm(size, None, |n| self.reserved_against(n, lives))
                 .map(|n| n.id().to_string())
                 .ok_or_else(|| {
                     invalid(format!(
@@ -344,6 +411,10 @@ impl Engine {
                 ),
             ]));
         }
+        let lives = Lifetime {
+            owner: &vm.owner,
+            time_to_live: vm.expires().map(|at| (at - self.now()).max(0)),
+        };
         let target = match to {
             Some(node) => {
                 let index = self
@@ -353,13 +424,16 @@ impl Engine {
                 if node == vm.node {
                     return Err(refuse(format!("node: the VM already runs on {node}")));
                 }
-                vm_fits(&self.nodes.all()[index], VmSize::of(&vm))
+                let host = &self.nodes.all()[index];
+                vm_fits(host, VmSize::of(&vm), self.reserved_against(host, &lives))
                     .map_err(|why| refuse(format!("node: the VM does not fit: {why}")))?;
                 node
             }
             None => self
                 .nodes
-                .room_for_vm(VmSize::of(&vm), Some(&vm.node))
+                .room_for_vm(VmSize::of(&vm), Some(&vm.node), |n| {
+                    self.reserved_against(n, &lives)
+                })
                 .map(|n| n.id().to_string())
                 .ok_or_else(|| refuse("node ANY: no other node has room for the VM now".into()))?,
         };
