@@ -428,10 +428,15 @@ impl TestServer {
 
     /// A JSON body sent with `method` as the administrator.
     pub fn send_json(&self, method: &str, path: &str, body: &Value) -> Reply {
+        self.send_json_as(Auth::Admin, method, path, body)
+    }
+
+    /// A JSON body sent with `method` as `auth`.
+    pub fn send_json_as(&self, auth: Auth, method: &str, path: &str, body: &Value) -> Reply {
         self.call(
             method,
             path,
-            Auth::Admin,
+            auth,
             Some(("application/json", body.to_string().into_bytes())),
         )
     }

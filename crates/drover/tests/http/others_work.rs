@@ -9,8 +9,7 @@ fn bob() -> Auth {
 }
 
 fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    let bytes = body.to_string().into_bytes();
-    server.call(method, path, auth, Some(("application/json", bytes)))
+    server.send_json_as(auth, method, path, body)
 }
 
 fn ids(node: &Value, field: &str) -> Vec<String> {
