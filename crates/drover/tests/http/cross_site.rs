@@ -126,3 +126,50 @@ fn a_browser_is_never_challenged_for_a_basic_login() {
             .is_some_and(|v| v.starts_with("Basic"))
     );
 }
+
+/// What the reviews found refused stays so: no page of another origin gets a CORS grant
+/// (a preflight is answered without one, and so is a read), and JSON nested past what the
+/// parser follows is a 400, not a crash.
+#[test]
+fn no_cors_grant_and_deep_json_is_refused() {
+    let server = TestServer::start();
+    let preflight = server.call_with(
+        "OPTIONS",
+        JOBS,
+        Auth::None,
+        &[
+            ("Origin", "http://evil.example"),
+            ("Access-Control-Request-Method", "POST"),
+            (
+                "Access-Control-Request-Headers",
+                "authorization, content-type",
+            ),
+        ],
+        None,
+    );
+    let read = server.call_with(
+        "GET",
+        "/rest/jobs",
+        Auth::Admin,
+        &[("Origin", "http://evil.example")],
+        None,
+    );
+    assert_eq!(read.status, 200);
+    for reply in [&preflight, &read] {
+        let granted: Vec<_> = reply
+            .headers
+            .iter()
+            .filter(|(name, _)| name.to_ascii_lowercase().starts_with("access-control-"))
+            .collect();
+        assert!(granted.is_empty(), "{granted:?}");
+    }
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let reply = server.call(
+        "POST",
+        JOBS,
+        Auth::Admin,
+        Some(("application/json", deep.into_bytes())),
+    );
+    reply.assert_refused(400, "JSON", &"100,000 nested arrays");
+    assert_eq!(server.get("/rest/diag/about").status, 200, "still serving");
+}
