@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use super::trusted_file;
+
 /// Why a command did not do its work; each kind has its own exit code.
 #[derive(Debug)]
 pub enum Failure {
@@ -82,37 +84,22 @@ fn default_config_path() -> Option<PathBuf> {
     Some(base.join("drover").join("client.toml"))
 }
 
+/// Reads `client.toml`, which only its user may read or change: its `url` says where the
+/// password goes. Only a file named on the command line must exist.
 fn read_config(path: &Path, named: bool) -> Result<FileSettings, Failure> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        // Only a file named on the command line must exist.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => {
-            return Ok(FileSettings::default());
-        }
-        Err(e) => {
+    let bytes = match trusted_file::read(path, &trusted_file::CONFIG)? {
+        Some(bytes) => bytes,
+        None if !named => return Ok(FileSettings::default()),
+        None => {
             return Err(Failure::Usage(format!(
-                "cannot read {}: {e}",
+                "cannot read {}: no such file",
                 path.display()
             )));
         }
     };
-    let settings: FileSettings =
-        toml::from_str(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-    let mode = std::fs::metadata(path)
-        .map(|m| m.permissions().mode())
-        .unwrap_or(0);
-    let holds_secret = settings.password.is_some() || settings.token.is_some();
-    if holds_secret && mode & 0o044 != 0 {
-        return Err(Failure::Usage(format!(
-            "{} holds a password or token but others can read it (mode {:o}); \
-             run: chmod 600 {}",
-            path.display(),
-            mode & 0o777,
-            path.display()
-        )));
-    }
-    Ok(settings)
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", path.display())))?;
+    toml::from_str(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))
 }
 
 fn environment(name: &str) -> Option<String> {

@@ -7,6 +7,7 @@ mod jobs;
 mod output;
 mod resources;
 mod submit;
+mod trusted_file;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
