@@ -4,11 +4,11 @@
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::Value;
 
-use super::trusted_file;
+use super::tls::unreachable;
+use super::{tls, trusted_file};
 
 /// Why a command did not do its work; each kind has its own exit code.
 #[derive(Debug)]
@@ -64,6 +64,10 @@ pub struct ConnectionFlags {
     /// ~/.config/drover/client.toml).
     #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
     pub client_config: Option<PathBuf>,
+    /// A CA to trust besides the system's, for a server whose certificate your site's own
+    /// CA signed: its PEM file (else DROVER_CA_FILE, then `ca_file` in the file).
+    #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `client.toml`.
@@ -74,6 +78,8 @@ struct FileSettings {
     user: Option<String>,
     password: Option<String>,
     token: Option<String>,
+    /// Relative to the file's directory.
+    ca_file: Option<PathBuf>,
 }
 
 fn default_config_path() -> Option<PathBuf> {
@@ -99,7 +105,11 @@ fn read_config(path: &Path, named: bool) -> Result<FileSettings, Failure> {
     };
     let text = String::from_utf8(bytes)
         .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", path.display())))?;
-    toml::from_str(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))
+    let mut settings: FileSettings =
+        toml::from_str(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
+    let directory = path.parent().unwrap_or(Path::new("."));
+    settings.ca_file = settings.ca_file.map(|file| directory.join(file));
+    Ok(settings)
 }
 
 fn environment(name: &str) -> Option<String> {
@@ -138,6 +148,13 @@ impl Server {
                 "the server's address must start with http:// or https://: {url}"
             )));
         }
+        let ca_file = flags
+            .ca_file
+            .clone()
+            .or_else(|| environment("DROVER_CA_FILE").map(PathBuf::from))
+            .or(file.ca_file);
+        // Before a password is asked for: a bad CA file stops the command first.
+        let agent = tls::agent(ca_file.as_deref())?;
         let named_user = flags.login.clone().or_else(|| environment("DROVER_USER"));
         let token = environment("DROVER_TOKEN").or(if named_user.is_none() {
             file.token
@@ -163,14 +180,6 @@ impl Server {
                 format!("Basic {pair}")
             }
         };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
-            // A server that takes the request but never answers is as good as gone (3);
-            // a stream's answer starts at once, and its body has no limit.
-            .timeout_recv_response(Some(Duration::from_secs(120)))
-            .build()
-            .into();
         Ok(Server {
             base: url.trim_end_matches('/').to_string(),
             authorization,
@@ -293,10 +302,6 @@ impl Server {
         serde_json::from_str(&text)
             .map_err(|e| Failure::Refused(vec![format!("{url} answered what is not JSON: {e}")]))
     }
-}
-
-fn unreachable(url: &str, error: ureq::Error) -> Failure {
-    Failure::Unreachable(format!("cannot reach {url}: {error}"))
 }
 
 /// The server's `messages`, else its status.

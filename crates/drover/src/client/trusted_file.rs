@@ -1,6 +1,7 @@
-//! Files that decide where the password goes, such as `client.toml` (its `url`). Whoever
-//! can change one can send the password to a server of theirs, so the client reads only
-//! files that nobody but their user can change, in a directory nobody else can change.
+//! Files that decide where the password goes: `client.toml` (its `url`) and a CA file
+//! (which servers are believed). Whoever can change one can send the password to a server
+//! of theirs, so the client reads only files that nobody but their user (or, for a CA
+//! file, root) can change, in a directory nobody else can change either.
 
 use std::fs::Metadata;
 use std::io::Read as _;
@@ -18,7 +19,7 @@ pub struct Rule {
     fix: &'static str,
     /// What to use instead of another user's file.
     instead: &'static str,
-    /// Root's files are trusted too.
+    /// Root's files (and directories) are trusted too.
     root_may_own: bool,
 }
 
@@ -29,6 +30,16 @@ pub const CONFIG: Rule = Rule {
     fix: "chmod 600",
     instead: "a file of your own (mode 600)",
     root_may_own: false,
+};
+
+/// A CA file: others may read it, but only its owner (or root: a site's CA in /etc) may
+/// change it, for a CA of theirs would let them pose as the server.
+pub const CA: Rule = Rule {
+    forbidden: 0o022,
+    exposed: "can be changed by its group or others, who could pose as the server",
+    fix: "chmod go-w",
+    instead: "a file of your own or root's",
+    root_may_own: true,
 };
 
 /// Reads `path` if `rule` lets it be trusted; `None` when there is no such file.

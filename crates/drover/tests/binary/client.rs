@@ -33,6 +33,7 @@ impl Shell {
             "DROVER_USER",
             "DROVER_PASSWORD",
             "DROVER_TOKEN",
+            "DROVER_CA_FILE",
         ] {
             command.env_remove(variable);
         }

@@ -1,17 +1,26 @@
-//! Issue #53 items 16 and 17: what the command-line client trusts with a password. Its
-//! `client.toml` decides where the password goes (`url`), so one that anybody else could
-//! change is refused.
+//! Issue #53 items 16 and 17: what the command-line client trusts with a password. It
+//! speaks HTTPS, believing only servers whose certificates the system's CAs or a CA file
+//! of the user's signed; its `client.toml` decides where the password goes (`url`), so
+//! one that anybody else could change is refused, and so is a CA file.
 
 use std::fs::Permissions;
+use std::io::BufRead as _;
 use std::os::unix::fs::PermissionsExt as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 
 use drover_testkit::{BOB, CAROL, gid_of, system_accounts, uid_of};
 
 use super::client::{Shell, report, settings};
-use super::serve;
+use super::{Server, serve};
+
+/// A server (stopped when dropped, before its data directory goes) and a user's shell.
+fn started() -> (Shell, Server, tempfile::TempDir) {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path(), &[]);
+    (Shell::new(&server), server, data)
+}
 
 fn chmod(path: &Path, mode: u32) {
     std::fs::set_permissions(path, Permissions::from_mode(mode)).unwrap();
@@ -35,9 +44,7 @@ fn assert_refused(output: &Output, says: &str) {
 /// directory they could change, is refused with the command that mends it.
 #[test]
 fn client_refuses_a_configuration_file_others_could_change() {
-    let data = tempfile::tempdir().unwrap();
-    let server = serve(data.path(), &[]);
-    let shell = Shell::new(&server);
+    let (shell, _server, _data) = started();
     let file = shell.config_file(&shell.url);
     let dir = file.parent().unwrap();
     for mode in [0o622, 0o644, 0o640, 0o604, 0o610] {
@@ -66,9 +73,7 @@ fn another_user_cannot_send_the_clients_password_elsewhere() {
     if !system_accounts() {
         return;
     }
-    let data = tempfile::tempdir().unwrap();
-    let server = serve(data.path(), &[]);
-    let shell = Shell::new(&server);
+    let (shell, _server, _data) = started();
     // Bob's home, as homes usually are: everyone may pass through it.
     let homes = tempfile::tempdir().unwrap();
     chmod(homes.path(), 0o755);
@@ -139,4 +144,202 @@ fn another_user_cannot_send_the_clients_password_elsewhere() {
     let output = bobs_jobs();
     assert!(output.status.success(), "{}", report(&output));
     assert!(output.stdout.starts_with(b"ID "), "{}", report(&output));
+}
+
+/// Whether `socat` and `openssl` are here to put TLS in front of a server; without them
+/// the test is skipped, unless `DROVER_REQUIRE_SOCAT=1` (as in `scripts/test`).
+fn tls_tools() -> bool {
+    let runs = |program: &str, arg: &str| {
+        Command::new(program)
+            .arg(arg)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if runs("socat", "-V") && runs("openssl", "version") {
+        return true;
+    }
+    if std::env::var("DROVER_REQUIRE_SOCAT").as_deref() == Ok("1") {
+        panic!("socat or openssl is missing (scripts/test installs them)");
+    }
+    eprintln!("skipped: needs socat and openssl (scripts/test installs them)");
+    false
+}
+
+/// `openssl ARGS`, which must succeed.
+fn openssl(dir: &Path, args: &[&str]) {
+    let output = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "openssl {args:?}: {}",
+        report(&output)
+    );
+}
+
+/// A private CA in `dir` (`ca.pem`) and a certificate it signed for 127.0.0.1
+/// (`server.crt`, `server.key`).
+fn private_ca(dir: &Path) {
+    let key = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let ca = [
+        "-subj",
+        "/CN=Drover test CA",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ];
+    openssl(
+        dir,
+        &[&["req", "-x509", "-days", "2"][..], &key, &ca].concat(),
+    );
+    let server = [
+        "-subj",
+        "/CN=127.0.0.1",
+        "-addext",
+        "subjectAltName=IP:127.0.0.1",
+        "-addext",
+        "basicConstraints=critical,CA:FALSE",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.crt",
+    ];
+    openssl(
+        dir,
+        &[&["req", "-x509", "-days", "2"][..], &key, &server].concat(),
+    );
+}
+
+/// socat as a TLS terminator on 127.0.0.1 in front of a plain HTTP server, with the
+/// certificate `private_ca` made in `dir`.
+struct TlsProxy {
+    child: Child,
+    url: String,
+}
+
+impl TlsProxy {
+    fn start(dir: &Path, backend: &str) -> TlsProxy {
+        let rest = backend.strip_prefix("http://").unwrap();
+        let (address, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+        // A free port, taken again by socat; another program may take it meanwhile, so
+        // try a few.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = Command::new("socat")
+                .arg("-d")
+                .arg("-d")
+                .arg(format!(
+                    "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert=server.crt,\
+                     key=server.key,verify=0"
+                ))
+                .arg(format!("TCP:{address}"))
+                .current_dir(dir)
+                .process_group(0)
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("socat starts");
+            let said = std::io::BufReader::new(child.stderr.take().unwrap());
+            let mut lines = said.lines().map_while(Result::ok);
+            if lines.any(|line| line.contains("listening on")) {
+                // Read on, so that socat never waits on a full pipe.
+                std::thread::spawn(move || lines.for_each(drop));
+                let url = format!("https://127.0.0.1:{port}{path}");
+                return TlsProxy { child, url };
+            }
+            let _ = child.wait();
+        }
+        panic!("socat did not listen");
+    }
+}
+
+impl Drop for TlsProxy {
+    fn drop(&mut self) {
+        // socat and the children it forked for connections.
+        // SAFETY: a signal to the process group socat leads (it was started in its own).
+        unsafe {
+            libc::kill(-(self.child.id() as i32), libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+}
+
+/// Issue #53 item 16: the client reaches a server over HTTPS. A certificate that no
+/// trusted CA signed, or one for another name, is refused with a clear message (exit 3,
+/// no panic); with the private CA's file (`--ca-file`, or `ca_file` in `client.toml`,
+/// relative to it) the jobs are listed. A CA file that others could change, or that holds
+/// no certificate, is refused.
+#[test]
+fn client_reaches_a_server_over_https_through_a_private_ca() {
+    if !tls_tools() {
+        return;
+    }
+    let (shell, server, _data) = started();
+    let pki = tempfile::tempdir().unwrap();
+    private_ca(pki.path());
+    let proxy = TlsProxy::start(pki.path(), &server.url);
+    let jobs = |extra: &[&str]| {
+        let args = [&["jobs"][..], extra].concat();
+        shell
+            .command(&args)
+            .env("DROVER_URL", &proxy.url)
+            .output()
+            .unwrap()
+    };
+
+    let untrusted = jobs(&[]);
+    assert_eq!(untrusted.status.code(), Some(3), "{}", report(&untrusted));
+    let said = stderr(&untrusted);
+    assert!(
+        said.contains("certificate verify failed") && said.contains("--ca-file"),
+        "{said}"
+    );
+    assert!(!said.contains("panicked"), "{said}");
+
+    let ca = pki.path().join("ca.pem");
+    let output = jobs(&["--ca-file", ca.to_str().unwrap()]);
+    assert!(output.status.success(), "{}", report(&output));
+    assert!(output.stdout.starts_with(b"ID "), "{}", report(&output));
+    // The certificate is for 127.0.0.1, not for another name of the same server.
+    let elsewhere = proxy.url.replace("127.0.0.1", "localhost");
+    let output = jobs(&["--ca-file", ca.to_str().unwrap(), "--url", &elsewhere]);
+    assert_eq!(output.status.code(), Some(3), "{}", report(&output));
+    assert!(
+        stderr(&output).contains("hostname mismatch"),
+        "{}",
+        report(&output)
+    );
+
+    let file = shell.config_file(&proxy.url);
+    let site_ca = file.with_file_name("site-ca.pem");
+    std::fs::copy(&ca, &site_ca).unwrap();
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, format!("{text}ca_file = \"site-ca.pem\"\n")).unwrap();
+    let output = shell.bare(&["jobs"]).output().unwrap();
+    assert!(output.status.success(), "{}", report(&output));
+    assert!(output.stdout.starts_with(b"ID "), "{}", report(&output));
+
+    chmod(&site_ca, 0o664);
+    let output = shell.bare(&["jobs"]).output().unwrap();
+    assert_refused(&output, &format!("run: chmod go-w {}", site_ca.display()));
+    chmod(&site_ca, 0o644);
+    std::fs::write(&site_ca, "not a certificate\n").unwrap();
+    let output = shell.bare(&["jobs"]).output().unwrap();
+    assert_refused(&output, "holds no PEM certificate");
 }
