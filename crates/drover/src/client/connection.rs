@@ -161,6 +161,8 @@ impl Server {
         } else {
             None
         });
+        // Once per command, and before a password is typed: the user may stop here.
+        tls::warn_if_plain(&url, if token.is_some() { "token" } else { "password" });
         let authorization = match token {
             Some(token) => format!("Bearer {token}"),
             None => {

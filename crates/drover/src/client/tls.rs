@@ -1,8 +1,9 @@
 //! HTTPS to the server through the system's OpenSSL (native-tls, which the LDAP client
 //! links already), verifying the server's certificate and name against the system's
 //! roots (/etc/ssl/certs) and, for a site's private CA, the certificates of a CA file.
-//! Verification is never turned off.
+//! Verification is never turned off. Plain HTTP beyond the loopback is warned of.
 
+use std::net::IpAddr;
 use std::path::Path;
 use std::time::Duration;
 
@@ -74,5 +75,58 @@ pub fn unreachable(url: &str, error: ureq::Error) -> Failure {
              ca_file in client.toml"
         )),
         error => Failure::Unreachable(format!("cannot reach {url}: {error}")),
+    }
+}
+
+/// Warns (on standard error) that `secret` is about to cross the network in clear text:
+/// plain HTTP to a host other than this one's loopback.
+pub fn warn_if_plain(url: &str, secret: &str) {
+    if let Some(host) = plain_to_another_host(url) {
+        eprintln!(
+            "drover: warning: sending your {secret} to {host} over plain HTTP, unencrypted: \
+             anyone on the network between can read it; use an https:// address"
+        );
+    }
+}
+
+/// The host of a plain `http://` address that is not a loopback address.
+fn plain_to_another_host(url: &str) -> Option<String> {
+    if !url.starts_with("http://") {
+        return None;
+    }
+    // An address that does not parse goes nowhere: ureq refuses it.
+    let uri: ureq::http::Uri = url.parse().ok()?;
+    let host = uri.host()?;
+    let address = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || address.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| host.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::plain_to_another_host;
+
+    #[test]
+    fn only_plain_http_beyond_the_loopback_is_warned_of() {
+        for quiet in [
+            "https://cluster.example:8443",
+            "http://127.0.0.1:8080",
+            "http://127.8.9.10/mws",
+            "http://localhost:8080",
+            "http://LOCALHOST",
+            "http://[::1]:8080/",
+        ] {
+            assert_eq!(plain_to_another_host(quiet), None, "{quiet}");
+        }
+        for (url, host) in [
+            ("http://192.0.2.1:1", "192.0.2.1"),
+            ("http://cluster.example:8080/mws", "cluster.example"),
+            ("http://[2001:db8::1]:80", "[2001:db8::1]"),
+            ("http://localhost.example", "localhost.example"),
+            ("http://0.0.0.0:8080", "0.0.0.0"),
+        ] {
+            assert_eq!(plain_to_another_host(url).as_deref(), Some(host), "{url}");
+        }
     }
 }

@@ -83,6 +83,19 @@ impl Shell {
     }
 }
 
+/// `program`, with the environment that `command` would have: to run drover under
+/// another program (`script`, `unshare`).
+pub(crate) fn with_environment_of(command: &Command, program: &str) -> Command {
+    let mut wrapper = Command::new(program);
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapper.env(name, value),
+            None => wrapper.env_remove(name),
+        };
+    }
+    wrapper
+}
+
 /// `client.toml`'s text: the server at `url`, the administrator and their password.
 pub(crate) fn settings(url: &str, password: &str) -> String {
     format!("url = \"{url}\"\nuser = \"admin\"\npassword = \"{password}\"\n")
@@ -447,18 +460,12 @@ fn client_asks_for_the_password_on_a_terminal_without_echo() {
     settings
         .env("DROVER_URL", &shell.url)
         .env("DROVER_USER", "admin");
-    let mut script = Command::new("script");
+    let mut script = with_environment_of(&settings, "script");
     script.args([
         "-qec",
         &format!("{} jobs", env!("CARGO_BIN_EXE_drover")),
         "/dev/null",
     ]);
-    for (name, value) in settings.get_envs() {
-        match value {
-            Some(value) => script.env(name, value),
-            None => script.env_remove(name),
-        };
-    }
     let mut terminal = script
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Output, Stdio};
 
 use drover_testkit::{BOB, CAROL, gid_of, system_accounts, uid_of};
 
-use super::client::{Shell, report, settings};
+use super::client::{Shell, report, settings, with_environment_of};
 use super::{Server, serve};
 
 /// A server (stopped when dropped, before its data directory goes) and a user's shell.
@@ -146,23 +146,30 @@ fn another_user_cannot_send_the_clients_password_elsewhere() {
     assert!(output.stdout.starts_with(b"ID "), "{}", report(&output));
 }
 
-/// Whether `socat` and `openssl` are here to put TLS in front of a server; without them
-/// the test is skipped, unless `DROVER_REQUIRE_SOCAT=1` (as in `scripts/test`).
-fn tls_tools() -> bool {
-    let runs = |program: &str, arg: &str| {
-        Command::new(program)
-            .arg(arg)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if runs("socat", "-V") && runs("openssl", "version") {
+/// Whether what a test needs is `here`; without it the test is skipped, unless `require`
+/// is set to 1 (as `scripts/test` does as root).
+fn available(here: bool, what: &str, require: &str) -> bool {
+    if here {
         return true;
     }
-    if std::env::var("DROVER_REQUIRE_SOCAT").as_deref() == Ok("1") {
-        panic!("socat or openssl is missing (scripts/test installs them)");
+    if std::env::var(require).as_deref() == Ok("1") {
+        panic!("{what} is missing ({require}=1)");
     }
-    eprintln!("skipped: needs socat and openssl (scripts/test installs them)");
+    eprintln!("skipped: needs {what}");
     false
+}
+
+fn runs(program: &str, args: &[&str]) -> bool {
+    Command::new(program)
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// Whether `socat` and `openssl` are here to put TLS in front of a server.
+fn tls_tools() -> bool {
+    let here = runs("socat", &["-V"]) && runs("openssl", &["version"]);
+    available(here, "socat and openssl", "DROVER_REQUIRE_SOCAT")
 }
 
 /// `openssl ARGS`, which must succeed.
@@ -342,4 +349,42 @@ fn client_reaches_a_server_over_https_through_a_private_ca() {
     std::fs::write(&site_ca, "not a certificate\n").unwrap();
     let output = shell.bare(&["jobs"]).output().unwrap();
     assert_refused(&output, "holds no PEM certificate");
+}
+
+/// Plain HTTP to a host beyond the loopback: the client warns, once and before anything
+/// is sent, that the password would cross the network in clear text. Run in a network
+/// namespace of its own (`unshare --net`, as root), where 192.0.2.1 (TEST-NET-1) has no
+/// route: the connection fails at once and no packet leaves the machine. Over the
+/// loopback there is no warning.
+#[test]
+fn client_warns_before_sending_a_password_over_plain_http() {
+    let isolated = runs("unshare", &["--net", "true"]);
+    if !available(isolated, "unshare --net (root)", "DROVER_REQUIRE_NETNS") {
+        return;
+    }
+    let (shell, _server, _data) = started();
+    let drover = shell.command(&["jobs", "--url", "http://192.0.2.1:1"]);
+    let output = with_environment_of(&drover, "unshare")
+        .args(["--net", "--"])
+        .arg(drover.get_program())
+        .args(drover.get_args())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(3), "{}", report(&output));
+    let said = stderr(&output);
+    let warning = "drover: warning: sending your password to 192.0.2.1 over plain HTTP";
+    assert_eq!(said.matches(warning).count(), 1, "{said}");
+    assert!(
+        said.find(warning) < said.find("cannot reach"),
+        "the warning comes after the attempt: {said}"
+    );
+
+    let output = shell.run(&["jobs"]);
+    assert!(output.status.success(), "{}", report(&output));
+    assert!(
+        !stderr(&output).contains("plain HTTP"),
+        "{}",
+        report(&output)
+    );
 }
