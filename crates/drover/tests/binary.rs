@@ -873,6 +873,8 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
 
 #[path = "binary/client.rs"]
 mod client;
+#[path = "binary/client_trust.rs"]
+mod client_trust;
 #[path = "binary/nothing_half_made.rs"]
 mod nothing_half_made;
 

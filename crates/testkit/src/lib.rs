@@ -710,6 +710,53 @@ pub fn wait_until(what: &str, check: impl Fn() -> bool) {
     panic!("timed out waiting until {what}");
 }
 
+/// Ordinary system accounts for the attacks that need a second user: `scripts/test`
+/// makes them (and puts bob alone in the group `drover-lab`).
+pub const BOB: &str = "drover-bob";
+pub const CAROL: &str = "drover-carol";
+
+/// Whether the test accounts exist and jobs can run as them (the service runs as root).
+/// Without them the attacks that need a second system account cannot be tried: that
+/// fails the run where `DROVER_REQUIRE_SYSTEM_USERS=1` (as in `scripts/test`).
+pub fn system_accounts() -> bool {
+    let exists = |name: &str| {
+        std::process::Command::new("id")
+            .arg(name)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let root = std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout == b"0\n");
+    if root && exists(BOB) && exists(CAROL) {
+        return true;
+    }
+    if std::env::var("DROVER_REQUIRE_SYSTEM_USERS").as_deref() == Ok("1") {
+        panic!("the test accounts {BOB} and {CAROL} are missing, or the tests do not run as root");
+    }
+    eprintln!("skipped: needs root and the system accounts {BOB} and {CAROL} (scripts/test)");
+    false
+}
+
+/// The uid of the system account `name`.
+pub fn uid_of(name: &str) -> u32 {
+    id_number("-u", name)
+}
+
+/// The primary group id of the system account `name`.
+pub fn gid_of(name: &str) -> u32 {
+    id_number("-g", name)
+}
+
+fn id_number(flag: &str, name: &str) -> u32 {
+    let out = std::process::Command::new("id")
+        .args([flag, name])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
 /// A temporary directory every user may write in (jobs run as other system users).
 pub fn scratch_dir() -> tempfile::TempDir {
     use std::os::unix::fs::PermissionsExt;

@@ -4,9 +4,11 @@
 
 use std::io::{BufRead, IsTerminal, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde_json::Value;
+
+use super::tls::unreachable;
+use super::{tls, trusted_file};
 
 /// Why a command did not do its work; each kind has its own exit code.
 #[derive(Debug)]
@@ -62,6 +64,10 @@ pub struct ConnectionFlags {
     /// ~/.config/drover/client.toml).
     #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
     pub client_config: Option<PathBuf>,
+    /// A CA to trust besides the system's, for a server whose certificate your site's own
+    /// CA signed: its PEM file (else DROVER_CA_FILE, then `ca_file` in the file).
+    #[arg(long, global = true, value_name = "FILE", help_heading = "Connection")]
+    pub ca_file: Option<PathBuf>,
 }
 
 /// `client.toml`.
@@ -72,6 +78,8 @@ struct FileSettings {
     user: Option<String>,
     password: Option<String>,
     token: Option<String>,
+    /// Relative to the file's directory.
+    ca_file: Option<PathBuf>,
 }
 
 fn default_config_path() -> Option<PathBuf> {
@@ -82,36 +90,25 @@ fn default_config_path() -> Option<PathBuf> {
     Some(base.join("drover").join("client.toml"))
 }
 
+/// Reads `client.toml`, which only its user may read or change: its `url` says where the
+/// password goes. Only a file named on the command line must exist.
 fn read_config(path: &Path, named: bool) -> Result<FileSettings, Failure> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let text = match std::fs::read_to_string(path) {
-        Ok(text) => text,
-        // Only a file named on the command line must exist.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !named => {
-            return Ok(FileSettings::default());
-        }
-        Err(e) => {
+    let bytes = match trusted_file::read(path, &trusted_file::CONFIG)? {
+        Some(bytes) => bytes,
+        None if !named => return Ok(FileSettings::default()),
+        None => {
             return Err(Failure::Usage(format!(
-                "cannot read {}: {e}",
+                "cannot read {}: no such file",
                 path.display()
             )));
         }
     };
-    let settings: FileSettings =
+    let text = String::from_utf8(bytes)
+        .map_err(|_| Failure::Usage(format!("{}: not UTF-8 text", path.display())))?;
+    let mut settings: FileSettings =
         toml::from_str(&text).map_err(|e| Failure::Usage(format!("{}: {e}", path.display())))?;
-    let mode = std::fs::metadata(path)
-        .map(|m| m.permissions().mode())
-        .unwrap_or(0);
-    let holds_secret = settings.password.is_some() || settings.token.is_some();
-    if holds_secret && mode & 0o044 != 0 {
-        return Err(Failure::Usage(format!(
-            "{} holds a password or token but others can read it (mode {:o}); \
-             run: chmod 600 {}",
-            path.display(),
-            mode & 0o777,
-            path.display()
-        )));
-    }
+    let directory = path.parent().unwrap_or(Path::new("."));
+    settings.ca_file = settings.ca_file.map(|file| directory.join(file));
     Ok(settings)
 }
 
@@ -151,12 +148,21 @@ impl Server {
                 "the server's address must start with http:// or https://: {url}"
             )));
         }
+        let ca_file = flags
+            .ca_file
+            .clone()
+            .or_else(|| environment("DROVER_CA_FILE").map(PathBuf::from))
+            .or(file.ca_file);
+        // Before a password is asked for: a bad CA file stops the command first.
+        let agent = tls::agent(ca_file.as_deref())?;
         let named_user = flags.login.clone().or_else(|| environment("DROVER_USER"));
         let token = environment("DROVER_TOKEN").or(if named_user.is_none() {
             file.token
         } else {
             None
         });
+        // Once per command, and before a password is typed: the user may stop here.
+        tls::warn_if_plain(&url, if token.is_some() { "token" } else { "password" });
         let authorization = match token {
             Some(token) => format!("Bearer {token}"),
             None => {
@@ -176,14 +182,6 @@ impl Server {
                 format!("Basic {pair}")
             }
         };
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_connect(Some(Duration::from_secs(10)))
-            // A server that takes the request but never answers is as good as gone (3);
-            // a stream's answer starts at once, and its body has no limit.
-            .timeout_recv_response(Some(Duration::from_secs(120)))
-            .build()
-            .into();
         Ok(Server {
             base: url.trim_end_matches('/').to_string(),
             authorization,
@@ -306,10 +304,6 @@ impl Server {
         serde_json::from_str(&text)
             .map_err(|e| Failure::Refused(vec![format!("{url} answered what is not JSON: {e}")]))
     }
-}
-
-fn unreachable(url: &str, error: ureq::Error) -> Failure {
-    Failure::Unreachable(format!("cannot reach {url}: {error}"))
 }
 
 /// The server's `messages`, else its status.

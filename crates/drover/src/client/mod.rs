@@ -7,6 +7,8 @@ mod jobs;
 mod output;
 mod resources;
 mod submit;
+mod tls;
+mod trusted_file;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -33,7 +35,8 @@ pub const COMMANDS: &[&str] = &[
     about = "Drover's command-line client (the server's own commands: drover help)",
     after_help = "Connection: --url, DROVER_URL or `url` in ~/.config/drover/client.toml; \
                   user: --login, DROVER_USER or `user`; password: DROVER_PASSWORD, `password`, \
-                  or asked on the terminal; a bearer token: DROVER_TOKEN or `token`.\n\
+                  or asked on the terminal; a bearer token: DROVER_TOKEN or `token`; a private CA for \
+                  https://: --ca-file, DROVER_CA_FILE or `ca_file`.\n\
                   Exit codes: 0 done, 1 the server refused (its messages on stderr), 2 usage, \
                   3 the server cannot be reached, 4 authentication failed."
 )]

@@ -3,21 +3,21 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use super::{Server, basic, drover, generated_password, portal_config, post, serve};
 
 /// A user's environment: the server and login in variables, a home of its own (so no
 /// real client.toml is read).
-struct Shell {
-    url: String,
-    password: String,
-    home: tempfile::TempDir,
+pub(crate) struct Shell {
+    pub(crate) url: String,
+    pub(crate) password: String,
+    pub(crate) home: tempfile::TempDir,
 }
 
 impl Shell {
-    fn new(server: &Server) -> Shell {
+    pub(crate) fn new(server: &Server) -> Shell {
         Shell {
             url: server.url.clone(),
             password: generated_password(&server.banner),
@@ -26,13 +26,14 @@ impl Shell {
     }
 
     /// `drover ARGS` with only the home set: settings must come from a file or flags.
-    fn bare(&self, args: &[&str]) -> Command {
+    pub(crate) fn bare(&self, args: &[&str]) -> Command {
         let mut command = drover();
         for variable in [
             "DROVER_URL",
             "DROVER_USER",
             "DROVER_PASSWORD",
             "DROVER_TOKEN",
+            "DROVER_CA_FILE",
         ] {
             command.env_remove(variable);
         }
@@ -45,7 +46,7 @@ impl Shell {
         command
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    pub(crate) fn command(&self, args: &[&str]) -> Command {
         let mut command = self.bare(args);
         command
             .env("DROVER_URL", &self.url)
@@ -54,15 +55,27 @@ impl Shell {
         command
     }
 
-    fn run(&self, args: &[&str]) -> Output {
+    pub(crate) fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().expect("drover runs")
     }
 
     /// Runs and expects success; gives standard output.
-    fn ok(&self, args: &[&str]) -> String {
+    pub(crate) fn ok(&self, args: &[&str]) -> String {
         let output = self.run(args);
         assert!(output.status.success(), "{args:?}: {}", report(&output));
         String::from_utf8(output.stdout).unwrap()
+    }
+
+    /// Writes the default `client.toml` (server `url`, the administrator and their
+    /// password), mode 600 in a directory of mode 700; answers its path.
+    pub(crate) fn config_file(&self, url: &str) -> PathBuf {
+        let file = self.home.path().join("config/drover/client.toml");
+        let dir = file.parent().unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::fs::write(&file, settings(url, &self.password)).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        file
     }
 
     fn job(&self, id: &str) -> serde_json::Value {
@@ -70,7 +83,25 @@ impl Shell {
     }
 }
 
-fn report(output: &Output) -> String {
+/// `program`, with the environment that `command` would have: to run drover under
+/// another program (`script`, `unshare`).
+pub(crate) fn with_environment_of(command: &Command, program: &str) -> Command {
+    let mut wrapper = Command::new(program);
+    for (name, value) in command.get_envs() {
+        match value {
+            Some(value) => wrapper.env(name, value),
+            None => wrapper.env_remove(name),
+        };
+    }
+    wrapper
+}
+
+/// `client.toml`'s text: the server at `url`, the administrator and their password.
+pub(crate) fn settings(url: &str, password: &str) -> String {
+    format!("url = \"{url}\"\nuser = \"admin\"\npassword = \"{password}\"\n")
+}
+
+pub(crate) fn report(output: &Output) -> String {
     format!(
         "exit {:?}\nstdout: {}\nstderr: {}",
         output.status.code(),
@@ -288,16 +319,7 @@ fn client_exit_codes_and_configuration_file() {
     }
 
     // The configuration file: refused while others can read its password, used once not.
-    let file = shell.home.path().join("config/drover/client.toml");
-    std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-    std::fs::write(
-        &file,
-        format!(
-            "url = \"{}\"\nuser = \"admin\"\npassword = \"{}\"\n",
-            shell.url, shell.password
-        ),
-    )
-    .unwrap();
+    let file = shell.config_file(&shell.url);
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let output = shell.bare(&["jobs"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", report(&output));
@@ -438,18 +460,12 @@ fn client_asks_for_the_password_on_a_terminal_without_echo() {
     settings
         .env("DROVER_URL", &shell.url)
         .env("DROVER_USER", "admin");
-    let mut script = Command::new("script");
+    let mut script = with_environment_of(&settings, "script");
     script.args([
         "-qec",
         &format!("{} jobs", env!("CARGO_BIN_EXE_drover")),
         "/dev/null",
     ]);
-    for (name, value) in settings.get_envs() {
-        match value {
-            Some(value) => script.env(name, value),
-            None => script.env_remove(name),
-        };
-    }
     let mut terminal = script
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

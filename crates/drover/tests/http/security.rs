@@ -13,42 +13,17 @@ use drover_accounting::model::{Account, AccountUser, Allocation, Rates};
 use drover_accounting::{AccountingConfig, Money};
 use drover_sched::node::NodeConfig;
 use drover_testkit::{
-    Auth, PASSWORD, Reply, TestServer, scratch_dir, script, submit_as, submitted, wait_state_v2,
-    wait_until,
+    Auth, PASSWORD, Reply, TestServer, scratch_dir, script, submit_as, submitted, uid_of,
+    wait_state_v2, wait_until,
 };
 use serde_json::{Value, json};
 
-pub(crate) const BOB: &str = "drover-bob";
-pub(crate) const CAROL: &str = "drover-carol";
+pub(crate) use drover_testkit::{BOB, CAROL, system_accounts};
 /// A group bob belongs to and carol does not.
 const LAB: &str = "drover-lab";
 
 pub(crate) fn as_(name: &str) -> Auth {
     Auth::Basic(name.into(), PASSWORD.into())
-}
-
-/// Whether the test accounts exist and jobs can run as them (the service runs as root).
-/// Without them the attacks that need a second system account cannot be tried: that
-/// fails the run where `DROVER_REQUIRE_SYSTEM_USERS=1` (as in `scripts/test`).
-pub(crate) fn system_accounts() -> bool {
-    let exists = |name: &str| {
-        std::process::Command::new("id")
-            .arg(name)
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    let root = std::process::Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout == b"0\n");
-    if root && exists(BOB) && exists(CAROL) {
-        return true;
-    }
-    if std::env::var("DROVER_REQUIRE_SYSTEM_USERS").as_deref() == Ok("1") {
-        panic!("the test accounts {BOB} and {CAROL} are missing, or the tests do not run as root");
-    }
-    eprintln!("skipped: needs root and the system accounts {BOB} and {CAROL} (scripts/test)");
-    false
 }
 
 fn with_accounts() -> drover_testkit::Builder {
@@ -1431,14 +1406,6 @@ fn vms_are_their_owners_and_a_job_in_a_vm_reads_only_what_its_user_may() {
     wait_until("bob's job VM is gone", || {
         server.get(&format!("/rest/vms/job-{id}")).status == 404
     });
-}
-
-fn uid_of(name: &str) -> u32 {
-    let out = std::process::Command::new("id")
-        .args(["-u", name])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
 }
 
 /// Bearer tokens (#33): an ordinary user's token is no more than their password; another
