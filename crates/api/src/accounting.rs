@@ -34,6 +34,13 @@ const QUOTE_FAILED: &str = "No quote was made";
 const ACCOUNTING_OFF: &str = "Accounting is not enabled on this server";
 
 pub(crate) fn register(routes: &mut Routes) {
+    register_accounts(routes);
+    register_quote(routes);
+    register_ledger(routes);
+}
+
+/// The accounts an accounting user sees.
+fn register_accounts(routes: &mut Routes) {
     let account = || object(&[("id", string()), ("active", string()), ("users", strings())]);
     routes
         .get("/rest/accounts", READ, list_accounts)
@@ -68,6 +75,9 @@ pub(crate) fn register(routes: &mut Routes) {
             "No such account (or not the user's), or accounting is not enabled",
             None,
         );
+}
+
+fn register_quote(routes: &mut Routes) {
     routes
         .post("/rest/quotes/standard/quote", QUOTE, quote)
         .summary("Prices a job or services (object-type, proxy-user, charge-duration required)")
@@ -116,6 +126,10 @@ pub(crate) fn register(routes: &mut Routes) {
             None,
         )
         .response(404, ACCOUNTING_OFF, None);
+}
+
+/// The ledger's administration: balances, allocations, usage records.
+fn register_ledger(routes: &mut Routes) {
     routes
         .get(
             "/rest/accounting/accounts/{id}/balance",

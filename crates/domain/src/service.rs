@@ -281,8 +281,42 @@ impl Planner<'_> {
             );
             return;
         }
-        // 1. Every entry that is not an extension becomes a service (and what its
-        //    template includes).
+        let roots = self.make_roots(entries);
+        if !self.problems.is_empty() {
+            return;
+        }
+        let targets = self.reach_extensions(entries, &roots);
+        let target_of = |i: usize, entry: &ServiceEntry| {
+            targets[i].or_else(|| roots.get(entry.name.as_str()).copied())
+        };
+        // includedServices between entries, then the dependencies they give.
+        for (i, entry) in entries.iter().enumerate() {
+            if let Some(target) = target_of(i, entry) {
+                self.include(i, target, &entry.included_services, &roots);
+            }
+        }
+        if !self.problems.is_empty() {
+            return;
+        }
+        for (i, entry) in entries.iter().enumerate() {
+            if let (Some(target), Some(dependencies)) =
+                (target_of(i, entry), given_dependencies(entry))
+            {
+                self.depend(
+                    &format!("data[{i}].attributes.sched.dependencies"),
+                    target,
+                    dependencies,
+                );
+            }
+        }
+        if let Some(top) = self.the_one_top(&roots) {
+            self.finish(top);
+        }
+    }
+
+    /// Every entry that is not an extension becomes a service (and what its template
+    /// includes): the services by entry name.
+    fn make_roots<'e>(&mut self, entries: &'e [ServiceEntry]) -> BTreeMap<&'e str, usize> {
         let mut roots: BTreeMap<&str, usize> = BTreeMap::new();
         let mut seen = BTreeSet::new();
         for (i, entry) in entries.iter().enumerate() {
@@ -315,91 +349,85 @@ impl Planner<'_> {
                 }
                 continue;
             }
-            let made = match (&entry.template, entry.kind) {
-                (Some(key), None) => self.instantiate(&field, &entry.name, key, None, 0),
-                (None, Some(kind)) => Some(self.push(PlannedService {
-                    base: entry.name.clone(),
-                    kind,
-                    template: None,
-                    label: None,
-                    attributes: Map::new(),
-                    parent: None,
-                    children: Vec::new(),
-                    dependencies: Vec::new(),
-                    storage_of: None,
-                })),
-                _ => {
-                    self.refuse(
-                        field,
-                        "an entry gives either serviceTemplate or type (or extends)".into(),
-                        FIX,
-                    );
-                    None
-                }
-            };
-            if let Some(root) = made {
+            if let Some(root) = self.make_root(&field, entry) {
                 roots.insert(&entry.name, root);
-                self.extend(&format!("data[{i}]"), root, entry, entry.template.is_none());
+                self.extend(&field, root, entry, entry.template.is_none());
             }
         }
-        if !self.problems.is_empty() {
-            return;
+        roots
+    }
+
+    /// The service an entry that is not an extension makes: from its template, or of
+    /// its type.
+    fn make_root(&mut self, field: &str, entry: &ServiceEntry) -> Option<usize> {
+        match (&entry.template, entry.kind) {
+            (Some(key), None) => self.instantiate(field, &entry.name, key, None, 0),
+            (None, Some(kind)) => Some(self.push(PlannedService {
+                base: entry.name.clone(),
+                kind,
+                template: None,
+                label: None,
+                attributes: Map::new(),
+                parent: None,
+                children: Vec::new(),
+                dependencies: Vec::new(),
+                storage_of: None,
+            })),
+            _ => {
+                self.refuse(
+                    field.to_string(),
+                    "an entry gives either serviceTemplate or type (or extends)".into(),
+                    FIX,
+                );
+                None
+            }
         }
-        // 2. Extensions reach the service at their path.
+    }
+
+    /// Extensions reach the service at their path: each entry's target, if it extends.
+    fn reach_extensions(
+        &mut self,
+        entries: &[ServiceEntry],
+        roots: &BTreeMap<&str, usize>,
+    ) -> Vec<Option<usize>> {
         let mut targets = vec![None; entries.len()];
         for (i, entry) in entries.iter().enumerate() {
             if let Some(path) = &entry.extends {
                 let field = format!("data[{i}].extends");
-                if let Some(target) = self.walk(&field, path, &roots) {
+                if let Some(target) = self.walk(&field, path, roots) {
                     targets[i] = Some(target);
                     self.extend(&format!("data[{i}]"), target, entry, false);
                 }
             }
         }
-        // 3. includedServices between entries, then the dependencies they give.
-        for (i, entry) in entries.iter().enumerate() {
-            let target = targets[i].or_else(|| roots.get(entry.name.as_str()).copied());
-            if let Some(target) = target {
-                self.include(i, target, &entry.included_services, &roots);
-            }
-        }
-        if !self.problems.is_empty() {
-            return;
-        }
-        for (i, entry) in entries.iter().enumerate() {
-            let target = targets[i].or_else(|| roots.get(entry.name.as_str()).copied());
-            if let (Some(target), Some(dependencies)) = (target, given_dependencies(entry)) {
-                self.depend(
-                    &format!("data[{i}].attributes.sched.dependencies"),
-                    target,
-                    dependencies,
-                );
-            }
-        }
+        targets
+    }
+
+    /// The one service no other entry includes; `None` (refused) when there is not one.
+    fn the_one_top(&mut self, roots: &BTreeMap<&str, usize>) -> Option<usize> {
         let tops: Vec<&str> = roots
             .iter()
             .filter(|(_, index)| self.out[**index].parent.is_none())
             .map(|(&name, _)| name)
             .collect();
-        if tops.len() != 1 {
-            self.refuse(
-                "data".into(),
-                format!(
-                    "a creation makes one top-level service; these entries are not included \
-                     by another: {}",
-                    if tops.is_empty() {
-                        "none".into()
-                    } else {
-                        tops.join(", ")
-                    }
-                ),
-                "include every other entry in a container entry (includedServices), so \
-                 that one entry holds the rest",
-            );
-            return;
+        if tops.len() == 1 {
+            return Some(roots[tops[0]]);
         }
-        let top = roots[tops[0]];
-        self.finish(top);
+        self.refuse(
+            "data".into(),
+            format!(
+                "a creation makes one top-level service; these entries are not included by \
+                 another: {}",
+                if tops.is_empty() {
+                    "none".into()
+                } else {
+                    tops.join(", ")
+                }
+            ),
+            "include every other entry in a container entry (includedServices), so that one \
+             entry holds the rest",
+        );
+        None
     }
 
     fn push(&mut self, service: PlannedService) -> usize {

@@ -208,7 +208,41 @@ fn prepare(
     }
     let vm_host = guests::vm_host(config, images.clone());
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
-    let settings = Settings {
+    let settings = settings(config, active_server)?;
+    let monitoring = Monitoring {
+        events,
+        reports: Arc::new(reports),
+    };
+    let state = AppState::new(
+        Services {
+            store,
+            auth: Arc::new(auth),
+            access,
+            scheduler,
+            monitoring,
+            images,
+            service_templates,
+            service_records,
+            service_wake: Arc::new(tokio::sync::Notify::new()),
+            plugins: Arc::new(plugins),
+            tokens,
+            request_keys,
+        },
+        settings,
+    )
+    .with_accounting(ledger);
+    *plugin_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
+    Ok(Prepared {
+        state,
+        plugin_state,
+        generated,
+        recorder,
+    })
+}
+
+/// What the interface's handlers are told of the configuration.
+fn settings(config: &Config, active_server: Option<String>) -> Result<Settings, String> {
+    Ok(Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
         max_body_bytes: config.max_body_bytes,
@@ -242,35 +276,6 @@ fn prepare(
             total: config.events.max_streams,
             heartbeat: Duration::from_secs(config.events.stream_heartbeat_seconds.max(1)),
         },
-    };
-    let monitoring = Monitoring {
-        events,
-        reports: Arc::new(reports),
-    };
-    let state = AppState::new(
-        Services {
-            store,
-            auth: Arc::new(auth),
-            access,
-            scheduler,
-            monitoring,
-            images,
-            service_templates,
-            service_records,
-            service_wake: Arc::new(tokio::sync::Notify::new()),
-            plugins: Arc::new(plugins),
-            tokens,
-            request_keys,
-        },
-        settings,
-    )
-    .with_accounting(ledger);
-    *plugin_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
-    Ok(Prepared {
-        state,
-        plugin_state,
-        generated,
-        recorder,
     })
 }
 

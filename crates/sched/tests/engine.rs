@@ -1,6 +1,9 @@
 //! The engine on its own: a SQLite store, a clock the test moves, a resource manager the
 //! test drives (a stand-in for processes), and the events it emits.
 
+// A test tells one story from setup to the last check; it may be long (issue #54).
+#![allow(clippy::too_many_lines)]
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

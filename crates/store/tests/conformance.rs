@@ -1,5 +1,8 @@
 //! One conformance suite, run against every backend (see `support`).
 
+// A test tells one story from setup to the last check; it may be long (issue #54).
+#![allow(clippy::too_many_lines)]
+
 mod support;
 
 use drover_domain::dates::WireDates;

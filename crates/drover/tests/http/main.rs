@@ -1,6 +1,9 @@
 //! The interface over HTTP: a real server (`drover_testkit`) and a real client.
 //! One test binary for all of it (quicker to build than one per file).
 
+// A test tells one story from setup to the last check; it may be long (issue #54).
+#![allow(clippy::too_many_lines)]
+
 mod access;
 mod accounting;
 mod connections;
