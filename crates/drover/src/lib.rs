@@ -469,6 +469,7 @@ fn connection_limits(config: &Config) -> serve::Limits {
     serve::Limits {
         header_timeout: Duration::from_secs(config.header_timeout_seconds),
         idle_timeout: Duration::from_secs(config.idle_connection_seconds),
+        write_timeout: Duration::from_secs(config.body_timeout_seconds),
         max_total,
         max_per_source: config.max_connections_per_source,
     }

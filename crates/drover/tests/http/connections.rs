@@ -78,28 +78,79 @@ fn a_silent_connection_is_closed_sooner_than_one_that_is_sending() {
 }
 
 #[test]
-fn connections_are_bounded_in_all() {
+fn a_full_server_makes_room_for_a_newcomer_at_the_expense_of_the_heaviest_source() {
     let server = TestServer::builder()
         .config(|c| {
             c.max_connections = 40;
-            c.max_connections_per_source = 20;
-            c.idle_connection_seconds = 2;
+            c.max_connections_per_source = 30;
         })
         .start();
-    let mut held: Vec<TcpStream> = [90, 91]
+    // Two sources fill the server with connections that sent a byte (past the idle
+    // timeout's reach, within the head's).
+    let mut held: Vec<TcpStream> = [(90, 30), (91, 10)]
         .iter()
-        .flat_map(|&last| (0..20).map(move |_| Ipv4Addr::new(127, 0, 0, last)))
-        .map(|source| connect_from(source, &server.address))
+        .flat_map(|&(last, count)| (0..count).map(move |_| Ipv4Addr::new(127, 0, 0, last)))
+        .map(|source| {
+            let mut stream = connect_from(source, &server.address);
+            stream.write_all(b"G").unwrap();
+            stream
+        })
         .collect();
-    // Full: one more, from anywhere, is closed at once...
-    let mut one_more = connect_from(Ipv4Addr::new(127, 0, 0, 92), &server.address);
-    let _ = one_more.write_all(format!("GET {HEALTH} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
-    assert!(closed_by_server(&mut one_more));
-    // ...until the silent ones time out, and then it is served.
-    for stream in &mut held {
-        assert!(closed_by_server(stream));
-    }
+    // A newcomer is served, and the oldest connection of the heaviest source went.
     assert_eq!(health_from(&server, Ipv4Addr::new(127, 0, 0, 92)), 200);
+    assert!(
+        closed_by_server(&mut held[0]),
+        "the heaviest source's oldest"
+    );
+}
+
+/// A client that asks and never takes the answers: its connection is closed once no
+/// answer has moved for the write timeout (`body_timeout_seconds`).
+#[test]
+fn a_client_that_takes_no_answer_loses_its_connection() {
+    let server = TestServer::builder()
+        .config(|c| c.body_timeout_seconds = 1)
+        .start();
+    let mut stream = connect_from(Ipv4Addr::new(127, 0, 0, 93), &server.address);
+    shrink_receive_buffer(&stream);
+    let request = "GET /dashboard/app.js HTTP/1.1\r\nHost: x\r\n\r\n".repeat(400);
+    stream.write_all(request.as_bytes()).unwrap();
+    drover_testkit::wait_until("the server closes the connection", || peer_closed(&stream));
+}
+
+/// Whether the peer has closed the connection (TCP state CLOSE_WAIT, or CLOSE after a
+/// reset), told without reading what is waiting to be read.
+fn peer_closed(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a getsockopt of the stream's own socket into a struct of the right size.
+    unsafe {
+        let mut info: libc::tcp_info = std::mem::zeroed();
+        let mut size = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+        let got = libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&raw mut info).cast(),
+            &mut size,
+        );
+        got == 0 && matches!(info.tcpi_state, 7 | 8)
+    }
+}
+
+/// A small receive buffer, so that answers not read stall the server's writes soon.
+fn shrink_receive_buffer(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let bytes: libc::c_int = 4096;
+    // SAFETY: a setsockopt of the stream's own socket with an int.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&raw const bytes).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
 
 #[test]
