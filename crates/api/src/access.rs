@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use drover_auth::access_store::{AccessError, AccessStore};
+use drover_auth::known_sources::KnownSources;
 use drover_auth::roles::Authority;
 use drover_auth::throttle::LoginThrottle;
 
@@ -30,17 +31,22 @@ pub struct AccessControl {
     throttle: LoginThrottle,
     /// Refused bearer tokens, counted per source for the audit only (never blocking).
     token_refusals: LoginThrottle,
+    /// Where the sources names logged in from are kept across restarts.
+    known_sources: Arc<KnownSources>,
     password_checks: PasswordChecks,
     proxied: ProxiedIdentities,
 }
 
 impl AccessControl {
     /// Loads the decisions from `stored`. Blocking.
+    /// The throttle knows the sources `known_sources` kept. Blocking.
     pub fn load(
         stored: AccessStore,
         default_roles: Vec<String>,
         throttle: LoginThrottle,
+        known_sources: Arc<KnownSources>,
     ) -> Result<Self, AccessError> {
+        throttle.preload_known(known_sources.load(drover_auth::throttle::MAX_KNOWN)?);
         let control = Self {
             stored,
             authority: RwLock::new(Arc::new(Authority::default())),
@@ -49,6 +55,7 @@ impl AccessControl {
             default_roles,
             token_refusals: LoginThrottle::counting_only(throttle.window()),
             throttle,
+            known_sources,
             password_checks: PasswordChecks::new(),
             proxied: ProxiedIdentities::default(),
         };
@@ -106,6 +113,10 @@ impl AccessControl {
         &self.throttle
     }
 
+    pub fn known_sources(&self) -> &Arc<KnownSources> {
+        &self.known_sources
+    }
+
     pub(crate) fn token_refusals(&self) -> &LoginThrottle {
         &self.token_refusals
     }
@@ -136,6 +147,7 @@ mod tests {
             AccessStore::open(store.clone()).unwrap(),
             vec![USER.into()],
             LoginThrottle::new(0, Duration::ZERO),
+            Arc::new(KnownSources::open(store.clone()).unwrap()),
         )
         .unwrap();
         let nodes = drover_auth::Permission::update("nodes");

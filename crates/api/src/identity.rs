@@ -117,19 +117,29 @@ impl PasswordChecks {
 
     /// Waits for the turn of `source` (when known), then of `name` (always in that
     /// order, so two checks never wait for each other's).
+    ///
+    /// A name's checks from a source it has logged in from take that pair's turn, so
+    /// that a flood of checks of the name from elsewhere never keeps its user waiting;
+    /// from any other source they take the name's one turn, so that guesses sent at
+    /// once from many sources cannot outrun the name's count.
     pub(crate) async fn turns(
         &self,
         source: Option<&str>,
         name: &str,
+        known: bool,
     ) -> Result<(Option<Turn<'_>>, Turn<'_>), ApiError> {
-        // Keyed as the throttle counts: a flood of checks of a name from elsewhere must
-        // not keep its user waiting.
+        let name = drover_auth::throttle::fold(name);
         let (source, name) = match source.map(source_group) {
             Some(group) => {
                 let turn = self.sources.take(&group, "address").await?;
-                (Some(turn), format!("{name} from {group}"))
+                let key = if known {
+                    format!("{name} from {group}")
+                } else {
+                    name
+                };
+                (Some(turn), key)
             }
-            None => (None, name.to_string()),
+            None => (None, name),
         };
         let name = self.names.take(&name, "user name").await?;
         Ok((source, name))
@@ -287,17 +297,37 @@ pub(crate) async fn login(
     source: Option<IpAddr>,
 ) -> Result<Identity, ApiError> {
     let auth = state.auth();
+    let source = source.map(|ip| ip.to_string());
+    // Throttled before the remembered logins are looked at: else a blocked source would
+    // still tell a right guess (answered from memory) from its refused wrong ones.
+    if let Some(wait) = state.access().throttle().wait(source.as_deref(), &user) {
+        return Err(ApiError::throttled(wait.as_secs().max(1)));
+    }
     if let Some(identity) = auth.remembered(&user, &password) {
+        logged_in_from(state, source.as_deref(), &user);
         return Ok(identity);
     }
-    // Formatted only past the remembered logins: most requests never need it.
-    let source = source.map(|ip| ip.to_string());
     // In a task of its own: a client that hangs up while its password is checked must
     // not take the count of a failure with it.
     let state = state.clone();
     tokio::spawn(async move { check_password(&state, user, password, source).await })
         .await
         .map_err(ApiError::internal)?
+}
+
+/// A good login of `name` from `source`: the throttle forgives the pair's failures and
+/// knows the source for the name from now on, and the store keeps that (so that a
+/// restart does not forget it) the first time.
+pub(crate) fn logged_in_from(state: &AppState, source: Option<&str>, name: &str) {
+    let Some((name, source)) = state.access().throttle().succeeded(source, name) else {
+        return;
+    };
+    let known = state.access().known_sources().clone();
+    tokio::task::spawn_blocking(move || {
+        if let Err(e) = known.record(&name, &source) {
+            eprintln!("drover: warning: cannot record a login's source: {e}");
+        }
+    });
 }
 
 /// The identity a live bearer token stands for: its user as they are now (a local user
@@ -376,18 +406,23 @@ async fn check_password(
     let auth = state.auth();
     let access = state.access();
     let checks = access.password_checks();
-    let _turns = checks.turns(source, &user).await?;
+    let throttle = access.throttle();
+    let known = throttle.is_known(source, &user);
+    let _turns = checks.turns(source, &user, known).await?;
     // Another request's check may have verified this very login meanwhile.
     if let Some(identity) = auth.remembered(&user, &password) {
         return Ok(identity);
     }
-    let throttle = access.throttle();
     if let Some(wait) = throttle.wait(source, &user) {
         // Not audited one by one (a flood would fill the store): the block's start was.
         return Err(ApiError::throttled(wait.as_secs().max(1)));
     }
     let verified = match (&state.settings().directory, auth.is_local(&user)) {
+        // A local user's name in another case is a wrong name, not the directory's.
+        (Some(_), false) if auth.is_local_but_for_case(&user) => None,
         (Some(directory), false) => match directory.login(&user, &password).await {
+            // The directory names its user as a local user is named: not theirs to be.
+            Ok(identity) if auth.is_local_but_for_case(&identity.name) => None,
             Ok(identity) => {
                 auth.remember(&user, &password, identity.clone());
                 Some(identity)
@@ -412,7 +447,7 @@ async fn check_password(
     };
     match verified {
         Some(identity) => {
-            throttle.succeeded(source, &user);
+            logged_in_from(state, source, &user);
             audit::record(state, Audit::Login, &user, source, "login checked".into());
             Ok(identity)
         }
@@ -431,29 +466,34 @@ mod tests {
     #[tokio::test]
     async fn checks_of_one_key_take_turns_and_only_so_many_wait() {
         let checks = PasswordChecks::new();
-        let first = checks.turns(Some("10.0.0.1"), "ann").await.unwrap();
+        let first = checks.turns(Some("10.0.0.1"), "ann", false).await.unwrap();
         // The source's next check waits, and so does the name's from elsewhere; one
         // given up (its client went away) no longer counts.
         for (source, name) in [("10.0.0.1", "bob"), ("10.0.0.2", "ann")] {
-            let next =
-                tokio::time::timeout(Duration::from_millis(20), checks.turns(Some(source), name))
-                    .await;
+            let next = tokio::time::timeout(
+                Duration::from_millis(20),
+                checks.turns(Some(source), name, false),
+            )
+            .await;
             assert!(next.is_err(), "{source} {name} waits");
         }
         assert_eq!(checks.sources.0.lock().unwrap()["10.0.0.1"].pending, 1);
         assert_eq!(checks.names.0.lock().unwrap()["ann"].pending, 1);
-        // Another source and name do not wait.
-        drop(checks.turns(Some("10.0.0.3"), "cid").await.unwrap());
+        // Another source and name do not wait, nor the name from a source it is known at.
+        drop(checks.turns(Some("10.0.0.3"), "cid", false).await.unwrap());
+        drop(checks.turns(Some("10.0.0.4"), "ann", true).await.unwrap());
 
         let mut waiting: Vec<_> = (1..PENDING_CHECKS)
-            .map(|i| Box::pin(checks.turns(Some("10.0.0.1"), if i % 2 == 0 { "x" } else { "y" })))
+            .map(|i| {
+                Box::pin(checks.turns(Some("10.0.0.1"), if i % 2 == 0 { "x" } else { "y" }, false))
+            })
             .collect();
         for check in &mut waiting {
             let started = tokio::time::timeout(Duration::from_millis(1), check.as_mut()).await;
             assert!(started.is_err(), "the first still holds the source's turn");
         }
         assert!(
-            checks.turns(Some("10.0.0.1"), "z").await.is_err(),
+            checks.turns(Some("10.0.0.1"), "z", false).await.is_err(),
             "the 129th waiting check of one source is refused"
         );
         drop(waiting);

@@ -249,11 +249,12 @@ async fn check_client(
 ) -> Result<OAuthClient, Response> {
     let name = format!("oauth client {id}");
     let checks = state.access().password_checks();
+    let throttle = state.access().throttle();
+    let known = throttle.is_known(source.as_deref(), &name);
     let _turns = checks
-        .turns(source.as_deref(), &name)
+        .turns(source.as_deref(), &name, known)
         .await
         .map_err(IntoResponse::into_response)?;
-    let throttle = state.access().throttle();
     if let Some(wait) = throttle.wait(source.as_deref(), &name) {
         return Err(ApiError::throttled(wait.as_secs().max(1)).into_response());
     }
@@ -272,7 +273,7 @@ async fn check_client(
     };
     match (client, verified) {
         (Some(client), true) => {
-            throttle.succeeded(source.as_deref(), &name);
+            crate::identity::logged_in_from(state, source.as_deref(), &name);
             Ok(client)
         }
         _ => {

@@ -629,14 +629,20 @@ async fn pass_gate(gate: Gate, mut request: Request, next: Next) -> Response {
         let subject = match &caller.proxy_user {
             Some(proxied) if may_proxy_others(state, &authority, identity) => {
                 match proxied_identity(state, proxied).await {
-                    Ok(subject) if subject.admin && !identity.admin => {
+                    // Acting for someone who governs access (an administrator, or who
+                    // changes roles, principals or acts for others) would let one make
+                    // oneself that.
+                    Ok(subject)
+                        if authority.governs_access(&subject)
+                            && !authority.is_administrator(identity) =>
+                    {
                         return ApiError::new(
                             Kind::Forbidden,
                             [
                                 "You are not allowed to do this".to_string(),
                                 format!(
-                                    "Only an administrator may act for the administrator \
-                                     '{proxied}'"
+                                    "Only an administrator may act for '{proxied}', who may \
+                                     change roles, principals or act for others"
                                 ),
                             ],
                         )

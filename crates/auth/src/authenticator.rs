@@ -149,6 +149,16 @@ impl Authenticator {
         self.users.contains_key(name)
     }
 
+    /// Whether a local user's name is `name` but for case and surrounding spaces: such
+    /// a name is not the directory's to answer for (the directory matches `LENA` to
+    /// its lena, who would pass for the local lena).
+    pub fn is_local_but_for_case(&self, name: &str) -> bool {
+        let name = name.trim();
+        self.users
+            .keys()
+            .any(|local| local.eq_ignore_ascii_case(name))
+    }
+
     fn digest(&self, name: &str, password: &str) -> [u8; 64] {
         let salt = match self.hash_digests.get(name) {
             Some(digest) => digest.as_slice(),

@@ -16,6 +16,7 @@
 pub mod access_store;
 mod authenticator;
 pub mod directory;
+pub mod known_sources;
 pub mod password;
 mod permission;
 pub mod request_keys;

@@ -288,6 +288,28 @@ impl Authority {
         self.held_ids(who).filter_map(|id| self.roles.get(id))
     }
 
+    /// Whether `who` is an administrator: the local flag, or the built-in role.
+    pub fn is_administrator(&self, who: &Identity) -> bool {
+        who.admin || self.held_ids(who).any(|id| id == ADMINISTRATOR)
+    }
+
+    /// Whether `who` may change who may do what (roles, principals) or act for others:
+    /// an identity no one but an administrator may act as.
+    pub fn governs_access(&self, who: &Identity) -> bool {
+        use crate::Permission as P;
+        self.is_administrator(who)
+            || self.proxy_scope(who).is_some()
+            || ["roles", "principals"].into_iter().any(|resource| {
+                [
+                    P::create(resource),
+                    P::update(resource),
+                    P::delete(resource),
+                ]
+                .into_iter()
+                .any(|p| self.scope_of(who, p).is_some())
+            })
+    }
+
     /// The widest scope of the roles of `who` that name [`PROXY`] itself: `All` acts
     /// for others, `Own` only for themselves. Wildcards never grant acting for others
     /// (the configured proxy users are the other way to it).

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 /// At most this many counts are tracked (about 100 bytes each).
 const MAX_TRACKED: usize = 100_000;
 /// At most this many (name, source) pairs are remembered as known.
-const MAX_KNOWN: usize = 100_000;
+pub const MAX_KNOWN: usize = 100_000;
 /// A name is blocked for unknown sources after this many times the limit, from anywhere.
 pub const NAME_WIDE_FACTOR: u32 = 10;
 /// The longest block, in windows.
@@ -95,7 +95,7 @@ pub struct Failure {
 
 /// A name as throttled: a directory matches names whatever their case and surrounding
 /// spaces, so `LENA` and ` lena` are guesses at lena.
-fn fold(name: &str) -> String {
+pub fn fold(name: &str) -> String {
     name.trim().to_lowercase()
 }
 
@@ -153,6 +153,29 @@ impl LoginThrottle {
         }
     }
 
+    /// Whether `name` has logged in from `source` (so that only its own failures there
+    /// block it).
+    pub fn is_known(&self, source: Option<&str>, name: &str) -> bool {
+        let tables = self.tables.lock().unwrap();
+        Self::known_in(&tables, source, name)
+    }
+
+    fn known_in(tables: &Tables, source: Option<&str>, name: &str) -> bool {
+        !tables.known.is_empty()
+            && source.is_some_and(|s| tables.known.contains_key(&(fold(name), source_group(s))))
+    }
+
+    /// Takes `pairs` (name, source) as known: those the store kept (`known_sources`).
+    pub fn preload_known(&self, pairs: impl IntoIterator<Item = (String, String)>) {
+        let now = Instant::now();
+        let mut tables = self.tables.lock().unwrap();
+        for (name, source) in pairs.into_iter().take(MAX_KNOWN) {
+            tables
+                .known
+                .insert((fold(&name), source_group(&source)), now);
+        }
+    }
+
     /// How long until `name` may try again from `source`; `None`: now.
     pub fn wait(&self, source: Option<&str>, name: &str) -> Option<Duration> {
         if self.max_failures == 0 {
@@ -160,8 +183,11 @@ impl LoginThrottle {
         }
         let now = Instant::now();
         let tables = self.tables.lock().unwrap();
-        let known =
-            source.is_some_and(|s| tables.known.contains_key(&(fold(name), source_group(s))));
+        // Every request with a password asks: nothing to look up while nothing failed.
+        if tables.counts.is_empty() {
+            return None;
+        }
+        let known = Self::known_in(&tables, source, name);
         Self::keys(source, name)
             .iter()
             .filter(|key| !known || matches!(key, Key::Pair(..)))
@@ -250,25 +276,30 @@ impl LoginThrottle {
     }
 
     /// A good login of `name` from `source`: its pair's failures are forgiven, and the
-    /// source is known for the name from now on.
-    pub fn succeeded(&self, source: Option<&str>, name: &str) {
-        let mut tables = self.tables.lock().unwrap();
-        let Some(source) = source else {
-            return;
-        };
+    /// source is known for the name from now on. Answers the pair (folded name, source
+    /// as throttled) when it was not known before, for the store to keep.
+    pub fn succeeded(&self, source: Option<&str>, name: &str) -> Option<(String, String)> {
+        let source = source?;
         let group = source_group(source);
         let name = fold(name);
-        tables
-            .counts
-            .remove(&Key::Pair(name.clone(), group.clone()));
-        let now = Instant::now();
+        let mut tables = self.tables.lock().unwrap();
+        if !tables.counts.is_empty() {
+            tables
+                .counts
+                .remove(&Key::Pair(name.clone(), group.clone()));
+        }
+        let pair = (name, group);
+        if tables.known.contains_key(&pair) {
+            return None;
+        }
         if tables.known.len() >= MAX_KNOWN {
             let oldest = tables.known.iter().min_by_key(|(_, at)| **at);
             if let Some(oldest) = oldest.map(|(k, _)| k.clone()) {
                 tables.known.remove(&oldest);
             }
         }
-        tables.known.insert((name, group), now);
+        tables.known.insert(pair.clone(), Instant::now());
+        Some(pair)
     }
 }
 
@@ -388,6 +419,20 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn known_pairs_are_said_once_and_can_be_preloaded() {
+        let throttle = LoginThrottle::new(3, MINUTE);
+        assert_eq!(
+            throttle.succeeded(Some("10.0.0.9"), "Admin"),
+            Some(("admin".into(), "10.0.0.9".into()))
+        );
+        assert_eq!(throttle.succeeded(Some("10.0.0.9"), "admin"), None);
+        let restarted = LoginThrottle::new(3, MINUTE);
+        restarted.preload_known([("admin".to_string(), "10.0.0.9".to_string())]);
+        assert!(restarted.is_known(Some("10.0.0.9"), "admin"));
+        assert!(!restarted.is_known(Some("10.0.0.8"), "admin"));
     }
 
     #[test]

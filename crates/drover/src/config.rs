@@ -309,6 +309,9 @@ impl ExecConfig {
     }
 }
 
+/// The longest failed-login window: blocks last up to 16 windows.
+const MAX_LOGIN_WINDOW: u64 = 86_400;
+
 /// `[access]`: what every authenticated user holds, and how failed logins are slowed.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -624,6 +627,11 @@ impl Config {
             return Err("header_timeout_seconds, body_timeout_seconds and \
                  idle_connection_seconds must be positive"
                 .into());
+        }
+        if !(1..=MAX_LOGIN_WINDOW).contains(&self.access.failed_login_window_seconds) {
+            return Err(format!(
+                "[access] failed_login_window_seconds must be from 1 to {MAX_LOGIN_WINDOW} (a day)"
+            ));
         }
         if self.max_connections == 0 || self.max_connections_per_source == 0 {
             return Err("max_connections and max_connections_per_source must be positive".into());

@@ -147,9 +147,16 @@ fn prepare(
         config.access.max_failed_logins,
         Duration::from_secs(config.access.failed_login_window_seconds),
     );
+    let known_sources = drover_auth::known_sources::KnownSources::open(store.clone())
+        .map_err(|e| format!("cannot open the logins' sources: {e}"))?;
     let access = AccessStore::open(store.clone())
         .and_then(|stored| {
-            AccessControl::load(stored, config.access.default_roles.clone(), throttle)
+            AccessControl::load(
+                stored,
+                config.access.default_roles.clone(),
+                throttle,
+                Arc::new(known_sources),
+            )
         })
         .map_err(|e| format!("cannot load the roles and principals: {e}"))?;
     let images = Arc::new(
@@ -280,14 +287,18 @@ fn settings(config: &Config, active_server: Option<String>) -> Result<Settings, 
 }
 
 /// Deletes expired bearer tokens and idempotency keys, at start and every ten minutes
-/// (both are also refused once expired, purged or not).
+/// (both are also refused once expired, purged or not), and the logins' sources not
+/// seen for half a year.
 async fn purge_expired(state: AppState) {
     let mut every = tokio::time::interval(Duration::from_secs(600));
     loop {
         every.tick().await;
         let (tokens, keys) = (state.tokens().clone(), state.request_keys().clone());
+        let sources = state.access().known_sources().clone();
         let purged = tokio::task::spawn_blocking(move || {
-            tokens.purge_expired().and_then(|_| keys.purge_expired())
+            tokens.purge_expired()?;
+            keys.purge_expired()?;
+            sources.purge_old()
         })
         .await;
         if let Ok(Err(e)) = purged {

@@ -265,3 +265,38 @@ fn a_directory_user_is_one_user_whatever_the_name_typed() {
         &"lena's second job as Lena",
     );
 }
+
+/// A directory user whose name is a local user's but for case (`LENA` for the local
+/// lena) passed for the local user: their jobs, their limits (issue #53's review).
+#[test]
+fn a_directory_user_cannot_pass_for_a_local_user_of_the_same_name() {
+    let Some((host, port)) = test_directory() else {
+        eprintln!("no test directory (DROVER_TEST_LDAP): skipped");
+        return;
+    };
+    let server = TestServer::builder()
+        .user("lena", false)
+        .config(|c| c.ldap = Some(directory(&host, port)))
+        .start();
+    let local = login("lena", drover_testkit::PASSWORD);
+    let job = submitted(&submit_as(
+        &server,
+        local.clone(),
+        &json!({"commandFile": "/bin/true", "holds": ["User"]}),
+    ));
+    for typed in ["LENA", "Lena", "lena"] {
+        let reply = server.get_as(login(typed, "lenapw"), &format!("/rest/jobs/{job}"));
+        assert_eq!(reply.status, 401, "{typed}: {}", reply.body);
+    }
+    assert_eq!(
+        server.get_as(local, &format!("/rest/jobs/{job}")).status,
+        200
+    );
+    // Other directory users are not affected.
+    assert_eq!(
+        server
+            .get_as(login("otto", "ottopw"), "/rest/diag/auth")
+            .status,
+        200
+    );
+}

@@ -195,3 +195,64 @@ fn events_of(server: &TestServer, event_type: &str) -> Vec<Value> {
         .cloned()
         .unwrap_or_default()
 }
+
+/// A blocked source was answered 429 for wrong guesses but 200 for the right one when
+/// the login was remembered (the user's dashboard kept it so): an oracle.
+#[test]
+fn a_blocked_source_learns_nothing_from_a_remembered_login() {
+    let server = TestServer::builder()
+        .config(|c| c.access.max_failed_logins = 3)
+        .start();
+    assert_eq!(server.get_as(Auth::User, "/rest/diag/auth").status, 200);
+    for _ in 0..3 {
+        let guess = Auth::Basic(USER.into(), "guess".into());
+        assert_eq!(auth_from(&server, ATTACKER, guess).status, 401);
+    }
+    auth_from(&server, ATTACKER, Auth::User).assert_refused(
+        429,
+        "Too many failed logins",
+        &"the right password from the blocked source",
+    );
+    // Where alice logged in, she goes on.
+    assert_eq!(server.get_as(Auth::User, "/rest/diag/auth").status, 200);
+}
+
+/// The sources a name logged in from are kept in the store: after a restart, spraying
+/// the administrator's name from many addresses still does not keep them out of theirs.
+#[test]
+fn a_known_source_stays_known_across_a_restart() {
+    let server = server();
+    assert_eq!(auth_from(&server, ADMINS_DESK, admin(PASSWORD)).status, 200);
+    let server = server.restart();
+    for i in 0..30u8 {
+        auth_from(&server, Ipv4Addr::new(127, 0, 5, i), admin("spray"));
+    }
+    let fresh = Ipv4Addr::new(127, 0, 6, 1);
+    assert_eq!(auth_from(&server, fresh, admin(PASSWORD)).status, 429);
+    assert_eq!(auth_from(&server, ADMINS_DESK, admin(PASSWORD)).status, 200);
+}
+
+/// Guesses at one name sent at once from many sources each passed the name's count
+/// before any failed: the name-wide limit (here 30) was outrun.
+#[test]
+fn guesses_at_once_from_many_sources_cannot_outrun_the_names_count() {
+    let server = server();
+    let statuses: Vec<u16> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..90u8)
+            .map(|i| {
+                let server = &server;
+                s.spawn(move || {
+                    let source = Ipv4Addr::new(127, 0, 7, i);
+                    auth_from(server, source, admin(&format!("guess-{i}"))).status
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    let checked = statuses.iter().filter(|&&s| s == 401).count();
+    assert!(
+        checked <= 30,
+        "{checked} guesses were checked: {statuses:?}"
+    );
+    assert_eq!(checked + statuses.iter().filter(|&&s| s == 429).count(), 90);
+}

@@ -504,6 +504,36 @@ fn proxying_keeps_its_scope_and_never_reaches_an_administrator() {
         200,
         "still there"
     );
+    // Nor for one an administrator's role or a say over roles makes one: pat holds the
+    // built-in administrator role, alice may create principals.
+    let mapped = server.send_json(
+        "POST",
+        "/rest/principals",
+        &json!({"name": "pat-admin", "attachedRoles": ["administrator"],
+                "users": [{"name": "pat", "type": "PAM"}]}),
+    );
+    assert_eq!(mapped.status, 201, "{}", mapped.body);
+    let grantor = server.send_json(
+        "POST",
+        "/rest/roles",
+        &json!({"name": "grantor", "permissions": ["principals:create"]}),
+    );
+    assert_eq!(grantor.status, 201, "{}", grantor.body);
+    let mapped = server.send_json(
+        "POST",
+        "/rest/principals",
+        &json!({"name": "alice-grantor", "attachedRoles": ["grantor"],
+                "users": [{"name": USER, "type": "PAM"}]}),
+    );
+    assert_eq!(mapped.status, 201, "{}", mapped.body);
+    for governing in ["pat", USER] {
+        let path = format!("/rest/roles?proxy-user={governing}");
+        server.send("GET", &path, as_user("olga")).assert_refused(
+            403,
+            "Only an administrator",
+            &governing,
+        );
+    }
 }
 
 #[test]
