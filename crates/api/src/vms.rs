@@ -296,6 +296,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
             triggers: triggers(f).unwrap_or_default(),
             variables: f.string_map("variables").unwrap_or_default(),
             description: f.string("description"),
+            for_service: false,
         }
     })?;
     if request.image.is_empty() {

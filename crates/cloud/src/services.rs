@@ -158,6 +158,7 @@ impl ServiceRecords {
                 starts_at,
                 ends_at: new.duration.map(|d| starts_at.saturating_add(d)),
                 remove_when_down: false,
+                made_by_administrator: new.limit.is_none(),
             };
             service.enter(ServicePhase::Pending, None);
             let id = ids.next_id();

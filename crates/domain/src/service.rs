@@ -93,6 +93,10 @@ pub struct Service {
     /// Whether the record goes once torn down (a deletion) or stays `Ended`.
     #[serde(default)]
     pub remove_when_down: bool,
+    /// Whether a caller over everybody's services (an administrator) created it: its
+    /// pieces are then not held to an ordinary user's limits.
+    #[serde(default)]
+    pub made_by_administrator: bool,
 }
 
 impl Service {

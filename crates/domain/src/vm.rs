@@ -417,6 +417,8 @@ pub struct VmRequest {
     pub triggers: Vec<serde_json::Value>,
     pub variables: BTreeMap<String, String>,
     pub description: Option<String>,
+    /// A service's VM, which the service ends: it gets no default time to live.
+    pub for_service: bool,
 }
 
 /// A change to a VM (spec 2.9, modify); `None` leaves a field alone.

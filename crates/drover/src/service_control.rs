@@ -679,12 +679,13 @@ impl ServiceControl {
     }
 }
 
-/// The service's user, as the engine checks what a step makes.
+/// The service's user, as the engine checks what a step makes: held to an ordinary
+/// user's limits unless an administrator created the service.
 fn requester(service: &Service) -> Requester {
     Requester {
         user: service.user.clone(),
         proxy_user: None,
-        admin: false,
+        admin: service.made_by_administrator,
     }
 }
 
@@ -733,6 +734,7 @@ fn vm_request(stored: &StoredService, vm_id: &str, all: &[StoredService]) -> VmR
         triggers: Vec::new(),
         variables,
         description: Some(format!("Service {}", service.name)),
+        for_service: true,
     }
 }
 

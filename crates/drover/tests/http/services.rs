@@ -877,3 +877,36 @@ fn a_service_is_not_set_up_while_one_it_depends_on_is_not_up() {
     assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
     wait_gone(&server, &top);
 }
+
+/// A service's VM lives as its service (no default time to live), and is held to its
+/// user's share of VMs unless an administrator made the service (issue #53's review).
+#[test]
+fn a_services_vm_lives_as_its_service_within_its_makers_limits() {
+    let (server, _site) = crate::vms::with_site_commands(|c| {
+        c.nodes = vec![drover_sched::node::NodeConfig::new("n1", 32)];
+        c.scheduler.limits.user_vm_max_processors = 4;
+    });
+    let vm_service = |name: &str, procs: u32| {
+        json!({"data": [{"name": name, "type": "vm",
+            "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
+                                             "resources": {"procs": procs, "mem": 128}}}}}]})
+    };
+    let admins = create(&server, Auth::Admin, &vm_service("big", 8));
+    wait_phase(&server, &admins, "up");
+    let bobs = create(&server, Auth::User, &vm_service("small", 2));
+    wait_phase(&server, &bobs, "up");
+    let vms = server.get("/rest/vms").json();
+    for vm in vms["results"].as_array().unwrap() {
+        assert!(vm["requestedTimeToLive"].is_null(), "{vm}");
+    }
+    assert_eq!(vms["totalCount"], 2, "{vms}");
+    let over = create(&server, Auth::User, &vm_service("large", 4));
+    let failed = wait_phase(&server, &over, "failed");
+    assert!(
+        failed["status"]
+            .as_str()
+            .unwrap()
+            .contains("user_vm_max_processors"),
+        "{failed}"
+    );
+}

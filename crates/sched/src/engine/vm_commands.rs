@@ -151,7 +151,7 @@ impl Engine {
         let default_ttl = self.config.limits.user_vm_default_time_to_live_seconds;
         let time_to_live = request
             .time_to_live
-            .or((!by.admin && default_ttl > 0).then_some(default_ttl));
+            .or((!by.admin && !request.for_service && default_ttl > 0).then_some(default_ttl));
         let lives = Lifetime {
             owner: &by.user,
             time_to_live,
