@@ -231,18 +231,21 @@ async fn create(
 /// scheduler and plugins): an event a caller over their own events only posts cannot
 /// pass for one.
 fn refuse_reserved(event: &Event) -> Result<(), ApiError> {
-    let origin = event
-        .origin
-        .as_deref()
-        .unwrap_or_default()
-        .trim()
-        .to_ascii_lowercase();
+    // Compared on their letters, digits and slashes alone: `scheduler` with an
+    // invisible character in it reads as `scheduler` to whoever looks.
+    let visible = |text: Option<&str>| -> String {
+        text.unwrap_or_default()
+            .chars()
+            .filter(|c| c.is_ascii_alphanumeric() || *c == '/')
+            .collect::<String>()
+            .to_ascii_lowercase()
+    };
+    let origin = visible(event.origin.as_deref());
     let reserved_origin = origin == "drover"
         || origin.starts_with("drover/")
         || origin == "scheduler"
         || origin.starts_with("plugin/");
-    let facility = event.facility.as_deref().unwrap_or_default().trim();
-    if reserved_origin || facility.eq_ignore_ascii_case("security") {
+    if reserved_origin || visible(event.facility.as_deref()) == "security" {
         return Err(ApiError::new(
             Kind::BadRequest,
             [

@@ -255,6 +255,8 @@ impl Sight {
                 let job = j["id"].as_str().and_then(|id| scheduler.job(id));
                 mine(job.map(|job| job.user().to_string()))
             });
+            let seen = jobs.len();
+            node["taskCount"] = json!(seen);
         }
         if !self.all_vms
             && let Some(vms) = node

@@ -808,7 +808,10 @@ fn an_event_posted_by_a_user_is_theirs_and_never_the_services() {
         ("Drover", "job"),
         ("scheduler", "job"),
         ("plugin/x", "job"),
+        ("scheduler\u{200b}", "job"),
+        (" drover /api", "job"),
         ("portal", "security"),
+        ("portal", "Security\u{200b}"),
     ] {
         post(forged(origin, facility)).assert_refused(400, "service's own", &origin);
     }

@@ -48,12 +48,14 @@ fn a_node_shows_each_caller_only_their_own_jobs_and_vms() {
     // Alice sees her job and not bob's VM, in the node and in the list of nodes.
     let hers = server.get_as(Auth::User, &path).json();
     assert_eq!(ids(&hers, "jobs"), std::slice::from_ref(&alices), "{hers}");
+    assert_eq!(hers["taskCount"], 1, "{hers}");
     assert!(ids(&hers, "virtualMachines").is_empty(), "{hers}");
     let listed = server.get_as(Auth::User, "/rest/nodes").json();
     assert!(!listed.to_string().contains("bobvm"), "{listed}");
     // Bob sees his VM, not her job.
     let his = server.get_as(bob(), &path).json();
     assert!(ids(&his, "jobs").is_empty(), "{his}");
+    assert_eq!(his["taskCount"], 0, "{his}");
     assert!(
         ids(&his, "virtualMachines").contains(&"bobvm".into()),
         "{his}"
