@@ -568,3 +568,37 @@ fn a_command_runs_in_the_guest_after_a_live_migration() {
     assert_eq!(boots(&handle.console), 1, "{}", console(&handle.console));
     p.destroy("vm-agent-move").unwrap();
 }
+
+#[test]
+fn a_guest_flooding_its_console_keeps_it_within_the_limit() {
+    let Some(lab) = lab() else { return };
+    let limit = 64 << 10;
+    let p = provisioner(lab.run.path(), Accel::Tcg).with_console_limit(limit);
+    let handle = p.create(&spec(&lab.image, "vm-flood", false)).unwrap();
+    // More than 30 times the limit, written as fast as the guest can.
+    let flood = "head -c 2000000 /dev/zero | tr '\\0' x > /dev/ttyS0; echo flooded";
+    let started = Instant::now();
+    let out = p
+        .run_in_guest("vm-flood", &script(flood), Duration::from_secs(600))
+        .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "2 MB through the console in {took:.1} s: {:.0} KB/s",
+        2000.0 / took
+    );
+    assert_eq!(out.stdout, b"flooded\n");
+    let len = std::fs::metadata(&handle.console).unwrap().len();
+    assert!(len <= limit, "{len}");
+    assert!(console(&handle.console).contains("xxxxxxxx"));
+    // The guest and the reading of its console go on.
+    let before = last_tick(&handle.console).unwrap_or(0.0);
+    assert!(wait_until(Duration::from_secs(30), || last_tick(
+        &handle.console
+    )
+    .is_some_and(|t| t > before)));
+    assert_eq!(
+        run(&p, "vm-flood", &script("echo still")).stdout,
+        b"still\n"
+    );
+    p.destroy("vm-flood").unwrap();
+}

@@ -62,7 +62,8 @@ fn provisioner(config: &Config) -> Result<Option<Arc<dyn Provisioner>>, String> 
             let deadline = Duration::from_secs(cloud.boot_deadline_seconds.max(1));
             let qemu = QemuProvisioner::new(run_dir, accel, deadline)
                 .map_err(|e| e.to_string())?
-                .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds));
+                .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds))
+                .with_console_limit(cloud.console_limit_kib.saturating_mul(1024));
             Arc::new(qemu)
         }
         ProvisionerKind::Exec => {

@@ -5,21 +5,25 @@
 //! lives only in memory:
 //!
 //! - `spec.json`: the [`VmSpec`] it was created from (power on boots it again);
-//! - `console.log`: the serial console, appended to by every boot and every migration;
+//! - `console.log`: the serial console, appended to by every boot and every migration,
+//!   and never larger than its limit (see [`super::console`]);
 //! - `disk.qcow2`: the guest's overlay of the image's disk, when the image has one;
 //! - `accel`: `kvm` or `tcg`, what the running guest was started with;
 //! - `slot` and, per slot `a`/`b`, `qemu-<slot>.pid`, `qmp-<slot>.sock`,
-//!   `agent-<slot>.sock`, `qemu-<slot>.err`: the guest's process; `agent-<slot>.sock` is
-//!   the host end of the guest agent's virtio-serial port `org.drover.agent` (see
-//!   [`super::agent`]). A live migration starts the destination in
-//!   the other slot and switches `slot` once the source is gone; two slots (not one
-//!   renamed) because QEMU removes its own pid file and socket by path when it exits.
+//!   `agent-<slot>.sock`, `console-<slot>.sock`, `qemu-<slot>.err`: the guest's process;
+//!   `agent-<slot>.sock` is the host end of the guest agent's virtio-serial port
+//!   `org.drover.agent` (see [`super::agent`]), `console-<slot>.sock` its serial port's
+//!   (bound by the service, handed to QEMU listening). A live migration starts the
+//!   destination in the other slot and switches `slot` once the source is gone; two
+//!   slots (not one renamed) because QEMU removes its own pid file and socket by path
+//!   when it exits.
 //!
 //! A process is taken for the guest only if its command line names the VM and its
 //! directory (a stale pid file never makes us signal a stranger).
 //!
 //! The guest is started with `-daemonize`, so it is not a child of the service and
-//! survives its restarts; [`Provisioner::adopt`] finds it again from the files above.
+//! survives its restarts; [`Provisioner::adopt`] finds it again from the files above
+//! (and reads its console again).
 //!
 //! [`Provisioner::run_in_guest`] talks to the agent through the current slot's socket;
 //! the destination of a migration has its own, so the agent (which runs on in the
@@ -33,15 +37,18 @@
 //! verdict is kept for the provisioner's life.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::console::{Consoles, DEFAULT_CONSOLE_LIMIT, Feed, Tap};
 use super::qmp::Qmp;
 use super::{
     BusyGuard, BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError,
@@ -99,6 +106,8 @@ pub struct QemuProvisioner {
     busy: BusySet,
     /// The VMs a command runs in (through the agent): a second one is refused.
     agent_busy: BusySet,
+    /// The readers of the guests' consoles.
+    consoles: Consoles,
 }
 
 /// The files of one VM.
@@ -133,6 +142,9 @@ impl Files {
     }
     fn console(&self) -> PathBuf {
         self.dir.join("console.log")
+    }
+    fn console_socket(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("console-{}.sock", slot.name()))
     }
     fn overlay(&self) -> PathBuf {
         self.dir.join("disk.qcow2")
@@ -219,49 +231,15 @@ fn wait_exit(pid: i32, within: Duration) -> bool {
     true
 }
 
-/// The last lines of a console from `offset` on, for an error message.
-fn console_tail(path: &Path, offset: u64) -> String {
-    let mut text = String::new();
-    if let Ok(mut file) = File::open(path) {
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let start = offset.max(len.saturating_sub(4096));
-        if file.seek(SeekFrom::Start(start)).is_ok() {
-            let mut bytes = Vec::new();
-            let _ = file.take(4096).read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
-    }
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
+/// What QEMU wrote on its standard error in `slot`, as one line, but its notes (that
+/// it waits for the console's connection).
+fn qemu_said(files: &Files, slot: Slot) -> String {
+    let text = std::fs::read(files.err(slot)).unwrap_or_default();
+    let said: Vec<&[u8]> = text
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.windows(8).any(|w| w == b": info: "))
         .collect();
-    if lines.is_empty() {
-        "the console is empty".into()
-    } else {
-        lines[lines.len().saturating_sub(5)..].join(" | ")
-    }
-}
-
-/// Whether the console holds `line` after `offset`.
-fn console_has(path: &Path, offset: u64, line: &str) -> bool {
-    let Ok(mut file) = File::open(path) else {
-        return false;
-    };
-    if file.seek(SeekFrom::Start(offset)).is_err() {
-        return false;
-    }
-    let mut bytes = Vec::new();
-    // A boot prints a few kilobytes; a ready line further than 1 MiB is not waited for.
-    if file.take(1 << 20).read_to_end(&mut bytes).is_err() {
-        return false;
-    }
-    let needle = line.as_bytes();
-    !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle)
-}
-
-fn file_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    trimmed(&said.join(&b'\n'))
 }
 
 /// A program's output as one line for an error message.
@@ -340,7 +318,14 @@ impl QemuProvisioner {
             kvm_trusted: Mutex::new(None),
             busy: BusySet::default(),
             agent_busy: BusySet::default(),
+            consoles: Consoles::new(DEFAULT_CONSOLE_LIMIT),
         })
+    }
+
+    /// Keeps at most `bytes` of each guest's console (1 MiB unless set; at least 4 KiB).
+    pub fn with_console_limit(mut self, bytes: u64) -> Self {
+        self.consoles = Consoles::new(bytes);
+        self
     }
 
     /// How long a power off waits for the guest to obey ACPI before it is stopped hard
@@ -392,7 +377,7 @@ impl QemuProvisioner {
                 id: id.into(),
                 why: format!(
                     "the destination process ended at once: {}",
-                    trimmed(&std::fs::read(files.err(target)).unwrap_or_default())
+                    qemu_said(&files, target)
                 ),
             });
         };
@@ -457,7 +442,7 @@ impl QemuProvisioner {
         check_vm_id(id)?;
         let dir = self.run_dir.join(id);
         // The longest socket path of the VM must fit a unix socket address.
-        if dir.join("migrate.sock").as_os_str().len() > MAX_SOCKET_PATH {
+        if dir.join("console-a.sock").as_os_str().len() > MAX_SOCKET_PATH {
             return Err(ProvisionError::RunDir {
                 path: self.run_dir.clone(),
                 why: format!(
@@ -509,7 +494,9 @@ impl QemuProvisioner {
     }
 
     /// Starts QEMU (daemonized) in `slot`; returns when its parent has exited, that is
-    /// when the guest's process runs and its QMP socket listens.
+    /// when the guest's process runs and its QMP socket listens. The console is read
+    /// from the start: its socket is the service's, handed to QEMU listening, and QEMU
+    /// takes the service's connection before the guest runs (`wait=on`).
     fn launch(
         &self,
         spec: &VmSpec,
@@ -517,10 +504,15 @@ impl QemuProvisioner {
         slot: Slot,
         accel: Accel,
         incoming: Option<&Path>,
-    ) -> Result<()> {
-        for stale in [files.pid(slot), files.qmp(slot), files.agent(slot)] {
+    ) -> Result<Arc<Tap>> {
+        let sockets = [files.pid(slot), files.qmp(slot), files.agent(slot)];
+        for stale in sockets.iter().chain([&files.console_socket(slot)]) {
             let _ = std::fs::remove_file(stale);
         }
+        let listener = UnixListener::bind(files.console_socket(slot))
+            .map_err(io("binding the guest's console socket"))?;
+        let console = UnixStream::connect(files.console_socket(slot))
+            .map_err(io("connecting to the guest's console"))?;
         let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
         let mut command = Command::new(QEMU);
         command
@@ -540,12 +532,18 @@ impl QemuProvisioner {
             // no_timer_check: an emulated guest starved of CPU (many booting at once
             // under TCG) fails the kernel's IO-APIC timer check and panics.
             .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"]);
-        let mut console = std::ffi::OsString::from("file,id=console,append=on,path=");
-        console.push(files.console());
+        let fd = listener.as_raw_fd();
         command
             .arg("-chardev")
-            .arg(console)
+            .arg(format!("socket,id=console,fd={fd},server=on,wait=on"))
             .args(["-serial", "chardev:console"]);
+        // SAFETY: the closure runs between fork and exec and makes one system call.
+        unsafe {
+            command.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
+                -1 => Err(std::io::Error::last_os_error()),
+                _ => Ok(()),
+            });
+        }
         let mut qmp = std::ffi::OsString::from("unix:");
         qmp.push(files.qmp(slot));
         qmp.push(",server=on,wait=off");
@@ -584,13 +582,22 @@ impl QemuProvisioner {
             .stderr(err)
             .status()
             .map_err(spawn_error(QEMU))?;
+        drop(listener);
         if !status.success() {
             return Err(ProvisionError::Start {
                 id: spec.id.clone(),
-                why: trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
+                why: qemu_said(files, slot),
             });
         }
-        Ok(())
+        let pid = files.process(&spec.id, slot).unwrap_or(0);
+        let feed = Feed {
+            pid,
+            stream: console,
+            ready_line: spec.ready_line.clone(),
+        };
+        (self.consoles)
+            .attach(&spec.id, &files.console(), feed)
+            .map_err(io("reading the guest's console"))
     }
 
     /// Boots the guest of `spec` in the VM's current slot and waits until it is up.
@@ -646,23 +653,22 @@ impl QemuProvisioner {
         accel: Accel,
         deadline: Duration,
     ) -> Result<VmHandle> {
-        let offset = file_len(&files.console());
         std::fs::write(files.accel(), accel.name()).map_err(io("recording the accelerator"))?;
-        self.launch(spec, files, slot, accel, None)?;
+        let console = self.launch(spec, files, slot, accel, None)?;
         let started = Instant::now();
         let Some(pid) = files.process(&spec.id, slot) else {
             return Err(ProvisionError::Start {
                 id: spec.id.clone(),
                 why: format!(
                     "the process ended at once: {}; console: {}",
-                    trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
-                    console_tail(&files.console(), offset)
+                    qemu_said(files, slot),
+                    console.tail()
                 ),
             });
         };
         loop {
             let up = match &spec.ready_line {
-                Some(line) => console_has(&files.console(), offset, line),
+                Some(_) => console.ready(),
                 None => self
                     .query_status(files, &spec.id, slot)
                     .is_ok_and(|s| s == "running"),
@@ -677,17 +683,14 @@ impl QemuProvisioner {
             if !alive(pid) {
                 return Err(ProvisionError::Start {
                     id: spec.id.clone(),
-                    why: format!(
-                        "the guest stopped while booting: {}",
-                        console_tail(&files.console(), offset)
-                    ),
+                    why: format!("the guest stopped while booting: {}", console.tail()),
                 });
             }
             if started.elapsed() >= deadline {
                 self.hard_stop(files, slot, pid);
                 return Err(ProvisionError::BootTimeout {
                     secs: deadline.as_secs(),
-                    console: console_tail(&files.console(), offset),
+                    console: console.tail(),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -703,6 +706,24 @@ impl QemuProvisioner {
             .and_then(Value::as_str)
             .unwrap_or("unknown")
             .to_string())
+    }
+
+    /// Reads the console of the adopted process `pid` unless it is read already. A
+    /// guest started by a service without console sockets has none to read.
+    fn read_console(&self, id: &str, files: &Files, slot: Slot, pid: i32) {
+        if self.consoles.attached(id, pid) {
+            return;
+        }
+        if let Ok(stream) = UnixStream::connect(files.console_socket(slot)) {
+            let feed = Feed {
+                pid,
+                stream,
+                ready_line: None,
+            };
+            if let Err(e) = self.consoles.attach(id, &files.console(), feed) {
+                eprintln!("drover: the console of VM {id} cannot be read: {e}");
+            }
+        }
     }
 
     /// Ends the process: `quit` over QMP, then SIGKILL if it stays.
@@ -755,6 +776,8 @@ impl Provisioner for QemuProvisioner {
             }
             Err(e) => return Err(io("creating the VM's run directory")(e)),
         }
+        // A console of an earlier VM of this name is not this one's.
+        self.consoles.forget(&spec.id);
         let made = (|| {
             let text = serde_json::to_vec_pretty(spec).expect("a spec serializes");
             std::fs::write(files.spec(), text).map_err(io("writing the VM's spec.json"))?;
@@ -835,6 +858,7 @@ impl Provisioner for QemuProvisioner {
                 self.hard_stop(&files, slot, pid);
             }
         }
+        self.consoles.forget(id);
         std::fs::remove_dir_all(&files.dir).map_err(io("removing the VM's run directory"))
     }
 
@@ -880,7 +904,14 @@ impl Provisioner for QemuProvisioner {
             _ => {}
         }
         let slot = files.slot();
-        Ok(files.process(id, slot).is_some() && self.query_status(&files, id, slot).is_ok())
+        let Some(pid) = files.process(id, slot) else {
+            return Ok(false);
+        };
+        if self.query_status(&files, id, slot).is_err() {
+            return Ok(false);
+        }
+        self.read_console(id, &files, slot, pid);
+        Ok(true)
     }
 
     fn connect_agent(&self, id: &str) -> Result<std::os::unix::net::UnixStream> {

@@ -20,6 +20,7 @@ mod openapi;
 mod plugins;
 mod principals;
 mod reservations;
+mod review_guest_vms;
 mod review_plugins;
 mod review_services;
 mod review_vms;
