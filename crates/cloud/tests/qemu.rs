@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use drover_cloud::provision::agent::OUTPUT_LIMIT;
 use drover_cloud::provision::{
-    Accel, BootMaterial, Disk, DiskFormat, GuestCommand, GuestOutput, MigrationTarget, Power,
-    ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
+    Accel, BootMaterial, Disk, DiskFormat, GuestAccount, GuestCommand, GuestOutput,
+    MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
 };
 
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -63,10 +63,31 @@ fn lab() -> Option<Lab> {
 }
 
 fn provisioner(run_dir: &Path, accel: Accel) -> QemuProvisioner {
-    QemuProvisioner::new(run_dir.join("vms"), accel, BOOT_DEADLINE)
+    let provisioner = QemuProvisioner::new(run_dir.join("vms"), accel, BOOT_DEADLINE)
         .unwrap()
         // The default guest ignores ACPI: do not wait long for it.
-        .with_shutdown_grace(Duration::from_millis(500))
+        .with_shutdown_grace(Duration::from_millis(500));
+    match guest_account() {
+        Some(account) => provisioner.with_guest_account(account),
+        None => provisioner,
+    }
+}
+
+/// As root, the account guests run as (`scripts/services/guest-image.sh account`).
+fn guest_account() -> Option<GuestAccount> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let user = drover_sched::sysuser::SystemUser::lookup("drover-guest")
+        .expect("as root, guests run as drover-guest: scripts/services/guest-image.sh account");
+    let (name, uid, gid, groups) = (user.name, user.uid, user.gid, user.groups);
+    Some(GuestAccount {
+        name,
+        uid,
+        gid,
+        groups,
+    })
 }
 
 fn spec(image: &Path, id: &str, with_disk: bool) -> VmSpec {
@@ -139,9 +160,15 @@ fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
     assert!(console(&handle.console).contains("GUEST-READY"));
     assert!(running(p, "vm-life"));
     assert!(process_alive(handle.pid));
-    // Under QEMU's seccomp filter (mode 2).
+    // Under QEMU's seccomp filter (mode 2), without a way to more privileges, and (as
+    // root) as the guest account.
     let status = std::fs::read_to_string(format!("/proc/{}/status", handle.pid)).unwrap();
     assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    if let Some(account) = guest_account() {
+        let uid = format!("Uid:\t{0}\t{0}\t{0}\t{0}", account.uid);
+        assert!(status.lines().any(|l| l == uid), "{status}");
+    }
     let dir = lab.run.path().join("vms/vm-life");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(lab.run.path().join("vms"))

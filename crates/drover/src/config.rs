@@ -224,6 +224,9 @@ pub struct CloudConfig {
     pub boot_deadline_seconds: u64,
     /// How long a power off waits for the guest to obey ACPI before a hard stop.
     pub shutdown_grace_seconds: u64,
+    /// The system account guests (their QEMU processes) run as when the service runs
+    /// as root: never root, and no one's jobs run as it.
+    pub guest_user: String,
     /// How much of each guest's serial console is kept (`console.log`, its newest
     /// part), in KiB; at least 4.
     pub console_limit_kib: u64,
@@ -261,6 +264,7 @@ impl Default for CloudConfig {
             accel: AccelChoice::Auto,
             boot_deadline_seconds: 60,
             shutdown_grace_seconds: 10,
+            guest_user: "drover-guest".into(),
             console_limit_kib: 1024,
             exec: None,
             pending_actions: PendingActionsConfig::default(),

@@ -21,6 +21,7 @@ use std::net::Shutdown;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::process::Child;
 use std::sync::{Arc, Mutex};
 
 /// The console kept by default: the newest 1 MiB.
@@ -165,6 +166,8 @@ pub(super) struct Feed {
     pub(super) stream: UnixStream,
     /// What its boot waits for.
     pub(super) ready_line: Option<String>,
+    /// The process, when it is the service's child: reaped once its console ends.
+    pub(super) child: Option<Child>,
 }
 
 /// The console readers of a provisioner's guests.
@@ -194,6 +197,7 @@ impl Consoles {
             pid,
             stream,
             ready_line,
+            child,
         } = feed;
         let tap = Arc::new(Tap {
             ready_line: ready_line.unwrap_or_default().into_bytes(),
@@ -214,7 +218,7 @@ impl Consoles {
         let (log, reader) = (console.log.clone(), tap.clone());
         std::thread::Builder::new()
             .name(format!("console {id}"))
-            .spawn(move || pump(stream, &log, &reader))?;
+            .spawn(move || pump(stream, &log, &reader, child))?;
         console.taps.push((pid, tap.clone(), handle));
         Ok(tap)
     }
@@ -248,7 +252,7 @@ impl Drop for Consoles {
     }
 }
 
-fn pump(mut stream: UnixStream, log: &Mutex<ConsoleLog>, tap: &Tap) {
+fn pump(mut stream: UnixStream, log: &Mutex<ConsoleLog>, tap: &Tap, child: Option<Child>) {
     let mut buffer = vec![0; READ];
     let mut failed = false;
     loop {
@@ -267,6 +271,9 @@ fn pump(mut stream: UnixStream, log: &Mutex<ConsoleLog>, tap: &Tap) {
         }
     }
     tap.seen.lock().unwrap().ended = true;
+    if let Some(mut child) = child {
+        let _ = child.wait();
+    }
 }
 
 #[cfg(test)]

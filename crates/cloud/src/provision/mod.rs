@@ -27,10 +27,12 @@ pub mod console;
 pub mod exec;
 pub mod qemu;
 mod qmp;
+pub mod sandbox;
 
 pub use console::DEFAULT_CONSOLE_LIMIT;
 pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use qemu::{Accel, QemuProvisioner};
+pub use sandbox::GuestAccount;
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
 /// a provisioner never resolves anything a request names.

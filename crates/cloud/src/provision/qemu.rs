@@ -12,17 +12,19 @@
 //! - `slot` and, per slot `a`/`b`, `qemu-<slot>.pid`, `qmp-<slot>.sock`,
 //!   `agent-<slot>.sock`, `console-<slot>.sock`, `qemu-<slot>.err`: the guest's process;
 //!   `agent-<slot>.sock` is the host end of the guest agent's virtio-serial port
-//!   `org.drover.agent` (see [`super::agent`]), `console-<slot>.sock` its serial port's
-//!   (bound by the service, handed to QEMU listening). A live migration starts the
-//!   destination in the other slot and switches `slot` once the source is gone; two
-//!   slots (not one renamed) because QEMU removes its own pid file and socket by path
-//!   when it exits.
+//!   `org.drover.agent` (see [`super::agent`]), `console-<slot>.sock` its serial port's.
+//!   A live migration starts the destination in the other slot and switches `slot` once
+//!   the source is gone.
 //!
-//! A process is taken for the guest only if its command line names the VM and its
-//! directory (a stale pid file never makes us signal a stranger).
+//! Everything there is the service's (the directory is mode 0700) but the disks, which
+//! are the guest account's: QEMU runs as that account, never as the service's user, and
+//! gets its sockets and files as descriptors (see [`super::sandbox`]).
 //!
-//! The guest is started with `-daemonize`, so it is not a child of the service and
-//! survives its restarts; [`Provisioner::adopt`] finds it again from the files above
+//! A process is taken for the guest only if its command line names the VM and it runs
+//! in the VM's directory (a stale pid file never makes us signal a stranger).
+//!
+//! The guest is a child of the service in a session of its own: it survives the
+//! service's restarts, and [`Provisioner::adopt`] finds it again from the files above
 //! (and reads its console again).
 //!
 //! [`Provisioner::run_in_guest`] talks to the agent through the current slot's socket;
@@ -37,10 +39,9 @@
 //! verdict is kept for the provisioner's life.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -50,6 +51,7 @@ use serde_json::{Value, json};
 
 use super::console::{Consoles, DEFAULT_CONSOLE_LIMIT, Feed, Tap};
 use super::qmp::Qmp;
+use super::sandbox::{GuestAccount, Handover, open_boot_file};
 use super::{
     BusyGuard, BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError,
     Provisioner, Result, VmHandle, VmSpec, VmStatus, agent, check_vm_id, io, prepare_run_dir,
@@ -106,6 +108,8 @@ pub struct QemuProvisioner {
     busy: BusySet,
     /// The VMs a command runs in (through the agent): a second one is refused.
     agent_busy: BusySet,
+    /// Who guests run as; `None` only when the service is not root.
+    account: Option<GuestAccount>,
     /// The readers of the guests' consoles.
     consoles: Consoles,
 }
@@ -156,9 +160,6 @@ impl Files {
     fn accel(&self) -> PathBuf {
         self.dir.join("accel")
     }
-    fn migration_socket(&self) -> PathBuf {
-        self.dir.join("migrate.sock")
-    }
     fn pid(&self, slot: Slot) -> PathBuf {
         self.dir.join(format!("qemu-{}.pid", slot.name()))
     }
@@ -184,7 +185,8 @@ impl Files {
             .map_err(io("recording the guest's process slot"))
     }
     /// The guest's process in `slot`, if it runs: the pid file names a live process
-    /// whose command line names this VM and this directory.
+    /// whose command line names this VM and that runs in this directory (or, started
+    /// by a service before guests ran there, whose command line names the directory).
     fn process(&self, id: &str, slot: Slot) -> Option<i32> {
         let pid: i32 = std::fs::read_to_string(self.pid(slot))
             .ok()?
@@ -199,13 +201,17 @@ impl Files {
         let names_vm = args
             .windows(2)
             .any(|w| w[0] == b"-name" && w[1] == id.as_bytes());
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+        let in_dir =
+            cwd.is_some_and(|cwd| std::fs::canonicalize(&self.dir).is_ok_and(|d| d == cwd));
         // `<dir>/`, so that VM `a`'s directory is not found in VM `a1`'s paths.
         let mut dir = self.dir.as_os_str().as_encoded_bytes().to_vec();
         dir.push(b'/');
-        let names_dir = args
-            .iter()
-            .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()));
-        (names_vm && names_dir).then_some(pid)
+        let names_dir = || {
+            args.iter()
+                .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()))
+        };
+        (names_vm && (in_dir || names_dir())).then_some(pid)
     }
 }
 
@@ -280,17 +286,7 @@ fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
 
 fn check_boot_file(what: &'static str, path: &Path) -> Result<()> {
     check_option_path(what, path)?;
-    let refuse = |why: String| ProvisionError::BootFile {
-        what,
-        path: path.into(),
-        why,
-    };
-    let file = File::open(path).map_err(|e| refuse(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(refuse("it is not a regular file".into()));
-    }
-    Ok(())
+    open_boot_file(what, path).map(drop)
 }
 
 impl QemuProvisioner {
@@ -318,8 +314,16 @@ impl QemuProvisioner {
             kvm_trusted: Mutex::new(None),
             busy: BusySet::default(),
             agent_busy: BusySet::default(),
+            account: None,
             consoles: Consoles::new(DEFAULT_CONSOLE_LIMIT),
         })
+    }
+
+    /// Runs guests as `account` (required when the service runs as root: a guest is
+    /// never started as root).
+    pub fn with_guest_account(mut self, account: GuestAccount) -> Self {
+        self.account = Some(account);
+        self
     }
 
     /// Keeps at most `bytes` of each guest's console (1 MiB unless set; at least 4 KiB).
@@ -369,9 +373,10 @@ impl QemuProvisioner {
             _ => Accel::Tcg,
         };
         let target = source.other();
-        let socket = files.migration_socket();
-        let _ = std::fs::remove_file(&socket);
-        self.launch(&spec, &files, target, accel, Some(&socket))?;
+        // The migration's channel: no path that QEMU's account would need to reach.
+        let (channel, incoming) =
+            UnixStream::pair().map_err(io("making the migration's channel"))?;
+        self.launch(&spec, &files, target, accel, Some(incoming.into()))?;
         let Some(target_pid) = files.process(id, target) else {
             return Err(ProvisionError::Migration {
                 id: id.into(),
@@ -381,43 +386,13 @@ impl QemuProvisioner {
                 ),
             });
         };
-        let failed = |why: String| {
+        let state = send_guest(&files, source, channel).map_err(|why| {
             self.hard_stop(&files, target, target_pid);
-            let _ = std::fs::remove_file(&socket);
             ProvisionError::Migration { id: id.into(), why }
-        };
-        let outcome = (|| -> Result<Value, String> {
-            let mut qmp = Qmp::connect(&files.qmp(source), QMP_TIMEOUT)?;
-            let uri = format!("unix:{}", socket.display());
-            qmp.execute("migrate", Some(json!({ "uri": uri })))?;
-            let end = Instant::now() + MIGRATION_DEADLINE;
-            loop {
-                let state = qmp.execute("query-migrate", None)?;
-                match state.get("status").and_then(Value::as_str) {
-                    Some("completed") => return Ok(state),
-                    Some("failed") | Some("cancelled") => {
-                        return Err(state
-                            .get("error-desc")
-                            .and_then(Value::as_str)
-                            .unwrap_or("QEMU gave no reason")
-                            .to_string());
-                    }
-                    _ if Instant::now() >= end => {
-                        let _ = qmp.execute("migrate_cancel", None);
-                        return Err(format!(
-                            "it did not complete within {} s",
-                            MIGRATION_DEADLINE.as_secs()
-                        ));
-                    }
-                    _ => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        })();
-        let state = outcome.map_err(failed)?;
+        })?;
         // The source is paused now and the destination runs: end the source, then the
         // destination is the guest.
         self.hard_stop(&files, source, source_pid);
-        let _ = std::fs::remove_file(&socket);
         files.set_slot(target)?;
         let qemu = self.query_status(&files, id, target)?;
         if qemu != "running" {
@@ -493,27 +468,26 @@ impl QemuProvisioner {
         Ok(())
     }
 
-    /// Starts QEMU (daemonized) in `slot`; returns when its parent has exited, that is
-    /// when the guest's process runs and its QMP socket listens. The console is read
-    /// from the start: its socket is the service's, handed to QEMU listening, and QEMU
-    /// takes the service's connection before the guest runs (`wait=on`).
-    fn launch(
+    /// QEMU's command for the guest of `spec` in `slot`, with what it needs handed over
+    /// (see [`super::sandbox`]): sockets bound here, files opened here.
+    fn command(
         &self,
         spec: &VmSpec,
         files: &Files,
         slot: Slot,
         accel: Accel,
-        incoming: Option<&Path>,
-    ) -> Result<Arc<Tap>> {
-        let sockets = [files.pid(slot), files.qmp(slot), files.agent(slot)];
-        for stale in sockets.iter().chain([&files.console_socket(slot)]) {
-            let _ = std::fs::remove_file(stale);
-        }
-        let listener = UnixListener::bind(files.console_socket(slot))
-            .map_err(io("binding the guest's console socket"))?;
-        let console = UnixStream::connect(files.console_socket(slot))
-            .map_err(io("connecting to the guest's console"))?;
-        let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
+        handover: &mut Handover,
+    ) -> Result<Command> {
+        let account = self.account.as_ref();
+        let kernel = handover.image_file("kernel", &spec.boot.kernel, account)?;
+        let initramfs = handover.image_file("initramfs", &spec.boot.initramfs, account)?;
+        let mut socket = |path: PathBuf| {
+            handover
+                .listen(&path)
+                .map_err(io("binding the guest's sockets"))
+        };
+        let (qmp, agent) = (socket(files.qmp(slot))?, socket(files.agent(slot))?);
+        let console = socket(files.console_socket(slot))?;
         let mut command = Command::new(QEMU);
         command
             .arg("-name")
@@ -522,82 +496,136 @@ impl QemuProvisioner {
             .args(["-m", &spec.memory_mib.to_string()])
             .args(["-smp", &spec.processors.to_string()])
             .args(["-nodefaults", "-display", "none", "-no-reboot"])
-            // seccomp: no obsolete system calls, no scheduler or CPU-affinity changes.
-            // (`elevateprivileges=deny` and `spawn=deny` stop `-daemonize` in QEMU 7.2.)
-            .args(["-sandbox", "on,obsolete=deny,resourcecontrol=deny"])
-            .arg("-kernel")
-            .arg(&spec.boot.kernel)
-            .arg("-initrd")
-            .arg(&spec.boot.initramfs)
+            // seccomp: no obsolete system calls, no set*id, no fork or exec, no
+            // scheduler or CPU-affinity changes.
+            .args([
+                "-sandbox",
+                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            ])
+            .args(["-kernel", &kernel, "-initrd", &initramfs])
             // no_timer_check: an emulated guest starved of CPU (many booting at once
             // under TCG) fails the kernel's IO-APIC timer check and panics.
-            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"]);
-        let fd = listener.as_raw_fd();
-        command
+            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"])
+            // wait=on: the guest does not run before the service reads its console.
             .arg("-chardev")
-            .arg(format!("socket,id=console,fd={fd},server=on,wait=on"))
-            .args(["-serial", "chardev:console"]);
-        // SAFETY: the closure runs between fork and exec and makes one system call.
-        unsafe {
-            command.pre_exec(move || match libc::fcntl(fd, libc::F_SETFD, 0) {
-                -1 => Err(std::io::Error::last_os_error()),
-                _ => Ok(()),
-            });
-        }
-        let mut qmp = std::ffi::OsString::from("unix:");
-        qmp.push(files.qmp(slot));
-        qmp.push(",server=on,wait=off");
-        command.arg("-qmp").arg(qmp);
-        // The guest agent's port; its socket is per slot, the port the same in both (a
-        // migration needs the same devices on both sides).
-        let mut agent = std::ffi::OsString::from("socket,id=agent,server=on,wait=off,path=");
-        agent.push(files.agent(slot));
-        command
-            .args(["-device", "virtio-serial"])
+            .arg(format!("socket,id=console,fd={console},server=on,wait=on"))
+            .args(["-serial", "chardev:console"])
             .arg("-chardev")
-            .arg(agent)
+            .arg(format!("socket,id=qmp,fd={qmp},server=on,wait=off"))
+            .args(["-mon", "chardev=qmp,mode=control"])
+            // The guest agent's port; its socket is per slot, the port the same in both
+            // (a migration needs the same devices on both sides).
+            .args(["-device", "virtio-serial", "-chardev"])
+            .arg(format!("socket,id=agent,fd={agent},server=on,wait=off"))
             .args([
                 "-device",
                 "virtserialport,chardev=agent,name=org.drover.agent",
             ]);
-        let disks = spec.boot.disk.iter().map(|_| files.overlay());
-        for path in disks.chain((0..spec.extra_disks.len()).map(|n| files.extra(n))) {
-            let mut drive = std::ffi::OsString::from("file=");
-            drive.push(path);
-            drive.push(",format=qcow2,if=virtio");
-            command.arg("-drive").arg(drive);
+        if let Some(disk) = &spec.boot.disk {
+            let base = handover.image_file("disk", &disk.path, account)?;
+            let overlay = handover.own_disk(&files.overlay(), account)?;
+            command.arg("-drive").arg(format!(
+                "file={overlay},format=qcow2,if=virtio,backing.file.filename={base},backing.driver={}",
+                disk.format.as_str()
+            ));
         }
-        command
-            .arg("-daemonize")
-            .arg("-pidfile")
-            .arg(files.pid(slot));
-        if let Some(socket) = incoming {
-            let mut uri = std::ffi::OsString::from("unix:");
-            uri.push(socket);
-            command.arg("-incoming").arg(uri);
+        for n in 0..spec.extra_disks.len() {
+            let extra = handover.own_disk(&files.extra(n), account)?;
+            command
+                .arg("-drive")
+                .arg(format!("file={extra},format=qcow2,if=virtio"));
         }
-        let status = command
+        Ok(command)
+    }
+
+    /// Starts QEMU in `slot` as the guest account and returns once its monitor answers
+    /// (its devices are made, and the guest runs or waits for its migration on
+    /// `incoming`): its pid, and what its console says.
+    fn launch(
+        &self,
+        spec: &VmSpec,
+        files: &Files,
+        slot: Slot,
+        accel: Accel,
+        incoming: Option<OwnedFd>,
+    ) -> Result<(i32, Arc<Tap>)> {
+        // SAFETY: geteuid has no preconditions.
+        if self.account.is_none() && unsafe { libc::geteuid() } == 0 {
+            return Err(ProvisionError::Start {
+                id: spec.id.clone(),
+                why: "the service runs as root and has no guest account to run guests as".into(),
+            });
+        }
+        let _ = std::fs::remove_file(files.pid(slot));
+        let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
+        let mut handover = Handover::default();
+        let mut command = self.command(spec, files, slot, accel, &mut handover)?;
+        // Waiting in the socket's queue: QEMU takes it before the guest runs (wait=on).
+        let console = UnixStream::connect(files.console_socket(slot))
+            .map_err(io("connecting to the guest's console"))?;
+        if let Some(channel) = incoming {
+            let fd = handover.keep(channel);
+            command.arg("-incoming").arg(format!("fd:{fd}"));
+        }
+        handover.confine(&mut command, self.account.as_ref());
+        let child = command
+            .current_dir(&files.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
-            .status()
+            .spawn()
             .map_err(spawn_error(QEMU))?;
-        drop(listener);
-        if !status.success() {
+        drop(handover);
+        let pid = child.id() as i32;
+        let started = (|| {
+            std::fs::write(files.pid(slot), pid.to_string())
+                .map_err(io("recording the guest's pid"))?;
+            let feed = Feed {
+                pid,
+                stream: console,
+                ready_line: spec.ready_line.clone(),
+                child: Some(child),
+            };
+            let tap = (self.consoles)
+                .attach(&spec.id, &files.console(), feed)
+                .map_err(io("reading the guest's console"))?;
+            self.wait_monitor(spec, files, slot, pid)?;
+            Ok(tap)
+        })();
+        match started {
+            Ok(tap) => Ok((pid, tap)),
+            Err(e) => {
+                if files.process(&spec.id, slot).is_some() {
+                    self.hard_stop(files, slot, pid);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until the monitor of QEMU `pid` in `slot` answers, at most the boot deadline.
+    fn wait_monitor(&self, spec: &VmSpec, files: &Files, slot: Slot, pid: i32) -> Result<()> {
+        let end = Instant::now() + self.boot_deadline;
+        loop {
+            if Qmp::connect(&files.qmp(slot), QMP_TIMEOUT).is_ok() {
+                return Ok(());
+            }
+            let why = if !alive(pid) {
+                format!("the process ended at once: {}", qemu_said(files, slot))
+            } else if Instant::now() >= end {
+                format!(
+                    "its monitor did not answer within {} s",
+                    self.boot_deadline.as_secs()
+                )
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
             return Err(ProvisionError::Start {
                 id: spec.id.clone(),
-                why: qemu_said(files, slot),
+                why,
             });
         }
-        let pid = files.process(&spec.id, slot).unwrap_or(0);
-        let feed = Feed {
-            pid,
-            stream: console,
-            ready_line: spec.ready_line.clone(),
-        };
-        (self.consoles)
-            .attach(&spec.id, &files.console(), feed)
-            .map_err(io("reading the guest's console"))
     }
 
     /// Boots the guest of `spec` in the VM's current slot and waits until it is up.
@@ -654,18 +682,8 @@ impl QemuProvisioner {
         deadline: Duration,
     ) -> Result<VmHandle> {
         std::fs::write(files.accel(), accel.name()).map_err(io("recording the accelerator"))?;
-        let console = self.launch(spec, files, slot, accel, None)?;
+        let (pid, console) = self.launch(spec, files, slot, accel, None)?;
         let started = Instant::now();
-        let Some(pid) = files.process(&spec.id, slot) else {
-            return Err(ProvisionError::Start {
-                id: spec.id.clone(),
-                why: format!(
-                    "the process ended at once: {}; console: {}",
-                    qemu_said(files, slot),
-                    console.tail()
-                ),
-            });
-        };
         loop {
             let up = match &spec.ready_line {
                 Some(_) => console.ready(),
@@ -719,6 +737,7 @@ impl QemuProvisioner {
                 pid,
                 stream,
                 ready_line: None,
+                child: None,
             };
             if let Err(e) = self.consoles.attach(id, &files.console(), feed) {
                 eprintln!("drover: the console of VM {id} cannot be read: {e}");
@@ -753,6 +772,38 @@ impl QemuProvisioner {
             }
         }
         self.hard_stop(files, slot, pid);
+    }
+}
+
+/// Migrates the guest of `slot` over `channel` (QEMU gets it over QMP); QEMU's last
+/// `query-migrate` once it completed.
+fn send_guest(files: &Files, slot: Slot, channel: UnixStream) -> Result<Value, String> {
+    let mut qmp = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT)?;
+    let name = json!({ "fdname": "migration" });
+    qmp.execute_with_fd("getfd", name, channel.as_fd())?;
+    drop(channel);
+    qmp.execute("migrate", Some(json!({ "uri": "fd:migration" })))?;
+    let end = Instant::now() + MIGRATION_DEADLINE;
+    loop {
+        let state = qmp.execute("query-migrate", None)?;
+        match state.get("status").and_then(Value::as_str) {
+            Some("completed") => return Ok(state),
+            Some("failed") | Some("cancelled") => {
+                return Err(state
+                    .get("error-desc")
+                    .and_then(Value::as_str)
+                    .unwrap_or("QEMU gave no reason")
+                    .to_string());
+            }
+            _ if Instant::now() >= end => {
+                let _ = qmp.execute("migrate_cancel", None);
+                return Err(format!(
+                    "it did not complete within {} s",
+                    MIGRATION_DEADLINE.as_secs()
+                ));
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
 }
 

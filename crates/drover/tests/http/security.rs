@@ -1433,7 +1433,7 @@ fn vms_are_their_owners_and_a_job_in_a_vm_reads_only_what_its_user_may() {
     });
 }
 
-fn uid_of(name: &str) -> u32 {
+pub(crate) fn uid_of(name: &str) -> u32 {
     let out = std::process::Command::new("id")
         .args(["-u", name])
         .output()
