@@ -151,6 +151,10 @@ fn running(provisioner: &QemuProvisioner, id: &str) -> bool {
 fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
     let Some(lab) = lab() else { return };
     let p = &lab.provisioner;
+    // A descriptor the service holds without close-on-exec.
+    let stray = std::fs::File::create(lab.run.path().join("stray")).unwrap();
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&stray), libc::F_SETFD, 0) };
     let started = Instant::now();
     let handle = p.create(&spec(&lab.image, "vm-life", false)).unwrap();
     eprintln!(
@@ -169,6 +173,13 @@ fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
         let uid = format!("Uid:\t{0}\t{0}\t{0}\t{0}", account.uid);
         assert!(status.lines().any(|l| l == uid), "{status}");
     }
+    // It holds what it was handed, nothing else of the service's.
+    let held: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", handle.pid))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .collect();
+    assert!(!held.contains(&lab.run.path().join("stray")), "{held:?}");
+    drop(stray);
     let dir = lab.run.path().join("vms/vm-life");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(lab.run.path().join("vms"))

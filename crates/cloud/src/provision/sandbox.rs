@@ -145,7 +145,8 @@ impl Handover {
     }
 
     /// Makes `command` start in a session of its own, as `account` when given, with
-    /// `no_new_privs`, and with the descriptors handed over left open.
+    /// `no_new_privs`, and with the descriptors handed over open and no other but its
+    /// standard ones.
     pub(super) fn confine(&self, command: &mut Command, account: Option<&GuestAccount>) {
         let fds: Vec<RawFd> = self.fds.iter().map(AsRawFd::as_raw_fd).collect();
         let ids = account.map(|a| (a.uid, a.gid, a.groups.clone()));
@@ -160,6 +161,9 @@ impl Handover {
                 // Signals to the service's process group do not reach it, and it
                 // outlives the service (a restart adopts it).
                 check(libc::setsid())?;
+                // Nothing else open in the service (or inherited by it) reaches QEMU.
+                let all = libc::CLOSE_RANGE_CLOEXEC as libc::c_int;
+                check(libc::close_range(3, libc::c_uint::MAX, all))?;
                 for &fd in &fds {
                     check(libc::fcntl(fd, libc::F_SETFD, 0))?;
                 }
