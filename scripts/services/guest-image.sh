@@ -20,16 +20,21 @@
 # first 1 MiB (the rest is drained and dropped, *_cut 1). With no host on the port's
 # socket the agent polls every 0.2 s.
 #
-# Usage (as root):  scripts/services/guest-image.sh [install|image|dir]...   (default: install image)
+# Usage (as root):  scripts/services/guest-image.sh [install|account|image|dir]...
+#                   (default: install image)
 #   install  apt-get install qemu-system-x86, qemu-utils (pinned to qemu-system-x86's
-#            version), busybox-static, linux-image-cloud-amd64, cpio, if any is missing
+#            version), busybox-static, linux-image-cloud-amd64, cpio, if any is missing;
+#            then the account step
+#   account  make the system account guests run as ($GUEST_USER, no home, no login
+#            shell), in group kvm when there is one (for /dev/kvm), unless it exists
 #   image    build $GUEST_IMAGE_DIR/{vmlinuz,initrd.gz,disk.qcow2} unless it is there
 #            already from the same recipe
 #   dir      print the image directory
-# Env: GUEST_IMAGE_DIR (/tmp/drover-guest)
+# Env: GUEST_IMAGE_DIR (/tmp/drover-guest), GUEST_USER (drover-guest: [cloud] guest_user)
 set -euo pipefail
 
 GUEST_IMAGE_DIR=${GUEST_IMAGE_DIR:-/tmp/drover-guest}
+GUEST_USER=${GUEST_USER:-drover-guest}
 export DEBIAN_FRONTEND=noninteractive
 
 . "$(dirname "$0")/steps.sh"
@@ -37,6 +42,7 @@ export DEBIAN_FRONTEND=noninteractive
 kernel() { ls /boot/vmlinuz-*cloud* 2>/dev/null | sort -V | tail -1; }
 
 do_install() {
+  do_account
   if command -v qemu-system-x86_64 >/dev/null && command -v qemu-img >/dev/null \
     && command -v cpio >/dev/null && [ -n "$(kernel)" ] \
     && dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'; then
@@ -50,6 +56,20 @@ do_install() {
   version=$(apt-cache policy qemu-system-x86 | awk '/Candidate/{print $2}')
   apt_install --no-install-recommends --allow-downgrades \
     qemu-system-x86 "qemu-utils=$version" busybox-static linux-image-cloud-amd64 cpio
+  return 0
+}
+
+# The service (as root) runs each guest's QEMU as this account, never as root: a guest
+# that escapes its emulator is this account, which owns nothing but the guests' disks.
+do_account() {
+  if ! id -u "$GUEST_USER" >/dev/null 2>&1; then
+    log "making the guest account $GUEST_USER"
+    useradd --system --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin \
+      "$GUEST_USER"
+  fi
+  if getent group kvm >/dev/null; then
+    usermod -a -G kvm "$GUEST_USER"
+  fi
   return 0
 }
 

@@ -5,11 +5,14 @@
 //!
 //! Env: DROVER_GUEST_IMAGE_DIR (required), GUESTS (10), MEM (128, MiB), MAX_AT_ONCE (16),
 //! ACCEL (tcg | kvm | auto; tcg), DEADLINE (60, seconds per boot). Prints; asserts nothing.
+//! As root, guests run as `drover-guest` (scripts/services/guest-image.sh makes it).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use drover_cloud::provision::{Accel, BootMaterial, Provisioner, QemuProvisioner, VmSpec};
+use drover_cloud::provision::{
+    Accel, BootMaterial, GuestAccount, Provisioner, QemuProvisioner, VmSpec,
+};
 
 fn env<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name)
@@ -52,9 +55,21 @@ fn main() {
         _ => Accel::Tcg,
     };
     let run = tempfile::tempdir().unwrap();
-    let provisioner = QemuProvisioner::new(run.path().join("vms"), accel, deadline)
+    let mut provisioner = QemuProvisioner::new(run.path().join("vms"), accel, deadline)
         .unwrap()
         .with_shutdown_grace(Duration::from_millis(200));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let user = drover_sched::sysuser::SystemUser::lookup("drover-guest")
+            .expect("as root, guests run as drover-guest: scripts/services/guest-image.sh");
+        let (name, uid, gid, groups) = (user.name, user.uid, user.gid, user.groups);
+        provisioner = provisioner.with_guest_account(GuestAccount {
+            name,
+            uid,
+            gid,
+            groups,
+        });
+    }
 
     let mut latencies = Vec::new();
     for n in 0..guests {

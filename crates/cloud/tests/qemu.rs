@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use drover_cloud::provision::agent::OUTPUT_LIMIT;
 use drover_cloud::provision::{
-    Accel, BootMaterial, Disk, DiskFormat, GuestCommand, GuestOutput, MigrationTarget, Power,
-    ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
+    Accel, BootMaterial, Disk, DiskFormat, GuestAccount, GuestCommand, GuestOutput,
+    MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
 };
 
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -63,10 +63,31 @@ fn lab() -> Option<Lab> {
 }
 
 fn provisioner(run_dir: &Path, accel: Accel) -> QemuProvisioner {
-    QemuProvisioner::new(run_dir.join("vms"), accel, BOOT_DEADLINE)
+    let provisioner = QemuProvisioner::new(run_dir.join("vms"), accel, BOOT_DEADLINE)
         .unwrap()
         // The default guest ignores ACPI: do not wait long for it.
-        .with_shutdown_grace(Duration::from_millis(500))
+        .with_shutdown_grace(Duration::from_millis(500));
+    match guest_account() {
+        Some(account) => provisioner.with_guest_account(account),
+        None => provisioner,
+    }
+}
+
+/// As root, the account guests run as (`scripts/services/guest-image.sh account`).
+fn guest_account() -> Option<GuestAccount> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let user = drover_sched::sysuser::SystemUser::lookup("drover-guest")
+        .expect("as root, guests run as drover-guest: scripts/services/guest-image.sh account");
+    let (name, uid, gid, groups) = (user.name, user.uid, user.gid, user.groups);
+    Some(GuestAccount {
+        name,
+        uid,
+        gid,
+        groups,
+    })
 }
 
 fn spec(image: &Path, id: &str, with_disk: bool) -> VmSpec {
@@ -130,6 +151,10 @@ fn running(provisioner: &QemuProvisioner, id: &str) -> bool {
 fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
     let Some(lab) = lab() else { return };
     let p = &lab.provisioner;
+    // A descriptor the service holds without close-on-exec.
+    let stray = std::fs::File::create(lab.run.path().join("stray")).unwrap();
+    // SAFETY: fcntl on a descriptor this test owns.
+    unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&stray), libc::F_SETFD, 0) };
     let started = Instant::now();
     let handle = p.create(&spec(&lab.image, "vm-life", false)).unwrap();
     eprintln!(
@@ -139,9 +164,22 @@ fn a_guest_boots_powers_off_and_on_and_is_destroyed() {
     assert!(console(&handle.console).contains("GUEST-READY"));
     assert!(running(p, "vm-life"));
     assert!(process_alive(handle.pid));
-    // Under QEMU's seccomp filter (mode 2).
+    // Under QEMU's seccomp filter (mode 2), without a way to more privileges, and (as
+    // root) as the guest account.
     let status = std::fs::read_to_string(format!("/proc/{}/status", handle.pid)).unwrap();
     assert!(status.lines().any(|l| l == "Seccomp:\t2"), "{status}");
+    assert!(status.lines().any(|l| l == "NoNewPrivs:\t1"), "{status}");
+    if let Some(account) = guest_account() {
+        let uid = format!("Uid:\t{0}\t{0}\t{0}\t{0}", account.uid);
+        assert!(status.lines().any(|l| l == uid), "{status}");
+    }
+    // It holds what it was handed, nothing else of the service's.
+    let held: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", handle.pid))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .collect();
+    assert!(!held.contains(&lab.run.path().join("stray")), "{held:?}");
+    drop(stray);
     let dir = lab.run.path().join("vms/vm-life");
     let mode = std::os::unix::fs::PermissionsExt::mode(
         &std::fs::metadata(lab.run.path().join("vms"))
@@ -567,4 +605,38 @@ fn a_command_runs_in_the_guest_after_a_live_migration() {
     }
     assert_eq!(boots(&handle.console), 1, "{}", console(&handle.console));
     p.destroy("vm-agent-move").unwrap();
+}
+
+#[test]
+fn a_guest_flooding_its_console_keeps_it_within_the_limit() {
+    let Some(lab) = lab() else { return };
+    let limit = 64 << 10;
+    let p = provisioner(lab.run.path(), Accel::Tcg).with_console_limit(limit);
+    let handle = p.create(&spec(&lab.image, "vm-flood", false)).unwrap();
+    // More than 30 times the limit, written as fast as the guest can.
+    let flood = "head -c 2000000 /dev/zero | tr '\\0' x > /dev/ttyS0; echo flooded";
+    let started = Instant::now();
+    let out = p
+        .run_in_guest("vm-flood", &script(flood), Duration::from_secs(600))
+        .unwrap();
+    let took = started.elapsed().as_secs_f64();
+    eprintln!(
+        "2 MB through the console in {took:.1} s: {:.0} KB/s",
+        2000.0 / took
+    );
+    assert_eq!(out.stdout, b"flooded\n");
+    let len = std::fs::metadata(&handle.console).unwrap().len();
+    assert!(len <= limit, "{len}");
+    assert!(console(&handle.console).contains("xxxxxxxx"));
+    // The guest and the reading of its console go on.
+    let before = last_tick(&handle.console).unwrap_or(0.0);
+    assert!(wait_until(Duration::from_secs(30), || last_tick(
+        &handle.console
+    )
+    .is_some_and(|t| t > before)));
+    assert_eq!(
+        run(&p, "vm-flood", &script("echo still")).stdout,
+        b"still\n"
+    );
+    p.destroy("vm-flood").unwrap();
 }

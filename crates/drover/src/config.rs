@@ -230,6 +230,12 @@ pub struct CloudConfig {
     pub boot_deadline_seconds: u64,
     /// How long a power off waits for the guest to obey ACPI before a hard stop.
     pub shutdown_grace_seconds: u64,
+    /// The system account guests (their QEMU processes) run as when the service runs
+    /// as root: never root, and no one's jobs run as it.
+    pub guest_user: String,
+    /// How much of each guest's serial console is kept (`console.log`, its newest
+    /// part), in KiB; at least 4.
+    pub console_limit_kib: u64,
     /// The site's commands (`provisioner = "exec"`).
     pub exec: Option<ExecConfig>,
     /// How system jobs are shown as pending actions.
@@ -264,6 +270,8 @@ impl Default for CloudConfig {
             accel: AccelChoice::Auto,
             boot_deadline_seconds: 60,
             shutdown_grace_seconds: 10,
+            guest_user: "drover-guest".into(),
+            console_limit_kib: 1024,
             exec: None,
             pending_actions: PendingActionsConfig::default(),
         }

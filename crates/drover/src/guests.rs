@@ -12,9 +12,11 @@ use std::time::Duration;
 
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
-    MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
+    GuestAccount, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec,
+    VmStatus,
 };
 use drover_cloud::{Images, boot};
+use drover_sched::sysuser::SystemUser;
 use drover_sched::vm::Vm;
 use drover_sched::vm_host::{Done, NoVmHost, Outcome, VmHost, VmOperation};
 
@@ -60,9 +62,13 @@ fn provisioner(config: &Config) -> Result<Option<Arc<dyn Provisioner>>, String> 
                 AccelChoice::Tcg => Accel::Tcg,
             };
             let deadline = Duration::from_secs(cloud.boot_deadline_seconds.max(1));
-            let qemu = QemuProvisioner::new(run_dir, accel, deadline)
+            let mut qemu = QemuProvisioner::new(run_dir, accel, deadline)
                 .map_err(|e| e.to_string())?
-                .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds));
+                .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds))
+                .with_console_limit(cloud.console_limit_kib.saturating_mul(1024));
+            if let Some(account) = guest_account(&cloud.guest_user)? {
+                qemu = qemu.with_guest_account(account);
+            }
             Arc::new(qemu)
         }
         ProvisionerKind::Exec => {
@@ -71,6 +77,33 @@ fn provisioner(config: &Config) -> Result<Option<Arc<dyn Provisioner>>, String> 
             )?;
             Arc::new(ExecProvisioner::new(run_dir, commands(exec)).map_err(|e| e.to_string())?)
         }
+    }))
+}
+
+/// The account guests run as (`[cloud] guest_user`) when the service runs as root;
+/// `None` otherwise (they run as the service's own user, which is not root).
+fn guest_account(name: &str) -> Result<Option<GuestAccount>, String> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Ok(None);
+    }
+    let user = SystemUser::lookup(name).ok_or_else(|| {
+        format!(
+            "the guest account '{name}' ([cloud] guest_user) does not exist: create it \
+             (scripts/services/guest-image.sh account), or name another"
+        )
+    })?;
+    if user.uid == 0 || user.groups.contains(&0) || user.gid == 0 {
+        return Err(format!(
+            "the guest account '{name}' ([cloud] guest_user) is root or in root's group: \
+             guests never run as root"
+        ));
+    }
+    Ok(Some(GuestAccount {
+        name: user.name,
+        uid: user.uid,
+        gid: user.gid,
+        groups: user.groups,
     }))
 }
 

@@ -155,19 +155,27 @@ pub fn seqpacket_pair() -> io::Result<[i32; 2]> {
 /// Asks the fork server on `socket` for the start of one job: its status file and plan
 /// go with the request (the server has its own copies once this returns).
 pub fn request(socket: i32, status_fd: i32, plan_fd: i32) -> io::Result<()> {
-    send_with_fds(socket, b'L', [status_fd, plan_fd])
+    send_with_fds(socket, b"L", &[status_fd, plan_fd]).map(drop)
 }
 
-/// Sends the one byte `kind` with the two descriptors `fds` attached.
-fn send_with_fds(socket: i32, kind: u8, fds: [i32; 2]) -> io::Result<()> {
-    let payload = [kind];
+/// The most descriptors [`send_with_fds`] sends in one message.
+pub const MAX_FDS_SENT: usize = 8;
+
+/// Sends `payload` with the descriptors `fds` attached (at most [`MAX_FDS_SENT`]) in one
+/// message; answers how many bytes of `payload` went (on a stream socket the rest goes
+/// without descriptors). The other end has its own copies of the descriptors after.
+pub fn send_with_fds(socket: i32, payload: &[u8], fds: &[i32]) -> io::Result<usize> {
+    if fds.len() > MAX_FDS_SENT || payload.is_empty() {
+        return Err(io::Error::from(io::ErrorKind::InvalidInput));
+    }
     let mut iov = libc::iovec {
         iov_base: payload.as_ptr() as *mut libc::c_void,
         iov_len: payload.len(),
     };
-    // Room for one control message of two descriptors, aligned as cmsghdr wants.
+    // Room for one control message of MAX_FDS_SENT descriptors, aligned as cmsghdr wants.
     let mut control = [0u64; 8];
-    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(&fds) as u32) } as usize;
+    let bytes = std::mem::size_of_val(fds) as u32;
+    let space = unsafe { libc::CMSG_SPACE(bytes) } as usize;
     assert!(space <= std::mem::size_of_val(&control));
     // SAFETY: the message header points at buffers that outlive the call; the control
     // message is written inside `control`, whose size `space` fits.
@@ -180,11 +188,12 @@ fn send_with_fds(socket: i32, kind: u8, fds: [i32; 2]) -> io::Result<()> {
         let header = libc::CMSG_FIRSTHDR(&message);
         (*header).cmsg_level = libc::SOL_SOCKET;
         (*header).cmsg_type = libc::SCM_RIGHTS;
-        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(&fds) as u32) as _;
-        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header) as *mut i32, 2);
+        (*header).cmsg_len = libc::CMSG_LEN(bytes) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(header) as *mut i32, fds.len());
         loop {
-            if libc::sendmsg(socket, &message, libc::MSG_NOSIGNAL) >= 0 {
-                return Ok(());
+            let sent = libc::sendmsg(socket, &message, libc::MSG_NOSIGNAL);
+            if sent >= 0 {
+                return Ok(sent as usize);
             }
             let error = io::Error::last_os_error();
             if error.kind() != io::ErrorKind::Interrupted {
@@ -391,7 +400,7 @@ impl Pool {
                 Some(member) => member,
                 None => self.fork_shepherd()?,
             };
-            if send_with_fds(member.link, b'L', fds).is_err() {
+            if send_with_fds(member.link, b"L", &fds).is_err() {
                 // It ended while idle (its reaping is on the signalfd).
                 unsafe { libc::close(member.link) };
                 continue;

@@ -23,12 +23,16 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub mod agent;
+pub mod console;
 pub mod exec;
 pub mod qemu;
 mod qmp;
+pub mod sandbox;
 
+pub use console::DEFAULT_CONSOLE_LIMIT;
 pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use qemu::{Accel, QemuProvisioner};
+pub use sandbox::GuestAccount;
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
 /// a provisioner never resolves anything a request names.
@@ -94,7 +98,8 @@ impl DiskFormat {
 pub struct VmHandle {
     pub id: String,
     pub pid: i32,
-    /// The guest's serial console, as a file (appended to by every boot).
+    /// The guest's serial console, as a file (appended to by every boot; the QEMU
+    /// provisioner keeps its newest part only, see [`console`]).
     pub console: PathBuf,
 }
 

@@ -5,21 +5,27 @@
 //! lives only in memory:
 //!
 //! - `spec.json`: the [`VmSpec`] it was created from (power on boots it again);
-//! - `console.log`: the serial console, appended to by every boot and every migration;
+//! - `console.log`: the serial console, appended to by every boot and every migration,
+//!   and never larger than its limit (see [`super::console`]);
 //! - `disk.qcow2`: the guest's overlay of the image's disk, when the image has one;
 //! - `accel`: `kvm` or `tcg`, what the running guest was started with;
 //! - `slot` and, per slot `a`/`b`, `qemu-<slot>.pid`, `qmp-<slot>.sock`,
-//!   `agent-<slot>.sock`, `qemu-<slot>.err`: the guest's process; `agent-<slot>.sock` is
-//!   the host end of the guest agent's virtio-serial port `org.drover.agent` (see
-//!   [`super::agent`]). A live migration starts the destination in
-//!   the other slot and switches `slot` once the source is gone; two slots (not one
-//!   renamed) because QEMU removes its own pid file and socket by path when it exits.
+//!   `agent-<slot>.sock`, `console-<slot>.sock`, `qemu-<slot>.err`: the guest's process;
+//!   `agent-<slot>.sock` is the host end of the guest agent's virtio-serial port
+//!   `org.drover.agent` (see [`super::agent`]), `console-<slot>.sock` its serial port's.
+//!   A live migration starts the destination in the other slot and switches `slot` once
+//!   the source is gone.
 //!
-//! A process is taken for the guest only if its command line names the VM and its
-//! directory (a stale pid file never makes us signal a stranger).
+//! Everything there is the service's (the directory is mode 0700) but the disks, which
+//! are the guest account's: QEMU runs as that account, never as the service's user, and
+//! gets its sockets and files as descriptors (see [`super::sandbox`]).
 //!
-//! The guest is started with `-daemonize`, so it is not a child of the service and
-//! survives its restarts; [`Provisioner::adopt`] finds it again from the files above.
+//! A process is taken for the guest only if its command line names the VM and it runs
+//! in the VM's directory (a stale pid file never makes us signal a stranger).
+//!
+//! The guest is a child of the service in a session of its own: it survives the
+//! service's restarts, and [`Provisioner::adopt`] finds it again from the files above
+//! (and reads its console again).
 //!
 //! [`Provisioner::run_in_guest`] talks to the agent through the current slot's socket;
 //! the destination of a migration has its own, so the agent (which runs on in the
@@ -33,16 +39,19 @@
 //! verdict is kept for the provisioner's life.
 
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::console::{Consoles, DEFAULT_CONSOLE_LIMIT, Feed, Tap};
 use super::qmp::Qmp;
+use super::sandbox::{GuestAccount, Handover, open_boot_file};
 use super::{
     BusyGuard, BusySet, GuestCommand, GuestOutput, MigrationTarget, Power, ProvisionError,
     Provisioner, Result, VmHandle, VmSpec, VmStatus, agent, check_vm_id, io, prepare_run_dir,
@@ -99,6 +108,10 @@ pub struct QemuProvisioner {
     busy: BusySet,
     /// The VMs a command runs in (through the agent): a second one is refused.
     agent_busy: BusySet,
+    /// Who guests run as; `None` only when the service is not root.
+    account: Option<GuestAccount>,
+    /// The readers of the guests' consoles.
+    consoles: Consoles,
 }
 
 /// The files of one VM.
@@ -134,6 +147,9 @@ impl Files {
     fn console(&self) -> PathBuf {
         self.dir.join("console.log")
     }
+    fn console_socket(&self, slot: Slot) -> PathBuf {
+        self.dir.join(format!("console-{}.sock", slot.name()))
+    }
     fn overlay(&self) -> PathBuf {
         self.dir.join("disk.qcow2")
     }
@@ -143,9 +159,6 @@ impl Files {
     }
     fn accel(&self) -> PathBuf {
         self.dir.join("accel")
-    }
-    fn migration_socket(&self) -> PathBuf {
-        self.dir.join("migrate.sock")
     }
     fn pid(&self, slot: Slot) -> PathBuf {
         self.dir.join(format!("qemu-{}.pid", slot.name()))
@@ -172,7 +185,8 @@ impl Files {
             .map_err(io("recording the guest's process slot"))
     }
     /// The guest's process in `slot`, if it runs: the pid file names a live process
-    /// whose command line names this VM and this directory.
+    /// whose command line names this VM and that runs in this directory (or, started
+    /// by a service before guests ran there, whose command line names the directory).
     fn process(&self, id: &str, slot: Slot) -> Option<i32> {
         let pid: i32 = std::fs::read_to_string(self.pid(slot))
             .ok()?
@@ -187,13 +201,17 @@ impl Files {
         let names_vm = args
             .windows(2)
             .any(|w| w[0] == b"-name" && w[1] == id.as_bytes());
+        let cwd = std::fs::read_link(format!("/proc/{pid}/cwd")).ok();
+        let in_dir =
+            cwd.is_some_and(|cwd| std::fs::canonicalize(&self.dir).is_ok_and(|d| d == cwd));
         // `<dir>/`, so that VM `a`'s directory is not found in VM `a1`'s paths.
         let mut dir = self.dir.as_os_str().as_encoded_bytes().to_vec();
         dir.push(b'/');
-        let names_dir = args
-            .iter()
-            .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()));
-        (names_vm && names_dir).then_some(pid)
+        let names_dir = || {
+            args.iter()
+                .any(|arg| arg.windows(dir.len()).any(|w| w == dir.as_slice()))
+        };
+        (names_vm && (in_dir || names_dir())).then_some(pid)
     }
 }
 
@@ -219,49 +237,15 @@ fn wait_exit(pid: i32, within: Duration) -> bool {
     true
 }
 
-/// The last lines of a console from `offset` on, for an error message.
-fn console_tail(path: &Path, offset: u64) -> String {
-    let mut text = String::new();
-    if let Ok(mut file) = File::open(path) {
-        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
-        let start = offset.max(len.saturating_sub(4096));
-        if file.seek(SeekFrom::Start(start)).is_ok() {
-            let mut bytes = Vec::new();
-            let _ = file.take(4096).read_to_end(&mut bytes);
-            text = String::from_utf8_lossy(&bytes).into_owned();
-        }
-    }
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
+/// What QEMU wrote on its standard error in `slot`, as one line, but its notes (that
+/// it waits for the console's connection).
+fn qemu_said(files: &Files, slot: Slot) -> String {
+    let text = std::fs::read(files.err(slot)).unwrap_or_default();
+    let said: Vec<&[u8]> = text
+        .split(|&b| b == b'\n')
+        .filter(|line| !line.windows(8).any(|w| w == b": info: "))
         .collect();
-    if lines.is_empty() {
-        "the console is empty".into()
-    } else {
-        lines[lines.len().saturating_sub(5)..].join(" | ")
-    }
-}
-
-/// Whether the console holds `line` after `offset`.
-fn console_has(path: &Path, offset: u64, line: &str) -> bool {
-    let Ok(mut file) = File::open(path) else {
-        return false;
-    };
-    if file.seek(SeekFrom::Start(offset)).is_err() {
-        return false;
-    }
-    let mut bytes = Vec::new();
-    // A boot prints a few kilobytes; a ready line further than 1 MiB is not waited for.
-    if file.take(1 << 20).read_to_end(&mut bytes).is_err() {
-        return false;
-    }
-    let needle = line.as_bytes();
-    !needle.is_empty() && bytes.windows(needle.len()).any(|w| w == needle)
-}
-
-fn file_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+    trimmed(&said.join(&b'\n'))
 }
 
 /// A program's output as one line for an error message.
@@ -302,17 +286,7 @@ fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
 
 fn check_boot_file(what: &'static str, path: &Path) -> Result<()> {
     check_option_path(what, path)?;
-    let refuse = |why: String| ProvisionError::BootFile {
-        what,
-        path: path.into(),
-        why,
-    };
-    let file = File::open(path).map_err(|e| refuse(e.to_string()))?;
-    let meta = file.metadata().map_err(|e| refuse(e.to_string()))?;
-    if !meta.is_file() {
-        return Err(refuse("it is not a regular file".into()));
-    }
-    Ok(())
+    open_boot_file(what, path).map(drop)
 }
 
 impl QemuProvisioner {
@@ -340,7 +314,22 @@ impl QemuProvisioner {
             kvm_trusted: Mutex::new(None),
             busy: BusySet::default(),
             agent_busy: BusySet::default(),
+            account: None,
+            consoles: Consoles::new(DEFAULT_CONSOLE_LIMIT),
         })
+    }
+
+    /// Runs guests as `account` (required when the service runs as root: a guest is
+    /// never started as root).
+    pub fn with_guest_account(mut self, account: GuestAccount) -> Self {
+        self.account = Some(account);
+        self
+    }
+
+    /// Keeps at most `bytes` of each guest's console (1 MiB unless set; at least 4 KiB).
+    pub fn with_console_limit(mut self, bytes: u64) -> Self {
+        self.consoles = Consoles::new(bytes);
+        self
     }
 
     /// How long a power off waits for the guest to obey ACPI before it is stopped hard
@@ -384,55 +373,26 @@ impl QemuProvisioner {
             _ => Accel::Tcg,
         };
         let target = source.other();
-        let socket = files.migration_socket();
-        let _ = std::fs::remove_file(&socket);
-        self.launch(&spec, &files, target, accel, Some(&socket))?;
+        // The migration's channel: no path that QEMU's account would need to reach.
+        let (channel, incoming) =
+            UnixStream::pair().map_err(io("making the migration's channel"))?;
+        self.launch(&spec, &files, target, accel, Some(incoming.into()))?;
         let Some(target_pid) = files.process(id, target) else {
             return Err(ProvisionError::Migration {
                 id: id.into(),
                 why: format!(
                     "the destination process ended at once: {}",
-                    trimmed(&std::fs::read(files.err(target)).unwrap_or_default())
+                    qemu_said(&files, target)
                 ),
             });
         };
-        let failed = |why: String| {
+        let state = send_guest(&files, source, channel).map_err(|why| {
             self.hard_stop(&files, target, target_pid);
-            let _ = std::fs::remove_file(&socket);
             ProvisionError::Migration { id: id.into(), why }
-        };
-        let outcome = (|| -> Result<Value, String> {
-            let mut qmp = Qmp::connect(&files.qmp(source), QMP_TIMEOUT)?;
-            let uri = format!("unix:{}", socket.display());
-            qmp.execute("migrate", Some(json!({ "uri": uri })))?;
-            let end = Instant::now() + MIGRATION_DEADLINE;
-            loop {
-                let state = qmp.execute("query-migrate", None)?;
-                match state.get("status").and_then(Value::as_str) {
-                    Some("completed") => return Ok(state),
-                    Some("failed") | Some("cancelled") => {
-                        return Err(state
-                            .get("error-desc")
-                            .and_then(Value::as_str)
-                            .unwrap_or("QEMU gave no reason")
-                            .to_string());
-                    }
-                    _ if Instant::now() >= end => {
-                        let _ = qmp.execute("migrate_cancel", None);
-                        return Err(format!(
-                            "it did not complete within {} s",
-                            MIGRATION_DEADLINE.as_secs()
-                        ));
-                    }
-                    _ => std::thread::sleep(Duration::from_millis(50)),
-                }
-            }
-        })();
-        let state = outcome.map_err(failed)?;
+        })?;
         // The source is paused now and the destination runs: end the source, then the
         // destination is the guest.
         self.hard_stop(&files, source, source_pid);
-        let _ = std::fs::remove_file(&socket);
         files.set_slot(target)?;
         let qemu = self.query_status(&files, id, target)?;
         if qemu != "running" {
@@ -457,7 +417,7 @@ impl QemuProvisioner {
         check_vm_id(id)?;
         let dir = self.run_dir.join(id);
         // The longest socket path of the VM must fit a unix socket address.
-        if dir.join("migrate.sock").as_os_str().len() > MAX_SOCKET_PATH {
+        if dir.join("console-a.sock").as_os_str().len() > MAX_SOCKET_PATH {
             return Err(ProvisionError::RunDir {
                 path: self.run_dir.clone(),
                 why: format!(
@@ -508,20 +468,26 @@ impl QemuProvisioner {
         Ok(())
     }
 
-    /// Starts QEMU (daemonized) in `slot`; returns when its parent has exited, that is
-    /// when the guest's process runs and its QMP socket listens.
-    fn launch(
+    /// QEMU's command for the guest of `spec` in `slot`, with what it needs handed over
+    /// (see [`super::sandbox`]): sockets bound here, files opened here.
+    fn command(
         &self,
         spec: &VmSpec,
         files: &Files,
         slot: Slot,
         accel: Accel,
-        incoming: Option<&Path>,
-    ) -> Result<()> {
-        for stale in [files.pid(slot), files.qmp(slot), files.agent(slot)] {
-            let _ = std::fs::remove_file(stale);
-        }
-        let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
+        handover: &mut Handover,
+    ) -> Result<Command> {
+        let account = self.account.as_ref();
+        let kernel = handover.image_file("kernel", &spec.boot.kernel, account)?;
+        let initramfs = handover.image_file("initramfs", &spec.boot.initramfs, account)?;
+        let mut socket = |path: PathBuf| {
+            handover
+                .listen(&path)
+                .map_err(io("binding the guest's sockets"))
+        };
+        let (qmp, agent) = (socket(files.qmp(slot))?, socket(files.agent(slot))?);
+        let console = socket(files.console_socket(slot))?;
         let mut command = Command::new(QEMU);
         command
             .arg("-name")
@@ -530,67 +496,136 @@ impl QemuProvisioner {
             .args(["-m", &spec.memory_mib.to_string()])
             .args(["-smp", &spec.processors.to_string()])
             .args(["-nodefaults", "-display", "none", "-no-reboot"])
-            // seccomp: no obsolete system calls, no scheduler or CPU-affinity changes.
-            // (`elevateprivileges=deny` and `spawn=deny` stop `-daemonize` in QEMU 7.2.)
-            .args(["-sandbox", "on,obsolete=deny,resourcecontrol=deny"])
-            .arg("-kernel")
-            .arg(&spec.boot.kernel)
-            .arg("-initrd")
-            .arg(&spec.boot.initramfs)
+            // seccomp: no obsolete system calls, no set*id, no fork or exec, no
+            // scheduler or CPU-affinity changes.
+            .args([
+                "-sandbox",
+                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+            ])
+            .args(["-kernel", &kernel, "-initrd", &initramfs])
             // no_timer_check: an emulated guest starved of CPU (many booting at once
             // under TCG) fails the kernel's IO-APIC timer check and panics.
-            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"]);
-        let mut console = std::ffi::OsString::from("file,id=console,append=on,path=");
-        console.push(files.console());
-        command
+            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"])
+            // wait=on: the guest does not run before the service reads its console.
             .arg("-chardev")
-            .arg(console)
-            .args(["-serial", "chardev:console"]);
-        let mut qmp = std::ffi::OsString::from("unix:");
-        qmp.push(files.qmp(slot));
-        qmp.push(",server=on,wait=off");
-        command.arg("-qmp").arg(qmp);
-        // The guest agent's port; its socket is per slot, the port the same in both (a
-        // migration needs the same devices on both sides).
-        let mut agent = std::ffi::OsString::from("socket,id=agent,server=on,wait=off,path=");
-        agent.push(files.agent(slot));
-        command
-            .args(["-device", "virtio-serial"])
+            .arg(format!("socket,id=console,fd={console},server=on,wait=on"))
+            .args(["-serial", "chardev:console"])
             .arg("-chardev")
-            .arg(agent)
+            .arg(format!("socket,id=qmp,fd={qmp},server=on,wait=off"))
+            .args(["-mon", "chardev=qmp,mode=control"])
+            // The guest agent's port; its socket is per slot, the port the same in both
+            // (a migration needs the same devices on both sides).
+            .args(["-device", "virtio-serial", "-chardev"])
+            .arg(format!("socket,id=agent,fd={agent},server=on,wait=off"))
             .args([
                 "-device",
                 "virtserialport,chardev=agent,name=org.drover.agent",
             ]);
-        let disks = spec.boot.disk.iter().map(|_| files.overlay());
-        for path in disks.chain((0..spec.extra_disks.len()).map(|n| files.extra(n))) {
-            let mut drive = std::ffi::OsString::from("file=");
-            drive.push(path);
-            drive.push(",format=qcow2,if=virtio");
-            command.arg("-drive").arg(drive);
+        if let Some(disk) = &spec.boot.disk {
+            let base = handover.image_file("disk", &disk.path, account)?;
+            let overlay = handover.own_disk(&files.overlay(), account)?;
+            command.arg("-drive").arg(format!(
+                "file={overlay},format=qcow2,if=virtio,backing.file.filename={base},backing.driver={}",
+                disk.format.as_str()
+            ));
         }
-        command
-            .arg("-daemonize")
-            .arg("-pidfile")
-            .arg(files.pid(slot));
-        if let Some(socket) = incoming {
-            let mut uri = std::ffi::OsString::from("unix:");
-            uri.push(socket);
-            command.arg("-incoming").arg(uri);
+        for n in 0..spec.extra_disks.len() {
+            let extra = handover.own_disk(&files.extra(n), account)?;
+            command
+                .arg("-drive")
+                .arg(format!("file={extra},format=qcow2,if=virtio"));
         }
-        let status = command
+        Ok(command)
+    }
+
+    /// Starts QEMU in `slot` as the guest account and returns once its monitor answers
+    /// (its devices are made, and the guest runs or waits for its migration on
+    /// `incoming`): its pid, and what its console says.
+    fn launch(
+        &self,
+        spec: &VmSpec,
+        files: &Files,
+        slot: Slot,
+        accel: Accel,
+        incoming: Option<OwnedFd>,
+    ) -> Result<(i32, Arc<Tap>)> {
+        // SAFETY: geteuid has no preconditions.
+        if self.account.is_none() && unsafe { libc::geteuid() } == 0 {
+            return Err(ProvisionError::Start {
+                id: spec.id.clone(),
+                why: "the service runs as root and has no guest account to run guests as".into(),
+            });
+        }
+        let _ = std::fs::remove_file(files.pid(slot));
+        let err = File::create(files.err(slot)).map_err(io("creating QEMU's error log"))?;
+        let mut handover = Handover::default();
+        let mut command = self.command(spec, files, slot, accel, &mut handover)?;
+        // Waiting in the socket's queue: QEMU takes it before the guest runs (wait=on).
+        let console = UnixStream::connect(files.console_socket(slot))
+            .map_err(io("connecting to the guest's console"))?;
+        if let Some(channel) = incoming {
+            let fd = handover.keep(channel);
+            command.arg("-incoming").arg(format!("fd:{fd}"));
+        }
+        handover.confine(&mut command, self.account.as_ref());
+        let child = command
+            .current_dir(&files.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err)
-            .status()
+            .spawn()
             .map_err(spawn_error(QEMU))?;
-        if !status.success() {
+        drop(handover);
+        let pid = child.id() as i32;
+        let started = (|| {
+            std::fs::write(files.pid(slot), pid.to_string())
+                .map_err(io("recording the guest's pid"))?;
+            let feed = Feed {
+                pid,
+                stream: console,
+                ready_line: spec.ready_line.clone(),
+                child: Some(child),
+            };
+            let tap = (self.consoles)
+                .attach(&spec.id, &files.console(), feed)
+                .map_err(io("reading the guest's console"))?;
+            self.wait_monitor(spec, files, slot, pid)?;
+            Ok(tap)
+        })();
+        match started {
+            Ok(tap) => Ok((pid, tap)),
+            Err(e) => {
+                if files.process(&spec.id, slot).is_some() {
+                    self.hard_stop(files, slot, pid);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Waits until the monitor of QEMU `pid` in `slot` answers, at most the boot deadline.
+    fn wait_monitor(&self, spec: &VmSpec, files: &Files, slot: Slot, pid: i32) -> Result<()> {
+        let end = Instant::now() + self.boot_deadline;
+        loop {
+            if Qmp::connect(&files.qmp(slot), QMP_TIMEOUT).is_ok() {
+                return Ok(());
+            }
+            let why = if !alive(pid) {
+                format!("the process ended at once: {}", qemu_said(files, slot))
+            } else if Instant::now() >= end {
+                format!(
+                    "its monitor did not answer within {} s",
+                    self.boot_deadline.as_secs()
+                )
+            } else {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            };
             return Err(ProvisionError::Start {
                 id: spec.id.clone(),
-                why: trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
+                why,
             });
         }
-        Ok(())
     }
 
     /// Boots the guest of `spec` in the VM's current slot and waits until it is up.
@@ -646,23 +681,12 @@ impl QemuProvisioner {
         accel: Accel,
         deadline: Duration,
     ) -> Result<VmHandle> {
-        let offset = file_len(&files.console());
         std::fs::write(files.accel(), accel.name()).map_err(io("recording the accelerator"))?;
-        self.launch(spec, files, slot, accel, None)?;
+        let (pid, console) = self.launch(spec, files, slot, accel, None)?;
         let started = Instant::now();
-        let Some(pid) = files.process(&spec.id, slot) else {
-            return Err(ProvisionError::Start {
-                id: spec.id.clone(),
-                why: format!(
-                    "the process ended at once: {}; console: {}",
-                    trimmed(&std::fs::read(files.err(slot)).unwrap_or_default()),
-                    console_tail(&files.console(), offset)
-                ),
-            });
-        };
         loop {
             let up = match &spec.ready_line {
-                Some(line) => console_has(&files.console(), offset, line),
+                Some(_) => console.ready(),
                 None => self
                     .query_status(files, &spec.id, slot)
                     .is_ok_and(|s| s == "running"),
@@ -677,17 +701,14 @@ impl QemuProvisioner {
             if !alive(pid) {
                 return Err(ProvisionError::Start {
                     id: spec.id.clone(),
-                    why: format!(
-                        "the guest stopped while booting: {}",
-                        console_tail(&files.console(), offset)
-                    ),
+                    why: format!("the guest stopped while booting: {}", console.tail()),
                 });
             }
             if started.elapsed() >= deadline {
                 self.hard_stop(files, slot, pid);
                 return Err(ProvisionError::BootTimeout {
                     secs: deadline.as_secs(),
-                    console: console_tail(&files.console(), offset),
+                    console: console.tail(),
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -703,6 +724,25 @@ impl QemuProvisioner {
             .and_then(Value::as_str)
             .unwrap_or("unknown")
             .to_string())
+    }
+
+    /// Reads the console of the adopted process `pid` unless it is read already. A
+    /// guest started by a service without console sockets has none to read.
+    fn read_console(&self, id: &str, files: &Files, slot: Slot, pid: i32) {
+        if self.consoles.attached(id, pid) {
+            return;
+        }
+        if let Ok(stream) = UnixStream::connect(files.console_socket(slot)) {
+            let feed = Feed {
+                pid,
+                stream,
+                ready_line: None,
+                child: None,
+            };
+            if let Err(e) = self.consoles.attach(id, &files.console(), feed) {
+                eprintln!("drover: the console of VM {id} cannot be read: {e}");
+            }
+        }
     }
 
     /// Ends the process: `quit` over QMP, then SIGKILL if it stays.
@@ -735,6 +775,38 @@ impl QemuProvisioner {
     }
 }
 
+/// Migrates the guest of `slot` over `channel` (QEMU gets it over QMP); QEMU's last
+/// `query-migrate` once it completed.
+fn send_guest(files: &Files, slot: Slot, channel: UnixStream) -> Result<Value, String> {
+    let mut qmp = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT)?;
+    let name = json!({ "fdname": "migration" });
+    qmp.execute_with_fd("getfd", name, channel.as_fd())?;
+    drop(channel);
+    qmp.execute("migrate", Some(json!({ "uri": "fd:migration" })))?;
+    let end = Instant::now() + MIGRATION_DEADLINE;
+    loop {
+        let state = qmp.execute("query-migrate", None)?;
+        match state.get("status").and_then(Value::as_str) {
+            Some("completed") => return Ok(state),
+            Some("failed") | Some("cancelled") => {
+                return Err(state
+                    .get("error-desc")
+                    .and_then(Value::as_str)
+                    .unwrap_or("QEMU gave no reason")
+                    .to_string());
+            }
+            _ if Instant::now() >= end => {
+                let _ = qmp.execute("migrate_cancel", None);
+                return Err(format!(
+                    "it did not complete within {} s",
+                    MIGRATION_DEADLINE.as_secs()
+                ));
+            }
+            _ => std::thread::sleep(Duration::from_millis(50)),
+        }
+    }
+}
+
 fn kvm_opens() -> bool {
     OpenOptions::new()
         .read(true)
@@ -755,6 +827,8 @@ impl Provisioner for QemuProvisioner {
             }
             Err(e) => return Err(io("creating the VM's run directory")(e)),
         }
+        // A console of an earlier VM of this name is not this one's.
+        self.consoles.forget(&spec.id);
         let made = (|| {
             let text = serde_json::to_vec_pretty(spec).expect("a spec serializes");
             std::fs::write(files.spec(), text).map_err(io("writing the VM's spec.json"))?;
@@ -835,6 +909,7 @@ impl Provisioner for QemuProvisioner {
                 self.hard_stop(&files, slot, pid);
             }
         }
+        self.consoles.forget(id);
         std::fs::remove_dir_all(&files.dir).map_err(io("removing the VM's run directory"))
     }
 
@@ -880,7 +955,14 @@ impl Provisioner for QemuProvisioner {
             _ => {}
         }
         let slot = files.slot();
-        Ok(files.process(id, slot).is_some() && self.query_status(&files, id, slot).is_ok())
+        let Some(pid) = files.process(id, slot) else {
+            return Ok(false);
+        };
+        if self.query_status(&files, id, slot).is_err() {
+            return Ok(false);
+        }
+        self.read_console(id, &files, slot, pid);
+        Ok(true)
     }
 
     fn connect_agent(&self, id: &str) -> Result<std::os::unix::net::UnixStream> {

@@ -3,10 +3,12 @@
 //! (`return` or `error`); asynchronous events in between are skipped.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::Duration;
 
+use drover_shepherd::fork_server::send_with_fds;
 use serde_json::{Value, json};
 
 pub struct Qmp {
@@ -39,14 +41,37 @@ impl Qmp {
 
     /// Runs a command; its `return` value, or the error QEMU describes.
     pub fn execute(&mut self, command: &str, arguments: Option<Value>) -> Result<Value, String> {
+        self.execute_passing(command, arguments, None)
+    }
+
+    /// Runs a command with a descriptor attached to it (`getfd` names it for QEMU,
+    /// which keeps its own copy).
+    pub fn execute_with_fd(
+        &mut self,
+        command: &str,
+        arguments: Value,
+        fd: BorrowedFd<'_>,
+    ) -> Result<Value, String> {
+        self.execute_passing(command, Some(arguments), Some(fd))
+    }
+
+    fn execute_passing(
+        &mut self,
+        command: &str,
+        arguments: Option<Value>,
+        fd: Option<BorrowedFd<'_>>,
+    ) -> Result<Value, String> {
         let mut message = json!({ "execute": command });
         if let Some(arguments) = arguments {
             message["arguments"] = arguments;
         }
         let mut line = message.to_string();
         line.push('\n');
-        self.writer
-            .write_all(line.as_bytes())
+        let sent = match fd {
+            Some(fd) => send_with_fds(self.writer.as_raw_fd(), line.as_bytes(), &[fd.as_raw_fd()]),
+            None => Ok(0),
+        };
+        sent.and_then(|sent| self.writer.write_all(&line.as_bytes()[sent..]))
             .map_err(|e| format!("{command}: {e}"))?;
         loop {
             let reply = self.read_message().map_err(|e| format!("{command}: {e}"))?;

@@ -27,6 +27,7 @@ mod others_work;
 mod plugins;
 mod principals;
 mod reservations;
+mod review_guest_vms;
 mod review_plugins;
 mod review_services;
 mod review_vms;

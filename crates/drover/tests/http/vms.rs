@@ -39,7 +39,8 @@ impl Drop for Guests {
     }
 }
 
-/// The QEMU processes of VMs under `data_dir` (named `id` if given).
+/// The QEMU processes of VMs under `data_dir` (named `id` if given): each runs in its
+/// VM's directory.
 pub(crate) fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
     let run_dir = data_dir.join("vms");
     let mut pids = Vec::new();
@@ -55,7 +56,8 @@ pub(crate) fn qemu_pids(data_dir: &Path, id: Option<&str>) -> Vec<i32> {
             .map(|a| String::from_utf8_lossy(a).into_owned())
             .collect();
         let named = |name: &str| args.windows(2).any(|w| w[0] == "-name" && w[1] == name);
-        let ours = args.iter().any(|a| a.contains(&*run_dir.to_string_lossy()));
+        let ours =
+            std::fs::read_link(entry.path().join("cwd")).is_ok_and(|d| d.starts_with(&run_dir));
         if args.first().is_some_and(|a| a.contains("qemu-system")) && ours && id.is_none_or(named) {
             pids.push(pid);
         }
@@ -211,12 +213,15 @@ fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jo
     // A real guest, named after the VM, on the host's resources.
     let pids = qemu_pids(server.data_dir(), Some("web"));
     assert_eq!(pids.len(), 1, "one QEMU process named web");
-    // Its storage: two empty qcow2 disks of 1 and 2 GB, attached to the guest.
-    let cmdline = std::fs::read(format!("/proc/{}/cmdline", pids[0])).unwrap();
-    let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+    // Its storage: two empty qcow2 disks of 1 and 2 GB, attached to the guest (QEMU
+    // holds them open).
+    let open: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", pids[0]))
+        .unwrap()
+        .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .collect();
     for (n, gb) in [(0, 1u64), (1, 2)] {
         let disk = server.data_dir().join(format!("vms/web/extra-{n}.qcow2"));
-        assert!(cmdline.contains(&*disk.to_string_lossy()), "{cmdline}");
+        assert!(open.contains(&disk), "{open:?}");
         let info = std::process::Command::new("qemu-img")
             .args(["info", "-U", "--output=json"])
             .arg(&disk)
