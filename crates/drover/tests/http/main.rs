@@ -27,7 +27,7 @@ mod others_work;
 mod plugins;
 mod principals;
 mod reservations;
-mod review_guest_vms;
+mod guests_contained;
 mod review_plugins;
 mod review_services;
 mod review_vms;
