@@ -1,10 +1,16 @@
-//! The `drover` command: `serve`, `hash-password`, `user add`. Run `drover help`.
+//! The `drover` command: the service (`serve`, `user add`, `hash-password`, `replay`,
+//! `generate-trace`) and its command-line client (`jobs`, `submit`, ...), one clap tree
+//! (`commands`). Run `drover --help`.
 
 use std::io::{BufRead, IsTerminal};
 use std::path::PathBuf;
 
 mod client;
+mod commands;
 mod replay;
+
+use clap::{CommandFactory, Parser};
+use commands::{Cli, Command, ConfigFlags, ReplayArgs, ServiceFlags, TraceArgs, UserCommand};
 
 use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
@@ -15,85 +21,12 @@ use drover_auth::{User, password, users};
 static ALLOCATOR: drover_alloc::Metered<drover_alloc::Mimalloc> =
     drover_alloc::Metered(drover_alloc::Mimalloc);
 
-const USAGE: &str = "\
-usage:
-  drover serve [--config FILE] [--listen ADDR:PORT] [--data-dir DIR] [--store URL] [--base-url PREFIX]
-      Serves the interface. With no configuration: 127.0.0.1:8080, SQLite in ./data,
-      and an administrator 'admin' whose password is generated and printed once.
-  drover hash-password
-      Reads a password from standard input and prints its argon2 hash, for [[users]].
-  drover user add NAME [--admin] [--config FILE] [--data-dir DIR]
-      Adds (or replaces) a user in DIR/users.toml. The password is read from standard
-      input; when none is given, one is generated and printed.
-  drover replay TRACE.swf [--nodes N] [--processors P] [--perfect-estimates] [--without-fcfs] [--config FILE]
-      Replays a Standard Workload Format trace through the scheduler in virtual time
-      under FCFS, EASY backfilling and the configured policy ([scheduler.policy]), and
-      prints mean wait, mean bounded slowdown, maximum wait, utilization and makespan.
-      The machine is the trace's MaxProcs (or --processors), split over N nodes (1).
-      Jobs request the trace's requested time (field 9) where it is given, else their
-      run time; --perfect-estimates makes every request the run time.
-  drover generate-trace [--jobs N] [--processors P] [--load L] [--seed S] [--perfect-estimates]
-      Writes to standard output a trace of Lublin and Feitelson's workload model
-      (10000 jobs, 256 processors, the model's own arrival rate, seed 1), its offered
-      load scaled to L if given, and requested times from a model of users' estimates.
-  drover jobs | submit | job | nodes | reservations | events | vms | services | completions
-      The command-line client, talking HTTP to a server: run `drover jobs --help` (and
-      see the README's Command-line client).
-  drover help | --version
-
-The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
-DROVER_DATA_DIR, DROVER_STORE, DROVER_TIME_ZONE, DROVER_MAX_BODY_BYTES,
-DROVER_LOGIN_CACHE_SECONDS, DROVER_ADMIN_USER, DROVER_ENABLEPROXY, DROVER_PROXY_USERS,
-DROVER_ENABLEJOBARRAYS,
-DROVER_SCHEDULER_NAME, DROVER_EXECUTION_USER and DROVER_KILL_GRACE_SECONDS override it
-(see the README).";
-
 fn fail(message: impl std::fmt::Display) -> ! {
     eprintln!("drover: {message}");
     std::process::exit(1)
 }
 
-fn usage_error(message: impl std::fmt::Display) -> ! {
-    eprintln!("drover: {message}\n\n{USAGE}");
-    std::process::exit(2)
-}
-
-/// The flags shared by the subcommands, applied over file and environment.
-#[derive(Default)]
-struct Flags {
-    config: Option<PathBuf>,
-    listen: Option<String>,
-    data_dir: Option<PathBuf>,
-    store: Option<String>,
-    base_url: Option<String>,
-    admin: bool,
-    positional: Vec<String>,
-}
-
-fn parse_flags(args: &[String]) -> Flags {
-    let mut flags = Flags::default();
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .cloned()
-                .unwrap_or_else(|| usage_error(format!("{arg} needs a value")))
-        };
-        match arg.as_str() {
-            "--config" => flags.config = Some(value().into()),
-            "--listen" => flags.listen = Some(value()),
-            "--data-dir" => flags.data_dir = Some(value().into()),
-            "--store" => flags.store = Some(value()),
-            "--base-url" => flags.base_url = Some(value()),
-            "--admin" => flags.admin = true,
-            other if other.starts_with('-') => usage_error(format!("unknown option {other}")),
-            other => flags.positional.push(other.to_string()),
-        }
-    }
-    flags
-}
-
-fn load_config(flags: &Flags) -> Config {
+fn load_config(flags: &ServiceFlags) -> Config {
     let file = flags
         .config
         .clone()
@@ -189,12 +122,9 @@ async fn serve(config: Config) {
     println!("drover: stopped");
 }
 
-fn add_user(flags: Flags) {
-    let [name] = flags.positional.as_slice() else {
-        usage_error("user add takes one user name");
-    };
-    let config = load_config(&flags);
-    if config.users.iter().any(|u| &u.name == name) {
+fn add_user(name: String, admin: bool, flags: ConfigFlags) {
+    let config = load_config(&flags.into());
+    if config.users.iter().any(|u| u.name == name) {
         fail(format!(
             "'{name}' is defined in the configuration file; change it there"
         ));
@@ -207,7 +137,7 @@ fn add_user(flags: Flags) {
     let user = User {
         name: name.clone(),
         password_hash: password::hash(&secret, password::Cost::Standard),
-        admin: flags.admin,
+        admin,
     };
     users::save(&config.data_dir, user).unwrap_or_else(|e| fail(e));
     if generated {
@@ -215,92 +145,40 @@ fn add_user(flags: Flags) {
     }
     eprintln!(
         "drover: saved '{name}'{} in {} (a running service reads it at its next start)",
-        if flags.admin { " (administrator)" } else { "" },
+        if admin { " (administrator)" } else { "" },
         config.data_dir.join(users::USER_FILE).display()
     );
 }
 
-fn replay_command(args: &[String]) {
-    let mut rest = args.iter();
-    let mut options = replay::ReplayOptions {
-        nodes: 1,
-        ..Default::default()
+fn replay_command(args: ReplayArgs) {
+    let options = replay::ReplayOptions {
+        processors: args.processors,
+        nodes: args.nodes,
+        perfect_estimates: args.perfect_estimates,
+        without_fcfs: args.without_fcfs,
     };
-    let mut others = Vec::new();
-    while let Some(arg) = rest.next() {
-        let mut number = || -> u32 {
-            rest.next()
-                .and_then(|v| v.parse().ok())
-                .filter(|&n: &u32| n > 0)
-                .unwrap_or_else(|| usage_error(format!("{arg} needs a positive number")))
-        };
-        match arg.as_str() {
-            "--processors" => options.processors = Some(number()),
-            "--nodes" => options.nodes = number(),
-            "--perfect-estimates" => options.perfect_estimates = true,
-            "--without-fcfs" => options.without_fcfs = true,
-            _ => others.push(arg.clone()),
-        }
-    }
-    let flags = parse_flags(&others);
-    let [trace] = flags.positional.as_slice() else {
-        usage_error("replay takes one trace file")
+    let flags = ServiceFlags {
+        config: args.config,
+        ..ServiceFlags::default()
     };
     let policy = load_config(&flags).scheduler.policy;
-    replay::run(trace, &options, policy).unwrap_or_else(|e| fail(e));
+    replay::run(&args.trace, &options, policy).unwrap_or_else(|e| fail(e));
 }
 
-fn generate_trace_command(args: &[String]) {
-    let mut spec = drover_sched::sim::workload::WorkloadSpec {
-        jobs: 10_000,
-        processors: 256,
-        load: None,
-        seed: 1,
-        estimates: Some(replay::default_estimates()),
+fn generate_trace_command(args: TraceArgs) {
+    let spec = drover_sched::sim::workload::WorkloadSpec {
+        jobs: args.jobs as usize,
+        processors: args.processors,
+        load: args.load,
+        seed: args.seed,
+        estimates: (!args.perfect_estimates).then(replay::default_estimates),
     };
-    let mut rest = args.iter();
-    while let Some(arg) = rest.next() {
-        let mut value = || {
-            rest.next()
-                .cloned()
-                .unwrap_or_else(|| usage_error(format!("{arg} needs a value")))
-        };
-        let bad = |what: &str| -> ! { usage_error(format!("{arg} needs {what}")) };
-        match arg.as_str() {
-            "--jobs" => {
-                spec.jobs = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| bad("a positive number"))
-            }
-            "--processors" => {
-                spec.processors = value()
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .unwrap_or_else(|| bad("a positive number"))
-            }
-            "--load" => {
-                spec.load = Some(
-                    value()
-                        .parse()
-                        .ok()
-                        .filter(|&l: &f64| l > 0.0 && l.is_finite())
-                        .unwrap_or_else(|| bad("a positive number")),
-                )
-            }
-            "--seed" => spec.seed = value().parse().unwrap_or_else(|_| bad("a whole number")),
-            "--perfect-estimates" => spec.estimates = None,
-            _ => usage_error(format!("generate-trace: unknown argument {arg}")),
-        }
-    }
     replay::generate(&spec).unwrap_or_else(|e| fail(e));
 }
 
 fn main() {
     // A job's shepherd, started by the local resource manager: one thread, no runtime
-    // (it forks the job's process).
+    // (it forks the job's process). Not a command of the command line.
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::SUBCOMMAND) {
         std::process::exit(drover_sched::rm::shepherd::main());
     }
@@ -309,49 +187,42 @@ fn main() {
         let arguments: Vec<String> = std::env::args().skip(2).collect();
         std::process::exit(drover::guest_run::run(&arguments));
     }
-    // The command-line client: plain blocking HTTP, no runtime.
-    if let Some(command) = std::env::args().nth(1)
-        && client::COMMANDS.contains(&command.as_str())
-    {
-        std::process::exit(client::run(std::env::args().skip(1).collect()));
+    let cli = Cli::try_parse().unwrap_or_else(|error| {
+        let _ = error.print();
+        std::process::exit(if error.use_stderr() { 2 } else { 0 })
+    });
+    match cli.command {
+        // The command-line client: plain blocking HTTP, no runtime.
+        Command::Client(command) => std::process::exit(client::run(&cli.connection, command)),
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "drover", &mut std::io::stdout())
+        }
+        command => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| fail(format!("cannot start the runtime: {e}")))
+            .block_on(run(command)),
     }
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .unwrap_or_else(|e| fail(format!("cannot start the runtime: {e}")))
-        .block_on(run())
 }
 
-async fn run() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.first().map(String::as_str) {
-        Some("serve") => {
-            let flags = parse_flags(&args[1..]);
-            if !flags.positional.is_empty() {
-                usage_error("serve takes no positional arguments");
-            }
-            serve(load_config(&flags)).await
-        }
-        Some("hash-password") => {
+/// The service's own commands.
+async fn run(command: Command) {
+    match command {
+        Command::Serve(flags) => serve(load_config(&flags)).await,
+        Command::HashPassword => {
             let secret = read_secret();
             if secret.is_empty() {
                 fail("no password on standard input");
             }
             println!("{}", password::hash(&secret, password::Cost::Standard));
         }
-        Some("user") if args.get(1).map(String::as_str) == Some("add") => {
-            add_user(parse_flags(&args[2..]))
-        }
-        Some("replay") => replay_command(&args[1..]),
-        Some("generate-trace") => generate_trace_command(&args[1..]),
-        Some("help" | "--help" | "-h") => println!("{USAGE}"),
-        Some("--version" | "version") => {
-            let build = drover::build_info();
-            println!(
-                "drover {} ({} {})",
-                build.version, build.build, build.revision
-            )
-        }
-        _ => usage_error("unknown command"),
+        Command::User(UserCommand::Add {
+            name,
+            admin,
+            service,
+        }) => add_user(name, admin, service),
+        Command::Replay(args) => replay_command(args),
+        Command::GenerateTrace(args) => generate_trace_command(args),
+        Command::Client(_) | Command::Completions { .. } => unreachable!("handled in main"),
     }
 }

@@ -10,43 +10,11 @@ mod submit;
 mod tls;
 mod trusted_file;
 
-use clap::{CommandFactory, Parser, Subcommand};
+use clap::Subcommand;
 
-pub use connection::Failure;
+pub use connection::{ConnectionFlags, Failure};
 
-/// The names of the client's commands, for `main` to know which arguments are ours.
-pub const COMMANDS: &[&str] = &[
-    "jobs",
-    "submit",
-    "job",
-    "nodes",
-    "reservations",
-    "events",
-    "vms",
-    "services",
-    "completions",
-];
-
-/// Drover's command-line client.
-#[derive(Parser)]
-#[command(
-    name = "drover",
-    version,
-    about = "Drover's command-line client (the server's own commands: drover help)",
-    after_help = "Connection: --url, DROVER_URL or `url` in ~/.config/drover/client.toml; \
-                  user: --login, DROVER_USER or `user`; password: DROVER_PASSWORD, `password`, \
-                  or asked on the terminal; a bearer token: DROVER_TOKEN or `token`; a private CA for \
-                  https://: --ca-file, DROVER_CA_FILE or `ca_file`.\n\
-                  Exit codes: 0 done, 1 the server refused (its messages on stderr), 2 usage, \
-                  3 the server cannot be reached, 4 authentication failed."
-)]
-pub struct Cli {
-    #[command(flatten)]
-    pub connection: connection::ConnectionFlags,
-    #[command(subcommand)]
-    pub command: Command,
-}
-
+/// The client's commands (`drover <command> --help`); they talk HTTP to a server.
 #[derive(Subcommand)]
 pub enum Command {
     /// The job queue as a table (like squeue or showq).
@@ -66,41 +34,24 @@ pub enum Command {
     Vms(resources::ListArgs),
     /// Services.
     Services(resources::ListArgs),
-    /// Prints a completion script for bash, zsh or fish.
-    Completions {
-        #[arg(value_enum)]
-        shell: clap_complete::Shell,
-    },
 }
 
-/// Parses `args` (without the program name) and runs the command; returns the exit code.
-pub fn run(args: Vec<String>) -> i32 {
+/// Runs `command` against the server `connection` names; returns the exit code.
+pub fn run(connection: &ConnectionFlags, command: Command) -> i32 {
     // Output piped into `head` that stops reading ends us quietly, as it does `ls`.
     // SAFETY: sets the default disposition of one signal, before any thread starts.
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = match Cli::try_parse_from(std::iter::once("drover".to_string()).chain(args)) {
-        Ok(cli) => cli,
-        Err(error) => {
-            let _ = error.print();
-            return if error.use_stderr() { 2 } else { 0 };
-        }
-    };
-    match execute(cli) {
+    match execute(connection, command) {
         Ok(()) => 0,
         Err(failure) => failure.report(),
     }
 }
 
-fn execute(cli: Cli) -> Result<(), Failure> {
-    if let Command::Completions { shell } = cli.command {
-        let mut command = Cli::command();
-        clap_complete::generate(shell, &mut command, "drover", &mut std::io::stdout());
-        return Ok(());
-    }
-    let server = connection::Server::connect(&cli.connection)?;
-    match cli.command {
+fn execute(connection: &ConnectionFlags, command: Command) -> Result<(), Failure> {
+    let server = connection::Server::connect(connection)?;
+    match command {
         Command::Jobs(args) => jobs::list(&server, &args),
         Command::Submit(args) => submit::submit(&server, args),
         Command::Job(command) => jobs::job(&server, command),
@@ -109,23 +60,5 @@ fn execute(cli: Cli) -> Result<(), Failure> {
         Command::Events(args) => resources::events(&server, &args),
         Command::Vms(args) => resources::vms(&server, &args),
         Command::Services(args) => resources::services(&server, &args),
-        Command::Completions { .. } => Ok(()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// `main` routes by `COMMANDS`: a command missing there would never be reached.
-    #[test]
-    fn every_command_is_routed_here() {
-        let command = Cli::command();
-        let mut names: Vec<&str> = command.get_subcommands().map(|c| c.get_name()).collect();
-        names.sort_unstable();
-        let mut routed = COMMANDS.to_vec();
-        routed.sort_unstable();
-        assert_eq!(names, routed);
-        command.debug_assert();
     }
 }
