@@ -662,6 +662,16 @@ fn parse_answer(answer: &str) -> Reply {
     }
 }
 
+/// `body` as JSON with `method path`, as `auth`.
+pub fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
+    server.send_json_as(auth, method, path, body)
+}
+
+/// A login of `name` (a local or system account the test made) with [`PASSWORD`].
+pub fn login_as(name: &str) -> Auth {
+    Auth::Basic(name.into(), PASSWORD.into())
+}
+
 /// Submits a version-2 job as `auth`; the answer as it came.
 pub fn submit_as(server: &TestServer, auth: Auth, body: &Value) -> Reply {
     server.call(

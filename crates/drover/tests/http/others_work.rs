@@ -1,15 +1,11 @@
 //! Another user's jobs and VMs are not a caller's to know of (their reads are 404s), also
 //! where a node lists what runs on it and where a VM id is taken (issue #53, item 9).
 
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer, submit_as, submitted, wait_state_v2};
+use drover_testkit::{Auth, PASSWORD, send, submit_as, submitted, wait_state_v2};
 use serde_json::{Value, json};
 
 fn bob() -> Auth {
-    Auth::Basic("bob".into(), PASSWORD.into())
-}
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    server.send_json_as(auth, method, path, body)
+    drover_testkit::login_as("bob")
 }
 
 fn ids(node: &Value, field: &str) -> Vec<String> {

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer};
+use drover_testkit::{Auth, Reply, TestServer, send};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL};
@@ -13,16 +13,11 @@ use crate::security::{BOB, CAROL};
 const PATH: &str = "/rest/services";
 
 fn bob() -> Auth {
-    Auth::Basic(BOB.into(), PASSWORD.into())
+    drover_testkit::login_as(BOB)
 }
 
 fn carol() -> Auth {
-    Auth::Basic(CAROL.into(), PASSWORD.into())
-}
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    let bytes = body.to_string().into_bytes();
-    server.call(method, path, auth, Some(("application/json", bytes)))
+    drover_testkit::login_as(CAROL)
 }
 
 fn server() -> TestServer {

@@ -5,13 +5,8 @@
 
 use std::time::Duration;
 
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer, wait_until};
+use drover_testkit::{Auth, TestServer, send, wait_until};
 use serde_json::{Value, json};
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    let bytes = body.to_string().into_bytes();
-    server.call(method, path, auth, Some(("application/json", bytes)))
-}
 
 /// Submits (as alice, version 1) a job `(name, script)` whose command runs in a VM of its
 /// own, with `more` fields; answers its id.
@@ -35,7 +30,7 @@ fn submit_in_vm(
 }
 
 fn bob() -> Auth {
-    Auth::Basic("bob".into(), PASSWORD.into())
+    drover_testkit::login_as("bob")
 }
 
 /// The sequence number of the next job, learnt by submitting a held job.

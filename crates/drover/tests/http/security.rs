@@ -13,7 +13,7 @@ use drover_accounting::model::{Account, AccountUser, Allocation, Rates};
 use drover_accounting::{AccountingConfig, Money};
 use drover_sched::node::NodeConfig;
 use drover_testkit::{
-    Auth, PASSWORD, Reply, TestServer, scratch_dir, script, submit_as, submitted, uid_of,
+    Auth, PASSWORD, TestServer, scratch_dir, script, send, submit_as, submitted, uid_of,
     wait_state_v2, wait_until,
 };
 use serde_json::{Value, json};
@@ -31,15 +31,6 @@ fn with_accounts() -> drover_testkit::Builder {
         .user(BOB, false)
         .user(CAROL, false)
         .config(|c| c.nodes = vec![NodeConfig::new("n1", 2), NodeConfig::new("n2", 2)])
-}
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    server.call(
-        method,
-        path,
-        auth,
-        Some(("application/json", body.to_string().into_bytes())),
-    )
 }
 
 /// Releases the held job `id` as `auth`, which must be allowed to.

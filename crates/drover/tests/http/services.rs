@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer};
+use drover_testkit::{Auth, TestServer, send};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
@@ -17,16 +17,11 @@ use crate::security::{BOB, CAROL, system_accounts};
 const PATH: &str = "/rest/services";
 
 fn bob() -> Auth {
-    Auth::Basic(BOB.into(), PASSWORD.into())
+    drover_testkit::login_as(BOB)
 }
 
 fn carol() -> Auth {
-    Auth::Basic(CAROL.into(), PASSWORD.into())
-}
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    let bytes = body.to_string().into_bytes();
-    server.call(method, path, auth, Some(("application/json", bytes)))
+    drover_testkit::login_as(CAROL)
 }
 
 /// A server with two nodes of 2 processors and 1 GiB (`n2` is `fast`), and the accounts

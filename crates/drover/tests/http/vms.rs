@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, PASSWORD, Reply, TestServer, wait_until};
+use drover_testkit::{Auth, PASSWORD, Reply, TestServer, send, wait_until};
 use serde_json::{Value, json};
 
 /// The guest image's directory, or `None` (the test is skipped).
@@ -116,11 +116,6 @@ pub(crate) fn without_provisioner() -> TestServer {
         201
     );
     server
-}
-
-fn send(server: &TestServer, method: &str, path: &str, auth: Auth, body: &Value) -> Reply {
-    let bytes = body.to_string().into_bytes();
-    server.call(method, path, auth, Some(("application/json", bytes)))
 }
 
 fn job_id(reply: &Reply) -> String {
