@@ -38,7 +38,7 @@ usage:
       load scaled to L if given, and requested times from a model of users' estimates.
   drover jobs | submit | job | nodes | reservations | events | vms | services | completions
       The command-line client, talking HTTP to a server: run `drover jobs --help` (and
-      see the README's Command-line client).
+      see docs/cli.md).
   drover help | --version
 
 The configuration file may also be named by DROVER_CONFIG; DROVER_LISTEN, DROVER_BASE_URL,
@@ -46,7 +46,7 @@ DROVER_DATA_DIR, DROVER_STORE, DROVER_TIME_ZONE, DROVER_MAX_BODY_BYTES,
 DROVER_LOGIN_CACHE_SECONDS, DROVER_ADMIN_USER, DROVER_ENABLEPROXY, DROVER_PROXY_USERS,
 DROVER_ENABLEJOBARRAYS,
 DROVER_SCHEDULER_NAME, DROVER_EXECUTION_USER and DROVER_KILL_GRACE_SECONDS override it
-(see the README).";
+(see docs/configuration.md).";
 
 fn fail(message: impl std::fmt::Display) -> ! {
     eprintln!("drover: {message}");
