@@ -36,7 +36,7 @@ const EXPOSITION: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub(crate) fn register(routes: &mut Routes) {
     routes
         .get("/metrics", Access::Needs(READ), serve)
-        .summary("Metrics in the Prometheus text exposition format (see the README's list)")
+        .summary("Metrics in the Prometheus text exposition format (listed in docs/events.md)")
         .text_response(
             200,
             EXPOSITION,

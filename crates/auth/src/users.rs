@@ -88,7 +88,7 @@ pub fn save(dir: &Path, user: User) -> Result<(), AuthError> {
     users.push(user);
     let text = format!(
         "# Local users of this Drover data directory (argon2 hashes only).\n\
-         # Managed by `drover user add`; see the README.\n\n{}",
+         # Managed by `drover user add`; see docs/configuration.md.\n\n{}",
         toml::to_string(&UserFile { users }).map_err(|e| AuthError::Invalid(e.to_string()))?
     );
     std::fs::create_dir_all(dir).map_err(|e| file_error(dir, e))?;

@@ -1,5 +1,5 @@
-//! The cloud layer beside the scheduler (ARCHITECTURE: "Where the cloud layer will
-//! live"). This first step holds the images: [`Images`] owns the stored collection
+//! The cloud layer beside the scheduler (docs/internals.md: "The cloud layer, services,
+//! plugins, Slurm and high availability"). [`Images`] owns the stored collection
 //! `images` (spec 2.2), and [`boot::resolve`] is the one way an image's boot paths become
 //! files, always inside the images directory (`[cloud] image_dir`). [`provision`] starts,
 //! powers, migrates and stops guests (QEMU, or the site's own commands) and runs commands

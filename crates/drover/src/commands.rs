@@ -71,7 +71,7 @@ const ENVIRONMENT_HELP: &str = "The configuration file may also be named by DROV
      DROVER_MAX_BODY_BYTES, DROVER_LOGIN_CACHE_SECONDS, DROVER_ADMIN_USER, \
      DROVER_ENABLEPROXY, DROVER_PROXY_USERS, DROVER_ENABLEJOBARRAYS, DROVER_SCHEDULER_NAME, \
      DROVER_EXECUTION_USER, DROVER_KILL_GRACE_SECONDS, DROVER_EVENT_LOG and \
-     DROVER_SCHEDULER_EVENTS override it; the flags override both.";
+     DROVER_SCHEDULER_EVENTS override it; the flags override both (docs/configuration.md).";
 
 /// Where the service's configuration comes from, and what the flags change of it.
 #[derive(Args, Default)]

@@ -361,7 +361,7 @@ pub struct EventsConfig {
     pub additive: bool,
     /// Record the scheduler's own events (job submit, start, end, changes; node
     /// changes). Each costs a store insert in the transaction of its change: off, job
-    /// submissions are faster (see the README's benchmarks).
+    /// submissions are faster (see docs/benchmarks.md, bench-jobs).
     #[serde(deserialize_with = "flag")]
     pub scheduler: bool,
     /// Event streams (`GET /rest/events/stream`) one user may have open at once.

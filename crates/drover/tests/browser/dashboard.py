@@ -64,7 +64,7 @@ def setup():
         name = HOSTILE if i == 0 else f"batch-{i}"
         rest("POST", "jobs?api-version=2", {"commandFile": "/bin/true", "customName": name, "duration": 10})
         if i == 0:
-            time.sleep(1.1)  # the oldest by a second: off the first page of the README's picture
+            time.sleep(1.1)  # the oldest by a second: off the first page of the README's picture (docs/dashboard.png)
     time.sleep(1.1)  # the newest by a second (ties of a sort keep the creation order)
     long = rest("POST", "jobs?api-version=2",
                 {"commandFile": "/bin/sleep", "commandLineArguments": "120", "customName": "long-run",
@@ -304,7 +304,7 @@ def main():
         no_banner()
         shot("11-services")
 
-        # Back to the queue for the README's picture, then log out.
+        # Back to the queue for the picture in the README and docs/dashboard.md, then log out.
         page.click('nav a[data-view="queue"]')
         page.click("#queue-table th:has-text('Submitted')")
         page.click("#queue-table th:has-text('Submitted')")
@@ -312,7 +312,7 @@ def main():
         page.select_option("#page-size", "10")
         expect(page.locator(f'#queue-table tr[data-id="{long_job}"] td[data-col="state"]')).to_have_text("RUNNING")
         page.wait_for_timeout(300)
-        shot("dashboard", height=560)  # the README's picture (docs/dashboard.png)
+        shot("dashboard", height=560)  # the picture of the README and docs/dashboard.md (docs/dashboard.png)
         page.click("#logout")
         expect(page.locator("#login")).to_be_visible()
         assert page.evaluate("() => sessionStorage.length") == 0

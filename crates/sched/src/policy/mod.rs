@@ -87,7 +87,7 @@ impl Weights {
 }
 
 /// The default weights were tuned on traces of Lublin and Feitelson's workload model
-/// (`scripts/tune-policy`, README "Scheduling"): both factors are free of the workload's
+/// (`scripts/tune-policy`, docs/scheduling.md): both factors are free of the workload's
 /// time scale, so what was tuned is one ratio, a doubling of width against three units
 /// of expansion factor.
 impl Default for Weights {
