@@ -1,22 +1,21 @@
-//! The HTTP interface of Drover: routes, the gate, and the wire shapes of the resources
-//! (stored roles, principals and job templates already have theirs).
+//! The HTTP interface of Drover: the plumbing every request goes through ([`http`]), and
+//! one module per resource family, each translating HTTP to the services beside it.
 //!
-//! - [`routes`]: every route is registered through [`Routes`] with the permission it
-//!   needs and its documentation; the same registration builds the axum router, the
-//!   route gate (authentication, authorization, common parameters) and the OpenAPI
-//!   document, so none of the three can miss a route. [`routes::Collection`] is the
-//!   list-and-one pair every resource has; `ItemRead`, `ItemChange` and `Submission`
-//!   extract what handlers of one item or of a post read.
-//! - [`error`]: [`ApiError`], mapped to status and `{"messages":[...]}` in one place,
-//!   with every conversion from the errors of the services.
-//! - [`params`]: `api-version`, `pretty`, `proxy-user`, list parameters, `change-mode`.
-//! - [`layers`]: what wraps every request (panic containment, body limit, JSON errors).
+//! - [`http`]: [`routes`] (every route is registered through [`Routes`] with the
+//!   permission it needs and its documentation; the same registration builds the axum
+//!   router, the route gate (authentication, authorization, common parameters) and the
+//!   OpenAPI document, so none of the three can miss a route; [`routes::Collection`] is
+//!   the list-and-one pair every resource has; `ItemRead`, `ItemChange` and `Submission`
+//!   extract what handlers of one item or of a post read), [`error`] ([`ApiError`],
+//!   mapped to status and `{"messages":[...]}` in one place), [`params`] (`api-version`,
+//!   `pretty`, `proxy-user`, list parameters, `change-mode`), [`layers`] (what wraps
+//!   every request), [`reply`] (list envelopes, `{"messages"}` answers, `201` with
+//!   `Location`), [`input`] (reading request bodies field by field, problems named by
+//!   path), and who the caller is.
 //! - [`metrics`]: `GET /metrics` (Prometheus text), and request latencies by route.
 //! - [`dashboard`]: the web dashboard's files (`GET /dashboard/`), public, built in; the
 //!   page is a browser client of the routes above and has none of its own.
 //! - [`event_stream`]: `GET /rest/events/stream`, events as Server-Sent Events.
-//! - [`reply`]: list envelopes, `{"messages"}` answers, `201` with `Location`, bodies.
-//! - [`input`]: reading request bodies field by field, problems named by path.
 //! - [`wire`]: wire values rendered alike everywhere (dates), and the wire shapes of
 //!   events (JSON versions 1 and 3, the XML of version-1 creation).
 //! - resource families: [`diag`], [`permissions`], [`jobs`] (v1 and v2 shapes),
@@ -29,43 +28,35 @@
 //!   [`ServiceTemplates`](drover_cloud::ServiceTemplates); [`vms`] and [`pending_actions`] (the
 //!   system jobs that work on VMs), over the engine's VMs.
 
-pub mod access;
+pub mod http;
+// The plumbing's modules by their short names, as every resource uses them.
+pub use http::{access, error, input, layers, openapi, params, reply, routes};
+pub(crate) use http::{audit, cross_site, idempotency, identity, state};
+
 pub mod accounting;
 mod acl;
-mod audit;
 pub mod containers;
 pub mod credentials;
-mod cross_site;
 pub mod dashboard;
 pub mod diag;
-pub mod error;
 pub mod event_stream;
 pub mod events;
-mod idempotency;
-mod identity;
 pub use identity::identity_now;
 pub mod images;
-pub mod input;
 pub mod jobs;
-pub mod layers;
 pub mod metrics;
 mod named;
 pub mod nodes;
 pub mod oauth;
-pub mod openapi;
-pub mod params;
 pub mod pending_actions;
 pub mod permissions;
 pub mod plugins;
 pub mod principals;
-pub mod reply;
 pub mod reports;
 pub mod reservations;
 pub mod roles;
-pub mod routes;
 pub mod service_templates;
 pub mod services;
-mod state;
 pub mod vms;
 pub mod wire;
 

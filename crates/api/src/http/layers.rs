@@ -5,7 +5,7 @@
 //! It is one middleware rather than one per concern: each axum middleware layer costs a
 //! request a boxed service clone and a boxed future. In order: panic containment (a JSON
 //! 500), JSON 414/431 for targets and heads larger than the service reads, a change a
-//! browser sent from another site's page refused (403, [`crate::cross_site`]), the declared
+//! browser sent from another site's page refused (403, `cross_site`), the declared
 //! length (413 before anything reads the body), the login of a body over 64 KiB or of
 //! unknown length checked before it is read (a bad one answered 401 at once with
 //! `Connection: close`, a good one handed to the gate as `Authenticated`), then the
