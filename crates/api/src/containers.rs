@@ -111,7 +111,7 @@ fn references() -> serde_json::Value {
 
 fn visible(container: &VirtualContainer, caller: &Caller) -> bool {
     let by = requester(caller);
-    by.admin || container.belongs_to(&by.user)
+    by.over_all || container.belongs_to(&by.user)
 }
 
 async fn list(

@@ -1,6 +1,6 @@
 //! What one ordinary user may ask of the scheduler (`[scheduler.limits]`): bounds on
 //! what a request may cost everyone else. Callers whose permission covers everyone
-//! (administrators, `Requester::admin`) are not limited.
+//! (administrators, `Requester::over_all`) are not limited.
 
 use serde::Deserialize;
 

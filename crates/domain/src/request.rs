@@ -6,13 +6,14 @@ use crate::clock::Seconds;
 use crate::job::Hold;
 use crate::node::NodeState;
 
-/// Who is asking: the effective API user (after `proxy-user`) and whether that caller
-/// administers the scheduler.
+/// Who is asking: the effective API user (after `proxy-user`) and whether they act
+/// over everybody's objects (their permission's scope is `ALL`): then they are not held
+/// to an ordinary user's limits and see and change others' objects.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Requester {
     pub user: String,
     pub proxy_user: Option<String>,
-    pub admin: bool,
+    pub over_all: bool,
 }
 
 /// Changes to a queued or running job (the modify bodies of spec 4.4 and 4.5). `None`

@@ -269,7 +269,7 @@ impl PluginHost {
                 // What it does is recorded as done by the plugin for its user, and the
                 // events of it are not handed back to plugins (`event_loop`).
                 proxy_user: Some(format!("{PLUGIN_ORIGIN}{}", self.plugin)),
-                admin: scope == Scope::All,
+                over_all: scope == Scope::All,
             }),
             None => Err(format!(
                 "{} (the plugin's user) may not {} {}",
@@ -307,7 +307,7 @@ impl PluginHost {
 
     fn jobs(&self, only: Option<&str>) -> Result<Value, String> {
         let by = self.allowed(Permission::read("jobs"))?;
-        let visible = |job: &drover_sched::job::Job| by.admin || job.user() == by.user;
+        let visible = |job: &drover_sched::job::Job| by.over_all || job.user() == by.user;
         let render = |job: &drover_sched::job::Job| {
             json!({"id": job.id, "name": job.spec.custom_name, "user": job.user(),
                    "account": job.spec.account, "state": format!("{:?}", job.status.state),
@@ -503,7 +503,7 @@ impl Host for PluginHost {
                     .scheduler()
                     .vms()
                     .iter()
-                    .filter(|v| by.admin || v.owner == by.user)
+                    .filter(|v| by.over_all || v.owner == by.user)
                     .map(|v| json!({"id": v.id, "owner": v.owner, "node": v.node, "state": v.phase.state(),
                                     "substate": v.phase.substate(), "os": v.image}))
                     .collect();
@@ -517,7 +517,7 @@ impl Host for PluginHost {
                     .scheduler()
                     .reservations()
                     .iter()
-                    .filter(|r| by.admin || r.belongs_to(&by.user))
+                    .filter(|r| by.over_all || r.belongs_to(&by.user))
                     .map(|r| json!({"id": r.id}))
                     .collect();
                 Ok(Value::Array(ids))

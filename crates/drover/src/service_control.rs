@@ -685,7 +685,7 @@ fn requester(service: &Service) -> Requester {
     Requester {
         user: service.user.clone(),
         proxy_user: None,
-        admin: service.made_by_administrator,
+        over_all: service.made_by_administrator,
     }
 }
 

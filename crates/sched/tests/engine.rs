@@ -301,7 +301,7 @@ fn admin() -> Requester {
     Requester {
         user: "admin".into(),
         proxy_user: None,
-        admin: true,
+        over_all: true,
     }
 }
 
@@ -1055,7 +1055,7 @@ fn user(name: &str) -> Requester {
     Requester {
         user: name.into(),
         proxy_user: None,
-        admin: false,
+        over_all: false,
     }
 }
 

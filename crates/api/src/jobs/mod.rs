@@ -284,7 +284,7 @@ pub(crate) fn requester(caller: &Caller) -> Requester {
     let proxied = identity.is_some_and(|i| i.name != user);
     Requester {
         proxy_user: proxied.then(|| user.clone()),
-        admin: caller.over_all(),
+        over_all: caller.over_all(),
         user,
     }
 }

@@ -24,7 +24,7 @@ impl Engine {
     ) -> Result<String, SchedError> {
         may_name_owner(request.owner.as_ref(), by)?;
         let limit = self.config.limits.user_container_max_count;
-        if !by.admin && self.containers.count_created_by(&by.user) >= limit {
+        if !by.over_all && self.containers.count_created_by(&by.user) >= limit {
             return Err(SchedError::invalid(
                 CONTAINER_NOT_CREATED,
                 format!(
@@ -81,7 +81,7 @@ impl Engine {
         );
         let limit = self.config.limits.max_submission_bytes;
         let parts = "description, variables and ACL rules";
-        if !by.admin
+        if !by.over_all
             && let Some(reason) = acl_edit::over_limit(carried, limit, parts)
         {
             *self.containers.get_mut(position) = before;
@@ -181,7 +181,7 @@ impl Engine {
         for job in &members.jobs {
             let theirs = self
                 .position(job)
-                .is_some_and(|p| by.admin || self.job_at(p).user() == by.user);
+                .is_some_and(|p| by.over_all || self.job_at(p).user() == by.user);
             if !theirs {
                 problems.push(format!("jobs: no job '{job}'"));
             } else if let Some(other) = self
@@ -196,7 +196,7 @@ impl Engine {
                 ));
             }
         }
-        if !by.admin && !members.nodes.is_empty() {
+        if !by.over_all && !members.nodes.is_empty() {
             problems.push("nodes: only administrators may add nodes to a container".into());
         }
         for node in &members.nodes {
@@ -222,7 +222,7 @@ impl Engine {
             let theirs = self
                 .vms
                 .position(vm)
-                .is_some_and(|p| by.admin || self.vms.get(p).owner == by.user);
+                .is_some_and(|p| by.over_all || self.vms.get(p).owner == by.user);
             if !theirs {
                 problems.push(format!("virtualMachines: no virtual machine '{vm}'"));
             }
@@ -340,7 +340,7 @@ impl Engine {
 /// changes it).
 fn may_name_owner(owner: Option<&Owner>, by: &Requester) -> Result<(), SchedError> {
     match owner {
-        Some(owner) if !by.admin && !owner.is_user(&by.user) => {
+        Some(owner) if !by.over_all && !owner.is_user(&by.user) => {
             Err(SchedError::Forbidden(format!(
                 "only administrators may name another owner than themselves, not '{}'",
                 owner.name

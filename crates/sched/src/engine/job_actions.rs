@@ -95,7 +95,7 @@ impl Engine {
         } else {
             holds
         };
-        if !by.admin
+        if !by.over_all
             && let Some(h) = holds.iter().find(|h| **h != Hold::User)
         {
             return Err(SchedError::Forbidden(format!(
@@ -114,7 +114,7 @@ impl Engine {
     /// Releases the named holds, or every hold the caller may release.
     fn unhold(&mut self, target: &Target, holds: Vec<Hold>) -> Result<String, SchedError> {
         let (id, by, now) = (target.id(), target.by, target.now);
-        let releasable = |h: &Hold| by.admin || *h == Hold::User;
+        let releasable = |h: &Hold| by.over_all || *h == Hold::User;
         let had = target.job.status.holds.iter().copied();
         let remaining: Vec<Hold> = if holds.is_empty() {
             had.filter(|h| !releasable(h)).collect()
@@ -214,7 +214,7 @@ impl Engine {
     /// too).
     fn execute(&mut self, target: &Target) -> Result<String, SchedError> {
         let (id, by, state) = (target.id(), target.by, target.state());
-        if !by.admin {
+        if !by.over_all {
             return Err(SchedError::Forbidden(format!(
                 "{} may not force jobs to start: that needs the jobs:update \
                  permission over every job",

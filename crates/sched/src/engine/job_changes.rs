@@ -21,7 +21,7 @@ impl Engine {
     /// user they are (which they also are of every job they submitted). Another user's
     /// job is answered as missing, as a read of it is: a 403 would tell that it exists.
     pub(super) fn may_change(&self, job: &Job, by: &Requester) -> Result<(), SchedError> {
-        if !(by.admin || job.user() == by.user) {
+        if !(by.over_all || job.user() == by.user) {
             return Err(SchedError::NotFound(format!("No job '{}'", job.id)));
         }
         if let Some(task) = &job.spec.extra.system_task {
@@ -122,10 +122,10 @@ impl Engine {
         if changes.duration.is_some_and(|d| d < 0) {
             return Err(invalid("duration: must not be negative".into()));
         }
-        if !by.admin {
+        if !by.over_all {
             self.check_change_size(job, changes).map_err(invalid)?;
         }
-        if changes.system_priority.is_some() && !by.admin {
+        if changes.system_priority.is_some() && !by.over_all {
             return Err(SchedError::Forbidden(
                 "only administrators may set the system priority".into(),
             ));
@@ -181,7 +181,7 @@ impl Engine {
         wanted: &[Hold],
         by: &Requester,
     ) -> Result<Vec<Hold>, SchedError> {
-        if by.admin {
+        if by.over_all {
             return Ok(sorted(wanted.to_vec()));
         }
         if let Some(h) = wanted.iter().find(|h| **h != Hold::User) {

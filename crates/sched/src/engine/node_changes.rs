@@ -73,7 +73,7 @@ impl Engine {
 
 /// Only administrators change nodes.
 pub(super) fn may_change_nodes(by: &Requester) -> Result<(), SchedError> {
-    if by.admin {
+    if by.over_all {
         Ok(())
     } else {
         Err(SchedError::Forbidden(format!(

@@ -28,7 +28,7 @@ impl Engine {
     ) -> Result<String, SchedError> {
         let now = self.now();
         let (start, end) = window(&request, now)?;
-        if !by.admin {
+        if !by.over_all {
             self.check_user_reservation(&request, by, end - start)?;
         }
         check_reservation_fields(&request)?;
@@ -39,7 +39,7 @@ impl Engine {
         };
         let processors: u32 = held.iter().map(|h| h.processors).sum();
         if let Some(cap) = self.config.limits.user_reservation_max_processors
-            && !by.admin
+            && !by.over_all
             && processors > cap
         {
             return Err(invalid(format!(
@@ -211,7 +211,7 @@ impl Engine {
         let reservation = self.reservations.get(position).clone();
         let carried = carried_bytes(&reservation.variables, &reservation.acl, None);
         let limit = self.config.limits.max_submission_bytes;
-        if !by.admin
+        if !by.over_all
             && let Some(reason) = acl_edit::over_limit(carried, limit, "variables and ACL rules")
         {
             *self.reservations.get_mut(position) = before;

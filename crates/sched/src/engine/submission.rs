@@ -130,7 +130,7 @@ impl Engine {
     /// An array's indices and rules must be well formed, and it no larger than the
     /// caller may submit.
     fn check_array(&self, array: &ArraySpec, by: &Requester) -> Result<(), SchedError> {
-        let max_size = if by.admin {
+        let max_size = if by.over_all {
             ArraySpec::MAX_SIZE
         } else {
             self.config.limits.max_array_size
@@ -272,7 +272,7 @@ impl Engine {
         let refuse = |reason: String| SchedError::invalid(JOB_NOT_SUBMITTED, reason);
         if let Some(name) = &spec.user
             && *name != by.user
-            && !by.admin
+            && !by.over_all
         {
             return Err(SchedError::Forbidden(format!(
                 "{} may not submit jobs as another user ('{name}')",
@@ -319,7 +319,7 @@ impl Engine {
         spec: &JobSpec,
         adding: usize,
     ) -> Result<(), SchedError> {
-        if by.admin {
+        if by.over_all {
             return Ok(());
         }
         let limit = self.config.limits.max_queued_jobs_per_user;

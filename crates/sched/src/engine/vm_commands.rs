@@ -76,7 +76,7 @@ fn scheduler_itself() -> Requester {
     Requester {
         user: "root".into(),
         proxy_user: None,
-        admin: true,
+        over_all: true,
     }
 }
 
@@ -106,7 +106,7 @@ impl Engine {
     fn create_vm(&mut self, request: VmRequest, by: &Requester) -> Result<String, SchedError> {
         let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
         let limit = self.config.limits.user_vm_max_count;
-        if !by.admin && self.vms.count_owned_by(&by.user) >= limit {
+        if !by.over_all && self.vms.count_owned_by(&by.user) >= limit {
             return Err(invalid(format!(
                 "{} already has {limit} VMs, the most an ordinary user may have \
                  ([scheduler.limits] user_vm_max_count)",
@@ -145,13 +145,13 @@ impl Engine {
             }
         };
         let (size, disks) = self.new_vm_size(&request, by)?;
-        if !by.admin {
+        if !by.over_all {
             self.within_users_vm_share(&by.user, size)?;
         }
         let default_ttl = self.config.limits.user_vm_default_time_to_live_seconds;
         let time_to_live = request
             .time_to_live
-            .or((!by.admin && !request.for_service && default_ttl > 0).then_some(default_ttl));
+            .or((!by.over_all && !request.for_service && default_ttl > 0).then_some(default_ttl));
         let lives = Lifetime {
             owner: &by.user,
             time_to_live,
@@ -213,7 +213,7 @@ impl Engine {
         };
         let storage_gb: u64 = disks.iter().map(|d| d.size_gb).sum();
         let storage_limit = self.config.limits.user_vm_max_storage_gb;
-        if !by.admin && storage_gb > storage_limit {
+        if !by.over_all && storage_gb > storage_limit {
             return Err(invalid(format!(
                 "storage: {storage_gb} GB asked for; an ordinary user's VM may have at most \
                  {storage_limit} GB ([scheduler.limits] user_vm_max_storage_gb)"
@@ -353,7 +353,7 @@ impl Engine {
         // What changes gather on a VM stays within what one request may carry.
         let limit = self.config.limits.max_submission_bytes;
         let carried = carried_bytes(self.vms.get(position));
-        if !by.admin && carried > limit {
+        if !by.over_all && carried > limit {
             *self.vms.get_mut(position) = vm;
             return Err(refuse(format!(
                 "its variables, triggers, generic metrics and events would take {carried} bytes; \
@@ -817,7 +817,7 @@ impl Engine {
         let by = Requester {
             user: job.user().to_string(),
             proxy_user: None,
-            admin: false,
+            over_all: false,
         };
         let setup = self.start_system_job(at, SystemTask::VmCreate { vm: id }, &by);
         self.vms.get_mut(at).setup_job = Some(setup);

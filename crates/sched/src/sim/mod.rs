@@ -271,7 +271,7 @@ impl Simulation {
             requester: Requester {
                 user: SystemUser::current().map_or("root".into(), |u| u.name),
                 proxy_user: None,
-                admin: true,
+                over_all: true,
             },
         })
     }
