@@ -380,7 +380,7 @@ fn read_interval(f: &mut Fields<'_>) -> Option<u64> {
 }
 
 async fn create(Submission(state, _params, caller, body): Submission) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, NOT_CREATED)?;
+    crate::input::within_submission_bound(&state, &caller, &body, NOT_CREATED)?;
     let body = parse_json(&body)?;
     let new = read_object(&body, NOT_CREATED, |f| {
         f.only(
@@ -448,7 +448,7 @@ async fn modify(
     ItemChange(state, _params, caller, id, body): ItemChange,
 ) -> ApiResult<Json<Value>> {
     let summary = format!("The plugin {id} was not changed");
-    reply::bounded_body(&state, &caller, &body, &summary)?;
+    crate::input::within_submission_bound(&state, &caller, &body, &summary)?;
     reachable(&state, &caller, &id).await?;
     let body = parse_json(&body)?;
     let change = read_object(&body, &summary, |f| {
@@ -516,7 +516,12 @@ async fn call_service(
     Path((id, service)): Path<(String, String)>,
     Submission(state, params, caller, body): Submission,
 ) -> ApiResult<Json<Value>> {
-    reply::bounded_body(&state, &caller, &body, "The web service was not called")?;
+    crate::input::within_submission_bound(
+        &state,
+        &caller,
+        &body,
+        "The web service was not called",
+    )?;
     reachable(&state, &caller, &id).await?;
     let body = if body.iter().all(u8::is_ascii_whitespace) {
         Value::Null

@@ -166,7 +166,12 @@ async fn one(ItemRead(state, params, caller, id): ItemRead) -> ApiResult<Json<Va
 }
 
 async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, summary::RESERVATION_NOT_CREATED)?;
+    crate::input::within_submission_bound(
+        &state,
+        &caller,
+        &body,
+        summary::RESERVATION_NOT_CREATED,
+    )?;
     let body: Value = parse_json(&body)?;
     let request = read_object(&body, summary::RESERVATION_NOT_CREATED, |f| {
         creation(f, &state.settings().dates)

@@ -443,7 +443,7 @@ fn read_entry(e: &mut Fields<'_>) -> Option<ServiceEntry> {
 }
 
 async fn create(Submission(state, _params, caller, body): Submission) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, NOT_CREATED)?;
+    crate::input::within_submission_bound(&state, &caller, &body, NOT_CREATED)?;
     let body = parse_json(&body)?;
     let dates = state.settings().dates.clone();
     let creation = read_object(&body, NOT_CREATED, |f| read_creation(f, &dates))?;
@@ -602,7 +602,7 @@ async fn modify(
     ItemChange(state, _params, caller, key, body): ItemChange,
 ) -> ApiResult<Json<Value>> {
     let summary = format!("The service {key} was not changed");
-    reply::bounded_body(&state, &caller, &body, &summary)?;
+    crate::input::within_submission_bound(&state, &caller, &body, &summary)?;
     let body = parse_json(&body)?;
     let Some(given) = body.as_object().cloned() else {
         return Err(ApiError::bad_request(

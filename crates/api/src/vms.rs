@@ -278,7 +278,7 @@ fn size(f: &mut Fields<'_>, key: &str, max: i64) -> Option<u64> {
 }
 
 async fn create(Submission(state, _params, caller, body): Submission) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, VM_NOT_CREATED)?;
+    crate::input::within_submission_bound(&state, &caller, &body, VM_NOT_CREATED)?;
     let body: Value = parse_json(&body)?;
     let mut request = read_object(&body, VM_NOT_CREATED, |f| {
         refuse_others(f, CREATE_FIELDS, "when creating a VM");
@@ -359,7 +359,7 @@ fn triggers(f: &mut Fields<'_>) -> Option<Vec<Value>> {
 }
 
 async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, &summary::vm_not_changed(&id))?;
+    crate::input::within_submission_bound(&state, &caller, &body, &summary::vm_not_changed(&id))?;
     let body: Value = parse_json(&body)?;
     let by = requester(&caller);
     // A null node is not given, as any null field.

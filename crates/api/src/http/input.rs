@@ -654,6 +654,32 @@ fn shown(value: &Value) -> String {
     }
 }
 
+/// What an ordinary user creates or changes (a job, a reservation, a container) is kept
+/// in memory: its body may have at most `max_submission_bytes` (`[scheduler.limits]`),
+/// else 413 with `summary`. Callers whose permission covers everyone are not limited.
+pub(crate) fn within_submission_bound(
+    state: &crate::AppState,
+    caller: &crate::Caller,
+    body: &[u8],
+    summary: &str,
+) -> Result<(), ApiError> {
+    let limit = state.settings().max_submission_bytes;
+    if body.len() <= limit || caller.over_all() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        crate::Kind::PayloadTooLarge,
+        [
+            summary.to_string(),
+            format!(
+                "A body of an ordinary user may have at most {limit} bytes here; this one has {} \
+                 ([scheduler.limits] max_submission_bytes)",
+                body.len()
+            ),
+        ],
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,32 +20,6 @@ pub fn messages(messages: impl IntoIterator<Item = impl Into<String>>) -> Json<V
     Json(json!({ "messages": messages }))
 }
 
-/// What an ordinary user creates or changes (a job, a reservation, a container) is kept
-/// in memory: its body may have at most `max_submission_bytes` (`[scheduler.limits]`),
-/// else 413 with `summary`. Callers whose permission covers everyone are not limited.
-pub(crate) fn bounded_body(
-    state: &AppState,
-    caller: &crate::Caller,
-    body: &[u8],
-    summary: &str,
-) -> Result<(), ApiError> {
-    let limit = state.settings().max_submission_bytes;
-    if body.len() <= limit || caller.over_all() {
-        return Ok(());
-    }
-    Err(ApiError::new(
-        Kind::PayloadTooLarge,
-        [
-            summary.to_string(),
-            format!(
-                "A body of an ordinary user may have at most {limit} bytes here; this one has {} \
-                 ([scheduler.limits] max_submission_bytes)",
-                body.len()
-            ),
-        ],
-    ))
-}
-
 /// `{}`: the answer of a successful deletion.
 pub fn deleted() -> Json<Value> {
     Json(json!({}))

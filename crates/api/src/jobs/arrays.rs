@@ -63,7 +63,7 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
             "job arrays are not enabled on this service (ENABLEJOBARRAYS is not TRUE)",
         ));
     }
-    crate::reply::bounded_body(&state, &caller, &body, summary::ARRAY_NOT_SUBMITTED)?;
+    crate::input::within_submission_bound(&state, &caller, &body, summary::ARRAY_NOT_SUBMITTED)?;
     let body: Value = parse_json(&body)?;
     let (array, prototype) = read_array(&body)?;
     let mut prototype = prototype.ok_or_else(|| {

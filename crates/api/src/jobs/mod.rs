@@ -504,7 +504,7 @@ fn one(
 }
 
 async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
-    reply::bounded_body(&state, &caller, &body, summary::JOB_NOT_SUBMITTED)?;
+    crate::input::within_submission_bound(&state, &caller, &body, summary::JOB_NOT_SUBMITTED)?;
     let mut body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
@@ -534,7 +534,7 @@ async fn submit(Submission(state, params, caller, body): Submission) -> ApiResul
 }
 
 async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiResult<Json<Value>> {
-    reply::bounded_body(&state, &caller, &body, &summary::job_not_modified(&id))?;
+    crate::input::within_submission_bound(&state, &caller, &body, &summary::job_not_modified(&id))?;
     let body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let changes = if params.api_version.number() >= 2 {
