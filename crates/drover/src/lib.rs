@@ -2,11 +2,11 @@
 //! tests call [`launch`] directly on a listener bound to port 0.
 
 pub mod config;
+pub mod data_dir;
 pub mod guest_run;
 pub mod guests;
 pub mod ledger_accountant;
 pub mod plugin_host;
-pub mod private;
 pub mod serve;
 pub mod service_control;
 pub mod standby;
@@ -111,7 +111,7 @@ fn open_store(config: &Config) -> Result<Arc<dyn DocumentStore>, String> {
         .store
         .is_none()
         .then(|| config.data_dir.join("drover.db"));
-    for warning in private::prepare_data_dir(&config.data_dir, sqlite.as_deref())? {
+    for warning in data_dir::prepare_data_dir(&config.data_dir, sqlite.as_deref())? {
         eprintln!("drover: warning: {warning}");
     }
     Ok(drover_store::open(&config.store_location())
