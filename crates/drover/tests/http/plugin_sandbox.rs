@@ -1,4 +1,4 @@
-//! Review of plugins (spec 2.14, 4.12, part 3, the decisions page): attacks on the sandbox,
+//! Plugins' sandbox (spec 2.14, 4.12, part 3, the decisions page): attacks on the sandbox,
 //! the rights plugins act with, their bounds and their lifecycle, kept as regression tests.
 
 use std::path::Path;

@@ -1,4 +1,4 @@
-//! The attacks of the review of the VM change (#27), kept as regression tests: another
+//! VMs at their edges, kept as regression tests of attacks on them: another
 //! user taking a job's VM name, a job's VM outliving its job, a requeued job in a VM,
 //! a huge time to live, what gathers on a VM, a job's VM larger than its node's share,
 //! and odd requests (no 5xx).

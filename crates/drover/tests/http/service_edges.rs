@@ -1,7 +1,7 @@
-//! The attacks of the review of the services change (#28 item 2), kept as regression
-//! tests: a cycle of containers under `show-recursive-vc`, what gathers on a service
-//! through `PUT`, nesting deeper than allowed, VM services larger than a VM request may
-//! be, a container id given again after a restart, and odd requests (no 5xx).
+//! Services at their edges, kept as regression tests of attacks on them: a cycle of
+//! containers under `show-recursive-vc`, what gathers on a service through `PUT`, nesting
+//! deeper than allowed, VM services larger than a VM request may be, a container id
+//! given again after a restart, and odd requests (no 5xx).
 
 use std::time::{Duration, Instant};
 
