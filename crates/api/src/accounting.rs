@@ -641,10 +641,18 @@ fn job_usage(f: &mut Fields<'_>, proxy_user: &str) -> (Usage, Option<String>) {
     };
     f.object("requirements", |r| {
         let nodes = r
-            .integer_in("requiredNodeCountMinimum", 1, 1_000_000)
+            .integer_in(
+                "requiredNodeCountMinimum",
+                1,
+                drover_domain::limits::MAX_REQUEST_COUNT,
+            )
             .unwrap_or(1) as u64;
         let per_task = r
-            .integer_in("requiredProcessorsPerTask", 1, 1_000_000)
+            .integer_in(
+                "requiredProcessorsPerTask",
+                1,
+                drover_domain::limits::MAX_REQUEST_COUNT,
+            )
             .unwrap_or(1) as u64;
         let memory = r
             .integer_in("requiredMemoryPerTask", 0, i64::MAX / 4)

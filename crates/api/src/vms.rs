@@ -72,7 +72,10 @@ fn input(new: bool) -> Value {
     let mut input = if new {
         object(&[
             ("id", string()),
-            ("totalProcessors", integer_in(0, 4096)),
+            (
+                "totalProcessors",
+                integer_in(0, drover_domain::limits::MAX_VM_PROCESSORS.into()),
+            ),
             ("totalMemory", integer_in(0, 1 << 30)),
             ("totalDisk", integer_in(0, 1 << 40)),
             ("node", node),
@@ -284,7 +287,12 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
         refuse_others(f, CREATE_FIELDS, "when creating a VM");
         VmRequest {
             id: f.string("id"),
-            processors: size(f, "totalProcessors", 4096).map(|n| n as u32),
+            processors: size(
+                f,
+                "totalProcessors",
+                drover_domain::limits::MAX_VM_PROCESSORS.into(),
+            )
+            .map(|n| n as u32),
             memory: size(f, "totalMemory", 1 << 30),
             disk: size(f, "totalDisk", 1 << 40),
             node: node_of(f),

@@ -9,6 +9,14 @@ use std::collections::BTreeMap;
 use crate::job::ArraySpec;
 use crate::reservation::AclRule;
 
+/// A job's user priority lies within plus or minus this (Moab's range).
+pub const USER_PRIORITY_BOUND: i64 = 1_000_000;
+/// The most nodes, tasks per node or processors per task one request may name: past it
+/// no machine has them, and the counts multiply within `u64`.
+pub const MAX_REQUEST_COUNT: i64 = 1 << 20;
+/// The most processors one VM may have (and one task of a job a plugin submits).
+pub const MAX_VM_PROCESSORS: u32 = 4096;
+
 /// The longest message an ordinary user may add to a job, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 1024;
 /// The most messages a change keeps on a job; the oldest go first.

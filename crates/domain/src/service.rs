@@ -200,7 +200,7 @@ pub const DISK: &[&str] = &["disk"];
 
 /// The most processors, MB of memory and MB of disk a service may ask for: what a VM
 /// request may (`totalProcessors`, `totalMemory`, `totalDisk`).
-pub const MAX_PROCESSORS: u64 = 4096;
+pub const MAX_PROCESSORS: u64 = crate::limits::MAX_VM_PROCESSORS as u64;
 pub const MAX_MEMORY_MB: u64 = 1 << 30;
 pub const MAX_DISK_MB: u64 = 1 << 40;
 

@@ -388,7 +388,9 @@ impl PluginHost {
         spec.request.processors_per_task = request
             .get("processors")
             .and_then(Value::as_u64)
-            .map_or(1, |n| n.clamp(1, 4096) as u32);
+            .map_or(1, |n| {
+                n.clamp(1, drover_domain::limits::MAX_VM_PROCESSORS.into()) as u32
+            });
         spec.variables
             .insert("DROVER_PLUGIN".into(), self.plugin.clone());
         self.until(deadline, self.state.scheduler().submit(spec, by))

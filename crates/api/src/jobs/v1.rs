@@ -234,7 +234,11 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
                 .unwrap_or_default(),
             holds: holds_from(f, "holds"),
             user_priority: f
-                .integer_in("userPriority", -1_000_000, 1_000_000)
+                .integer_in(
+                    "userPriority",
+                    -drover_domain::limits::USER_PRIORITY_BOUND,
+                    drover_domain::limits::USER_PRIORITY_BOUND,
+                )
                 .unwrap_or(0),
             command_file: f.string("commandFile").unwrap_or_default(),
             arguments: arguments(f, "commandLineArguments"),
@@ -269,12 +273,22 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
 fn read_requirements(r: &mut Fields<'_>, spec: &mut JobSpec) {
     let request = &mut spec.request;
     let per_task = r
-        .integer_in("requiredProcessorsPerTask", 1, 1 << 20)
+        .integer_in(
+            "requiredProcessorsPerTask",
+            1,
+            drover_domain::limits::MAX_REQUEST_COUNT,
+        )
         .unwrap_or(1) as u32;
     let processors = r.integer_in("requiredProcessorCountMinimum", 1, 1 << 30);
-    let per_node = r.integer_in("tasksPerNode", 1, 1 << 20).map(|n| n as u32);
+    let per_node = r
+        .integer_in("tasksPerNode", 1, drover_domain::limits::MAX_REQUEST_COUNT)
+        .map(|n| n as u32);
     let nodes = r
-        .integer_in("requiredNodeCountMinimum", 1, 1 << 20)
+        .integer_in(
+            "requiredNodeCountMinimum",
+            1,
+            drover_domain::limits::MAX_REQUEST_COUNT,
+        )
         .map(|n| n as u32);
     request.processors_per_task = per_task;
     request.tasks_per_node = per_node;
@@ -360,7 +374,11 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
             .flatten(),
         reservation: f.string("reservationRequested"),
         trigger: f.string("trigger"),
-        user_priority: f.integer_in("userPriority", -1_000_000, 1_000_000),
+        user_priority: f.integer_in(
+            "userPriority",
+            -drover_domain::limits::USER_PRIORITY_BOUND,
+            drover_domain::limits::USER_PRIORITY_BOUND,
+        ),
         variables: f.variable_changes("variables"),
         ..Default::default()
     })

@@ -333,7 +333,11 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
             (spec.earliest_start, spec.deadline) = (start, deadline);
         }
         if let Some(Some(user)) = f.object("priorities", |p| {
-            p.integer_in("user", -1_000_000, 1_000_000)
+            p.integer_in(
+                "user",
+                -drover_domain::limits::USER_PRIORITY_BOUND,
+                drover_domain::limits::USER_PRIORITY_BOUND,
+            )
         }) {
             spec.user_priority = user;
         }
@@ -389,8 +393,12 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
 fn read_requirements(r: &mut Fields<'_>, spec: &mut JobSpec) {
     let request = &mut spec.request;
     request.task_count = r.integer_in("taskCount", 1, 1 << 24).unwrap_or(1) as u32;
-    request.tasks_per_node = r.integer_in("tasksPerNode", 1, 1 << 20).map(|n| n as u32);
-    request.node_count = r.integer_in("nodeCount", 1, 1 << 20).map(|n| n as u32);
+    request.tasks_per_node = r
+        .integer_in("tasksPerNode", 1, drover_domain::limits::MAX_REQUEST_COUNT)
+        .map(|n| n as u32);
+    request.node_count = r
+        .integer_in("nodeCount", 1, drover_domain::limits::MAX_REQUEST_COUNT)
+        .map(|n| n as u32);
     request.architecture = r.string("architecture");
     request.features = r
         .strings("featuresRequested")
@@ -494,7 +502,11 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
         }
         if let Some((user, system)) = f.object("priorities", |p| {
             (
-                p.integer_in("user", -1_000_000, 1_000_000),
+                p.integer_in(
+                    "user",
+                    -drover_domain::limits::USER_PRIORITY_BOUND,
+                    drover_domain::limits::USER_PRIORITY_BOUND,
+                ),
                 p.integer("system"),
             )
         }) {
