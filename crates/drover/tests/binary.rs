@@ -251,7 +251,8 @@ fn a_bad_configuration_is_refused_with_a_reason() {
 
     let output = drover().arg("frobnicate").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&output.stderr).contains("usage"));
+    let said = String::from_utf8_lossy(&output.stderr);
+    assert!(said.contains("frobnicate") && said.contains("Usage"), "{said}");
 }
 
 /// Basic credentials header value.
