@@ -252,7 +252,10 @@ fn a_bad_configuration_is_refused_with_a_reason() {
     let output = drover().arg("frobnicate").output().unwrap();
     assert_eq!(output.status.code(), Some(2));
     let said = String::from_utf8_lossy(&output.stderr);
-    assert!(said.contains("frobnicate") && said.contains("Usage"), "{said}");
+    assert!(
+        said.contains("frobnicate") && said.contains("Usage"),
+        "{said}"
+    );
 }
 
 /// Basic credentials header value.
