@@ -881,7 +881,7 @@ fn run(
     let (stdout, stderr) = match readers(&mut child, locations.max_output) {
         Ok(readers) => readers,
         Err(source) => {
-            kill_group(&child);
+            drover_shepherd::children::kill_group(child.id());
             let _ = child.wait();
             let path = short(&program.shown);
             return Err(UrlError::Spawn { path, source });
@@ -889,7 +889,7 @@ fn run(
     };
     let result = wait_for(&mut child, stdout, locations);
     // Whatever happened, nothing the program started outlives it.
-    kill_group(&child);
+    drover_shepherd::children::kill_group(child.id());
     let status = child.wait();
     let stdout = result.map_err(|failure| failure.into_error(program, locations))?;
     let stderr = stderr_text(stderr);
@@ -1021,7 +1021,7 @@ fn wait_for(
             }
             output = Some(capture.bytes);
         }
-        if stdout.is_none() && has_exited(child) {
+        if stdout.is_none() && drover_shepherd::children::has_exited(child.id()) {
             return Ok(output.unwrap_or_default());
         }
         if Instant::now() >= deadline {
@@ -1037,25 +1037,6 @@ fn join(reader: Reader) -> io::Result<Capture> {
     reader
         .join()
         .unwrap_or_else(|_| Err(io::Error::other("the output reader panicked")))
-}
-
-/// Whether the child has exited, without reaping it: while it is a zombie its pid (the
-/// process group's id) cannot be reused, so killing the group stays safe.
-fn has_exited(child: &Child) -> bool {
-    // SAFETY: siginfo_t is plain data that waitid fills in.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT;
-    let rc = unsafe { libc::waitid(libc::P_PID, child.id(), &mut info, flags) };
-    // With WNOHANG and nothing to report, si_pid stays 0. An error (no such child)
-    // counts as exited so that the loop ends.
-    rc != 0 || unsafe { info.si_pid() } != 0
-}
-
-fn kill_group(child: &Child) {
-    if let Ok(group) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: the group is the child's own, and the child is not reaped yet.
-        unsafe { libc::killpg(group, libc::SIGKILL) };
-    }
 }
 
 /// The start of stderr on one line, if its reader is done (it is not waited for).

@@ -36,6 +36,7 @@
 //! on to the job (blocked until the job exists). SIGKILL ends both. The job starts with
 //! every signal at its default and none blocked, whatever the service had.
 
+pub mod children;
 pub mod files_limit;
 pub mod fork_server;
 

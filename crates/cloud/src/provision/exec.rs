@@ -479,28 +479,6 @@ impl Capture {
 /// Whether the child has exited, without reaping it: while it is a zombie its pid (its
 /// process group's id) cannot be taken by another process, so killing the group stays
 /// safe.
-fn has_exited(pid: i32) -> bool {
-    // SAFETY: a zeroed siginfo_t is a valid value for waitid to fill.
-    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `info` is a valid, writable siginfo_t; WNOWAIT leaves the child waitable.
-    let done = unsafe {
-        libc::waitid(
-            libc::P_PID,
-            pid as libc::id_t,
-            &mut info,
-            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-        )
-    };
-    // SAFETY: waitid filled `info` (si_pid stays 0 when the child has not exited).
-    done == 0 && unsafe { info.si_pid() } != 0
-}
-
-fn kill_group(pgid: i32) {
-    // SAFETY: kill has no memory preconditions; `pgid` is our unreaped child's own
-    // group (process_group(0)), so it names no one else's processes.
-    unsafe { libc::kill(-pgid, libc::SIGKILL) };
-}
-
 fn run_command(
     command: &ExecCommand,
     run_dir: &Path,
@@ -532,7 +510,7 @@ fn run_command(
 /// Reads the child's output until it exited and closed it, or its time is up; kills its
 /// group when something is left. The child is left to reap.
 fn capture(child: &mut Child, timeout: Duration) -> std::io::Result<(bool, Vec<u8>, Vec<u8>)> {
-    let pgid = child.id() as i32;
+    let pgid = child.id();
     let started = Instant::now();
     let deadline = started + timeout;
     let mut streams: Vec<(File, Capture)> = Vec::with_capacity(2);
@@ -554,7 +532,7 @@ fn capture(child: &mut Child, timeout: Duration) -> std::io::Result<(bool, Vec<u
     let mut exited_at: Option<Instant> = None;
     let mut chunk = [0u8; 8192];
     let outcome = loop {
-        if exited_at.is_none() && has_exited(pgid) {
+        if exited_at.is_none() && drover_shepherd::children::has_exited(pgid) {
             exited_at = Some(Instant::now());
         }
         let now = Instant::now();
@@ -562,11 +540,11 @@ fn capture(child: &mut Child, timeout: Duration) -> std::io::Result<(bool, Vec<u
         match exited_at {
             Some(_) if all_closed => break Ok(false),
             Some(at) if now >= (at + LINGER).min(deadline) => {
-                kill_group(pgid);
+                drover_shepherd::children::kill_group(pgid);
                 break Ok(false);
             }
             None if now >= deadline => {
-                kill_group(pgid);
+                drover_shepherd::children::kill_group(pgid);
                 break Ok(true);
             }
             _ => {}
@@ -596,7 +574,7 @@ fn capture(child: &mut Child, timeout: Duration) -> std::io::Result<(bool, Vec<u
             if error.kind() == ErrorKind::Interrupted {
                 continue;
             }
-            kill_group(pgid);
+            drover_shepherd::children::kill_group(pgid);
             break Err(error);
         }
         for (i, ((stream, capture), fd)) in streams.iter_mut().zip(&fds).enumerate() {
