@@ -41,7 +41,7 @@ pub mod dashboard;
 pub mod diag;
 pub mod event_stream;
 pub mod events;
-pub use identity::identity_now;
+pub use identity::People;
 pub mod images;
 pub mod jobs;
 pub mod metrics;

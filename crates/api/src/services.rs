@@ -1,6 +1,6 @@
 //! `/rest/services` (spec 2.11, 4.10): services made from templates or types, over the
 //! stored [`ServiceRecords`] of `drover-cloud`; the service controller
-//! (`drover::service_control`) brings them up and tears them down. `<key>` is an id or a
+//! (`drover_control::services`) brings them up and tears them down. `<key>` is an id or a
 //! name.
 //!
 //! - A creation plans the whole tree (`drover_domain::service::plan`: templates, their
@@ -27,12 +27,13 @@ use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
 use drover_cloud::{CloudError, NewServices, ServiceRecords, StoredService};
+use drover_control::services::service_event;
 use drover_domain::container::VirtualContainer;
 use drover_domain::dates::{Timestamp, WireDates};
 use drover_domain::service::{self, PlannedService, ServiceEntry};
 use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
 use drover_domain::vm::MAX_TIME_TO_LIVE;
-use drover_monitor::event::{Event, InitiatedBy, ObjectRef, PrimaryObject};
+use drover_monitor::event::Event;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -758,33 +759,4 @@ fn record_event(
     tokio::spawn(async move {
         let _ = recorder.record(events).await;
     });
-}
-
-/// An event about a service (object type `Service`, named by id).
-pub fn service_event(
-    stored: &StoredService,
-    event_type: &str,
-    severity: &str,
-    message: &str,
-) -> Event {
-    let mut event = Event::new(Timestamp::now(), event_type, severity);
-    event.origin = Some("drover/services".into());
-    event.facility = Some("service".into());
-    event.event_category = Some("service".into());
-    event.message = Some(message.to_string());
-    event.arguments = vec![stored.value.name.clone()];
-    event.associated_objects = vec![ObjectRef {
-        kind: "Service".into(),
-        id: stored.id.clone(),
-    }];
-    event.primary_object = Some(PrimaryObject {
-        kind: Some("Service".into()),
-        id: Some(stored.id.clone()),
-        serialization: None,
-    });
-    event.initiated_by = Some(InitiatedBy {
-        user: Some(stored.value.user.clone()),
-        proxy_user: None,
-    });
-    event
 }

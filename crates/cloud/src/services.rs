@@ -1,7 +1,7 @@
 //! The stored services (spec 2.11, 4.10): documents of the collection [`SERVICES`], one
 //! per service of every tree a creation made, each under an id the service assigns, with
 //! a unique name `<name>.<n>`. [`ServiceRecords`] is the only code that reads or writes
-//! them; the service controller (`drover::service_control`) moves them through their
+//! them; the service controller (`drover_control::services`) moves them through their
 //! phases, the interface creates, changes and marks them for teardown.
 //!
 //! The `<n>` of names comes from a counter stored beside them and written in the same

@@ -3,12 +3,7 @@
 
 pub mod config;
 pub mod data_dir;
-pub mod guest_run;
-pub mod guests;
-pub mod ledger_accountant;
-pub mod plugin_host;
 pub mod serve;
-pub mod service_control;
 pub mod standby;
 
 use std::future::Future;
@@ -94,9 +89,6 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), St
 /// What [`prepare`] builds.
 struct Prepared {
     state: AppState,
-    /// The state as plugins' hosts reach it; emptied at shutdown (the state holds the
-    /// plugins, which would otherwise keep it alive).
-    plugin_state: Arc<std::sync::Mutex<Option<AppState>>>,
     generated: Option<GeneratedAdmin>,
     /// The event recorder's thread: it ends once every handle is dropped, after
     /// storing what was sent.
@@ -163,7 +155,9 @@ fn prepare(
         drover_cloud::Images::open(store.clone(), config.image_dir())
             .map_err(|e| format!("cannot open the images: {e}"))?,
     );
-    if let Some(said) = guests::register_default_image(&images, &config.cloud.default_image)? {
+    if let Some(said) =
+        drover_control::guests::register_default_image(&images, &config.cloud.default_image)?
+    {
         eprintln!("drover: {said}");
     }
     let service_templates = Arc::new(
@@ -174,6 +168,72 @@ fn prepare(
         drover_cloud::ServiceRecords::open(store.clone())
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
+    let (tokens, request_keys) = open_tokens_and_keys(config, &store)?;
+    let vm_host = drover_control::guests::vm_host(&config.cloud, &config.data_dir, images.clone());
+    let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
+    let auth = Arc::new(auth);
+    let access = Arc::new(access);
+    let reports = Arc::new(reports);
+    let hosts = drover_control::plugin_host::PluginHosts {
+        scheduler: scheduler.clone(),
+        events: events.clone(),
+        reports: reports.clone(),
+        people: Arc::new(drover_api::People {
+            auth: auth.clone(),
+            access: access.clone(),
+            directory: config.ldap.clone(),
+        }),
+        runtime: tokio::runtime::Handle::current(),
+        config: config.plugins.clone(),
+    };
+    let (plugins, warnings) = drover_plugins::registry::Plugins::open(
+        store.clone(),
+        Arc::new(hosts),
+        drover_plugins::script::Limits::default(),
+    )
+    .map_err(|e| format!("cannot open the plugins: {e}"))?;
+    for warning in warnings {
+        eprintln!("drover: warning: {warning}");
+    }
+    let settings = settings(config, active_server)?;
+    let monitoring = Monitoring { events, reports };
+    let state = AppState::new(
+        Services {
+            store,
+            auth,
+            access,
+            scheduler,
+            monitoring,
+            images,
+            service_templates,
+            service_records,
+            service_wake: Arc::new(tokio::sync::Notify::new()),
+            plugins: Arc::new(plugins),
+            tokens,
+            request_keys,
+        },
+        settings,
+    )
+    .with_accounting(ledger);
+    Ok(Prepared {
+        state,
+        generated,
+        recorder,
+    })
+}
+
+/// The OAuth clients' secrets checked, and the stores of bearer tokens and idempotency
+/// keys opened.
+fn open_tokens_and_keys(
+    config: &Config,
+    store: &Arc<dyn DocumentStore>,
+) -> Result<
+    (
+        Arc<drover_auth::tokens::Tokens>,
+        Arc<drover_auth::request_keys::RequestKeys>,
+    ),
+    String,
+> {
     for client in &config.oauth.clients {
         drover_auth::password::validate(&client.secret_hash)
             .map_err(|e| format!("[[oauth.clients]] '{}': secret_hash: {e}", client.id))?;
@@ -198,53 +258,7 @@ fn prepare(
         )
         .map_err(|e| format!("cannot open the idempotency keys: {e}"))?,
     );
-    let plugin_state = Arc::new(std::sync::Mutex::new(None));
-    let hosts = plugin_host::PluginHosts {
-        state: plugin_state.clone(),
-        runtime: tokio::runtime::Handle::current(),
-        config: config.plugins.clone(),
-    };
-    let (plugins, warnings) = drover_plugins::registry::Plugins::open(
-        store.clone(),
-        Arc::new(hosts),
-        drover_plugins::script::Limits::default(),
-    )
-    .map_err(|e| format!("cannot open the plugins: {e}"))?;
-    for warning in warnings {
-        eprintln!("drover: warning: {warning}");
-    }
-    let vm_host = guests::vm_host(config, images.clone());
-    let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
-    let settings = settings(config, active_server)?;
-    let monitoring = Monitoring {
-        events,
-        reports: Arc::new(reports),
-    };
-    let state = AppState::new(
-        Services {
-            store,
-            auth: Arc::new(auth),
-            access,
-            scheduler,
-            monitoring,
-            images,
-            service_templates,
-            service_records,
-            service_wake: Arc::new(tokio::sync::Notify::new()),
-            plugins: Arc::new(plugins),
-            tokens,
-            request_keys,
-        },
-        settings,
-    )
-    .with_accounting(ledger);
-    *plugin_state.lock().unwrap_or_else(|e| e.into_inner()) = Some(state.clone());
-    Ok(Prepared {
-        state,
-        plugin_state,
-        generated,
-        recorder,
-    })
+    Ok((tokens, request_keys))
 }
 
 /// What the interface's handlers are told of the configuration.
@@ -328,7 +342,7 @@ fn start_scheduler(
         resource_manager,
         clock: Arc::new(SystemClock),
         events,
-        accountant: Arc::new(ledger_accountant::LedgerAccountant(ledger)),
+        accountant: Arc::new(drover_control::accounting::LedgerAccountant(ledger)),
         vm_host,
     };
     let mut engine = config.scheduler.engine(&nodes);
@@ -528,14 +542,13 @@ pub async fn launch_with(
     };
     let Prepared {
         state,
-        plugin_state,
         generated: generated_admin,
         recorder,
     } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server))
         .await
         .map_err(|e| e.to_string())??;
     let services = tokio::spawn(
-        service_control::ServiceControl {
+        drover_control::services::ServiceControl {
             records: state.service_records().clone(),
             scheduler: state.scheduler().clone(),
             events: state.events().clone(),
@@ -551,8 +564,13 @@ pub async fn launch_with(
         eprintln!("drover: warning: {failure}");
     }
     let plugin_loops = [
-        tokio::spawn(plugin_host::poll_loop(state.plugins().clone())),
-        tokio::spawn(plugin_host::event_loop(state.clone())),
+        tokio::spawn(drover_control::plugin_host::poll_loop(
+            state.plugins().clone(),
+        )),
+        tokio::spawn(drover_control::plugin_host::event_loop(
+            state.events().clone(),
+            state.plugins().clone(),
+        )),
         tokio::spawn(purge_expired(state.clone())),
     ];
     let app = drover_api::app(state.clone(), routes);
@@ -578,10 +596,6 @@ pub async fn launch_with(
         task.abort();
         let _ = task.await;
     }
-    plugin_state
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .take();
     // Running jobs keep running; the next start adopts them again.
     state.scheduler().shutdown().await;
     // The last reference to the store goes on a blocking thread: the PostgreSQL client

@@ -185,7 +185,7 @@ fn main() {
     // A job's process in a guest (its user's, started by a shepherd): no runtime either.
     if std::env::args().nth(1).as_deref() == Some(drover_sched::rm::shepherd::GUEST_RUN) {
         let arguments: Vec<String> = std::env::args().skip(2).collect();
-        std::process::exit(drover::guest_run::run(&arguments));
+        std::process::exit(drover_control::guest_run::run(&arguments));
     }
     let cli = Cli::try_parse().unwrap_or_else(|error| {
         let _ = error.print();

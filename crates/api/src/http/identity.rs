@@ -10,10 +10,13 @@ use std::time::{Duration, Instant};
 use axum::http::{HeaderMap, header};
 use drover_auth::roles::{Authority, Member, Scope};
 use drover_auth::throttle::source_group;
-use drover_auth::{DirectoryError, Identity, Origin, basic_credentials};
+use drover_auth::{
+    Authenticator, DirectoryConfig, DirectoryError, Identity, Origin, basic_credentials,
+};
 use drover_sched::sysuser::SystemUser;
 
 use crate::AppState;
+use crate::access::AccessControl;
 use crate::audit::{self, Audit};
 use crate::error::ApiError;
 
@@ -206,32 +209,73 @@ fn with_system_groups(mut identity: Identity) -> Identity {
     identity
 }
 
-/// Who a proxied name stands for (found lately, or found now): a local user, else a directory user (with the groups
-/// the directory gives) when there is a directory, else a system account's user by name
-/// (with its system groups).
+/// Who a proxied name stands for (found lately, or found now): a local user, else a
+/// directory user (with the groups the directory gives) when there is a directory, else
+/// a system account's user by name (with its system groups).
 pub(crate) async fn proxied_identity(state: &AppState, name: &str) -> Result<Identity, ApiError> {
-    let cache = state.access().proxied();
+    resolve(
+        state.auth(),
+        state.access(),
+        state.settings().directory.as_ref(),
+        name,
+    )
+    .await
+}
+
+/// [`proxied_identity`] over the parts it reads, which exist before the state does.
+async fn resolve(
+    auth: &Authenticator,
+    access: &AccessControl,
+    directory: Option<&DirectoryConfig>,
+    name: &str,
+) -> Result<Identity, ApiError> {
+    let cache = access.proxied();
     if let Some(identity) = cache.get(name) {
         return Ok(identity);
     }
-    let identity = find_proxied(state, name).await?;
+    let identity = find_proxied(auth, directory, name).await?;
     cache.put(&identity);
     Ok(identity)
 }
 
-/// Who `name` is now (local administrator or not, their directory or system groups), as
-/// a proxied name is resolved: what plugins acting for `name` are checked against, so
-/// that rights `name` lost since are lost by their plugins too.
-pub async fn identity_now(state: &AppState, name: &str) -> Result<Identity, ApiError> {
-    proxied_identity(state, name).await
+/// Who users are now and what the roles in force let them do, as the plugins' hosts
+/// ask (`drover_control::plugin_host::People`): made before the state, from its parts.
+/// A name resolves as a proxied name does, so that rights a plugin's creator lost since
+/// are lost by their plugins too.
+pub struct People {
+    pub auth: Arc<Authenticator>,
+    pub access: Arc<AccessControl>,
+    pub directory: Option<DirectoryConfig>,
+}
+
+impl drover_control::plugin_host::People for People {
+    fn identity_now<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<Identity, String>> + Send + 'a>>
+    {
+        Box::pin(async move {
+            resolve(&self.auth, &self.access, self.directory.as_ref(), user)
+                .await
+                .map_err(|e| e.messages.join("; "))
+        })
+    }
+
+    fn authority(&self) -> Arc<Authority> {
+        self.access.authority()
+    }
 }
 
 /// A local user, else a directory user, else a system account's user, as the doc of
 /// [`proxied_identity`] says.
-async fn find_proxied(state: &AppState, name: &str) -> Result<Identity, ApiError> {
-    let local = match state.auth().user(name) {
+async fn find_proxied(
+    auth: &Authenticator,
+    directory: Option<&DirectoryConfig>,
+    name: &str,
+) -> Result<Identity, ApiError> {
+    let local = match auth.user(name) {
         Some(user) => Identity::local(&user.name, user.admin),
-        None => match &state.settings().directory {
+        None => match directory {
             Some(directory) => {
                 return match directory.lookup(name).await {
                     Ok(identity) => Ok(identity),

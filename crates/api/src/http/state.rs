@@ -38,8 +38,8 @@ struct Inner {
 pub struct Services {
     pub store: Arc<dyn DocumentStore>,
     pub auth: Arc<Authenticator>,
-    /// The roles and principals in force.
-    pub access: AccessControl,
+    /// The roles and principals in force (shared with the plugins' hosts).
+    pub access: Arc<AccessControl>,
     pub scheduler: Scheduler,
     pub monitoring: Monitoring,
     /// The stored images (`drover-cloud`).

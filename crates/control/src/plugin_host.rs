@@ -7,12 +7,13 @@
 //! threads; the engine's async calls are awaited there with the runtime's handle.
 
 use std::collections::{BTreeMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use drover_api::AppState;
-use drover_auth::roles::Scope;
+use drover_auth::roles::{Authority, Scope};
 use drover_auth::{Identity, Permission};
 use drover_domain::dates::Timestamp;
 use drover_domain::node::ReportedNode;
@@ -20,15 +21,17 @@ use drover_domain::request::{
     ExternalUse, JobAction, JobChanges, NodeChanges, NodeReportItem, Requester,
 };
 use drover_monitor::event::{Event, ObjectRef};
+use drover_monitor::{EventRecorder, Reports};
 use drover_plugins::native::{JobReport, Locations, NodeReport};
 use drover_plugins::registry::{HostFactory, MAX_DATA_BYTES, Plugin, Plugins};
 use drover_plugins::script::Host;
+use drover_sched::Scheduler;
 use drover_sched::job::JobSpec;
 use drover_sched::node::NodeState;
 use serde_json::{Map, Value, json};
 use tokio::runtime::Handle;
 
-use crate::config::PluginsConfig;
+use crate::settings::PluginsConfig;
 
 /// How plugins are named as the origin of events, and as who acts for their user.
 const PLUGIN_ORIGIN: &str = "plugin/";
@@ -42,11 +45,25 @@ const MAX_LOG_LINES_PER_CALL: usize = 100;
 /// The most jobs `jobs()` answers (the latest not yet ended).
 const MAX_LISTED_JOBS: usize = 1000;
 
-/// Builds the hosts of plugins. The registry of plugins is part of the state the hosts
-/// reach, so the state is given once it exists (`state`); until then a host can do
-/// nothing (no plugin runs before the server has started).
+/// Who users are now, and what the roles in force let them do: the service's access
+/// control, as plugins' hosts ask it (the interface implements it).
+pub trait People: Send + Sync {
+    /// `user` as they are now (an administrator demoted since, or a user who left a
+    /// group, no longer lends those rights); the reason when they cannot be found.
+    fn identity_now<'a>(
+        &'a self,
+        user: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<Identity, String>> + Send + 'a>>;
+    /// The roles and principals in force.
+    fn authority(&self) -> Arc<Authority>;
+}
+
+/// Builds the hosts of plugins: what they reach of the service.
 pub struct PluginHosts {
-    pub state: Arc<Mutex<Option<AppState>>>,
+    pub scheduler: Scheduler,
+    pub events: EventRecorder,
+    pub reports: Arc<Reports>,
+    pub people: Arc<dyn People>,
     pub runtime: Handle,
     pub config: PluginsConfig,
 }
@@ -57,24 +74,19 @@ impl PluginHosts {
         plugin: &Plugin,
         data: Arc<Mutex<Map<String, Value>>>,
     ) -> Result<PluginHost, String> {
-        let state = self
-            .state
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-            .ok_or("the server is starting or stopping")?;
-        // Who the creator is now, not as they were at creation: an administrator
-        // demoted since, or a user who left a group, no longer lends those rights.
+        // Who the creator is now, not as they were at creation.
         let identity = self
             .runtime
-            .block_on(drover_api::identity_now(&state, &plugin.created_by.user))
-            .map_err(|e| e.messages.join("; "))?;
+            .block_on(self.people.identity_now(&plugin.created_by.user))?;
         Ok(PluginHost {
             plugin: plugin.id.clone(),
             config: plugin.config.clone(),
             locations: self.locations(),
             identity,
-            state,
+            scheduler: self.scheduler.clone(),
+            events: self.events.clone(),
+            reports: self.reports.clone(),
+            people: self.people.clone(),
             runtime: self.runtime.clone(),
             data,
             actions: AtomicUsize::new(0),
@@ -147,7 +159,7 @@ impl HostFactory for PluginHosts {
     fn apply_nodes(&self, plugin: &Plugin, reports: Vec<NodeReport>) -> Result<String, String> {
         let host = self.host_of(plugin, Arc::default())?;
         let by = host.allowed(Permission::update("nodes"))?;
-        let scheduler = host.state.scheduler();
+        let scheduler = &host.scheduler;
         let items = reports
             .into_iter()
             .map(|report| report_item(&plugin.id, report))
@@ -172,7 +184,7 @@ impl HostFactory for PluginHosts {
     fn apply_jobs(&self, plugin: &Plugin, reports: Vec<JobReport>) -> Result<String, String> {
         let host = self.host_of(plugin, Arc::default())?;
         let by = host.allowed(Permission::update("nodes"))?;
-        let scheduler = host.state.scheduler();
+        let scheduler = &host.scheduler;
         // This service's own jobs are not outside work, whatever the report says.
         let outside: Vec<JobReport> = reports
             .into_iter()
@@ -226,7 +238,10 @@ struct PluginHost {
     config: Map<String, Value>,
     locations: Locations,
     identity: Identity,
-    state: AppState,
+    scheduler: Scheduler,
+    events: EventRecorder,
+    reports: Arc<Reports>,
+    people: Arc<dyn People>,
     runtime: Handle,
     data: Arc<Mutex<Map<String, Value>>>,
     /// What this call of the script has done so far (a host serves one call).
@@ -258,10 +273,7 @@ impl PluginHost {
         let scope = if self.identity.admin {
             Some(Scope::All)
         } else {
-            self.state
-                .access()
-                .authority()
-                .scope_of(&self.identity, permission)
+            self.people.authority().scope_of(&self.identity, permission)
         };
         match scope {
             Some(scope) => Ok(Requester {
@@ -283,8 +295,7 @@ impl PluginHost {
     fn nodes(&self, only: Option<&str>) -> Result<Value, String> {
         self.allowed(Permission::read("nodes"))?;
         let nodes: Vec<Value> = self
-            .state
-            .scheduler()
+            .scheduler
             .nodes()
             .iter()
             .filter(|n| only.is_none_or(|id| n.id() == id))
@@ -315,12 +326,12 @@ impl PluginHost {
                    "completionCode": job.status.completion_code})
         };
         if let Some(id) = only {
-            return match self.state.scheduler().job(id) {
+            return match self.scheduler.job(id) {
                 Some(job) if visible(&job) => Ok(render(&job)),
                 _ => Err(format!("no job '{id}'")),
             };
         }
-        let listed: Vec<Value> = self.state.scheduler().with_jobs(|book| {
+        let listed: Vec<Value> = self.scheduler.with_jobs(|book| {
             book.published_jobs()
                 .iter()
                 .rev()
@@ -363,10 +374,7 @@ impl PluginHost {
             generic_metrics,
             ..NodeChanges::default()
         };
-        let said = self.until(
-            deadline,
-            self.state.scheduler().modify_node(id, changes, by),
-        )?;
+        let said = self.until(deadline, self.scheduler.modify_node(id, changes, by))?;
         Ok(json!(said))
     }
 
@@ -393,7 +401,7 @@ impl PluginHost {
             });
         spec.variables
             .insert("DROVER_PLUGIN".into(), self.plugin.clone());
-        self.until(deadline, self.state.scheduler().submit(spec, by))
+        self.until(deadline, self.scheduler.submit(spec, by))
             .map(Value::String)
     }
 
@@ -407,13 +415,13 @@ impl PluginHost {
                 .map(String::from),
             ..JobChanges::default()
         };
-        let said = self.until(deadline, self.state.scheduler().modify(id, changes, by))?;
+        let said = self.until(deadline, self.scheduler.modify(id, changes, by))?;
         Ok(json!(said))
     }
 
     fn cancel_job(&self, id: &str, deadline: Instant) -> Result<Value, String> {
         let by = self.allowed(Permission::delete("jobs"))?;
-        let cancel = self.state.scheduler().act(id, JobAction::Cancel, by);
+        let cancel = self.scheduler.act(id, JobAction::Cancel, by);
         self.until(deadline, cancel).map(Value::String)
     }
 
@@ -448,7 +456,7 @@ impl PluginHost {
                     .collect()
             })
             .unwrap_or_default();
-        let recorded = self.until(deadline, self.state.events().record(vec![event]))?;
+        let recorded = self.until(deadline, self.events.record(vec![event]))?;
         Ok(json!(recorded.first().map(|e| e.id.clone())))
     }
 
@@ -461,8 +469,7 @@ impl PluginHost {
             at: Timestamp::now().as_second(),
             data: data.clone(),
         };
-        self.state
-            .reports()
+        self.reports
             .add_samples(report, &[sample], Timestamp::now().as_second())
             .map(|_| Value::Null)
             .map_err(|e| e.to_string())
@@ -500,9 +507,7 @@ impl Host for PluginHost {
             "job" => self.jobs(Some(text(0)?)),
             "vms" => {
                 let by = self.allowed(Permission::read("vms"))?;
-                let vms: Vec<Value> = self
-                    .state
-                    .scheduler()
+                let vms: Vec<Value> = self.scheduler
                     .vms()
                     .iter()
                     .filter(|v| by.over_all || v.owner == by.user)
@@ -515,8 +520,7 @@ impl Host for PluginHost {
                 let by = self.allowed(Permission::read("reservations"))?;
                 // Those its user may see, as GET /rest/reservations answers them.
                 let ids: Vec<Value> = self
-                    .state
-                    .scheduler()
+                    .scheduler
                     .reservations()
                     .iter()
                     .filter(|r| by.over_all || r.belongs_to(&by.user))
@@ -632,8 +636,8 @@ pub async fn poll_loop(plugins: Arc<Plugins>) {
 /// Hands every stored event (but those plugins made, or that what plugins did caused) to
 /// the plugins that take events: a plugin submitting a job for each job submitted would
 /// otherwise be handed its own submissions, without end.
-pub async fn event_loop(state: AppState) {
-    let mut events = state.events().follow();
+pub async fn event_loop(events: EventRecorder, plugins: Arc<Plugins>) {
+    let mut events = events.follow();
     loop {
         let event = match events.recv().await {
             Ok(event) => event,
@@ -651,7 +655,7 @@ pub async fn event_loop(state: AppState) {
         {
             continue;
         }
-        let plugins = state.plugins().clone();
+        let plugins = plugins.clone();
         // Most servers run no plugin: an event then costs neither its conversion nor a
         // trip to a blocking thread (three per short job).
         if !plugins.may_have_started() {

@@ -20,16 +20,16 @@ use drover_sched::sysuser::SystemUser;
 use drover_sched::vm::Vm;
 use drover_sched::vm_host::{Done, NoVmHost, Outcome, VmHost, VmOperation};
 
-use crate::config::{AccelChoice, Config, ExecConfig, ProvisionerKind};
+use crate::settings::{AccelChoice, CloudConfig, ExecConfig, ProvisionerKind};
 
-/// The VM host the configuration asks for; when it cannot be made, one that fails
-/// every operation saying why (and the reason is printed at start).
-pub fn vm_host(config: &Config, images: Arc<Images>) -> Arc<dyn VmHost> {
-    match provisioner(config) {
+/// The VM host `cloud` asks for (guests' files in `data_dir`/vms); when it cannot be
+/// made, one that fails every operation saying why (and the reason is printed at start).
+pub fn vm_host(cloud: &CloudConfig, data_dir: &Path, images: Arc<Images>) -> Arc<dyn VmHost> {
+    match provisioner(cloud, data_dir) {
         Ok(Some(provisioner)) => Arc::new(Guests {
             images,
             provisioner,
-            default_image: config.cloud.default_image.clone(),
+            default_image: cloud.default_image.clone(),
         }),
         Ok(None) => Arc::new(NoVmHost(
             "no provisioner is configured ([cloud] provisioner = \"none\", or qemu-system-x86_64 \
@@ -43,8 +43,10 @@ pub fn vm_host(config: &Config, images: Arc<Images>) -> Arc<dyn VmHost> {
     }
 }
 
-fn provisioner(config: &Config) -> Result<Option<Arc<dyn Provisioner>>, String> {
-    let cloud = &config.cloud;
+fn provisioner(
+    cloud: &CloudConfig,
+    data_dir: &Path,
+) -> Result<Option<Arc<dyn Provisioner>>, String> {
     let kind = cloud
         .provisioner
         .unwrap_or(if on_path("qemu-system-x86_64") {
@@ -52,7 +54,7 @@ fn provisioner(config: &Config) -> Result<Option<Arc<dyn Provisioner>>, String> 
         } else {
             ProvisionerKind::None
         });
-    let run_dir = config.data_dir.join("vms");
+    let run_dir = data_dir.join("vms");
     Ok(Some(match kind {
         ProvisionerKind::None => return Ok(None),
         ProvisionerKind::Qemu => {

@@ -26,14 +26,15 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use drover_api::services::service_event;
 use drover_cloud::{ServiceRecords, StoredService};
 use drover_domain::container::Members;
+use drover_domain::dates::Timestamp;
 use drover_domain::request::{ContainerChange, ContainerRequest, JobAction, Requester, SchedError};
 use drover_domain::service::{self, Service, ServicePhase};
 use drover_domain::service_template::ServiceType;
 use drover_domain::vm::{SERVICE_VM_PREFIX, VmCommand, VmPhase, VmRequest};
 use drover_monitor::EventRecorder;
+use drover_monitor::event::{Event, InitiatedBy, ObjectRef, PrimaryObject};
 use drover_sched::Scheduler;
 use drover_sched::job::JobSpec;
 use serde_json::{Value, json};
@@ -794,4 +795,33 @@ fn pm_job(stored: &StoredService, container: Option<String>, now: i64) -> JobSpe
     extra.virtual_containers = container.into_iter().collect();
     extra.description = Some(format!("Holds a node for the service {}", service.name));
     spec
+}
+
+/// An event about a service (object type `Service`, named by id).
+pub fn service_event(
+    stored: &StoredService,
+    event_type: &str,
+    severity: &str,
+    message: &str,
+) -> Event {
+    let mut event = Event::new(Timestamp::now(), event_type, severity);
+    event.origin = Some("drover/services".into());
+    event.facility = Some("service".into());
+    event.event_category = Some("service".into());
+    event.message = Some(message.to_string());
+    event.arguments = vec![stored.value.name.clone()];
+    event.associated_objects = vec![ObjectRef {
+        kind: "Service".into(),
+        id: stored.id.clone(),
+    }];
+    event.primary_object = Some(PrimaryObject {
+        kind: Some("Service".into()),
+        id: Some(stored.id.clone()),
+        serialization: None,
+    });
+    event.initiated_by = Some(InitiatedBy {
+        user: Some(stored.value.user.clone()),
+        proxy_user: None,
+    });
+    event
 }
