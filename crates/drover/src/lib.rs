@@ -3,8 +3,6 @@
 
 pub mod config;
 pub mod data_dir;
-pub mod serve;
-pub mod standby;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -473,7 +471,7 @@ pub async fn launch(
 /// The connection bounds of `config`, within the open-file limit (raised to its hard
 /// limit first): at most three quarters of it, the rest kept for the store, jobs and
 /// guests.
-fn connection_limits(config: &Config) -> serve::Limits {
+fn connection_limits(config: &Config) -> drover_api::http::server::Limits {
     let mut max_total = config.max_connections;
     if let Some((given, raised)) = drover_shepherd::files_limit::raise() {
         let room = usize::try_from(raised / 4 * 3)
@@ -491,7 +489,7 @@ fn connection_limits(config: &Config) -> serve::Limits {
             eprintln!("drover: open files limit raised from {given} to {raised}");
         }
     }
-    serve::Limits {
+    drover_api::http::server::Limits {
         header_timeout: Duration::from_secs(config.header_timeout_seconds),
         idle_timeout: Duration::from_secs(config.idle_connection_seconds),
         write_timeout: Duration::from_secs(config.body_timeout_seconds),
@@ -519,23 +517,25 @@ pub async fn launch_with(
     };
     let active_server = if config.high_availability.enabled {
         let address = listener.local_addr().map_err(|e| e.to_string())?;
-        let me = standby::Member {
+        let me = drover_api::http::standby::Member {
             name: config
                 .high_availability
                 .server_name
                 .clone()
-                .unwrap_or_else(|| standby::default_name(address.port())),
+                .unwrap_or_else(|| drover_api::http::standby::default_name(address.port())),
             url: config.advertised_url(address)?,
             base_url: config.normalized_base_url()?,
         };
-        if !standby::stand_by(store.clone(), &me, &listener, shutdown.as_mut()).await? {
+        if !drover_api::http::standby::stand_by(store.clone(), &me, &listener, shutdown.as_mut())
+            .await?
+        {
             // Stopped while a standby: nothing was built, nothing to finish.
             tokio::task::spawn_blocking(move || drop(store))
                 .await
                 .map_err(|e| e.to_string())?;
             return Ok(());
         }
-        standby::watch_lease(store.clone(), me.name.clone());
+        drover_api::http::standby::watch_lease(store.clone(), me.name.clone());
         Some(me.name)
     } else {
         None
@@ -586,7 +586,7 @@ pub async fn launch_with(
         shutdown.await;
         streams.close_all();
     };
-    serve::serve(listener, app, limits, shutdown)
+    drover_api::http::server::serve(listener, app, limits, shutdown)
         .await
         .map_err(|e| e.to_string())?;
     // The controller's next start resumes what it was doing.
