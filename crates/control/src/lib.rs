@@ -6,14 +6,14 @@
 //! - [`plugin_host`]: what plugins' scripts and Native programs may do (the host
 //!   functions, with their user's rights), and the loops that poll plugins and hand them
 //!   events.
-//! - [`guests`]: the engine's `VmHost` (the provisioner that makes guests: QEMU, a
+//! - [`vm_host`]: the engine's `VmHost` (the provisioner that makes guests: QEMU, a
 //!   site's commands or none); [`guest_run`]: a job's process that runs in a guest.
 //! - [`accounting`]: the ledger as the engine's accountant (liens and charges).
 //! - [`settings`]: the configuration sections these read.
 
 pub mod accounting;
 pub mod guest_run;
-pub mod guests;
 pub mod plugin_host;
 pub mod services;
 pub mod settings;
+pub mod vm_host;

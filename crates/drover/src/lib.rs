@@ -154,7 +154,7 @@ fn prepare(
             .map_err(|e| format!("cannot open the images: {e}"))?,
     );
     if let Some(said) =
-        drover_control::guests::register_default_image(&images, &config.cloud.default_image)?
+        drover_control::vm_host::register_default_image(&images, &config.cloud.default_image)?
     {
         eprintln!("drover: {said}");
     }
@@ -167,7 +167,7 @@ fn prepare(
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
     let (tokens, request_keys) = open_tokens_and_keys(config, &store)?;
-    let vm_host = drover_control::guests::vm_host(&config.cloud, &config.data_dir, images.clone());
+    let vm_host = drover_control::vm_host::vm_host(&config.cloud, &config.data_dir, images.clone());
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let auth = Arc::new(auth);
     let access = Arc::new(access);
