@@ -22,9 +22,9 @@ use drover_domain::image::{Boot, ImageChange, ImageKey, ImageType};
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::access_resources;
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::named;
 use crate::openapi::schema::{boolean, integer, object, string, strings};
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
@@ -291,7 +291,11 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
     let body = parse_json(&body)?;
     let change = read_object(&body, "The image was not created", read_change)?;
     let created = blocking(&state, move |images| images.create(&change)).await?;
-    Ok(named::created(&state, "/rest/images", render(&created)))
+    Ok(access_resources::created(
+        &state,
+        "/rest/images",
+        render(&created),
+    ))
 }
 
 async fn modify(ItemChange(state, _, _, key, body): ItemChange) -> ApiResult<Json<Value>> {

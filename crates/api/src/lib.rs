@@ -22,7 +22,7 @@
 //!   [`nodes`], [`credentials`], [`events`], [`reports`] (with metric types),
 //!   [`reservations`] and [`containers`] (virtual containers, `/rest/vcs`), whose
 //!   deletion and ACL rules are one resource (`acl`), and [`roles`] and
-//!   [`principals`], one named-document resource (`named`) over the service
+//!   [`principals`], one named-document resource (`access_resources`) over the service
 //!   [`AccessStore`](drover_auth::access_store::AccessStore); [`images`], over the
 //!   service [`Images`](drover_cloud::Images); [`service_templates`], over the service
 //!   [`ServiceTemplates`](drover_cloud::ServiceTemplates); [`vms`] and [`pending_actions`] (the
@@ -42,10 +42,10 @@ pub mod diag;
 pub mod event_stream;
 pub mod events;
 pub use identity::People;
+mod access_resources;
 pub mod images;
 pub mod jobs;
 pub mod metrics;
-mod named;
 pub mod nodes;
 pub mod oauth;
 pub mod pending_actions;

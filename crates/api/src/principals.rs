@@ -9,14 +9,14 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_auth::access_store::{Common, Named};
+use drover_auth::access_store::{AccessCollection, Common};
 use drover_auth::roles::Authority;
 use serde_json::{Value, json};
 
 use crate::AppState;
+use crate::access_resources::{self, change_list, stored};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::named::{self, change_list, stored};
 use crate::openapi::schema::*;
 use crate::roles::check_name;
 use crate::routes::{Access, Collection, ItemChange, Routes};
@@ -71,12 +71,16 @@ pub(crate) fn register(routes: &mut Routes) {
                 "No such principal",
             ),
         },
-        named::list::<Principals>,
-        named::one::<Principals>,
+        access_resources::list::<Principals>,
+        access_resources::one::<Principals>,
     );
     // The singular path is an alias of the plural one.
     routes
-        .get("/rest/principal/{key}", READ, named::one::<Principals>)
+        .get(
+            "/rest/principal/{key}",
+            READ,
+            access_resources::one::<Principals>,
+        )
         .summary("One principal, by id or name")
         .path_param("key", "The principal's id or name")
         .response(200, "The principal", Some(principal()))
@@ -91,7 +95,7 @@ pub(crate) fn register(routes: &mut Routes) {
             .response(200, "The modified principal", Some(principal()))
             .response(409, "Stale version, or the name is taken", None);
         routes
-            .delete(path, DELETE, named::remove::<Principals>)
+            .delete(path, DELETE, access_resources::remove::<Principals>)
             .summary("Deletes a principal")
             .path_param("key", "The principal's id or name")
             .response(200, "Deleted", Some(object(&[])));
@@ -159,18 +163,18 @@ fn read_given(f: &mut Fields<'_>, authority: &Authority) -> Given {
     }
 }
 
-/// Principals: see [`named`].
+/// Principals: see [`access_resources`](crate::access_resources).
 struct Principals;
 
-impl named::Resource for Principals {
-    const NAMED: Named = Named::Principal;
+impl access_resources::Resource for Principals {
+    const COLLECTION: AccessCollection = AccessCollection::Principal;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let summary = "The principal was not created";
     let authority = state.access().authority();
     let read = |f: &mut Fields<'_>| read_given(f, &authority);
-    let given = named::read_new(&body, summary, read, |g| &g.common)?;
+    let given = access_resources::read_new(&body, summary, read, |g| &g.common)?;
     let record = json!({
         "name": given.common.name.unwrap_or_default(),
         "description": given.common.description,
@@ -179,11 +183,16 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         "users": given.users.unwrap_or_default(),
     });
     let created = stored(&state, true, move |s| s.create_principal(record, summary));
-    Ok(named::created(&state, "/rest/principals", created.await?))
+    Ok(access_resources::created(
+        &state,
+        "/rest/principals",
+        created.await?,
+    ))
 }
 
 async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
-    let (mode, body, summary) = named::change_request(&params, &body, &key, "principal")?;
+    let (mode, body, summary) =
+        access_resources::change_request(&params, &body, &key, "principal")?;
     let authority = state.access().authority();
     let given = read_object(&body, &summary, |f| read_given(f, &authority))?;
     let (roles, groups, users) = (given.roles, given.groups, given.users);
@@ -192,5 +201,13 @@ async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResul
         change_list(record, "groups", groups, mode, &["name", "type"]);
         change_list(record, "users", users, mode, &["name", "type"]);
     };
-    named::modify(&state, Named::Principal, key, given.common, summary, edit).await
+    access_resources::modify(
+        &state,
+        AccessCollection::Principal,
+        key,
+        given.common,
+        summary,
+        edit,
+    )
+    .await
 }

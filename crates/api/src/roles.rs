@@ -12,15 +12,15 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_auth::access_store::{Common, Named, grant_json};
+use drover_auth::access_store::{AccessCollection, Common, grant_json};
 use drover_auth::roles::{Grant, Scope};
 use drover_domain::image::simple_name_problem;
 use serde_json::Value;
 
 use crate::AppState;
+use crate::access_resources::{self, change_list, stored};
 use crate::error::ApiResult;
 use crate::input::{Fields, read_object};
-use crate::named::{self, change_list, stored};
 use crate::openapi::schema::*;
 use crate::routes::{Access, Collection, ItemChange, Routes};
 
@@ -62,8 +62,8 @@ pub(crate) fn register(routes: &mut Routes) {
                 "No such role",
             ),
         },
-        named::list::<Roles>,
-        named::one::<Roles>,
+        access_resources::list::<Roles>,
+        access_resources::one::<Roles>,
     );
     routes
         .post("/rest/roles", CREATE, create)
@@ -80,7 +80,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(200, "The modified role", Some(role()))
         .response(409, "Stale version, or the name is taken", None);
     routes
-        .delete("/rest/roles/{key}", DELETE, named::remove::<Roles>)
+        .delete(
+            "/rest/roles/{key}",
+            DELETE,
+            access_resources::remove::<Roles>,
+        )
         .summary("Deletes a role that no principal attaches (built-in roles stay)")
         .path_param("key", "The role's id or name")
         .response(200, "Deleted", Some(object(&[])))
@@ -177,17 +181,17 @@ fn grants_json(grants: &[Grant]) -> Vec<Value> {
     grants.iter().map(grant_json).collect()
 }
 
-/// Roles: see [`named`].
+/// Roles: see [`access_resources`](crate::access_resources).
 struct Roles;
 
-impl named::Resource for Roles {
-    const NAMED: Named = Named::Role;
+impl access_resources::Resource for Roles {
+    const COLLECTION: AccessCollection = AccessCollection::Role;
 }
 
 async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Response> {
     let summary = "The role was not created";
     let read = |f: &mut Fields<'_>| read_given(f, state.permissions());
-    let given = named::read_new(&body, summary, read, |g| &g.common)?;
+    let given = access_resources::read_new(&body, summary, read, |g| &g.common)?;
     let name = given.common.name.unwrap_or_default();
     let description = given.common.description.unwrap_or_default();
     let grants = given.grants.unwrap_or_default();
@@ -195,15 +199,23 @@ async fn create(State(state): State<AppState>, body: Bytes) -> ApiResult<Respons
         s.create_role(name, description, grants, summary)
     })
     .await?;
-    Ok(named::created(&state, "/rest/roles", created))
+    Ok(access_resources::created(&state, "/rest/roles", created))
 }
 
 async fn modify(ItemChange(state, params, _, key, body): ItemChange) -> ApiResult<Json<Value>> {
-    let (mode, body, summary) = named::change_request(&params, &body, &key, "role")?;
+    let (mode, body, summary) = access_resources::change_request(&params, &body, &key, "role")?;
     let given = read_object(&body, &summary, |f| read_given(f, state.permissions()))?;
     let grants = given.grants.as_deref().map(grants_json);
     let edit = move |record: &mut Value| change_list(record, "permissions", grants, mode, &["id"]);
-    named::modify(&state, Named::Role, key, given.common, summary, edit).await
+    access_resources::modify(
+        &state,
+        AccessCollection::Role,
+        key,
+        given.common,
+        summary,
+        edit,
+    )
+    .await
 }
 
 async fn reset(State(state): State<AppState>, Path(key): Path<String>) -> ApiResult<Json<Value>> {

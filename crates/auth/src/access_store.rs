@@ -20,24 +20,24 @@ pub const PRINCIPALS: &str = "principals";
 
 /// Which of the two collections.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Named {
+pub enum AccessCollection {
     Role,
     Principal,
 }
 
-impl Named {
+impl AccessCollection {
     pub fn collection(self) -> &'static str {
         match self {
-            Named::Role => ROLES,
-            Named::Principal => PRINCIPALS,
+            AccessCollection::Role => ROLES,
+            AccessCollection::Principal => PRINCIPALS,
         }
     }
 
     /// What one is called in messages: `role`, `principal`.
     pub fn what(self) -> &'static str {
         match self {
-            Named::Role => "role",
-            Named::Principal => "principal",
+            AccessCollection::Role => "role",
+            AccessCollection::Principal => "principal",
         }
     }
 }
@@ -110,7 +110,7 @@ impl AccessStore {
     }
 
     /// Every document, in its wire shape (the body with `id` and `version`).
-    pub fn list(&self, named: Named) -> Result<Vec<Value>> {
+    pub fn list(&self, named: AccessCollection) -> Result<Vec<Value>> {
         Ok(self
             .store
             .list(named.collection(), &ListQuery::default())?
@@ -121,7 +121,7 @@ impl AccessStore {
     }
 
     /// The document whose id, else name, is `key`, in its wire shape.
-    pub fn get(&self, named: Named, key: &str) -> Result<Value> {
+    pub fn get(&self, named: AccessCollection, key: &str) -> Result<Value> {
         self.find(named.collection(), key, named.what())
             .map(|document| render(&document))
     }
@@ -163,7 +163,7 @@ impl AccessStore {
     /// lists). A stale version or a taken name is a conflict.
     pub fn modify(
         &self,
-        named: Named,
+        named: AccessCollection,
         key: &str,
         given: Common,
         summary: &str,
@@ -184,9 +184,9 @@ impl AccessStore {
     }
 
     /// Deletes the document `key`. A built-in role, or one a principal attaches, stays.
-    pub fn remove(&self, named: Named, key: &str) -> Result<()> {
+    pub fn remove(&self, named: AccessCollection, key: &str) -> Result<()> {
         let current = self.find(named.collection(), key, named.what())?;
-        if named == Named::Role {
+        if named == AccessCollection::Role {
             self.role_may_go(&current, &format!("The role {key} was not deleted"))?;
         }
         self.store.write(&[Write::Delete {
@@ -199,7 +199,7 @@ impl AccessStore {
 
     /// Gives the built-in role `key` back its defaults.
     pub fn reset_role(&self, key: &str) -> Result<Value> {
-        let current = self.find(ROLES, key, Named::Role.what())?;
+        let current = self.find(ROLES, key, AccessCollection::Role.what())?;
         let Some(default) = built_in_roles().into_iter().find(|r| r.id == current.id) else {
             return Err(AccessError::Invalid {
                 summary: format!("The role {key} was not reset"),
@@ -507,7 +507,7 @@ mod tests {
     }
 
     fn user_grants(stored: &AccessStore) -> Vec<String> {
-        let role = stored.get(Named::Role, USER).unwrap();
+        let role = stored.get(AccessCollection::Role, USER).unwrap();
         role["permissions"]
             .as_array()
             .unwrap()
@@ -551,14 +551,17 @@ mod tests {
     fn built_in_roles_are_written_once_and_decide() {
         let dir = tempfile::tempdir().unwrap();
         let stored = open(&dir);
-        let roles = stored.list(Named::Role).unwrap();
+        let roles = stored.list(AccessCollection::Role).unwrap();
         assert_eq!(roles.len(), built_in_roles().len());
-        let changed = stored.modify(Named::Role, OPERATOR, common(None), "s", |_| {});
+        let changed = stored.modify(AccessCollection::Role, OPERATOR, common(None), "s", |_| {});
         assert_eq!(changed.unwrap()["description"], "changed");
         drop(stored);
         // A second start keeps the changed role.
         let stored = open(&dir);
-        assert_eq!(stored.get(Named::Role, OPERATOR).unwrap()["version"], 2);
+        assert_eq!(
+            stored.get(AccessCollection::Role, OPERATOR).unwrap()["version"],
+            2
+        );
         let admin = Identity::local("root", true);
         let authority = stored.authority(vec![]).unwrap();
         assert!(
@@ -586,18 +589,24 @@ mod tests {
         assert!(
             matches!(again, Err(AccessError::Conflict { reason, .. }) if reason == "the name 'p' is taken")
         );
-        let stale = stored.modify(Named::Principal, "p", common(Some(7)), "s", |_| {});
+        let stale = stored.modify(
+            AccessCollection::Principal,
+            "p",
+            common(Some(7)),
+            "s",
+            |_| {},
+        );
         assert!(matches!(stale, Err(AccessError::Conflict { .. })));
-        let attached = stored.remove(Named::Role, "ops");
+        let attached = stored.remove(AccessCollection::Role, "ops");
         assert!(matches!(attached, Err(AccessError::Conflict { reason, .. })
             if reason == "principals attach it: p"));
-        stored.remove(Named::Principal, "p").unwrap();
-        stored.remove(Named::Role, "ops").unwrap();
+        stored.remove(AccessCollection::Principal, "p").unwrap();
+        stored.remove(AccessCollection::Role, "ops").unwrap();
         assert!(matches!(
-            stored.get(Named::Role, "ops"),
+            stored.get(AccessCollection::Role, "ops"),
             Err(AccessError::NotFound(m)) if m == "No role 'ops'"
         ));
-        let built_in = stored.remove(Named::Role, OPERATOR);
+        let built_in = stored.remove(AccessCollection::Role, OPERATOR);
         assert!(matches!(built_in, Err(AccessError::Invalid { .. })));
         let own = stored.create_role("own".into(), String::new(), vec![], "s");
         let reset = stored.reset_role(own.unwrap()["id"].as_str().unwrap());

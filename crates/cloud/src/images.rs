@@ -14,7 +14,7 @@ use drover_domain::image::{Image, ImageChange, ImageKey, Problem};
 use drover_query::{ListQuery, Page};
 use drover_store::{DocumentStore, StoreError, Write};
 
-use crate::named::{Named, Stored};
+use crate::catalog::{Catalog, Stored};
 
 pub const IMAGES: &str = "images";
 
@@ -51,7 +51,7 @@ pub type StoredImage = Stored<Image>;
 
 /// The service of the stored images. Blocking.
 pub struct Images {
-    named: Named,
+    catalog: Catalog,
     /// Where boot paths are resolved ([`crate::boot::resolve`]).
     image_dir: PathBuf,
 }
@@ -60,7 +60,7 @@ impl Images {
     /// Ensures the collection; new ids continue after the last stored one.
     pub fn open(store: Arc<dyn DocumentStore>, image_dir: PathBuf) -> Result<Self> {
         Ok(Self {
-            named: Named::open(store, IMAGES, "image")?,
+            catalog: Catalog::open(store, IMAGES, "image")?,
             image_dir,
         })
     }
@@ -72,18 +72,18 @@ impl Images {
 
     /// The images `query` selects, sorted and paged, and how many match.
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredImage>> {
-        self.named.list(query)
+        self.catalog.list(query)
     }
 
     /// The image whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredImage> {
-        self.named.get(key)
+        self.catalog.get(key)
     }
 
     /// Stores a new image under a new id; a taken name is a conflict.
     pub fn create(&self, change: &ImageChange) -> Result<StoredImage> {
         let summary = "The image was not created";
-        let mut ids = self.named.lock();
+        let mut ids = self.catalog.lock();
         let (virtualized, missing) = self.resolve_keys(change, None)?;
         let image = checked(
             summary,
@@ -91,8 +91,8 @@ impl Images {
             missing,
         )?;
         let id = ids.next_id();
-        let insert = self.named.put(&id, &image.name, &image, None);
-        self.named.commit(&[insert], summary, &image.name)?;
+        let insert = self.catalog.put(&id, &image.name, &image, None);
+        self.catalog.commit(&[insert], summary, &image.name)?;
         drop(ids);
         self.get(&id)
     }
@@ -101,9 +101,9 @@ impl Images {
     /// taken name, is a conflict.
     pub fn modify(&self, key: &str, change: &ImageChange) -> Result<StoredImage> {
         let summary = format!("The image {key} was not changed");
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let current = self.get(key)?;
-        self.named
+        self.catalog
             .check_version(change.version, current.version, &summary)?;
         let (virtualized, missing) = self.resolve_keys(change, Some(&current.id))?;
         let image = checked(
@@ -112,9 +112,9 @@ impl Images {
             missing,
         )?;
         let update = self
-            .named
+            .catalog
             .put(&current.id, &image.name, &image, Some(current.version));
-        self.named.commit(&[update], &summary, &image.name)?;
+        self.catalog.commit(&[update], &summary, &image.name)?;
         self.get(&current.id)
     }
 
@@ -126,10 +126,10 @@ impl Images {
         users_elsewhere: impl FnOnce(&StoredImage) -> Option<String>,
     ) -> Result<()> {
         let summary = format!("The image {key} was not deleted");
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let current = self.get(key)?;
         let users: Vec<String> = self
-            .named
+            .catalog
             .all::<Image>()?
             .into_iter()
             .filter(|other| other.value.virtualized_images.contains(&current.id))
@@ -153,7 +153,7 @@ impl Images {
                 advice: None,
             });
         }
-        self.named.store.write(&[Write::Delete {
+        self.catalog.store.write(&[Write::Delete {
             collection: IMAGES.into(),
             id: current.id,
             expected_version: Some(current.version),
@@ -176,8 +176,8 @@ impl Images {
         let mut problems = Vec::new();
         for (i, key) in keys.iter().enumerate() {
             let found = match key {
-                ImageKey::Id(id) => self.named.store.get(IMAGES, id)?,
-                ImageKey::Name(name) => self.named.store.get_by_name(IMAGES, name)?,
+                ImageKey::Id(id) => self.catalog.store.get(IMAGES, id)?,
+                ImageKey::Name(name) => self.catalog.store.get_by_name(IMAGES, name)?,
             };
             let field = format!("virtualizedImages[{i}]");
             match found {

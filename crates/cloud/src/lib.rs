@@ -10,8 +10,8 @@
 //! Every call blocks (on the store, on a guest); async callers use `spawn_blocking`.
 
 pub mod boot;
+pub mod catalog;
 pub mod images;
-pub mod named;
 pub mod provision;
 pub mod service_templates;
 pub mod services;

@@ -21,8 +21,8 @@ use drover_domain::service_template::{
 use drover_query::{ListQuery, Page};
 use drover_store::{DocumentStore, Write};
 
+use crate::catalog::{Catalog, Stored};
 use crate::images::{CloudError, Result};
-use crate::named::{Named, Stored};
 
 pub const SERVICE_TEMPLATES: &str = "service_templates";
 
@@ -31,30 +31,30 @@ pub type StoredTemplate = Stored<ServiceTemplate>;
 
 /// The service of the stored service templates. Blocking.
 pub struct ServiceTemplates {
-    named: Named,
+    catalog: Catalog,
 }
 
 impl ServiceTemplates {
     /// Ensures the collection; new ids continue after the last stored one.
     pub fn open(store: Arc<dyn DocumentStore>) -> Result<Self> {
         Ok(Self {
-            named: Named::open(store, SERVICE_TEMPLATES, "service template")?,
+            catalog: Catalog::open(store, SERVICE_TEMPLATES, "service template")?,
         })
     }
 
     /// The templates `query` selects, sorted and paged, and how many match.
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredTemplate>> {
-        self.named.list(query)
+        self.catalog.list(query)
     }
 
     /// Every template, oldest first.
     pub fn all(&self) -> Result<Vec<StoredTemplate>> {
-        self.named.all()
+        self.catalog.all()
     }
 
     /// The template whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredTemplate> {
-        self.named.get(key)
+        self.catalog.get(key)
     }
 
     /// Stores a new template, created by `created_by`, under a new id.
@@ -64,16 +64,16 @@ impl ServiceTemplates {
         created_by: &str,
     ) -> Result<StoredTemplate> {
         let summary = "The service template was not created";
-        let mut ids = self.named.lock();
-        let all = self.named.all::<ServiceTemplate>()?;
+        let mut ids = self.catalog.lock();
+        let all = self.catalog.all::<ServiceTemplate>()?;
         let (included, mut problems) = resolve(&all, change);
         let made =
             ServiceTemplate::create(change, included.unwrap_or_default(), created_by, &now());
         let template = checked(summary, made, &mut problems)?;
         taken_by(summary, &all, &template.name, None)?;
         let id = ids.next_id();
-        let insert = self.named.put(&id, &template.name, &template, None);
-        self.named.commit(&[insert], summary, &template.name)?;
+        let insert = self.catalog.put(&id, &template.name, &template, None);
+        self.catalog.commit(&[insert], summary, &template.name)?;
         drop(ids);
         self.get(&id)
     }
@@ -82,11 +82,11 @@ impl ServiceTemplates {
     /// a taken name, is a conflict. A new name reaches the templates that include it.
     pub fn modify(&self, key: &str, change: &ServiceTemplateChange) -> Result<StoredTemplate> {
         let summary = format!("The service template {key} was not changed");
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let current = self.get(key)?;
-        self.named
+        self.catalog
             .check_version(change.version, current.version, &summary)?;
-        let all = self.named.all::<ServiceTemplate>()?;
+        let all = self.catalog.all::<ServiceTemplate>()?;
         let (included, mut problems) = resolve(&all, change);
         if let Some(included) = &included {
             problems.extend(inclusion_cycle(&all, &current, included));
@@ -94,7 +94,7 @@ impl ServiceTemplates {
         let made = current.value.changed(change, included, &now());
         let template = checked(&summary, made, &mut problems)?;
         taken_by(&summary, &all, &template.name, Some(&current.id))?;
-        let mut writes = vec![self.named.put(
+        let mut writes = vec![self.catalog.put(
             &current.id,
             &template.name,
             &template,
@@ -110,7 +110,7 @@ impl ServiceTemplates {
                     }
                 }
                 if renamed {
-                    writes.push(self.named.put(
+                    writes.push(self.catalog.put(
                         &includer.id,
                         &includer.value.name,
                         &includer.value,
@@ -119,7 +119,7 @@ impl ServiceTemplates {
                 }
             }
         }
-        self.named.commit(&writes, &summary, &template.name)?;
+        self.catalog.commit(&writes, &summary, &template.name)?;
         self.get(&current.id)
     }
 
@@ -132,7 +132,7 @@ impl ServiceTemplates {
         users_elsewhere: impl FnOnce(&StoredTemplate) -> Option<String>,
     ) -> Result<()> {
         let summary = format!("The service template {key} was not deleted");
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let current = self.get(key)?;
         if let Some(users) = users_elsewhere(&current) {
             return Err(CloudError::Conflict {
@@ -142,7 +142,7 @@ impl ServiceTemplates {
             });
         }
         let includers: Vec<String> = self
-            .named
+            .catalog
             .all::<ServiceTemplate>()?
             .into_iter()
             .filter(|other| other.value.includes().any(|id| id == current.id))
@@ -158,7 +158,7 @@ impl ServiceTemplates {
                 advice: Some("remove it from their includedServices, or delete them, first".into()),
             });
         }
-        self.named.store.write(&[Write::Delete {
+        self.catalog.store.write(&[Write::Delete {
             collection: SERVICE_TEMPLATES.into(),
             id: current.id,
             expected_version: Some(current.version),

@@ -17,8 +17,8 @@ use drover_query::{ListQuery, Page};
 use drover_store::{CollectionSpec, DocumentStore, Write};
 use serde_json::{Map, Value, json};
 
+use crate::catalog::{Catalog, Stored};
 use crate::images::{CloudError, Result};
-use crate::named::{Named, Stored};
 
 pub const SERVICES: &str = "services";
 /// One document, [`COUNTER_ID`]: `{"next": n}`, the `<n>` of the next name.
@@ -45,36 +45,36 @@ pub struct NewServices {
 
 /// The service of the stored services. Blocking.
 pub struct ServiceRecords {
-    named: Named,
+    catalog: Catalog,
 }
 
 impl ServiceRecords {
     pub fn open(store: Arc<dyn DocumentStore>) -> Result<Self> {
         store.ensure_collection(&CollectionSpec::new(NAMES))?;
         Ok(Self {
-            named: Named::open(store, SERVICES, "service")?,
+            catalog: Catalog::open(store, SERVICES, "service")?,
         })
     }
 
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredService>> {
-        self.named.list(query)
+        self.catalog.list(query)
     }
 
     /// Every service, oldest first.
     pub fn all(&self) -> Result<Vec<StoredService>> {
-        self.named.all()
+        self.catalog.all()
     }
 
     /// The service whose id, else name, is `key`.
     pub fn get(&self, key: &str) -> Result<StoredService> {
-        self.named.get(key)
+        self.catalog.get(key)
     }
 
     /// Stores the services of `planned` (the top-level one first) as one tree, named
     /// `<base>.<n>`; answers the stored top-level service.
     pub fn create(&self, planned: &[PlannedService], new: &NewServices) -> Result<StoredService> {
         let summary = "The service was not created";
-        let mut ids = self.named.lock();
+        let mut ids = self.catalog.lock();
         // Counted under the lock the services are written with: creations at once do
         // not each see the count before the others.
         if let Some(limit) = new.limit {
@@ -95,7 +95,7 @@ impl ServiceRecords {
                 });
             }
         }
-        let counter = self.named.store.get(NAMES, COUNTER_ID)?;
+        let counter = self.catalog.store.get(NAMES, COUNTER_ID)?;
         let first = counter
             .as_ref()
             .and_then(|d| d.body.get("next"))
@@ -165,7 +165,7 @@ impl ServiceRecords {
             if i == 0 {
                 top = id.clone();
             }
-            writes.push(self.named.put(&id, &service.name, &service, None));
+            writes.push(self.catalog.put(&id, &service.name, &service, None));
         }
         let next = json!({"next": first + planned.len() as i64});
         writes.push(match counter {
@@ -183,7 +183,7 @@ impl ServiceRecords {
                 expected_version: Some(counter.version),
             },
         });
-        self.named.commit(&writes, summary, &names[0])?;
+        self.catalog.commit(&writes, summary, &names[0])?;
         drop(ids);
         self.get(&top)
     }
@@ -196,25 +196,26 @@ impl ServiceRecords {
         change: impl FnOnce(&mut Service) -> Result<()>,
     ) -> Result<StoredService> {
         let summary = format!("The service {key} was not changed");
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let mut current: StoredService = self.get(key)?;
         change(&mut current.value)?;
         current.value.last_updated = dates::format_utc(Timestamp::now());
-        let write = self.named.put(
+        let write = self.catalog.put(
             &current.id,
             &current.value.name,
             &current.value,
             Some(current.version),
         );
-        self.named.commit(&[write], &summary, &current.value.name)?;
+        self.catalog
+            .commit(&[write], &summary, &current.value.name)?;
         self.get(&current.id)
     }
 
     /// Deletes the service `id` (once torn down), and takes its name out of its
     /// container's `includedServices`.
     pub fn remove(&self, id: &str) -> Result<()> {
-        let _writes = self.named.lock();
-        let Some(current) = self.named.find::<Service>(id)? else {
+        let _writes = self.catalog.lock();
+        let Some(current) = self.catalog.find::<Service>(id)? else {
             return Ok(());
         };
         let mut writes = vec![Write::Delete {
@@ -223,27 +224,27 @@ impl ServiceRecords {
             expected_version: Some(current.version),
         }];
         if let Some(parent) = &current.value.parent
-            && let Some(mut parent) = self.named.find::<Service>(parent)?
+            && let Some(mut parent) = self.catalog.find::<Service>(parent)?
         {
             parent
                 .value
                 .included_services
                 .retain(|n| n != &current.value.name);
-            writes.push(self.named.put(
+            writes.push(self.catalog.put(
                 &parent.id,
                 &parent.value.name,
                 &parent.value,
                 Some(parent.version),
             ));
         }
-        self.named
+        self.catalog
             .commit(&writes, "The service was not removed", &current.value.name)
     }
 
     /// Marks the service `key` and every service under it for teardown (`remove`: their
     /// records go once torn down); answers their names.
     pub fn tear_down(&self, key: &str, remove: bool, why: &str) -> Result<Vec<String>> {
-        let _writes = self.named.lock();
+        let _writes = self.catalog.lock();
         let all = self.all()?;
         let root = self.get(key)?;
         let mut names = vec![root.value.name.clone()];
@@ -261,13 +262,15 @@ impl ServiceRecords {
             }
             service.remove_when_down |= remove;
             service.last_updated = now.clone();
-            writes.push(
-                self.named
-                    .put(&stored.id, &service.name, &service, Some(stored.version)),
-            );
+            writes.push(self.catalog.put(
+                &stored.id,
+                &service.name,
+                &service,
+                Some(stored.version),
+            ));
             marked.push(service.name);
         }
-        self.named.commit(
+        self.catalog.commit(
             &writes,
             &format!("The service {key} was not torn down"),
             &root.value.name,

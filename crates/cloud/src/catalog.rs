@@ -4,7 +4,7 @@
 //! every document in memory, with the evaluator that defines list answers
 //! ([`ListQuery::run_positions`]), on the stored form plus `id` and `version`.
 //!
-//! Writes are serialized by the caller holding [`Named::lock`], which also hands out the
+//! Writes are serialized by the caller holding [`Catalog::lock`], which also hands out the
 //! ids, so that the checks that read other documents see what the write applies to.
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -53,7 +53,7 @@ impl<T: Serialize> Stored<T> {
 }
 
 /// One collection of named documents.
-pub(crate) struct Named {
+pub(crate) struct Catalog {
     pub(crate) store: Arc<dyn DocumentStore>,
     pub(crate) collection: &'static str,
     /// What a document is called in messages (`image`).
@@ -62,7 +62,7 @@ pub(crate) struct Named {
     writes: Mutex<IdSequence>,
 }
 
-impl Named {
+impl Catalog {
     /// Ensures the collection; new ids continue after the last stored one.
     pub(crate) fn open(
         store: Arc<dyn DocumentStore>,
@@ -104,7 +104,7 @@ impl Named {
         document.as_ref().map(Stored::read).transpose()
     }
 
-    /// [`Named::find`], or not found.
+    /// [`Catalog::find`], or not found.
     pub(crate) fn get<T: DeserializeOwned>(&self, key: &str) -> Result<Stored<T>> {
         self.find(key)?
             .ok_or_else(|| CloudError::NotFound(format!("No {} '{key}'", self.noun)))

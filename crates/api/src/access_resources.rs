@@ -4,7 +4,7 @@
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::response::Response;
-use drover_auth::access_store::{AccessError, AccessStore, Common, Named};
+use drover_auth::access_store::{AccessCollection, AccessError, AccessStore, Common};
 use serde_json::Value;
 
 use crate::AppState;
@@ -15,14 +15,14 @@ use crate::reply::{self, parse_json};
 
 /// A resource of named documents.
 pub(crate) trait Resource: 'static {
-    const NAMED: Named;
+    const COLLECTION: AccessCollection;
 }
 
 pub(crate) async fn list<R: Resource>(
     State(state): State<AppState>,
     params: ListParams,
 ) -> ApiResult<Json<Value>> {
-    let documents = stored(&state, false, |s| s.list(R::NAMED)).await?;
+    let documents = stored(&state, false, |s| s.list(R::COLLECTION)).await?;
     Ok(reply::list_in_memory(&documents, &params))
 }
 
@@ -30,7 +30,7 @@ pub(crate) async fn one<R: Resource>(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    stored(&state, false, move |s| s.get(R::NAMED, &key))
+    stored(&state, false, move |s| s.get(R::COLLECTION, &key))
         .await
         .map(Json)
 }
@@ -39,7 +39,7 @@ pub(crate) async fn remove<R: Resource>(
     State(state): State<AppState>,
     Path(key): Path<String>,
 ) -> ApiResult<Json<Value>> {
-    stored(&state, true, move |s| s.remove(R::NAMED, &key)).await?;
+    stored(&state, true, move |s| s.remove(R::COLLECTION, &key)).await?;
     Ok(reply::deleted())
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn change_request(
 /// Changes the document `key` ([`AccessStore::modify`]) and answers it.
 pub(crate) async fn modify(
     state: &AppState,
-    named: Named,
+    named: AccessCollection,
     key: String,
     given: Common,
     summary: String,
