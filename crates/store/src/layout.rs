@@ -17,7 +17,7 @@
 //! A newest-first index (`CollectionSpec::index_newest_first`) is `(k<n> DESC, seq)`:
 //! a descending sort whose ties keep creation order then reads just the page. The
 //! `_except` form makes it partial, leaving out rows whose first path holds one common
-//! value (`WHERE k<n> != X'..'`), so those writes skip the index; `plan.rs` repeats that
+//! value (`WHERE k<n> != X'..'`), so those writes skip the index; `pushdown.rs` repeats that
 //! condition word for word in a query whose own condition implies it (both databases
 //! must see it to use the index) and counts the common value as the total minus the
 //! rows the index holds.
@@ -30,7 +30,7 @@ use drover_query::order;
 use serde_json::Value;
 
 use crate::body::{self, PathTree};
-use crate::plan::Dialect;
+use crate::pushdown::Dialect;
 use crate::{Body, CollectionSpec, Result, StoreError, Write};
 
 /// The collections a store has been told about (by `ensure_collection`), by name.

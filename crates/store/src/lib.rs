@@ -10,7 +10,7 @@
 //! documents in creation order. Each collection declares indexes on paths; for those
 //! paths the store keeps the value's order key ([`drover_query::order`]) in a column, so
 //! filters, sorting and paging on them run in SQL. Anything else is evaluated in Rust on
-//! the rows SQL narrowed down (see `plan.rs`).
+//! the rows SQL narrowed down (see `pushdown.rs`).
 //!
 //! The trait is synchronous: SQLite is an in-process library, and the engine's journal
 //! writer is one dedicated thread. Async callers use `spawn_blocking`.
@@ -18,8 +18,8 @@
 mod body;
 pub mod journal;
 mod layout;
-mod plan;
 mod postgres;
+mod pushdown;
 mod sqlite;
 mod wal_buffer;
 
@@ -196,10 +196,10 @@ pub enum Find<'a> {
 impl<'a> Find<'a> {
     /// The query that reads the document from `table` (columns id, name, version, body
     /// as text), and the value bound as its one parameter, if it has one.
-    fn sql(self, table: &str, dialect: plan::Dialect) -> (String, Option<&'a str>) {
+    fn sql(self, table: &str, dialect: pushdown::Dialect) -> (String, Option<&'a str>) {
         let body = match dialect {
-            plan::Dialect::Sqlite => "body",
-            plan::Dialect::Postgres => "body::text",
+            pushdown::Dialect::Sqlite => "body",
+            pushdown::Dialect::Postgres => "body::text",
         };
         let p = dialect.placeholder(1);
         let (selection, value) = match self {

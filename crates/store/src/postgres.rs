@@ -15,7 +15,7 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
-use crate::plan::{self, Dialect, ReadConn, Row};
+use crate::pushdown::{self, Dialect, ReadConn, Row};
 use crate::{
     ActiveLease, Body, CollectionSpec, Document, DocumentStore, Find, LeaseHolder, Result,
     StoreError, StoreInfo, Write,
@@ -798,7 +798,7 @@ impl DocumentStore for PostgresStore {
         self.with_conn(|conn| {
             // One snapshot for the count and the page.
             let mut tx = read_snapshot(&mut conn.client)?;
-            let page = plan::list(
+            let page = pushdown::list(
                 &mut Reader {
                     tx: &mut tx,
                     statements: &mut conn.statements,

@@ -36,7 +36,7 @@ use rusqlite::{
 };
 
 use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
-use crate::plan::{self, Dialect, ReadConn, Row};
+use crate::pushdown::{self, Dialect, ReadConn, Row};
 use crate::wal_buffer;
 use crate::{
     Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
@@ -716,7 +716,7 @@ impl DocumentStore for SqliteStore {
         self.read(|conn| {
             // One read transaction: the count and the page come from the same snapshot.
             conn.execute_batch("BEGIN").map_err(backend)?;
-            let out = plan::list(&mut Reader(conn), layout, Dialect::Sqlite, query);
+            let out = pushdown::list(&mut Reader(conn), layout, Dialect::Sqlite, query);
             conn.execute_batch("COMMIT").map_err(backend)?;
             out
         })
@@ -864,7 +864,7 @@ mod tests {
                     conn,
                     plans: Vec::new(),
                 };
-                plan::list(&mut explaining, layout, Dialect::Sqlite, &query)?;
+                pushdown::list(&mut explaining, layout, Dialect::Sqlite, &query)?;
                 Ok(explaining.plans)
             })
             .unwrap()

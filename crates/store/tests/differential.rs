@@ -3,7 +3,7 @@
 //!
 //! Some paths are indexed (SQL decides), some are not (the evaluator decides on what SQL
 //! narrowed down), and documents put arrays on indexed paths now and then, so every way
-//! of answering in `plan.rs` is exercised.
+//! of answering in `pushdown.rs` is exercised.
 
 mod support;
 

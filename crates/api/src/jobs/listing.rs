@@ -282,7 +282,7 @@ pub(super) struct Scan {
     candidates: Candidates,
     /// `Some(descending)` when the list is sorted by submission date alone over a book
     /// in submission order: the matches' positions are their order, so the scan keeps
-    /// only which positions match (no sort values), and the page is cut as [`plan`]
+    /// only which positions match (no sort values), and the page is cut as [`by_indexes`]
     /// cuts a covered one.
     date_order: Option<bool>,
     /// The filter's index lookups and the listing's states, checked again on each
@@ -377,7 +377,7 @@ impl Candidates {
 
 /// Runs `query` over the jobs of `listing` (only `owner`'s, when given) as far as the
 /// book's indexes and order go.
-pub(super) fn plan(
+pub(super) fn by_indexes(
     book: &JobBook,
     listing: Listing,
     owner: Option<&str>,
@@ -476,7 +476,7 @@ enum Found<'q> {
     Positions(RoaringBitmap),
 }
 
-/// The evaluator's answer over the candidates [`plan`] left, each judged by what the
+/// The evaluator's answer over the candidates [`by_indexes`] left, each judged by what the
 /// index lookups leave of the filter on its rendering by `filter_render` (only the
 /// paths of that rest and of the sort: see [`Narrow`]). The candidates are cut in as
 /// many runs as there are processors, up to 4 (for a long list that is not narrow:

@@ -431,7 +431,7 @@ async fn list(
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
     let version = filter_render.version;
     let outcome = scheduler.with_jobs(|book| {
-        listing::plan(
+        listing::by_indexes(
             book,
             listing,
             owner.as_deref(),
