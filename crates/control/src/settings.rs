@@ -21,6 +21,10 @@ pub struct PluginsConfig {
     pub native_allow_root: bool,
 }
 
+/// The account guests run as unless `[cloud] guest_user` names another; made at start
+/// (as a system account without a login) when the service runs as root and it is missing.
+pub const DEFAULT_GUEST_USER: &str = "drover-guest";
+
 /// `[cloud]`: where images' boot material lives, and what makes the guests of VMs.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -79,7 +83,7 @@ impl Default for CloudConfig {
             accel: AccelChoice::Auto,
             boot_deadline_seconds: 60,
             shutdown_grace_seconds: 10,
-            guest_user: "drover-guest".into(),
+            guest_user: DEFAULT_GUEST_USER.into(),
             console_limit_kib: 1024,
             exec: None,
             pending_actions: PendingActionsConfig::default(),

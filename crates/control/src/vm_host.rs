@@ -20,7 +20,7 @@ use drover_sched::sysuser::SystemUser;
 use drover_sched::vm::Vm;
 use drover_sched::vm_host::{Done, NoVmHost, Outcome, VmHost, VmOperation};
 
-use crate::settings::{AccelChoice, CloudConfig, ExecConfig, ProvisionerKind};
+use crate::settings::{AccelChoice, CloudConfig, DEFAULT_GUEST_USER, ExecConfig, ProvisionerKind};
 
 /// The VM host `cloud` asks for (guests' files in `data_dir`/vms); when it cannot be
 /// made, one that fails every operation saying why (and the reason is printed at start).
@@ -89,6 +89,9 @@ fn guest_account(name: &str) -> Result<Option<GuestAccount>, String> {
     if unsafe { libc::geteuid() } != 0 {
         return Ok(None);
     }
+    if name == DEFAULT_GUEST_USER && SystemUser::lookup(name).is_none() {
+        make_guest_account(name)?;
+    }
     let user = SystemUser::lookup(name).ok_or_else(|| {
         format!(
             "the guest account '{name}' ([cloud] guest_user) does not exist: create it \
@@ -107,6 +110,46 @@ fn guest_account(name: &str) -> Result<Option<GuestAccount>, String> {
         gid: user.gid,
         groups: user.groups,
     }))
+}
+
+/// Makes the default guest account, as `scripts/services/guest-image.sh account` does: a
+/// system account with no home and no login shell, in group `kvm` where there is one
+/// (so that guests may use KVM). Only the default name is ever made: a configured one
+/// is the site's to make.
+fn make_guest_account(name: &str) -> Result<(), String> {
+    let run = |program: &str, args: &[&str]| {
+        std::process::Command::new(program)
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {program}: {e}"))
+            .and_then(|out| {
+                out.status.success().then_some(()).ok_or_else(|| {
+                    format!(
+                        "{program} failed: {}",
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )
+                })
+            })
+    };
+    run(
+        "useradd",
+        &[
+            "--system",
+            "--no-create-home",
+            "--home-dir",
+            "/nonexistent",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+    )
+    .map_err(|why| format!("cannot make the guest account '{name}': {why}"))?;
+    eprintln!("drover: made the system account '{name}' that guests run as");
+    if run("getent", &["group", "kvm"]).is_ok() {
+        run("usermod", &["-a", "-G", "kvm", name])?;
+    }
+    Ok(())
 }
 
 fn commands(exec: &ExecConfig) -> ExecCommands {
