@@ -20,7 +20,7 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Mutex;
+use std::sync::RwLock;
 use std::time::{Duration, Instant};
 
 /// At most this many counts are tracked (about 100 bytes each).
@@ -80,7 +80,9 @@ struct Tables {
 pub struct LoginThrottle {
     max_failures: u32,
     window: Duration,
-    tables: Mutex<Tables>,
+    /// Read on every login (remembered ones included), written on failures and on a
+    /// source's first login: readers do not wait for each other.
+    tables: RwLock<Tables>,
 }
 
 /// What a failure changed, for the audit.
@@ -122,7 +124,7 @@ impl LoginThrottle {
         Self {
             max_failures,
             window,
-            tables: Mutex::new(Tables::default()),
+            tables: RwLock::new(Tables::default()),
         }
     }
 
@@ -156,7 +158,7 @@ impl LoginThrottle {
     /// Whether `name` has logged in from `source` (so that only its own failures there
     /// block it).
     pub fn is_known(&self, source: Option<&str>, name: &str) -> bool {
-        let tables = self.tables.lock().unwrap();
+        let tables = self.tables.read().unwrap();
         Self::known_in(&tables, source, name)
     }
 
@@ -168,7 +170,7 @@ impl LoginThrottle {
     /// Takes `pairs` (name, source) as known: those the store kept (`known_sources`).
     pub fn preload_known(&self, pairs: impl IntoIterator<Item = (String, String)>) {
         let now = Instant::now();
-        let mut tables = self.tables.lock().unwrap();
+        let mut tables = self.tables.write().unwrap();
         for (name, source) in pairs.into_iter().take(MAX_KNOWN) {
             tables
                 .known
@@ -182,7 +184,7 @@ impl LoginThrottle {
             return None;
         }
         let now = Instant::now();
-        let tables = self.tables.lock().unwrap();
+        let tables = self.tables.read().unwrap();
         // Every request with a password asks: nothing to look up while nothing failed.
         if tables.counts.is_empty() {
             return None;
@@ -202,7 +204,7 @@ impl LoginThrottle {
             return Failure::default();
         }
         let now = Instant::now();
-        let mut tables = self.tables.lock().unwrap();
+        let mut tables = self.tables.write().unwrap();
         let mut failure = Failure {
             blocked: None,
             report: source.is_none().then_some(0),
@@ -282,7 +284,16 @@ impl LoginThrottle {
         let source = source?;
         let group = source_group(source);
         let name = fold(name);
-        let mut tables = self.tables.lock().unwrap();
+        let pair = (name, group);
+        {
+            // The common case, a known source with nothing to forgive, under a read lock.
+            let tables = self.tables.read().unwrap();
+            if tables.counts.is_empty() && tables.known.contains_key(&pair) {
+                return None;
+            }
+        }
+        let (name, group) = pair;
+        let mut tables = self.tables.write().unwrap();
         if !tables.counts.is_empty() {
             tables
                 .counts
@@ -406,7 +417,7 @@ mod tests {
             let source = format!("172.{}.{}.{}", i >> 16, (i >> 8) & 255, i & 255);
             throttle.failed(Some(&source), &format!("client{}", i % 7));
         }
-        assert!(throttle.tables.lock().unwrap().counts.len() <= MAX_TRACKED);
+        assert!(throttle.tables.read().unwrap().counts.len() <= MAX_TRACKED);
         assert!(throttle.wait(Some("10.0.0.1"), "admin").is_some());
     }
 
