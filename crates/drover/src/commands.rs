@@ -44,7 +44,7 @@ pub struct Cli {
 pub enum Command {
     /// Serves the interface. With no configuration: 127.0.0.1:8080, SQLite in ./data, and
     /// an administrator 'admin' whose password is generated and printed once.
-    #[command(after_help = ENVIRONMENT_HELP)]
+    #[command(after_help = environment_help())]
     Serve(ServiceFlags),
     /// Local users of the service (its data directory's users.toml).
     #[command(subcommand)]
@@ -66,12 +66,19 @@ pub enum Command {
     Client(client::Command),
 }
 
-const ENVIRONMENT_HELP: &str = "The configuration file may also be named by DROVER_CONFIG; \
-     DROVER_LISTEN, DROVER_BASE_URL, DROVER_DATA_DIR, DROVER_STORE, DROVER_TIME_ZONE, \
-     DROVER_MAX_BODY_BYTES, DROVER_LOGIN_CACHE_SECONDS, DROVER_ADMIN_USER, \
-     DROVER_ENABLEPROXY, DROVER_PROXY_USERS, DROVER_ENABLEJOBARRAYS, DROVER_SCHEDULER_NAME, \
-     DROVER_EXECUTION_USER, DROVER_KILL_GRACE_SECONDS, DROVER_EVENT_LOG and \
-     DROVER_SCHEDULER_EVENTS override it; the flags override both (docs/configuration.md).";
+/// What `drover serve --help` says of the environment: the variables of
+/// [`drover::config::ENVIRONMENT`], so that the help never lists another set.
+fn environment_help() -> String {
+    let names: Vec<&str> = drover::config::ENVIRONMENT
+        .iter()
+        .map(|(name, _)| *name)
+        .collect();
+    format!(
+        "The configuration file may also be named by DROVER_CONFIG; {} override it; the \
+         flags override both (docs/configuration.md).",
+        names.join(", ")
+    )
+}
 
 /// Where the service's configuration comes from, and what the flags change of it.
 #[derive(Args, Default)]
