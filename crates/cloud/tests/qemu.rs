@@ -494,8 +494,10 @@ fn a_command_past_its_timeout_is_killed_and_the_next_one_runs() {
         matches!(&error, ProvisionError::GuestTimeout { secs: 2, detail, .. } if detail.contains("killed")),
         "{error}"
     );
+    // Not the commands' 100 s: the timeout ended it (the bound is far from what a busy
+    // machine takes, so that only a timeout not kept can fail it).
     assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_secs(6),
+        took >= Duration::from_secs(2) && took < Duration::from_secs(60),
         "{took:?}"
     );
 
