@@ -1,7 +1,7 @@
 //! The query language, rule by rule, through its public API.
 
 use drover_domain::dates::WireDates;
-use drover_query::{Filter, ListQuery, Paging, Projection, Sort, Top};
+use drover_query::{Filter, ListQuery, Page, Paging, Projection, Sort, Top};
 use serde_json::{Value, json};
 
 fn jobs() -> Vec<Value> {
@@ -365,19 +365,30 @@ fn a_streamed_run_answers_what_a_run_over_all_documents_does() {
             Some("1"),
         ),
     ] {
-        let query = ListQuery {
-            filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
-            sort: Sort::parse_str(sort).unwrap(),
-            paging: Paging::parse(max, offset).unwrap(),
-        };
-        let all = query.run_positions(&docs);
-        let streamed = query.run_streamed(docs.len(), |i| docs[i].clone());
-        assert_eq!(
-            (all.total, all.items),
-            (streamed.total, streamed.items),
-            "{filter} {sort}"
-        );
+        let query = query_of(filter, sort, max, offset);
+        streamed_agrees(&query, &docs, &format!("{filter} {sort}"));
     }
+}
+
+fn query_of(filter: &str, sort: &str, max: Option<&str>, offset: Option<&str>) -> ListQuery {
+    ListQuery {
+        filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
+        sort: Sort::parse_str(sort).unwrap(),
+        paging: Paging::parse(max, offset).unwrap(),
+    }
+}
+
+/// Checks that a streamed run keeping only the page answers what the run over every
+/// position does, and returns the latter.
+fn streamed_agrees(query: &ListQuery, docs: &[Value], what: &str) -> Page<usize> {
+    let all = query.run_positions(docs);
+    let streamed = query.run_streamed(docs.len(), |i| docs[i].clone());
+    assert_eq!(
+        (&all.total, &all.items),
+        (&streamed.total, &streamed.items),
+        "{what}"
+    );
+    all
 }
 
 #[test]
@@ -412,17 +423,11 @@ fn a_streamed_run_keeping_only_the_page_answers_what_a_full_sort_does() {
             (None, Some("4990")),
             (Some("3000"), Some("1500")),
         ] {
-            let query = ListQuery {
-                filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
-                sort: Sort::parse_str(sort).unwrap(),
-                paging: Paging::parse(max, offset).unwrap(),
-            };
-            let all = query.run_positions(&docs);
-            let streamed = query.run_streamed(docs.len(), |i| docs[i].clone());
-            assert_eq!(
-                (&all.total, &all.items),
-                (&streamed.total, &streamed.items),
-                "{filter} {sort} {max:?} {offset:?}"
+            let query = query_of(filter, sort, max, offset);
+            let all = streamed_agrees(
+                &query,
+                &docs,
+                &format!("{filter} {sort} {max:?} {offset:?}"),
             );
             // The list judged in parts side by side (uneven, merged in any order, a
             // sorted one offered backwards too) is the same page.

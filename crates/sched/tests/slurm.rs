@@ -104,15 +104,37 @@ fn turn() -> std::sync::MutexGuard<'static, ()> {
     SLURM.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// What each test starts from: its turn, a state folder, a job folder the job user
+/// owns (and its path), and a tag that makes its job names its own.
+type Setup = (
+    std::sync::MutexGuard<'static, ()>,
+    tempfile::TempDir,
+    tempfile::TempDir,
+    PathBuf,
+    u32,
+);
+
+/// `None` where no Slurm cluster is configured for the tests.
+fn setup() -> Option<Setup> {
+    if !enabled() {
+        return None;
+    }
+    let turn = turn();
+    let (dir, path) = job_dir();
+    Some((
+        turn,
+        tempfile::tempdir().unwrap(),
+        dir,
+        path,
+        std::process::id(),
+    ))
+}
+
 #[test]
 fn jobs_run_end_are_suspended_cancelled_and_adopted() {
-    if !enabled() {
+    let Some((_turn, state, dir, path, tag)) = setup() else {
         return;
-    }
-    let _turn = turn();
-    let state = tempfile::tempdir().unwrap();
-    let (dir, path) = job_dir();
-    let tag = std::process::id();
+    };
 
     let nodes = slurm::slurm_nodes(&config(state.path())).expect("sinfo --json");
     assert!(nodes.problems.is_empty(), "{:?}", nodes.problems);
@@ -263,13 +285,9 @@ fn next_event<T>(events: &Receiver<RmEvent>, mut pick: impl FnMut(&RmEvent) -> O
 
 #[test]
 fn node_states_and_jobs_submitted_directly_are_reported() {
-    if !enabled() {
+    let Some((_turn, state, dir, path, tag)) = setup() else {
         return;
-    }
-    let _turn = turn();
-    let state = tempfile::tempdir().unwrap();
-    let (dir, path) = job_dir();
-    let tag = std::process::id();
+    };
     let mut config = config(state.path());
     config.node_poll = Duration::from_secs(1);
     let (events, received) = notify();

@@ -672,6 +672,16 @@ pub fn login_as(name: &str) -> Auth {
     Auth::Basic(name.into(), PASSWORD.into())
 }
 
+/// The login of the system account [`BOB`].
+pub fn bob() -> Auth {
+    login_as(BOB)
+}
+
+/// The login of the system account [`CAROL`].
+pub fn carol() -> Auth {
+    login_as(CAROL)
+}
+
 /// Submits a version-2 job as `auth`; the answer as it came.
 pub fn submit_as(server: &TestServer, auth: Auth, body: &Value) -> Reply {
     server.call(
@@ -747,6 +757,37 @@ pub fn system_accounts() -> bool {
     }
     eprintln!("skipped: needs root and the system accounts {BOB} and {CAROL} (scripts/test)");
     false
+}
+
+/// The value of the environment variable `name` that points a test at an outside
+/// service (a directory, a guest image), or `None`: the test is skipped, unless
+/// `required` is set to `1` (as `scripts/test` sets it where it starts the service).
+pub fn outside_service(name: &str, required: &str) -> Option<String> {
+    match std::env::var(name) {
+        Ok(value) if !value.is_empty() => Some(value),
+        _ => {
+            assert!(
+                std::env::var(required).as_deref() != Ok("1"),
+                "{required}=1 but {name} is not set"
+            );
+            eprintln!("skipped: {name} is not set");
+            None
+        }
+    }
+}
+
+/// `text` with every byte but ASCII letters and digits percent-encoded: safe as one
+/// path segment, a query value or a form value.
+pub fn percent_encoded(text: &str) -> String {
+    text.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
 }
 
 /// The uid of the system account `name`.

@@ -12,19 +12,9 @@ use serde_json::{Value, json};
 /// The test directory's address, if there is one; with `DROVER_REQUIRE_LDAP=1`, there
 /// must be.
 fn test_directory() -> Option<(String, u16)> {
-    match std::env::var("DROVER_TEST_LDAP") {
-        Ok(address) if !address.is_empty() => {
-            let (host, port) = address.rsplit_once(':').expect("host:port");
-            Some((host.to_string(), port.parse().expect("a port")))
-        }
-        _ => {
-            assert!(
-                std::env::var("DROVER_REQUIRE_LDAP").as_deref() != Ok("1"),
-                "DROVER_REQUIRE_LDAP=1 but DROVER_TEST_LDAP is not set"
-            );
-            None
-        }
-    }
+    let address = drover_testkit::outside_service("DROVER_TEST_LDAP", "DROVER_REQUIRE_LDAP")?;
+    let (host, port) = address.rsplit_once(':').expect("host:port");
+    Some((host.to_string(), port.parse().expect("a port")))
 }
 
 #[test]

@@ -3,19 +3,8 @@
 use drover_testkit::{Auth, TestServer};
 use serde_json::{Value, json};
 
-const TWO_EVENTS: &str = r#"<Events>
-  <Event eventTime="2026-11-22T10:00:00-05:00" eventType="jobstart" eventCategory="start"
-         sourceComponent="moab" status="success" facility="job">
-    <InitiatedBy user="alice" proxyUser="bob"/>
-    <PrimaryObject objectType="job" objectID="Moab.1"><Serialization>&lt;job/&gt;</Serialization></PrimaryObject>
-    <RelatedObjects><RelatedObject objectType="node" objectID="n1"/></RelatedObjects>
-    <Details><Detail name="queue">batch</Detail></Details>
-  </Event>
-  <Event eventTime="2026-11-22T16:00:00Z" eventType="rmfailure" eventCategory="failure"
-         sourceComponent="rm" status="failure" facility="rm">
-    <ErrorMessage errorCode="12" originator="slurm">node lost</ErrorMessage>
-  </Event>
-</Events>"#;
+/// Two events as a client of the original service posts them.
+const TWO_EVENTS: &str = include_str!("two-events.xml");
 
 fn post_xml(server: &TestServer, xml: &str) -> drover_testkit::Reply {
     server.call(

@@ -28,17 +28,7 @@ pub(crate) fn clients(c: &mut drover::Config) {
 /// `application/x-www-form-urlencoded` of `pairs`, every byte but letters and digits
 /// percent-encoded.
 fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
-    let encode = |text: &str| -> String {
-        text.bytes()
-            .map(|b| {
-                if b.is_ascii_alphanumeric() {
-                    (b as char).to_string()
-                } else {
-                    format!("%{b:02X}")
-                }
-            })
-            .collect()
-    };
+    let encode = drover_testkit::percent_encoded;
     pairs
         .iter()
         .map(|(name, value)| format!("{}={}", encode(name), encode(value)))

@@ -7,39 +7,17 @@ use drover_sched::node::NodeConfig;
 use drover_testkit::{Auth, PASSWORD, Reply, TestServer};
 use serde_json::{Value, json};
 
+use crate::plugins::{plugin, send, upload, uploaded};
+
 fn server() -> TestServer {
     TestServer::builder()
         .config(|c| c.nodes = vec![NodeConfig::new("n1", 2)])
         .start()
 }
 
-fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> Reply {
-    server.call(
-        "PUT",
-        &format!("/rest/plugin-types{query}"),
-        Auth::Admin,
-        Some((content_type, body.to_vec())),
-    )
-}
-
-fn uploaded(server: &TestServer, source: &str) {
-    let reply = upload(server, "text/plain", source.as_bytes(), "");
-    assert_eq!(reply.status, 200, "{}", reply.body);
-}
-
-fn send(server: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
-    server.send_json(method, path, body)
-}
-
 fn created(server: &TestServer, body: &Value) {
     let reply = send(server, "POST", "/rest/plugins", body);
     assert_eq!(reply.status, 201, "{}", reply.body);
-}
-
-fn plugin(server: &TestServer, id: &str) -> Value {
-    let reply = server.get(&format!("/rest/plugins/{id}"));
-    assert_eq!(reply.status, 200, "{}", reply.body);
-    reply.json()
 }
 
 /// Uploads the type `source` (whose id is `ty`), creates a plugin of it (its id `ty` in

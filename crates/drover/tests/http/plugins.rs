@@ -27,7 +27,7 @@ fn server(probes: &Path) -> TestServer {
         .start()
 }
 
-fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> Reply {
+pub(crate) fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> Reply {
     server.call(
         "PUT",
         &format!("/rest/plugin-types{query}"),
@@ -36,16 +36,16 @@ fn upload(server: &TestServer, content_type: &str, body: &[u8], query: &str) -> 
     )
 }
 
-fn uploaded(server: &TestServer, source: &str) {
+pub(crate) fn uploaded(server: &TestServer, source: &str) {
     let reply = upload(server, "text/plain", source.as_bytes(), "");
     assert_eq!(reply.status, 200, "{}", reply.body);
 }
 
-fn send(server: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
+pub(crate) fn send(server: &TestServer, method: &str, path: &str, body: &Value) -> Reply {
     server.send_json(method, path, body)
 }
 
-fn plugin(server: &TestServer, id: &str) -> Value {
+pub(crate) fn plugin(server: &TestServer, id: &str) -> Value {
     let reply = server.get(&format!("/rest/plugins/{id}"));
     assert_eq!(reply.status, 200, "{}", reply.body);
     reply.json()

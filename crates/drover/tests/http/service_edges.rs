@@ -5,20 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use drover_testkit::{Auth, Reply, TestServer, send};
+use drover_testkit::{Auth, Reply, TestServer, bob, carol, send};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL};
 
 const PATH: &str = "/rest/services";
-
-fn bob() -> Auth {
-    drover_testkit::login_as(BOB)
-}
-
-fn carol() -> Auth {
-    drover_testkit::login_as(CAROL)
-}
 
 fn server() -> TestServer {
     TestServer::builder()

@@ -9,21 +9,8 @@ use crate::support::names;
 
 const PATH: &str = "/rest/service-templates";
 
-/// `name` as one path segment: every byte but letters and digits percent-encoded.
-fn segment(name: &str) -> String {
-    name.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
-}
-
 fn item(key: &str) -> String {
-    format!("{PATH}/{}", segment(key))
+    format!("{PATH}/{}", drover_testkit::percent_encoded(key))
 }
 
 fn encode(v: &Value) -> String {

@@ -9,20 +9,12 @@
 use std::time::{Duration, Instant};
 
 use drover_sched::node::NodeConfig;
-use drover_testkit::{Auth, TestServer, send};
+use drover_testkit::{Auth, TestServer, bob, carol, send};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
 
 const PATH: &str = "/rest/services";
-
-fn bob() -> Auth {
-    drover_testkit::login_as(BOB)
-}
-
-fn carol() -> Auth {
-    drover_testkit::login_as(CAROL)
-}
 
 /// A server with two nodes of 2 processors and 1 GiB (`n2` is `fast`), and the accounts
 /// bob and carol.

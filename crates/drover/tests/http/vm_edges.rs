@@ -29,6 +29,17 @@ fn submit_in_vm(
     reply.json()["id"].as_str().unwrap().to_string()
 }
 
+/// A server with guests (`None`: no QEMU here, the test is skipped) and a folder for jobs.
+fn lab() -> Option<(TestServer, crate::vms::Guests, tempfile::TempDir)> {
+    let (server, guests) = crate::vms::start(TestServer::builder(), |_| {})?;
+    Some((server, guests, drover_testkit::scratch_dir()))
+}
+
+/// A job's requirement of `count` processors.
+fn processors(count: u32) -> Value {
+    json!({"requirements": [{"requiredProcessorCountMinimum": count}]})
+}
+
 fn bob() -> Auth {
     drover_testkit::login_as("bob")
 }
@@ -108,16 +119,10 @@ fn another_users_failed_vm_named_after_my_job_does_not_wedge_it() {
 /// destroys its VM.
 #[test]
 fn a_jobs_vm_powered_off_as_its_job_ends_is_destroyed() {
-    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+    let Some((server, _guests, work)) = lab() else {
         return;
     };
-    let work = drover_testkit::scratch_dir();
-    let id = submit_in_vm(
-        &server,
-        work.path(),
-        ("long", "sleep 600"),
-        json!({"requirements": [{"requiredProcessorCountMinimum": 4}]}),
-    );
+    let id = submit_in_vm(&server, work.path(), ("long", "sleep 600"), processors(4));
     let vm_id = format!("job-{id}");
     server.wait_for(&format!("/rest/jobs/{id}"), "the job runs", |j| {
         j["state"] == "RUNNING"
@@ -206,15 +211,14 @@ fn what_changes_gather_on_a_vm_stays_within_max_submission_bytes() {
 /// (it once got all its processors and memory, more than that node had for it).
 #[test]
 fn a_jobs_vm_is_no_larger_than_what_the_job_holds_on_its_node() {
-    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+    let Some((server, _guests, work)) = lab() else {
         return;
     };
-    let work = drover_testkit::scratch_dir();
     let id = submit_in_vm(
         &server,
         work.path(),
         ("wide", "nproc; sleep 5"),
-        json!({"requirements": [{"requiredProcessorCountMinimum": 8}]}),
+        processors(8),
     );
     let vm = server.wait_for(&format!("/rest/vms/job-{id}"), "its VM", |vm| {
         vm["id"].is_string()
@@ -241,10 +245,9 @@ fn a_jobs_vm_is_no_larger_than_what_the_job_holds_on_its_node() {
 /// forever, holding its node).
 #[test]
 fn a_requeued_job_in_a_vm_starts_again() {
-    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |_| {}) else {
+    let Some((server, _guests, work)) = lab() else {
         return;
     };
-    let work = drover_testkit::scratch_dir();
     let id = submit_in_vm(
         &server,
         work.path(),

@@ -14,17 +14,8 @@ use serde_json::{Value, json};
 
 /// The guest image's directory, or `None` (the test is skipped).
 fn guest_image() -> Option<PathBuf> {
-    match std::env::var("DROVER_GUEST_IMAGE_DIR") {
-        Ok(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
-        _ => {
-            assert!(
-                std::env::var("DROVER_REQUIRE_QEMU").as_deref() != Ok("1"),
-                "DROVER_REQUIRE_QEMU=1 but DROVER_GUEST_IMAGE_DIR is not set"
-            );
-            eprintln!("skipped: DROVER_GUEST_IMAGE_DIR is not set");
-            None
-        }
-    }
+    drover_testkit::outside_service("DROVER_GUEST_IMAGE_DIR", "DROVER_REQUIRE_QEMU")
+        .map(PathBuf::from)
 }
 
 /// Kills the guests of a server's data directory when a test ends, however it ends.

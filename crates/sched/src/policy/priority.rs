@@ -144,6 +144,14 @@ mod tests {
     use super::*;
     use crate::job::{JobSpec, JobStatus};
 
+    fn at<'a>(weights: &'a Weights, usage: &'a Usage, now: Seconds) -> Priority<'a> {
+        Priority {
+            weights,
+            usage,
+            now,
+        }
+    }
+
     fn job(seq: u64, submit: Seconds, duration: Option<i64>, user: &str) -> Job {
         let mut status = JobStatus {
             exec_user: user.into(),
@@ -167,11 +175,7 @@ mod tests {
     fn short_jobs_rise_faster_and_waiting_always_counts() {
         let weights = Weights::default();
         let usage = Usage::new(3600);
-        let p = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 1000,
-        };
+        let p = at(&weights, &usage, 1000);
         let short = job(2, 900, Some(100), "a"); // waited its own length: factor 2
         let long = job(1, 900, Some(10_000), "a"); // factor 1.01
         assert!(p.rank(&short).queue_cmp(&p.rank(&long)).is_lt());
@@ -179,11 +183,7 @@ mod tests {
         let twin = job(3, 900, Some(100), "a");
         assert!(p.rank(&short).queue_cmp(&p.rank(&twin)).is_lt());
         // The long job, once it has waited long enough, passes a fresh short job.
-        let later = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 900 + 200_000,
-        };
+        let later = at(&weights, &usage, 900 + 200_000);
         let fresh = job(4, 900 + 200_000, Some(100), "a");
         assert!(later.rank(&long).queue_cmp(&later.rank(&fresh)).is_lt());
     }
@@ -192,11 +192,7 @@ mod tests {
     fn narrow_jobs_go_first_and_waiting_still_counts() {
         let weights = Weights::default();
         let usage = Usage::new(3600);
-        let p = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 1000,
-        };
+        let p = at(&weights, &usage, 1000);
         let sized = |seq, submit, duration, tasks| {
             let mut job = job(seq, submit, Some(duration), "a");
             std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
@@ -209,19 +205,11 @@ mod tests {
         assert!((p.score(&wide) - (1000.0 - 2.0 * 3000.0)).abs() < 1e-9);
         // The wide job, once it has waited 6 times its length (expansion factor 7),
         // passes the fresh serial one.
-        let later = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 1000 + 601,
-        };
+        let later = at(&weights, &usage, 1000 + 601);
         let fresh = sized(3, 1000 + 601, 10_000, 1);
         assert!(later.rank(&wide).queue_cmp(&later.rank(&fresh)).is_lt());
         // Scaling every time by 60 keeps the order: no factor counts absolute time.
-        let slow = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 1000 + 601 * 60,
-        };
+        let slow = at(&weights, &usage, 1000 + 601 * 60);
         let (wide60, fresh60) = (
             sized(1, 1000, 6000, 4),
             sized(3, 1000 + 601 * 60, 600_000, 1),
@@ -233,11 +221,7 @@ mod tests {
     fn system_priority_comes_first() {
         let weights = Weights::default();
         let usage = Usage::new(3600);
-        let p = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 1_000_000,
-        };
+        let p = at(&weights, &usage, 1_000_000);
         let old = job(1, 0, Some(10), "a");
         let mut pushed = job(2, 999_999, None, "a");
         pushed.status.system_priority = 1;
@@ -255,11 +239,7 @@ mod tests {
         usage.record("light", 1000.0, 0);
         assert!((usage.share("heavy", 0) - 0.9).abs() < 1e-9);
         assert_eq!(usage.share("nobody", 0), 0.0);
-        let p = Priority {
-            weights: &weights,
-            usage: &usage,
-            now: 0,
-        };
+        let p = at(&weights, &usage, 0);
         let heavy = job(1, 0, None, "heavy");
         let light = job(2, 0, None, "light");
         assert!(p.rank(&light).queue_cmp(&p.rank(&heavy)).is_lt());
