@@ -14,6 +14,7 @@ use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_domain::job::{Job, JobState};
 use drover_domain::vm::{SystemTask, Vm};
+use drover_sched::Scheduler;
 use serde_json::{Value, json};
 
 use crate::AppState;
@@ -72,11 +73,25 @@ async fn list(
     params: ListParams,
     caller: Caller,
 ) -> ApiResult<Json<Value>> {
-    let vms = state.scheduler().vms();
-    let scheduler = state.scheduler();
-    let mut actions: Vec<(Vm, std::sync::Arc<Job>)> = Vec::new();
-    for vm in vms.iter() {
-        if !crate::vms::visible(vm, &caller) {
+    let actions = system_jobs_of_visible_vms(state.scheduler(), &caller);
+    let cloud = state.settings().cloud.clone();
+    Ok(reply::list_rendered(
+        &actions,
+        &params,
+        &state.settings().dates,
+        |(vm, job), dates, version| render(vm, job, &cloud, dates, version),
+    ))
+}
+
+/// The pending actions are the system jobs (under way, or the last that failed) of the
+/// VMs the caller may see.
+fn system_jobs_of_visible_vms(
+    scheduler: &Scheduler,
+    caller: &Caller,
+) -> Vec<(Vm, std::sync::Arc<Job>)> {
+    let mut actions = Vec::new();
+    for vm in scheduler.vms().iter() {
+        if !crate::vms::visible(vm, caller) {
             continue;
         }
         for id in [&vm.active_job, &vm.failed_job].into_iter().flatten() {
@@ -85,13 +100,7 @@ async fn list(
             }
         }
     }
-    let cloud = state.settings().cloud.clone();
-    Ok(reply::list_rendered(
-        &actions,
-        &params,
-        &state.settings().dates,
-        |(vm, job), dates, version| render(vm, job, &cloud, dates, version),
-    ))
+    actions
 }
 
 /// The record of spec 2.13.

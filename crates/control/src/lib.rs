@@ -17,3 +17,17 @@ pub mod plugin_host;
 pub mod services;
 pub mod settings;
 pub mod vm_host;
+
+/// The strings of a JSON list (`["a", "b"]`), other items and a missing list passed
+/// over: how plugins' reports and services' job sections name features and hosts.
+pub(crate) fn strings_of(value: Option<&serde_json::Value>) -> Vec<String> {
+    value
+        .and_then(serde_json::Value::as_array)
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|i| i.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}

@@ -352,7 +352,7 @@ impl PluginHost {
             ),
             None => None,
         };
-        let mut messages: Vec<String> = strings(change.get("messages"));
+        let mut messages: Vec<String> = crate::strings_of(change.get("messages"));
         messages.extend(
             change
                 .get("message")
@@ -440,7 +440,7 @@ impl PluginHost {
         let mut event = Event::new(Timestamp::now(), kind, &severity);
         event.origin = Some(format!("{PLUGIN_ORIGIN}{}", self.plugin));
         event.message = text("message");
-        event.arguments = strings(request.get("arguments"));
+        event.arguments = crate::strings_of(request.get("arguments"));
         event.associated_objects = request
             .get("associatedObjects")
             .and_then(Value::as_array)
@@ -592,18 +592,6 @@ impl Host for PluginHost {
         let (level, message) = (line(level, 16), line(message, 1024));
         eprintln!("drover: plugin {} [{level}]: {message}", self.plugin);
     }
-}
-
-fn strings(value: Option<&Value>) -> Vec<String> {
-    value
-        .and_then(Value::as_array)
-        .map(|items| {
-            items
-                .iter()
-                .filter_map(|i| i.as_str().map(String::from))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// Polls every STARTED plugin when it is due, each on a blocking thread, never two polls

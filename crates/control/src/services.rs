@@ -771,17 +771,7 @@ fn pm_job(stored: &StoredService, container: Option<String>, now: i64) -> JobSpe
         .map_or(1, |n| n.ceil().max(1.0) as u32);
     spec.request.memory_per_task = service.resource(service::MEMORY).map(|n| n.ceil() as u64);
     let job = service.job();
-    let strings = |key: &str| -> Vec<String> {
-        job.and_then(|j| j.get(key))
-            .and_then(Value::as_array)
-            .map(|items| {
-                items
-                    .iter()
-                    .filter_map(|i| i.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let strings = |key: &str| crate::strings_of(job.and_then(|j| j.get(key)));
     spec.request.features = strings("features");
     spec.request.nodes_requested = strings("requestedHosts").into_iter().take(1).collect();
     spec.variables

@@ -287,21 +287,9 @@ fn push_timestamp(line: &mut String, at: Timestamp) {
 
 /// `value` in decimal, zero-padded to at least `width` digits.
 fn push_number(line: &mut String, value: u32, width: usize) {
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for _ in (digits.len() - at)..width {
-        line.push('0');
-    }
-    line.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+    use std::fmt::Write;
+    // Writing into a String cannot fail.
+    let _ = write!(line, "{value:0width$}");
 }
 
 /// `value` with quotes, backslashes, newlines, carriage returns and tabs escaped; the runs in

@@ -15,7 +15,7 @@ use postgres::types::ToSql;
 use postgres::{Client, NoTls, Statement, Transaction};
 
 use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
-use crate::pushdown::{self, Dialect, ReadConn, Row};
+use crate::pushdown::{self, Dialect, EachRow, ReadConn, Row};
 use crate::{
     ActiveLease, Body, CollectionSpec, Document, DocumentStore, Find, LeaseHolder, Result,
     StoreError, StoreInfo, Write,
@@ -391,12 +391,7 @@ impl ReadConn for Reader<'_, '_> {
         Ok(n as usize)
     }
 
-    fn for_each_row(
-        &mut self,
-        sql: &str,
-        params: &[Vec<u8>],
-        each: &mut dyn FnMut(Row) -> Result<()>,
-    ) -> Result<()> {
+    fn for_each_row(&mut self, sql: &str, params: &[Vec<u8>], each: EachRow<'_>) -> Result<()> {
         let stmt = prepare(self.statements, self.tx, sql)?;
         for r in self
             .tx

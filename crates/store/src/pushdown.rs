@@ -84,15 +84,13 @@ impl Row {
     }
 }
 
+/// What is done with each row a read finds; an error stops the read.
+pub(crate) type EachRow<'a> = &'a mut dyn FnMut(Row) -> Result<()>;
+
 /// The read operations a backend offers to the planner (within one snapshot).
 pub(crate) trait ReadConn {
     fn count(&mut self, sql: &str, params: &[Vec<u8>]) -> Result<usize>;
-    fn for_each_row(
-        &mut self,
-        sql: &str,
-        params: &[Vec<u8>],
-        each: &mut dyn FnMut(Row) -> Result<()>,
-    ) -> Result<()>;
+    fn for_each_row(&mut self, sql: &str, params: &[Vec<u8>], each: EachRow<'_>) -> Result<()>;
 }
 
 /// A condition over key columns.

@@ -36,7 +36,7 @@ use rusqlite::{
 };
 
 use crate::layout::{self, Catalog, Collection, Layout, RowWriter, Stored};
-use crate::pushdown::{self, Dialect, ReadConn, Row};
+use crate::pushdown::{self, Dialect, EachRow, ReadConn, Row};
 use crate::wal_buffer;
 use crate::{
     Body, CollectionSpec, Document, DocumentStore, Find, Result, StoreError, StoreInfo, Write,
@@ -472,12 +472,7 @@ impl ReadConn for Reader<'_> {
         Ok(n as usize)
     }
 
-    fn for_each_row(
-        &mut self,
-        sql: &str,
-        params: &[Vec<u8>],
-        each: &mut dyn FnMut(Row) -> Result<()>,
-    ) -> Result<()> {
+    fn for_each_row(&mut self, sql: &str, params: &[Vec<u8>], each: EachRow<'_>) -> Result<()> {
         let mut stmt = self.0.prepare_cached(sql).map_err(backend)?;
         let mut rows = stmt.query(params_from_iter(params)).map_err(backend)?;
         while let Some(r) = rows.next().map_err(backend)? {
@@ -839,12 +834,7 @@ mod tests {
             Reader(self.conn).count(sql, params)
         }
 
-        fn for_each_row(
-            &mut self,
-            sql: &str,
-            params: &[Vec<u8>],
-            each: &mut dyn FnMut(Row) -> Result<()>,
-        ) -> Result<()> {
+        fn for_each_row(&mut self, sql: &str, params: &[Vec<u8>], each: EachRow<'_>) -> Result<()> {
             self.explain(sql, params);
             Reader(self.conn).for_each_row(sql, params, each)
         }

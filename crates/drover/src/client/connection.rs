@@ -51,42 +51,23 @@ impl Failure {
 
 /// Flags shared by every client command.
 #[derive(clap::Args)]
+#[command(next_help_heading = "Connection (client commands)")]
 pub struct ConnectionFlags {
     /// The server's address, e.g. http://127.0.0.1:8080 (else DROVER_URL, then `url` in
     /// the client configuration file).
-    #[arg(
-        long,
-        global = true,
-        value_name = "URL",
-        help_heading = "Connection (client commands)"
-    )]
+    #[arg(long, global = true, value_name = "URL")]
     pub url: Option<String>,
     /// The user to log in as (else DROVER_USER, `user` in the file, then your login name).
     /// (`--user` is taken: it is the filter of `drover jobs`.)
-    #[arg(
-        long,
-        global = true,
-        value_name = "NAME",
-        help_heading = "Connection (client commands)"
-    )]
+    #[arg(long, global = true, value_name = "NAME")]
     pub login: Option<String>,
     /// The client configuration file (default: $XDG_CONFIG_HOME/drover/client.toml or
     /// ~/.config/drover/client.toml).
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        help_heading = "Connection (client commands)"
-    )]
+    #[arg(long, global = true, value_name = "FILE")]
     pub client_config: Option<PathBuf>,
     /// A CA to trust besides the system's, for a server whose certificate your site's own
     /// CA signed: its PEM file (else DROVER_CA_FILE, then `ca_file` in the file).
-    #[arg(
-        long,
-        global = true,
-        value_name = "FILE",
-        help_heading = "Connection (client commands)"
-    )]
+    #[arg(long, global = true, value_name = "FILE")]
     pub ca_file: Option<PathBuf>,
 }
 
