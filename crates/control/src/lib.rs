@@ -12,6 +12,7 @@
 //! - [`settings`]: the configuration sections these read.
 
 pub mod accounting;
+pub mod data_dir;
 pub mod guest_run;
 pub mod plugin_host;
 pub mod services;

@@ -2,7 +2,6 @@
 //! tests call [`launch`] directly on a listener bound to port 0.
 
 pub mod config;
-pub mod data_dir;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -101,7 +100,8 @@ fn open_store(config: &Config) -> Result<Arc<dyn DocumentStore>, String> {
         .store
         .is_none()
         .then(|| config.data_dir.join("drover.db"));
-    for warning in data_dir::prepare_data_dir(&config.data_dir, sqlite.as_deref())? {
+    for warning in drover_control::data_dir::prepare_data_dir(&config.data_dir, sqlite.as_deref())?
+    {
         eprintln!("drover: warning: {warning}");
     }
     Ok(drover_store::open(&config.store_location())

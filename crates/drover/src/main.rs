@@ -7,7 +7,6 @@ use std::path::PathBuf;
 
 mod client;
 mod commands;
-mod replay;
 
 use clap::{CommandFactory, Parser};
 use commands::{Cli, Command, ConfigFlags, ReplayArgs, ServiceFlags, TraceArgs, UserCommand};
@@ -151,7 +150,7 @@ fn add_user(name: String, admin: bool, flags: ConfigFlags) {
 }
 
 fn replay_command(args: ReplayArgs) {
-    let options = replay::ReplayOptions {
+    let options = commands::replay::ReplayOptions {
         processors: args.processors,
         nodes: args.nodes,
         perfect_estimates: args.perfect_estimates,
@@ -162,7 +161,7 @@ fn replay_command(args: ReplayArgs) {
         ..ServiceFlags::default()
     };
     let policy = load_config(&flags).scheduler.policy;
-    replay::run(&args.trace, &options, policy).unwrap_or_else(|e| fail(e));
+    commands::replay::run(&args.trace, &options, policy).unwrap_or_else(|e| fail(e));
 }
 
 fn generate_trace_command(args: TraceArgs) {
@@ -171,9 +170,9 @@ fn generate_trace_command(args: TraceArgs) {
         processors: args.processors,
         load: args.load,
         seed: args.seed,
-        estimates: (!args.perfect_estimates).then(replay::default_estimates),
+        estimates: (!args.perfect_estimates).then(commands::replay::default_estimates),
     };
-    replay::generate(&spec).unwrap_or_else(|e| fail(e));
+    commands::replay::generate(&spec).unwrap_or_else(|e| fail(e));
 }
 
 fn main() {

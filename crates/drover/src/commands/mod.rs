@@ -2,6 +2,8 @@
 //! add`, `hash-password`, `replay`, `generate-trace`) and the client's (`jobs`, `submit`,
 //! ...), each with `--help`, and shell completions covering them all.
 
+pub mod replay;
+
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
