@@ -7,8 +7,8 @@
 //! It talks to the service on fd 3, one end of a `SOCK_SEQPACKET` socket pair whose
 //! other end only the service holds:
 //! - a request is one byte with two descriptors attached (the job's status file and its
-//!   plan). The server hands them to an idle shepherd over that shepherd's link (forking
-//!   a new one when none is idle). The shepherd reads the plan and clones the job's
+//!   spec). The server hands them to an idle shepherd over that shepherd's link (forking
+//!   a new one when none is idle). The shepherd reads the spec and clones the job's
 //!   process, which first leads a session of its own, writes `pid <n>` in the status
 //!   file and says its pid on the link (`crate::Handshake`). The server answers
 //!   [`Report::Started`] with that pid and its start time, and only once that answer is
@@ -28,7 +28,7 @@
 //!   end with it, busy ones see their jobs to the end, write their exit statuses as
 //!   always, and then end, so that a restarted service finds every end.
 //!
-//! A shepherd's memory holds what is left of the plans of the jobs it ran. A job's
+//! A shepherd's memory holds what is left of the specs of the jobs it ran. A job's
 //! process shares that memory until its exec only where the kernel keeps its user out
 //! (`fs.suid_dumpable` 0); elsewhere it gets a copy, and so each such job has a shepherd
 //! that has run nothing before.
@@ -152,10 +152,10 @@ pub fn seqpacket_pair() -> io::Result<[i32; 2]> {
     }
 }
 
-/// Asks the fork server on `socket` for the start of one job: its status file and plan
+/// Asks the fork server on `socket` for the start of one job: its status file and spec
 /// go with the request (the server has its own copies once this returns).
-pub fn request(socket: i32, status_fd: i32, plan_fd: i32) -> io::Result<()> {
-    send_with_fds(socket, b"L", &[status_fd, plan_fd]).map(drop)
+pub fn request(socket: i32, status_fd: i32, spec_fd: i32) -> io::Result<()> {
+    send_with_fds(socket, b"L", &[status_fd, spec_fd]).map(drop)
 }
 
 /// The most descriptors [`send_with_fds`] sends in one message.
@@ -244,8 +244,8 @@ fn receive(socket: i32) -> Option<Result<[i32; 2], u8>> {
         }
         let moved: Vec<i32> = received.iter().map(|&fd| high(fd)).collect();
         match moved[..] {
-            [status, plan] if status >= 0 && plan >= 0 && payload[0] == b'L' => {
-                Some(Ok([status, plan]))
+            [status, spec] if status >= 0 && spec >= 0 && payload[0] == b'L' => {
+                Some(Ok([status, spec]))
             }
             _ => {
                 for fd in moved.into_iter().filter(|fd| *fd >= 0) {
@@ -384,11 +384,11 @@ struct Pool {
 }
 
 impl Pool {
-    /// Starts the job whose status file and plan are `fds` in a shepherd: its pid, once
+    /// Starts the job whose status file and spec are `fds` in a shepherd: its pid, once
     /// its process is waiting for the go, and the shepherd that holds it.
     fn start(&mut self, fds: [i32; 2]) -> Result<(Member, i32), i32> {
         // A job whose process would get a copy of its shepherd's memory gets a shepherd
-        // that has run nothing before (nothing of another job's plan is in the copy).
+        // that has run nothing before (nothing of another job's spec is in the copy).
         self.fresh_only = memory_may_be_copied();
         loop {
             let reused = if self.fresh_only {
@@ -721,7 +721,7 @@ fn shepherd() -> i32 {
             Some(Ok(fds)) => fds,
         };
         let ran = run_one(fds, &mut served, me);
-        // The plan, read; the status file was closed by `run_one` once a job ran.
+        // The spec, read; the status file was closed by `run_one` once a job ran.
         unsafe { libc::close(fds[1]) };
         if let Err(errno) = ran {
             unsafe { libc::close(fds[0]) };
@@ -737,8 +737,8 @@ fn failure(errno: i32) -> [u8; 5] {
     said
 }
 
-/// Runs the job whose status file and plan are `fds` to its end and closes the status
-/// file; `me` is this shepherd's pid. `served`: the shepherd has read a plan before
+/// Runs the job whose status file and spec are `fds` to its end and closes the status
+/// file; `me` is this shepherd's pid. `served`: the shepherd has read a spec before
 /// (its memory holds what is left of it); set once this one is read. `Err` with an
 /// `errno` when the job could not be started (its process never existed; the status
 /// file is left open).
@@ -746,25 +746,25 @@ fn failure(errno: i32) -> [u8; 5] {
 /// The end is written and the status file closed, then said to the server, and only
 /// then is the job reaped: once its pid is gone, its end is recorded, and the server
 /// has its end before a later job can be given the same pid.
-fn run_one([status, plan]: [i32; 2], served: &mut bool, me: i32) -> Result<(), i32> {
+fn run_one([status, spec]: [i32; 2], served: &mut bool, me: i32) -> Result<(), i32> {
     use std::io::Read;
     use std::os::fd::FromRawFd;
-    let mut plan_bytes = Vec::new();
-    // SAFETY: `plan` is this process's own copy, read once; the caller closes it.
-    let mut plan_file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(plan) });
-    let read = plan_file.read_to_end(&mut plan_bytes);
+    let mut spec_bytes = Vec::new();
+    // SAFETY: `spec` is this process's own copy, read once; the caller closes it.
+    let mut spec_file = std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(spec) });
+    let read = spec_file.read_to_end(&mut spec_bytes);
     let served_before = std::mem::replace(served, true);
     read.map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))?;
-    let plan = crate::Plan::decode(&plan_bytes).ok_or(libc::EINVAL)?;
+    let spec = crate::ProcessSpec::decode(&spec_bytes).ok_or(libc::EINVAL)?;
     // A job in a guest has a shepherd of its own, started with the guest's descriptors.
-    if plan.guest {
+    if spec.guest {
         return Err(libc::EINVAL);
     }
-    let share_memory = crate::shares_memory(&plan);
+    let share_memory = crate::shares_memory(&spec);
     if !share_memory && served_before {
         return Err(libc::EPERM);
     }
-    let command = crate::Command::of(&plan).ok_or(libc::EINVAL)?;
+    let command = crate::Command::of(&spec).ok_or(libc::EINVAL)?;
     let mut report = [0; 2];
     // SAFETY: `report` has room for the two descriptors.
     if unsafe { libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
@@ -778,7 +778,7 @@ fn run_one([status, plan]: [i32; 2], served: &mut bool, me: i32) -> Result<(), i
         status,
         close: [status, report_read, ENDS_FD],
     };
-    let job = crate::JobProcess::of(&plan, &command, report_write, Some(handshake));
+    let job = crate::JobProcess::of(&spec, &command, report_write, Some(handshake));
     let child = match &job {
         Some(job) => crate::spawn_the_job(job, share_memory),
         None => -1,

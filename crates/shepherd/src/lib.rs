@@ -9,7 +9,7 @@
 //! environment: what it needs comes on descriptors the service opened.
 //! - fd 3: the status file: `pid <n>` as it starts (the service stops what that names if
 //!   it restarts without having recorded the start), the exit status at the end;
-//! - fd 4: the [`Plan`]: who to run as and what to execute, with the job's environment
+//! - fd 4: the [`ProcessSpec`]: who to run as and what to execute, with the job's environment
 //!   (kept out of the shepherd's own: it runs as root, and an environment of the user's,
 //!   `LD_PRELOAD` for one, must not reach a root process);
 //! - for a job in a guest only, fds 5 and 6: a connection to the guest's agent and the
@@ -23,7 +23,7 @@
 //! status file's second line.
 //!
 //! Jobs on this machine are run by shepherds of the [`fork_server`]'s pool, each running
-//! one job after another: the status file and plan come on a socket instead, and the
+//! one job after another: the status file and spec come on a socket instead, and the
 //! job's process leads its own session and process group (see `Handshake`); signals
 //! reach it directly. What follows is the shepherd of a job in a guest, a process of its
 //! own.
@@ -53,8 +53,8 @@ pub const SOURCE_ARGUMENT: &str = "--source";
 
 /// The status file's descriptor in the shepherd.
 pub const STATUS_FD: i32 = 3;
-/// The plan's descriptor in the shepherd.
-pub const PLAN_FD: i32 = 4;
+/// The spec's descriptor in the shepherd.
+pub const SPEC_FD: i32 = 4;
 /// In the job's process until it has made its redirections ([`Setup`]): a pipe to the
 /// shepherd, which reads there why the job could not start and writes it on the status
 /// file's second line.
@@ -75,7 +75,7 @@ pub const SUBCOMMAND: &str = "job-shepherd";
 /// the ids to switch to first (none: stay who the shepherd is), and the setup the job's
 /// process makes after the switch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct ProcessSpec {
     pub switch_to: Option<Ids>,
     /// The job runs in a guest: fds 5 and 6 are passed on to it.
     pub guest: bool,
@@ -114,7 +114,7 @@ pub struct Ids {
     pub groups: Vec<u32>,
 }
 
-impl Plan {
+impl ProcessSpec {
     /// NUL-separated fields: `guest` or `host`, `switch` (`-` or `uid gid g1,g2,...`), the
     /// setup (directory, input (empty: none), output path and default name, error path
     /// and default name), the number of arguments, the arguments, the number of
@@ -149,7 +149,7 @@ impl Plan {
         bytes
     }
 
-    pub fn decode(bytes: &[u8]) -> Option<Plan> {
+    pub fn decode(bytes: &[u8]) -> Option<ProcessSpec> {
         let text = std::str::from_utf8(bytes).ok()?;
         let mut fields = text.split('\0');
         let guest = match fields.next()? {
@@ -199,7 +199,7 @@ impl Plan {
                 Some((k.to_string(), v.to_string()))
             })
             .collect::<Option<_>>()?;
-        (!argv.is_empty()).then_some(Plan {
+        (!argv.is_empty()).then_some(ProcessSpec {
             switch_to,
             guest,
             setup,
@@ -304,20 +304,20 @@ pub fn run() -> i32 {
         let _ = writeln!(status, "pid {}", std::process::id());
     }
     close_from(GUEST_PROGRAM_FD as u32 + 1);
-    let mut plan_bytes = Vec::new();
+    let mut spec_bytes = Vec::new();
     // SAFETY: the service opened fd 4 for this process alone; it is read once and closed.
-    let mut plan_file = unsafe { std::fs::File::from_raw_fd(PLAN_FD) };
-    if plan_file.read_to_end(&mut plan_bytes).is_err() {
+    let mut spec_file = unsafe { std::fs::File::from_raw_fd(SPEC_FD) };
+    if spec_file.read_to_end(&mut spec_bytes).is_err() {
         return 125;
     }
-    drop(plan_file);
-    let Some(plan) = Plan::decode(&plan_bytes) else {
+    drop(spec_file);
+    let Some(spec) = ProcessSpec::decode(&spec_bytes) else {
         return 125;
     };
-    if !plan.guest {
-        close_from(PLAN_FD as u32 + 1);
+    if !spec.guest {
+        close_from(SPEC_FD as u32 + 1);
     }
-    let Some(command) = Command::of(&plan) else {
+    let Some(command) = Command::of(&spec) else {
         return 125;
     };
     unsafe {
@@ -332,10 +332,10 @@ pub fn run() -> i32 {
         return 125;
     }
     let [report_read, report_write] = report;
-    let Some(job) = JobProcess::of(&plan, &command, report_write, None) else {
+    let Some(job) = JobProcess::of(&spec, &command, report_write, None) else {
         return 125;
     };
-    let child = spawn_the_job(&job, shares_memory(&plan));
+    let child = spawn_the_job(&job, shares_memory(&spec));
     if child < 0 {
         return 125;
     }
@@ -425,7 +425,7 @@ pub fn code_of(wait_status: i32) -> Option<i32> {
 /// be ended at any instruction (by the service's cancel, and by its user once it is
 /// theirs), and its memory is the shepherd's (see [`spawn_the_job`]).
 struct JobProcess<'a> {
-    plan: &'a Plan,
+    spec: &'a ProcessSpec,
     report_write: i32,
     /// The working directory to enter (`None`: stay in `/`).
     directory: Option<CString>,
@@ -470,9 +470,9 @@ struct OutputPaths {
 const SHELL: &std::ffi::CStr = c"/bin/sh";
 
 impl<'a> JobProcess<'a> {
-    /// `None` when the plan has no command.
+    /// `None` when the spec has no command.
     fn of(
-        plan: &'a Plan,
+        spec: &'a ProcessSpec,
         command: &'a Command,
         report_write: i32,
         handshake: Option<Handshake>,
@@ -498,9 +498,9 @@ impl<'a> JobProcess<'a> {
         let shell_argv = std::iter::once(SHELL.as_ptr())
             .chain(argv.iter().copied())
             .collect();
-        let setup = &plan.setup;
+        let setup = &spec.setup;
         Some(JobProcess {
-            plan,
+            spec,
             report_write,
             directory: match setup.directory.is_empty() {
                 true => None,
@@ -603,14 +603,14 @@ fn job_stack_top() -> Option<*mut libc::c_void> {
     }
 }
 
-/// Whether the process of the job of `plan` may share the shepherd's memory (see
+/// Whether the process of the job of `spec` may share the shepherd's memory (see
 /// [`may_share_memory`]).
-fn shares_memory(plan: &Plan) -> bool {
-    let suid_dumpable = match plan.switch_to {
+fn shares_memory(spec: &ProcessSpec) -> bool {
+    let suid_dumpable = match spec.switch_to {
         Some(_) => read_proc_line("/proc/sys/fs/suid_dumpable"),
         None => None,
     };
-    may_share_memory(plan.switch_to.is_some(), suid_dumpable.as_deref())
+    may_share_memory(spec.switch_to.is_some(), suid_dumpable.as_deref())
 }
 
 /// Whether the job's process may share the shepherd's memory until its exec: always when
@@ -632,7 +632,7 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `JobProcess` that `spawn_the_job` holds until this process
     // has exec'd or exited.
     let job = unsafe { &*(arg as *const JobProcess) };
-    let plan = job.plan;
+    let spec = job.spec;
     if let Some(handshake) = job.handshake {
         if !shake_hands(handshake) {
             unsafe { libc::_exit(125) };
@@ -655,18 +655,18 @@ extern "C" fn job_process(arg: *mut libc::c_void) -> libc::c_int {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         // The job keeps only the report pipe (as fd 3, in place of the status file, and
-        // blocking) and what the plan gives it (a guest's fds 5 and 6).
+        // blocking) and what the spec gives it (a guest's fds 5 and 6).
         if libc::dup2(job.report_write, REPORT_FD) < 0 {
             libc::_exit(125);
         }
         libc::fcntl(REPORT_FD, libc::F_SETFL, 0);
-        libc::close(PLAN_FD);
-        close_from(if plan.guest {
+        libc::close(SPEC_FD);
+        close_from(if spec.guest {
             GUEST_PROGRAM_FD as u32 + 1
         } else {
             REPORT_FD as u32 + 1
         });
-        if let Some(ids) = &plan.switch_to
+        if let Some(ids) = &spec.switch_to
             && (libc::syscall(
                 libc::SYS_setgroups,
                 ids.groups.len() as libc::c_long,
@@ -759,13 +759,13 @@ struct Command {
 }
 
 impl Command {
-    fn of(plan: &Plan) -> Option<Command> {
+    fn of(spec: &ProcessSpec) -> Option<Command> {
         let c_strings = |items: &mut dyn Iterator<Item = String>| {
             items.map(CString::new).collect::<Result<Vec<_>, _>>().ok()
         };
         Some(Command {
-            argv: c_strings(&mut plan.argv.iter().cloned())?,
-            envp: c_strings(&mut plan.environment.iter().map(|(k, v)| format!("{k}={v}")))?,
+            argv: c_strings(&mut spec.argv.iter().cloned())?,
+            envp: c_strings(&mut spec.environment.iter().map(|(k, v)| format!("{k}={v}")))?,
         })
     }
 }
@@ -1042,7 +1042,7 @@ mod tests {
 
     #[test]
     fn the_job_process_gets_its_paths_and_null_ended_arrays_made_before_the_clone() {
-        let plan = Plan {
+        let spec = ProcessSpec {
             switch_to: None,
             guest: false,
             setup: Setup {
@@ -1060,8 +1060,8 @@ mod tests {
             argv: vec!["/bin/job".into(), "-v".into()],
             environment: vec![("USER".into(), "bob".into()), ("X".into(), "1".into())],
         };
-        let command = Command::of(&plan).unwrap();
-        let job = JobProcess::of(&plan, &command, 7, None).unwrap();
+        let command = Command::of(&spec).unwrap();
+        let job = JobProcess::of(&spec, &command, 7, None).unwrap();
         let texts = |pointers: &[*const libc::c_char]| -> Vec<String> {
             assert!(pointers.last().unwrap().is_null(), "ends with a null");
             pointers[..pointers.len() - 1]
@@ -1086,9 +1086,9 @@ mod tests {
             job.joined,
             "one path: one opening, unless it is a directory"
         );
-        let no_command = Plan {
+        let no_command = ProcessSpec {
             argv: vec![],
-            ..plan.clone()
+            ..spec.clone()
         };
         let no_command_either = Command::of(&no_command).unwrap();
         assert!(JobProcess::of(&no_command, &no_command_either, 7, None).is_none());
@@ -1136,7 +1136,7 @@ mod tests {
 
     #[test]
     fn a_plan_reads_back_as_written() {
-        let plan = Plan {
+        let spec = ProcessSpec {
             guest: true,
             setup: Setup {
                 directory: "/home/a b".into(),
@@ -1163,17 +1163,17 @@ mod tests {
             ],
             environment: vec![("A".into(), "x=y".into()), ("EMPTY".into(), String::new())],
         };
-        assert_eq!(Plan::decode(&plan.encode()), Some(plan));
-        let plain = Plan {
+        assert_eq!(ProcessSpec::decode(&spec.encode()), Some(spec));
+        let plain = ProcessSpec {
             guest: false,
             setup: Setup::default(),
             switch_to: None,
             argv: vec!["/bin/true".into()],
             environment: Vec::new(),
         };
-        assert_eq!(Plan::decode(&plain.encode()), Some(plain));
-        assert_eq!(Plan::decode(b"host\0- 2\0only-one\0"), None);
-        assert_eq!(Plan::decode(b"host\0x y z\0"), None);
-        assert_eq!(Plan::decode(b"- 1\0/bin/true\0\x30\0"), None);
+        assert_eq!(ProcessSpec::decode(&plain.encode()), Some(plain));
+        assert_eq!(ProcessSpec::decode(b"host\0- 2\0only-one\0"), None);
+        assert_eq!(ProcessSpec::decode(b"host\0x y z\0"), None);
+        assert_eq!(ProcessSpec::decode(b"- 1\0/bin/true\0\x30\0"), None);
     }
 }

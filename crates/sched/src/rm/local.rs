@@ -24,13 +24,13 @@ use std::time::Duration;
 mod fork_server;
 
 use super::shepherd::fork_server::StartedJob;
-use super::shepherd::{self, Ids, Output, Plan, Setup};
+use super::shepherd::{self, Ids, Output, ProcessSpec, Setup};
 use super::{Exit, JobSignal, Launch, ResourceManager, RmEvent, RmNotify, StartDone};
 use crate::job::ProcessRecord;
 use crate::sysuser;
 
 /// Starts `program job-shepherd [argument]` with each descriptor of `fds` moved to its
-/// number (the shepherd's: the status file as fd 3 and the plan as fd 4; the fork
+/// number (the shepherd's: the status file as fd 3 and the spec as fd 4; the fork
 /// server's: its socket as fd 3), in a session of its own, in `/`, with an empty
 /// environment and `/dev/null` on 0, 1 and 2. `posix_spawn` (glibc: `clone` with the
 /// parent's memory shared until the exec), not fork: a fork copies the page tables of
@@ -339,12 +339,12 @@ impl LocalResourceManager {
     }
 
     /// Starts the shepherd of a job in a guest by fork and exec: it gets four
-    /// descriptors (status, plan, the agent's connection, the `drover` program).
+    /// descriptors (status, spec, the agent's connection, the `drover` program).
     fn fork_shepherd(
         &self,
         job_id: &str,
         status_fd: i32,
-        plan_fd: i32,
+        spec_fd: i32,
         (agent, program): (i32, i32),
     ) -> Result<i32, String> {
         let mut command = Command::new(&self.shepherd);
@@ -355,13 +355,13 @@ impl LocalResourceManager {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        // The status file, the plan, the agent's connection and the program become the
+        // The status file, the spec, the agent's connection and the program become the
         // shepherd's fds 3 to 6: all copied above 10 first (close-on-exec), then moved
         // (dup2 clears close-on-exec), so that none can overwrite another whatever their
         // numbers.
         let moves = [
             (status_fd, shepherd::STATUS_FD),
-            (plan_fd, shepherd::PLAN_FD),
+            (spec_fd, shepherd::SPEC_FD),
             (agent, shepherd::GUEST_AGENT_FD),
             (program, shepherd::GUEST_PROGRAM_FD),
         ];
@@ -464,15 +464,15 @@ impl ResourceManager for LocalResourceManager {
         let made = status_file
             .map_err(|e| format!("cannot create the exit status file: {e}"))
             .and_then(|status_file| {
-                let plan = plan_file(&plan_of(&launch))
+                let spec = spec_file(&process_spec_of(&launch))
                     .map_err(|e| format!("cannot hand the job to its shepherd: {e}"))?;
-                Ok((status_file, plan))
+                Ok((status_file, spec))
             });
-        let (status_file, plan) = match made {
+        let (status_file, spec) = match made {
             Ok(files) => files,
             Err(e) => return done(Err(e)),
         };
-        let (status_fd, plan_fd) = (status_file.as_raw_fd(), plan.as_raw_fd());
+        let (status_fd, spec_fd) = (status_file.as_raw_fd(), spec.as_raw_fd());
         let Some(agent) = &launch.guest else {
             // The fork server reads the job's start time before it lets it go on. The
             // job's process writes its pid first in its status file: a restart that finds
@@ -490,7 +490,7 @@ impl ResourceManager for LocalResourceManager {
             // The server has its own copies of the files once the request is sent.
             return self
                 .fork_server
-                .start_then(&launch.job_id, &spool, status_fd, plan_fd, answer);
+                .start_then(&launch.job_id, &spool, status_fd, spec_fd, answer);
         };
         // A job in a guest: the agent's connection and this program, which its process
         // runs (`guest-run`), become fds 5 and 6 of the shepherd and of the job. A
@@ -499,10 +499,10 @@ impl ResourceManager for LocalResourceManager {
             .map_err(|e| format!("cannot open {}: {e}", self.guest_program.display()))
             .and_then(|program| {
                 let guest_fds = (agent.as_raw_fd(), program.as_raw_fd());
-                self.fork_shepherd(&launch.job_id, status_fd, plan_fd, guest_fds)
+                self.fork_shepherd(&launch.job_id, status_fd, spec_fd, guest_fds)
             });
         // The shepherd has its own copies.
-        drop((status_file, plan));
+        drop((status_file, spec));
         done(started.map(|pid| {
             let record = ProcessRecord {
                 pid,
@@ -614,7 +614,7 @@ fn legacy_spool_of(spool: &Path, job_id: &str) -> PathBuf {
 
 /// What the shepherd of `launch` runs: the command as the job's user (when the service
 /// can switch users), after the job's setup, with the job's environment.
-fn plan_of(launch: &Launch) -> Plan {
+fn process_spec_of(launch: &Launch) -> ProcessSpec {
     let mut argv = Vec::new();
     if launch.guest.is_some() {
         argv.push(format!("/proc/self/fd/{}", shepherd::GUEST_PROGRAM_FD));
@@ -640,7 +640,7 @@ fn plan_of(launch: &Launch) -> Plan {
         gid: launch.gid.unwrap_or(launch.user.gid),
         groups: launch.user.groups.clone(),
     });
-    Plan {
+    ProcessSpec {
         switch_to,
         guest: launch.guest.is_some(),
         setup,
@@ -649,18 +649,18 @@ fn plan_of(launch: &Launch) -> Plan {
     }
 }
 
-/// The plan in a memory file, read from the start (nothing of the job's environment
+/// The spec in a memory file, read from the start (nothing of the job's environment
 /// touches a disk).
-fn plan_file(plan: &Plan) -> std::io::Result<std::fs::File> {
+fn spec_file(spec: &ProcessSpec) -> std::io::Result<std::fs::File> {
     use std::io::{Seek, Write};
-    let name = c"drover-job-plan";
+    let name = c"drover-job-spec";
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a descriptor just made, owned by nothing else.
     let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
-    file.write_all(&plan.encode())?;
+    file.write_all(&spec.encode())?;
     file.rewind()?;
     Ok(file)
 }

@@ -78,7 +78,7 @@ impl ForkServer {
     }
 
     /// Starts `job_id` in a shepherd of the pool, with its status file (at `spool`) and
-    /// plan, and hands `answer` the pid and start time of the job's process, which leads
+    /// spec, and hands `answer` the pid and start time of the job's process, which leads
     /// its group, once the server has said them (on the reader thread). Its end is
     /// reported on the events, after the answer. Returns once the request is sent (the
     /// server has its own copies of the files): starts asked one after another are
@@ -88,7 +88,7 @@ impl ForkServer {
         job_id: &str,
         spool: &Path,
         status_fd: i32,
-        plan_fd: i32,
+        spec_fd: i32,
         answer: Answer,
     ) {
         let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
@@ -135,7 +135,7 @@ impl ForkServer {
                 answer: answer.take(),
                 since: Instant::now(),
             });
-            if fork_server::request(connection.socket.as_raw_fd(), status_fd, plan_fd).is_ok() {
+            if fork_server::request(connection.socket.as_raw_fd(), status_fd, spec_fd).is_ok() {
                 return;
             }
             answer = asked.pop_back().and_then(|unsent| unsent.answer);
