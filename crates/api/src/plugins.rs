@@ -19,7 +19,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, header};
 use axum::response::{IntoResponse, Response};
 use drover_auth::{Action, Permission};
 use drover_plugins::registry::{
-    self, NewPlugin, PluginChange, PluginError, PluginState, Plugins, TypeView,
+    self, NewPlugin, Plugin, PluginChange, PluginError, PluginState, Plugins, TypeView,
 };
 use serde_json::{Map, Value, json};
 
@@ -347,14 +347,14 @@ async fn list(
     let documents: Vec<Value> = plugins
         .iter()
         .filter(|p| theirs(&caller, p))
-        .map(registry::wire)
+        .map(wire)
         .collect();
     Ok(reply::list_in_memory(&documents, &params))
 }
 
 async fn one(ItemRead(state, _, caller, id): ItemRead) -> ApiResult<Json<Value>> {
     let plugin = reachable(&state, &caller, &id).await?;
-    Ok(Json(registry::wire(&plugin)))
+    Ok(Json(wire(&plugin)))
 }
 
 const NOT_CREATED: &str = "The plugin was not created";
@@ -546,4 +546,19 @@ fn query_map(params: &CommonParams) -> Value {
             .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
             .collect(),
     )
+}
+
+/// The wire shape of a plugin.
+fn wire(plugin: &Plugin) -> Value {
+    json!({
+        "id": plugin.id,
+        "pluginType": plugin.plugin_type,
+        "state": plugin.state,
+        "pollInterval": plugin.poll_interval,
+        "autoStart": plugin.auto_start,
+        "config": plugin.config,
+        "lastPollDate": plugin.last_poll_date,
+        "nextPollDate": plugin.next_poll_date,
+        "errorMessage": plugin.error,
+    })
 }

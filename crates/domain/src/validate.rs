@@ -3,6 +3,7 @@
 //! these fields) and say what is wrong.
 
 use crate::job::{Hold, JobSpec, KNOWN_FLAGS};
+use crate::limits;
 use crate::request::SchedError;
 use crate::request::summary::JOB_NOT_SUBMITTED;
 
@@ -107,22 +108,26 @@ pub fn submission(
         problems.push(p);
     }
     let request = &spec.request;
-    if request.task_count == 0 {
-        problems.push("requirements.taskCount: must be at least 1".into());
+    if !(1..=limits::MAX_TASK_COUNT).contains(&i64::from(request.task_count)) {
+        problems.push(format!(
+            "a job must ask for between 1 and {} tasks, not {}",
+            limits::MAX_TASK_COUNT,
+            request.task_count
+        ));
     }
     if request.processors_per_task == 0 {
-        problems.push("requirements.resourcesPerTask.processors: must be at least 1".into());
+        problems.push("a task must ask for at least 1 processor".into());
     }
     if let Some(per_node) = request.tasks_per_node
         && (per_node == 0 || per_node > request.task_count.max(1))
     {
         problems.push(format!(
-            "requirements.tasksPerNode: must be between 1 and the task count ({}), not {per_node}",
+            "the tasks per node must be between 1 and the task count ({}), not {per_node}",
             request.task_count
         ));
     }
     if spec.duration.is_some_and(|d| d < 0) {
-        problems.push("duration: must not be negative".into());
+        problems.push("the requested duration must not be negative".into());
     }
     for path in [
         &spec.stdout_path,

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use drover_domain::dates::{self, Timestamp};
 use drover_store::{CollectionSpec, DocumentStore, StoreError, Write};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::archive;
 use crate::native;
@@ -1110,21 +1110,6 @@ fn native_description() -> Description {
         config: NATIVE_URLS.into_iter().map(url).collect(),
         services: Vec::new(),
     }
-}
-
-/// The wire shape of a plugin.
-pub fn wire(plugin: &Plugin) -> Value {
-    json!({
-        "id": plugin.id,
-        "pluginType": plugin.plugin_type,
-        "state": plugin.state,
-        "pollInterval": plugin.poll_interval,
-        "autoStart": plugin.auto_start,
-        "config": plugin.config,
-        "lastPollDate": plugin.last_poll_date,
-        "nextPollDate": plugin.next_poll_date,
-        "errorMessage": plugin.error,
-    })
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! nested credentials, dates, priorities and requirements.
 
 use drover_domain::dates::WireDates;
+use drover_domain::limits;
 use drover_domain::request::summary;
 use drover_sched::JobChanges;
 use drover_sched::job::{Attribute, Dependency, Job, JobSpec, Output};
@@ -335,8 +336,8 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
         if let Some(Some(user)) = f.object("priorities", |p| {
             p.integer_in(
                 "user",
-                -drover_domain::limits::USER_PRIORITY_BOUND,
-                drover_domain::limits::USER_PRIORITY_BOUND,
+                -limits::USER_PRIORITY_BOUND,
+                limits::USER_PRIORITY_BOUND,
             )
         }) {
             spec.user_priority = user;
@@ -392,7 +393,9 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
 
 fn read_requirements(r: &mut Fields<'_>, spec: &mut JobSpec) {
     let request = &mut spec.request;
-    request.task_count = r.integer_in("taskCount", 1, 1 << 24).unwrap_or(1) as u32;
+    request.task_count = r
+        .integer_in("taskCount", 1, limits::MAX_TASK_COUNT)
+        .unwrap_or(1) as u32;
     request.tasks_per_node = r
         .integer_in("tasksPerNode", 1, drover_domain::limits::MAX_REQUEST_COUNT)
         .map(|n| n as u32);
@@ -504,8 +507,8 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
             (
                 p.integer_in(
                     "user",
-                    -drover_domain::limits::USER_PRIORITY_BOUND,
-                    drover_domain::limits::USER_PRIORITY_BOUND,
+                    -limits::USER_PRIORITY_BOUND,
+                    limits::USER_PRIORITY_BOUND,
                 ),
                 p.integer("system"),
             )
