@@ -65,6 +65,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .get("/dashboard", Access::Public, redirect)
         .summary("Redirects to the web dashboard, /dashboard/")
         .response(308, "The dashboard is at dashboard/ (Location)", None);
+    // A person opens the address the service prints at start: it leads to the dashboard.
+    routes
+        .get("/", Access::Public, redirect)
+        .summary("Redirects to the web dashboard, /dashboard/")
+        .response(308, "The dashboard is at dashboard/ (Location)", None);
     for asset in ASSETS {
         routes
             .get(

@@ -501,6 +501,28 @@ impl Config {
         Ok(config)
     }
 
+    /// The configuration with its relative paths made absolute from the current
+    /// directory, as the service sees them once: guests, shepherds and the sandbox are
+    /// started elsewhere and need paths that mean the same there.
+    pub fn with_absolute_paths(mut self) -> Result<Config, String> {
+        let absolute = |path: &mut PathBuf| -> Result<(), String> {
+            *path = std::path::absolute(&*path)
+                .map_err(|e| format!("cannot resolve {}: {e}", path.display()))?;
+            Ok(())
+        };
+        absolute(&mut self.data_dir)?;
+        if let Some(dir) = self.cloud.image_dir.as_mut() {
+            absolute(dir)?;
+        }
+        if let Some(file) = self.events.log_file.as_mut() {
+            absolute(file)?;
+        }
+        for dir in &mut self.plugins.native_directories {
+            absolute(dir)?;
+        }
+        Ok(self)
+    }
+
     pub fn validate(&self) -> Result<(), String> {
         self.listen_address()?;
         self.normalized_base_url()?;

@@ -505,6 +505,7 @@ pub async fn launch_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     on_start: impl FnOnce(Started),
 ) -> Result<(), String> {
+    let config = config.with_absolute_paths()?;
     config.validate()?;
     config.check_high_availability()?;
     let limits = connection_limits(&config);

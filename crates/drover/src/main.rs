@@ -86,6 +86,10 @@ fn announce(config: &Config, started: Started) {
         None => format!("sqlite at {}", config.store_location()),
     };
     println!("drover listening on {url} (store: {store})");
+    println!(
+        "The dashboard: {url}/ in a browser; the client: drover --url {url} jobs \
+         (drover --help lists its commands)"
+    );
     match started.generated_admin {
         Some(GeneratedAdmin {
             name,
@@ -94,8 +98,10 @@ fn announce(config: &Config, started: Started) {
             println!(
                 "Generated the administrator '{name}' with the password: {secret}\n\
                  It is shown only this once; only its hash is kept in {}.\n\
+                 {}\n\
                  Try: curl -u {name}:{secret} {url}/rest/diag/about",
-                config.data_dir.join(users::USER_FILE).display()
+                config.data_dir.join(users::USER_FILE).display(),
+                whose_account_runs_jobs_of(config, &name),
             );
         }
         None => println!(
@@ -106,7 +112,32 @@ fn announce(config: &Config, started: Started) {
     }
 }
 
+/// Whose system account the jobs of the API user `name` run as, and how to change it:
+/// a newcomer's first job fails where that account cannot write the job's folder.
+fn whose_account_runs_jobs_of(config: &Config, name: &str) -> String {
+    use drover_sched::sysuser::SystemUser;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        let me = SystemUser::current().map_or_else(|| "this service's user".into(), |u| u.name);
+        return format!("Jobs run as the service's own account, {me} (it does not run as root).");
+    }
+    if SystemUser::lookup(name).is_some() {
+        return format!("The jobs of '{name}' run as its system account, {name}.");
+    }
+    let fallback = config
+        .scheduler
+        .execution_user
+        .clone()
+        .unwrap_or_else(|| "nobody".into());
+    format!(
+        "'{name}' has no system account: its jobs run as '{fallback}', which must be able to \
+         write a job's folder ([scheduler] execution_user names another account; users with \
+         a system account run jobs as themselves)."
+    )
+}
+
 async fn serve(config: Config) {
+    let config = config.with_absolute_paths().unwrap_or_else(|e| fail(e));
     let address = config.listen_address().unwrap_or_else(|e| fail(e));
     let listener = tokio::net::TcpListener::bind(address)
         .await

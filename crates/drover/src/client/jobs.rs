@@ -230,6 +230,16 @@ fn show(server: &Server, id: &str, json: bool) -> Result<(), Failure> {
     for (label, value) in rows {
         println!("{label:<11} {value}");
     }
+    // Why a job did not run or ended as it did is in its messages (a file it could not
+    // open, a limit it reached): shown whole, oldest first.
+    for message in job["messages"].as_array().into_iter().flatten() {
+        println!(
+            "{:<11} {} {}",
+            "Message",
+            output::text(&message["creationTime"]),
+            output::text(&message["message"])
+        );
+    }
     Ok(())
 }
 

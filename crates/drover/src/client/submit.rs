@@ -12,6 +12,7 @@ use super::output;
 #[derive(clap::Args)]
 pub struct SubmitArgs {
     /// A script to run; its `#DROVER` lines give options (e.g. `#DROVER --processors 4`).
+    /// A program (e.g. /bin/hostname) runs as the command.
     pub script: Option<PathBuf>,
     /// Arguments for the script: everything after it (options go before the script).
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -174,8 +175,11 @@ fn absolute(path: &Path) -> Result<PathBuf, Failure> {
 pub fn submit(server: &Server, args: SubmitArgs) -> Result<(), Failure> {
     let (options, command, arguments) = match &args.script {
         Some(script) => {
-            let text = std::fs::read_to_string(script)
+            let bytes = std::fs::read(script)
                 .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", script.display())))?;
+            // A program (not text) given where a script may be runs as the command, as
+            // with `srun`: it has no `#DROVER` lines to read.
+            let text = String::from_utf8(bytes).unwrap_or_default();
             let options = args.options.over(script_options(script, &text)?);
             if options.command.is_some() {
                 return Err(Failure::Usage(

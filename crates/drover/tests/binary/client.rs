@@ -498,3 +498,70 @@ fn client_asks_for_the_password_on_a_terminal_without_echo() {
         "the password was echoed: {screen}"
     );
 }
+
+impl Shell {
+    /// The job `id` once it has ended (its JSON), polling `drover job show`.
+    fn ended(&self, id: &str) -> serde_json::Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+        loop {
+            let job = self.job(id);
+            if job["completionCode"].is_number() {
+                return job;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{id} did not end: {job}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+}
+
+/// A newcomer's first job, as the generated administrator (no system account: its jobs
+/// run as `nobody` when the service is root), in a folder `nobody` may enter but not
+/// write: it
+/// fails, and `drover job show` says why. A program given where a script may be runs
+/// as the command.
+#[test]
+fn a_first_jobs_failure_is_shown_and_a_program_runs_as_the_command() {
+    let data = tempfile::tempdir().unwrap();
+    let server = serve(data.path(), &[]);
+    let shell = Shell::new(&server);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        assert!(
+            server
+                .banner
+                .iter()
+                .any(|l| l.contains("its jobs run as 'nobody'")),
+            "{:?}",
+            server.banner
+        );
+        let closed = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(closed.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = closed.path().display().to_string();
+        let id = shell.ok(&["submit", "--command", "/bin/echo", "--dir", &dir]);
+        let job = shell.ended(id.trim());
+        assert_ne!(job["completionCode"], 0, "{job}");
+        let shown = shell.ok(&["job", "show", id.trim()]);
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.starts_with("Message") && l.contains("cannot open")),
+            "{shown}"
+        );
+    }
+
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let dir = open.path().display().to_string();
+    let id = shell.ok(&["submit", "--dir", &dir, "/bin/hostname"]);
+    let job = shell.ended(id.trim());
+    assert_eq!(job["commandFile"], "/bin/hostname", "{job}");
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let number = id.trim().rsplit('.').next().unwrap();
+    let output = std::fs::read_to_string(open.path().join(format!("job.o{number}"))).unwrap();
+    let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    assert_eq!(output.trim(), hostname.trim());
+}

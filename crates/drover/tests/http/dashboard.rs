@@ -53,22 +53,25 @@ fn every_file_is_served_without_login_with_its_type_and_policy() {
 }
 
 #[test]
-fn the_path_without_its_slash_redirects_under_any_prefix() {
+fn the_root_and_the_path_without_its_slash_redirect_under_any_prefix() {
     for base in ["", "/mws"] {
         let server = TestServer::builder()
             .config(|c| c.base_url = base.into())
             .start();
-        let answer = server.raw(
-            format!("GET {base}/dashboard HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-                .as_bytes(),
-        );
-        assert!(answer.starts_with("HTTP/1.1 308"), "{answer}");
-        assert!(
-            answer
-                .to_ascii_lowercase()
-                .contains("\r\nlocation: dashboard/\r\n"),
-            "{answer}"
-        );
+        // The dashboard's path without its slash, and the service's own address (the
+        // one it prints at start), both lead to the dashboard.
+        for path in [format!("{base}/dashboard"), format!("{base}/")] {
+            let answer = server.raw(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            );
+            assert!(answer.starts_with("HTTP/1.1 308"), "{path}: {answer}");
+            assert!(
+                answer
+                    .to_ascii_lowercase()
+                    .contains("\r\nlocation: dashboard/\r\n"),
+                "{path}: {answer}"
+            );
+        }
         // Followed (relative to `<base>/dashboard`): the page.
         let page = server.get_as(Auth::None, "/dashboard");
         assert_eq!(page.status, 200);
