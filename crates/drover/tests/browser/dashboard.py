@@ -69,6 +69,14 @@ def setup():
     long = rest("POST", "jobs?api-version=2",
                 {"commandFile": "/bin/sleep", "commandLineArguments": "120", "customName": "long-run",
                  "duration": 300})["name"]
+    # A job stopped at its wall time: its page says why (its message).
+    stopped = rest("POST", "jobs?api-version=2",
+                   {"commandFile": "/bin/sleep", "commandLineArguments": "60", "customName": "over-time",
+                    "duration": 1})["name"]
+    deadline = time.time() + 60
+    while rest("GET", f"jobs/{stopped}")["state"] != "VACATED":
+        assert time.time() < deadline, f"{stopped} was not stopped at its wall time"
+        time.sleep(0.2)
     rest("POST", "reservations", {
         "startDate": wire(now + datetime.timedelta(minutes=20)), "duration": 3600,
         "requirements": {"taskCount": 1}, "comments": "maintenance window",
@@ -85,7 +93,7 @@ def setup():
         samples.append({"timestamp": wire(at),
                         "data": {"cpu": 40 + 30 * ((minute * 7) % 11) / 10, "memory": 20 + minute / 2}})
     rest("POST", "reports/cluster-load/samples", samples)
-    return long
+    return long, stopped
 
 
 def forgery_is_refused(browser, problems):
@@ -132,7 +140,7 @@ def forgery_is_refused(browser, problems):
 
 
 def main():
-    long_job = setup()
+    long_job, stopped_job = setup()
     problems = []
     tolerate = {"errors": False}
 
@@ -224,16 +232,16 @@ def main():
         expect(page.locator(f'#queue-table tr[data-id="{long_job}"]')).to_be_visible()
         page.select_option("#filter-state", "")
         page.select_option("#page-size", "10")
-        expect(page.locator("#page-info")).to_contain_text("1–10 of 13")
+        expect(page.locator("#page-info")).to_contain_text("1–10 of 14")
         expect(page.locator("#queue-table tbody tr")).to_have_count(10)
         page.click("#page-next")
-        expect(page.locator("#page-info")).to_contain_text("11–13 of 13")
+        expect(page.locator("#page-info")).to_contain_text("11–14 of 14")
         page.click("#page-prev")
         page.click("#queue-table th:has-text('User')")
         page.click("#queue-table th:has-text('Job')")
         expect(page.locator("#queue-table th:has-text('Job')")).to_contain_text("▲")
         page.select_option("#page-size", "20")
-        expect(page.locator("#queue-table tbody tr")).to_have_count(13)
+        expect(page.locator("#queue-table tbody tr")).to_have_count(14)
         # Data is text, never markup.
         expect(page.locator(f'#queue-table td[data-col="name"]:text-is({json.dumps(HOSTILE)})')).to_have_count(1)
         assert page.locator("#view img").count() == 0
@@ -250,6 +258,12 @@ def main():
             expect(page.locator(f'#job-events-table td[data-col="type"]:text-is("{kind}")')).to_have_count(1)
         no_banner()
         shot("06-job-detail")
+
+        # A job that did not end well says why on its page.
+        page.goto(DASHBOARD + f"#/job/{stopped_job}")
+        expect(page.locator("#job-id")).to_have_text(stopped_job)
+        expect(page.locator("#job-messages")).to_contain_text("exceeded its wall time")
+        no_banner()
 
         # A malformed address is no crash.
         tolerate["errors"] = True  # its 404 is expected
