@@ -1349,6 +1349,16 @@ fn unsafe_is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// A system account jobs may run as, named in a submission: `nobody` as root (jobs do
+/// not run as root), else the tests' own.
+pub(crate) fn job_user() -> String {
+    if unsafe_is_root() {
+        "nobody".into()
+    } else {
+        whoami()
+    }
+}
+
 fn whoami() -> String {
     let out = std::process::Command::new("id")
         .arg("-un")
