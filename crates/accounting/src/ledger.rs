@@ -73,6 +73,9 @@ pub enum AccountingError {
     /// Not enough funds (400, its own message).
     #[error("{0}")]
     InsufficientFunds(String),
+    /// The asker may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     /// The store failed.

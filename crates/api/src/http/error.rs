@@ -358,6 +358,9 @@ impl ApiError {
                 ApiError::new(Kind::BadRequest, messages)
             }
             AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
+            AccountingError::Forbidden(why) => {
+                ApiError::new(Kind::Forbidden, [summary.to_string(), why])
+            }
             AccountingError::NotFound(what) => ApiError::not_found(what),
             AccountingError::Store(why) => ApiError::unavailable(summary, why),
         }
