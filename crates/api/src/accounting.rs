@@ -405,7 +405,12 @@ async fn services_made_by(
     let creation = read_object(body, QUOTE_FAILED, |f| {
         crate::services::read_creation(f, &dates)
     })?;
-    let planned = crate::services::plan_entries(state, creation.entries, QUOTE_FAILED).await?;
+    let planned = drover_control::service_creation::plan(
+        state.service_templates(),
+        creation.entries,
+        QUOTE_FAILED,
+    )
+    .await?;
     let user = creation.user.unwrap_or_else(|| proxy_user.to_string());
     let priced: Vec<Value> = planned
         .into_iter()

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use drover_accounting::AccountingError;
 use drover_auth::access_store::AccessError;
 use drover_cloud::CloudError;
+use drover_control::service_creation::CreationError;
 use drover_monitor::reports::ReportError;
 use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
@@ -287,6 +288,19 @@ impl From<CloudError> for ApiError {
             } => ApiError::new(Kind::Conflict, [summary, reason].into_iter().chain(advice)),
             CloudError::Unreadable { .. } => ApiError::internal(e),
             CloudError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<CreationError> for ApiError {
+    fn from(e: CreationError) -> Self {
+        match e {
+            CreationError::Forbidden { creator, user } => {
+                ApiError::forbidden(&creator, format_args!("create services for {user}"))
+            }
+            CreationError::Refused(messages) => ApiError::new(Kind::BadRequest, messages),
+            CreationError::Cloud(e) => e.into(),
+            CreationError::Internal(e) => ApiError::internal(e),
         }
     }
 }
