@@ -73,6 +73,9 @@ pub enum AccountingError {
     /// Not enough funds (400, its own message).
     #[error("{0}")]
     InsufficientFunds(String),
+    /// The asker may not do this (403).
+    #[error("{0}")]
+    Forbidden(String),
     #[error("{0}")]
     NotFound(String),
     /// The store failed.
@@ -514,7 +517,7 @@ fn put<T: Serialize>(collection: &str, id: &str, value: &T) -> Write {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::model::AccountUser;
 
@@ -553,7 +556,9 @@ mod tests {
         }
     }
 
-    fn ledger(dir: &std::path::Path, funds: &str) -> Ledger {
+    /// A ledger in `dir`: the account `physics` of user ann with `funds`, its
+    /// administrator boss, processors at 0.01 a second.
+    pub(crate) fn ledger(dir: &std::path::Path, funds: &str) -> Ledger {
         let store = Arc::new(drover_store::SqliteStore::open(&dir.join("a.db")).unwrap());
         Ledger::open(config(funds), store).unwrap()
     }

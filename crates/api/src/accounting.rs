@@ -7,10 +7,11 @@ use std::sync::Arc;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, State};
+use axum::response::IntoResponse;
 use axum::response::Response;
 use drover_accounting::ledger::{Balance, QuoteAnswer, StoredAllocation};
 use drover_accounting::model::{Account, Allocation, Component, RateOverride, Usage};
-use drover_accounting::{Ledger, Money, QuoteRequest};
+use drover_accounting::{Asker, Ledger, Money, QuoteEnd, QuoteOrder};
 use drover_auth::Permission;
 use drover_domain::dates::Timestamp;
 use serde_json::{Map, Value, json};
@@ -211,23 +212,6 @@ fn accounting_user(caller: &Caller) -> ApiResult<String> {
     Ok(user)
 }
 
-/// Accounting administrators (`[accounting] admins`) and callers whose permission covers
-/// everyone may price at other rates and for other users.
-fn administers_accounting(caller: &Caller, ledger: &Ledger) -> bool {
-    caller.over_all()
-        || caller
-            .effective_user
-            .as_deref()
-            .is_some_and(|me| ledger.is_admin(me))
-}
-
-fn forbidden(reason: &str) -> ApiError {
-    ApiError::new(
-        Kind::Forbidden,
-        [QUOTE_FAILED.to_string(), reason.to_string()],
-    )
-}
-
 /// The record of spec 2.16, with the custom attributes asked for.
 fn render_account(account: &Account, custom: &[String]) -> Value {
     let mut out = json!({
@@ -365,36 +349,30 @@ fn integer_param(common: &CommonParams, name: &str) -> ApiResult<Option<i64>> {
     }
 }
 
-/// `rate`: charge rates overriding the configured ones (accounting administrators only).
-fn rate_overrides(common: &CommonParams, administers: bool) -> ApiResult<Vec<RateOverride>> {
-    Ok(match common.raw.get("rate")? {
-        None => Vec::new(),
-        Some(_) if !administers => {
-            return Err(forbidden(
-                "rate: only accounting administrators may override charge rates",
-            ));
-        }
-        Some(text) => {
-            let value: Value = serde_json::from_str(text).map_err(|e| {
-                ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})"))
-            })?;
-            read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
-                f.each("rate", |r| {
-                    let kind = r.string("type").unwrap_or_default();
-                    let rate = required_money(r, "rate");
-                    if kind.is_empty() {
-                        r.problem("type", "required");
-                    }
-                    RateOverride {
-                        kind,
-                        name: r.string("name"),
-                        rate,
-                    }
-                })
-                .unwrap_or_default()
-            })?
-        }
+/// `rate`: charge rates overriding the configured ones (accounting administrators only,
+/// which quoting checks).
+fn rate_overrides(common: &CommonParams) -> ApiResult<Option<Vec<RateOverride>>> {
+    let Some(text) = common.raw.get("rate")? else {
+        return Ok(None);
+    };
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ApiError::bad_request(QUOTE_FAILED, format!("rate: not JSON ({e})")))?;
+    read_object(&json!({ "rate": value }), QUOTE_FAILED, |f| {
+        f.each("rate", |r| {
+            let kind = r.string("type").unwrap_or_default();
+            let rate = required_money(r, "rate");
+            if kind.is_empty() {
+                r.problem("type", "required");
+            }
+            RateOverride {
+                kind,
+                name: r.string("name"),
+                rate,
+            }
+        })
+        .unwrap_or_default()
     })
+    .map(Some)
 }
 
 /// One quote in its wire shape; its `details` when `itemize`.
@@ -427,7 +405,12 @@ async fn services_made_by(
     let creation = read_object(body, QUOTE_FAILED, |f| {
         crate::services::read_creation(f, &dates)
     })?;
-    let planned = crate::services::plan_entries(state, creation.entries, QUOTE_FAILED).await?;
+    let planned = drover_control::service_creation::plan(
+        state.service_templates(),
+        creation.entries,
+        QUOTE_FAILED,
+    )
+    .await?;
     let user = creation.user.unwrap_or_else(|| proxy_user.to_string());
     let priced: Vec<Value> = planned
         .into_iter()
@@ -464,14 +447,26 @@ fn services_of(body: Value) -> ApiResult<Vec<Value>> {
     Ok(services)
 }
 
-async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult<Response> {
-    let ledger = ledger(&state)?;
+/// A quote's parameters, read: what is priced, and the terms (the things priced come
+/// from the body).
+struct QuoteParams {
+    services: bool,
+    itemize: bool,
+    order: QuoteOrder,
+}
+
+fn read_quote_params(
+    state: &AppState,
+    common: &CommonParams,
+    caller: &Caller,
+    now: i64,
+) -> ApiResult<(QuoteParams, Asker)> {
     let missing = |name: &str| ApiError::bad_request(QUOTE_FAILED, format!("{name}: required"));
     let object_type = common
         .raw
         .get("object-type")?
         .ok_or_else(|| missing("object-type"))?;
-    let service = match object_type.to_ascii_lowercase().as_str() {
+    let services = match object_type.to_ascii_lowercase().as_str() {
         "job" => false,
         "service" => true,
         other => {
@@ -481,113 +476,91 @@ async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult
             ));
         }
     };
-    let user = accounting_user(&caller)?;
-    let administers = administers_accounting(&caller, ledger);
+    let asker = Asker {
+        user: accounting_user(caller)?,
+        caller: caller.effective_user.clone().unwrap_or_default(),
+        over_all: caller.over_all(),
+    };
     let duration =
-        integer_param(&common, "charge-duration")?.ok_or_else(|| missing("charge-duration"))?;
+        integer_param(common, "charge-duration")?.ok_or_else(|| missing("charge-duration"))?;
     let itemize = common.raw.flag("itemize")?;
     let guarantee = common.raw.flag("guarantee")?;
     let cost_only = common.raw.flag("cost-only")?;
-    if guarantee && cost_only {
-        return Err(ApiError::bad_request(
-            QUOTE_FAILED,
-            "guarantee and cost-only cannot be given together",
-        ));
-    }
-    let grace = integer_param(&common, "grace-duration")?.unwrap_or(0);
+    let grace = integer_param(common, "grace-duration")?.unwrap_or(0);
     let description = common.raw.get("description")?.map(String::from);
+    let start = time_param(common, "start-time", state, now)?;
+    let end = match time_param(common, "end-time", state, now)? {
+        Some(end) => QuoteEnd::At(end),
+        None if common.raw.get("end-time")?.is_some() => QuoteEnd::Unbounded,
+        None => QuoteEnd::WithTheCharge,
+    };
+    let order = QuoteOrder {
+        items: Vec::new(),
+        duration,
+        grace,
+        start,
+        end,
+        overrides: rate_overrides(common)?,
+        guarantee,
+        cost_only,
+        description,
+    };
+    let params = QuoteParams {
+        services,
+        itemize,
+        order,
+    };
+    Ok((params, asker))
+}
+
+async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult<Response> {
+    let ledger = ledger(&state)?;
     let now = Timestamp::now().as_second();
-    let start = time_param(&common, "start-time", &state, now)?;
-    let mut end = time_param(&common, "end-time", &state, now)?;
-    if end.is_none() && common.raw.get("end-time")?.is_none() {
-        end = Some(start.unwrap_or(now) + duration + grace);
-    }
-    let overrides = rate_overrides(&common, administers)?;
+    let (params, asker) = read_quote_params(&state, &common, &caller, now)?;
     let body: Value = if body.iter().all(u8::is_ascii_whitespace) {
         json!({})
     } else {
         parse_json(&body)?
     };
-    let request = |usage: Usage, object: Option<String>| QuoteRequest {
-        usage,
-        object,
-        duration,
-        overrides: overrides.clone(),
-        guarantee,
-        cost_only,
-        start,
-        end,
-        description: description.clone(),
+    let items = if params.services {
+        let services = match body.get("data") {
+            Some(_) => services_made_by(&state, &body, &asker.user).await?,
+            None => services_of(body)?,
+        };
+        services
+            .iter()
+            .map(|service| read_object(service, QUOTE_FAILED, |f| service_usage(f, &asker.user)))
+            .collect::<ApiResult<Vec<_>>>()?
+    } else {
+        vec![read_object(&body, QUOTE_FAILED, |f| {
+            job_usage(f, &asker.user)
+        })?]
     };
-    let answer_of = |answer, instance: &str| quote_answer(answer, instance, itemize);
-    // What is priced (and, guaranteed, later charged) is the accounting user's own work.
-    let check_user = |usage: &Usage| {
-        if usage.user != user && !administers {
-            return Err(forbidden(&format!(
-                "user: '{}' is not the accounting user '{user}'; only accounting administrators \
-                 may quote for others",
-                usage.user
-            )));
-        }
-        Ok(())
+    let names: Vec<Option<String>> = items.iter().map(|(_, name)| name.clone()).collect();
+    let order = QuoteOrder {
+        items,
+        ..params.order
     };
-    if !service {
-        let (usage, object) = read_object(&body, QUOTE_FAILED, |f| job_usage(f, &user))?;
-        check_user(&usage)?;
-        let instance = object.clone().unwrap_or_else(|| "job".into());
-        let answer = quote_all(ledger, vec![request(usage, object)], now)
-            .await?
-            .remove(0);
-        return Ok(axum::response::IntoResponse::into_response(Json(
-            answer_of(answer, &instance),
-        )));
+    let ledger = ledger.clone();
+    let answers = tokio::task::spawn_blocking(move || ledger.quote_for(&asker, order, now))
+        .await
+        .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
+        .map_err(|e| ApiError::accounting(QUOTE_FAILED, e))?;
+    let itemize = params.itemize;
+    if !params.services {
+        let instance = names[0].clone().unwrap_or_else(|| "job".into());
+        let answer = answers.into_iter().next().expect("one answer for one job");
+        return Ok(Json(quote_answer(answer, &instance, itemize)).into_response());
     }
-    let services = match body.get("data") {
-        Some(_) => services_made_by(&state, &body, &user).await?,
-        None => services_of(body)?,
-    };
-    let mut names = Vec::new();
-    let mut requests = Vec::new();
-    for service in &services {
-        let (usage, name) = read_object(service, QUOTE_FAILED, |f| service_usage(f, &user))?;
-        check_user(&usage)?;
-        names.push(name.clone());
-        requests.push(request(usage, name));
-    }
-    let mut priced = Vec::new();
     let mut total = Money::ZERO;
-    for (answer, name) in quote_all(ledger, requests, now)
-        .await?
-        .into_iter()
-        .zip(names)
-    {
+    let mut priced = Vec::new();
+    for (answer, name) in answers.into_iter().zip(names) {
         total += answer.price.amount;
-        let mut one = answer_of(answer, name.as_deref().unwrap_or("service"));
+        let mut one = quote_answer(answer, name.as_deref().unwrap_or("service"), itemize);
         one["details"] = one.get("details").cloned().unwrap_or(json!([]));
         priced.push(one);
     }
-    Ok(axum::response::IntoResponse::into_response(Json(json!({
-        "services": priced,
-        "amount": total.to_json(),
-    }))))
-}
-
-/// Makes the quotes off the async runtime (a guaranteed one writes to the store).
-async fn quote_all(
-    ledger: &Arc<Ledger>,
-    requests: Vec<QuoteRequest>,
-    now: i64,
-) -> ApiResult<Vec<QuoteAnswer>> {
-    let ledger = ledger.clone();
-    tokio::task::spawn_blocking(move || {
-        requests
-            .into_iter()
-            .map(|request| ledger.quote(request, now))
-            .collect::<Result<Vec<_>, _>>()
-    })
-    .await
-    .map_err(|e| ApiError::unavailable(QUOTE_FAILED, e.to_string()))?
-    .map_err(|e| ApiError::accounting(QUOTE_FAILED, e))
+    Ok(Json(json!({"services": priced, "amount": total.to_json()})).into_response())
 }
 
 /// A decimal amount at `key` (a number or a numeric string, at most six places); a
@@ -655,7 +628,11 @@ fn job_usage(f: &mut Fields<'_>, proxy_user: &str) -> (Usage, Option<String>) {
             )
             .unwrap_or(1) as u64;
         let memory = r
-            .integer_in("requiredMemoryPerTask", 0, i64::MAX / 4)
+            .integer_in(
+                "requiredMemoryPerTask",
+                0,
+                drover_domain::limits::MAX_QUOTED_MEMORY_PER_TASK,
+            )
             .unwrap_or(0) as u64;
         usage.nodes = nodes;
         usage.processors = nodes * per_task;

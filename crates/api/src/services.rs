@@ -3,12 +3,12 @@
 //! (`drover_control::services`) brings them up and tears them down. `<key>` is an id or a
 //! name.
 //!
-//! - A creation plans the whole tree (`drover_domain::service::plan`: templates, their
-//!   included services, `extends`, dependencies), checks what it would make (images,
-//!   the user's limit, the account), stores it and answers `201 {"name"}` of the
-//!   top-level service; the controller sets it up from its start date on.
-//! - An ordinary user creates services for themselves only and sees and changes their
-//!   own; the others are answered as if they did not exist.
+//! - A creation is read here and made by `drover_control::service_creation` (who may
+//!   create for whom, the account, the plan of the whole tree, images, the user's limit);
+//!   the answer is `201 {"name"}` of the top-level service, which the controller sets up
+//!   from its start date on.
+//! - An ordinary user sees and changes their own services; the others are answered as
+//!   if they did not exist.
 //! - `PUT` changes `attributes` (each key given replaces that key, `null` removes it),
 //!   `status` and `statusCode`; a body that changes anything else, `attributes.sched`
 //!   included, is refused (400). Fields given with their stored value are accepted, so
@@ -26,18 +26,17 @@ use axum::Json;
 use axum::extract::State;
 use axum::response::Response;
 use drover_auth::Permission;
-use drover_cloud::{CloudError, NewServices, ServiceRecords, StoredService};
-use drover_control::services::service_event;
+use drover_cloud::{CloudError, ServiceRecords, StoredService};
+use drover_control::service_creation::{Creation, Creator, NOT_CREATED, ServiceMaker};
 use drover_domain::container::VirtualContainer;
-use drover_domain::dates::{Timestamp, WireDates};
-use drover_domain::service::{self, PlannedService, ServiceEntry};
-use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
+use drover_domain::dates::WireDates;
+use drover_domain::service::{self, ServiceEntry};
+use drover_domain::service_template::{ServiceType, TemplateKey};
 use drover_domain::vm::MAX_TIME_TO_LIVE;
-use drover_monitor::event::Event;
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
-use crate::error::{ApiError, ApiResult, Kind};
+use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::{CommonParams, ListParams};
@@ -50,7 +49,6 @@ const UPDATE: Access = Access::Needs(Permission::update("services"));
 const DELETE: Access = Access::Needs(Permission::delete("services"));
 
 const PATH: &str = "/rest/services";
-const NOT_CREATED: &str = "The service was not created";
 
 /// The fields of a creation body, and of an entry of its `data`.
 const CREATE_FIELDS: &[&str] = &[
@@ -354,14 +352,6 @@ impl Shown<'_> {
 }
 
 /// A creation body, read.
-pub(crate) struct Creation {
-    pub(crate) user: Option<String>,
-    pub(crate) account: Option<String>,
-    start: Option<i64>,
-    duration: Option<i64>,
-    pub(crate) entries: Vec<ServiceEntry>,
-}
-
 pub(crate) fn read_creation(f: &mut Fields<'_>, dates: &WireDates) -> Creation {
     f.only(CREATE_FIELDS, "not a field of a service creation");
     let start = match f.date("startDateRequested", dates) {
@@ -448,53 +438,16 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     let body = parse_json(&body)?;
     let dates = state.settings().dates.clone();
     let creation = read_object(&body, NOT_CREATED, |f| read_creation(f, &dates))?;
-    let caller_name = caller.effective_user.clone().unwrap_or_default();
-    let user = creation.user.clone().unwrap_or_else(|| caller_name.clone());
-    if user != caller_name && !caller.over_all() {
-        return Err(ApiError::forbidden(
-            &caller_name,
-            format_args!("create services for {user}"),
-        ));
-    }
-    check_account(
-        &state,
-        &user,
-        creation.account.as_deref(),
-        caller.over_all(),
-    )?;
-    let planned = plan_entries(&state, creation.entries.clone(), NOT_CREATED).await?;
-    check_images(&state, &planned).await?;
-    let admin = caller.over_all();
-    let new = NewServices {
-        user: user.clone(),
-        account: creation.account,
-        created_by: caller
+    let user = caller.effective_user.clone().unwrap_or_default();
+    let creator = Creator {
+        identity: caller
             .identity
             .as_ref()
-            .map(|i| i.name.clone())
-            .unwrap_or(caller_name),
-        start_requested: creation
-            .start
-            .and_then(|s| Timestamp::from_second(s).ok())
-            .map(drover_domain::dates::format_utc),
-        starts_at: creation.start.unwrap_or(0),
-        duration: creation.duration,
-        limit: (!admin).then_some(state.settings().cloud.user_service_max_count),
+            .map_or_else(|| user.clone(), |i| i.name.clone()),
+        user,
+        over_all: caller.over_all(),
     };
-    let top = blocking(&state, move |records| records.create(&planned, &new)).await?;
-    let message = format!(
-        "Service {} was created for {}",
-        top.value.name, top.value.user
-    );
-    record_event(
-        &state,
-        &top,
-        "servicecreate",
-        "Service Create",
-        "INFO",
-        &message,
-    );
-    state.service_wake().notify_one();
+    let top = maker(&state).create(creation, creator).await?;
     let location = format!("{PATH}/{}", top.id);
     Ok(reply::created(
         state.settings(),
@@ -503,100 +456,17 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     ))
 }
 
-/// The services `entries` make (the top-level one first), with the stored templates;
-/// refused (400, `summary` first) with every rule they break.
-pub(crate) async fn plan_entries(
-    state: &AppState,
-    entries: Vec<ServiceEntry>,
-    summary: &'static str,
-) -> ApiResult<Vec<PlannedService>> {
-    let templates = state.service_templates().clone();
-    let planned = tokio::task::spawn_blocking(move || {
-        let all = templates.all()?;
-        let lookup = |key: &TemplateKey| {
-            all.iter()
-                .find(|t| match key {
-                    TemplateKey::Id(id) => &t.id == id,
-                    TemplateKey::Name(name) => &t.value.name == name,
-                })
-                .map(|t| {
-                    let reference = TemplateRef {
-                        id: t.id.clone(),
-                        name: t.value.name.clone(),
-                    };
-                    (reference, t.value.clone())
-                })
-        };
-        Ok::<_, CloudError>(service::plan(&entries, &lookup))
-    })
-    .await
-    .map_err(|e| ApiError::internal(e.to_string()))??;
-    planned
-        .map_err(|problems| ApiError::new(Kind::BadRequest, Refusal::messages(summary, &problems)))
-}
-
-/// With accounting enabled, the account must exist and have the user as a member.
-fn check_account(
-    state: &AppState,
-    user: &str,
-    account: Option<&str>,
-    admin: bool,
-) -> ApiResult<()> {
-    let (Some(ledger), Some(account)) = (state.accounting(), account) else {
-        return Ok(());
-    };
-    if !ledger.enabled() {
-        return Ok(());
+/// What creations read and write.
+fn maker(state: &AppState) -> ServiceMaker {
+    ServiceMaker {
+        records: state.service_records().clone(),
+        templates: state.service_templates().clone(),
+        images: state.images().clone(),
+        ledger: state.accounting().cloned(),
+        events: state.events().clone(),
+        wake: state.service_wake().clone(),
+        user_service_max_count: state.settings().cloud.user_service_max_count,
     }
-    match ledger.account(account) {
-        Some(a) if admin || a.has_member(user) => Ok(()),
-        Some(_) => Err(ApiError::bad_request(
-            NOT_CREATED,
-            format!("account: {user} is not a member of the account '{account}'"),
-        )),
-        None => Err(ApiError::bad_request(
-            NOT_CREATED,
-            format!("account: there is no account '{account}'"),
-        )),
-    }
-}
-
-/// Every VM service's image must exist and support VMs.
-async fn check_images(state: &AppState, planned: &[PlannedService]) -> ApiResult<()> {
-    let images: Vec<String> = planned
-        .iter()
-        .filter(|p| p.kind == ServiceType::Vm)
-        .filter_map(|p| {
-            p.attributes
-                .get("sched")?
-                .pointer("/job/image")?
-                .as_str()
-                .map(String::from)
-        })
-        .collect();
-    let problems = crate::state::blocking_on(state.images().clone(), move |store| {
-        let mut problems = Vec::new();
-        for name in images {
-            match store.get(&name) {
-                Ok(image) if image.value.supports_virtual_machine => {}
-                Ok(_) => problems.push(format!(
-                    "attributes.sched.job.image: the image '{name}' does not support virtual machines"
-                )),
-                Err(CloudError::NotFound(_)) => problems.push(format!(
-                    "attributes.sched.job.image: no image '{name}' (GET /rest/images lists them)"
-                )),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(problems)
-    })
-    .await?;
-    if problems.is_empty() {
-        return Ok(());
-    }
-    let mut messages = vec![NOT_CREATED.to_string()];
-    messages.extend(problems);
-    Err(ApiError::new(Kind::BadRequest, messages))
 }
 
 async fn modify(
@@ -739,24 +609,4 @@ async fn remove(ItemRead(state, params, caller, key): ItemRead) -> ApiResult<Jso
     .await?;
     state.service_wake().notify_one();
     Ok(reply::deleted())
-}
-
-/// Records an event about a service (in both vocabularies, as for VMs), without holding
-/// up the request.
-fn record_event(
-    state: &AppState,
-    stored: &StoredService,
-    v1: &str,
-    v3: &str,
-    severity: &str,
-    message: &str,
-) {
-    let events: Vec<Event> = [v1, v3]
-        .into_iter()
-        .map(|kind| service_event(stored, kind, severity, message))
-        .collect();
-    let recorder = state.events().clone();
-    tokio::spawn(async move {
-        let _ = recorder.record(events).await;
-    });
 }

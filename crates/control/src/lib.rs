@@ -2,7 +2,8 @@
 //! and orchestrates them, knowing nothing of HTTP.
 //!
 //! - [`services`]: the services controller, which brings each stored service up and
-//!   down through the engine (containers, VMs, jobs) as its user.
+//!   down through the engine (containers, VMs, jobs) as its user;
+//!   [`service_creation`]: the rules a creation of services meets before it is stored.
 //! - [`plugin_host`]: what plugins' scripts and Native programs may do (the host
 //!   functions, with their user's rights), and the loops that poll plugins and hand them
 //!   events.
@@ -15,6 +16,7 @@ pub mod accounting;
 pub mod data_dir;
 pub mod guest_run;
 pub mod plugin_host;
+pub mod service_creation;
 pub mod services;
 pub mod settings;
 pub mod vm_host;

@@ -28,6 +28,7 @@ use drover_plugins::script::Host;
 use drover_sched::Scheduler;
 use drover_sched::job::JobSpec;
 use drover_sched::node::NodeState;
+use drover_sched::template::{Given, JobTemplates};
 use serde_json::{Map, Value, json};
 use tokio::runtime::Handle;
 
@@ -66,6 +67,8 @@ pub struct PluginHosts {
     pub people: Arc<dyn People>,
     pub runtime: Handle,
     pub config: PluginsConfig,
+    /// The job templates: a job a plugin submits takes their defaults.
+    pub job_templates: Arc<JobTemplates>,
 }
 
 impl PluginHosts {
@@ -88,6 +91,7 @@ impl PluginHosts {
             reports: self.reports.clone(),
             people: self.people.clone(),
             runtime: self.runtime.clone(),
+            job_templates: self.job_templates.clone(),
             data,
             actions: AtomicUsize::new(0),
             logged: AtomicUsize::new(0),
@@ -243,6 +247,7 @@ struct PluginHost {
     reports: Arc<Reports>,
     people: Arc<dyn People>,
     runtime: Handle,
+    job_templates: Arc<JobTemplates>,
     data: Arc<Mutex<Map<String, Value>>>,
     /// What this call of the script has done so far (a host serves one call).
     actions: AtomicUsize,
@@ -401,6 +406,23 @@ impl PluginHost {
             });
         spec.variables
             .insert("DROVER_PLUGIN".into(), self.plugin.clone());
+        // What the script gave wins; the templates fill the rest, as for a submission.
+        let given = Given {
+            command_file: true,
+            arguments: text("arguments").is_some(),
+            account: spec.account.is_some(),
+            duration: spec.duration.is_some(),
+            resources: request
+                .get("processors")
+                .and_then(Value::as_u64)
+                .map(|_| "processors".to_string())
+                .into_iter()
+                .collect(),
+            ..Given::default()
+        };
+        self.job_templates
+            .apply(&mut spec, given)
+            .map_err(|unknown| unknown[0].to_string())?;
         self.until(deadline, self.scheduler.submit(spec, by))
             .map(Value::String)
     }

@@ -37,6 +37,7 @@ use drover_monitor::EventRecorder;
 use drover_monitor::event::{Event, InitiatedBy, ObjectRef, PrimaryObject};
 use drover_sched::Scheduler;
 use drover_sched::job::JobSpec;
+use drover_sched::template::{Given, JobTemplates};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
@@ -52,6 +53,8 @@ pub struct ServiceControl {
     pub events: EventRecorder,
     /// Notified by the interface after each creation, change or deletion.
     pub wake: Arc<Notify>,
+    /// The job templates: a `pm` service's job takes their defaults.
+    pub job_templates: Arc<JobTemplates>,
 }
 
 impl ServiceControl {
@@ -466,7 +469,12 @@ impl ServiceControl {
             }),
         };
         let Some(job) = job else {
-            let spec = pm_job(stored, container, self.scheduler.now());
+            let (mut spec, given) = pm_job(stored, container, self.scheduler.now());
+            // What the service says of its job wins; the templates fill the rest.
+            if let Err(unknown) = self.job_templates.apply(&mut spec, given) {
+                let error = SchedError::Invalid(unknown.iter().map(|u| u.to_string()).collect());
+                return self.refused(stored, "its job", error).await;
+            }
             return match self.scheduler.submit(spec, by).await {
                 Ok(id) => {
                     self.update(&stored.id, move |s| {
@@ -750,8 +758,9 @@ fn first_host(service: &Service) -> Option<String> {
 }
 
 /// The job of a `pm` service: it holds a node for the service's user (its processors,
-/// memory, features and requested host) until the service goes.
-fn pm_job(stored: &StoredService, container: Option<String>, now: i64) -> JobSpec {
+/// memory, features and requested host) until the service goes; and what of it the
+/// service gives (its templates, `genericPM-setup` then `DEFAULT`, fill the rest).
+fn pm_job(stored: &StoredService, container: Option<String>, now: i64) -> (JobSpec, Given) {
     let service = &stored.value;
     let mut spec = JobSpec {
         custom_name: Some(service.name.clone()),
@@ -784,7 +793,27 @@ fn pm_job(stored: &StoredService, container: Option<String>, now: i64) -> JobSpe
     extra.templates = vec![drover_domain::template::PM_SETUP.into()];
     extra.virtual_containers = container.into_iter().collect();
     extra.description = Some(format!("Holds a node for the service {}", service.name));
-    spec
+    let resources = [
+        (service::PROCESSORS, "processors"),
+        (service::MEMORY, "memory"),
+    ];
+    let given = Given {
+        command_file: true,
+        arguments: true,
+        // It lasts as long as the service: to its end, or without a limit.
+        duration: true,
+        account: spec.account.is_some(),
+        // One task holds the node.
+        task_count: true,
+        features: !spec.request.features.is_empty(),
+        resources: resources
+            .into_iter()
+            .filter(|(resource, _)| service.resource(resource).is_some())
+            .map(|(_, name)| name.to_string())
+            .collect(),
+        ..Given::default()
+    };
+    (spec, given)
 }
 
 /// An event about a service (object type `Service`, named by id).

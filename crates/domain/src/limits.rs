@@ -16,6 +16,11 @@ pub const USER_PRIORITY_BOUND: i64 = 1_000_000;
 pub const MAX_REQUEST_COUNT: i64 = 1 << 20;
 /// The most tasks one job may ask for.
 pub const MAX_TASK_COUNT: i64 = 1 << 24;
+/// The longest wall time a job may ask for, in seconds: past any date, and still within
+/// `i64` when added to one.
+pub const MAX_JOB_DURATION: i64 = i64::MAX / 2;
+/// The most memory per task, in MB, the job a quote prices may name.
+pub const MAX_QUOTED_MEMORY_PER_TASK: i64 = i64::MAX / 4;
 /// The most processors one VM may have (and one task of a job a plugin submits).
 pub const MAX_VM_PROCESSORS: u32 = 4096;
 

@@ -172,6 +172,7 @@ fn prepare(
     let auth = Arc::new(auth);
     let access = Arc::new(access);
     let reports = Arc::new(reports);
+    let job_templates = Arc::new(config.templates()?);
     let hosts = drover_control::plugin_host::PluginHosts {
         scheduler: scheduler.clone(),
         events: events.clone(),
@@ -183,6 +184,7 @@ fn prepare(
         }),
         runtime: tokio::runtime::Handle::current(),
         config: config.plugins.clone(),
+        job_templates: job_templates.clone(),
     };
     let (plugins, warnings) = drover_plugins::registry::Plugins::open(
         store.clone(),
@@ -193,7 +195,7 @@ fn prepare(
     for warning in warnings {
         eprintln!("drover: warning: {warning}");
     }
-    let settings = settings(config, active_server)?;
+    let settings = settings(config, active_server, job_templates)?;
     let monitoring = Monitoring { events, reports };
     let state = AppState::new(
         Services {
@@ -260,7 +262,11 @@ fn open_tokens_and_keys(
 }
 
 /// What the interface's handlers are told of the configuration.
-fn settings(config: &Config, active_server: Option<String>) -> Result<Settings, String> {
+fn settings(
+    config: &Config,
+    active_server: Option<String>,
+    job_templates: Arc<drover_sched::template::JobTemplates>,
+) -> Result<Settings, String> {
     Ok(Settings {
         base_url: config.normalized_base_url()?,
         dates: config.dates()?,
@@ -274,7 +280,7 @@ fn settings(config: &Config, active_server: Option<String>) -> Result<Settings, 
         },
         build: build_info(),
         directory: config.ldap.clone(),
-        job_templates: Arc::new(config.templates()?),
+        job_templates,
         job_arrays: config.scheduler.enable_job_arrays,
         cloud: drover_api::CloudSettings {
             default_image: config.cloud.default_image.clone(),
@@ -554,6 +560,7 @@ pub async fn launch_with(
             scheduler: state.scheduler().clone(),
             events: state.events().clone(),
             wake: state.service_wake().clone(),
+            job_templates: state.settings().job_templates.clone(),
         }
         .run(),
     );

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use drover_accounting::AccountingError;
 use drover_auth::access_store::AccessError;
 use drover_cloud::CloudError;
+use drover_control::service_creation::CreationError;
 use drover_monitor::reports::ReportError;
 use drover_monitor::{ReadError, RecordError};
 use drover_query::QueryError;
@@ -291,6 +292,19 @@ impl From<CloudError> for ApiError {
     }
 }
 
+impl From<CreationError> for ApiError {
+    fn from(e: CreationError) -> Self {
+        match e {
+            CreationError::Forbidden { creator, user } => {
+                ApiError::forbidden(&creator, format_args!("create services for {user}"))
+            }
+            CreationError::Refused(messages) => ApiError::new(Kind::BadRequest, messages),
+            CreationError::Cloud(e) => e.into(),
+            CreationError::Internal(e) => ApiError::internal(e),
+        }
+    }
+}
+
 impl From<SchedError> for ApiError {
     fn from(error: SchedError) -> Self {
         match error {
@@ -358,6 +372,9 @@ impl ApiError {
                 ApiError::new(Kind::BadRequest, messages)
             }
             AccountingError::InsufficientFunds(why) => ApiError::bad_request(summary, why),
+            AccountingError::Forbidden(why) => {
+                ApiError::new(Kind::Forbidden, [summary.to_string(), why])
+            }
             AccountingError::NotFound(what) => ApiError::not_found(what),
             AccountingError::Store(why) => ApiError::unavailable(summary, why),
         }

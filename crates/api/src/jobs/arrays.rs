@@ -66,14 +66,14 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     crate::input::within_submission_bound(&state, &caller, &body, summary::ARRAY_NOT_SUBMITTED)?;
     let body: Value = parse_json(&body)?;
     let (array, prototype) = read_array(&body)?;
-    let mut prototype = prototype.ok_or_else(|| {
+    let prototype = prototype.ok_or_else(|| {
         ApiError::bad_request(
             summary::ARRAY_NOT_SUBMITTED,
             "jobPrototype: required (a version-2 job submission)",
         )
     })?;
-    templates::apply(&mut prototype, &state.settings().job_templates)?;
-    let spec = v2::submission(&prototype, &state.settings().dates)?;
+    let mut spec = v2::submission(&prototype, &state.settings().dates)?;
+    templates::apply(&mut spec, &prototype, &state.settings().job_templates)?;
     let location = format!("{}/rest/jobs/", state.settings().base_url);
     let receipt = crate::idempotency::receipt(201, &location, "name");
     let id = state

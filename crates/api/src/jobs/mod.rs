@@ -505,11 +505,12 @@ fn one(
 
 async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
     crate::input::within_submission_bound(&state, &caller, &body, summary::JOB_NOT_SUBMITTED)?;
-    let mut body: Value = parse_json(&body)?;
+    let body: Value = parse_json(&body)?;
     let dates = &state.settings().dates;
     let spec = if params.api_version.number() >= 2 {
-        templates::apply(&mut body, &state.settings().job_templates)?;
-        v2::submission(&body, dates)?
+        let mut spec = v2::submission(&body, dates)?;
+        templates::apply(&mut spec, &body, &state.settings().job_templates)?;
+        spec
     } else {
         v1::submission(&body, dates)?
     };

@@ -1,17 +1,17 @@
 //! Job templates (spec 2.6, 4.6): `GET /rest/job-templates[/<id>]`, and the defaults a
 //! version-2 submission takes from the templates it names.
 //!
-//! Defaults are merged into the request body before it is read, so a template says what
-//! the submitter could have said, in the same words, and the submission is validated
-//! once, whole. What the body says wins; then the named templates in their order; then
-//! `DEFAULT`.
+//! The submission is read, then takes the defaults of its templates
+//! (`drover_domain::template`): what the body gives wins; then the named templates in
+//! their order; then `DEFAULT`. Reading the body tells which fields it gave.
 
 use axum::Json;
 use axum::extract::{Path, State};
 use drover_auth::Permission;
 use drover_domain::request::summary;
-use drover_sched::template::{DEFAULT_TEMPLATE, JobTemplate, JobTemplates};
-use serde_json::{Map, Value, json};
+use drover_sched::job::JobSpec;
+use drover_sched::template::{Given, JobTemplate, JobTemplates};
+use serde_json::{Map, Value};
 
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
@@ -79,171 +79,73 @@ async fn one(State(state): State<AppState>, Path(id): Path<String>) -> ApiResult
         .ok_or_else(|| ApiError::not_found(format!("No job template '{id}'")))
 }
 
-/// Fills `body` (a version-2 submission) from the templates it names and `DEFAULT`.
-pub fn apply(body: &mut Value, templates: &JobTemplates) -> Result<(), ApiError> {
-    let Some(object) = body.as_object_mut() else {
-        return Ok(()); // reading the body reports it
-    };
-    let mut chosen = Vec::new();
-    let mut problems = Vec::new();
-    if let Some(Value::Array(named)) = object.get("templates") {
-        for (i, entry) in named.iter().enumerate() {
-            let name = match entry {
-                Value::String(s) => Some(s.as_str()),
-                Value::Object(o) => o.get("name").and_then(Value::as_str),
-                _ => None,
-            };
-            match name.map(|n| (n, templates.get(n))) {
-                Some((_, Some(template))) => chosen.push(template),
-                Some((n, None)) => problems.push(format!(
-                    "templates[{i}]: no job template '{n}' (GET /rest/job-templates lists them)"
-                )),
-                None => {} // reading the body reports it
-            }
-        }
-    }
-    if !problems.is_empty() {
+/// Fills `spec`, read from the version-2 submission `body`, from the templates it names
+/// and `DEFAULT` (`JobTemplates::apply`): what `body` gives is kept.
+pub fn apply(spec: &mut JobSpec, body: &Value, templates: &JobTemplates) -> Result<(), ApiError> {
+    templates.apply(spec, given(body)).map_err(|unknown| {
         let mut messages = vec![summary::JOB_NOT_SUBMITTED.to_string()];
-        messages.extend(problems);
-        return Err(ApiError::new(crate::Kind::BadRequest, messages));
-    }
-    chosen.extend(templates.get(DEFAULT_TEMPLATE));
-    for template in chosen {
-        fill(object, template);
-    }
-    Ok(())
-}
-
-/// Sets `key` in `object` to `value` unless it has a non-null value already.
-fn default_to(object: &mut Map<String, Value>, key: &str, value: Option<Value>) {
-    if let Some(value) = value
-        && object.get(key).is_none_or(Value::is_null)
-    {
-        object.insert(key.to_string(), value);
-    }
-}
-
-/// The object at `key`, made if missing (a one-element list counts as its element).
-fn section<'a>(
-    object: &'a mut Map<String, Value>,
-    key: &str,
-) -> Option<&'a mut Map<String, Value>> {
-    let slot = object.entry(key).or_insert_with(|| json!({}));
-    if slot.is_null() {
-        *slot = json!({});
-    }
-    match slot {
-        Value::Object(o) => Some(o),
-        Value::Array(items) if items.len() == 1 => items[0].as_object_mut(),
-        _ => None, // malformed: reading the body reports it
-    }
-}
-
-fn fill(body: &mut Map<String, Value>, t: &JobTemplate) {
-    default_to(body, "commandFile", t.command_file.clone().map(Value::from));
-    default_to(
-        body,
-        "commandLineArguments",
-        t.args.clone().map(Value::from),
-    );
-    default_to(body, "duration", t.duration_requested.map(Value::from));
-    default_to(
-        body,
-        "vmUsagePolicy",
-        t.vm_usage_policy.clone().map(Value::from),
-    );
-    if (t.account.is_some() || t.queue.is_some() || t.qos.is_some())
-        && let Some(credentials) = section(body, "credentials")
-    {
-        default_to(credentials, "account", t.account.clone().map(Value::from));
-        default_to(credentials, "jobClass", t.queue.clone().map(Value::from));
-        if !credentials.contains_key("qos") {
-            default_to(credentials, "qosRequested", t.qos.clone().map(Value::from));
-        }
-    }
-    if let Some(priority) = t.priority
-        && let Some(priorities) = section(body, "priorities")
-    {
-        default_to(priorities, "user", Some(Value::from(priority)));
-    }
-    if !t.job_flags.is_empty() {
-        let mut flags: Vec<Value> = match body.get("flags") {
-            Some(Value::Array(given)) => given.clone(),
-            Some(Value::String(one)) => vec![Value::from(one.clone())],
-            _ => Vec::new(),
-        };
-        for flag in &t.job_flags {
-            let present = flags
+        messages.extend(
+            unknown
                 .iter()
-                .any(|f| f.as_str().is_some_and(|f| f.eq_ignore_ascii_case(flag)));
-            if !present {
-                flags.push(Value::from(flag.clone()));
-            }
-        }
-        body.insert("flags".into(), Value::Array(flags));
-    }
-    if !t.job_dependencies.is_empty() {
-        let dependencies = t
-            .job_dependencies
-            .iter()
-            .map(|d| json!({"name": d.name, "type": d.kind}))
-            .collect();
-        default_to(body, "dependencies", Some(Value::Array(dependencies)));
-    }
-    let Some(r) = t.job_template_requirements.first() else {
-        return;
-    };
-    let Some(requirements) = section(body, "requirements") else {
-        return;
-    };
-    default_to(requirements, "taskCount", r.task_count.map(Value::from));
-    default_to(
-        requirements,
-        "architecture",
-        r.architecture.clone().map(Value::from),
-    );
-    default_to(
-        requirements,
-        "image",
-        r.operating_system.clone().map(Value::from),
-    );
-    if !r.required_features.is_empty() && !requirements.contains_key("features") {
-        default_to(
-            requirements,
-            "featuresRequested",
-            Some(json!(r.required_features)),
+                .map(|u| format!("{u} (GET /rest/job-templates lists them)")),
         );
+        ApiError::new(crate::Kind::BadRequest, messages)
+    })
+}
+
+/// What a version-2 submission gives of the fields templates fill: each field present
+/// and not `null` (`credentials.qos` and `requirements.features` even `null`, as they
+/// stand for the fields templates fill).
+fn given(body: &Value) -> Given {
+    let none = Map::new();
+    let body = body.as_object().unwrap_or(&none);
+    let said = |object: Option<&Map<String, Value>>, key: &str| {
+        object.is_some_and(|o| o.get(key).is_some_and(|v| !v.is_null()))
+    };
+    let credentials = section(body, "credentials");
+    let requirements = section(body, "requirements");
+    let resources = requirements.and_then(|r| section(r, "resourcesPerTask"));
+    Given {
+        command_file: said(Some(body), "commandFile"),
+        arguments: said(Some(body), "commandLineArguments"),
+        duration: said(Some(body), "duration"),
+        vm_usage_policy: said(Some(body), "vmUsagePolicy"),
+        account: said(credentials, "account"),
+        job_class: said(credentials, "jobClass"),
+        qos: said(credentials, "qosRequested")
+            || credentials.is_some_and(|c| c.contains_key("qos")),
+        user_priority: said(section(body, "priorities"), "user"),
+        dependencies: said(Some(body), "dependencies"),
+        task_count: said(requirements, "taskCount"),
+        architecture: said(requirements, "architecture"),
+        os: said(requirements, "image"),
+        features: said(requirements, "featuresRequested")
+            || requirements.is_some_and(|r| r.contains_key("features")),
+        resources: resources
+            .into_iter()
+            .flatten()
+            .filter(|(_, amount)| !amount.is_null())
+            .map(|(name, _)| name.clone())
+            .collect(),
     }
-    let per_task = [
-        ("processors", r.required_processors_per_task.map(u64::from)),
-        ("memory", r.required_memory_per_task),
-        ("disk", r.required_disk_per_task),
-        ("swap", r.required_swap_per_task),
-    ];
-    let generic = r
-        .generic_resources
-        .iter()
-        .map(|(k, v)| (k.as_str(), Some(*v)));
-    let wanted: Vec<(&str, Option<f64>)> = per_task
-        .iter()
-        .map(|(k, v)| (*k, v.map(|n| n as f64)))
-        .chain(generic)
-        .filter(|(_, v)| v.is_some())
-        .collect();
-    if wanted.is_empty() {
-        return;
-    }
-    if let Some(resources) = section(requirements, "resourcesPerTask") {
-        for (name, amount) in wanted {
-            default_to(resources, name, amount.map(|n| json!({ "dedicated": n })));
-        }
+}
+
+/// The object at `key` (a one-element list counts as its element, as reading takes it);
+/// none when missing, or malformed (reading the body refuses that).
+fn section<'a>(object: &'a Map<String, Value>, key: &str) -> Option<&'a Map<String, Value>> {
+    match object.get(key)? {
+        Value::Object(o) => Some(o),
+        Value::Array(items) if items.len() == 1 => items[0].as_object(),
+        _ => None,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use drover_domain::dates::WireDates;
     use drover_sched::template::TemplateRequirements;
+    use serde_json::json;
 
     fn templates() -> JobTemplates {
         JobTemplates::with(&[
@@ -270,26 +172,36 @@ mod tests {
 
     #[test]
     fn the_body_wins_then_named_templates_then_default() {
-        let mut body = json!({
+        let read = |body: Value| {
+            let mut spec = super::super::v2::submission(&body, &WireDates::utc()).unwrap();
+            apply(&mut spec, &body, &templates()).map(|()| spec)
+        };
+        let spec = read(json!({
             "commandFile": "/bin/true",
             "templates": [{"name": "gpu"}],
             "flags": ["SUSPENDABLE"],
             "credentials": {"account": "mine"},
             "requirements": [{"resourcesPerTask": {"memory": {"dedicated": 512}}}]
-        });
-        apply(&mut body, &templates()).unwrap();
-        assert_eq!(
-            body["credentials"],
-            json!({"account": "mine", "jobClass": "gpu"})
-        );
-        assert_eq!(body["duration"], 3600);
-        assert_eq!(body["flags"], json!(["SUSPENDABLE", "RESTARTABLE"]));
-        assert_eq!(
-            body["requirements"][0]["resourcesPerTask"],
-            json!({"memory": {"dedicated": 512}, "processors": {"dedicated": 4.0}, "gpu": {"dedicated": 1.0}})
-        );
-        let mut unknown = json!({"commandFile": "/bin/true", "templates": ["nope"]});
-        let e = apply(&mut unknown, &templates()).unwrap_err();
+        }))
+        .unwrap();
+        assert_eq!(spec.account.as_deref(), Some("mine"));
+        assert_eq!(spec.job_class.as_deref(), Some("gpu"));
+        assert_eq!(spec.duration, Some(3600));
+        assert_eq!(spec.flags, ["SUSPENDABLE", "RESTARTABLE"]);
+        let request = &spec.request;
+        assert_eq!(request.memory_per_task, Some(512));
+        assert_eq!(request.processors_per_task, 4);
+        assert_eq!(request.generic_resources, [("gpu".to_string(), 1.0)].into());
+        // Given as `null` is not given; `qos`, even `null`, stands for `qosRequested`.
+        let spec = read(json!({
+            "commandFile": "/bin/true",
+            "duration": null,
+            "credentials": {"account": null, "qos": null}
+        }))
+        .unwrap();
+        assert_eq!(spec.account.as_deref(), Some("general"));
+        assert_eq!(spec.duration, Some(3600));
+        let e = read(json!({"commandFile": "/bin/true", "templates": ["nope"]})).unwrap_err();
         assert!(format!("{e:?}").contains("no job template 'nope'"));
     }
 }

@@ -250,7 +250,11 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
             stdin_path: f
                 .string("standardInputFilePath")
                 .or_else(|| f.string("rmStandardInputFilePath")),
-            duration: f.integer_in("durationRequested", 0, i64::MAX / 2),
+            duration: f.integer_in(
+                "durationRequested",
+                0,
+                drover_domain::limits::MAX_JOB_DURATION,
+            ),
             earliest_start: f.date("earliestStartDateRequested", dates),
             deadline: f.date("latestCompletedDateRequested", dates),
             ..Default::default()
@@ -368,7 +372,11 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
         flags: f.strings("flags").map(|v| normalize_flags(&v)),
         holds: f.has("holds").then(|| holds_from(f, "holds")),
         messages: f.messages("messages"),
-        duration: f.integer_in("durationRequested", 0, i64::MAX / 2),
+        duration: f.integer_in(
+            "durationRequested",
+            0,
+            drover_domain::limits::MAX_JOB_DURATION,
+        ),
         partition: f
             .object("requirements", |r| r.string("requiredPartition"))
             .flatten(),

@@ -305,7 +305,7 @@ pub fn submission(body: &Value, dates: &WireDates) -> Result<JobSpec, ApiError> 
             variables: f.string_map("variables").unwrap_or_default(),
             stdout_path: f.string("standardOutputFilePath"),
             stderr_path: f.string("standardErrorFilePath"),
-            duration: f.integer_in("duration", 0, i64::MAX / 2),
+            duration: f.integer_in("duration", 0, drover_domain::limits::MAX_JOB_DURATION),
             ..Default::default()
         };
         if let Some((user, group, account, qos, class)) = f.object("credentials", |c| {
@@ -475,7 +475,7 @@ pub fn changes(body: &Value, dates: &WireDates) -> Result<JobChanges, ApiError> 
             flags: f.strings("flags").map(|v| normalize_flags(&v)),
             holds: f.has("holds").then(|| holds_from(f, "holds")),
             messages: f.messages("messages"),
-            duration: f.integer_in("duration", 0, i64::MAX / 2),
+            duration: f.integer_in("duration", 0, drover_domain::limits::MAX_JOB_DURATION),
             partition_access_list: f.strings("partitionAccessListRequested"),
             reservation: match f.raw("reservationRequested") {
                 Some(Value::String(_)) => f.string("reservationRequested"),

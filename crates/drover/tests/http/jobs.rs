@@ -1299,6 +1299,16 @@ fn unsafe_is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// A system account jobs may run as, named in a submission: `nobody` as root (jobs do
+/// not run as root), else the tests' own.
+pub(crate) fn job_user() -> String {
+    if unsafe_is_root() {
+        "nobody".into()
+    } else {
+        whoami()
+    }
+}
+
 fn whoami() -> String {
     let out = std::process::Command::new("id")
         .arg("-un")
@@ -1718,15 +1728,7 @@ fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
                "standardOutputFilePath": outputs.join("out"), "holds": ["User"]}),
     );
     std::fs::remove_dir(&outputs).unwrap();
-    let released = server.send_json(
-        "PUT",
-        &format!("/rest/jobs/{id}?api-version=2"),
-        &json!({"holds": []}),
-    );
-    assert_eq!(released.status, 200, "{}", released.body);
-    let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
-        j["states"]["state"] == "Completed"
-    });
+    let job = released_until_it_ends(&server, &id);
     assert_ne!(job["completionCode"], 0, "{job}");
     let said = job["messages"].to_string();
     assert!(said.contains("could not be started"), "{job}");
@@ -1748,15 +1750,7 @@ fn why_a_job_could_not_start_is_a_message_on_it_and_in_its_event() {
         json!({"commandFile": gone, "initialWorkingDirectory": work.path(), "holds": ["User"]}),
     );
     std::fs::remove_file(&gone).unwrap();
-    let released = server.send_json(
-        "PUT",
-        &format!("/rest/jobs/{id}?api-version=2"),
-        &json!({"holds": []}),
-    );
-    assert_eq!(released.status, 200, "{}", released.body);
-    let job = server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
-        j["states"]["state"] == "Completed"
-    });
+    let job = released_until_it_ends(&server, &id);
     assert_eq!(job["completionCode"], 126, "{job}");
     assert!(
         job["messages"].to_string().contains("cannot be read"),
@@ -1782,4 +1776,28 @@ fn a_job_that_ends_while_the_service_is_down_keeps_its_exit_code() {
     let number = id.trim_start_matches("Drover.");
     let out = std::fs::read_to_string(work.path().join(format!("seven.o{number}"))).unwrap();
     assert_eq!(out.trim(), "finished");
+}
+
+/// A site's `DEFAULT` job template: account `general`, 600 s, `RESTARTABLE`.
+pub(crate) fn a_default_template() -> drover_sched::template::JobTemplate {
+    drover_sched::template::JobTemplate {
+        id: "DEFAULT".into(),
+        account: Some("general".into()),
+        duration_requested: Some(600),
+        job_flags: vec!["RESTARTABLE".into()],
+        ..Default::default()
+    }
+}
+
+/// Releases the held job `id` and waits for its end; its version-2 rendering then.
+fn released_until_it_ends(server: &TestServer, id: &str) -> Value {
+    let released = server.send_json(
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"holds": []}),
+    );
+    assert_eq!(released.status, 200, "{}", released.body);
+    server.wait_for(&format!("/rest/jobs/{id}?api-version=2"), "its end", |j| {
+        j["states"]["state"] == "Completed"
+    })
 }

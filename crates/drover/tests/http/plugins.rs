@@ -463,6 +463,44 @@ fn scripts_get_events_and_answer_web_services() {
     assert_eq!(server.get("/rest/plugin-types/Notifier").status, 200);
 }
 
+/// A job a plugin submits takes the site's job templates as a submission does: what the
+/// script gives wins, `DEFAULT` fills the rest.
+#[test]
+fn a_job_a_plugin_submits_takes_the_default_template() {
+    let server = TestServer::builder()
+        .config(|c| {
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+            c.job_templates = vec![crate::jobs::a_default_template()];
+        })
+        .start();
+    uploaded(
+        &server,
+        r#"
+        fn describe() { #{ id: "Maker", services: ["make"] } }
+        fn make(request) { submit_job(request.body) }
+    "#,
+    );
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "maker", "pluginType": "Maker", "pollInterval": 86400}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let made = send(
+        &server,
+        "POST",
+        "/rest/plugins/maker/services/make",
+        &json!({"command": "/bin/true", "user": crate::jobs::job_user(), "duration": 60}),
+    );
+    assert_eq!(made.status, 200, "{}", made.body);
+    let id = made.json().as_str().unwrap().to_string();
+    let job = server.get(&format!("/rest/jobs/{id}?api-version=2")).json();
+    assert_eq!(job["credentials"]["account"], "general", "DEFAULT's: {job}");
+    assert_eq!(job["flags"], json!(["RESTARTABLE"]), "{job}");
+    assert_eq!(job["duration"], 60, "the script's wins: {job}");
+}
+
 #[test]
 fn hostile_scripts_are_stopped_and_the_service_keeps_answering() {
     let probes = tempfile::tempdir().unwrap();

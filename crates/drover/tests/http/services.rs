@@ -564,6 +564,38 @@ fn a_template_in_use_is_not_deleted() {
     );
 }
 
+/// The job of a `pm` service takes the site's job templates as a submission does: what
+/// the service says of it wins (it lasts as long as the service), `DEFAULT` fills the
+/// rest.
+#[test]
+fn a_pm_services_job_takes_the_default_template() {
+    if !system_accounts() {
+        return;
+    }
+    let server = TestServer::builder()
+        .user(BOB, false)
+        .config(|c| {
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+            c.job_templates = vec![crate::jobs::a_default_template()];
+        })
+        .start();
+    pm_template(&server, "machine");
+    let top = create(
+        &server,
+        bob(),
+        &json!({"data": [{"name": "held", "serviceTemplate": "machine"}]}),
+    );
+    let up = wait_phase(&server, &top, "up");
+    let job = up["attributes"]["sched"]["job"]["id"].as_str().unwrap();
+    let job = server
+        .get(&format!("/rest/jobs/{job}?api-version=2"))
+        .json();
+    assert_eq!(job["credentials"]["account"], "general", "DEFAULT's: {job}");
+    assert_eq!(job["flags"], json!(["RESTARTABLE"]), "{job}");
+    assert_eq!(job["duration"], Value::Null, "the service's own: {job}");
+    assert_eq!(job["templates"], json!([{"name": "genericPM-setup"}]));
+}
+
 #[test]
 fn a_service_waits_for_its_start_date_and_ends_with_its_duration() {
     if !system_accounts() {
