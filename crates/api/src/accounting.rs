@@ -635,8 +635,10 @@ fn job_usage(f: &mut Fields<'_>, proxy_user: &str) -> (Usage, Option<String>) {
             )
             .unwrap_or(0) as u64;
         usage.nodes = nodes;
+        // Within the bounds above these cannot overflow u64 but for memory; a total past
+        // it is priced as the most there can be (the price then says so: too much).
         usage.processors = nodes * per_task;
-        usage.memory = nodes * memory;
+        usage.memory = nodes.saturating_mul(memory);
         usage.class = r.string("requiredClass");
         if let Some(gres) = r.number_map("genericResources") {
             usage.generic_resources = gres

@@ -148,6 +148,29 @@ fn accounts_are_read_for_the_accounting_user() {
     assert_eq!(own.status, 200, "{}", own.body);
 }
 
+/// The largest job a quote may describe is priced or refused with a reason: counts at
+/// their bounds multiply past 64 bits, which must not fail the server.
+#[test]
+fn a_quote_for_the_largest_job_is_answered() {
+    let server = server();
+    let huge = json!({"account": "physics", "user": "ann", "requirements":
+        {"requiredProcessorsPerTask": 1 << 20, "requiredNodeCountMinimum": 1 << 20,
+         "requiredMemoryPerTask": i64::MAX / 4}});
+    for params in [
+        "object-type=job&proxy-user=ann&charge-duration=3600",
+        "object-type=job&proxy-user=ann&charge-duration=3600&itemize=true&cost-only=true",
+    ] {
+        let reply = quote(&server, params, huge.clone());
+        assert!(
+            reply.status == 200 || (400..500).contains(&reply.status),
+            "{params}: {} {}",
+            reply.status,
+            reply.body
+        );
+    }
+    assert_eq!(server.get("/rest/diag/health/summary").status, 200);
+}
+
 #[test]
 fn quotes_are_priced_by_component_and_refused_with_reasons() {
     let server = server();
