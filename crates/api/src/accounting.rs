@@ -405,14 +405,14 @@ async fn services_made_by(
     let creation = read_object(body, QUOTE_FAILED, |f| {
         crate::services::read_creation(f, &dates)
     })?;
-    let planned = drover_control::service_creation::plan(
+    let expanded = drover_control::service_creation::expand(
         state.service_templates(),
         creation.entries,
         QUOTE_FAILED,
     )
     .await?;
     let user = creation.user.unwrap_or_else(|| proxy_user.to_string());
-    let priced: Vec<Value> = planned
+    let priced: Vec<Value> = expanded
         .into_iter()
         .filter(|p| p.kind != drover_domain::service_template::ServiceType::Container)
         .map(|p| {

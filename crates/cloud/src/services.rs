@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use drover_domain::dates::{self, Timestamp};
-use drover_domain::service::{PlannedService, Service, ServicePhase};
+use drover_domain::service::{ExpandedService, Service, ServicePhase};
 use drover_domain::service_template::ServiceTemplate;
 use drover_query::{ListQuery, Page};
 use drover_store::{CollectionSpec, DocumentStore, Write};
@@ -72,7 +72,7 @@ impl ServiceRecords {
 
     /// Stores the services of `planned` (the top-level one first) as one tree, named
     /// `<base>.<n>`; answers the stored top-level service.
-    pub fn create(&self, planned: &[PlannedService], new: &NewServices) -> Result<StoredService> {
+    pub fn create(&self, planned: &[ExpandedService], new: &NewServices) -> Result<StoredService> {
         let summary = "The service was not created";
         let mut ids = self.catalog.lock();
         // Counted under the lock the services are written with: creations at once do

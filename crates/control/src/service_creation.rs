@@ -5,7 +5,7 @@
 //!   covers everyone, for anyone.
 //! - With accounting enabled, the account named must exist and have the user as a
 //!   member (anyone's, for a caller over everyone).
-//! - The entries are planned as a whole tree (`drover_domain::service::plan`: the stored
+//! - The entries are expanded as a whole tree (`drover_domain::service::expand`: the stored
 //!   templates, their included services, `extends`, dependencies), every rule they break
 //!   named at once.
 //! - Every VM service's image must exist and support VMs.
@@ -21,7 +21,7 @@ use drover_cloud::{
     CloudError, Images, NewServices, ServiceRecords, ServiceTemplates, StoredService,
 };
 use drover_domain::dates::{Timestamp, format_utc};
-use drover_domain::service::{self, PlannedService, ServiceEntry};
+use drover_domain::service::{self, ExpandedService, ServiceEntry};
 use drover_domain::service_template::{Refusal, ServiceType, TemplateKey, TemplateRef};
 use drover_monitor::EventRecorder;
 use drover_monitor::event::Event;
@@ -56,7 +56,7 @@ pub struct Creator {
     pub over_all: bool,
 }
 
-/// Why a creation (or a plan) was refused.
+/// Why a creation (or an expansion) was refused.
 #[derive(Debug)]
 pub enum CreationError {
     /// `creator` may not create services for `user` (403).
@@ -105,8 +105,8 @@ impl ServiceMaker {
             });
         }
         self.check_account(&user, creation.account.as_deref(), creator.over_all)?;
-        let planned = plan(&self.templates, creation.entries, NOT_CREATED).await?;
-        self.check_images(&planned).await?;
+        let expanded = expand(&self.templates, creation.entries, NOT_CREATED).await?;
+        self.check_images(&expanded).await?;
         let new = NewServices {
             user,
             account: creation.account,
@@ -120,7 +120,7 @@ impl ServiceMaker {
             limit: (!creator.over_all).then_some(self.user_service_max_count),
         };
         let records = self.records.clone();
-        let top = blocking(move || records.create(&planned, &new)).await?;
+        let top = blocking(move || records.create(&expanded, &new)).await?;
         let message = format!(
             "Service {} was created for {}",
             top.value.name, top.value.user
@@ -154,8 +154,8 @@ impl ServiceMaker {
     }
 
     /// Every VM service's image must exist and support VMs.
-    async fn check_images(&self, planned: &[PlannedService]) -> Result<(), CreationError> {
-        let names: Vec<String> = planned
+    async fn check_images(&self, expanded: &[ExpandedService]) -> Result<(), CreationError> {
+        let names: Vec<String> = expanded
             .iter()
             .filter(|p| p.kind == ServiceType::Vm)
             .filter_map(|p| {
@@ -208,13 +208,13 @@ impl ServiceMaker {
 
 /// The services `entries` make (the top-level one first), with the stored templates;
 /// refused (`summary` first) with every rule they break.
-pub async fn plan(
+pub async fn expand(
     templates: &Arc<ServiceTemplates>,
     entries: Vec<ServiceEntry>,
     summary: &str,
-) -> Result<Vec<PlannedService>, CreationError> {
+) -> Result<Vec<ExpandedService>, CreationError> {
     let templates = templates.clone();
-    let planned = blocking(move || {
+    let expanded = blocking(move || {
         let all = templates.all()?;
         let lookup = |key: &TemplateKey| {
             all.iter()
@@ -230,10 +230,10 @@ pub async fn plan(
                     (reference, t.value.clone())
                 })
         };
-        Ok::<_, CloudError>(service::plan(&entries, &lookup))
+        Ok::<_, CloudError>(service::expand(&entries, &lookup))
     })
     .await?;
-    planned.map_err(|problems| CreationError::Refused(Refusal::messages(summary, &problems)))
+    expanded.map_err(|problems| CreationError::Refused(Refusal::messages(summary, &problems)))
 }
 
 /// Runs blocking work of the stores off the async runtime.

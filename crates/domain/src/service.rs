@@ -2,7 +2,7 @@
 //! (its entries, and the services their templates include), and the stored record of
 //! each service with where it is in its life.
 //!
-//! [`plan`] is the whole of 4.10's rules for a creation: templates instantiated with
+//! [`expand`] is the whole of 4.10's rules for a creation: templates instantiated with
 //! their included services, `extends` paths, the extendable fields of rule 2 (add-only
 //! where it says so), `includedServices` between entries, dependencies between the
 //! services of one container, what a `vm`, `pm` or `storage` service needs. It is pure:
@@ -222,7 +222,7 @@ pub struct ServiceEntry {
 
 /// A service the creation makes, before it is named.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PlannedService {
+pub struct ExpandedService {
     /// Its name before the `.<n>` suffix: the entry's name, or its local name in the
     /// template that includes it.
     pub base: String,
@@ -243,27 +243,27 @@ pub struct PlannedService {
 pub type TemplateLookup<'a> = &'a dyn Fn(&TemplateKey) -> Option<(TemplateRef, ServiceTemplate)>;
 
 /// The services a creation makes, the top-level one first, or every rule it breaks.
-pub fn plan(
+pub fn expand(
     entries: &[ServiceEntry],
     templates: TemplateLookup<'_>,
-) -> Result<Vec<PlannedService>, Vec<Refusal>> {
-    let mut planner = Planner {
+) -> Result<Vec<ExpandedService>, Vec<Refusal>> {
+    let mut expansion = Expansion {
         templates,
         out: Vec::new(),
         locals: BTreeMap::new(),
         problems: Vec::new(),
     };
-    planner.run(entries);
-    if planner.problems.is_empty() {
-        Ok(planner.out)
+    expansion.run(entries);
+    if expansion.problems.is_empty() {
+        Ok(expansion.out)
     } else {
-        Err(planner.problems)
+        Err(expansion.problems)
     }
 }
 
-struct Planner<'a> {
+struct Expansion<'a> {
     templates: TemplateLookup<'a>,
-    out: Vec<PlannedService>,
+    out: Vec<ExpandedService>,
     /// A container's children by the name its dependencies and `extends` paths use.
     locals: BTreeMap<usize, BTreeMap<String, usize>>,
     problems: Vec<Refusal>,
@@ -271,7 +271,7 @@ struct Planner<'a> {
 
 const FIX: &str = "correct the entry named and send the request again";
 
-impl Planner<'_> {
+impl Expansion<'_> {
     fn refuse(&mut self, field: String, reason: String, advice: &str) {
         self.problems.push(Refusal::new(field, reason, advice));
     }
@@ -366,7 +366,7 @@ impl Planner<'_> {
     fn make_root(&mut self, field: &str, entry: &ServiceEntry) -> Option<usize> {
         match (&entry.template, entry.kind) {
             (Some(key), None) => self.instantiate(field, &entry.name, key, None, 0),
-            (None, Some(kind)) => Some(self.push(PlannedService {
+            (None, Some(kind)) => Some(self.push(ExpandedService {
                 base: entry.name.clone(),
                 kind,
                 template: None,
@@ -434,7 +434,7 @@ impl Planner<'_> {
         None
     }
 
-    fn push(&mut self, service: PlannedService) -> usize {
+    fn push(&mut self, service: ExpandedService) -> usize {
         self.out.push(service);
         self.out.len() - 1
     }
@@ -469,7 +469,7 @@ impl Planner<'_> {
         };
         let mut attributes = template.attributes.clone();
         let template_dependencies = object_at(&mut attributes, "sched").remove("dependencies");
-        let index = self.push(PlannedService {
+        let index = self.push(ExpandedService {
             base: base.into(),
             kind: template.kind,
             template: Some(reference),
@@ -973,7 +973,7 @@ impl Planner<'_> {
                 i
             }
         };
-        let mut reordered: Vec<Option<PlannedService>> = vec![None; n];
+        let mut reordered: Vec<Option<ExpandedService>> = vec![None; n];
         for (i, mut s) in std::mem::take(&mut self.out).into_iter().enumerate() {
             s.parent = s.parent.map(new_of);
             s.children = s.children.into_iter().map(new_of).collect();
@@ -1094,7 +1094,7 @@ mod tests {
         ]
     }
 
-    fn run(entries: Value) -> Result<Vec<PlannedService>, Vec<Refusal>> {
+    fn run(entries: Value) -> Result<Vec<ExpandedService>, Vec<Refusal>> {
         let all = catalogue();
         let lookup = |key: &TemplateKey| {
             all.iter()
@@ -1127,47 +1127,51 @@ mod tests {
                 attributes: e["attributes"].as_object().cloned().unwrap_or_default(),
             })
             .collect();
-        plan(&entries, &lookup)
+        expand(&entries, &lookup)
     }
 
     #[test]
     fn a_template_becomes_its_tree_with_dependencies_and_the_disk_on_its_vm() {
-        let planned = run(json!([{"name": "site", "serviceTemplate": "tier"}])).unwrap();
-        let bases: Vec<&str> = planned.iter().map(|p| p.base.as_str()).collect();
+        let expanded = run(json!([{"name": "site", "serviceTemplate": "tier"}])).unwrap();
+        let bases: Vec<&str> = expanded.iter().map(|p| p.base.as_str()).collect();
         assert_eq!(bases, ["site", "db", "data", "web"]);
-        assert_eq!(planned[0].children, [1, 2, 3]);
-        assert_eq!(planned[0].dependencies, [(1, vec![2]), (3, vec![1])]);
+        assert_eq!(expanded[0].children, [1, 2, 3]);
+        assert_eq!(expanded[0].dependencies, [(1, vec![2]), (3, vec![1])]);
         // The disk is db's: db depends on it.
-        assert_eq!(planned[2].storage_of, Some(1));
-        assert!(planned[0].attributes["sched"].get("dependencies").is_none());
+        assert_eq!(expanded[2].storage_of, Some(1));
+        assert!(
+            expanded[0].attributes["sched"]
+                .get("dependencies")
+                .is_none()
+        );
     }
 
     #[test]
     fn extensions_add_to_lists_and_maps_and_never_take_away() {
-        let planned = run(json!([
+        let expanded = run(json!([
             {"name": "site", "serviceTemplate": "tier"},
             {"name": "more", "extends": "site::web", "attributes": {"sched": {"job": {
                 "features": ["b", "a"], "resources": {"mem": 512}, "image": "other"}}}}
         ]))
         .unwrap();
-        let web = &planned[3].attributes["sched"]["job"];
+        let web = &expanded[3].attributes["sched"]["job"];
         assert_eq!(web["features"], json!(["a", "b"]));
         assert_eq!(web["resources"], json!({"procs": 1, "mem": 512}));
         assert_eq!(web["image"], "other");
         // db, made from the same template, is untouched.
-        assert_eq!(planned[1].attributes["sched"]["job"]["image"], "guest");
+        assert_eq!(expanded[1].attributes["sched"]["job"]["image"], "guest");
     }
 
     #[test]
     fn the_top_level_entry_comes_first_whatever_the_order_of_entries() {
-        let planned = run(json!([
+        let expanded = run(json!([
             {"name": "inner", "serviceTemplate": "vm"},
             {"name": "outer", "type": "container", "includedServices": ["inner"]}
         ]))
         .unwrap();
-        assert_eq!(planned[0].base, "outer");
-        assert_eq!(planned[0].children, [1]);
-        assert_eq!(planned[1].parent, Some(0));
+        assert_eq!(expanded[0].base, "outer");
+        assert_eq!(expanded[0].children, [1]);
+        assert_eq!(expanded[1].parent, Some(0));
     }
 
     #[test]
