@@ -35,12 +35,12 @@ pub(crate) use http::{audit, cross_site, idempotency, identity, state};
 
 pub mod accounting;
 mod acl;
-pub mod containers;
 pub mod credentials;
 pub mod dashboard;
 pub mod diag;
 pub mod event_stream;
 pub mod events;
+pub mod virtual_containers;
 pub use identity::People;
 mod access_resources;
 pub mod images;
@@ -82,7 +82,7 @@ pub fn interface() -> Routes {
     events::register(&mut routes);
     reports::register(&mut routes);
     reservations::register(&mut routes);
-    containers::register(&mut routes);
+    virtual_containers::register(&mut routes);
     images::register(&mut routes);
     service_templates::register(&mut routes);
     services::register(&mut routes);

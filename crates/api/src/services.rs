@@ -28,10 +28,10 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_cloud::{CloudError, ServiceRecords, StoredService};
 use drover_control::service_creation::{Creation, Creator, NOT_CREATED, ServiceMaker};
-use drover_domain::container::VirtualContainer;
 use drover_domain::dates::WireDates;
 use drover_domain::service::{self, ServiceEntry};
 use drover_domain::service_template::{ServiceType, TemplateKey};
+use drover_domain::virtual_container::VirtualContainer;
 use drover_domain::vm::MAX_TIME_TO_LIVE;
 use serde_json::{Map, Value, json};
 
@@ -309,7 +309,7 @@ impl Shown<'_> {
         if !seen.insert(id.to_string()) {
             return json!({"id": id});
         }
-        let mut out = crate::containers::render(container, self.dates, 1);
+        let mut out = crate::virtual_containers::render(container, self.dates, 1);
         if !self.recursive || depth > service::MAX_DEPTH {
             return out;
         }

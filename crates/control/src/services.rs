@@ -27,11 +27,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use drover_cloud::{ServiceRecords, StoredService};
-use drover_domain::container::Members;
 use drover_domain::dates::Timestamp;
 use drover_domain::request::{ContainerChange, ContainerRequest, JobAction, Requester, SchedError};
 use drover_domain::service::{self, Service, ServicePhase};
 use drover_domain::service_template::ServiceType;
+use drover_domain::virtual_container::Members;
 use drover_domain::vm::{SERVICE_VM_PREFIX, VmCommand, VmPhase, VmRequest};
 use drover_monitor::EventRecorder;
 use drover_monitor::event::{Event, InitiatedBy, ObjectRef, PrimaryObject};

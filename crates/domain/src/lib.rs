@@ -7,7 +7,6 @@
 //! scheduler (`drover-sched`) owns these values at run time and re-exports the modules.
 
 pub mod clock;
-pub mod container;
 pub mod dates;
 pub mod dependency;
 pub mod ids;
@@ -21,4 +20,5 @@ pub mod service;
 pub mod service_template;
 pub mod template;
 pub mod validate;
+pub mod virtual_container;
 pub mod vm;

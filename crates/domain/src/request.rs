@@ -298,8 +298,8 @@ pub struct ContainerRequest {
 /// Changes to a virtual container.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ContainerChange {
-    Add(crate::container::Members),
-    Remove(crate::container::Members),
+    Add(crate::virtual_container::Members),
+    Remove(crate::virtual_container::Members),
     /// The container's own attributes; `None` leaves one alone.
     Set {
         description: Option<String>,

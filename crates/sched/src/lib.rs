@@ -17,7 +17,8 @@
 //! - [`vm_host`]: what makes the guests of VMs (the engine owns the VMs themselves).
 
 pub use drover_domain::{
-    clock, container, dependency, job, limits, node, request, reservation, template, validate, vm,
+    clock, dependency, job, limits, node, request, reservation, template, validate,
+    virtual_container, vm,
 };
 
 pub mod accountant;

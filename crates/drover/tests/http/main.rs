@@ -7,7 +7,6 @@
 mod access;
 mod accounting;
 mod connections;
-mod containers;
 mod conventions;
 mod cross_site;
 mod dashboard;
@@ -37,5 +36,6 @@ mod services;
 mod slurm;
 mod support;
 mod unknown_fields;
+mod virtual_containers;
 mod vm_edges;
 mod vms;

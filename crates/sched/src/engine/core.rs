@@ -19,13 +19,13 @@ use std::time::{Duration, Instant};
 
 use drover_store::{Body, CollectionSpec, DocumentStore, Write};
 
-use super::container_table::ContainerTable;
 use super::credential_names::CredentialNames;
 use super::journal_handoff::JournalHandoff;
 use super::node_pool::NodePool;
 use super::queue::Queue;
 use super::reservation_table::ReservationTable;
 use super::system_accounts::SystemAccounts;
+use super::virtual_container_table::ContainerTable;
 use super::{CredentialKind, EngineParts, Inbox, SchedConfig, Scheduler, Shared};
 use crate::book::JobBook;
 use crate::clock::{Clock, Seconds};
@@ -95,7 +95,7 @@ impl Engine {
             JOBS,
             NODES,
             super::reservation_commands::RESERVATIONS,
-            super::container_commands::CONTAINERS,
+            super::virtual_container_commands::CONTAINERS,
             super::vm_commands::VMS,
             super::recovery::ID_NUMBERS,
             super::node_reports::REPORTED_NODES,

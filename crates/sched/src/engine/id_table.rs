@@ -2,9 +2,9 @@
 //! `<prefix>.<n>`, the last number given, and whether readers have seen the list. Any
 //! change through it marks it changed.
 
-use crate::container::VirtualContainer;
 use crate::request::Requester;
 use crate::reservation::Reservation;
+use crate::virtual_container::VirtualContainer;
 
 /// An object an [`IdTable`] holds.
 pub(crate) trait Entry: Clone {

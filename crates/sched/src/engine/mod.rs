@@ -5,16 +5,14 @@
 //!
 //! `Engine` (in `core`: the loop, scheduling passes, process ends, time-driven work)
 //! composes parts that own their fields: `queue`, `journal_handoff`, `node_pool`,
-//! `reservation_table` and `container_table` (both an `id_table`), `credential_names`,
+//! `reservation_table` and `virtual_container_table` (both an `id_table`), `credential_names`,
 //! `system_accounts`, `arrays`. Commands: `submission`, `job_changes`, `job_actions`,
-//! `node_changes`, `reservation_commands`, `container_commands` (with `acl_edit`),
+//! `node_changes`, `reservation_commands`, `virtual_container_commands` (with `acl_edit`),
 //! `vm_commands` (VMs, their system jobs and time to live);
 //! `launch`, `preempt`, `recovery`.
 
 mod acl_edit;
 mod arrays;
-mod container_commands;
-mod container_table;
 mod core;
 mod credential_names;
 mod id_table;
@@ -34,6 +32,8 @@ mod reservation_table;
 mod rm_reports;
 mod submission;
 mod system_accounts;
+mod virtual_container_commands;
+mod virtual_container_table;
 mod vm_commands;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -147,7 +147,7 @@ pub(crate) struct Shared {
     jobs: RwLock<JobBook>,
     nodes: RwLock<Arc<Vec<Node>>>,
     reservations: RwLock<Arc<Vec<crate::reservation::Reservation>>>,
-    containers: RwLock<Arc<Vec<crate::container::VirtualContainer>>>,
+    containers: RwLock<Arc<Vec<crate::virtual_container::VirtualContainer>>>,
     vms: RwLock<Arc<Vec<crate::vm::Vm>>>,
     credentials: RwLock<BTreeMap<CredentialKind, BTreeSet<String>>>,
     name: String,
@@ -389,7 +389,7 @@ impl Scheduler {
     }
 
     /// Every virtual container, by number.
-    pub fn containers(&self) -> Arc<Vec<crate::container::VirtualContainer>> {
+    pub fn containers(&self) -> Arc<Vec<crate::virtual_container::VirtualContainer>> {
         self.shared.containers.read().unwrap().clone()
     }
 

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use super::id_table::IdTable;
-use crate::container::VirtualContainer;
+use crate::virtual_container::VirtualContainer;
 
 /// The virtual containers, by number.
 pub(crate) type ContainerTable = IdTable<VirtualContainer>;

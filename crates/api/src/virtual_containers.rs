@@ -10,8 +10,8 @@ use axum::response::Response;
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
-use drover_sched::container::{Members, VirtualContainer};
 use drover_sched::request::{ContainerChange, ContainerRequest};
+use drover_sched::virtual_container::{Members, VirtualContainer};
 use drover_sched::{Requester, Scheduler};
 use serde_json::{Value, json};
 

@@ -7,11 +7,11 @@ use drover_store::{Body, Write};
 
 use super::acl_edit;
 use super::core::Engine;
-use crate::container::{Members, VirtualContainer};
 use crate::limits::carried_bytes;
 use crate::request::summary::{self, CONTAINER_NOT_CREATED};
 use crate::request::{ContainerChange, ContainerRequest, Requester, SchedError};
 use crate::reservation::{AclRule, Owner};
+use crate::virtual_container::{Members, VirtualContainer};
 
 /// The store collection of virtual containers.
 pub(crate) const CONTAINERS: &str = "vcs";
