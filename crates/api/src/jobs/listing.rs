@@ -32,7 +32,21 @@ use roaring::RoaringBitmap;
 use serde_json::Value;
 
 use super::fields::{Narrow, Row};
-use super::{Listing, Render, queue_status};
+use drover_sched::listing::{JobShape, Listing, Render, queue_status};
+
+/// How a list shows jobs: what rendering needs, and the shape of the documents.
+#[derive(Clone, Copy)]
+pub(super) struct Showing<'a> {
+    pub render: &'a Render<'a>,
+    pub shape: &'a dyn JobShape,
+}
+
+impl Showing<'_> {
+    /// The job's document.
+    fn job(&self, job: &Job) -> Value {
+        self.shape.job(job, self.render)
+    }
+}
 
 /// What an equality on a wire path can be looked up by.
 #[derive(Clone, Copy)]
@@ -383,7 +397,7 @@ pub(super) fn by_indexes(
     owner: Option<&str>,
     query: &ListQuery,
     version: u32,
-    shown: &Render,
+    shown: Showing<'_>,
 ) -> Outcome {
     let (mut lookups, rest) = split(&query.filter, version);
     let covered = matches!(&rest, Filter::And(members) if members.is_empty());
@@ -477,7 +491,7 @@ enum Found<'q> {
 }
 
 /// The evaluator's answer over the candidates [`by_indexes`] left, each judged by what the
-/// index lookups leave of the filter on its rendering by `filter_render` (only the
+/// index lookups leave of the filter on its rendering by `filter` (only the
 /// paths of that rest and of the sort: see [`Narrow`]). The candidates are cut in as
 /// many runs as there are processors, up to 4 (for a long list that is not narrow:
 /// [`Scan::is_narrow`]), judged side by side on threads
@@ -486,8 +500,8 @@ enum Found<'q> {
 pub(super) fn scan(
     scheduler: &Scheduler,
     scan: &Scan,
-    filter_render: &Render,
-    shown: &Render,
+    filter: Showing<'_>,
+    shown: Showing<'_>,
     deadline: Instant,
 ) -> Result<Page<Value>, OverBudget> {
     let query = &scan.query;
@@ -497,7 +511,7 @@ pub(super) fn scan(
     } else {
         1
     };
-    let judge = |k: usize| judge_part(scheduler, scan, k, parts, query, filter_render, deadline);
+    let judge = |k: usize| judge_part(scheduler, scan, k, parts, query, filter, deadline);
     let found: Vec<Result<Found<'_>, OverBudget>> = if parts == 1 {
         vec![judge(0)]
     } else {
@@ -587,7 +601,7 @@ fn judge_part<'q>(
     k: usize,
     parts: usize,
     query: &'q ListQuery,
-    filter_render: &Render,
+    filter: Showing<'_>,
     deadline: Instant,
 ) -> Result<Found<'q>, OverBudget> {
     // A list in date order needs no sort values: the filter's paths are rendered alone.
@@ -597,10 +611,10 @@ fn judge_part<'q>(
     } else {
         &query.sort
     };
-    let narrow = Narrow::of(&query.filter, sort, filter_render.version);
+    let narrow = Narrow::of(&query.filter, sort, filter.render.version);
     let backwards = !sort.is_empty()
         && read_book(scheduler, |book| {
-            let mut row = narrow.row(filter_render);
+            let mut row = narrow.row(filter.render, filter.shape);
             let keys: Vec<_> = scan
                 .candidates
                 .samples(k, parts, ORDER_SAMPLES)
@@ -644,7 +658,7 @@ fn judge_part<'q>(
         let stopped = read_book(scheduler, |book| {
             let held = Instant::now();
             let rechecks = Recheck::of(book, &scan.rechecked);
-            let mut row = narrow.row(filter_render);
+            let mut row = narrow.row(filter.render, filter.shape);
             let first = next;
             for i in first..chunk.len() {
                 if over(judged) {

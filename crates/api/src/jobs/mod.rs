@@ -16,7 +16,8 @@ use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
-use drover_sched::job::{Hold, Job, JobState, Output};
+use drover_sched::job::{Hold, Job, Output};
+use drover_sched::listing::{JobShape, Listing, Render};
 use drover_sched::{JobAction, Requester, Scheduler};
 use serde_json::{Map, Value, json};
 
@@ -136,109 +137,73 @@ fn refs(items: impl IntoIterator<Item = impl AsRef<str>>, key: &str) -> Value {
     Value::Array(items.into_iter().map(|i| one(i.as_ref())).collect())
 }
 
-/// The partitions a job may run in: the one it asked for, else its access list, else
-/// all (`ALL`).
-pub(super) fn effective_partitions(job: &Job) -> &[String] {
-    static ALL: std::sync::LazyLock<[String; 1]> = std::sync::LazyLock::new(|| ["ALL".into()]);
-    match &job.spec.request.partition {
-        Some(partition) => std::slice::from_ref(partition),
-        None if job.spec.extra.partition_access_list.is_empty() => &*ALL,
-        None => &job.spec.extra.partition_access_list,
-    }
+/// A date of a job in the shape of `render.version`.
+fn date(render: &Render, seconds: Option<i64>) -> Value {
+    crate::wire::date(
+        render.dates,
+        render.version,
+        seconds,
+        crate::wire::Zero::Date,
+    )
 }
 
-/// The memory all the job's tasks asked for (0 when it asked for none), as the usage
-/// figures multiply it.
-pub(super) fn requested_memory(job: &Job) -> f64 {
-    let request = &job.spec.request;
-    request
-        .memory_per_task
-        .map_or(0.0, |m| m as f64 * f64::from(request.task_count))
+/// The partition the job runs in: the one it asked for, else the default one.
+fn partition_of(job: &Job) -> String {
+    job.spec
+        .request
+        .partition
+        .clone()
+        .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
 }
 
-/// What rendering a job needs besides the job.
-pub struct Render<'a> {
-    pub now: i64,
-    pub dates: &'a WireDates,
-    pub version: u32,
-    pub rm_name: &'a str,
-    pub sched_name: &'a str,
+/// A stream's path, once the job has a working directory (from submission on).
+fn output_path(job: &Job, output: Output) -> Option<String> {
+    job.spec.working_directory.as_ref()?;
+    Some(job.output_path(output).to_string_lossy().into_owned())
 }
 
-impl Render<'_> {
-    fn date(&self, seconds: Option<i64>) -> Value {
-        crate::wire::date(self.dates, self.version, seconds, crate::wire::Zero::Date)
-    }
+/// Jobs' documents in the shapes of versions 1 ([`v1`]) and 2 ([`v2`]), by
+/// `Render::version`.
+pub struct Documents;
 
-    fn partition_of(&self, job: &Job) -> String {
-        job.spec
-            .request
-            .partition
-            .clone()
-            .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
-    }
-
-    /// A stream's path, once the job has a working directory (from submission on).
-    fn output_path(&self, job: &Job, output: Output) -> Option<String> {
-        job.spec.working_directory.as_ref()?;
-        Some(job.output_path(output).to_string_lossy().into_owned())
-    }
-
-    /// The job in the shape of this version.
-    pub fn job(&self, job: &Job) -> Value {
+impl JobShape for Documents {
+    fn job(&self, job: &Job, render: &Render) -> Value {
         let mut out = Map::new();
-        self.each_member(job, &mut |key, value| {
+        each_member(job, render, &mut |key, value| {
             out.insert(key.to_string(), value());
         });
         Value::Object(out)
     }
 
-    /// The job's top-level member `name` alone, as [`Render::job`] has it (`None`: it has
-    /// no such member); only that member's value is computed (a list scan judges a
-    /// member the narrow fields do not know by rendering that member, not the job).
-    pub fn member(&self, job: &Job, name: &str) -> Option<Value> {
+    fn member(&self, job: &Job, name: &str, render: &Render) -> Option<Value> {
         let mut found = None;
-        self.each_member(job, &mut |key, value| {
+        each_member(job, render, &mut |key, value| {
             if found.is_none() && key == name {
                 found = Some(value());
             }
         });
         found
     }
+}
 
-    /// Offers every member of the job in this version's shape, in order, with how to
-    /// compute its value.
-    fn each_member(&self, job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
-        if self.version >= 2 {
-            v2::each_member(job, self, put);
-        } else {
-            v1::each_member(job, self, put);
-        }
+/// Offers every member of the job in the shape of `render.version`, in order, with how
+/// to compute its value.
+fn each_member(job: &Job, render: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
+    if render.version >= 2 {
+        v2::each_member(job, render, put);
+    } else {
+        v1::each_member(job, render, put);
     }
 }
 
+/// Showing jobs in the shape of the version asked for (versions past 2 show them as 2
+/// does), with dates written by `dates`.
 fn render_with<'a>(
     scheduler: &'a Scheduler,
     version: ApiVersion,
     dates: &'a WireDates,
 ) -> Render<'a> {
-    Render {
-        now: scheduler.now(),
-        dates,
-        version: version.number().min(2),
-        rm_name: scheduler.resource_manager_name(),
-        sched_name: scheduler.name(),
-    }
-}
-
-/// `queueStatus`: where the job is in the queue (lower case; version 1 upper-cases it).
-pub(crate) fn queue_status(state: JobState) -> &'static str {
-    match state {
-        JobState::Idle => "eligible",
-        JobState::Hold | JobState::Blocked => "blocked",
-        JobState::Starting | JobState::Running | JobState::Suspended => "active",
-        JobState::Completed | JobState::Removed | JobState::Vacated => "completed",
-    }
+    Render::of(scheduler, version.number().min(2), dates)
 }
 
 /// The holds listed at `key`, either spelling.
@@ -256,24 +221,6 @@ pub(crate) fn holds_from(f: &mut Fields<'_>, key: &str) -> Vec<Hold> {
     holds.sort();
     holds.dedup();
     holds
-}
-
-/// Which jobs a path shows: `/rest/jobs`, `/rest/jobs/active` or `/rest/jobs/complete`.
-#[derive(Clone, Copy)]
-enum Listing {
-    All,
-    Active,
-    Complete,
-}
-
-impl Listing {
-    fn shows(self, job: &Job) -> bool {
-        match self {
-            Listing::All => true,
-            Listing::Active => !job.status.state.is_final(),
-            Listing::Complete => job.status.state.is_final(),
-        }
-    }
 }
 
 /// The engine's view of the caller: the effective user, and whether they hold the
@@ -424,12 +371,8 @@ async fn list(
     let budget = state.settings().list_budget;
     let deadline = std::time::Instant::now() + budget;
     let scheduler = state.scheduler();
-    let utc = WireDates::utc();
-    // Filter and sort over UTC dates (what the query language compares); render the
-    // page in the deployment's zone.
-    let filter_render = render_with(scheduler, params.api_version, &utc);
     let shown = render_with(scheduler, params.api_version, &state.settings().dates);
-    let version = filter_render.version;
+    let version = shown.version;
     let outcome = scheduler.with_jobs(|book| {
         listing::by_indexes(
             book,
@@ -437,7 +380,10 @@ async fn list(
             owner.as_deref(),
             &params.query,
             version,
-            &shown,
+            listing::Showing {
+                render: &shown,
+                shape: &Documents,
+            },
         )
     });
     let page = match outcome {
@@ -453,10 +399,22 @@ async fn list(
                 // up does not free a turn while its scan still runs.
                 let _turn = turn;
                 let scheduler = state.scheduler();
+                // Filter and sort over UTC dates (what the query language compares);
+                // render the page in the deployment's zone.
                 let utc = WireDates::utc();
                 let filter_render = render_with(scheduler, api_version, &utc);
                 let shown = render_with(scheduler, api_version, &state.settings().dates);
-                listing::scan(scheduler, &scan, &filter_render, &shown, deadline)
+                let showing = |render| listing::Showing {
+                    render,
+                    shape: &Documents,
+                };
+                listing::scan(
+                    scheduler,
+                    &scan,
+                    showing(&filter_render),
+                    showing(&shown),
+                    deadline,
+                )
             })
             .await?
             .map_err(|stopped| {
@@ -500,7 +458,7 @@ fn one(
         .filter(|j| listing.shows(j) && owner.as_deref().is_none_or(|o| j.user() == o))
         .ok_or_else(|| ApiError::not_found(format!("No job '{id}'")))?;
     let render = render_with(scheduler, params.api_version, &state.settings().dates);
-    Ok(Json(render.job(&job)))
+    Ok(Json(Documents.job(&job, &render)))
 }
 
 async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
