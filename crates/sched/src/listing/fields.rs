@@ -13,23 +13,23 @@
 //! once per job, when first read ([`Field::Member`]), and every path through it reads
 //! that value (a list most jobs leave empty, such as `messages`, is known empty from the
 //! job without rendering it: [`empty_list`]). Most entries read the job book's scan row
-//! of the job rather than the job (see `drover_sched::ScanRow`).
+//! of the job rather than the job (see [`ScanRow`](crate::book::ScanRow)).
 
 use std::cell::OnceCell;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use drover_domain::dates::Timestamp;
-use std::cmp::Ordering;
-
 use drover_query::order::{Kind, compare_bytes, compare_members, compare_with_kept, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort, SortValue};
-use drover_sched::job::{Job, JobState};
-use drover_sched::listing::{
+use serde_json::Value;
+
+use super::{
     JobShape, Render, effective_partitions, expected_state, queue_status, requested_memory,
     start_priority,
 };
-use drover_sched::{Interned, JobBook};
-use serde_json::Value;
+use crate::book::{Interned, JobBook};
+use crate::job::{Job, JobState};
 
 /// One value of a narrow rendering: text is borrowed from the book or the job, and a
 /// date is its instant (its wire text is made only when a comparison needs it).
