@@ -274,6 +274,8 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
     .retry_after(budget.as_secs().max(1))
 }
 
+/// A job list: `sched::listing` answers it; this reads the request and words the
+/// refusals.
 async fn list(
     state: &AppState,
     params: &ListParams,
