@@ -13,9 +13,11 @@
 //! this origin only; no inline script or style; no framing), `nosniff` and
 //! `no-referrer`.
 
+use axum::extract::State;
 use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::AppState;
 use crate::routes::{Access, Routes};
 
 /// The policy every dashboard answer carries.
@@ -67,9 +69,13 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(308, "The dashboard is at dashboard/ (Location)", None);
     // A person opens the address the service prints at start: it leads to the dashboard.
     routes
-        .get("/", Access::Public, redirect)
+        .get("/", Access::Public, to_dashboard)
         .summary("Redirects to the web dashboard, /dashboard/")
-        .response(308, "The dashboard is at dashboard/ (Location)", None);
+        .response(
+            308,
+            "The dashboard is at <base>/dashboard/ (Location)",
+            None,
+        );
     for asset in ASSETS {
         routes
             .get(
@@ -117,6 +123,22 @@ fn serve(asset: &'static Asset) -> Response {
 }
 
 /// `<base>/dashboard` to `<base>/dashboard/`, relative so that any prefix works.
+async fn to_dashboard(State(state): State<AppState>) -> Response {
+    root_redirect(&state.settings().base_url)
+}
+
+/// The answer to the service's own address (`<prefix>/`): the dashboard, by its whole
+/// path, as the address may be asked for with or without its slash.
+pub(crate) fn root_redirect(prefix: &str) -> Response {
+    secure(
+        (
+            axum::http::StatusCode::PERMANENT_REDIRECT,
+            [(header::LOCATION, format!("{prefix}/dashboard/"))],
+        )
+            .into_response(),
+    )
+}
+
 async fn redirect() -> Response {
     secure(
         (

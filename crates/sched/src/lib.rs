@@ -7,6 +7,7 @@
 //! [`dependency`], [`clock`].
 //!
 //! - [`book`]: every job, by id and indexed by state and credentials.
+//! - [`listing`]: job lists, answered from the book's indexes or by a bounded scan.
 //! - [`engine`]: the engine thread and [`Scheduler`], the handle handlers hold.
 //! - the journal: group commit of the engine's changes to the store ([`drover_store::journal`]).
 //! - [`place`]: first-fit placement; [`policy`]: queue order and backfill.
@@ -26,6 +27,7 @@ pub mod book;
 pub mod engine;
 pub mod events;
 pub mod fsfacts;
+pub mod listing;
 pub mod place;
 pub mod policy;
 pub mod rm;

@@ -445,8 +445,16 @@ impl Routes {
         let router = if prefix.is_empty() {
             routes
         } else {
+            // Nested, `/` is `<prefix>` alone; `<prefix>/` is the same address.
+            let root = prefix.clone();
             Router::new()
                 .nest(prefix, routes)
+                .route(
+                    &format!("{prefix}/"),
+                    axum::routing::get(
+                        move || async move { crate::dashboard::root_redirect(&root) },
+                    ),
+                )
                 .fallback(layers::unknown_path(prefix))
         };
         layers::wrap(router, &state)

@@ -2,8 +2,6 @@
 //! job; [`v1`] and [`v2`] convert it to and from the two wire shapes.
 
 mod arrays;
-mod fields;
-mod listing;
 pub mod templates;
 pub mod v1;
 pub mod v2;
@@ -14,10 +12,10 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
-use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
-use drover_sched::job::{Hold, Job, JobState, Output};
-use drover_sched::{JobAction, Requester, Scheduler};
+use drover_sched::job::{Hold, Job, Output};
+use drover_sched::listing::{JobShape, ListError, ListRequest, Listing, Render};
+use drover_sched::{JobAction, Requester};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -136,109 +134,69 @@ fn refs(items: impl IntoIterator<Item = impl AsRef<str>>, key: &str) -> Value {
     Value::Array(items.into_iter().map(|i| one(i.as_ref())).collect())
 }
 
-/// The partitions a job may run in: the one it asked for, else its access list, else
-/// all (`ALL`).
-pub(super) fn effective_partitions(job: &Job) -> &[String] {
-    static ALL: std::sync::LazyLock<[String; 1]> = std::sync::LazyLock::new(|| ["ALL".into()]);
-    match &job.spec.request.partition {
-        Some(partition) => std::slice::from_ref(partition),
-        None if job.spec.extra.partition_access_list.is_empty() => &*ALL,
-        None => &job.spec.extra.partition_access_list,
-    }
+/// A date of a job in the shape of `render.version`.
+fn date(render: &Render, seconds: Option<i64>) -> Value {
+    crate::wire::date(
+        render.dates,
+        render.version,
+        seconds,
+        crate::wire::Zero::Date,
+    )
 }
 
-/// The memory all the job's tasks asked for (0 when it asked for none), as the usage
-/// figures multiply it.
-pub(super) fn requested_memory(job: &Job) -> f64 {
-    let request = &job.spec.request;
-    request
-        .memory_per_task
-        .map_or(0.0, |m| m as f64 * f64::from(request.task_count))
+/// The partition the job runs in: the one it asked for, else the default one.
+fn partition_of(job: &Job) -> String {
+    job.spec
+        .request
+        .partition
+        .clone()
+        .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
 }
 
-/// What rendering a job needs besides the job.
-pub struct Render<'a> {
-    pub now: i64,
-    pub dates: &'a WireDates,
-    pub version: u32,
-    pub rm_name: &'a str,
-    pub sched_name: &'a str,
+/// A stream's path, once the job has a working directory (from submission on).
+fn output_path(job: &Job, output: Output) -> Option<String> {
+    job.spec.working_directory.as_ref()?;
+    Some(job.output_path(output).to_string_lossy().into_owned())
 }
 
-impl Render<'_> {
-    fn date(&self, seconds: Option<i64>) -> Value {
-        crate::wire::date(self.dates, self.version, seconds, crate::wire::Zero::Date)
-    }
+/// Jobs' documents in the shapes of versions 1 ([`v1`]) and 2 ([`v2`]), by
+/// `Render::version`.
+pub struct Documents;
 
-    fn partition_of(&self, job: &Job) -> String {
-        job.spec
-            .request
-            .partition
-            .clone()
-            .unwrap_or_else(|| drover_sched::node::DEFAULT_PARTITION.into())
-    }
-
-    /// A stream's path, once the job has a working directory (from submission on).
-    fn output_path(&self, job: &Job, output: Output) -> Option<String> {
-        job.spec.working_directory.as_ref()?;
-        Some(job.output_path(output).to_string_lossy().into_owned())
-    }
-
-    /// The job in the shape of this version.
-    pub fn job(&self, job: &Job) -> Value {
+impl JobShape for Documents {
+    fn job(&self, job: &Job, render: &Render) -> Value {
         let mut out = Map::new();
-        self.each_member(job, &mut |key, value| {
+        each_member(job, render, &mut |key, value| {
             out.insert(key.to_string(), value());
         });
         Value::Object(out)
     }
 
-    /// The job's top-level member `name` alone, as [`Render::job`] has it (`None`: it has
-    /// no such member); only that member's value is computed (a list scan judges a
-    /// member the narrow fields do not know by rendering that member, not the job).
-    pub fn member(&self, job: &Job, name: &str) -> Option<Value> {
+    fn member(&self, job: &Job, name: &str, render: &Render) -> Option<Value> {
         let mut found = None;
-        self.each_member(job, &mut |key, value| {
+        each_member(job, render, &mut |key, value| {
             if found.is_none() && key == name {
                 found = Some(value());
             }
         });
         found
     }
+}
 
-    /// Offers every member of the job in this version's shape, in order, with how to
-    /// compute its value.
-    fn each_member(&self, job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
-        if self.version >= 2 {
-            v2::each_member(job, self, put);
-        } else {
-            v1::each_member(job, self, put);
-        }
+/// Offers every member of the job in the shape of `render.version`, in order, with how
+/// to compute its value.
+fn each_member(job: &Job, render: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
+    if render.version >= 2 {
+        v2::each_member(job, render, put);
+    } else {
+        v1::each_member(job, render, put);
     }
 }
 
-fn render_with<'a>(
-    scheduler: &'a Scheduler,
-    version: ApiVersion,
-    dates: &'a WireDates,
-) -> Render<'a> {
-    Render {
-        now: scheduler.now(),
-        dates,
-        version: version.number().min(2),
-        rm_name: scheduler.resource_manager_name(),
-        sched_name: scheduler.name(),
-    }
-}
-
-/// `queueStatus`: where the job is in the queue (lower case; version 1 upper-cases it).
-pub(crate) fn queue_status(state: JobState) -> &'static str {
-    match state {
-        JobState::Idle => "eligible",
-        JobState::Hold | JobState::Blocked => "blocked",
-        JobState::Starting | JobState::Running | JobState::Suspended => "active",
-        JobState::Completed | JobState::Removed | JobState::Vacated => "completed",
-    }
+/// The representation version whose shape jobs are shown in: versions past 2 show them
+/// as 2 does.
+fn shape_version(version: ApiVersion) -> u32 {
+    version.number().min(2)
 }
 
 /// The holds listed at `key`, either spelling.
@@ -256,24 +214,6 @@ pub(crate) fn holds_from(f: &mut Fields<'_>, key: &str) -> Vec<Hold> {
     holds.sort();
     holds.dedup();
     holds
-}
-
-/// Which jobs a path shows: `/rest/jobs`, `/rest/jobs/active` or `/rest/jobs/complete`.
-#[derive(Clone, Copy)]
-enum Listing {
-    All,
-    Active,
-    Complete,
-}
-
-impl Listing {
-    fn shows(self, job: &Job) -> bool {
-        match self {
-            Listing::All => true,
-            Listing::Active => !job.status.state.is_final(),
-            Listing::Complete => job.status.state.is_final(),
-        }
-    }
 }
 
 /// The engine's view of the caller: the effective user, and whether they hold the
@@ -318,23 +258,6 @@ async fn list_complete(
     list(&state, &params, Listing::Complete, owner_filter(&caller)).await
 }
 
-/// Lists whose filter or sort the job book's indexes cannot answer scan the book on
-/// blocking threads, at most this many at once (half the processors, at least one): the
-/// rest of the service keeps processors to answer with, and a scan waits for its turn
-/// only as long as its budget lets it. Narrow scans (`Scan::is_narrow`: a few ms over
-/// row fields, on one thread) take their turns apart, so that they never queue behind a
-/// costly one; they too are bounded (twice the processors: a thread each).
-fn scan_turns(narrow: bool) -> &'static tokio::sync::Semaphore {
-    static COSTLY: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    static NARROW: std::sync::OnceLock<tokio::sync::Semaphore> = std::sync::OnceLock::new();
-    let processors = || std::thread::available_parallelism().map_or(2, |n| n.get());
-    if narrow {
-        NARROW.get_or_init(|| tokio::sync::Semaphore::new(2 * processors()))
-    } else {
-        COSTLY.get_or_init(|| tokio::sync::Semaphore::new((processors() / 2).max(1)))
-    }
-}
-
 /// The answer to a list past its budget: the service is not failing, this list is too
 /// costly now (its wait) or at all (its scan); either way the client learns why and when
 /// to ask again.
@@ -351,70 +274,8 @@ fn over_budget(budget: std::time::Duration, why: &str) -> ApiError {
     .retry_after(budget.as_secs().max(1))
 }
 
-/// Lowers the calling thread to the idle scheduling class (`SCHED_IDLE`): it runs only
-/// when no thread of the normal class wants its core, and a waking request handler, the
-/// engine or the journal takes the core from it at once. A long scan takes a thread per
-/// core: at nice 10, 4 clients looping on a one-second list at a million jobs held
-/// submissions' p99 at 20.1 ms; at nice 19, 17.2-23.6 ms (`scripts/bench-slow-lists`).
-/// Where the class is refused, nice 19.
-pub(super) fn lower_this_thread() {
-    // SAFETY: sched_setscheduler and setpriority on this thread's id change only this
-    // thread's scheduling; a failure leaves it as it was, which is harmless.
-    unsafe {
-        let parameters = libc::sched_param { sched_priority: 0 };
-        if libc::sched_setscheduler(0, libc::SCHED_IDLE, &parameters) != 0 {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 19);
-        }
-    }
-    LOWERED.set(true);
-}
-
-thread_local! {
-    /// Whether [`lower_this_thread`] lowered this thread.
-    static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// Runs `work` at the normal priority on a lowered thread (elsewhere, as it is). A scan
-/// reads the job book under its lock. Were the idle-class thread preempted while it held
-/// the lock, it would not run again until a core fell idle, and the engine, waiting to
-/// write, would wait with it, and every submission behind the engine: a priority
-/// inversion (the engine waited up to 18 ms for a hold meant to last 200 us). A hold is
-/// short, so it costs the others little to let it finish.
-pub(super) fn at_normal_priority<R>(work: impl FnOnce() -> R) -> R {
-    if !LOWERED.get() {
-        return work();
-    }
-    let parameters = libc::sched_param { sched_priority: 0 };
-    // SAFETY: as in lower_this_thread: this thread's own scheduling only.
-    let raised = unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &parameters) } == 0;
-    let answer = work();
-    if raised {
-        // SAFETY: as above.
-        unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &parameters) };
-    }
-    answer
-}
-
-/// Runs a scan on a thread of its own at the lowest CPU priority ([`lower_this_thread`];
-/// each hold of the job book's lock excepted, [`at_normal_priority`]), so that on a busy
-/// machine the engine, the journal and other requests' handlers get the cores first.
-/// The thread ends with the scan: no pooled thread keeps the lower priority.
-async fn beside_the_service<R: Send + 'static>(
-    scan: impl FnOnce() -> R + Send + 'static,
-) -> ApiResult<R> {
-    let (answer, answered) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("drover-list-scan".into())
-        .spawn(move || {
-            lower_this_thread();
-            let _ = answer.send(scan());
-        })
-        .map_err(|e| ApiError::internal(format!("cannot start a list scan: {e}")))?;
-    answered
-        .await
-        .map_err(|_| ApiError::internal("a list scan ended without an answer"))
-}
-
+/// A job list: `sched::listing` answers it; this reads the request and words the
+/// refusals.
 async fn list(
     state: &AppState,
     params: &ListParams,
@@ -422,54 +283,25 @@ async fn list(
     owner: Option<String>,
 ) -> ApiResult<Json<Value>> {
     let budget = state.settings().list_budget;
-    let deadline = std::time::Instant::now() + budget;
-    let scheduler = state.scheduler();
-    let utc = WireDates::utc();
-    // Filter and sort over UTC dates (what the query language compares); render the
-    // page in the deployment's zone.
-    let filter_render = render_with(scheduler, params.api_version, &utc);
-    let shown = render_with(scheduler, params.api_version, &state.settings().dates);
-    let version = filter_render.version;
-    let outcome = scheduler.with_jobs(|book| {
-        listing::by_indexes(
-            book,
-            listing,
-            owner.as_deref(),
-            &params.query,
-            version,
-            &shown,
-        )
-    });
-    let page = match outcome {
-        listing::Outcome::Page(page) => page,
-        listing::Outcome::Scan(scan) => {
-            let turn = tokio::time::timeout(budget, scan_turns(scan.is_narrow()).acquire())
-                .await
-                .map_err(|_| over_budget(budget, "Other lists that scan are running"))?
-                .map_err(|e| ApiError::internal(format!("the list turns closed: {e}")))?;
-            let (state, api_version) = (state.clone(), params.api_version);
-            beside_the_service(move || {
-                // The turn ends with the scan, not with the request: a client that hangs
-                // up does not free a turn while its scan still runs.
-                let _turn = turn;
-                let scheduler = state.scheduler();
-                let utc = WireDates::utc();
-                let filter_render = render_with(scheduler, api_version, &utc);
-                let shown = render_with(scheduler, api_version, &state.settings().dates);
-                listing::scan(scheduler, &scan, &filter_render, &shown, deadline)
-            })
-            .await?
-            .map_err(|stopped| {
-                over_budget(
-                    budget,
-                    &format!(
-                        "The query had to judge jobs one by one and stopped after {}",
-                        stopped.judged
-                    ),
-                )
-            })?
-        }
+    let request = ListRequest {
+        listing,
+        owner: owner.as_deref(),
+        query: &params.query,
+        version: shape_version(params.api_version),
+        dates: &state.settings().dates,
+        shape: &Documents,
+        budget,
     };
+    let page = drover_sched::listing::list(state.scheduler(), &request)
+        .await
+        .map_err(|e| match e {
+            ListError::Busy => over_budget(budget, "Other lists that scan are running"),
+            ListError::Stopped { judged } => over_budget(
+                budget,
+                &format!("The query had to judge jobs one by one and stopped after {judged}"),
+            ),
+            ListError::Failed(why) => ApiError::internal(why),
+        })?;
     Ok(envelope(page, params))
 }
 
@@ -499,8 +331,9 @@ fn one(
         .job(id)
         .filter(|j| listing.shows(j) && owner.as_deref().is_none_or(|o| j.user() == o))
         .ok_or_else(|| ApiError::not_found(format!("No job '{id}'")))?;
-    let render = render_with(scheduler, params.api_version, &state.settings().dates);
-    Ok(Json(render.job(&job)))
+    let version = shape_version(params.api_version);
+    let render = Render::of(scheduler, version, &state.settings().dates);
+    Ok(Json(Documents.job(&job, &render)))
 }
 
 async fn submit(Submission(state, params, caller, body): Submission) -> ApiResult<Response> {
@@ -616,35 +449,4 @@ fn cancelled(message: String) -> Response {
         response.headers_mut().insert("X-SVC-Message", value);
     }
     response
-}
-
-#[cfg(test)]
-mod tests {
-    fn policy() -> libc::c_int {
-        // SAFETY: reads this thread's own scheduling policy.
-        unsafe { libc::sched_getscheduler(0) }
-    }
-
-    #[test]
-    fn a_scan_thread_holds_the_book_at_the_normal_priority_and_is_lowered_again() {
-        std::thread::spawn(|| {
-            // A thread that was never lowered is left as it is.
-            super::at_normal_priority(|| assert_eq!(policy(), libc::SCHED_OTHER));
-            super::lower_this_thread();
-            if policy() != libc::SCHED_IDLE {
-                return; // the idle class was refused here (nice 19 instead)
-            }
-            // Leaving the idle class needs privilege (the service runs as root).
-            // SAFETY: geteuid has no preconditions.
-            let root = unsafe { libc::geteuid() } == 0;
-            super::at_normal_priority(|| {
-                if root {
-                    assert_eq!(policy(), libc::SCHED_OTHER, "a hold of the book's lock");
-                }
-            });
-            assert_eq!(policy(), libc::SCHED_IDLE, "after the hold, idle again");
-        })
-        .join()
-        .expect("the scan thread's checks");
-    }
 }

@@ -4,14 +4,17 @@ use drover_domain::dates::WireDates;
 use drover_domain::request::summary;
 use drover_sched::JobChanges;
 use drover_sched::job::{Hold, Job, JobSpec, JobState, Output};
+use drover_sched::listing::{
+    Render, effective_partitions, expected_state, queue_status, start_priority,
+};
 use serde_json::{Value, json};
 
-use super::{Render, holds_from, queue_status, refs};
+use super::{date, holds_from, output_path, partition_of, refs};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
 /// Offers every member of the job in its version-1 shape, in order, with how to compute
-/// its value (see `Render::job` and `Render::member`).
+/// its value (see `Documents`).
 pub fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     identity(job, put);
     execution(job, r, put);
@@ -23,7 +26,7 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     // Values several members share are made only when one of them is asked for: a
-    // list renders a single member of every job it judges (`Render::member`).
+    // list renders a single member of every job it judges (`JobShape::member`).
     put("id", &|| json!(job.id));
     put("name", &|| json!(spec.custom_name));
     put("account", &|| json!(spec.account));
@@ -86,7 +89,7 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     put("emailNotifyTypes", &|| json!(spec.extra.email_types));
     put("emailNotifyUsers", &|| json!(spec.extra.email_addresses));
     put("effectivePartitionAccessList", &|| {
-        json!(super::effective_partitions(job))
+        json!(effective_partitions(job))
     });
     put("partitionAccessList", &|| {
         json!(spec.extra.partition_access_list)
@@ -102,11 +105,11 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     put("rmName", &|| json!(r.rm_name));
     put("rmExtension", &|| json!(spec.extra.rm_extension));
     put("rmStandardErrorFilePath", &|| {
-        json!(r.output_path(job, Output::Stderr))
+        json!(output_path(job, Output::Stderr))
     });
     put("rmStandardInputFilePath", &|| json!(spec.stdin_path));
     put("rmStandardOutputFilePath", &|| {
-        json!(r.output_path(job, Output::Stdout))
+        json!(output_path(job, Output::Stdout))
     });
     put("standardErrorFilePath", &|| json!(spec.stderr_path));
     put("standardOutputFilePath", &|| json!(spec.stdout_path));
@@ -127,7 +130,7 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
 fn times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let date = |t: Option<i64>| r.date(t);
+    let date = |t: Option<i64>| date(r, t);
     put("activeDuration", &|| json!(job.active_seconds(r.now)));
     put("effectiveQueueDuration", &|| {
         json!(job.queued_seconds(r.now))
@@ -147,12 +150,12 @@ fn times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) 
     put("startDate", &|| date(status.dates.start));
     put("submitDate", &|| date(Some(status.dates.submit)));
     put("messages", &|| json!(messages(job, r)));
-    put("requirements", &|| json!([requirement(job, r)]));
+    put("requirements", &|| json!([requirement(job)]));
 }
 
 /// The messages, indexed.
 fn messages(job: &Job, r: &Render) -> Vec<Value> {
-    let date = |t: Option<i64>| r.date(t);
+    let date = |t: Option<i64>| date(r, t);
     job.status
         .messages
         .iter()
@@ -172,14 +175,14 @@ fn messages(job: &Job, r: &Render) -> Vec<Value> {
 }
 
 /// The one requirement a job has.
-fn requirement(job: &Job, r: &Render) -> Value {
+fn requirement(job: &Job) -> Value {
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
     let hosts: Vec<&str> = job.node_ids().collect();
     json!({
         "allocatedNodes": refs(job.node_ids(), "id"),
-        "allocatedPartition": if status.allocation.is_empty() { Value::Null } else { json!(r.partition_of(job)) },
+        "allocatedPartition": if status.allocation.is_empty() { Value::Null } else { json!(partition_of(job)) },
         "genericResources": request.generic_resources,
         "nodeAccessPolicy": null,
         "preferredNodeFeatures": [],
@@ -200,22 +203,6 @@ fn requirement(job: &Job, r: &Render) -> Value {
         "requiredSwapPerTask": request.swap_per_task.map_or(-1, |s| s as i64),
         "tasksPerNode": request.tasks_per_node,
     })
-}
-
-/// Where the job is headed: running jobs are expected to complete, queued ones to run.
-pub(super) fn expected_state(job: &Job) -> JobState {
-    match job.status.state {
-        JobState::Idle | JobState::Starting => JobState::Running,
-        JobState::Running | JobState::Suspended => JobState::Completed,
-        other => other,
-    }
-}
-
-pub(super) fn start_priority(job: &Job) -> i64 {
-    job.status
-        .system_priority
-        .saturating_mul(1000)
-        .saturating_add(job.spec.user_priority)
 }
 
 /// A version-1 submission body.

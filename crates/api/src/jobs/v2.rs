@@ -6,15 +6,18 @@ use drover_domain::limits;
 use drover_domain::request::summary;
 use drover_sched::JobChanges;
 use drover_sched::job::{Attribute, Dependency, Job, JobSpec, Output};
+use drover_sched::listing::{
+    Render, effective_partitions, expected_state, queue_status, requested_memory, start_priority,
+};
 use serde_json::{Map, Value, json};
 
-use super::v1::{arguments, expected_state, normalize_flags, start_priority};
-use super::{Render, holds_from, queue_status, refs};
+use super::v1::{arguments, normalize_flags};
+use super::{date, holds_from, output_path, refs};
 use crate::error::ApiError;
 use crate::input::{Fields, read_object};
 
 /// Offers every member of the job in its version-2 shape, in order, with how to compute
-/// its value (see `Render::job` and `Render::member`).
+/// its value (see `Documents`).
 pub fn each_member(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     identity(job, put);
     credentials_and_times(job, r, put);
@@ -27,7 +30,7 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
     // Values several members share are made only when one of them is asked for: a
-    // list renders a single member of every job it judges (`Render::member`).
+    // list renders a single member of every job it judges (`JobShape::member`).
     put("name", &|| json!(job.id));
     put("customName", &|| json!(spec.custom_name));
     let member = job.array_member();
@@ -80,7 +83,7 @@ fn identity(job: &Job, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
 fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let date = |t: Option<i64>| r.date(t);
+    let date = |t: Option<i64>| date(r, t);
     let active = || job.active_seconds(r.now);
     let processors = || job.processors() as f64;
     put("credentials", &|| {
@@ -129,7 +132,7 @@ fn credentials_and_times(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn 
     put("durationSuspended", &|| json!(job.suspended_seconds(r.now)));
     put("cpuTime", &|| json!(status.cpu_seconds));
     put("memorySecondsDedicated", &|| {
-        json!(super::requested_memory(job) * active() as f64)
+        json!(requested_memory(job) * active() as f64)
     });
     put("memorySecondsUtilized", &|| json!(0.0));
     put("processorSecondsDedicated", &|| {
@@ -147,7 +150,7 @@ fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value
     let spec = &job.spec;
     let status = &job.status;
     let request = &spec.request;
-    let date = |t: Option<i64>| r.date(t);
+    let date = |t: Option<i64>| date(r, t);
     put("emailNotifyAddresses", &|| {
         json!(spec.extra.email_addresses)
     });
@@ -178,9 +181,7 @@ fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value
             Some("SUBSET")
         })
     });
-    put("partitionAccessList", &|| {
-        json!(super::effective_partitions(job))
-    });
+    put("partitionAccessList", &|| json!(effective_partitions(job)));
     put("partitionAccessListRequested", &|| {
         json!(spec.extra.partition_access_list)
     });
@@ -200,7 +201,7 @@ fn requests(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value
 fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Value)) {
     let spec = &job.spec;
     let status = &job.status;
-    let date = |t: Option<i64>| r.date(t);
+    let date = |t: Option<i64>| date(r, t);
     put("reservationRequested", &|| {
         spec.extra
             .reservation_requested
@@ -220,10 +221,10 @@ fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     });
     put("schedName", &|| json!(r.sched_name));
     put("rmStandardErrorFilePath", &|| {
-        json!(r.output_path(job, Output::Stderr))
+        json!(output_path(job, Output::Stderr))
     });
     put("rmStandardOutputFilePath", &|| {
-        json!(r.output_path(job, Output::Stdout))
+        json!(output_path(job, Output::Stdout))
     });
     put("standardErrorFilePath", &|| json!(spec.stderr_path));
     put("standardOutputFilePath", &|| json!(spec.stdout_path));
@@ -396,11 +397,13 @@ fn read_requirements(r: &mut Fields<'_>, spec: &mut JobSpec) {
     request.task_count = r
         .integer_in("taskCount", 1, limits::MAX_TASK_COUNT)
         .unwrap_or(1) as u32;
+    // At most the task count: a node runs at most all the job's tasks.
+    let most_per_node = i64::from(request.task_count.max(1)).min(limits::MAX_REQUEST_COUNT);
     request.tasks_per_node = r
-        .integer_in("tasksPerNode", 1, drover_domain::limits::MAX_REQUEST_COUNT)
+        .integer_in("tasksPerNode", 1, most_per_node)
         .map(|n| n as u32);
     request.node_count = r
-        .integer_in("nodeCount", 1, drover_domain::limits::MAX_REQUEST_COUNT)
+        .integer_in("nodeCount", 1, limits::MAX_REQUEST_COUNT)
         .map(|n| n as u32);
     request.architecture = r.string("architecture");
     request.features = r

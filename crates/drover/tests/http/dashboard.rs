@@ -59,8 +59,16 @@ fn the_root_and_the_path_without_its_slash_redirect_under_any_prefix() {
             .config(|c| c.base_url = base.into())
             .start();
         // The dashboard's path without its slash, and the service's own address (the
-        // one it prints at start), both lead to the dashboard.
-        for path in [format!("{base}/dashboard"), format!("{base}/")] {
+        // one it prints at start, with or without its slash), lead to the dashboard.
+        let root = format!("{base}/dashboard/");
+        for (path, location) in [
+            (format!("{base}/dashboard"), "dashboard/"),
+            (format!("{base}/"), root.as_str()),
+            (base.to_string(), root.as_str()),
+        ] {
+            if path.is_empty() {
+                continue;
+            }
             let answer = server.raw(
                 format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
             );
@@ -68,7 +76,7 @@ fn the_root_and_the_path_without_its_slash_redirect_under_any_prefix() {
             assert!(
                 answer
                     .to_ascii_lowercase()
-                    .contains("\r\nlocation: dashboard/\r\n"),
+                    .contains(&format!("\r\nlocation: {location}\r\n")),
                 "{path}: {answer}"
             );
         }
@@ -134,6 +142,7 @@ fn the_dashboard_adds_no_public_data() {
     assert_eq!(
         public,
         [
+            "GET /",
             "GET /dashboard",
             "GET /dashboard/",
             "GET /dashboard/app.js",

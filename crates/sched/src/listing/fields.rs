@@ -13,22 +13,23 @@
 //! once per job, when first read ([`Field::Member`]), and every path through it reads
 //! that value (a list most jobs leave empty, such as `messages`, is known empty from the
 //! job without rendering it: [`empty_list`]). Most entries read the job book's scan row
-//! of the job rather than the job (see `drover_sched::ScanRow`).
+//! of the job rather than the job (see [`ScanRow`](crate::book::ScanRow)).
 
 use std::cell::OnceCell;
+use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use drover_domain::dates::Timestamp;
-use std::cmp::Ordering;
-
 use drover_query::order::{Kind, compare_bytes, compare_members, compare_with_kept, date_seconds};
 use drover_query::{DocView, Filter, Path, Sort, SortValue};
-use drover_sched::job::{Job, JobState};
-use drover_sched::{Interned, JobBook};
 use serde_json::Value;
 
-use super::v1::{expected_state, start_priority};
-use super::{Render, effective_partitions, queue_status, requested_memory};
+use super::{
+    JobShape, Render, effective_partitions, expected_state, queue_status, requested_memory,
+    start_priority,
+};
+use crate::book::{Interned, JobBook};
+use crate::job::{Job, JobState};
 
 /// One value of a narrow rendering: text is borrowed from the book or the job, and a
 /// date is its instant (its wire text is made only when a comparison needs it).
@@ -74,7 +75,7 @@ enum Field {
     Rendered(for<'b> fn(&'b Job, &'b Render<'b>) -> Cell<'b>),
     /// A top-level member that some path reads beyond what the entries know (a list of
     /// objects such as `messages`, an element such as `flags.0`): rendered alone
-    /// ([`Render::member`]), once per job, when first read.
+    /// ([`JobShape::member`]), once per job, when first read.
     /// With how to tell, for a list most jobs leave empty, that the job's is empty
     /// without rendering it ([`empty_list`]).
     Member(Box<str>, Option<fn(&Job) -> bool>),
@@ -106,7 +107,7 @@ fn id(book: &JobBook, position: usize) -> Cell<'_> {
     })
 }
 
-/// A date as `Render::date` renders it: null when absent or out of range.
+/// A date as a job's document renders it: null when absent or out of range.
 fn date(seconds: Option<i64>) -> Cell<'static> {
     match seconds {
         Some(s) if Timestamp::from_second(s).is_ok() => Cell::Date(s),
@@ -585,8 +586,9 @@ impl Narrow {
         self.fields.iter().any(|f| !matches!(f, Field::Row(_)))
     }
 
-    /// A row to [`Row::fill`] with one job after another (one serves a whole chunk).
-    pub(super) fn row<'b>(&'b self, render: &'b Render<'b>) -> Row<'b> {
+    /// A row to [`Row::fill`] with one job after another (one serves a whole chunk),
+    /// reading the job's fields with `render` and its rendered members in `shape`.
+    pub(super) fn row<'b>(&'b self, render: &'b Render<'b>, shape: &'b dyn JobShape) -> Row<'b> {
         Row {
             narrow: self,
             at: None,
@@ -605,6 +607,7 @@ impl Narrow {
             job_reads: std::cell::Cell::new(0),
             members: vec![OnceCell::new(); self.fields.len()],
             render,
+            shape,
         }
     }
 }
@@ -635,6 +638,7 @@ pub(super) struct Row<'b> {
     /// has no such member), made the first time it is read.
     members: Vec<OnceCell<Option<Value>>>,
     render: &'b Render<'b>,
+    shape: &'b dyn JobShape,
 }
 
 impl<'b> Row<'b> {
@@ -698,7 +702,7 @@ impl<'b> Row<'b> {
         self.members[i]
             .get_or_init(|| {
                 self.rendered.set(true);
-                self.render.member(book.at(position), name)
+                self.shape.member(book.at(position), name, self.render)
             })
             .as_ref()
     }
