@@ -13,7 +13,6 @@ use serde_json::Value;
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::jobs::requester;
 use crate::openapi::schema::{object, strings};
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Routes};
@@ -136,7 +135,7 @@ pub(crate) async fn change<G: Governed>(
     id: &str,
     change: G::Change,
 ) -> ApiResult<Json<Value>> {
-    let messages = G::apply(state.scheduler(), id, change, requester(caller)).await?;
+    let messages = G::apply(state.scheduler(), id, change, caller.requester()).await?;
     Ok(reply::messages(messages))
 }
 

@@ -15,7 +15,6 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::requester;
 use crate::openapi::schema::*;
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
@@ -316,7 +315,7 @@ async fn modify(
     let changes = changes(&body)?;
     let messages = state
         .scheduler()
-        .modify_node(&id, changes, requester(&caller))
+        .modify_node(&id, changes, caller.requester())
         .await
         .map_err(ApiError::from)?;
     Ok(reply::messages(messages))

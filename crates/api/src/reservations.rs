@@ -18,7 +18,6 @@ use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::jobs::requester;
 use crate::openapi::schema::*;
 use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
@@ -126,7 +125,7 @@ pub(crate) fn register(routes: &mut Routes) {
 
 /// Whether `caller` may see `reservation`.
 fn visible(reservation: &Reservation, caller: &Caller) -> bool {
-    let by = requester(caller);
+    let by = caller.requester();
     by.over_all || reservation.belongs_to(&by.user)
 }
 
@@ -180,7 +179,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     let receipt = crate::idempotency::receipt(201, &location, "id");
     let id = state
         .scheduler()
-        .reserve_with_receipt(request, requester(&caller), receipt)
+        .reserve_with_receipt(request, caller.requester(), receipt)
         .await
         .map_err(ApiError::from)?;
     Ok(reply::created(

@@ -19,7 +19,6 @@ use crate::AppState;
 use crate::acl;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
-use crate::jobs::requester;
 use crate::openapi::schema::*;
 use crate::params::{ChangeMode, ListParams};
 use crate::reply::{self, parse_json};
@@ -110,7 +109,7 @@ fn references() -> serde_json::Value {
 }
 
 fn visible(container: &VirtualContainer, caller: &Caller) -> bool {
-    let by = requester(caller);
+    let by = caller.requester();
     by.over_all || container.belongs_to(&by.user)
 }
 
@@ -149,7 +148,7 @@ async fn create(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     let (description, owner) = read_object(&body, summary::CONTAINER_NOT_CREATED, |f| {
         (f.string("description"), acl::owner(f))
     })?;
-    let by = requester(&caller);
+    let by = caller.requester();
     // The creator is whoever the request acts for: the proxied user when proxying is
     // enabled and honoured for this caller, else the caller. Never a name from the body.
     let creator = by.user.clone();

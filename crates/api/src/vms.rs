@@ -24,7 +24,6 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::jobs::requester;
 use crate::openapi::schema::{integer, object, string, strings};
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
@@ -328,7 +327,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
     check_image(&state, &request.image).await?;
     let answer = state
         .scheduler()
-        .vm(VmCommand::Create(Box::new(request)), requester(&caller))
+        .vm(VmCommand::Create(Box::new(request)), caller.requester())
         .await?;
     Ok(job_accepted(answer))
 }
@@ -369,7 +368,7 @@ fn triggers(f: &mut Fields<'_>) -> Option<Vec<Value>> {
 async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> ApiResult<Response> {
     crate::input::within_submission_bound(&state, &caller, &body, &summary::vm_not_changed(&id))?;
     let body: Value = parse_json(&body)?;
-    let by = requester(&caller);
+    let by = caller.requester();
     // A null node is not given, as any null field.
     if body.get("node").is_some_and(|node| !node.is_null()) {
         // A migration: every other field is ignored (spec 4.7).
@@ -428,7 +427,7 @@ async fn modify(ItemChange(state, _params, caller, id, body): ItemChange) -> Api
 async fn destroy(ItemRead(state, _params, caller, id): ItemRead) -> ApiResult<Response> {
     let answer = state
         .scheduler()
-        .vm(VmCommand::Destroy(id), requester(&caller))
+        .vm(VmCommand::Destroy(id), caller.requester())
         .await?;
     Ok(job_accepted(answer))
 }

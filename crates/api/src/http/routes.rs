@@ -482,6 +482,20 @@ impl Caller {
     pub fn over_all(&self) -> bool {
         self.scope == Some(Scope::All)
     }
+
+    /// The engine's view of the caller: the effective user, who proxies for them, and
+    /// whether they hold the route's permission over everybody's objects (else only
+    /// over their own).
+    pub fn requester(&self) -> drover_sched::Requester {
+        let identity = self.identity.as_ref();
+        let user = self.effective_user.clone().unwrap_or_default();
+        let proxied = identity.is_some_and(|i| i.name != user);
+        drover_sched::Requester {
+            proxy_user: proxied.then(|| user.clone()),
+            over_all: self.over_all(),
+            user,
+        }
+    }
 }
 
 impl FromRequestParts<AppState> for Caller {

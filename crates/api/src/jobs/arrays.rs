@@ -9,7 +9,7 @@ use drover_domain::request::summary;
 use drover_sched::job::{ArrayOutcome, ArraySpec, IndexRange};
 use serde_json::{Value, json};
 
-use super::{CREATE, requester, templates, v2};
+use super::{CREATE, templates, v2};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::read_object;
@@ -78,7 +78,7 @@ async fn submit(State(state): State<AppState>, caller: Caller, body: Bytes) -> A
     let receipt = crate::idempotency::receipt(201, &location, "name");
     let id = state
         .scheduler()
-        .submit_array_with_receipt(spec, array, requester(&caller), receipt)
+        .submit_array_with_receipt(spec, array, caller.requester(), receipt)
         .await
         .map_err(ApiError::from)?;
     Ok(reply::created(

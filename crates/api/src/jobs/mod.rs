@@ -13,9 +13,9 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use drover_auth::Permission;
 use drover_domain::request::summary;
+use drover_sched::JobAction;
 use drover_sched::job::{Hold, Job, Output};
 use drover_sched::listing::{JobShape, ListError, ListRequest, Listing, Render};
-use drover_sched::{JobAction, Requester};
 use serde_json::{Map, Value, json};
 
 use crate::AppState;
@@ -216,19 +216,6 @@ pub(crate) fn holds_from(f: &mut Fields<'_>, key: &str) -> Vec<Hold> {
     holds
 }
 
-/// The engine's view of the caller: the effective user, and whether they hold the
-/// route's permission over everybody's objects (else only over their own).
-pub(crate) fn requester(caller: &Caller) -> Requester {
-    let identity = caller.identity.as_ref();
-    let user = caller.effective_user.clone().unwrap_or_default();
-    let proxied = identity.is_some_and(|i| i.name != user);
-    Requester {
-        proxy_user: proxied.then(|| user.clone()),
-        over_all: caller.over_all(),
-        user,
-    }
-}
-
 /// The user whose jobs alone the caller may see; `None`: every job.
 fn owner_filter(caller: &Caller) -> Option<String> {
     (!caller.over_all()).then(|| caller.effective_user.clone().unwrap_or_default())
@@ -356,7 +343,7 @@ async fn submit(Submission(state, params, caller, body): Submission) -> ApiResul
     let receipt = crate::idempotency::receipt(201, &location, field);
     let id = state
         .scheduler()
-        .submit_with_receipt(spec, requester(&caller), receipt)
+        .submit_with_receipt(spec, caller.requester(), receipt)
         .await
         .map_err(ApiError::from)?;
     let answer = json!({ field: id });
@@ -378,7 +365,7 @@ async fn modify(ItemChange(state, params, caller, id, body): ItemChange) -> ApiR
     };
     let messages = state
         .scheduler()
-        .modify(&id, changes, requester(&caller))
+        .modify(&id, changes, caller.requester())
         .await
         .map_err(ApiError::from)?;
     Ok(reply::messages(messages))
@@ -423,7 +410,7 @@ async fn act(
     // (spec 4.4's table).
     let message = state
         .scheduler()
-        .act(&id, action, requester(&caller))
+        .act(&id, action, caller.requester())
         .await
         .map_err(ApiError::from)?;
     Ok(reply::messages([message]).into_response())
@@ -436,7 +423,7 @@ async fn cancel(
 ) -> ApiResult<Response> {
     let message = state
         .scheduler()
-        .act(&id, JobAction::Cancel, requester(&caller))
+        .act(&id, JobAction::Cancel, caller.requester())
         .await
         .map_err(ApiError::from)?;
     Ok(cancelled(message))
