@@ -339,7 +339,7 @@ fn start_scheduler(
         config::ResourceManagerKind::Local => {
             (local_resource_manager(config), config.nodes.clone())
         }
-        config::ResourceManagerKind::Slurm => slurm_resource_manager(config)?,
+        config::ResourceManagerKind::Slurm => slurm_resource_manager(config, store.as_ref())?,
     };
     let parts = EngineParts {
         store,
@@ -406,6 +406,7 @@ fn default_shepherd() -> std::path::PathBuf {
 /// The Slurm resource manager, and the nodes: those of `[[nodes]]`, else Slurm's.
 fn slurm_resource_manager(
     config: &Config,
+    store: &dyn DocumentStore,
 ) -> Result<
     (
         drover_sched::engine::MakeResourceManager,
@@ -419,6 +420,10 @@ fn slurm_resource_manager(
     slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
     slurm.partition = config.resource_manager.slurm_partition.clone();
     slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
+    // Jobs are named after the store's identity: services sharing a cluster (even under
+    // one scheduler name) never take each other's jobs for their own.
+    slurm.service_identity = drover_store::service_identity(store)
+        .map_err(|e| format!("cannot read the service identity from the store: {e}"))?;
     // Slurm's nodes, when none are configured here. Those it gains later are added at a
     // refresh; while slurmctld does not answer, the service starts with the nodes it knew
     // (the store keeps what Slurm said of them) and jobs wait until it answers.

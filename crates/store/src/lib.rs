@@ -16,6 +16,7 @@
 //! writer is one dedicated thread. Async callers use `spawn_blocking`.
 
 mod body;
+mod identity;
 pub mod journal;
 mod layout;
 mod postgres;
@@ -27,6 +28,7 @@ use drover_query::{ListQuery, Page};
 use serde_json::Value;
 
 pub use crate::body::Body;
+pub use crate::identity::service_identity;
 pub use crate::postgres::PostgresStore;
 pub use crate::sqlite::{SqliteStore, WAL_LIMITS, WalLimits};
 

@@ -963,3 +963,51 @@ fn a_node_drained_before_the_start_is_drained_at_once() {
     });
     assert!(started.elapsed() < Duration::from_secs(5));
 }
+
+/// Two services on one Slurm cluster, under the same scheduler name: each names its
+/// Slurm jobs after its own store's identity, never takes the other's for a job
+/// submitted directly, and leaves them alone; jobs submitted by hand both see.
+#[test]
+fn two_services_sharing_a_cluster_never_take_each_others_jobs() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let first = slurm_server();
+    let second = slurm_server();
+    let work = scratch_dir();
+    let command = script(work.path(), "long.sh", "sleep 120");
+    let id = submit_as_bob(
+        &first,
+        json!({"commandFile": command, "initialWorkingDirectory": work.path()}),
+    );
+    let job = wait_state(&first, &id, "RUNNING");
+    let slurm_id = job["destinationRmJobId"].as_str().unwrap().to_string();
+    let name = run("squeue", &["-h", "-o", "%j", &format!("--jobs={slurm_id}")]);
+    let name = name.trim();
+    assert!(
+        name.starts_with("drover-")
+            && name.ends_with(&format!("-{id}"))
+            && name != format!("drover-{id}"),
+        "{name}"
+    );
+    // A job submitted by hand shows in the second service: it looks for such jobs...
+    let by_hand = sbatch_by_hand("by-hand", 120);
+    wait(
+        "the second service shows the job submitted by hand",
+        30,
+        || shown_job(&second, &by_hand),
+    );
+    // ...and the first service's job is not one of them.
+    assert!(
+        shown_job(&second, &slurm_id).is_none(),
+        "{}",
+        second.get("/rest/jobs").body
+    );
+    let listed = second.get("/rest/jobs?fields=id,customName").json();
+    assert!(!listed.to_string().contains("long"), "{listed}");
+    assert_eq!(slurm_state(&slurm_id), "RUNNING");
+    run("scancel", &[&by_hand]);
+    let reply = first.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    assert!(reply.status < 300, "{}", reply.body);
+}

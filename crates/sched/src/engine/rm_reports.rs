@@ -141,7 +141,7 @@ impl Engine {
                 continue;
             }
             // One of ours whose start was not recorded (being abandoned).
-            if let Some(id) = job.name.strip_prefix(crate::rm::slurm::JOB_NAME_PREFIX)
+            if let Some(id) = job.own_job.as_deref()
                 && self.position(id).is_some()
             {
                 continue;

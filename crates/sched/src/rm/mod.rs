@@ -116,6 +116,9 @@ pub struct DetectedJob {
     pub process: ProcessRecord,
     /// Its name there.
     pub name: String,
+    /// The job of this service it runs, when its name says so (one whose start was not
+    /// recorded, being abandoned): not an outside job.
+    pub own_job: Option<String>,
     /// The system user it runs as (as the resource manager reports it).
     pub user: String,
     /// Waiting for its nodes (then it holds none).

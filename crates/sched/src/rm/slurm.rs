@@ -2,7 +2,9 @@
 //!
 //! A job is submitted with `sbatch` pinned to the nodes the engine chose (`--nodelist`,
 //! `--nodes`, `--ntasks`, `--cpus-per-task`), as its user (`--uid`/`--gid`, the service
-//! being root), named `drover-<job id>` so that a restarted service finds it again. Its
+//! being root), named `drover-<service identity>-<job id>` (`drover_store::service_identity`: one
+//! service's jobs are never another's on a shared cluster) so that a restarted service
+//! finds it again. Its
 //! [`ProcessRecord`] carries the Slurm job id (`rm_job_id`, and as `pid`, which is what
 //! [`RmEvent::Exited`] reports). One watcher thread asks `squeue --jobs=<them>` every
 //! [`SlurmConfig::poll`] about the jobs started or adopted here (nothing when there are
@@ -66,7 +68,8 @@ if [ -x "$1" ]; then exec "$@"; else exec /bin/sh "$@"; fi
 /// The most job ids one `squeue --jobs` is given.
 const QUEUE_CHUNK: usize = 500;
 
-/// The prefix of the Slurm job name of a Drover job.
+/// The prefix of the Slurm job name of a Drover job: `drover-<service identity>-<job id>`
+/// (`drover-<job id>` before services had an identity).
 pub const JOB_NAME_PREFIX: &str = "drover-";
 
 /// How many `sbatch` may run at once.
@@ -97,6 +100,10 @@ pub struct SlurmConfig {
     /// Whether the nodes are Slurm's (none configured here): each refresh then
     /// describes them all, so nodes Slurm gains are added and those it loses are down.
     pub describe_nodes: bool,
+    /// What makes this service's job names its own on a cluster other services share
+    /// (`drover-<identity>-<job id>`): written once in its store at first start. Empty:
+    /// the names of old, `drover-<job id>`.
+    pub service_identity: String,
 }
 
 impl SlurmConfig {
@@ -112,7 +119,34 @@ impl SlurmConfig {
             node_poll: Duration::from_secs(5),
             command_timeout: Duration::from_secs(30),
             describe_nodes: false,
+            service_identity: String::new(),
         }
+    }
+
+    /// The Slurm job name of the Drover job `job_id`.
+    pub fn job_name(&self, job_id: &str) -> String {
+        if self.service_identity.is_empty() {
+            format!("{JOB_NAME_PREFIX}{job_id}")
+        } else {
+            format!("{JOB_NAME_PREFIX}{}-{job_id}", self.service_identity)
+        }
+    }
+
+    /// The Drover job a Slurm job of this service runs, by its name; `None` for the jobs
+    /// of anyone else, other Drover services included.
+    pub fn own_job_of<'n>(&self, name: &'n str) -> Option<&'n str> {
+        let rest = name.strip_prefix(JOB_NAME_PREFIX)?;
+        if self.service_identity.is_empty() {
+            return Some(rest);
+        }
+        rest.strip_prefix(self.service_identity.as_str())?
+            .strip_prefix('-')
+    }
+
+    /// Whether a Slurm job's name is that of another Drover service's job (or of one
+    /// named before services had an identity): never reported, adopted or cancelled.
+    fn another_services(&self, name: &str) -> bool {
+        name.starts_with(JOB_NAME_PREFIX) && self.own_job_of(name).is_none()
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -347,7 +381,7 @@ fn sbatch_command(
     let tasks: u32 = launch.placement.iter().map(|a| a.tasks).sum::<u32>().max(1);
     let mut args = vec![
         "--parsable".to_string(),
-        format!("--job-name={JOB_NAME_PREFIX}{}", launch.job_id),
+        format!("--job-name={}", config.job_name(&launch.job_id)),
         format!("--uid={}", launch.user.uid),
         format!("--gid={}", launch.gid.unwrap_or(launch.user.gid)),
         format!("--ntasks={tasks}"),
@@ -683,7 +717,11 @@ impl Shared {
             jobs.items
                 .iter()
                 .filter(|j| !watched.contains_key(&j.job_id))
-                .filter_map(detected_job)
+                .filter(|j| !self.config.another_services(&j.name))
+                .filter_map(|j| {
+                    let own_job = self.config.own_job_of(&j.name).map(String::from);
+                    detected_job(j).map(|d| DetectedJob { own_job, ..d })
+                })
                 .collect()
         };
         if !detected.is_empty() {
@@ -752,6 +790,7 @@ fn detected_job(job: &SlurmJob) -> Option<DetectedJob> {
             rm_job_id: Some(job.job_id.to_string()),
         },
         name: job.name.clone(),
+        own_job: None,
         user,
         pending,
         suspended: job.state == "SUSPENDED",
@@ -977,8 +1016,12 @@ impl ResourceManager for SlurmResourceManager {
         };
         match self.shared.listing(Duration::from_secs(1)) {
             Ok(jobs) => match jobs.items.iter().find(|j| j.job_id == slurm_id) {
+                // Its Slurm id was recorded for this job; a name of old (before the
+                // service had an identity) is still this job's after an upgrade.
                 Some(job)
-                    if job.name == format!("{JOB_NAME_PREFIX}{job_id}") && !job.is_finished() =>
+                    if (job.name == self.shared.config.job_name(job_id)
+                        || job.name == format!("{JOB_NAME_PREFIX}{job_id}"))
+                        && !job.is_finished() =>
                 {
                     self.watch(slurm_id, job_id);
                     true
@@ -1045,7 +1088,8 @@ impl ResourceManager for SlurmResourceManager {
     }
 
     fn abandon(&self, job_id: &str) {
-        let name = format!("{JOB_NAME_PREFIX}{job_id}");
+        // Only this service's name: another service's job of the same id is not ours.
+        let name = self.shared.config.job_name(job_id);
         let jobs = match self.shared.listing(Duration::from_secs(1)) {
             Ok(jobs) => jobs,
             Err(e) => {
@@ -1082,6 +1126,30 @@ impl ResourceManager for SlurmResourceManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn job_names_carry_the_service_identity_and_others_are_not_ours() {
+        let mut config = SlurmConfig::new("/tmp/x".into());
+        assert_eq!(config.job_name("Drover.7"), "drover-Drover.7");
+        config.service_identity = "0a1b2c3d".into();
+        assert_eq!(config.job_name("Drover.7"), "drover-0a1b2c3d-Drover.7");
+        assert_eq!(
+            config.own_job_of("drover-0a1b2c3d-Drover.7"),
+            Some("Drover.7")
+        );
+        for other in [
+            "drover-ffffffff-Drover.7",
+            "drover-Drover.7",
+            "by-hand",
+            "drover-0a1b2c3dX",
+        ] {
+            assert_eq!(config.own_job_of(other), None, "{other}");
+        }
+        assert!(config.another_services("drover-ffffffff-Drover.7"));
+        assert!(config.another_services("drover-Drover.7"));
+        assert!(!config.another_services("by-hand"));
+        assert!(!config.another_services("drover-0a1b2c3d-Drover.7"));
+    }
     use crate::job::Allocation;
     use crate::sysuser::SystemUser;
 
