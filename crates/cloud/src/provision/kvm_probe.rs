@@ -45,12 +45,12 @@ impl KvmProbe {
     /// The finding in words, for the service's output and its diagnostics.
     pub fn describe(&self) -> String {
         match self {
-            KvmProbe::Absent => "no /dev/kvm to use".into(),
+            KvmProbe::Absent => "no /dev/kvm that this service may open".into(),
             KvmProbe::Answered(took) => {
                 format!("KVM answered its probe in {:.2} s", took.as_secs_f64())
             }
             KvmProbe::Silent(within) => format!(
-                "KVM did not answer its probe within {:.1} s (nested virtualization?)",
+                "KVM did not answer its probe within {:.1} s, as under nested virtualization",
                 within.as_secs_f64()
             ),
             KvmProbe::Failed(said) => format!("QEMU could not use KVM: {said}"),
