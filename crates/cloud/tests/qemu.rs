@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use drover_cloud::provision::agent::OUTPUT_LIMIT;
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, GuestAccount, GuestCommand, GuestOutput,
-    KVM_PROBE_DEADLINE, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner,
-    VmSpec, VmStatus,
+    KVM_PROBE_DEADLINE, KvmProbe, MigrationTarget, Power, ProvisionError, Provisioner,
+    QemuProvisioner, VmSpec, VmStatus,
 };
 
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -336,6 +336,24 @@ fn auto_acceleration_is_decided_quickly_and_boots_a_guest_on_what_works() {
     eprintln!("first guest up in {:.2} s", started.elapsed().as_secs_f64());
     assert!(running(&p, "vm-auto"));
     p.destroy("vm-auto").unwrap();
+}
+
+/// A probe run beforehand (the service runs it while its store opens) is `Auto`'s
+/// verdict; a configured accelerator ignores it.
+#[test]
+fn a_probe_run_beforehand_is_the_auto_verdict() {
+    let run = tempfile::tempdir().unwrap();
+    let silent = KvmProbe::Silent(KVM_PROBE_DEADLINE);
+    let p = provisioner(&run.path().join("a"), Accel::Auto).with_kvm_probe(silent.clone());
+    assert_eq!(p.accel(), Some(Accel::Tcg));
+    assert_eq!(p.decide_accel().probe, Some(silent));
+    let answered = KvmProbe::Answered(Duration::from_millis(300));
+    let p = provisioner(&run.path().join("b"), Accel::Auto).with_kvm_probe(answered.clone());
+    assert_eq!(p.accel(), Some(Accel::Kvm));
+    assert!(p.decide_accel().reason().contains("0.30 s"));
+    let fixed = provisioner(&run.path().join("c"), Accel::Tcg).with_kvm_probe(answered);
+    assert_eq!(fixed.decide_accel().accel, Accel::Tcg);
+    assert_eq!(fixed.decide_accel().reason(), "as configured");
 }
 
 #[test]

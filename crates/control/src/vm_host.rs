@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use drover_cloud::provision::kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe, probe_kvm};
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
     GuestAccount, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec,
@@ -23,22 +24,61 @@ use drover_sched::vm_host::{Done, NoVmHost, Outcome, VmHost, VmOperation};
 use crate::guest_image::{self, GUEST_FILES, on_path};
 use crate::settings::{AccelChoice, CloudConfig, DEFAULT_GUEST_USER, ExecConfig, ProvisionerKind};
 
-/// The VM host `cloud` asks for (guests' files in `data_dir`/vms), and what was found
-/// for it: the provisioner, QEMU's accelerator (decided here, at start: its probe takes
-/// at most a few seconds) and the default image. When no guest can be made, the host
-/// fails every operation saying why.
-pub fn vm_host(
-    cloud: &CloudConfig,
-    data_dir: &Path,
-    images: Arc<Images>,
-) -> (Arc<dyn VmHost>, GuestsReport) {
-    let kind = cloud
+/// The provisioner `cloud` names, or the one found: QEMU's where it is installed.
+fn provisioner_kind(cloud: &CloudConfig) -> ProvisionerKind {
+    cloud
         .provisioner
         .unwrap_or(if on_path("qemu-system-x86_64") {
             ProvisionerKind::Qemu
         } else {
             ProvisionerKind::None
-        });
+        })
+}
+
+/// QEMU's KVM probe (`accel = "auto"`), run on a thread of its own from the beginning
+/// of the service's start: it takes up to 2 s where KVM hangs, while the store opens
+/// (and a standby has its verdict before it takes over).
+pub struct AccelProbe(Option<std::thread::JoinHandle<Option<KvmProbe>>>);
+
+impl AccelProbe {
+    /// Starts the probe when `cloud` leaves the accelerator to QEMU's provisioner.
+    pub fn start(cloud: &CloudConfig) -> AccelProbe {
+        if cloud.accel != AccelChoice::Auto || provisioner_kind(cloud) != ProvisionerKind::Qemu {
+            return AccelProbe(None);
+        }
+        let name = cloud.guest_user.clone();
+        let probe = move || {
+            // As the account guests run as: what it may use is what guests get.
+            let account = guest_account(&name).ok()?;
+            Some(probe_kvm(account.as_ref(), KVM_PROBE_DEADLINE))
+        };
+        AccelProbe(
+            std::thread::Builder::new()
+                .name("kvm probe".into())
+                .spawn(probe)
+                .ok(),
+        )
+    }
+
+    /// None: no probe is needed, or it could not run (the provisioner runs its own).
+    fn finish(self) -> Option<KvmProbe> {
+        self.0?.join().ok().flatten()
+    }
+}
+
+/// The VM host `cloud` asks for (guests' files in `data_dir`/vms), and what was found
+/// for it: the provisioner, QEMU's accelerator (decided here, at start, by `probe` or a
+/// probe of its own) and the default image. When no guest can be made, the host fails
+/// every operation saying why.
+pub fn vm_host(
+    cloud: &CloudConfig,
+    data_dir: &Path,
+    images: Arc<Images>,
+    probe: AccelProbe,
+) -> (Arc<dyn VmHost>, GuestsReport) {
+    // Before the provisioner looks up (or makes) the guest account, which the probe did.
+    let probed = probe.finish();
+    let kind = provisioner_kind(cloud);
     let image_dir = images.image_dir().join(&cloud.default_image);
     let fix = guest_image::fix_command(&image_dir);
     let mut report = GuestsReport {
@@ -70,6 +110,10 @@ pub fn vm_host(
             );
         }
         ProvisionerKind::Qemu => qemu(cloud, data_dir).map(|qemu| {
+            let qemu = match probed {
+                Some(found) => qemu.with_kvm_probe(found),
+                None => qemu,
+            };
             let decision = qemu.decide_accel();
             report.accel = Some(decision.accel.name());
             report.accel_reason = Some(match decision.probe {

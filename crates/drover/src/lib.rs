@@ -146,6 +146,7 @@ fn prepare(
     config: &Config,
     store: Arc<dyn DocumentStore>,
     active_server: Option<String>,
+    accel_probe: drover_control::vm_host::AccelProbe,
 ) -> Result<Prepared, String> {
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
@@ -197,8 +198,12 @@ fn prepare(
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
     let (tokens, request_keys) = open_tokens_and_keys(config, &store)?;
-    let (vm_host, guests) =
-        drover_control::vm_host::vm_host(&config.cloud, &config.data_dir, images.clone());
+    let (vm_host, guests) = drover_control::vm_host::vm_host(
+        &config.cloud,
+        &config.data_dir,
+        images.clone(),
+        accel_probe,
+    );
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let auth = Arc::new(auth);
     let access = Arc::new(access);
@@ -542,6 +547,8 @@ pub async fn launch_with(
     config.validate()?;
     config.check_high_availability()?;
     let limits = connection_limits(&config);
+    // QEMU's accelerator is being decided meanwhile (a standby's before it takes over).
+    let accel_probe = drover_control::vm_host::AccelProbe::start(&config.cloud);
     let mut shutdown = Box::pin(shutdown);
     let store = {
         let config = config.clone();
@@ -578,7 +585,7 @@ pub async fn launch_with(
         state,
         generated: generated_admin,
         recorder,
-    } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server))
+    } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server, accel_probe))
         .await
         .map_err(|e| e.to_string())??;
     let services = tokio::spawn(

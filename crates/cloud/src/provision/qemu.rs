@@ -101,6 +101,18 @@ pub struct AccelDecision {
 }
 
 impl AccelDecision {
+    /// KVM when the probe found it answers, else TCG.
+    pub fn probed(found: KvmProbe) -> Self {
+        AccelDecision {
+            accel: if found.trusts_kvm() {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            probe: Some(found),
+        }
+    }
+
     /// Why, in words.
     pub fn reason(&self) -> String {
         match &self.probe {
@@ -369,6 +381,15 @@ impl QemuProvisioner {
         self
     }
 
+    /// Takes `found`, a KVM probe run beforehand ([`super::kvm_probe::probe_kvm`], as
+    /// this provisioner's guest account), as [`Accel::Auto`]'s verdict.
+    pub fn with_kvm_probe(self, found: KvmProbe) -> Self {
+        if self.accel == Accel::Auto {
+            *self.decided.lock().unwrap() = Some(AccelDecision::probed(found));
+        }
+        self
+    }
+
     /// The accelerator new guests get, as far as it is decided (`None`: `Auto` before
     /// its probe).
     pub fn accel(&self) -> Option<Accel> {
@@ -391,15 +412,7 @@ impl QemuProvisioner {
         let mut decided = self.decided.lock().unwrap();
         decided
             .get_or_insert_with(|| {
-                let probe = probe_kvm(self.account.as_ref(), self.kvm_probe_deadline);
-                AccelDecision {
-                    accel: if probe.trusts_kvm() {
-                        Accel::Kvm
-                    } else {
-                        Accel::Tcg
-                    },
-                    probe: Some(probe),
-                }
+                AccelDecision::probed(probe_kvm(self.account.as_ref(), self.kvm_probe_deadline))
             })
             .clone()
     }
