@@ -65,10 +65,12 @@ fn every_route_but_the_public_ones_needs_valid_credentials() {
         }
     }
     public.sort();
-    // The dashboard's files hold no data (`dashboard`); `/dashboard` redirects to its page.
+    // The dashboard's files hold no data (`dashboard`); `/` and `/dashboard` redirect to
+    // its page.
     assert_eq!(
         public,
         [
+            "/",
             "/dashboard",
             "/dashboard/",
             "/dashboard/app.js",
