@@ -20,29 +20,38 @@
 # first 1 MiB (the rest is drained and dropped, *_cut 1). With no host on the port's
 # socket the agent polls every 0.2 s.
 #
-# Usage (as root):  scripts/services/guest-image.sh [install|account|image|dir]...
+# Usage (as root):  scripts/services/guest-image.sh [install|packages|account|image|dir]...
 #                   (default: install image)
-#   install  apt-get install qemu-system-x86, qemu-utils (pinned to qemu-system-x86's
-#            version), busybox-static, linux-image-cloud-amd64, cpio, if any is missing;
-#            then the account step
+#   install  the account step, then the packages step
+#   packages apt-get install qemu-system-x86, qemu-utils (pinned to qemu-system-x86's
+#            version), busybox-static, linux-image-cloud-amd64, cpio, if any is missing
 #   account  make the system account guests run as ($GUEST_USER, no home, no login
 #            shell), in group kvm when there is one (for /dev/kvm), unless it exists
 #   image    build $GUEST_IMAGE_DIR/{vmlinuz,initrd.gz,disk.qcow2} unless it is there
 #            already from the same recipe
 #   dir      print the image directory
 # Env: GUEST_IMAGE_DIR (/tmp/drover-guest), GUEST_USER (drover-guest: [cloud] guest_user)
+#
+# `drover serve` (as root) and `drover prepare-guests` run this very text, embedded in
+# the binary after steps.sh (crates/control/src/guest_image.rs), as
+# `bash -c '<steps.sh><this>' guest-image.sh packages image`: steps.sh is then defined
+# already and not read from beside this file.
 set -euo pipefail
 
 GUEST_IMAGE_DIR=${GUEST_IMAGE_DIR:-/tmp/drover-guest}
 GUEST_USER=${GUEST_USER:-drover-guest}
 export DEBIAN_FRONTEND=noninteractive
 
-. "$(dirname "$0")/steps.sh"
+declare -F run_steps >/dev/null || . "$(dirname "$0")/steps.sh"
 
 kernel() { ls /boot/vmlinuz-*cloud* 2>/dev/null | sort -V | tail -1; }
 
 do_install() {
   do_account
+  do_packages
+}
+
+do_packages() {
   if command -v qemu-system-x86_64 >/dev/null && command -v qemu-img >/dev/null \
     && command -v cpio >/dev/null && [ -n "$(kernel)" ] \
     && dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q 'ok installed'; then

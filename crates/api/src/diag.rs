@@ -1,4 +1,5 @@
-//! Diagnostics (spec 4.2, 2.23): version, credential check, health, directory settings.
+//! Diagnostics (spec 4.2, 2.23): version, credential check, health (with, as an
+//! extension, what makes VMs), directory settings.
 
 use std::time::Duration;
 
@@ -99,6 +100,16 @@ pub(crate) fn register(routes: &mut Routes) {
                         ("datastoreCredentialsSet", boolean()),
                         ("datastoreHost", nullable(string())),
                         ("datastorePort", nullable(integer())),
+                    ]),
+                ),
+                (
+                    "vms",
+                    detailed(&[
+                        ("provisioner", string()),
+                        ("accel", nullable(string())),
+                        ("accelReason", nullable(string())),
+                        ("defaultImage", string()),
+                        ("defaultImageRegistered", boolean()),
                     ]),
                 ),
             ])),
@@ -218,6 +229,7 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
     };
     let (sched, journal, reason) = scheduler_health(&state);
     let (acct, about) = accounting_health(&state);
+    let vms = vms_health(&state).await;
     let mut answer = json!({
         "acct": {
             "connected": acct.as_str(),
@@ -240,9 +252,47 @@ async fn health_detail(State(state): State<AppState>) -> Json<Value> {
             "datastoreHost": info.and_then(|i| i.host.clone()),
             "datastorePort": info.and_then(|i| i.port),
         },
+        "vms": vms,
     });
     with_role(&state, &mut answer);
     Json(answer)
+}
+
+/// What makes guests (not a connection: a Drover extension, in the same shape): the
+/// provisioner, QEMU's accelerator as decided at start and why, and the default image,
+/// registered or not (now); `connected` is `UP` when VMs can be made, `NOT_CONFIGURED`
+/// with `[cloud] provisioner = "none"`, else `DOWN` with why and what fixes it.
+async fn vms_health(state: &AppState) -> Value {
+    let guests = &state.settings().cloud.guests;
+    let name = guests.default_image.clone();
+    let registered = !name.is_empty()
+        && crate::state::blocking_on(state.images().clone(), move |images| {
+            Ok::<_, drover_cloud::CloudError>(
+                images
+                    .get(&name)
+                    .is_ok_and(|image| image.value.supports_virtual_machine),
+            )
+        })
+        .await
+        .unwrap_or(false);
+    let problem = guests.problem(registered);
+    let connected = match &problem {
+        _ if guests.turned_off => Health::NotConfigured,
+        Some(_) => Health::Down,
+        None => Health::Up,
+    };
+    json!({
+        "connected": connected.as_str(),
+        "host": null,
+        "port": null,
+        "message": problem,
+        "version": null,
+        "provisioner": guests.provisioner,
+        "accel": guests.accel,
+        "accelReason": guests.accel_reason,
+        "defaultImage": guests.default_image,
+        "defaultImageRegistered": registered,
+    })
 }
 
 async fn ldap(State(state): State<AppState>) -> Json<Value> {

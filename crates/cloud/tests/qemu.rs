@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use drover_cloud::provision::agent::OUTPUT_LIMIT;
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, GuestAccount, GuestCommand, GuestOutput,
-    MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec, VmStatus,
+    KVM_PROBE_DEADLINE, KvmProbe, MigrationTarget, Power, ProvisionError, Provisioner,
+    QemuProvisioner, VmSpec, VmStatus,
 };
 
 const BOOT_DEADLINE: Duration = Duration::from_secs(30);
@@ -293,23 +294,66 @@ fn a_new_provisioner_adopts_the_running_guests() {
     assert!(!process_alive(moved.handle.pid));
 }
 
+/// The probe's guest, run as the guest account (which reopens its memory file through
+/// `/proc/self/fd`), says OK under TCG.
 #[test]
-fn auto_acceleration_boots_a_guest_on_what_works() {
+fn the_kvm_probes_guest_runs_as_the_guest_account() {
+    let Some(_lab) = lab() else { return };
+    let found = drover_cloud::provision::kvm_probe::run_probe(
+        "qemu-system-x86_64",
+        "tcg",
+        guest_account().as_ref(),
+        Duration::from_secs(20),
+    );
+    assert!(found.trusts_kvm(), "{found:?}");
+}
+
+#[test]
+fn auto_acceleration_is_decided_quickly_and_boots_a_guest_on_what_works() {
     let Some(lab) = lab() else { return };
-    // Where KVM hangs (nested virtualization), the probe costs its deadline.
-    let p = provisioner(&lab.run.path().join("auto"), Accel::Auto)
-        .with_kvm_probe_deadline(Duration::from_secs(5));
+    let p = provisioner(&lab.run.path().join("auto"), Accel::Auto);
     assert_eq!(p.accel(), None);
+    // Where KVM hangs (nested virtualization), the probe costs its deadline, no more.
+    let started = Instant::now();
+    let decision = p.decide_accel();
+    let probed = started.elapsed();
+    eprintln!(
+        "Accel::Auto chose {:?} in {:.2} s: {}",
+        decision.accel,
+        probed.as_secs_f64(),
+        decision.reason()
+    );
+    assert!(
+        probed < KVM_PROBE_DEADLINE + Duration::from_secs(3),
+        "{probed:?}"
+    );
+    assert!(matches!(decision.accel, Accel::Kvm | Accel::Tcg));
+    assert!(decision.probe.is_some());
+    assert_eq!(p.accel(), Some(decision.accel));
+    assert_eq!(p.decide_accel(), decision, "decided once");
     let started = Instant::now();
     p.create(&spec(&lab.image, "vm-auto", false)).unwrap();
-    eprintln!(
-        "Accel::Auto chose {:?}; first guest up in {:.2} s",
-        p.accel(),
-        started.elapsed().as_secs_f64()
-    );
-    assert!(p.accel().is_some());
+    eprintln!("first guest up in {:.2} s", started.elapsed().as_secs_f64());
     assert!(running(&p, "vm-auto"));
     p.destroy("vm-auto").unwrap();
+}
+
+/// A probe run beforehand (the service runs it while its store opens) is `Auto`'s
+/// verdict; a configured accelerator ignores it.
+#[test]
+fn a_probe_run_beforehand_is_the_auto_verdict() {
+    let run = tempfile::tempdir().unwrap();
+    let silent = KvmProbe::Silent(KVM_PROBE_DEADLINE);
+    let p = provisioner(&run.path().join("a"), Accel::Auto).with_kvm_probe(silent.clone());
+    assert_eq!(p.accel(), Some(Accel::Tcg));
+    assert_eq!(p.decide_accel().probe, Some(silent));
+    let answered = KvmProbe::Answered(Duration::from_millis(300));
+    let p = provisioner(&run.path().join("b"), Accel::Auto).with_kvm_probe(answered.clone());
+    assert_eq!(p.accel(), Some(Accel::Kvm));
+    assert!(p.decide_accel().reason().contains("0.30 s"));
+    let fixed = provisioner(&run.path().join("c"), Accel::Tcg).with_kvm_probe(answered);
+    assert_eq!(fixed.decide_accel().accel, Accel::Tcg);
+    assert_eq!(fixed.decide_accel().reason(), "as configured");
 }
 
 #[test]

@@ -8,12 +8,14 @@
 //!   functions, with their user's rights), and the loops that poll plugins and hand them
 //!   events.
 //! - [`vm_host`]: the engine's `VmHost` (the provisioner that makes guests: QEMU, a
-//!   site's commands or none); [`guest_run`]: a job's process that runs in a guest.
+//!   site's commands or none); [`guest_run`]: a job's process that runs in a guest;
+//!   [`guest_image`]: QEMU and the default guest image installed on a fresh machine.
 //! - [`accounting`]: the ledger as the engine's accountant (liens and charges).
 //! - [`settings`]: the configuration sections these read.
 
 pub mod accounting;
 pub mod data_dir;
+pub mod guest_image;
 pub mod guest_run;
 pub mod plugin_host;
 pub mod service_creation;

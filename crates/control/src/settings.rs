@@ -37,8 +37,12 @@ pub struct CloudConfig {
     pub provisioner: Option<ProvisionerKind>,
     /// The image a VM created without `os` boots.
     pub default_image: String,
-    /// `auto` (KVM once a first guest booted with it in time, else TCG), `kvm`, `tcg`.
+    /// `auto` (KVM when a probe's guest answers under it at start, else TCG), `kvm`, `tcg`.
     pub accel: AccelChoice,
+    /// Whether `drover serve`, as root, installs QEMU and builds the default image
+    /// (`<image_dir>/<default_image>/`) before it listens when either is missing.
+    #[serde(deserialize_with = "flag")]
+    pub prepare_guest_image: bool,
     /// How long a guest may take to print its image's ready line.
     pub boot_deadline_seconds: u64,
     /// How long a power off waits for the guest to obey ACPI before a hard stop.
@@ -81,6 +85,7 @@ impl Default for CloudConfig {
             provisioner: None,
             default_image: "guest".into(),
             accel: AccelChoice::Auto,
+            prepare_guest_image: true,
             boot_deadline_seconds: 60,
             shutdown_grace_seconds: 10,
             guest_user: DEFAULT_GUEST_USER.into(),
@@ -127,5 +132,24 @@ pub struct ExecConfig {
 impl ExecConfig {
     fn default_timeout() -> u64 {
         300
+    }
+}
+
+/// A switch: `true` or `false`, also as a string in any case (`"TRUE"`, as the
+/// original's `ENABLEPROXY`; the environment's overrides are strings).
+pub fn flag<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Flag {
+        Bool(bool),
+        Text(String),
+    }
+    match Flag::deserialize(deserializer)? {
+        Flag::Bool(b) => Ok(b),
+        Flag::Text(t) if t.eq_ignore_ascii_case("true") => Ok(true),
+        Flag::Text(t) if t.eq_ignore_ascii_case("false") => Ok(false),
+        Flag::Text(t) => Err(serde::de::Error::custom(format!(
+            "expected TRUE or FALSE, not '{t}'"
+        ))),
     }
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use drover_cloud::provision::kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe, probe_kvm};
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
     GuestAccount, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec,
@@ -20,66 +21,238 @@ use drover_sched::sysuser::SystemUser;
 use drover_sched::vm::Vm;
 use drover_sched::vm_host::{Done, NoVmHost, Outcome, VmHost, VmOperation};
 
+use crate::guest_image::{self, GUEST_FILES, on_path};
 use crate::settings::{AccelChoice, CloudConfig, DEFAULT_GUEST_USER, ExecConfig, ProvisionerKind};
 
-/// The VM host `cloud` asks for (guests' files in `data_dir`/vms); when it cannot be
-/// made, one that fails every operation saying why (and the reason is printed at start).
-pub fn vm_host(cloud: &CloudConfig, data_dir: &Path, images: Arc<Images>) -> Arc<dyn VmHost> {
-    match provisioner(cloud, data_dir) {
-        Ok(Some(provisioner)) => Arc::new(Guests {
-            images,
-            provisioner,
-            default_image: cloud.default_image.clone(),
-        }),
-        Ok(None) => Arc::new(NoVmHost(
-            "no provisioner is configured ([cloud] provisioner = \"none\", or qemu-system-x86_64 \
-             is not installed: scripts/services/guest-image.sh install)"
-                .into(),
-        )),
-        Err(why) => {
-            eprintln!("drover: VMs cannot be made: {why}");
-            Arc::new(NoVmHost(format!("the provisioner cannot be used: {why}")))
-        }
-    }
-}
-
-fn provisioner(
-    cloud: &CloudConfig,
-    data_dir: &Path,
-) -> Result<Option<Arc<dyn Provisioner>>, String> {
-    let kind = cloud
+/// The provisioner `cloud` names, or the one found: QEMU's where it is installed.
+fn provisioner_kind(cloud: &CloudConfig) -> ProvisionerKind {
+    cloud
         .provisioner
         .unwrap_or(if on_path("qemu-system-x86_64") {
             ProvisionerKind::Qemu
         } else {
             ProvisionerKind::None
-        });
-    let run_dir = data_dir.join("vms");
-    Ok(Some(match kind {
-        ProvisionerKind::None => return Ok(None),
-        ProvisionerKind::Qemu => {
-            let accel = match cloud.accel {
-                AccelChoice::Auto => Accel::Auto,
-                AccelChoice::Kvm => Accel::Kvm,
-                AccelChoice::Tcg => Accel::Tcg,
+        })
+}
+
+/// QEMU's KVM probe (`accel = "auto"`), run on a thread of its own from the beginning
+/// of the service's start: it takes up to 2 s where KVM hangs, while the store opens
+/// (and a standby has its verdict before it takes over).
+pub struct AccelProbe(Option<std::thread::JoinHandle<Option<KvmProbe>>>);
+
+impl AccelProbe {
+    /// Starts the probe when `cloud` leaves the accelerator to QEMU's provisioner.
+    pub fn start(cloud: &CloudConfig) -> AccelProbe {
+        if cloud.accel != AccelChoice::Auto || provisioner_kind(cloud) != ProvisionerKind::Qemu {
+            return AccelProbe(None);
+        }
+        let name = cloud.guest_user.clone();
+        let probe = move || {
+            // As the account guests run as: what it may use is what guests get.
+            let account = guest_account(&name).ok()?;
+            Some(probe_kvm(account.as_ref(), KVM_PROBE_DEADLINE))
+        };
+        AccelProbe(
+            std::thread::Builder::new()
+                .name("kvm probe".into())
+                .spawn(probe)
+                .ok(),
+        )
+    }
+
+    /// None: no probe is needed, or it could not run (the provisioner runs its own).
+    fn finish(self) -> Option<KvmProbe> {
+        self.0?.join().ok().flatten()
+    }
+}
+
+/// The VM host `cloud` asks for (guests' files in `data_dir`/vms), and what was found
+/// for it: the provisioner, QEMU's accelerator (decided here, at start, by `probe` or a
+/// probe of its own) and the default image. When no guest can be made, the host fails
+/// every operation saying why.
+pub fn vm_host(
+    cloud: &CloudConfig,
+    data_dir: &Path,
+    images: Arc<Images>,
+    probe: AccelProbe,
+) -> (Arc<dyn VmHost>, GuestsReport) {
+    // Before the provisioner looks up (or makes) the guest account, which the probe did.
+    let probed = probe.finish();
+    let kind = provisioner_kind(cloud);
+    let image_dir = images.image_dir().join(&cloud.default_image);
+    let fix = guest_image::fix_command(&image_dir);
+    let mut report = GuestsReport {
+        provisioner: kind_name(kind),
+        default_image: cloud.default_image.clone(),
+        default_image_registered: !cloud.default_image.is_empty()
+            && images
+                .get(&cloud.default_image)
+                .is_ok_and(|i| i.value.supports_virtual_machine),
+        image_dir,
+        fix: (kind != ProvisionerKind::Exec).then(|| fix.clone()),
+        ..GuestsReport::default()
+    };
+    let not_installed = || {
+        format!(
+            "QEMU is not installed (qemu-system-x86_64, qemu-img); to install it and build \
+             the default image, run `{fix}` and start the service again"
+        )
+    };
+    let made = match kind {
+        ProvisionerKind::None if cloud.provisioner.is_none() => Err(not_installed()),
+        ProvisionerKind::None => {
+            report.turned_off = true;
+            return (
+                Arc::new(NoVmHost(
+                    "no provisioner is configured ([cloud] provisioner = \"none\")".into(),
+                )),
+                report,
+            );
+        }
+        ProvisionerKind::Qemu => qemu(cloud, data_dir).map(|qemu| {
+            let qemu = match probed {
+                Some(found) => qemu.with_kvm_probe(found),
+                None => qemu,
             };
-            let deadline = Duration::from_secs(cloud.boot_deadline_seconds.max(1));
-            let mut qemu = QemuProvisioner::new(run_dir, accel, deadline)
-                .map_err(|e| e.to_string())?
-                .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds))
-                .with_console_limit(cloud.console_limit_kib.saturating_mul(1024));
-            if let Some(account) = guest_account(&cloud.guest_user)? {
-                qemu = qemu.with_guest_account(account);
+            let decision = qemu.decide_accel();
+            report.accel = Some(decision.accel.name());
+            report.accel_reason = Some(match decision.probe {
+                Some(probe) => probe.describe(),
+                None => format!("[cloud] accel = \"{}\"", decision.accel.name()),
+            });
+            if !guest_image::qemu_installed() {
+                report.provisioner_problem = Some(not_installed());
             }
-            Arc::new(qemu)
+            Arc::new(qemu) as Arc<dyn Provisioner>
+        }),
+        ProvisionerKind::Exec => exec(cloud, data_dir),
+    };
+    let host: Arc<dyn VmHost> = match made {
+        Ok(provisioner) => Arc::new(Guests {
+            images,
+            provisioner,
+            default_image: cloud.default_image.clone(),
+        }),
+        Err(why) => {
+            let host = Arc::new(NoVmHost(format!("VMs cannot be made: {why}")));
+            report.provisioner_problem = Some(why);
+            host
         }
-        ProvisionerKind::Exec => {
-            let exec = cloud.exec.as_ref().ok_or(
-                "[cloud] provisioner = \"exec\" needs a [cloud.exec] section with its commands",
-            )?;
-            Arc::new(ExecProvisioner::new(run_dir, commands(exec)).map_err(|e| e.to_string())?)
+    };
+    (host, report)
+}
+
+fn kind_name(kind: ProvisionerKind) -> &'static str {
+    match kind {
+        ProvisionerKind::Qemu => "qemu",
+        ProvisionerKind::Exec => "exec",
+        ProvisionerKind::None => "none",
+    }
+}
+
+/// What the service found for VMs at start: said at start (`drover serve`) and in the
+/// health detail (`GET /rest/diag/health/detail`, `vms`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct GuestsReport {
+    /// `qemu`, `exec` or `none`.
+    pub provisioner: &'static str,
+    /// QEMU's accelerator for every guest (`kvm` or `tcg`), decided at start.
+    pub accel: Option<&'static str>,
+    /// Why that one: the probe's finding, or the configuration.
+    pub accel_reason: Option<String>,
+    /// The image a VM without one boots (`[cloud] default_image`).
+    pub default_image: String,
+    /// Whether it was registered at start.
+    pub default_image_registered: bool,
+    /// Where its files are looked for (`<image_dir>/<default_image>`).
+    pub image_dir: std::path::PathBuf,
+    /// Why the provisioner makes no guest (and what fixes it); `None` when it can.
+    pub provisioner_problem: Option<String>,
+    /// `[cloud] provisioner = "none"`: VMs are turned off, nothing to fix.
+    pub turned_off: bool,
+    /// The command that installs QEMU and builds the default image (not for `exec`).
+    pub fix: Option<String>,
+}
+
+impl GuestsReport {
+    /// Why VMs cannot be made, with what fixes it, the default image registered or
+    /// not; `None` when they can be, or are turned off.
+    pub fn problem(&self, default_image_registered: bool) -> Option<String> {
+        if let Some(problem) = &self.provisioner_problem {
+            return Some(problem.clone());
         }
-    }))
+        match &self.fix {
+            Some(fix) if !self.turned_off && !default_image_registered => Some(format!(
+                "the default image '{}' is not registered (its files are not in {}); to \
+                 build it, run `{fix}` and start the service again",
+                self.default_image,
+                self.image_dir.display()
+            )),
+            _ => None,
+        }
+    }
+
+    /// What the service says of VMs at start: what it found, and on a second line,
+    /// when VMs cannot be made, why and the command that fixes it.
+    pub fn summary(&self) -> String {
+        if self.turned_off {
+            return "VMs: none ([cloud] provisioner = \"none\")".into();
+        }
+        let mut said = match (self.provisioner, self.accel) {
+            (_, Some(accel)) => format!(
+                "VMs: QEMU on {} ({})",
+                accel.to_uppercase(),
+                self.accel_reason.as_deref().unwrap_or("decided at start")
+            ),
+            ("exec", _) => "VMs: the site's commands ([cloud.exec])".into(),
+            ("none", _) => "VMs: no provisioner".into(),
+            (name, _) => format!("VMs: the {name} provisioner"),
+        };
+        if !self.default_image.is_empty() {
+            said.push_str(&format!(
+                ", default image '{}'{}",
+                self.default_image,
+                if self.default_image_registered {
+                    ""
+                } else {
+                    " (missing)"
+                }
+            ));
+        }
+        if let Some(problem) = self.problem(self.default_image_registered) {
+            said.push_str(&format!("\nVMs cannot be made: {problem}"));
+        }
+        said
+    }
+}
+
+/// QEMU's provisioner, as `cloud` sets it up.
+fn qemu(cloud: &CloudConfig, data_dir: &Path) -> Result<QemuProvisioner, String> {
+    let accel = match cloud.accel {
+        AccelChoice::Auto => Accel::Auto,
+        AccelChoice::Kvm => Accel::Kvm,
+        AccelChoice::Tcg => Accel::Tcg,
+    };
+    let deadline = Duration::from_secs(cloud.boot_deadline_seconds.max(1));
+    let mut qemu = QemuProvisioner::new(data_dir.join("vms"), accel, deadline)
+        .map_err(|e| e.to_string())?
+        .with_shutdown_grace(Duration::from_secs(cloud.shutdown_grace_seconds))
+        .with_console_limit(cloud.console_limit_kib.saturating_mul(1024));
+    if let Some(account) = guest_account(&cloud.guest_user)? {
+        qemu = qemu.with_guest_account(account);
+    }
+    Ok(qemu)
+}
+
+/// The site's commands' provisioner (`[cloud.exec]`).
+fn exec(cloud: &CloudConfig, data_dir: &Path) -> Result<Arc<dyn Provisioner>, String> {
+    let exec = cloud
+        .exec
+        .as_ref()
+        .ok_or("[cloud] provisioner = \"exec\" needs a [cloud.exec] section with its commands")?;
+    Ok(Arc::new(
+        ExecProvisioner::new(data_dir.join("vms"), commands(exec)).map_err(|e| e.to_string())?,
+    ))
 }
 
 /// The account guests run as (`[cloud] guest_user`) when the service runs as root;
@@ -165,21 +338,6 @@ fn commands(exec: &ExecConfig) -> ExecCommands {
         adopt: exec.adopt.as_ref().map(command),
     }
 }
-
-/// Whether `program` is an executable file in a directory of `PATH`.
-fn on_path(program: &str) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| {
-            std::fs::metadata(dir.join(program))
-                .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        })
-    })
-}
-
-/// The files of the default guest image, as `scripts/services/guest-image.sh` builds
-/// them, in `<image_dir>/<default_image>/`.
-const GUEST_FILES: [&str; 3] = ["vmlinuz", "initrd.gz", "disk.qcow2"];
 
 /// Registers the default guest image (`[cloud] default_image`) when its files are in
 /// the images directory and no image has that name yet; says what it did.
@@ -352,5 +510,75 @@ fn disk_format(path: &Path) -> DiskFormat {
     match path.extension().and_then(|e| e.to_str()) {
         Some("qcow2") => DiskFormat::Qcow2,
         _ => DiskFormat::Raw,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> GuestsReport {
+        GuestsReport {
+            provisioner: "qemu",
+            accel: Some("tcg"),
+            accel_reason: Some("KVM did not answer its probe within 2.0 s".into()),
+            default_image: "guest".into(),
+            default_image_registered: true,
+            image_dir: "/srv/data/images/guest".into(),
+            fix: Some("sudo drover prepare-guests /srv/data/images/guest".into()),
+            ..GuestsReport::default()
+        }
+    }
+
+    #[test]
+    fn the_start_says_what_makes_guests_and_what_fixes_them() {
+        let ready = report();
+        assert_eq!(
+            ready.summary(),
+            "VMs: QEMU on TCG (KVM did not answer its probe within 2.0 s), default image 'guest'"
+        );
+        assert_eq!(ready.problem(true), None);
+
+        let no_image = GuestsReport {
+            default_image_registered: false,
+            ..report()
+        };
+        let said = no_image.summary();
+        let (first, second) = said.split_once('\n').unwrap();
+        assert!(first.ends_with("default image 'guest' (missing)"), "{said}");
+        assert!(
+            second.starts_with("VMs cannot be made: the default image 'guest'")
+                && second.contains("/srv/data/images/guest")
+                && second.contains("run `sudo drover prepare-guests /srv/data/images/guest`"),
+            "{said}"
+        );
+        // Registered since (through the interface): the problem is gone.
+        assert_eq!(no_image.problem(true), None);
+
+        let no_qemu = GuestsReport {
+            provisioner: "none",
+            accel: None,
+            accel_reason: None,
+            provisioner_problem: Some("QEMU is not installed".into()),
+            ..report()
+        };
+        assert!(
+            no_qemu
+                .summary()
+                .starts_with("VMs: no provisioner, default image")
+        );
+        assert_eq!(
+            no_qemu.problem(true).as_deref(),
+            Some("QEMU is not installed")
+        );
+
+        let off = GuestsReport {
+            provisioner: "none",
+            turned_off: true,
+            default_image_registered: false,
+            ..report()
+        };
+        assert_eq!(off.summary(), "VMs: none ([cloud] provisioner = \"none\")");
+        assert_eq!(off.problem(false), None);
     }
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use drover_accounting::AccountingConfig;
 use drover_auth::{DirectoryConfig, User};
 // The application services' sections, by the names the configuration has always had.
+use drover_control::settings::flag;
 pub use drover_control::settings::{
     AccelChoice, CloudConfig, ExecConfig, PendingActionsConfig, PluginsConfig, ProvisionerKind,
 };
@@ -40,6 +41,8 @@ pub const ENVIRONMENT: &[(&str, &str)] = &[
     ("DROVER_KILL_GRACE_SECONDS", "scheduler.kill_grace_seconds"),
     ("DROVER_EVENT_LOG", "events.log_file"),
     ("DROVER_SCHEDULER_EVENTS", "events.scheduler"),
+    ("DROVER_ACCEL", "cloud.accel"),
+    ("DROVER_PREPARE_GUEST_IMAGE", "cloud.prepare_guest_image"),
 ];
 
 #[derive(Debug, Clone, Deserialize)]
@@ -379,23 +382,6 @@ impl SchedulerConfig {
             limits: self.limits.clone(),
             ..SchedConfig::default()
         }
-    }
-}
-
-fn flag<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum Flag {
-        Bool(bool),
-        Text(String),
-    }
-    match Flag::deserialize(deserializer)? {
-        Flag::Bool(b) => Ok(b),
-        Flag::Text(t) if t.eq_ignore_ascii_case("true") => Ok(true),
-        Flag::Text(t) if t.eq_ignore_ascii_case("false") => Ok(false),
-        Flag::Text(t) => Err(serde::de::Error::custom(format!(
-            "expected TRUE or FALSE, not '{t}'"
-        ))),
     }
 }
 
@@ -780,6 +766,24 @@ mod tests {
         assert!(!config.scheduler.enable_proxy);
         assert_eq!(config.scheduler.proxy_users, ["a", "b"]);
         assert_eq!(config.max_body_bytes, 1000);
+    }
+
+    #[test]
+    fn guests_preparation_and_acceleration_have_environment_overrides() {
+        let config = Config::load(None, no_env).unwrap();
+        assert!(config.cloud.prepare_guest_image);
+        assert_eq!(config.cloud.accel, AccelChoice::Auto);
+        let env = |name: &str| match name {
+            "DROVER_PREPARE_GUEST_IMAGE" => Some("false".to_string()),
+            "DROVER_ACCEL" => Some("tcg".to_string()),
+            _ => None,
+        };
+        let config = Config::load(None, env).unwrap();
+        assert!(!config.cloud.prepare_guest_image);
+        assert_eq!(config.cloud.accel, AccelChoice::Tcg);
+        let wrong = |name: &str| (name == "DROVER_PREPARE_GUEST_IMAGE").then(|| "no".to_string());
+        let error = Config::load(None, wrong).unwrap_err();
+        assert!(error.contains("TRUE or FALSE"), "{error}");
     }
 
     #[test]

@@ -43,6 +43,8 @@ pub struct Started {
     pub address: std::net::SocketAddr,
     /// The administrator generated at this start, if any (its password is shown once).
     pub generated_admin: Option<GeneratedAdmin>,
+    /// What was found for VMs: the provisioner, QEMU's accelerator, the default image.
+    pub guests: drover_control::vm_host::GuestsReport,
 }
 
 /// An administrator made at first start, and its password in clear (never stored).
@@ -83,6 +85,34 @@ fn load_users(config: &Config) -> Result<(Vec<User>, Option<GeneratedAdmin>), St
     ))
 }
 
+/// Before `drover serve` listens, as root and unless `[cloud] prepare_guest_image =
+/// false`: installs QEMU and builds the default guest image where either is missing (a
+/// fresh machine's first start), saying so in one line. When that fails the service
+/// starts all the same, and says at start that VMs cannot be made and what fixes it.
+pub fn prepare_guests(config: &Config) {
+    use drover_control::guest_image;
+    // SAFETY: geteuid has no preconditions.
+    if !config.cloud.prepare_guest_image || unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    let image_dir = config.image_dir();
+    let (Some(missing), Some(dir)) = (
+        guest_image::missing(&config.cloud, &image_dir),
+        guest_image::default_image_dir(&config.cloud, &image_dir),
+    ) else {
+        return;
+    };
+    println!(
+        "drover: {} from the distribution's packages into {} before listening (once; \
+         [cloud] prepare_guest_image = false skips it)",
+        missing.doing(),
+        dir.display()
+    );
+    if let Err(why) = guest_image::prepare(&dir, false) {
+        eprintln!("drover: warning: {why}");
+    }
+}
+
 /// What [`prepare`] builds.
 struct Prepared {
     state: AppState,
@@ -116,6 +146,7 @@ fn prepare(
     config: &Config,
     store: Arc<dyn DocumentStore>,
     active_server: Option<String>,
+    accel_probe: drover_control::vm_host::AccelProbe,
 ) -> Result<Prepared, String> {
     let (users, generated) = load_users(config)?;
     let auth = Authenticator::new(users, Duration::from_secs(config.login_cache_seconds))
@@ -167,7 +198,12 @@ fn prepare(
             .map_err(|e| format!("cannot open the services: {e}"))?,
     );
     let (tokens, request_keys) = open_tokens_and_keys(config, &store)?;
-    let vm_host = drover_control::vm_host::vm_host(&config.cloud, &config.data_dir, images.clone());
+    let (vm_host, guests) = drover_control::vm_host::vm_host(
+        &config.cloud,
+        &config.data_dir,
+        images.clone(),
+        accel_probe,
+    );
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let auth = Arc::new(auth);
     let access = Arc::new(access);
@@ -195,7 +231,8 @@ fn prepare(
     for warning in warnings {
         eprintln!("drover: warning: {warning}");
     }
-    let settings = settings(config, active_server, job_templates)?;
+    let mut settings = settings(config, active_server, job_templates)?;
+    settings.cloud.guests = guests;
     let monitoring = Monitoring { events, reports };
     let state = AppState::new(
         Services {
@@ -293,6 +330,7 @@ fn settings(
                 .collect(),
             display_generic: config.cloud.pending_actions.display_generic,
             user_service_max_count: config.scheduler.limits.user_service_max_count,
+            guests: Default::default(),
         },
         active_server,
         oauth_clients: config.oauth.clients.clone(),
@@ -520,6 +558,8 @@ pub async fn launch_with(
     config.validate()?;
     config.check_high_availability()?;
     let limits = connection_limits(&config);
+    // QEMU's accelerator is being decided meanwhile (a standby's before it takes over).
+    let accel_probe = drover_control::vm_host::AccelProbe::start(&config.cloud);
     let mut shutdown = Box::pin(shutdown);
     let store = {
         let config = config.clone();
@@ -556,7 +596,7 @@ pub async fn launch_with(
         state,
         generated: generated_admin,
         recorder,
-    } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server))
+    } = tokio::task::spawn_blocking(move || prepare(&config, store, active_server, accel_probe))
         .await
         .map_err(|e| e.to_string())??;
     let services = tokio::spawn(
@@ -591,6 +631,7 @@ pub async fn launch_with(
     on_start(Started {
         address,
         generated_admin,
+        guests: state.settings().cloud.guests.clone(),
     });
     // Open event streams never end by themselves: end them as shutdown begins, so that
     // their connections finish.

@@ -1,5 +1,5 @@
-//! The `drover` command: the service (`serve`, `user add`, `hash-password`, `replay`,
-//! `generate-trace`) and its command-line client (`jobs`, `submit`, ...), one clap tree
+//! The `drover` command: the service (`serve`, `user add`, `prepare-guests`,
+//! `hash-password`, `replay`, `generate-trace`) and its command-line client (`jobs`, `submit`, ...), one clap tree
 //! (`commands`). Run `drover --help`.
 
 use std::io::{BufRead, IsTerminal};
@@ -9,7 +9,9 @@ mod client;
 mod commands;
 
 use clap::{CommandFactory, Parser};
-use commands::{Cli, Command, ConfigFlags, ReplayArgs, ServiceFlags, TraceArgs, UserCommand};
+use commands::{
+    Cli, Command, ConfigFlags, PrepareGuestsArgs, ReplayArgs, ServiceFlags, TraceArgs, UserCommand,
+};
 
 use drover::{Config, GeneratedAdmin, Started};
 use drover_auth::{User, password, users};
@@ -86,6 +88,7 @@ fn announce(config: &Config, started: Started) {
         None => format!("sqlite at {}", config.store_location()),
     };
     println!("drover listening on {url} (store: {store})");
+    println!("{}", started.guests.summary());
     println!(
         "The dashboard: {url}/ in a browser; the client: drover --url {url} jobs \
          (drover --help lists its commands)"
@@ -139,6 +142,12 @@ fn whose_account_runs_jobs_of(config: &Config, name: &str) -> String {
 async fn serve(config: Config) {
     let config = config.with_absolute_paths().unwrap_or_else(|e| fail(e));
     let address = config.listen_address().unwrap_or_else(|e| fail(e));
+    // QEMU and the default guest image, on a fresh machine: before the port opens, so
+    // that the first VM asked for finds them.
+    let prepared = config.clone();
+    tokio::task::spawn_blocking(move || drover::prepare_guests(&prepared))
+        .await
+        .unwrap_or_else(|e| fail(e));
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .unwrap_or_else(|e| fail(format!("cannot listen on {address}: {e}")));
@@ -177,6 +186,37 @@ fn add_user(name: String, admin: bool, flags: ConfigFlags) {
         "drover: saved '{name}'{} in {} (a running service reads it at its next start)",
         if admin { " (administrator)" } else { "" },
         config.data_dir.join(users::USER_FILE).display()
+    );
+}
+
+fn prepare_guests_command(args: PrepareGuestsArgs) {
+    use drover_control::guest_image;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        fail("prepare-guests installs packages and builds the image as root: run it with sudo");
+    }
+    let dir = match args.dir {
+        Some(dir) => std::path::absolute(&dir)
+            .unwrap_or_else(|e| fail(format!("cannot resolve {}: {e}", dir.display()))),
+        None => {
+            let config = load_config(&args.service.into())
+                .with_absolute_paths()
+                .unwrap_or_else(|e| fail(e));
+            guest_image::default_image_dir(&config.cloud, &config.image_dir())
+                .unwrap_or_else(|| fail("[cloud] default_image is empty: name the directory"))
+        }
+    };
+    eprintln!(
+        "drover: installing QEMU where it is missing and building the default guest image \
+         into {} from the distribution's packages",
+        dir.display()
+    );
+    let took = guest_image::prepare(&dir, true).unwrap_or_else(|e| fail(e));
+    println!(
+        "drover: the guest image is ready in {} ({:.0} s); a service registers it as its \
+         default image at its next start",
+        dir.display(),
+        took.as_secs_f64()
     );
 }
 
@@ -251,6 +291,7 @@ async fn run(command: Command) {
             admin,
             service,
         }) => add_user(name, admin, service),
+        Command::PrepareGuests(args) => prepare_guests_command(args),
         Command::Replay(args) => replay_command(args),
         Command::GenerateTrace(args) => generate_trace_command(args),
         Command::Client(_) | Command::Completions { .. } => unreachable!("handled in main"),

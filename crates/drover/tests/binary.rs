@@ -20,7 +20,18 @@ impl Drop for Server {
     }
 }
 
+/// `drover` with none of the configuration's variables but two: no guest image built
+/// and no KVM probe at start (`first_vm` tests those, with [`bare_drover`]).
 fn drover() -> Command {
+    let mut command = bare_drover();
+    command
+        .env("DROVER_PREPARE_GUEST_IMAGE", "false")
+        .env("DROVER_ACCEL", "tcg");
+    command
+}
+
+/// `drover` with none of the configuration's variables.
+fn bare_drover() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_drover"));
     for (variable, _) in drover::config::ENVIRONMENT {
         command.env_remove(variable);
@@ -32,10 +43,18 @@ fn drover() -> Command {
 /// Starts `drover serve` on port 0 with `args`, reading what it prints until `done`
 /// says a line is the last of its banner.
 fn spawn(data_dir: &Path, args: &[&str], done: fn(&str) -> bool) -> Server {
-    let mut child = drover()
+    let mut command = drover();
+    command
         .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(data_dir)
-        .args(args)
+        .args(args);
+    start_reading(&mut command, done)
+}
+
+/// Starts `command` (a `drover serve`), reading what it prints until `done` says a
+/// line is the last of its banner.
+fn start_reading(command: &mut Command, done: fn(&str) -> bool) -> Server {
+    let mut child = command
         .stdout(Stdio::piped())
         .spawn()
         .expect("drover starts");
@@ -879,6 +898,8 @@ fn keyed_submissions_and_tokens_survive_sigkill() {
 mod client;
 #[path = "binary/client_trust.rs"]
 mod client_trust;
+#[path = "binary/first_vm.rs"]
+mod first_vm;
 #[path = "binary/nothing_half_made.rs"]
 mod nothing_half_made;
 

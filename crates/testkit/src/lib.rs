@@ -163,6 +163,9 @@ impl Builder {
         // A budget no list reaches on a busy machine: a test's answer must not depend
         // on how fast the machine is (the budget's own test forces it low).
         config.list_budget_ms = 3_600_000;
+        // No KVM probe at each start (up to 2 s where KVM hangs): a test that wants the
+        // service's own decision asks for `auto`.
+        config.cloud.accel = drover::config::AccelChoice::Tcg;
         Self {
             config,
             routes: drover_api::interface(),

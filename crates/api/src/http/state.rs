@@ -112,6 +112,8 @@ pub struct CloudSettings {
     pub display_generic: bool,
     /// `[scheduler.limits] user_service_max_count`.
     pub user_service_max_count: usize,
+    /// What was found for VMs at start (the health detail's `vms`).
+    pub guests: drover_control::vm_host::GuestsReport,
 }
 
 impl Default for CloudSettings {
@@ -121,6 +123,7 @@ impl Default for CloudSettings {
             action_types: Vec::new(),
             display_generic: true,
             user_service_max_count: drover_domain::limits::Limits::default().user_service_max_count,
+            guests: Default::default(),
         }
     }
 }

@@ -25,13 +25,15 @@ use serde::{Deserialize, Serialize};
 pub mod agent;
 pub mod console;
 pub mod exec;
+pub mod kvm_probe;
 pub mod qemu;
 mod qmp;
 pub mod sandbox;
 
 pub use console::DEFAULT_CONSOLE_LIMIT;
 pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
-pub use qemu::{Accel, QemuProvisioner};
+pub use kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe};
+pub use qemu::{Accel, AccelDecision, QemuProvisioner};
 pub use sandbox::GuestAccount;
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):

@@ -34,9 +34,10 @@
 //! other operations: a power off or a migration meanwhile ends its connection (the call
 //! fails; the command finishes in the guest, its answer is dropped).
 //!
-//! [`Accel::Auto`] uses KVM only after a real guest booted with it within the boot
-//! deadline (under nested virtualization a KVM guest can hang without a word); the
-//! verdict is kept for the provisioner's life.
+//! [`Accel::Auto`] uses KVM only when the probe of [`super::kvm_probe`] finds it answers
+//! (under nested virtualization a KVM guest can hang without a word): the service asks
+//! for the verdict at start ([`QemuProvisioner::decide_accel`]), other callers get it at
+//! their first boot; it is kept for the provisioner's life.
 
 use std::fs::{DirBuilder, File, OpenOptions};
 use std::os::fd::{AsFd, OwnedFd};
@@ -50,6 +51,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::console::{Consoles, DEFAULT_CONSOLE_LIMIT, Feed, Tap};
+use super::kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe, probe_kvm};
 use super::qmp::Qmp;
 use super::sandbox::{GuestAccount, Handover, open_boot_file};
 use super::{
@@ -71,7 +73,8 @@ const MAX_SOCKET_PATH: usize = 107;
 /// Which accelerator guests run on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Accel {
-    /// KVM when `/dev/kvm` opens and a first guest booted with it in time, else TCG.
+    /// KVM when `/dev/kvm` opens and the probe's guest answers under it in time
+    /// ([`super::kvm_probe`]), else TCG.
     Auto,
     Kvm,
     /// Emulation: slow, but it works everywhere.
@@ -79,10 +82,42 @@ pub enum Accel {
 }
 
 impl Accel {
-    fn name(self) -> &'static str {
+    /// `kvm` or `tcg` (`Auto` is not decided: `tcg`), as QEMU's `-accel` names them.
+    pub fn name(self) -> &'static str {
         match self {
             Accel::Kvm => "kvm",
             _ => "tcg",
+        }
+    }
+}
+
+/// The accelerator new guests get, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccelDecision {
+    /// [`Accel::Kvm`] or [`Accel::Tcg`].
+    pub accel: Accel,
+    /// The probe's finding, for [`Accel::Auto`]; `None`: it was given.
+    pub probe: Option<KvmProbe>,
+}
+
+impl AccelDecision {
+    /// KVM when the probe found it answers, else TCG.
+    pub fn probed(found: KvmProbe) -> Self {
+        AccelDecision {
+            accel: if found.trusts_kvm() {
+                Accel::Kvm
+            } else {
+                Accel::Tcg
+            },
+            probe: Some(found),
+        }
+    }
+
+    /// Why, in words.
+    pub fn reason(&self) -> String {
+        match &self.probe {
+            Some(probe) => probe.describe(),
+            None => "as configured".into(),
         }
     }
 }
@@ -102,8 +137,8 @@ pub struct QemuProvisioner {
     boot_deadline: Duration,
     kvm_probe_deadline: Duration,
     shutdown_grace: Duration,
-    /// [`Accel::Auto`]'s verdict once a probe ran: whether KVM is trusted.
-    kvm_trusted: Mutex<Option<bool>>,
+    /// [`Accel::Auto`]'s verdict once its probe ran.
+    decided: Mutex<Option<AccelDecision>>,
     /// The VMs an operation is under way for: a second one is refused, not queued.
     busy: BusySet,
     /// The VMs a command runs in (through the agent): a second one is refused.
@@ -292,7 +327,7 @@ fn check_boot_file(what: &'static str, path: &Path) -> Result<()> {
 impl QemuProvisioner {
     /// A provisioner keeping its guests' files under `run_dir`, created (mode 0700) if
     /// needed; refused when it belongs to another user or its path cannot be a QEMU
-    /// option. `boot_deadline` bounds a boot (and [`Accel::Auto`]'s KVM probe).
+    /// option. `boot_deadline` bounds a boot.
     pub fn new(run_dir: impl Into<PathBuf>, accel: Accel, boot_deadline: Duration) -> Result<Self> {
         let run_dir: PathBuf = run_dir.into();
         let refuse = |why: String| ProvisionError::RunDir {
@@ -309,9 +344,9 @@ impl QemuProvisioner {
             run_dir,
             accel,
             boot_deadline,
-            kvm_probe_deadline: boot_deadline.min(Duration::from_secs(10)),
+            kvm_probe_deadline: KVM_PROBE_DEADLINE,
             shutdown_grace: Duration::from_secs(10),
-            kvm_trusted: Mutex::new(None),
+            decided: Mutex::new(None),
             busy: BusySet::default(),
             agent_busy: BusySet::default(),
             account: None,
@@ -339,10 +374,19 @@ impl QemuProvisioner {
         self
     }
 
-    /// How long [`Accel::Auto`] waits for its first guest under KVM before it falls
-    /// back to TCG (the boot deadline, at most 10 s, unless set).
+    /// How long [`Accel::Auto`]'s probe waits for its guest under KVM before it decides
+    /// on TCG ([`KVM_PROBE_DEADLINE`] unless set).
     pub fn with_kvm_probe_deadline(mut self, deadline: Duration) -> Self {
         self.kvm_probe_deadline = deadline;
+        self
+    }
+
+    /// Takes `found`, a KVM probe run beforehand ([`super::kvm_probe::probe_kvm`], as
+    /// this provisioner's guest account), as [`Accel::Auto`]'s verdict.
+    pub fn with_kvm_probe(self, found: KvmProbe) -> Self {
+        if self.accel == Accel::Auto {
+            *self.decided.lock().unwrap() = Some(AccelDecision::probed(found));
+        }
         self
     }
 
@@ -350,13 +394,27 @@ impl QemuProvisioner {
     /// its probe).
     pub fn accel(&self) -> Option<Accel> {
         match self.accel {
-            Accel::Auto => self
-                .kvm_trusted
-                .lock()
-                .unwrap()
-                .map(|kvm| if kvm { Accel::Kvm } else { Accel::Tcg }),
+            Accel::Auto => self.decided.lock().unwrap().as_ref().map(|d| d.accel),
             fixed => Some(fixed),
         }
+    }
+
+    /// Decides the accelerator now, if it is not yet: for [`Accel::Auto`], runs the
+    /// KVM probe (as the guest account; at most the probe's deadline). The service
+    /// calls it at start, so that no guest waits for it.
+    pub fn decide_accel(&self) -> AccelDecision {
+        if self.accel != Accel::Auto {
+            return AccelDecision {
+                accel: self.accel,
+                probe: None,
+            };
+        }
+        let mut decided = self.decided.lock().unwrap();
+        decided
+            .get_or_insert_with(|| {
+                AccelDecision::probed(probe_kvm(self.account.as_ref(), self.kvm_probe_deadline))
+            })
+            .clone()
     }
 
     /// The live migration of [`Provisioner::migrate`], with QEMU's measures.
@@ -631,56 +689,8 @@ impl QemuProvisioner {
     /// Boots the guest of `spec` in the VM's current slot and waits until it is up.
     fn boot(&self, spec: &VmSpec, files: &Files) -> Result<VmHandle> {
         let slot = files.slot();
-        let accel = match self.accel {
-            Accel::Auto => {
-                let mut trusted = self.kvm_trusted.lock().unwrap();
-                match *trusted {
-                    Some(kvm) => {
-                        if kvm {
-                            Accel::Kvm
-                        } else {
-                            Accel::Tcg
-                        }
-                    }
-                    // A probe needs a ready line to tell a hanging guest from a quiet one.
-                    None if spec.ready_line.is_some() && kvm_opens() => {
-                        match self.boot_with(spec, files, slot, Accel::Kvm, self.kvm_probe_deadline)
-                        {
-                            Ok(handle) => {
-                                *trusted = Some(true);
-                                return Ok(handle);
-                            }
-                            // KVM hangs (nested) or QEMU refuses it: emulate.
-                            Err(
-                                ProvisionError::BootTimeout { .. } | ProvisionError::Start { .. },
-                            ) => {
-                                *trusted = Some(false);
-                                Accel::Tcg
-                            }
-                            Err(other) => return Err(other),
-                        }
-                    }
-                    None => {
-                        if !kvm_opens() {
-                            *trusted = Some(false);
-                        }
-                        Accel::Tcg
-                    }
-                }
-            }
-            fixed => fixed,
-        };
-        self.boot_with(spec, files, slot, accel, self.boot_deadline)
-    }
-
-    fn boot_with(
-        &self,
-        spec: &VmSpec,
-        files: &Files,
-        slot: Slot,
-        accel: Accel,
-        deadline: Duration,
-    ) -> Result<VmHandle> {
+        let accel = self.decide_accel().accel;
+        let deadline = self.boot_deadline;
         std::fs::write(files.accel(), accel.name()).map_err(io("recording the accelerator"))?;
         let (pid, console) = self.launch(spec, files, slot, accel, None)?;
         let started = Instant::now();
@@ -807,7 +817,7 @@ fn send_guest(files: &Files, slot: Slot, channel: UnixStream) -> Result<Value, S
     }
 }
 
-fn kvm_opens() -> bool {
+pub(super) fn kvm_opens() -> bool {
     OpenOptions::new()
         .read(true)
         .write(true)

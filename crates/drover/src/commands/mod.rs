@@ -1,6 +1,6 @@
 //! The whole command line, one clap tree: the service's own commands (`serve`, `user
-//! add`, `hash-password`, `replay`, `generate-trace`) and the client's (`jobs`, `submit`,
-//! ...), each with `--help`, and shell completions covering them all.
+//! add`, `prepare-guests`, `hash-password`, `replay`, `generate-trace`) and the client's
+//! (`jobs`, `submit`, ...), each with `--help`, and shell completions covering them all.
 
 pub mod replay;
 
@@ -51,6 +51,11 @@ pub enum Command {
     /// Local users of the service (its data directory's users.toml).
     #[command(subcommand)]
     User(UserCommand),
+    /// Installs QEMU and builds the default guest image from the distribution's
+    /// packages (as root): what `serve` does at its first start as root, for a service
+    /// that does not run as root. A running service registers the image at its next
+    /// start.
+    PrepareGuests(PrepareGuestsArgs),
     /// Reads a password from standard input and prints its argon2 hash, for [[users]]
     /// and [[oauth.clients]].
     HashPassword,
@@ -114,6 +119,17 @@ pub enum UserCommand {
         #[command(flatten)]
         service: ConfigFlags,
     },
+}
+
+/// Where `prepare-guests` builds the image.
+#[derive(Args)]
+pub struct PrepareGuestsArgs {
+    /// The image's directory; by default `<image_dir>/<default_image>` of the
+    /// configuration (`<data_dir>/images/guest`).
+    #[arg(value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    #[command(flatten)]
+    pub service: ConfigFlags,
 }
 
 /// The configuration a command other than `serve` reads.
@@ -229,5 +245,10 @@ mod tests {
         assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--nodes", "0"]).is_err());
         assert!(Cli::try_parse_from(["drover", "generate-trace", "--load", "-1"]).is_err());
         assert!(Cli::try_parse_from(["drover", "jobs"]).is_ok());
+        let cli = Cli::try_parse_from(["drover", "prepare-guests", "/srv/images/guest"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::PrepareGuests(PrepareGuestsArgs { dir: Some(_), .. })
+        ));
     }
 }

@@ -201,3 +201,35 @@ fn health_reports_a_datastore_that_went_away() {
     // Authentication does not depend on the datastore.
     assert_eq!(server.get("/rest/diag/auth").status, 200);
 }
+
+#[test]
+fn health_detail_says_what_makes_vms_and_what_is_missing() {
+    // QEMU's provisioner without the default image (none is built here): VMs cannot be
+    // made, and the message names the command that builds it.
+    let server = Builder::new()
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::Qemu))
+        .start();
+    let vms = &server.get("/rest/diag/health/detail").json()["vms"];
+    assert_eq!(vms["provisioner"], "qemu", "{vms}");
+    assert_eq!(vms["accel"], "tcg");
+    assert_eq!(vms["accelReason"], "[cloud] accel = \"tcg\"");
+    assert_eq!(vms["defaultImage"], "guest");
+    assert_eq!(vms["defaultImageRegistered"], false);
+    assert_eq!(vms["connected"], "DOWN");
+    let message = vms["message"].as_str().unwrap();
+    assert!(
+        message.contains("prepare-guests") && message.contains("images/guest"),
+        "{message}"
+    );
+
+    let off = Builder::new()
+        .config(|c| c.cloud.provisioner = Some(drover::config::ProvisionerKind::None))
+        .start();
+    let vms = &off.get("/rest/diag/health/detail").json()["vms"];
+    assert_eq!(vms["connected"], "NOT_CONFIGURED", "{vms}");
+    assert_eq!(vms["provisioner"], "none");
+    assert!(vms["accel"].is_null() && vms["message"].is_null());
+    // Not for everyone: the summary has no such part.
+    let summary = off.get_as(Auth::None, "/rest/diag/health/summary").json();
+    assert!(summary.get("vms").is_none(), "{summary}");
+}

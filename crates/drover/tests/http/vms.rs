@@ -150,6 +150,54 @@ fn available_processors(server: &TestServer, node: &str) -> i64 {
         .unwrap()
 }
 
+/// `accel = "auto"` is decided once, at start, by a probe of at most a few seconds; the
+/// health detail says which, and why; the first guest boots on it at once.
+#[test]
+fn the_acceleration_is_decided_at_start_and_shown_in_the_health_detail() {
+    let started = Instant::now();
+    let Some((server, _guests)) = start(TestServer::builder(), |c| {
+        c.cloud.accel = drover::config::AccelChoice::Auto;
+    }) else {
+        return;
+    };
+    eprintln!(
+        "started with the probe in {:.2} s",
+        started.elapsed().as_secs_f64()
+    );
+    let vms = server.get("/rest/diag/health/detail").json()["vms"].clone();
+    assert_eq!(vms["connected"], "UP", "{vms}");
+    assert!(vms["message"].is_null(), "{vms}");
+    assert_eq!(vms["provisioner"], "qemu");
+    assert_eq!(vms["defaultImage"], "guest");
+    assert_eq!(vms["defaultImageRegistered"], true);
+    let accel = vms["accel"].as_str().unwrap().to_string();
+    let reason = vms["accelReason"].as_str().unwrap();
+    if Path::new("/dev/kvm").exists() {
+        assert!(reason.contains("probe"), "{vms}");
+        assert_eq!(accel == "kvm", reason.contains("answered"), "{vms}");
+    } else {
+        assert_eq!(accel, "tcg", "{vms}");
+        assert_eq!(reason, "no /dev/kvm that this service may open");
+    }
+    assert!(["kvm", "tcg"].contains(&accel.as_str()), "{vms}");
+
+    // The first guest runs on what was decided: no probe of its own.
+    let body = json!({"id": "first", "totalProcessors": 1, "totalMemory": 128});
+    let asked = Instant::now();
+    job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
+    wait_substate(&server, "first", "running");
+    eprintln!(
+        "the first guest ran on {accel} {:.2} s after it was asked for",
+        asked.elapsed().as_secs_f64()
+    );
+    let used = server.data_dir().join("vms").join("first").join("accel");
+    assert_eq!(std::fs::read_to_string(used).unwrap(), accel);
+    job_id(&server.send("DELETE", "/rest/vms/first", Auth::User));
+    wait_until("the VM is gone", || {
+        server.get("/rest/vms/first").status == 404
+    });
+}
+
 #[test]
 fn a_vm_is_a_real_guest_created_powered_migrated_and_destroyed_through_system_jobs() {
     let Some((server, _guests)) = server() else {
