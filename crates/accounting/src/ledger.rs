@@ -152,6 +152,49 @@ impl State {
     }
 }
 
+/// The ledger's state as the store recorded it.
+fn read_state(store: &dyn DocumentStore) -> Result<State, String> {
+    let mut state = State::default();
+    let read = |collection: &str| {
+        store
+            .list(collection, &ListQuery::default())
+            .map(|page| page.items)
+            .map_err(|e| format!("cannot read {collection}: {e}"))
+    };
+    for doc in read(USAGE)? {
+        if let Ok(record) = serde_json::from_value::<UsageRecord>(doc.body) {
+            state.next_id = state.next_id.max(record.id);
+            if record.kind == "charge"
+                && let Some(account) = &record.account
+            {
+                *state.charged.entry(account.clone()).or_default() += record.charge;
+            }
+        }
+    }
+    for doc in read(QUOTES)? {
+        if let Ok(quote) = serde_json::from_value::<Quote>(doc.body) {
+            state.next_id = state.next_id.max(quote.id);
+            if let Some(object) = &quote.object {
+                state
+                    .quotes
+                    .insert((object.clone(), quote.user.clone()), quote);
+            }
+        }
+    }
+    for doc in read(LIENS)? {
+        if let Ok(lien) = serde_json::from_value::<Lien>(doc.body) {
+            state.liens.insert(lien.job.clone(), lien);
+        }
+    }
+    for doc in read(ALLOCATIONS)? {
+        if let Ok(allocation) = serde_json::from_value::<StoredAllocation>(doc.body) {
+            state.next_id = state.next_id.max(allocation.id);
+            state.allocations.push(allocation);
+        }
+    }
+    Ok(state)
+}
+
 pub struct Ledger {
     config: AccountingConfig,
     store: Arc<dyn DocumentStore>,
@@ -166,49 +209,21 @@ impl Ledger {
                 .ensure_collection(&CollectionSpec::new(collection))
                 .map_err(|e| format!("cannot prepare {collection}: {e}"))?;
         }
-        let mut state = State::default();
-        let read = |collection: &str| {
-            store
-                .list(collection, &ListQuery::default())
-                .map(|page| page.items)
-                .map_err(|e| format!("cannot read {collection}: {e}"))
-        };
-        for doc in read(USAGE)? {
-            if let Ok(record) = serde_json::from_value::<UsageRecord>(doc.body) {
-                state.next_id = state.next_id.max(record.id);
-                if record.kind == "charge"
-                    && let Some(account) = &record.account
-                {
-                    *state.charged.entry(account.clone()).or_default() += record.charge;
-                }
-            }
-        }
-        for doc in read(QUOTES)? {
-            if let Ok(quote) = serde_json::from_value::<Quote>(doc.body) {
-                state.next_id = state.next_id.max(quote.id);
-                if let Some(object) = &quote.object {
-                    state
-                        .quotes
-                        .insert((object.clone(), quote.user.clone()), quote);
-                }
-            }
-        }
-        for doc in read(LIENS)? {
-            if let Ok(lien) = serde_json::from_value::<Lien>(doc.body) {
-                state.liens.insert(lien.job.clone(), lien);
-            }
-        }
-        for doc in read(ALLOCATIONS)? {
-            if let Ok(allocation) = serde_json::from_value::<StoredAllocation>(doc.body) {
-                state.next_id = state.next_id.max(allocation.id);
-                state.allocations.push(allocation);
-            }
-        }
+        let state = read_state(store.as_ref())?;
         Ok(Ledger {
             config,
             store,
             state: Mutex::new(state),
         })
+    }
+
+    /// Goes back to what the store recorded. Liens and charges change here when their
+    /// writes are handed to the journal, before it commits: after a failed commit the
+    /// engine reloads, and so must the ledger, or balances drift until a restart.
+    pub fn reload(&self) -> Result<(), String> {
+        let state = read_state(self.store.as_ref())?;
+        *self.state.lock().unwrap() = state;
+        Ok(())
     }
 
     pub fn enabled(&self) -> bool {
@@ -570,6 +585,32 @@ pub(crate) mod tests {
             processors,
             ..Usage::default()
         }
+    }
+
+    /// A lien and a charge whose writes were never committed are undone by a reload:
+    /// the balance is what the store recorded.
+    #[test]
+    fn a_reload_forgets_what_was_not_committed() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger(dir.path(), "100");
+        let before = ledger.balance("physics", 0);
+        let held = ledger.hold("j1", &usage(1), Some(100), 0).unwrap();
+        assert!(!held.is_empty());
+        assert_ne!(ledger.balance("physics", 0), before);
+        ledger.reload().unwrap();
+        assert_eq!(ledger.balance("physics", 0), before);
+        // Held and committed, then settled without committing: the lien is back, the
+        // charge gone.
+        ledger
+            .store
+            .write(&ledger.hold("j2", &usage(1), Some(100), 0).unwrap())
+            .unwrap();
+        let with_lien = ledger.balance("physics", 0);
+        let charged = ledger.settle("j2", &usage(1), 50, 50);
+        assert!(!charged.is_empty());
+        assert_ne!(ledger.balance("physics", 50), with_lien);
+        ledger.reload().unwrap();
+        assert_eq!(ledger.balance("physics", 50), with_lien);
     }
 
     #[test]

@@ -56,4 +56,11 @@ impl Accountant for LedgerAccountant {
         }
         self.0.settle(&job.id, &usage_of(job), seconds, now)
     }
+
+    fn reload(&self) -> Result<(), String> {
+        if !self.0.enabled() {
+            return Ok(());
+        }
+        self.0.reload()
+    }
 }

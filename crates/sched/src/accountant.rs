@@ -16,6 +16,12 @@ pub trait Accountant: Send + Sync {
     /// A run of the job ended (or never began) after `seconds` of activity: the writes
     /// that charge it and release what was held.
     fn end(&self, job: &Job, seconds: i64, now: Seconds) -> Vec<Write>;
+
+    /// Goes back to what the store recorded, after a failed commit: what `start` and
+    /// `end` changed in memory for writes that were not made is undone.
+    fn reload(&self) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Accounting disabled.

@@ -285,7 +285,7 @@ fn start_full(
         }),
         clock: clock.clone(),
         events: events.clone(),
-        accountant: Arc::new(drover_sched::accountant::NoAccounting),
+        accountant: Arc::new(CountingAccountant),
         vm_host: vm_host.clone(),
     };
     Harness {
@@ -294,6 +294,31 @@ fn start_full(
         clock,
         events,
         vm_host,
+    }
+}
+
+/// How many times engines asked their accountant to go back to what is stored.
+static ACCOUNTANT_RELOADS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// No accounting, but it counts the reloads a failed commit must bring.
+struct CountingAccountant;
+
+impl drover_sched::accountant::Accountant for CountingAccountant {
+    fn start(
+        &self,
+        _: &drover_sched::job::Job,
+        _: i64,
+    ) -> Result<Vec<drover_store::Write>, String> {
+        Ok(Vec::new())
+    }
+
+    fn end(&self, _: &drover_sched::job::Job, _: i64, _: i64) -> Vec<drover_store::Write> {
+        Vec::new()
+    }
+
+    fn reload(&self) -> Result<(), String> {
+        ACCOUNTANT_RELOADS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Ok(())
     }
 }
 
@@ -498,6 +523,7 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
         1,
     );
     let kept = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
+    let reloads = ACCOUNTANT_RELOADS.load(std::sync::atomic::Ordering::SeqCst);
     store
         .failing
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -527,6 +553,9 @@ async fn a_failed_journal_write_answers_503_and_the_engine_goes_back_to_what_is_
     // may have been seen, is not given again.
     assert!(h.scheduler.job(&kept).is_some());
     assert!(h.scheduler.job("Drover.2").is_none());
+    // The accountant went back to what is stored too (liens and charges of writes that
+    // were not made are undone).
+    assert!(ACCOUNTANT_RELOADS.load(std::sync::atomic::Ordering::SeqCst) > reloads);
     let next = h.scheduler.submit(spec(true, 0), admin()).await.unwrap();
     assert_eq!(next, "Drover.3");
     assert_eq!(h.scheduler.jobs().len(), 2);

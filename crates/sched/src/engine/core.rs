@@ -981,7 +981,8 @@ impl Engine {
         let reloaded = self
             .journal
             .drain(Duration::from_secs(10))
-            .and_then(|()| self.load());
+            .and_then(|()| self.load())
+            .and_then(|()| self.accountant.reload());
         match reloaded {
             Ok(()) => {
                 eprintln!("drover: the store is back; state reloaded");
