@@ -8,6 +8,7 @@
 //! generator, so that a seed always gives the same trace.
 
 pub mod estimates;
+pub mod models;
 pub mod random;
 pub mod swf;
 pub mod workload;
@@ -401,6 +402,7 @@ mod tests {
             run,
             processors,
             requested: run,
+            estimated: false,
         }
     }
 
