@@ -118,6 +118,11 @@ impl Priority<'_> {
                 * f64::from(request.processors_per_task.max(1));
             score -= w.narrow_request * processors.log2();
         }
+        if w.short_request != 0.0 {
+            // Without a requested time the job may run for ever: the longest there is.
+            let requested = job.spec.duration.filter(|&d| d > 0).map_or(64.0, |d| (d as f64).log2());
+            score -= w.short_request * requested;
+        }
         if w.fairshare != 0.0 {
             score -= w.fairshare * 100.0 * self.usage.share(&job.status.exec_user, self.now);
         }
@@ -190,7 +195,10 @@ mod tests {
 
     #[test]
     fn narrow_jobs_go_first_and_waiting_still_counts() {
-        let weights = Weights::default();
+        let weights = Weights {
+            narrow_request: 3000.0,
+            ..Weights::default()
+        };
         let usage = Usage::new(3600);
         let p = at(&weights, &usage, 1000);
         let sized = |seq, submit, duration, tasks| {
