@@ -226,6 +226,44 @@ mod tests {
     }
 
     #[test]
+    fn by_default_only_the_expansion_factor_counts() {
+        let weights = Weights::default();
+        let usage = Usage::new(3600);
+        let p = at(&weights, &usage, 1000);
+        let sized = |seq, submit, duration, tasks| {
+            let mut job = job(seq, submit, Some(duration), "a");
+            std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
+            job
+        };
+        // Same wait relative to length: width makes no difference, submission decides.
+        let wide = sized(1, 900, 100, 64);
+        let narrow = sized(2, 900, 100, 1);
+        assert!(p.rank(&wide).queue_cmp(&p.rank(&narrow)).is_lt());
+        // A wide job that waited its length (factor 2) goes before a fresh narrow one.
+        let fresh = sized(3, 1000, 100, 1);
+        assert!(p.rank(&wide).queue_cmp(&p.rank(&fresh)).is_lt());
+        assert!((p.score(&wide) - 2000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn short_requests_go_first_with_their_weight() {
+        let weights = Weights {
+            short_request: 500.0,
+            expansion: 0.0,
+            ..Weights::default()
+        };
+        let usage = Usage::new(3600);
+        let p = at(&weights, &usage, 1000);
+        let short = job(2, 1000, Some(60), "a");
+        let long = job(1, 0, Some(3840), "a");
+        let unknown = job(3, 0, None, "a");
+        assert!(p.rank(&short).queue_cmp(&p.rank(&long)).is_lt());
+        assert!(p.rank(&long).queue_cmp(&p.rank(&unknown)).is_lt());
+        // 3840 s is 6 doublings of 60 s.
+        assert!((p.score(&short) - p.score(&long) - 3000.0).abs() < 1e-9);
+    }
+
+    #[test]
     fn system_priority_comes_first() {
         let weights = Weights::default();
         let usage = Usage::new(3600);

@@ -67,6 +67,7 @@ impl Trace {
         for job in &mut self.jobs {
             if !job.estimated {
                 job.requested = model.estimate(&mut rng, job.run);
+                job.estimated = true;
             }
         }
         self.estimated = self.jobs.len();
