@@ -15,7 +15,10 @@ use drover_sched::sim::{self, swf};
 fn main() {
     let args: HashMap<String, String> = std::env::args()
         .skip(1)
-        .filter_map(|a| a.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|a| {
+            a.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect();
     let num = |k: &str, d: f64| args.get(k).map_or(d, |v| v.parse().unwrap());
     let policy = Policy {
@@ -66,7 +69,12 @@ fn main() {
     let results = Mutex::new(Vec::new());
     let texts: HashMap<String, swf::Trace> = traces
         .iter()
-        .map(|t| (t.clone(), swf::parse(&std::fs::read_to_string(t).unwrap()).unwrap()))
+        .map(|t| {
+            (
+                t.clone(),
+                swf::parse(&std::fs::read_to_string(t).unwrap()).unwrap(),
+            )
+        })
         .collect();
     std::thread::scope(|s| {
         for _ in 0..num("threads", 2.0) as usize {

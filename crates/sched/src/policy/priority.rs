@@ -120,7 +120,11 @@ impl Priority<'_> {
         }
         if w.short_request != 0.0 {
             // Without a requested time the job may run for ever: the longest there is.
-            let requested = job.spec.duration.filter(|&d| d > 0).map_or(64.0, |d| (d as f64).log2());
+            let requested = job
+                .spec
+                .duration
+                .filter(|&d| d > 0)
+                .map_or(64.0, |d| (d as f64).log2());
             score -= w.short_request * requested;
         }
         if w.fairshare != 0.0 {

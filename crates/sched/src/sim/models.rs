@@ -174,7 +174,11 @@ fn poisson_trace(jobs: Vec<Drawn>, spec: &WorkloadSpec, processors: u32) -> Trac
         job.number = i as u64 + 1;
     }
     Trace {
-        estimated: if spec.estimates.is_some() { out.len() } else { 0 },
+        estimated: if spec.estimates.is_some() {
+            out.len()
+        } else {
+            0
+        },
         jobs: out,
         machine_processors: Some(processors),
         skipped: 0,

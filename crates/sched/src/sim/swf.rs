@@ -249,7 +249,12 @@ mod tests {
         // the same for the same seed.
         let model = EstimateModel::default();
         let drawn = trace.clone().with_modelled_estimates(&model, 3);
-        assert!(drawn.jobs.iter().all(|j| j.estimated && j.requested >= j.run));
+        assert!(
+            drawn
+                .jobs
+                .iter()
+                .all(|j| j.estimated && j.requested >= j.run)
+        );
         assert_eq!(drawn.jobs, trace.with_modelled_estimates(&model, 3).jobs);
     }
 
