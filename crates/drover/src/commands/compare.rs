@@ -40,7 +40,10 @@ struct Row {
 
 impl Row {
     fn slowdown_ratio(&self) -> f64 {
-        ratio(self.policy.mean_bounded_slowdown, self.easy.mean_bounded_slowdown)
+        ratio(
+            self.policy.mean_bounded_slowdown,
+            self.easy.mean_bounded_slowdown,
+        )
     }
 
     fn max_wait_ratio(&self) -> f64 {
@@ -139,7 +142,10 @@ fn run_all(cases: &[Case], options: &ReplayOptions, policy: &Policy) -> Result<V
             scope.spawn(|| {
                 while let Some(case) = cases.get(next.fetch_add(1, Ordering::SeqCst)) {
                     let row = run_case(case, options, policy);
-                    eprintln!("replayed {} at {}x, {} requests", case.name, case.load, case.requests);
+                    eprintln!(
+                        "replayed {} at {}x, {} requests",
+                        case.name, case.load, case.requests
+                    );
                     let index = case_index(cases, case);
                     rows.lock().unwrap()[index] = Some(row);
                 }
@@ -162,7 +168,13 @@ fn case_index(cases: &[Case], case: &Case) -> usize {
 
 fn run_case(case: &Case, options: &ReplayOptions, policy: &Policy) -> Result<Row, String> {
     let machine = sim::machine(case.processors, options.nodes);
-    let widest = case.trace.jobs.iter().map(|j| j.processors).max().unwrap_or(0);
+    let widest = case
+        .trace
+        .jobs
+        .iter()
+        .map(|j| j.processors)
+        .max()
+        .unwrap_or(0);
     if widest > case.processors {
         return Err(format!(
             "{}: a job asks for {widest} processors; the machine has {}",

@@ -243,7 +243,9 @@ mod tests {
         assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--nodes", "0"]).is_err());
         assert!(Cli::try_parse_from(["drover", "replay"]).is_err());
         assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--compare", "d"]).is_err());
-        assert!(Cli::try_parse_from(["drover", "replay", "--compare", "d", "--load", "1,1.5"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["drover", "replay", "--compare", "d", "--load", "1,1.5"]).is_ok()
+        );
         assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--load", "0"]).is_err());
         assert!(Cli::try_parse_from(["drover", "generate-trace", "--load", "-1"]).is_err());
         assert!(Cli::try_parse_from(["drover", "jobs"]).is_ok());
