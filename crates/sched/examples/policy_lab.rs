@@ -12,16 +12,24 @@ use drover_sched::policy::{Policy, Weights};
 use drover_sched::sim::estimates::EstimateModel;
 use drover_sched::sim::{self, swf};
 
+type Args = HashMap<String, String>;
+
 fn main() {
-    let args: HashMap<String, String> = std::env::args()
+    let args: Args = std::env::args()
         .skip(1)
         .filter_map(|a| {
             a.split_once('=')
                 .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect();
+    let policy = policy(&args);
+    let (cases, traces) = cases(&args);
+    run(&policy, &cases, &traces);
+}
+
+fn policy(args: &Args) -> Policy {
     let num = |k: &str, d: f64| args.get(k).map_or(d, |v| v.parse().unwrap());
-    let policy = Policy {
+    Policy {
         weights: Weights {
             user_priority: 1.0,
             queue_minutes: num("minutes", 0.0),
@@ -31,8 +39,14 @@ fn main() {
             ..Weights::default()
         },
         reserve_oldest: args.get("oldest").is_none_or(|v| v == "true"),
+        oldest_after_expansion: num("after", 1.0),
         ..Policy::default()
-    };
+    }
+}
+
+type Case = (String, f64, String);
+
+fn cases(args: &Args) -> (Vec<Case>, HashMap<String, swf::Trace>) {
     let traces: Vec<String> = args["traces"].split(',').map(String::from).collect();
     let loads: Vec<f64> = args
         .get("loads")
@@ -54,6 +68,19 @@ fn main() {
             }
         }
     }
+    let texts: HashMap<String, swf::Trace> = traces
+        .iter()
+        .map(|t| {
+            (
+                t.clone(),
+                swf::parse(&std::fs::read_to_string(t).unwrap()).unwrap(),
+            )
+        })
+        .collect();
+    (cases, texts)
+}
+
+fn run(policy: &Policy, cases: &[Case], texts: &HashMap<String, swf::Trace>) {
     let cache_path = "/tmp/policy-lab-easy.tsv";
     let cache: Mutex<HashMap<String, (f64, i64)>> = Mutex::new(
         std::fs::read_to_string(cache_path)
@@ -67,17 +94,8 @@ fn main() {
     );
     let next = AtomicUsize::new(0);
     let results = Mutex::new(Vec::new());
-    let texts: HashMap<String, swf::Trace> = traces
-        .iter()
-        .map(|t| {
-            (
-                t.clone(),
-                swf::parse(&std::fs::read_to_string(t).unwrap()).unwrap(),
-            )
-        })
-        .collect();
     std::thread::scope(|s| {
-        for _ in 0..num("threads", 2.0) as usize {
+        for _ in 0..2 {
             s.spawn(|| {
                 loop {
                     let i = next.fetch_add(1, Ordering::SeqCst);
@@ -105,7 +123,7 @@ fn main() {
                         writeln!(f, "{key}\t{}\t{}", v.0, v.1).unwrap();
                         v
                     });
-                    let o = sim::replay(&trace, &machine, &policy, &mut |_| {}).unwrap();
+                    let o = sim::replay(&trace, &machine, policy, &mut |_| {}).unwrap();
                     results.lock().unwrap().push((
                         i,
                         format!(

@@ -210,7 +210,8 @@ impl Queue {
         let first = policy
             .reserve_oldest
             .then(|| self.waiting.values().next().copied())
-            .flatten();
+            .flatten()
+            .filter(|&position| policy.oldest_is_due(book.at(position), now));
         QueueWalk::Ranked {
             first,
             given: None,
