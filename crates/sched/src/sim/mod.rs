@@ -3,8 +3,9 @@
 //! manager that runs nothing ends each job after its recorded run time (or its
 //! requested time, if shorter: the wall-time limit). Nothing is stored.
 //!
-//! Traces: [`swf`] reads and writes them; [`workload`] draws them from Lublin and
-//! Feitelson's model, with requested times from [`estimates`]; [`random`] is the seeded
+//! Traces: [`swf`] reads and writes them (and scales their load); [`workload`] draws
+//! them from Lublin and Feitelson's model and [`models`] from Feitelson's 1996 and
+//! Downey's 1997, with requested times from [`estimates`]; [`random`] is the seeded
 //! generator, so that a seed always gives the same trace.
 
 pub mod estimates;
