@@ -627,13 +627,18 @@ impl Config {
             w.queue_minutes,
             w.expansion,
             w.narrow_request,
+            w.short_request,
             w.fairshare,
+            policy.oldest_after_expansion,
         ]
         .iter()
         .chain(w.qos.values())
         .all(|v| v.is_finite())
         {
-            return Err("scheduler.policy.weights: every weight must be a finite number".into());
+            return Err(
+                "scheduler.policy: every weight and oldest_after_expansion must be a finite number"
+                    .into(),
+            );
         }
         let name = &self.scheduler.name;
         if name.is_empty()

@@ -226,13 +226,19 @@ fn replay_command(args: ReplayArgs) {
         nodes: args.nodes,
         perfect_estimates: args.perfect_estimates,
         without_fcfs: args.without_fcfs,
+        loads: args.load,
     };
     let flags = ServiceFlags {
         config: args.config,
         ..ServiceFlags::default()
     };
     let policy = load_config(&flags).scheduler.policy;
-    commands::replay::run(&args.trace, &options, policy).unwrap_or_else(|e| fail(e));
+    let done = match (&args.compare, &args.trace) {
+        (Some(dir), _) => commands::replay::compare(dir, &options, &policy),
+        (None, Some(trace)) => commands::replay::run(trace, &options, policy),
+        (None, None) => Err("give a trace or --compare DIR".into()),
+    };
+    done.unwrap_or_else(|e| fail(e));
 }
 
 fn generate_trace_command(args: TraceArgs) {
@@ -243,7 +249,9 @@ fn generate_trace_command(args: TraceArgs) {
         seed: args.seed,
         estimates: (!args.perfect_estimates).then(commands::replay::default_estimates),
     };
-    commands::replay::generate(&spec).unwrap_or_else(|e| fail(e));
+    let model = drover_sched::sim::models::Model::parse(&args.model)
+        .unwrap_or_else(|| fail(format!("no model '{}'", args.model)));
+    commands::replay::generate(model, &spec).unwrap_or_else(|e| fail(e));
 }
 
 fn main() {

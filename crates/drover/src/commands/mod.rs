@@ -2,6 +2,7 @@
 //! add`, `prepare-guests`, `hash-password`, `replay`, `generate-trace`) and the client's
 //! (`jobs`, `submit`, ...), each with `--help`, and shell completions covering them all.
 
+pub mod compare;
 pub mod replay;
 
 use std::path::PathBuf;
@@ -155,11 +156,21 @@ impl From<ConfigFlags> for ServiceFlags {
 
 /// The machine is the trace's MaxProcs (or --processors), split over --nodes. Jobs
 /// request the trace's requested time (field 9) where it is given, else their run time.
-/// Prints mean wait, mean bounded slowdown, maximum wait, utilization and makespan.
+/// Prints mean wait, mean bounded slowdown, maximum wait, utilization and makespan; with
+/// --compare DIR, one row per trace of the folder, load and kind of requested times.
 #[derive(Args)]
 pub struct ReplayArgs {
     /// The trace (Standard Workload Format).
-    pub trace: String,
+    #[arg(required_unless_present = "compare", conflicts_with = "compare")]
+    pub trace: Option<String>,
+    /// Every trace (*.swf) of this folder, with users' and with exact requested times:
+    /// one table row each (FCFS, EASY and the configured policy, ratios to EASY).
+    #[arg(long, value_name = "DIR")]
+    pub compare: Option<PathBuf>,
+    /// Replays the same jobs at F times the logged offered load (submit times divided by
+    /// F); with --compare, a list (e.g. 1,1.2,1.3,1.5).
+    #[arg(long, value_name = "F", value_delimiter = ',', value_parser = positive_number)]
+    pub load: Vec<f64>,
     /// Nodes the machine is split over.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub nodes: u32,
@@ -181,6 +192,9 @@ pub struct ReplayArgs {
 /// users' estimates unless --perfect-estimates.
 #[derive(Args)]
 pub struct TraceArgs {
+    /// The workload model: lublin2003, feitelson1996 or downey1997.
+    #[arg(long, default_value = "lublin2003", value_parser = ["lublin2003", "feitelson1996", "downey1997"])]
+    pub model: String,
     #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
     pub jobs: u32,
     #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
@@ -243,6 +257,12 @@ mod tests {
             Command::User(UserCommand::Add { admin: true, .. })
         ));
         assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--nodes", "0"]).is_err());
+        assert!(Cli::try_parse_from(["drover", "replay"]).is_err());
+        assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--compare", "d"]).is_err());
+        assert!(
+            Cli::try_parse_from(["drover", "replay", "--compare", "d", "--load", "1,1.5"]).is_ok()
+        );
+        assert!(Cli::try_parse_from(["drover", "replay", "t.swf", "--load", "0"]).is_err());
         assert!(Cli::try_parse_from(["drover", "generate-trace", "--load", "-1"]).is_err());
         assert!(Cli::try_parse_from(["drover", "jobs"]).is_ok());
         let cli = Cli::try_parse_from(["drover", "prepare-guests", "/srv/images/guest"]).unwrap();

@@ -609,7 +609,7 @@ impl Engine {
         loop {
             let position = match walk.next() {
                 Some(position) => position,
-                None => match order.next(&self.queue) {
+                None => match order.next(&self.queue, planner.room_left()) {
                     Some(position) if self.queue.preemptors().contains(&position) => continue,
                     Some(position) => position,
                     None => break,

@@ -8,23 +8,28 @@
 //! not thousands).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::book::JobBook;
 use crate::clock::Seconds;
 use crate::dependency;
-use crate::job::{Job, JobState};
+use crate::job::{Job, JobState, ResourceRequest};
 use crate::policy::Policy;
+use crate::policy::planner::Remaining;
 use crate::policy::priority::{Priority, QueueRank, Usage};
+
+/// foldhash rather than SipHash: classes are looked up once per job a pass walks.
+type Fast = foldhash::fast::RandomState;
 
 pub(crate) struct Queue {
     /// Jobs waiting to be placed (Idle, or Blocked on a dependency), by queue order, to
     /// their book position.
     waiting: BTreeMap<QueueKey, usize>,
     /// The key and class of each waiting job: always the inverse of `waiting`.
-    keys: HashMap<usize, (QueueKey, RankClass)>,
+    keys: HashMap<usize, (QueueKey, Arc<RankClass>), Fast>,
     /// The waiting jobs by class, in rank order within the class: `(seq, index)` to
     /// book position.
-    classes: HashMap<RankClass, BTreeMap<(u64, i64), usize>>,
+    classes: HashMap<Arc<RankClass>, BTreeMap<(u64, i64), usize>, Fast>,
     /// Book positions of jobs holding resources (Starting, Running, Suspended, and
     /// those being stopped until their process is gone).
     running: BTreeSet<usize>,
@@ -37,8 +42,8 @@ impl Queue {
     pub(super) fn new() -> Queue {
         Queue {
             waiting: BTreeMap::new(),
-            keys: HashMap::new(),
-            classes: HashMap::new(),
+            keys: HashMap::default(),
+            classes: HashMap::default(),
             running: BTreeSet::new(),
             preemptors: BTreeSet::new(),
             next_seq: 1,
@@ -87,8 +92,8 @@ impl Queue {
         let class = waiting.then(|| RankClass::of(job));
         let mut joined = false;
         match (self.keys.get(&position), class) {
-            (Some((old_key, old_class)), Some(class)) if *old_key == key && *old_class == class => {
-            }
+            (Some((old_key, old_class)), Some(class))
+                if *old_key == key && **old_class == class => {}
             (Some(_), class) => {
                 self.leave(position);
                 if let Some(class) = class {
@@ -116,6 +121,10 @@ impl Queue {
 
     fn join(&mut self, position: usize, key: QueueKey, class: RankClass) {
         self.waiting.insert(key, position);
+        let class = match self.classes.get_key_value(&class) {
+            Some((shared, _)) => shared.clone(),
+            None => Arc::new(class),
+        };
         self.classes
             .entry(class.clone())
             .or_default()
@@ -201,11 +210,13 @@ impl Queue {
         let first = policy
             .reserve_oldest
             .then(|| self.waiting.values().next().copied())
-            .flatten();
+            .flatten()
+            .filter(|&position| policy.oldest_is_due(book.at(position), now));
         QueueWalk::Ranked {
             first,
             given: None,
             heap: std::collections::BinaryHeap::from(heads),
+            cleared_at: None,
         }
     }
 }
@@ -224,10 +235,22 @@ pub(crate) struct RankClass {
     processors_per_task: u32,
     user: String,
     qos: Option<String>,
+    /// The processors asked for, when nothing else of the request decides where it
+    /// fits (no features, partition, nodes, memory...) and the job depends on no other
+    /// (whose end a pass must notice): such a job cannot start where
+    /// fewer processors are free, and can always start on an empty machine at least as
+    /// large.
+    plain_width: Option<u64>,
 }
 
 impl RankClass {
     fn of(job: &Job) -> RankClass {
+        let request = &job.spec.request;
+        let plain = ResourceRequest {
+            task_count: request.task_count,
+            processors_per_task: request.processors_per_task,
+            ..ResourceRequest::default()
+        };
         RankClass {
             system_priority: job.status.system_priority,
             user_priority: job.spec.user_priority,
@@ -237,6 +260,18 @@ impl RankClass {
             processors_per_task: job.spec.request.processors_per_task,
             user: job.status.exec_user.clone(),
             qos: job.spec.qos_requested.clone(),
+            plain_width: (*request == plain && job.spec.extra.dependencies.is_empty())
+                .then(|| request.total_processors()),
+        }
+    }
+
+    /// Whether no job of the class can start in a pass where `room` says how many
+    /// processors are still free and how many the machine has: one that can never fit
+    /// is not skipped (the pass must say so).
+    fn cannot_start(&self, room: Option<Remaining>) -> bool {
+        match (room, self.plain_width) {
+            (Some(room), Some(width)) => width > room.free && width <= room.capacity,
+            _ => false,
         }
     }
 }
@@ -273,6 +308,10 @@ pub(crate) enum QueueWalk {
         first: Option<usize>,
         given: Option<usize>,
         heap: std::collections::BinaryHeap<ClassHead>,
+        /// The free processors the heap was last cleared of classes that cannot start
+        /// with: clearing them at once costs one pass over the heap, popping them one
+        /// by one a logarithm each.
+        cleared_at: Option<u64>,
     },
 }
 
@@ -280,7 +319,7 @@ pub(crate) enum QueueWalk {
 /// that the best is the heap's top.
 pub(crate) struct ClassHead {
     rank: QueueRank,
-    class: RankClass,
+    class: Arc<RankClass>,
     /// Its `(seq, index)` in the class.
     member: (u64, i64),
     position: usize,
@@ -308,9 +347,10 @@ impl Ord for ClassHead {
 }
 
 impl QueueWalk {
-    pub(super) fn next(&mut self, queue: &Queue) -> Option<usize> {
+    /// The next job to consider; with `room`, jobs that cannot start in it are passed.
+    pub(super) fn next(&mut self, queue: &Queue, room: Option<Remaining>) -> Option<usize> {
         match self {
-            QueueWalk::Listed { after } => {
+            QueueWalk::Listed { after } => loop {
                 let (&key, &position) = match after {
                     Some(last) => queue
                         .waiting
@@ -319,15 +359,38 @@ impl QueueWalk {
                     None => queue.waiting.iter().next()?,
                 };
                 *after = Some(key);
-                Some(position)
-            }
-            QueueWalk::Ranked { first, given, heap } => {
+                let passed = room.is_some()
+                    && queue
+                        .keys
+                        .get(&position)
+                        .is_some_and(|(_, class)| class.cannot_start(room));
+                if !passed {
+                    return Some(position);
+                }
+            },
+            QueueWalk::Ranked {
+                first,
+                given,
+                heap,
+                cleared_at,
+            } => {
                 if let Some(position) = first.take() {
                     *given = Some(position);
                     return Some(position);
                 }
+                if let Some(left) = room
+                    && *cleared_at != Some(left.free)
+                {
+                    heap.retain(|h| !h.class.cannot_start(room) || Some(h.position) == *given);
+                    *cleared_at = Some(left.free);
+                }
                 loop {
                     let head = heap.pop()?;
+                    if head.class.cannot_start(room) && Some(head.position) != *given {
+                        // Neither it nor any other of its class can start: the class
+                        // leaves this pass.
+                        continue;
+                    }
                     // The next of its class (read live: the pass may have blocked some)
                     // takes its place, with the same score.
                     let next = queue.classes.get(&head.class).and_then(|members| {
@@ -451,7 +514,7 @@ mod tests {
                 expected.insert(0, first);
             }
             let mut walk = queue.walk(&policy, &usage, &book, now);
-            let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue)).collect();
+            let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue, None)).collect();
             assert_eq!(walked, expected);
         }
         // A job that stops waiting leaves its class; the rest keep their order.
@@ -460,8 +523,63 @@ mod tests {
         queue.index(5, &gone);
         let policy = Policy::default();
         let mut walk = queue.walk(&policy, &usage, &book, 2000);
-        let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue)).collect();
+        let walked: Vec<usize> = std::iter::from_fn(|| walk.next(&queue, None)).collect();
         assert_eq!(walked.len(), book.len() - 1);
         assert!(!walked.contains(&5));
+    }
+
+    #[test]
+    fn a_pass_without_reservations_left_passes_jobs_wider_than_what_is_free() {
+        let mut book = JobBook::new();
+        let mut queue = Queue::new();
+        for job in jobs() {
+            let position = book.push(job.clone());
+            queue.index(position, &job);
+        }
+        let usage = Usage::new(3600);
+        let wide = |p: usize| book.at(p).spec.request.task_count > 1;
+        for (weights, reserve_oldest) in [
+            (Weights::default(), true),
+            (Weights::submission_order(), false),
+        ] {
+            let policy = Policy {
+                weights,
+                reserve_oldest,
+                ..Policy::default()
+            };
+            let mut all = queue.walk(&policy, &usage, &book, 2000);
+            let all: Vec<usize> = std::iter::from_fn(|| all.next(&queue, None)).collect();
+            // The oldest job, given first, is never passed (no reservation is made
+            // before it is considered).
+            let first = reserve_oldest.then_some(all[0]);
+            // One processor free of ten: the same order, less the wider jobs.
+            let room = Some(Remaining {
+                free: 1,
+                capacity: 10,
+            });
+            let mut narrow = queue.walk(&policy, &usage, &book, 2000);
+            let narrow: Vec<usize> = std::iter::from_fn(|| narrow.next(&queue, room)).collect();
+            let expected: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&p| !wide(p) || Some(p) == first)
+                .collect();
+            assert_eq!(narrow, expected);
+            assert!(narrow.len() < all.len());
+            // Jobs wider than the machine are never passed over: a pass must find that
+            // they can never start.
+            let tiny = Some(Remaining {
+                free: 0,
+                capacity: 1,
+            });
+            let mut walk = queue.walk(&policy, &usage, &book, 2000);
+            let kept: Vec<usize> = std::iter::from_fn(|| walk.next(&queue, tiny)).collect();
+            let expected: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&p| wide(p) || Some(p) == first)
+                .collect();
+            assert_eq!(kept, expected);
+        }
     }
 }

@@ -39,6 +39,15 @@ pub enum Decision {
     Never(String),
 }
 
+/// What is left in a pass that makes no more reservations: jobs of plain requests
+/// wider than `free` (and no wider than `capacity`, the nodes that take jobs) cannot
+/// start, and the queue passes them over without looking at them.
+#[derive(Debug, Clone, Copy)]
+pub struct Remaining {
+    pub free: u64,
+    pub capacity: u64,
+}
+
 /// Resources a running job holds on one node until `end` (`None`: unknown).
 #[derive(Debug, Clone, Copy)]
 pub struct Held {
@@ -140,6 +149,8 @@ pub struct Planner<'a> {
     /// Nodes with free processors now, in configured order.
     open: BTreeSet<usize>,
     accepting: Vec<usize>,
+    /// Processors of the nodes that take jobs.
+    capacity: u64,
     reservations: usize,
     /// Conservative backfill: at most this many reservations per pass.
     depth: usize,
@@ -165,9 +176,11 @@ impl<'a> Planner<'a> {
         let mut open = BTreeSet::new();
         let mut accepting = Vec::new();
         let mut total_free = 0u64;
+        let mut capacity = 0u64;
         for (index, node) in nodes.iter().enumerate() {
             let (processors, memory) = if node.accepts_jobs() {
                 accepting.push(index);
+                capacity += u64::from(node.config.processors);
                 (
                     i64::from(node.free_processors()),
                     node.free_memory()
@@ -194,6 +207,7 @@ impl<'a> Planner<'a> {
             timeline: BTreeMap::new(),
             open,
             accepting,
+            capacity,
             reservations: 0,
             depth: usize::MAX,
             blocked: false,
@@ -249,6 +263,21 @@ impl<'a> Planner<'a> {
     /// Reservations made so far.
     pub fn reservations(&self) -> usize {
         self.reservations
+    }
+
+    /// Once the pass makes no more reservations (EASY's one is made, or conservative
+    /// backfill's depth reached): the processors free now and those of the nodes that
+    /// take jobs. A job asking for more than are free can then only wait.
+    pub fn room_left(&self) -> Option<Remaining> {
+        let done = match self.backfill {
+            Backfill::Fcfs => self.blocked,
+            Backfill::Easy => self.reservations >= 1,
+            Backfill::Conservative => self.reservations >= self.depth,
+        };
+        done.then_some(Remaining {
+            free: self.total_free,
+            capacity: self.capacity,
+        })
     }
 
     /// Decides for the next job in priority order, asking `request` for `requested`

@@ -118,6 +118,15 @@ impl Priority<'_> {
                 * f64::from(request.processors_per_task.max(1));
             score -= w.narrow_request * processors.log2();
         }
+        if w.short_request != 0.0 {
+            // Without a requested time the job may run for ever: the longest there is.
+            let requested = job
+                .spec
+                .duration
+                .filter(|&d| d > 0)
+                .map_or(64.0, |d| (d as f64).log2());
+            score -= w.short_request * requested;
+        }
         if w.fairshare != 0.0 {
             score -= w.fairshare * 100.0 * self.usage.share(&job.status.exec_user, self.now);
         }
@@ -190,7 +199,10 @@ mod tests {
 
     #[test]
     fn narrow_jobs_go_first_and_waiting_still_counts() {
-        let weights = Weights::default();
+        let weights = Weights {
+            narrow_request: 3000.0,
+            ..Weights::default()
+        };
         let usage = Usage::new(3600);
         let p = at(&weights, &usage, 1000);
         let sized = |seq, submit, duration, tasks| {
@@ -215,6 +227,44 @@ mod tests {
             sized(3, 1000 + 601 * 60, 600_000, 1),
         );
         assert!(slow.rank(&wide60).queue_cmp(&slow.rank(&fresh60)).is_lt());
+    }
+
+    #[test]
+    fn by_default_only_the_expansion_factor_counts() {
+        let weights = Weights::default();
+        let usage = Usage::new(3600);
+        let p = at(&weights, &usage, 1000);
+        let sized = |seq, submit, duration, tasks| {
+            let mut job = job(seq, submit, Some(duration), "a");
+            std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
+            job
+        };
+        // Same wait relative to length: width makes no difference, submission decides.
+        let wide = sized(1, 900, 100, 64);
+        let narrow = sized(2, 900, 100, 1);
+        assert!(p.rank(&wide).queue_cmp(&p.rank(&narrow)).is_lt());
+        // A wide job that waited its length (factor 2) goes before a fresh narrow one.
+        let fresh = sized(3, 1000, 100, 1);
+        assert!(p.rank(&wide).queue_cmp(&p.rank(&fresh)).is_lt());
+        assert!((p.score(&wide) - 2000.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn short_requests_go_first_with_their_weight() {
+        let weights = Weights {
+            short_request: 500.0,
+            expansion: 0.0,
+            ..Weights::default()
+        };
+        let usage = Usage::new(3600);
+        let p = at(&weights, &usage, 1000);
+        let short = job(2, 1000, Some(60), "a");
+        let long = job(1, 0, Some(3840), "a");
+        let unknown = job(3, 0, None, "a");
+        assert!(p.rank(&short).queue_cmp(&p.rank(&long)).is_lt());
+        assert!(p.rank(&long).queue_cmp(&p.rank(&unknown)).is_lt());
+        // 3840 s is 6 doublings of 60 s.
+        assert!((p.score(&short) - p.score(&long) - 3000.0).abs() < 1e-9);
     }
 
     #[test]

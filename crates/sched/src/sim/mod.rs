@@ -3,11 +3,13 @@
 //! manager that runs nothing ends each job after its recorded run time (or its
 //! requested time, if shorter: the wall-time limit). Nothing is stored.
 //!
-//! Traces: [`swf`] reads and writes them; [`workload`] draws them from Lublin and
-//! Feitelson's model, with requested times from [`estimates`]; [`random`] is the seeded
+//! Traces: [`swf`] reads and writes them (and scales their load); [`workload`] draws
+//! them from Lublin and Feitelson's model and [`models`] from Feitelson's 1996 and
+//! Downey's 1997, with requested times from [`estimates`]; [`random`] is the seeded
 //! generator, so that a seed always gives the same trace.
 
 pub mod estimates;
+pub mod models;
 pub mod random;
 pub mod swf;
 pub mod workload;
@@ -47,6 +49,8 @@ pub struct Outcome {
     pub makespan: i64,
     /// Wall-clock time the replay took.
     pub elapsed: Duration,
+    /// Each job's wait, in the trace's order.
+    pub waits: Vec<Seconds>,
 }
 
 /// The machine of a replay: `nodes` nodes sharing `processors` processors.
@@ -152,6 +156,7 @@ fn measure(
         utilization: 0.0,
         makespan: 0,
         elapsed: Duration::ZERO,
+        waits: Vec::with_capacity(jobs.len()),
     };
     let mut used = 0.0;
     let mut last_end = first_submit;
@@ -165,6 +170,7 @@ fn measure(
         outcome.mean_wait += wait as f64;
         outcome.mean_bounded_slowdown += ((wait + run) as f64 / run.max(10) as f64).max(1.0);
         outcome.max_wait = outcome.max_wait.max(wait);
+        outcome.waits.push(wait);
         used += run as f64 * f64::from(job.processors);
         last_end = last_end.max(end);
     }
@@ -401,6 +407,7 @@ mod tests {
             run,
             processors,
             requested: run,
+            estimated: false,
         }
     }
 
@@ -447,6 +454,50 @@ mod tests {
         let perfect = trace.with_perfect_estimates();
         let perfect = replay(&perfect, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
         assert_eq!((perfect.max_wait, perfect.mean_wait), (99, 33.0));
+    }
+
+    /// 4 processors: a 3-wide job runs 100 s; a 4-wide job comes next; then a narrow
+    /// job of 30 s every 10 s for 10 minutes, each of them ahead of the wide one in any
+    /// order that favours narrow or young jobs.
+    fn a_stream_past_a_wide_job() -> Trace {
+        let mut jobs = vec![job(1, 0, 100, 3), job(2, 1, 100, 4)];
+        jobs.extend((0..60).map(|k| job(3 + k, 2 + 10 * k as i64, 30, 1)));
+        Trace {
+            jobs,
+            machine_processors: Some(4),
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn the_oldest_job_keeps_easys_reservation_whatever_the_order() {
+        let trace = a_stream_past_a_wide_job();
+        let nodes = machine(4, 1);
+        // Default: the wide job is the oldest waiting once the first starts, so it holds
+        // the reservation at t=100 and nothing that would delay it starts: it waits 99 s,
+        // exactly as under EASY.
+        let default = replay(&trace, &nodes, &Policy::default(), &mut |_| {}).unwrap();
+        let easy = replay(&trace, &nodes, &Policy::easy(), &mut |_| {}).unwrap();
+        assert_eq!(default.waits[1], 99);
+        assert_eq!(easy.waits[1], 99);
+        // The bound holds for any weights the site sets: narrow first, too.
+        let narrow_first = Policy {
+            weights: crate::policy::Weights {
+                narrow_request: 3000.0,
+                expansion: 0.0,
+                ..crate::policy::Weights::default()
+            },
+            ..Policy::default()
+        };
+        let kept = replay(&trace, &nodes, &narrow_first, &mut |_| {}).unwrap();
+        assert_eq!(kept.waits[1], 99);
+        // Without it, the narrow jobs pass the wide one as long as they keep coming.
+        let starving = Policy {
+            reserve_oldest: false,
+            ..narrow_first
+        };
+        let starved = replay(&trace, &nodes, &starving, &mut |_| {}).unwrap();
+        assert!(starved.waits[1] > 500, "{}", starved.waits[1]);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! Standard Workload Format traces (the Parallel Workloads Archive): one job per line,
 //! 18 whitespace-separated fields, `;` header comments, `-1` for unknown.
 
+use super::estimates::EstimateModel;
+use super::random::Rng;
+
 /// One job of a trace, as the replay uses it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceJob {
@@ -14,6 +17,9 @@ pub struct TraceJob {
     pub processors: u32,
     /// Field 9, else the run time (a perfect estimate).
     pub requested: i64,
+    /// Whether `requested` is a user's request (field 9, or drawn from a model of
+    /// users' requests), not the run time.
+    pub estimated: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -34,8 +40,37 @@ impl Trace {
     pub fn with_perfect_estimates(mut self) -> Trace {
         for job in &mut self.jobs {
             job.requested = job.run;
+            job.estimated = false;
         }
         self.estimated = 0;
+        self
+    }
+
+    /// The same jobs at `factor` times the logged offered load: each submission's
+    /// distance from the first one is divided by `factor` (1 leaves the trace as it is).
+    pub fn at_load(mut self, factor: f64) -> Trace {
+        let Some(first) = self.jobs.first().map(|j| j.submit) else {
+            return self;
+        };
+        if factor > 0.0 && factor.is_finite() && factor != 1.0 {
+            for job in &mut self.jobs {
+                job.submit = first + ((job.submit - first) as f64 / factor).round() as i64;
+            }
+        }
+        self
+    }
+
+    /// Users' requested times drawn from `model` for the jobs whose trace gives none
+    /// (seeded by `seed`: the same trace and seed give the same requests).
+    pub fn with_modelled_estimates(mut self, model: &EstimateModel, seed: u64) -> Trace {
+        let mut rng = Rng::seeded(seed);
+        for job in &mut self.jobs {
+            if !job.estimated {
+                job.requested = model.estimate(&mut rng, job.run);
+                job.estimated = true;
+            }
+        }
+        self.estimated = self.jobs.len();
         self
     }
 }
@@ -80,7 +115,8 @@ pub fn parse(text: &str) -> Result<Trace, String> {
             continue;
         }
         // Users' estimates where the trace has them: they are what a scheduler sees.
-        let requested = if field(9) > 0.0 {
+        let estimated = field(9) > 0.0;
+        let requested = if estimated {
             trace.estimated += 1;
             field(9)
         } else {
@@ -92,6 +128,7 @@ pub fn parse(text: &str) -> Result<Trace, String> {
             run: run as i64,
             processors: processors.min(f64::from(u32::MAX)) as u32,
             requested: requested as i64,
+            estimated,
         });
     }
     trace.jobs.sort_by_key(|j| (j.submit, j.number));
@@ -148,14 +185,16 @@ mod tests {
                     submit: 5,
                     run: 50,
                     processors: 8,
-                    requested: 70
+                    requested: 70,
+                    estimated: true
                 },
                 TraceJob {
                     number: 1,
                     submit: 10,
                     run: 100,
                     processors: 4,
-                    requested: 100
+                    requested: 100,
+                    estimated: false
                 }
             ]
         );
@@ -169,6 +208,57 @@ mod tests {
     }
 
     #[test]
+    fn reads_the_quirks_of_production_logs() {
+        // Lines as the Parallel Workloads Archive's logs have them: a cancelled job with
+        // no processors (LLNL-Atlas), a run time of -1 (HPC2N), a blank line, aligned
+        // columns, a header line without a value.
+        let text = "; Version: 2.2\n; Computer: test\n;\n; MaxProcs: 240\n\n\
+            \x20 1435  3273240  -1   0  -1 -1 -1  -1     -1 -1 5 14 -1 184 -1 1 -1 -1\n\
+            \x20   16   347726   5  -1   8 240379 -1 8 345600 -1 -1 5 1 -1 -1 1 -1 -1\n\
+            \x20   17   347800   5 600   8 -1 -1 8 3600 -1 1 5 1 -1 -1 1 -1 -1\n\
+            \x20   18   347900   5 900   8 -1 -1 8 600 -1 0 5 1 -1 -1 1 -1 -1\n";
+        let trace = parse(text).unwrap();
+        assert_eq!(trace.machine_processors, Some(240));
+        assert_eq!(trace.skipped, 2);
+        assert_eq!(trace.jobs.len(), 2);
+        assert!(trace.jobs.iter().all(|j| j.estimated));
+        // Killed at its limit: the request (600) is shorter than the logged run (900);
+        // the replay ends it at the request.
+        assert_eq!((trace.jobs[1].run, trace.jobs[1].requested), (900, 600));
+    }
+
+    #[test]
+    fn a_trace_at_a_higher_load_keeps_its_jobs_and_shrinks_its_gaps() {
+        let job = |number, submit| TraceJob {
+            number,
+            submit,
+            run: 100,
+            processors: 1,
+            requested: 100,
+            estimated: false,
+        };
+        let trace = Trace {
+            jobs: vec![job(1, 1000), job(2, 1300), job(3, 1600)],
+            ..Trace::default()
+        };
+        let faster = trace.clone().at_load(1.5);
+        let submits: Vec<i64> = faster.jobs.iter().map(|j| j.submit).collect();
+        assert_eq!(submits, [1000, 1200, 1400]);
+        assert_eq!(trace.clone().at_load(1.0).jobs, trace.jobs);
+        // Users' requests drawn where the trace gives none: never shorter than the run,
+        // the same for the same seed.
+        let model = EstimateModel::default();
+        let drawn = trace.clone().with_modelled_estimates(&model, 3);
+        assert!(
+            drawn
+                .jobs
+                .iter()
+                .all(|j| j.estimated && j.requested >= j.run)
+        );
+        assert_eq!(drawn.jobs, trace.with_modelled_estimates(&model, 3).jobs);
+    }
+
+    #[test]
     fn written_traces_read_back() {
         let trace = Trace {
             jobs: vec![TraceJob {
@@ -177,6 +267,7 @@ mod tests {
                 run: 40,
                 processors: 2,
                 requested: 600,
+                estimated: true,
             }],
             machine_processors: Some(8),
             skipped: 0,

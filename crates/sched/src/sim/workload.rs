@@ -113,6 +113,7 @@ pub fn generate(spec: &WorkloadSpec) -> Trace {
                 Some(model) => model.estimate(&mut estimates, run),
                 None => run,
             },
+            estimated: spec.estimates.is_some(),
         })
         .collect();
     Trace {
