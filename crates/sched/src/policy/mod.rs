@@ -231,22 +231,10 @@ impl Policy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::{Job, JobSpec, JobStatus};
+    use crate::job::Job;
 
     fn waiting(submit: i64, duration: Option<i64>) -> Job {
-        let mut status = JobStatus::default();
-        status.dates.submit = submit;
-        Job {
-            id: "D.1".into(),
-            seq: 1,
-            spec: JobSpec {
-                duration,
-                ..Default::default()
-            }
-            .into(),
-            status,
-            array: None,
-        }
+        super::priority::tests::job(1, submit, duration, "")
     }
 
     #[test]

@@ -149,7 +149,7 @@ impl Priority<'_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::job::{JobSpec, JobStatus};
 
@@ -161,7 +161,7 @@ mod tests {
         }
     }
 
-    fn job(seq: u64, submit: Seconds, duration: Option<i64>, user: &str) -> Job {
+    pub(crate) fn job(seq: u64, submit: Seconds, duration: Option<i64>, user: &str) -> Job {
         let mut status = JobStatus {
             exec_user: user.into(),
             ..Default::default()
@@ -178,6 +178,13 @@ mod tests {
             status,
             array: None,
         }
+    }
+
+    /// A job of user `a` asking for `tasks` one-processor tasks for `duration` seconds.
+    fn sized(seq: u64, submit: Seconds, duration: i64, tasks: u32) -> Job {
+        let mut job = job(seq, submit, Some(duration), "a");
+        std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
+        job
     }
 
     #[test]
@@ -205,11 +212,6 @@ mod tests {
         };
         let usage = Usage::new(3600);
         let p = at(&weights, &usage, 1000);
-        let sized = |seq, submit, duration, tasks| {
-            let mut job = job(seq, submit, Some(duration), "a");
-            std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
-            job
-        };
         // Fresh jobs: one processor before four (two doublings), whatever their lengths.
         let serial = sized(2, 1000, 10_000, 1);
         let wide = sized(1, 1000, 100, 4);
@@ -234,11 +236,6 @@ mod tests {
         let weights = Weights::default();
         let usage = Usage::new(3600);
         let p = at(&weights, &usage, 1000);
-        let sized = |seq, submit, duration, tasks| {
-            let mut job = job(seq, submit, Some(duration), "a");
-            std::sync::Arc::make_mut(&mut job.spec).request.task_count = tasks;
-            job
-        };
         // Same wait relative to length: width makes no difference, submission decides.
         let wide = sized(1, 900, 100, 64);
         let narrow = sized(2, 900, 100, 1);
