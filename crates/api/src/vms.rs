@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use crate::AppState;
 use crate::error::{ApiError, ApiResult};
 use crate::input::{Fields, read_object};
-use crate::openapi::schema::{integer, object, string, strings};
+use crate::openapi::schema::{integer, nullable, object, string, strings};
 use crate::params::ListParams;
 use crate::reply::{self, parse_json};
 use crate::routes::{Access, Caller, Collection, ItemChange, ItemRead, Routes, Submission};
@@ -122,16 +122,16 @@ fn schema() -> Value {
     object(&[
         ("id", string()),
         ("node", object(&[("id", string())])),
-        ("os", string()),
+        ("os", nullable(string())),
         ("state", string()),
         ("substate", string()),
         ("powerState", string()),
         ("totalProcessors", integer()),
         ("totalMemory", integer()),
-        ("totalDisk", integer()),
-        ("requestedTimeToLive", integer()),
+        ("totalDisk", nullable(integer())),
+        ("requestedTimeToLive", nullable(integer())),
         ("flags", strings()),
-        ("job", object(&[("id", string())])),
+        ("job", nullable(object(&[("id", string())]))),
     ])
 }
 
