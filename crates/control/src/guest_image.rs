@@ -7,7 +7,7 @@
 //! before it listens; `drover prepare-guests` does it on demand, for a service that
 //! does not run as root.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -70,58 +70,64 @@ pub fn missing(cloud: &CloudConfig, image_dir: &Path) -> Option<Missing> {
 
 /// Installs QEMU and the packages the image is made of where they are missing
 /// (`apt-get`, as root), then builds the image into `dir` unless it is there already
-/// from the same recipe; how long it took. The directories it makes are mode 0700,
-/// and with `inherit_owner` they take the owner of the directory they are made in (a
-/// service that is not root reads the image `sudo drover prepare-guests` built).
-pub fn prepare(dir: &Path, inherit_owner: bool) -> Result<Duration, String> {
+/// from the same recipe; how long it took.
+///
+/// Root never writes where another user can change things: the image is built (and
+/// `dir` made, mode 0700) by the owner of the nearest directory of `dir` that exists,
+/// so that a service not run as root reads what `sudo drover prepare-guests` built, and
+/// a symbolic link planted in a directory that user owns leads nowhere they could not
+/// write themselves.
+pub fn prepare(dir: &Path) -> Result<Duration, String> {
     let started = Instant::now();
-    make_dirs(dir, inherit_owner)?;
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg(format!("{STEPS}\n{RECIPE}"))
-        .args(["guest-image.sh", "packages", "image"])
-        .env("GUEST_IMAGE_DIR", dir)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .env("PATH", with_system_dirs(std::env::var_os("PATH")))
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run bash: {e}"))?;
-    if !output.status.success() {
-        let said = String::from_utf8_lossy(&output.stderr);
-        let last: Vec<&str> = said.lines().rev().take(5).collect();
-        let last: Vec<&str> = last.into_iter().rev().collect();
-        return Err(format!(
-            "the guest image's recipe failed ({}): {}",
-            output.status,
-            last.join(" | ")
-        ));
-    }
+    run_recipe("packages", dir, None)?;
+    let existing = dir
+        .ancestors()
+        .find(|d| d.exists())
+        .unwrap_or(Path::new("/"));
+    let owner = std::fs::metadata(existing)
+        .map_err(|e| format!("cannot read {}: {e}", existing.display()))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let builder = (owner.uid() != me).then(|| (owner.uid(), owner.gid()));
+    run_recipe("image", dir, builder)?;
     if let Some(file) = GUEST_FILES.iter().find(|f| !dir.join(f).is_file()) {
         return Err(format!("the recipe made no {}", dir.join(file).display()));
     }
     Ok(started.elapsed())
 }
 
-/// Makes `dir` and the directories above it that are missing (mode 0700), giving each
-/// the owner of the one it is made in when `inherit_owner`.
-fn make_dirs(dir: &Path, inherit_owner: bool) -> Result<(), String> {
-    let missing: Vec<&Path> = dir.ancestors().take_while(|d| !d.exists()).collect();
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    if !inherit_owner {
+/// Runs one step of the embedded recipe for `dir`, as `user` (uid, gid) when given.
+fn run_recipe(step: &str, dir: &Path, user: Option<(u32, u32)>) -> Result<(), String> {
+    use std::os::unix::process::CommandExt;
+    let mut command = Command::new("bash");
+    command
+        .arg("-c")
+        // Directories the recipe makes are the builder's alone.
+        .arg(format!("umask 077\n{STEPS}\n{RECIPE}"))
+        .args(["guest-image.sh", step])
+        .env("GUEST_IMAGE_DIR", dir)
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .env("PATH", with_system_dirs(std::env::var_os("PATH")))
+        .current_dir("/")
+        .stdin(Stdio::null());
+    if let Some((uid, gid)) = user {
+        // (As root, std drops the supplementary groups before it switches.)
+        command.uid(uid).gid(gid);
+    }
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run bash: {e}"))?;
+    if output.status.success() {
         return Ok(());
     }
-    for made in missing.iter().rev() {
-        let parent = made.parent().unwrap_or(Path::new("/"));
-        let owner = std::fs::metadata(parent)
-            .map_err(|e| format!("cannot read {}: {e}", parent.display()))?;
-        std::os::unix::fs::chown(made, Some(owner.uid()), Some(owner.gid()))
-            .map_err(|e| format!("cannot give {} to uid {}: {e}", made.display(), owner.uid()))?;
-    }
-    Ok(())
+    let said = String::from_utf8_lossy(&output.stderr);
+    let last: Vec<&str> = said.lines().rev().take(5).collect();
+    let last: Vec<&str> = last.into_iter().rev().collect();
+    Err(format!(
+        "the guest image's recipe ({step}) failed ({}): {}",
+        output.status,
+        last.join(" | ")
+    ))
 }
 
 /// `PATH` with the system's directories (apt's helpers and `useradd` are in `sbin`).
@@ -222,24 +228,48 @@ mod tests {
         assert_eq!(missing(&cloud, dir.path()), None);
     }
 
+    /// An ordinary user who owns the directory `prepare-guests` is pointed at plants a
+    /// link where the recipe writes: root does not write through it; the image is built
+    /// as that user, and is theirs.
     #[test]
-    fn made_directories_are_private_and_may_take_their_parents_owner() {
-        let dir = tempfile::tempdir().unwrap();
+    fn root_builds_in_another_users_directory_as_that_user() {
         // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } == 0 {
-            std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+        let root = unsafe { libc::geteuid() } == 0;
+        if !root || !std::path::Path::new("/bin/busybox").exists() || !qemu_installed() {
+            eprintln!("skipped: needs root, busybox-static and QEMU (scripts/test installs them)");
+            return;
         }
-        let target = dir.path().join("data/images/guest");
-        make_dirs(&target, true).unwrap();
-        for made in ["data", "data/images", "data/images/guest"] {
-            let meta = std::fs::metadata(dir.path().join(made)).unwrap();
-            assert_eq!(meta.mode() & 0o777, 0o700, "{made}");
-            assert_eq!(
-                meta.uid(),
-                std::fs::metadata(dir.path()).unwrap().uid(),
-                "{made}"
-            );
+        let nobody = (65534, 65534);
+        let theirs = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(theirs.path(), Some(nobody.0), Some(nobody.1)).unwrap();
+        let dir = theirs.path().join("guest");
+        std::fs::create_dir(&dir).unwrap();
+        std::os::unix::fs::chown(&dir, Some(nobody.0), Some(nobody.1)).unwrap();
+        let victim_dir = tempfile::tempdir().unwrap();
+        let victim = victim_dir.path().join("only-root-writes-here");
+        std::fs::write(&victim, "unchanged").unwrap();
+        std::os::unix::fs::symlink(&victim, dir.join("stamp")).unwrap();
+        let outcome = prepare(&dir);
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "unchanged");
+        assert!(
+            outcome.is_err(),
+            "the link was written through: {outcome:?}"
+        );
+        // Without the trap, the same user gets a working image of their own.
+        std::fs::remove_file(dir.join("stamp")).unwrap();
+        prepare(&dir).unwrap();
+        for file in GUEST_FILES {
+            let meta = std::fs::metadata(dir.join(file)).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), nobody, "{file}");
         }
+        let made = theirs.path().join("new/guest");
+        prepare(&made).unwrap();
+        let meta = std::fs::metadata(theirs.path().join("new")).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o777), (nobody.0, 0o700));
+    }
+
+    #[test]
+    fn the_path_keeps_the_callers_dirs_first() {
         let path = with_system_dirs(Some("/opt/bin".into()));
         assert!(path.to_string_lossy().starts_with("/opt/bin:"));
         assert!(path.to_string_lossy().contains("/usr/sbin"));

@@ -108,7 +108,7 @@ pub fn prepare_guests(config: &Config) {
         missing.doing(),
         dir.display()
     );
-    if let Err(why) = guest_image::prepare(&dir, false) {
+    if let Err(why) = guest_image::prepare(&dir) {
         eprintln!("drover: warning: {why}");
     }
 }

@@ -211,7 +211,7 @@ fn prepare_guests_command(args: PrepareGuestsArgs) {
          into {} from the distribution's packages",
         dir.display()
     );
-    let took = guest_image::prepare(&dir, true).unwrap_or_else(|e| fail(e));
+    let took = guest_image::prepare(&dir).unwrap_or_else(|e| fail(e));
     println!(
         "drover: the guest image is ready in {} ({:.0} s); a service registers it as its \
          default image at its next start",
