@@ -256,13 +256,16 @@ mod tests {
     fn a_guest_that_says_ok_is_trusted_and_one_that_hangs_is_not() {
         let dir = tempfile::tempdir().unwrap();
         let answers = fake(dir.path(), "sleep 0.1; printf 'OK\\n'; exec sleep 60");
-        let found = run_probe(&answers, "kvm", None, SOON);
+        // A deadline no busy machine reaches: what is tested is the verdict on an OK.
+        let found = run_probe(&answers, "kvm", None, Duration::from_secs(60));
         assert!(found.trusts_kvm(), "{found:?}");
 
+        // At its deadline the probe gives up and stops the guest: it does not wait the
+        // guest's minute (a bound far from any machine's speed).
         let hangs = fake(dir.path(), "exec sleep 60");
         let started = Instant::now();
         assert_eq!(run_probe(&hangs, "kvm", None, SOON), KvmProbe::Silent(SOON));
-        assert!(started.elapsed() < SOON + Duration::from_secs(2));
+        assert!(started.elapsed() < Duration::from_secs(30));
 
         let refuses = fake(
             dir.path(),
