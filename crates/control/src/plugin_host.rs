@@ -287,6 +287,7 @@ impl PluginHost {
                 // events of it are not handed back to plugins (`event_loop`).
                 proxy_user: Some(format!("{PLUGIN_ORIGIN}{}", self.plugin)),
                 over_all: scope == Scope::All,
+                may_name_owners: scope == Scope::All,
             }),
             None => Err(format!(
                 "{} (the plugin's user) may not {} {}",

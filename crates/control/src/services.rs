@@ -695,6 +695,7 @@ fn requester(service: &Service) -> Requester {
         user: service.user.clone(),
         proxy_user: None,
         over_all: service.made_by_administrator,
+        may_name_owners: service.made_by_administrator,
     }
 }
 

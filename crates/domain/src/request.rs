@@ -14,6 +14,10 @@ pub struct Requester {
     pub user: String,
     pub proxy_user: Option<String>,
     pub over_all: bool,
+    /// Whether the one asking may name another user than `user` as an owner: with
+    /// `over_all`, or when an administrator (scope `ALL`) acts for `user` through
+    /// `proxy-user` (spec 4.9: the creator from `proxy-user`, the owner from the body).
+    pub may_name_owners: bool,
 }
 
 /// Changes to a queued or running job (the modify bodies of spec 4.4 and 4.5). `None`

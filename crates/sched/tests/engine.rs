@@ -327,6 +327,7 @@ fn admin() -> Requester {
         user: "admin".into(),
         proxy_user: None,
         over_all: true,
+        may_name_owners: true,
     }
 }
 
@@ -1085,6 +1086,7 @@ fn user(name: &str) -> Requester {
         user: name.into(),
         proxy_user: None,
         over_all: false,
+        may_name_owners: false,
     }
 }
 

@@ -475,6 +475,9 @@ pub struct Caller {
     /// How widely the effective user holds the route's permission: [`Scope::Own`]
     /// limits them to their own jobs, reservations and containers. `None` on public routes.
     pub scope: Option<Scope>,
+    /// When the caller acts for another through `proxy-user`, how widely the caller
+    /// itself holds the route's permission: what owner it may name is its own right.
+    pub proxy_scope: Option<Scope>,
 }
 
 impl Caller {
@@ -493,6 +496,7 @@ impl Caller {
         drover_sched::Requester {
             proxy_user: proxied.then(|| user.clone()),
             over_all: self.over_all(),
+            may_name_owners: self.over_all() || (proxied && self.proxy_scope == Some(Scope::All)),
             user,
         }
     }
@@ -645,6 +649,7 @@ async fn pass_gate(gate: Gate, mut request: Request, next: Next) -> Response {
         identity,
         proxy_user,
         scope: None,
+        proxy_scope: None,
     };
     if let (Access::Needs(permission), Some(identity)) = (gate.access, &caller.identity) {
         let authority = AccessControl::current(state);
@@ -676,6 +681,9 @@ async fn pass_gate(gate: Gate, mut request: Request, next: Next) -> Response {
             }
             _ => identity.clone(),
         };
+        if subject.name != identity.name {
+            caller.proxy_scope = authority.scope_of(identity, permission);
+        }
         match authority.scope_of(&subject, permission) {
             Some(scope) => caller.scope = Some(scope),
             None => {

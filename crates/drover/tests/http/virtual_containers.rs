@@ -261,18 +261,31 @@ fn the_creator_follows_the_proxy_rules_and_containers_survive_a_restart() {
     let server = TestServer::builder()
         .config(|c| {
             c.scheduler.enable_proxy = true;
-            c.scheduler.proxy_users = vec!["admin".into()];
+            c.scheduler.proxy_users = vec!["admin".into(), drover_testkit::USER.into()];
         })
         .start();
-    // Acting as bob, an ordinary user, the administrator may not name ann its owner.
-    let for_ann = server.send_json(
+    // Acting for bob, the administrator names ann the owner: the creator comes from
+    // proxy-user, the owner from the body (spec 4.9), and the administrator's rights
+    // decide what owner may be named.
+    let for_ann = create(
+        &server,
+        "/rest/vcs?proxy-user=bob",
+        json!({"owner": {"name": "ann", "type": "USER"}}),
+    );
+    let record = vc(&server, &for_ann);
+    assert_eq!(record["creator"], "bob");
+    assert_eq!(record["owner"]["name"], "ann");
+    // An ordinary user who may proxy gains no right to name owners by it.
+    let by_ordinary = server.send_json_as(
+        drover_testkit::Auth::User,
         "POST",
         "/rest/vcs?proxy-user=bob",
         &json!({"owner": {"name": "ann"}}),
     );
-    assert_eq!(for_ann.status, 403, "{}", for_ann.body);
+    assert_eq!(by_ordinary.status, 403, "{}", by_ordinary.body);
     let proxied = create(&server, "/rest/vcs?proxy-user=bob", json!({}));
     assert_eq!(vc(&server, &proxied)["creator"], "bob");
+    assert_eq!(vc(&server, &proxied)["owner"]["name"], "bob");
     let owned = create(&server, "/rest/vcs", json!({"owner": {"name": "ann"}}));
     assert_eq!(
         vc(&server, &owned)["creator"],

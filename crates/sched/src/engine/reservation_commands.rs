@@ -99,6 +99,7 @@ impl Engine {
             )));
         }
         if let Some(owner) = &request.owner
+            && !by.may_name_owners
             && !owner.is_user(&by.user)
         {
             return Err(SchedError::Forbidden(format!(

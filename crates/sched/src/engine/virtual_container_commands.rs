@@ -337,10 +337,10 @@ impl Engine {
 }
 
 /// An ordinary user may name only themselves as a container's owner (an owner sees and
-/// changes it).
+/// changes it); an administrator, also when acting for an ordinary user, anyone.
 fn may_name_owner(owner: Option<&Owner>, by: &Requester) -> Result<(), SchedError> {
     match owner {
-        Some(owner) if !by.over_all && !owner.is_user(&by.user) => {
+        Some(owner) if !by.may_name_owners && !owner.is_user(&by.user) => {
             Err(SchedError::Forbidden(format!(
                 "only administrators may name another owner than themselves, not '{}'",
                 owner.name

@@ -77,6 +77,7 @@ fn scheduler_itself() -> Requester {
         user: "root".into(),
         proxy_user: None,
         over_all: true,
+        may_name_owners: true,
     }
 }
 
@@ -818,6 +819,7 @@ impl Engine {
             user: job.user().to_string(),
             proxy_user: None,
             over_all: false,
+            may_name_owners: false,
         };
         let setup = self.start_system_job(at, SystemTask::VmCreate { vm: id }, &by);
         self.vms.get_mut(at).setup_job = Some(setup);

@@ -278,6 +278,7 @@ impl Simulation {
                 user: SystemUser::current().map_or("root".into(), |u| u.name),
                 proxy_user: None,
                 over_all: true,
+                may_name_owners: true,
             },
         })
     }
