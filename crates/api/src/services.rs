@@ -13,9 +13,11 @@
 //!   `status` and `statusCode`; a body that changes anything else, `attributes.sched`
 //!   included, is refused (400). Fields given with their stored value are accepted, so
 //!   that a client may send back what it read.
-//! - `DELETE` marks the service and what it holds for teardown and answers `{}`; the
-//!   record goes once everything it made is gone. A service others depend on is not
-//!   deleted (409) unless `force-delete=true`.
+//! - `DELETE` marks the service and what it holds for teardown and answers `{}`; from
+//!   then on it is not found (404), while the controller tears it down and its record
+//!   goes once everything it made is gone. A service others depend on is not deleted
+//!   (409) unless `force-delete=true`; one its container's template defines never alone
+//!   (409).
 //! - `show-vc=true` answers `attributes.sched.vc` as the virtual container itself;
 //!   `show-recursive-vc=true` also its nested containers, jobs and VMs, each in full.
 
@@ -179,8 +181,11 @@ pub(crate) fn register(routes: &mut Routes) {
         .response(409, "Other services depend on it", None);
 }
 
+/// A deleted service is gone at once for everybody, while its teardown goes on.
 fn visible(service: &StoredService, caller: &Caller) -> bool {
-    caller.over_all() || caller.effective_user.as_deref() == Some(service.value.user.as_str())
+    !service.value.remove_when_down
+        && (caller.over_all()
+            || caller.effective_user.as_deref() == Some(service.value.user.as_str()))
 }
 
 /// The wire shape: the stored form less the system's own fields.
@@ -586,6 +591,19 @@ async fn remove(ItemRead(state, params, caller, key): ItemRead) -> ApiResult<Jso
     let force = params.raw.flag("force-delete")?;
     let found = find(&state, &caller, &key).await?;
     let summary = format!("The service {key} was not deleted");
+    if found.value.template_defined
+        && let Some(container) = &found.value.parent
+    {
+        return Err(CloudError::Conflict {
+            summary,
+            reason: format!(
+                "it is part of what the template of its container '{container}' defines, \
+                 and goes only with it"
+            ),
+            advice: Some(format!("delete '{container}' (or its top-level service)")),
+        }
+        .into());
+    }
     blocking(&state, move |records| {
         if !force {
             let dependents = records.dependents(&found.value)?;

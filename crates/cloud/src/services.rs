@@ -159,6 +159,7 @@ impl ServiceRecords {
                 ends_at: new.duration.map(|d| starts_at.saturating_add(d)),
                 remove_when_down: false,
                 made_by_administrator: new.limit.is_none(),
+                template_defined: p.template_defined,
             };
             service.enter(ServicePhase::Pending, None);
             let id = ids.next_id();
@@ -269,6 +270,23 @@ impl ServiceRecords {
                 Some(stored.version),
             ));
             marked.push(service.name);
+        }
+        // A deleted service is gone from the interface at once, its container's
+        // `includedServices` too; its teardown goes on out of sight.
+        if remove
+            && let Some(parent) = &root.value.parent
+            && let Some(parent) = all.iter().find(|s| &s.value.name == parent)
+            && parent.value.included_services.contains(&root.value.name)
+        {
+            let mut changed = parent.value.clone();
+            changed.included_services.retain(|n| n != &root.value.name);
+            changed.last_updated = now.clone();
+            writes.push(self.catalog.put(
+                &parent.id,
+                &changed.name,
+                &changed,
+                Some(parent.version),
+            ));
         }
         self.catalog.commit(
             &writes,

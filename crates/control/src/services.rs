@@ -41,6 +41,16 @@ use drover_sched::template::{Given, JobTemplates};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+/// What an Up service is made of is doing.
+enum Condition {
+    /// Gone for good: the service fails, saying why.
+    Gone(String),
+    /// There, but not running now (a VM powered off).
+    Down(String),
+    /// Running (the detail its status gives).
+    Running(Option<String>),
+}
+
 /// The job variable naming the service a `pm` service's job holds a node for.
 pub const SERVICE_VARIABLE: &str = "DROVER_SERVICE";
 
@@ -105,7 +115,7 @@ impl ServiceControl {
             let step = match service.phase {
                 ServicePhase::Pending => self.maybe_begin(stored, parent, &by_name, now).await,
                 ServicePhase::SettingUp => self.set_up(stored, parent, &all).await,
-                ServicePhase::Up => self.check_up(stored).await,
+                ServicePhase::Up | ServicePhase::Down => self.check_up(stored, &all).await,
                 ServicePhase::TearingDown => self.take_down(stored, &all).await,
                 ServicePhase::Failed | ServicePhase::Ended => Ok(()),
             };
@@ -186,6 +196,24 @@ impl ServiceControl {
         if let Some(parent) = parent {
             if parent.value.container().is_none() {
                 return Ok(());
+            }
+            // One it waits for that was deleted (forced) or failed never comes up.
+            if let Some(why) =
+                service
+                    .waits_for(&parent.value)
+                    .into_iter()
+                    .find_map(|d| match by_name.get(d) {
+                        None => Some(format!("the service {d} it waits for was deleted")),
+                        Some(s) if s.value.remove_when_down => {
+                            Some(format!("the service {d} it waits for was deleted"))
+                        }
+                        Some(s) if s.value.phase == ServicePhase::Failed => {
+                            Some(format!("the service {d} it waits for failed"))
+                        }
+                        Some(_) => None,
+                    })
+            {
+                return self.fail(stored, why).await;
             }
             let waiting: Vec<&str> = service
                 .waits_for(&parent.value)
@@ -512,32 +540,67 @@ impl ServiceControl {
         Ok(())
     }
 
-    /// An Up service whose VM or job went away fails.
-    async fn check_up(&self, stored: &StoredService) -> Result<(), String> {
+    /// An Up service follows what it is made of: it fails when its VM or job went away,
+    /// is Down while its VM is powered off (a container while a member is down), and Up
+    /// again once it runs.
+    async fn check_up(&self, stored: &StoredService, all: &[StoredService]) -> Result<(), String> {
         let service = &stored.value;
-        let gone = match service.kind {
+        match self.condition(stored, all) {
+            Condition::Gone(why) => self.fail(stored, why).await,
+            Condition::Down(why) => {
+                if service.status == format!("{}: {why}", ServicePhase::Down.status()) {
+                    return Ok(());
+                }
+                self.enter(stored, ServicePhase::Down, Some(why)).await
+            }
+            Condition::Running(detail) => {
+                if service.phase == ServicePhase::Up {
+                    return Ok(());
+                }
+                self.up(stored, detail).await
+            }
+        }
+    }
+
+    fn condition(&self, stored: &StoredService, all: &[StoredService]) -> Condition {
+        let service = &stored.value;
+        match service.kind {
             ServiceType::Vm => {
                 let vm_id = format!("{SERVICE_VM_PREFIX}{}", stored.id);
                 match self.scheduler.vms().iter().find(|v| v.id == vm_id) {
-                    None => Some(format!("its VM {vm_id} is gone")),
-                    Some(vm) if matches!(vm.phase, VmPhase::Lost | VmPhase::Failed) => {
-                        Some(format!("its VM {vm_id} is {:?}", vm.phase))
-                    }
-                    Some(_) => None,
+                    None => Condition::Gone(format!("its VM {vm_id} is gone")),
+                    Some(vm) => match vm.phase {
+                        VmPhase::Lost | VmPhase::Failed => {
+                            Condition::Gone(format!("its VM {vm_id} is {:?}", vm.phase))
+                        }
+                        VmPhase::Off | VmPhase::PoweringOff | VmPhase::PoweringOn => {
+                            Condition::Down(format!("its VM {vm_id} is powered off"))
+                        }
+                        _ => Condition::Running(Some(format!("VM {vm_id} runs on {}", vm.node))),
+                    },
                 }
             }
-            ServiceType::Pm => service.job_text("id").and_then(|id| {
-                let ended = self
-                    .scheduler
-                    .job(id)
-                    .is_none_or(|j| j.status.state.is_final());
-                ended.then(|| format!("its job {id} ended"))
-            }),
-            _ => None,
-        };
-        match gone {
-            Some(why) => self.fail(stored, why).await,
-            None => Ok(()),
+            ServiceType::Pm => {
+                let ended = service.job_text("id").filter(|id| {
+                    self.scheduler
+                        .job(id)
+                        .is_none_or(|j| j.status.state.is_final())
+                });
+                match ended {
+                    Some(id) => Condition::Gone(format!("its job {id} ended")),
+                    None => Condition::Running(None),
+                }
+            }
+            ServiceType::Container => all
+                .iter()
+                .find(|c| {
+                    c.value.parent.as_deref() == Some(service.name.as_str())
+                        && c.value.phase == ServicePhase::Down
+                })
+                .map_or(Condition::Running(None), |down| {
+                    Condition::Down(format!("the service {} is down", down.value.name))
+                }),
+            ServiceType::Storage => Condition::Running(None),
         }
     }
 

@@ -26,6 +26,9 @@ pub enum ServicePhase {
     /// What it is made of is being made.
     SettingUp,
     Up,
+    /// Made, but not running now: its VM is powered off (or a member of the container
+    /// is down); `Up` again once it runs.
+    Down,
     /// Its setup failed, or what it was made of went away; it stays until deleted.
     Failed,
     /// What it is made of is being removed, in reverse dependency order.
@@ -41,6 +44,7 @@ impl ServicePhase {
             ServicePhase::Pending => "Pending",
             ServicePhase::SettingUp => "Setting up",
             ServicePhase::Up => "Up",
+            ServicePhase::Down => "Down",
             ServicePhase::Failed => "Failed",
             ServicePhase::TearingDown => "Tearing down",
             ServicePhase::Ended => "Ended",
@@ -55,6 +59,7 @@ impl ServicePhase {
             ServicePhase::Up => 2,
             ServicePhase::TearingDown => 3,
             ServicePhase::Ended => 4,
+            ServicePhase::Down => 5,
             ServicePhase::Failed => -1,
         }
     }
@@ -97,6 +102,10 @@ pub struct Service {
     /// pieces are then not held to an ordinary user's limits.
     #[serde(default)]
     pub made_by_administrator: bool,
+    /// Made because its container's template includes it: it goes only with its
+    /// container, never on its own (spec 4.10 rule 3).
+    #[serde(default)]
+    pub template_defined: bool,
 }
 
 impl Service {
@@ -237,6 +246,8 @@ pub struct ExpandedService {
     pub dependencies: Vec<(usize, Vec<usize>)>,
     /// A storage service's: the VM service (index) that carries its disk.
     pub storage_of: Option<usize>,
+    /// Included by its container's template (not by an entry of the request).
+    pub template_defined: bool,
 }
 
 /// Looks a template up by id or name.
@@ -376,6 +387,7 @@ impl Expansion<'_> {
                 children: Vec::new(),
                 dependencies: Vec::new(),
                 storage_of: None,
+                template_defined: false,
             })),
             _ => {
                 self.refuse(
@@ -479,6 +491,7 @@ impl Expansion<'_> {
             children: Vec::new(),
             dependencies: Vec::new(),
             storage_of: None,
+            template_defined: parent.is_some(),
         });
         for included in &template.included_services {
             let key = TemplateKey::Id(included.service_template.id.clone());

@@ -273,15 +273,7 @@ fn a_container_id_given_again_shows_nothing_of_another_user() {
     );
     // And bob's service still goes when deleted (it does not wait on carol's container).
     assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while server.get(&item(&top)).status != 404 {
-        assert!(
-            Instant::now() < deadline,
-            "{}",
-            server.get(&item(&top)).body
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::services::wait_gone(&server, &top);
     assert_eq!(server.get(&format!("/rest/vcs/{theirs}")).status, 200);
 }
 

@@ -105,13 +105,25 @@ fn wait_phase(server: &TestServer, name: &str, phase: &str) -> Value {
     wait_service(server, name, phase, |s| s["phase"] == phase)
 }
 
-fn wait_gone(server: &TestServer, name: &str) {
+/// Waits (90 s at most) until the service `name`, deleted, is torn down. It is not found
+/// from its deletion on; the event of its teardown says when the teardown is done.
+pub(crate) fn wait_gone(server: &TestServer, name: &str) {
+    assert_eq!(
+        server.get(&item(name)).status,
+        404,
+        "a deleted service is gone from the interface at once"
+    );
+    let said = format!("Service {name} was torn down");
     let deadline = Instant::now() + Duration::from_secs(90);
-    while server.get(&item(name)).status != 404 {
+    loop {
+        let events = server.get("/rest/events?api-version=3").json();
+        let results = events["results"].as_array().unwrap();
+        if results.iter().any(|e| e.to_string().contains(&said)) {
+            return;
+        }
         assert!(
             Instant::now() < deadline,
-            "{name} was never removed: {}",
-            server.get(&item(name)).body
+            "{name} was never torn down: {events}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -229,13 +241,29 @@ fn a_container_of_machines_comes_up_in_dependency_order_and_goes_away_entirely()
         "{shown}"
     );
 
-    // The pieces depend on each other: db cannot go alone.
-    let refused = server.call("DELETE", &item(&db), bob(), None);
-    refused.assert_refused(409, &web, &"db, which web depends on");
+    // What the template defines goes only with its container (spec 4.10 rule 3).
+    for piece in [&db, &web] {
+        let refused = server.call("DELETE", &item(piece), bob(), None);
+        refused.assert_refused(409, &top, &"a piece of the stack alone");
+        let forced = server.call(
+            "DELETE",
+            &format!("{}?force-delete=true", item(piece)),
+            bob(),
+            None,
+        );
+        forced.assert_refused(409, "template", &"a piece of the stack, forced");
+    }
 
     let deleted = server.call("DELETE", &item(&top), bob(), None);
     assert_eq!(deleted.status, 200, "{}", deleted.body);
     assert_eq!(deleted.json(), json!({}));
+    // Gone at once, pieces and all, while the teardown goes on.
+    for name in [&top, &db, &web] {
+        assert_eq!(server.get_as(bob(), &item(name)).status, 404, "{name}");
+        let again = server.call("DELETE", &item(name), bob(), None);
+        assert_eq!(again.status, 404, "{name}: {}", again.body);
+    }
+    assert_eq!(server.get_as(bob(), PATH).json()["totalCount"], 0);
     wait_gone(&server, &top);
     for name in [&db, &web] {
         assert_eq!(server.get(&item(name)).status, 404);
@@ -928,4 +956,103 @@ fn a_services_vm_lives_as_its_service_within_its_makers_limits() {
             .contains("user_vm_max_processors"),
         "{failed}"
     );
+}
+
+/// After a forced deletion, a service that waited for the deleted one can never come
+/// up: it fails and says why, instead of staying pending for ever (issue #58).
+#[test]
+fn a_service_waiting_for_a_force_deleted_one_fails_and_says_why() {
+    if !system_accounts() {
+        return;
+    }
+    let server = server();
+    let machine = |features: Value| {
+        json!({"sched": {"job": {"image": "debian", "template": "genericPM",
+                                 "resources": {"procs": 1}, "features": features}}})
+    };
+    // `first` asks for a feature no node has: it never comes up, and `then` waits.
+    let body = json!({"user": BOB, "data": [
+        {"name": "site", "type": "container", "includedServices": ["first", "then"],
+         "attributes": {"sched": {"dependencies": [{"service": "then", "dependency": ["first"]}]}}},
+        {"name": "first", "type": "pm", "attributes": machine(json!(["no-such-feature"]))},
+        {"name": "then", "type": "pm", "attributes": machine(json!([]))}]});
+    let top = create(&server, bob(), &body);
+    let site = server.get(&item(&top)).json();
+    let (first, then) = (
+        included(&site, "first").to_string(),
+        included(&site, "then").to_string(),
+    );
+    wait_service(&server, &then, "waiting for first", |s| {
+        s["phase"] == "pending" && s["status"].as_str().unwrap().contains(&first)
+    });
+    let refused = server.call("DELETE", &item(&first), bob(), None);
+    refused.assert_refused(409, &then, &"first, which then waits for");
+    let forced = server.call(
+        "DELETE",
+        &format!("{}?force-delete=true", item(&first)),
+        bob(),
+        None,
+    );
+    assert_eq!(forced.status, 200, "{}", forced.body);
+    wait_gone(&server, &first);
+    let failed = wait_phase(&server, &then, "failed");
+    let status = failed["status"].as_str().unwrap();
+    assert!(
+        status.contains(&first) && status.contains("deleted"),
+        "{failed}"
+    );
+    assert_eq!(failed["statusCode"], -1);
+    assert_eq!(
+        server.get(&item(&top)).json()["includedServices"],
+        json!([then])
+    );
+    assert_eq!(server.call("DELETE", &item(&top), bob(), None).status, 200);
+    wait_gone(&server, &top);
+}
+
+/// A VM service whose VM is powered off is down, and up again once it runs; deleted, it
+/// is gone at once while its VM's destroy goes on (issue #58). The site's own commands
+/// stand in for QEMU here (`vms::with_site_commands`).
+#[test]
+fn a_vm_service_is_down_while_its_vm_is_off_and_gone_once_deleted() {
+    let (server, _site) = crate::vms::with_site_commands(|c| {
+        c.nodes = vec![NodeConfig::new("n1", 4)];
+    });
+    let body = json!({"data": [{"name": "desk", "type": "vm",
+        "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
+                                         "resources": {"procs": 1, "mem": 128}}}}}]});
+    let top = create(&server, Auth::User, &body);
+    let up = wait_phase(&server, &top, "up");
+    let vm = up["attributes"]["sched"]["job"]["vm"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let power = |state: &str| {
+        let reply = send(
+            &server,
+            "PUT",
+            &format!("/rest/vms/{vm}"),
+            Auth::User,
+            &json!({"powerState": state}),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    };
+    power("OFF");
+    let down = wait_phase(&server, &top, "down");
+    assert!(
+        down["status"].as_str().unwrap().contains("powered off"),
+        "{down}"
+    );
+    assert_eq!(down["statusCode"], 5);
+    power("ON");
+    wait_phase(&server, &top, "up");
+
+    assert_eq!(
+        server.call("DELETE", &item(&top), Auth::User, None).status,
+        200
+    );
+    assert_eq!(server.get(&item(&top)).status, 404);
+    assert_eq!(server.get(PATH).json()["totalCount"], 0);
+    wait_gone(&server, &top);
+    assert_eq!(server.get(&format!("/rest/vms/{vm}")).status, 404);
 }
