@@ -77,7 +77,9 @@ fn known(n: Option<u64>) -> i64 {
 /// drained node), unless an administrator's state here decides instead.
 fn rm_block_reason(node: &Node) -> Value {
     match (&node.rm_state, &node.rm_reason, &node.overrides.state) {
-        (Some(_), Some(reason), None) => json!({ "message": reason, "type": "ResourceManager" }),
+        (Some(_), Some(reason), state) if state.is_none_or(|s| s.follows_load()) => {
+            json!({ "message": reason, "type": "ResourceManager" })
+        }
         _ => Value::Null,
     }
 }

@@ -99,6 +99,13 @@ impl PluginHosts {
     }
 }
 
+/// Who a plugin's reports are by: `plugin/<id>`, which no resource manager's name
+/// (a plain word of the configuration) can be, so that a plugin named `slurm` never
+/// speaks for Slurm's nodes.
+fn reporter(plugin: &Plugin) -> String {
+    format!("{PLUGIN_ORIGIN}{}", plugin.id)
+}
+
 /// A Native node line as the engine takes it: its description (CPROC, CMEMORY, CDISK,
 /// ARCH, FEATURE) and what a `PUT` would set (state, os, partition, messages, metrics).
 fn report_item(plugin: &str, report: NodeReport) -> NodeReportItem {
@@ -166,7 +173,7 @@ impl HostFactory for PluginHosts {
         let scheduler = &host.scheduler;
         let items = reports
             .into_iter()
-            .map(|report| report_item(&plugin.id, report))
+            .map(|report| report_item(&reporter(plugin), report))
             .collect();
         let outcome = self
             .runtime
@@ -182,6 +189,12 @@ impl HostFactory for PluginHosts {
         if !outcome.refused.is_empty() {
             said.push_str(&format!("; refused: {}", outcome.refused.join("; ")));
         }
+        if !outcome.down.is_empty() {
+            said.push_str(&format!(
+                "; no longer reported, down: {}",
+                outcome.down.join(", ")
+            ));
+        }
         Ok(said)
     }
 
@@ -196,7 +209,7 @@ impl HostFactory for PluginHosts {
             .collect();
         let count = outside.len();
         let report = ExternalUse {
-            reporter: plugin.id.clone(),
+            reporter: reporter(plugin),
             processors: external_processors(&outside),
         };
         let unknown = self

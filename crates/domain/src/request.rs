@@ -156,6 +156,8 @@ pub struct NodeReportOutcome {
     pub unchanged: usize,
     /// `<id>: <why>` for each node the report could not apply.
     pub refused: Vec<String>,
+    /// Nodes its reporter described before and no longer names: down from now on.
+    pub down: Vec<String>,
 }
 
 /// Why the engine refused.

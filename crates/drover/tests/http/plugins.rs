@@ -933,3 +933,60 @@ fn the_native_type_keeps_jobs_off_processors_that_outside_work_holds() {
     drover_testkit::wait_state_v2(&server, &job, "Completed");
     assert_eq!(server.get("/rest/nodes/n1").json()["externalLoad"], 0);
 }
+
+/// A Native plugin's node report is of all its nodes, as a resource manager's is: a node
+/// it added and no longer names is down (and says why) until it names it again. Its
+/// reports speak as `plugin/<id>`, so a plugin named like a resource manager (`slurm`)
+/// never speaks for that manager's nodes (issue #58).
+#[test]
+fn a_node_a_native_plugin_no_longer_reports_is_down_until_it_is_reported_again() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let report = probes.path().join("nodes.txt");
+    std::fs::write(&report, "rack1 CPROC=2\nrack2 CPROC=2 STATE=Idle\n").unwrap();
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "slurm", "pluginType": "Native", "pollInterval": 3600,
+                "config": {"getNodes": format!("file://{}", report.display())}}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let poll = || {
+        let polled = server.call("POST", "/rest/plugins/slurm/poll", Auth::Admin, None);
+        assert_eq!(polled.status, 200, "{}", polled.body);
+        polled.messages()
+    };
+    assert!(poll().contains("added: rack1, rack2"));
+    assert_eq!(server.get("/rest/nodes/rack2").json()["state"], "Idle");
+
+    std::fs::write(&report, "rack1 CPROC=2\n").unwrap();
+    let said = poll();
+    assert!(said.contains("down: rack2"), "{said}");
+    let rack2 = server.get("/rest/nodes/rack2").json();
+    assert_eq!(rack2["state"], "Down", "{rack2}");
+    assert!(
+        rack2
+            .to_string()
+            .contains("plugin/slurm no longer reports this node"),
+        "{rack2}"
+    );
+    assert_eq!(server.get("/rest/nodes/rack1").json()["state"], "Idle");
+    // No job is placed on it meanwhile.
+    let job = drover_testkit::submit_v2(
+        &server,
+        json!({"commandFile": "/bin/true", "nodesRequested": [{"name": "rack2"}]}),
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    let waiting = server
+        .get(&format!("/rest/jobs/{job}?api-version=2"))
+        .json();
+    assert_ne!(waiting["states"]["state"], "Completed", "{waiting}");
+    assert!(!poll().contains("down"), "told once");
+
+    std::fs::write(&report, "rack1 CPROC=2\nrack2 CPROC=2\n").unwrap();
+    poll();
+    drover_testkit::wait_state_v2(&server, &job, "Completed");
+    let rack2 = server.get("/rest/nodes/rack2").json();
+    assert_ne!(rack2["state"], "Down", "{rack2}");
+}

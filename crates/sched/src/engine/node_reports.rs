@@ -15,7 +15,7 @@ use drover_query::ListQuery;
 use drover_store::{Body, Write};
 
 use super::core::Engine;
-use crate::node::{Node, ReportedNode};
+use crate::node::{Node, NodeState, ReportedNode};
 use crate::request::{
     ExternalUse, NodeChanges, NodeReportItem, NodeReportOutcome, Requester, SchedError,
 };
@@ -36,16 +36,51 @@ impl Engine {
     ) -> Result<NodeReportOutcome, SchedError> {
         super::node_changes::may_change_nodes(by)?;
         let mut outcome = NodeReportOutcome::default();
+        let reporter = items.first().map(|item| item.node.reporter.clone());
+        let mut named = HashSet::new();
         for item in items {
             let id = item.node.id.clone();
             match self.report_node(item, by) {
-                Ok(Reported::Added) => outcome.added.push(id),
+                Ok(Reported::Added) => outcome.added.push(id.clone()),
                 Ok(Reported::Updated) => outcome.updated += 1,
                 Ok(Reported::Unchanged) => outcome.unchanged += 1,
                 Err(why) => outcome.refused.push(format!("{id}: {why}")),
             }
+            if let Some(index) = self.nodes.index_of(&id) {
+                named.insert(index);
+            }
+        }
+        if let Some(reporter) = reporter {
+            outcome.down = self.down_unless_reported(&reporter, &named);
         }
         Ok(outcome)
+    }
+
+    /// A report is of all its reporter's nodes (as a resource manager's is): a node it
+    /// described before and no longer names is down, until it names it again.
+    fn down_unless_reported(&mut self, reporter: &str, named: &HashSet<usize>) -> Vec<String> {
+        let gone = format!("{reporter} no longer reports this node");
+        let mut down = Vec::new();
+        for index in 0..self.nodes.all().len() {
+            if self
+                .nodes
+                .reported(index)
+                .is_none_or(|r| r.reporter != reporter)
+            {
+                continue;
+            }
+            let node = &self.nodes.all()[index];
+            let marked = node.rm_reason.as_deref() == Some(gone.as_str());
+            if !named.contains(&index) {
+                if !marked {
+                    down.push(node.config.id.clone());
+                }
+                self.set_rm_state(index, Some(NodeState::Down), Some(gone.clone()));
+            } else if marked {
+                self.set_rm_state(index, None, None);
+            }
+        }
+        down
     }
 
     fn report_node(&mut self, item: NodeReportItem, by: &Requester) -> Result<Reported, String> {

@@ -92,7 +92,12 @@ impl Engine {
         Some(index)
     }
 
-    fn set_rm_state(&mut self, index: usize, state: Option<NodeState>, reason: Option<String>) {
+    pub(super) fn set_rm_state(
+        &mut self,
+        index: usize,
+        state: Option<NodeState>,
+        reason: Option<String>,
+    ) {
         let node = &self.nodes.all()[index];
         if node.rm_state == state && node.rm_reason == reason {
             return;
