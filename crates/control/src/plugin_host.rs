@@ -350,10 +350,13 @@ impl PluginHost {
                 _ => Err(format!("no job '{id}'")),
             };
         }
+        // From the state index: the cost is the live jobs', not every job ever run.
+        let user = (!by.over_all).then_some(by.user.as_str());
         let listed: Vec<Value> = self.scheduler.with_jobs(|book| {
-            book.published_jobs()
+            book.live_positions(user)
                 .iter()
                 .rev()
+                .map(|position| book.at(position as usize))
                 .filter(|j| !j.status.state.is_final() && visible(j))
                 .take(MAX_LISTED_JOBS)
                 .map(|j| render(j))

@@ -50,6 +50,9 @@ pub fn collection_spec() -> CollectionSpec {
         .index_newest_first_except(&["severity", "eventDate"], Value::from(SCHEDULER_SEVERITY))
         .index_newest_first(&["eventType", "eventDate"])
         .index_newest_first_except(&["origin", "eventDate"], Value::from(SCHEDULER_ORIGIN))
+        // An event stream resumes after the last id it sent, in id order: a range of
+        // this index, not a scan of every event.
+        .index(&["id"])
 }
 
 /// What the scheduler's events say of themselves.

@@ -399,6 +399,25 @@ impl JobBook {
         self.index.get(&(attribute, Box::from(value)))
     }
 
+    /// The positions of the published jobs that have not ended (of `user` only, when
+    /// given), from the state index: what costs the live work, not the history.
+    pub fn live_positions(&self, user: Option<&str>) -> RoaringBitmap {
+        let mut live = RoaringBitmap::new();
+        for state in JobState::ALL.into_iter().filter(|s| !s.is_final()) {
+            if let Some(set) = self.with(Attribute::State, state.as_str()) {
+                live |= set;
+            }
+        }
+        if let Some(user) = user {
+            match self.with(Attribute::User, user) {
+                Some(theirs) => live &= theirs,
+                None => return RoaringBitmap::new(),
+            }
+        }
+        live.remove_range(self.published_len() as u32..);
+        live
+    }
+
     /// The positions of the jobs that have a hold of this kind.
     pub fn with_hold(&self, hold: Hold) -> &RoaringBitmap {
         &self.held[hold as usize]

@@ -842,9 +842,13 @@ mod tests {
 
     /// The plans of the statements that answer `filter`, newest first, 50 at most.
     fn plans(store: &SqliteStore, filter: &str) -> Vec<String> {
+        plans_sorted(store, filter, r#"{"date": -1}"#)
+    }
+
+    fn plans_sorted(store: &SqliteStore, filter: &str, sort: &str) -> Vec<String> {
         let query = ListQuery {
             filter: Filter::parse_str(filter, &WireDates::utc()).unwrap(),
-            sort: Sort::parse_str(r#"{"date": -1}"#).unwrap(),
+            sort: Sort::parse_str(sort).unwrap(),
             paging: Paging::parse(Some("50"), None).unwrap(),
         };
         let layout = &store.collections.get("ev").unwrap().layout;
@@ -858,6 +862,38 @@ mod tests {
                 Ok(explaining.plans)
             })
             .unwrap()
+    }
+
+    /// An event stream's resume: the page after an id, in id order, is a range of the
+    /// id's index (the events collection indexes `id` for it).
+    #[test]
+    fn a_page_after_an_id_reads_a_range_of_its_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(&dir.path().join("d.db")).unwrap();
+        let spec = CollectionSpec::new("ev")
+            .index_newest_first(&["date"])
+            .index(&["id"]);
+        store.ensure_collection(&spec).unwrap();
+        for i in 0..4 {
+            let body = json!({"id": format!("e{i}"), "date": format!("2026-01-01 00:00:0{i} UTC")});
+            store.insert("ev", &format!("e{i}"), None, body).unwrap();
+        }
+        let resume = plans_sorted(&store, r#"{"id": {"$gt": "e1"}}"#, r#"{"id": 1}"#);
+        let page = resume.last().unwrap();
+        assert!(
+            page.contains("USING INDEX doc_ev_by_k0 (k0>?"),
+            "{resume:?}"
+        );
+        assert!(
+            !page.contains("TEMP B-TREE"),
+            "sorted by the index: {resume:?}"
+        );
+        for plan in &resume {
+            assert!(
+                !plan.split("; ").any(|step| step == "SCAN doc_ev"),
+                "{plan}"
+            );
+        }
     }
 
     #[test]

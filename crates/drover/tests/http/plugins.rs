@@ -990,3 +990,43 @@ fn a_node_a_native_plugin_no_longer_reports_is_down_until_it_is_reported_again()
     let rack2 = server.get("/rest/nodes/rack2").json();
     assert_ne!(rack2["state"], "Down", "{rack2}");
 }
+
+/// `jobs()` answers the jobs that have not ended, newest first, read from the book's
+/// state index (its cost is the live work's, not the history's, issue #59): an ended
+/// job is not among them, a waiting one is.
+#[test]
+fn a_plugins_jobs_are_the_live_ones() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    uploaded(
+        &server,
+        "fn describe() { #{ id: \"Lister\", services: [\"live\"] } }\n\
+         fn live(request) { let ids = []; for j in jobs() { ids.push(j.id); } #{ ids: ids } }\n",
+    );
+    let created = send(
+        &server,
+        "POST",
+        "/rest/plugins",
+        &json!({"id": "lister", "pluginType": "Lister", "autoStart": true}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let started = send(
+        &server,
+        "PUT",
+        "/rest/plugins/lister",
+        &json!({"state": "STARTED"}),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+    let ended = drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
+    drover_testkit::wait_state_v2(&server, &ended, "Completed");
+    let waiting = |feature: &str| {
+        drover_testkit::submit_v2(
+            &server,
+            json!({"commandFile": "/bin/true", "requirements": [{"features": [feature]}]}),
+        )
+    };
+    let (first, second) = (waiting("nowhere"), waiting("nowhere-either"));
+    let live = server.get("/rest/plugins/lister/services/live");
+    assert_eq!(live.status, 200, "{}", live.body);
+    assert_eq!(live.json()["ids"], json!([second, first]), "{}", live.body);
+}
