@@ -8,7 +8,9 @@
 //! batch as the services it numbers, so that a name once given is never given again,
 //! even after the service went and the server restarted.
 
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use drover_domain::dates::{self, Timestamp};
 use drover_domain::service::{ExpandedService, Service, ServicePhase};
@@ -43,9 +45,25 @@ pub struct NewServices {
     pub limit: Option<usize>,
 }
 
+/// How long the services read last stand for the store's, when nothing here wrote
+/// them meanwhile: a write by another server sharing the store (a former lease holder)
+/// is seen within this time, and a write on stale versions is refused and read again.
+const READ_LIFE: Duration = Duration::from_secs(10);
+
 /// The service of the stored services. Blocking.
 pub struct ServiceRecords {
     catalog: Catalog,
+    /// Counts the writes made here: what was read before one is not kept.
+    writes: AtomicU64,
+    /// Every service as last read (the controller asks twice a second, the interface
+    /// on each list): a read of the store only after a write, or after [`READ_LIFE`].
+    last_read: Mutex<Option<LastRead>>,
+}
+
+struct LastRead {
+    writes: u64,
+    at: Instant,
+    services: Vec<StoredService>,
 }
 
 impl ServiceRecords {
@@ -53,7 +71,16 @@ impl ServiceRecords {
         store.ensure_collection(&CollectionSpec::new(NAMES))?;
         Ok(Self {
             catalog: Catalog::open(store, SERVICES, "service")?,
+            writes: AtomicU64::new(0),
+            last_read: Mutex::new(None),
         })
+    }
+
+    /// Writes `writes` (refused as the catalog refuses) and forgets what was read.
+    fn commit(&self, writes: &[Write], summary: &str, name: &str) -> Result<()> {
+        let written = self.catalog.commit(writes, summary, name);
+        self.writes.fetch_add(1, Ordering::AcqRel);
+        written
     }
 
     pub fn list(&self, query: &ListQuery) -> Result<Page<StoredService>> {
@@ -62,7 +89,25 @@ impl ServiceRecords {
 
     /// Every service, oldest first.
     pub fn all(&self) -> Result<Vec<StoredService>> {
-        self.catalog.all()
+        let writes = self.writes.load(Ordering::Acquire);
+        let mut last = self.last_read.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(read) = last.as_ref()
+            && read.writes == writes
+            && read.at.elapsed() < READ_LIFE
+        {
+            return Ok(read.services.clone());
+        }
+        let services: Vec<StoredService> = self.catalog.all()?;
+        // Kept only if no write here came between: a read that began before a commit
+        // may not show it.
+        if self.writes.load(Ordering::Acquire) == writes {
+            *last = Some(LastRead {
+                writes,
+                at: Instant::now(),
+                services: services.clone(),
+            });
+        }
+        Ok(services)
     }
 
     /// The service whose id, else name, is `key`.
@@ -184,7 +229,7 @@ impl ServiceRecords {
                 expected_version: Some(counter.version),
             },
         });
-        self.catalog.commit(&writes, summary, &names[0])?;
+        self.commit(&writes, summary, &names[0])?;
         drop(ids);
         self.get(&top)
     }
@@ -207,8 +252,7 @@ impl ServiceRecords {
             &current.value,
             Some(current.version),
         );
-        self.catalog
-            .commit(&[write], &summary, &current.value.name)?;
+        self.commit(&[write], &summary, &current.value.name)?;
         self.get(&current.id)
     }
 
@@ -238,8 +282,7 @@ impl ServiceRecords {
                 Some(parent.version),
             ));
         }
-        self.catalog
-            .commit(&writes, "The service was not removed", &current.value.name)
+        self.commit(&writes, "The service was not removed", &current.value.name)
     }
 
     /// Marks the service `key` and every service under it for teardown (`remove`: their
@@ -288,7 +331,7 @@ impl ServiceRecords {
                 Some(parent.version),
             ));
         }
-        self.catalog.commit(
+        self.commit(
             &writes,
             &format!("The service {key} was not torn down"),
             &root.value.name,
@@ -354,4 +397,63 @@ fn sched_of(attributes: &mut Map<String, Value>) -> &mut Map<String, Value> {
         .get_mut("sched")
         .and_then(Value::as_object_mut)
         .expect("sched was just made an object")
+}
+
+#[cfg(test)]
+mod tests {
+    use drover_domain::service_template::ServiceType;
+    use drover_store::SqliteStore;
+
+    use super::*;
+
+    fn new_services() -> NewServices {
+        NewServices {
+            user: "bob".into(),
+            account: None,
+            created_by: "bob".into(),
+            start_requested: None,
+            starts_at: 0,
+            duration: None,
+            limit: None,
+        }
+    }
+
+    fn one(base: &str) -> ExpandedService {
+        ExpandedService {
+            base: base.into(),
+            kind: ServiceType::Container,
+            template: None,
+            label: None,
+            attributes: Map::new(),
+            parent: None,
+            children: Vec::new(),
+            dependencies: Vec::new(),
+            storage_of: None,
+            template_defined: false,
+        }
+    }
+
+    /// The services read last are answered again only until a write here: every read
+    /// after a write shows it.
+    #[test]
+    fn a_read_after_a_write_shows_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(SqliteStore::open(&dir.path().join("d.db")).unwrap());
+        let records = ServiceRecords::open(store).unwrap();
+        assert!(records.all().unwrap().is_empty());
+        let made = records.create(&[one("a")], &new_services()).unwrap();
+        assert_eq!(records.all().unwrap().len(), 1);
+        assert_eq!(records.all().unwrap(), records.all().unwrap());
+        records
+            .update(&made.id, |s| {
+                s.status = "changed".into();
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(records.all().unwrap()[0].value.status, "changed");
+        records.tear_down(&made.id, true, "deleted").unwrap();
+        assert!(records.all().unwrap()[0].value.remove_when_down);
+        records.remove(&made.id).unwrap();
+        assert!(records.all().unwrap().is_empty());
+    }
 }
