@@ -88,6 +88,8 @@ pub struct Config {
     pub nodes: Vec<NodeConfig>,
     /// The event log file.
     pub events: EventsConfig,
+    /// How long history is kept in the store (for ever by default), and where it goes.
+    pub retention: drover_monitor::retention::RetentionConfig,
     /// Job templates: change the built-in ones (same id) or add others.
     pub job_templates: Vec<JobTemplate>,
     /// Reservations recurring every day (or on named days), read-only through the API.
@@ -408,6 +410,7 @@ impl Default for Config {
             access: AccessConfig::default(),
             nodes: Vec::new(),
             events: EventsConfig::default(),
+            retention: Default::default(),
             job_templates: Vec::new(),
             standing_reservations: Vec::new(),
             accounting: AccountingConfig::default(),
@@ -503,6 +506,9 @@ impl Config {
         if let Some(file) = self.events.log_file.as_mut() {
             absolute(file)?;
         }
+        if let Some(dir) = self.retention.archive_dir.as_mut() {
+            absolute(dir)?;
+        }
         for dir in &mut self.plugins.native_directories {
             absolute(dir)?;
         }
@@ -518,6 +524,9 @@ impl Config {
         }
         if self.list_budget_ms == 0 {
             return Err("list_budget_ms must be positive".into());
+        }
+        if self.retention.batch == 0 || self.retention.every_seconds == 0 {
+            return Err("[retention] batch and every_seconds must be positive".into());
         }
         if self.header_timeout_seconds == 0
             || self.body_timeout_seconds == 0

@@ -363,6 +363,41 @@ async fn purge_expired(state: AppState) {
     }
 }
 
+/// Exports, then removes, the history past its configured age (`[retention]`), at start
+/// and every `every_seconds`; nothing when no age is configured.
+async fn keep_history(
+    state: AppState,
+    config: drover_monitor::retention::RetentionConfig,
+    data_dir: std::path::PathBuf,
+) {
+    if !config.removes_anything() {
+        return;
+    }
+    let archive = config
+        .archive_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("archive"));
+    let mut every = tokio::time::interval(Duration::from_secs(config.every_seconds));
+    let retention = Arc::new(drover_monitor::retention::Retention::new(
+        state.store().clone(),
+        config,
+        archive,
+    ));
+    loop {
+        every.tick().await;
+        let retention = retention.clone();
+        let pass = tokio::task::spawn_blocking(move || retention.pass(Timestamp::now())).await;
+        match pass {
+            Ok(Ok(removed)) if removed != Default::default() => eprintln!(
+                "drover: retention: exported and removed {} events, {} audit events, {} samples",
+                removed.events, removed.audit, removed.samples
+            ),
+            Ok(Err(e)) => eprintln!("drover: warning: retention: {e}"),
+            _ => {}
+        }
+    }
+}
+
 /// Recovers the scheduler's state from the store and starts its engine, with the
 /// configured resource manager: the local one (jobs are processes of this machine) or
 /// Slurm (its nodes, unless `[[nodes]]` names them).
@@ -592,6 +627,7 @@ pub async fn launch_with(
     } else {
         None
     };
+    let (retention, data_dir) = (config.retention.clone(), config.data_dir.clone());
     let Prepared {
         state,
         generated: generated_admin,
@@ -625,6 +661,7 @@ pub async fn launch_with(
             state.plugins().clone(),
         )),
         tokio::spawn(purge_expired(state.clone())),
+        tokio::spawn(keep_history(state.clone(), retention, data_dir)),
     ];
     let app = drover_api::app(state.clone(), routes);
     let address = listener.local_addr().map_err(|e| e.to_string())?;

@@ -9,6 +9,7 @@
 //!   scheduler's [`drover_sched::events::EventSink`].
 //! - [`stored`]: reading stored events ([`StoredEvents`]), for the events resource.
 //! - [`report`]: consolidation of samples into datapoints; [`reports`]: reports in the store.
+//! - [`retention`]: exporting, then removing, events and samples past their age.
 
 pub mod event;
 pub mod health;
@@ -16,6 +17,7 @@ pub mod log;
 pub mod recorder;
 pub mod report;
 pub mod reports;
+pub mod retention;
 pub mod stored;
 
 pub use event::Event;

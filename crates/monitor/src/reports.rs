@@ -64,7 +64,9 @@ impl Reports {
         store.ensure_collection(
             &CollectionSpec::new(SAMPLES)
                 .index(&["report", "timestamp"])
-                .index(&["report", "periodEnd"]),
+                .index(&["report", "periodEnd"])
+                // Retention removes the oldest kept samples of every report.
+                .index(&["timestamp"]),
         )?;
         Ok(Self {
             store,

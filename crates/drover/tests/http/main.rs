@@ -28,6 +28,7 @@ mod plugin_sandbox;
 mod plugins;
 mod principals;
 mod reservations;
+mod retention;
 mod roles;
 mod security;
 mod service_edges;
