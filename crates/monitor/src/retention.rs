@@ -266,16 +266,22 @@ mod tests {
                "code": 0, "facility": facility})
     }
 
-    /// Due documents of each kind are exported to their day's file and removed, in
-    /// batches; the others and the newer ones stay.
-    #[test]
-    fn due_history_is_exported_then_removed_in_batches() {
+    /// A store in a new directory, with the events collection.
+    fn events_store() -> (tempfile::TempDir, Arc<dyn DocumentStore>) {
         let dir = tempfile::tempdir().unwrap();
         let store: Arc<dyn DocumentStore> =
             Arc::new(SqliteStore::open(&dir.path().join("d.db")).unwrap());
         store
             .ensure_collection(&crate::recorder::collection_spec())
             .unwrap();
+        (dir, store)
+    }
+
+    /// Due documents of each kind are exported to their day's file and removed, in
+    /// batches; the others and the newer ones stay.
+    #[test]
+    fn due_history_is_exported_then_removed_in_batches() {
+        let (dir, store) = events_store();
         for i in 0..7 {
             let audit = (i % 3 == 0).then_some(AUDIT_FACILITY);
             let day = if i < 5 { "2026-01-0" } else { "2026-03-0" };
@@ -339,12 +345,7 @@ mod tests {
     /// removed.
     #[test]
     fn an_archive_others_may_write_to_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn DocumentStore> =
-            Arc::new(SqliteStore::open(&dir.path().join("d.db")).unwrap());
-        store
-            .ensure_collection(&crate::recorder::collection_spec())
-            .unwrap();
+        let (dir, store) = events_store();
         store
             .insert(
                 EVENTS,
