@@ -38,4 +38,5 @@ mod support;
 mod unknown_fields;
 mod virtual_containers;
 mod vm_edges;
+mod vm_queue;
 mod vms;
