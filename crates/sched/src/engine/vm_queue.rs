@@ -40,12 +40,16 @@ impl Engine {
             let Some(position) = self.vms.position(&id) else {
                 continue;
             };
-            if self.vms.get(position).phase == VmPhase::Waiting {
+            let before = self.vms.get(position).clone();
+            if before.phase == VmPhase::Waiting {
                 self.start_waiting_vm(position, false);
             } else {
                 self.start_queued_operation(position);
             }
-            self.store_vm(position);
+            // Still waiting: nothing to write (a pass comes at every tick).
+            if *self.vms.get(position) != before {
+                self.store_vm(position);
+            }
         }
     }
 
