@@ -1,6 +1,7 @@
 //! Pending actions (spec 2.13, 4.6): the system jobs working on VMs while they run
-//! (setup, migrate, destroy), and the last one that failed on a VM while that VM
-//! exists, with `failureDetails`. An ordinary user sees those of their own VMs.
+//! (setup, migrate, destroy), those waiting (`PENDING`: for room, or for the operation
+//! under way), and the last one that failed on a VM while that VM exists, with
+//! `failureDetails`. An ordinary user sees those of their own VMs.
 //!
 //! The `id` is the system job's id (the `jobId` its request answered). Its type follows
 //! the template the job was made from, matched at its end: first the configured
@@ -94,7 +95,11 @@ fn system_jobs_of_visible_vms(
         if !crate::vms::visible(vm, caller) {
             continue;
         }
-        for id in [&vm.active_job, &vm.failed_job].into_iter().flatten() {
+        let queued = vm.queued.as_ref().map(|q| q.job().to_string());
+        for id in [&vm.active_job, &queued, &vm.failed_job]
+            .into_iter()
+            .flatten()
+        {
             if let Some(job) = scheduler.job(id) {
                 actions.push((vm.clone(), job));
             }
@@ -123,7 +128,8 @@ fn render(vm: &Vm, job: &Job, cloud: &CloudSettings, dates: &WireDates, version:
     json!({
         "id": job.id,
         "failureDetails": failure,
-        "hosts": [vm.node],
+        // None yet while a VM waits for a node with room.
+        "hosts": if vm.node.is_empty() { json!([]) } else { json!([vm.node]) },
         "maxDurationInSeconds": job.spec.duration,
         "migrationDestination": destination,
         "migrationSource": source,

@@ -4,7 +4,7 @@
 //!
 //! Creating, migrating and destroying answer `202 {"jobId"}`: the system job doing the
 //! work (the decisions page), whose progress the VM's `state`/`substate` and the job
-//! show. A `PUT` with `node` is a migration and ignores every other field (`ANY`: the
+//! show; while another operation is under way (or there is no room) the job waits. A `PUT` with `node` is a migration and ignores every other field (`ANY`: the
 //! scheduler picks the node); without `node` it changes the modifiable fields and
 //! answers `{"messages"}` (a `powerState` change powers the guest off or on). Fields
 //! outside those the spec lists for each operation are refused by name.
@@ -169,8 +169,16 @@ pub(crate) fn register(routes: &mut Routes) {
         .idempotent()
         .summary("Creates a VM: a genericVM-setup system job boots its guest")
         .json_body(input(true))
-        .response(202, "The setup job", Some(job()))
-        .response(400, "A field is wrong, or no node has room", None)
+        .response(
+            202,
+            "The setup job (it waits while no node has room)",
+            Some(job()),
+        )
+        .response(
+            400,
+            "A field is wrong, or no node could ever hold the VM",
+            None,
+        )
         .response(409, "The id is taken", None);
     routes
         .put("/rest/vms/{id}", UPDATE, modify)
@@ -178,14 +186,17 @@ pub(crate) fn register(routes: &mut Routes) {
         .path_param("id", "The VM's id")
         .json_body(input(false))
         .response(200, "Changed", Some(object(&[("messages", strings())])))
-        .response(202, "A migration: the genericVM-migrate job", Some(job()))
-        .response(409, "Another operation on the VM is under way", None);
+        .response(202, "A migration: the genericVM-migrate job (it waits for an operation under way, and for room)", Some(job()))
+        .response(409, "A power change while an operation is under way, or a migration of a VM being destroyed", None);
     routes
         .delete("/rest/vms/{id}", DELETE, destroy)
         .summary("Destroys a VM: a genericVM-destroy system job ends its guest")
         .path_param("id", "The VM's id")
-        .response(202, "The destroy job", Some(job()))
-        .response(409, "Another operation on the VM is under way", None);
+        .response(
+            202,
+            "The destroy job (it waits for an operation under way)",
+            Some(job()),
+        );
 }
 
 /// Whether the caller may see `vm`: their own, or any with a permission over all.
@@ -468,7 +479,8 @@ pub fn render(vm: &Vm, dates: &WireDates, version: u32) -> Value {
         "lastUpdateDate": date(Some(vm.last_update)),
         "migrationCount": vm.migration_count,
         "networkAddress": null,
-        "node": {"id": vm.node},
+        // None yet while it waits for any node with room.
+        "node": (!vm.node.is_empty()).then(|| json!({"id": vm.node})),
         "os": image,
         "osList": [image],
         "powerSelectState": "NONE",

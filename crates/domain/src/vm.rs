@@ -40,6 +40,9 @@ pub fn id_problem(id: &str) -> Option<&'static str> {
 /// Where a VM is in its life. The wire `state` and `substate` are made from it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum VmPhase {
+    /// No node has room for it yet: its setup job waits (a pending action) and it holds
+    /// nothing; it is made once a node has room.
+    Waiting,
     /// Its setup job is making the guest.
     Creating,
     /// The guest runs.
@@ -63,7 +66,7 @@ impl VmPhase {
     /// The wire `state` (upper case, the node-state vocabulary of the spec's samples).
     pub fn state(self) -> &'static str {
         match self {
-            VmPhase::Creating => "UNKNOWN",
+            VmPhase::Waiting | VmPhase::Creating => "UNKNOWN",
             VmPhase::Running | VmPhase::Migrating | VmPhase::PoweringOff => "BUSY",
             VmPhase::PoweringOn | VmPhase::Destroying => "BUSY",
             VmPhase::Off | VmPhase::Failed | VmPhase::Lost => "DOWN",
@@ -73,6 +76,7 @@ impl VmPhase {
     /// The wire `substate`: what it is doing or why it is down.
     pub fn substate(self) -> &'static str {
         match self {
+            VmPhase::Waiting => "waiting",
             VmPhase::Creating => "creating",
             VmPhase::Running => "running",
             VmPhase::PoweringOn => "poweringOn",
@@ -85,11 +89,13 @@ impl VmPhase {
         }
     }
 
-    /// Whether an operation is under way (another is refused until it is done).
+    /// Whether an operation is under way (or waits for room): another one asked for
+    /// meanwhile is queued until it is done.
     pub fn busy(self) -> bool {
         matches!(
             self,
-            VmPhase::Creating
+            VmPhase::Waiting
+                | VmPhase::Creating
                 | VmPhase::PoweringOn
                 | VmPhase::PoweringOff
                 | VmPhase::Migrating
@@ -147,6 +153,10 @@ pub struct Vm {
     /// The system job working on it now, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_job: Option<String>,
+    /// An operation asked for while another was under way, or a migration waiting for
+    /// room on its target: its system job waits (a pending action) until it can start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued: Option<QueuedOperation>,
     /// The last system job that failed on it (a pending action with `failureDetails`
     /// while the VM exists).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -198,6 +208,7 @@ impl Vm {
             for_job: None,
             setup_job: None,
             active_job: None,
+            queued: None,
             failed_job: None,
             description: None,
             template: None,
@@ -277,6 +288,31 @@ impl Vm {
             self.phase_since = now;
         }
         self.last_update = now;
+    }
+}
+
+/// An operation on a VM that waits for the one under way (or for room), with its
+/// system job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum QueuedOperation {
+    Destroy {
+        job: String,
+    },
+    /// To `to`, or (`None`) to the first other node with room.
+    Migrate {
+        job: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+    },
+}
+
+impl QueuedOperation {
+    /// Its system job's id.
+    pub fn job(&self) -> &str {
+        match self {
+            QueuedOperation::Destroy { job } | QueuedOperation::Migrate { job, .. } => job,
+        }
     }
 }
 

@@ -1121,10 +1121,31 @@ async fn a_vm_holds_its_hosts_resources_from_create_to_destroy_through_system_jo
     let n1 = h.scheduler.nodes()[0].clone();
     assert_eq!((n1.used_processors, n1.used_memory), (3, 256));
     assert_eq!(n1.vms, ["web"]);
-    // A second VM that does not fit on n1 goes to n2; a third fits nowhere.
+    // A second VM that does not fit on n1 goes to n2; a third fits nowhere now, and
+    // waits holding nothing (destroyed, its setup is cancelled); one no node could ever
+    // hold is refused.
     job_of(h.scheduler.vm(create("db", 2), user("bob")).await).await;
     assert_eq!(vm_of(&h, "db").unwrap().node, "n2");
-    let refused = h.scheduler.vm(create("big", 3), user("bob")).await;
+    let waits = job_of(h.scheduler.vm(create("big", 3), user("bob")).await).await;
+    let big = vm_of(&h, "big").unwrap();
+    assert_eq!((big.phase, big.node.as_str()), (VmPhase::Waiting, ""));
+    assert_eq!(
+        h.scheduler.job(&waits).unwrap().status.state,
+        JobState::Idle
+    );
+    assert_eq!(h.scheduler.nodes()[1].used_processors, 2);
+    job_of(
+        h.scheduler
+            .vm(VmCommand::Destroy("big".into()), user("bob"))
+            .await,
+    )
+    .await;
+    assert!(vm_of(&h, "big").is_none());
+    assert_eq!(
+        h.scheduler.job(&waits).unwrap().status.state,
+        JobState::Removed
+    );
+    let refused = h.scheduler.vm(create("huge", 5), user("bob")).await;
     assert!(
         matches!(refused, Err(drover_sched::SchedError::Invalid(_))),
         "{refused:?}"

@@ -39,4 +39,5 @@ mod support;
 mod unknown_fields;
 mod virtual_containers;
 mod vm_edges;
+mod vm_queue;
 mod vms;

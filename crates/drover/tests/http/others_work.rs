@@ -109,17 +109,25 @@ fn vms_keep_out_of_others_reservations_and_within_a_users_share() {
             .extend(extra.as_object().unwrap().clone());
         body
     };
-    // Bob may not put a VM on carol's node, even a short-lived one...
-    for ttl in [json!(null), json!(60)] {
+    // Bob's VM for carol's node, even a short-lived one, waits there holding nothing
+    // while her reservation keeps it out...
+    for (n, ttl) in [json!(null), json!(60)].into_iter().enumerate() {
+        let id = format!("on-n2-{n}");
         let body = vm(
-            "on-n2",
+            &id,
             json!({"node": {"id": "n2"}, "requestedTimeToLive": ttl}),
         );
-        send(&server, "POST", "/rest/vms", bob(), &body).assert_refused(
-            400,
-            "reservations",
-            &"bob's VM on carol's node",
+        let waits = send(&server, "POST", "/rest/vms", bob(), &body);
+        assert_eq!(waits.status, 202, "{}", waits.body);
+        let seen = server.get(&format!("/rest/vms/{id}")).json();
+        assert_eq!(
+            seen["substate"], "waiting",
+            "bob's VM on carol's node: {seen}"
         );
+        let n2 = server.get("/rest/nodes/n2").json();
+        assert_eq!(n2["availableProcessors"], 4, "{n2}");
+        let gone = server.send("DELETE", &format!("/rest/vms/{id}"), bob());
+        assert_eq!(gone.status, 202, "{}", gone.body);
     }
     // ...and one placed anywhere goes elsewhere; carol's own goes on hers.
     let anywhere = send(&server, "POST", "/rest/vms", bob(), &vm("b1", json!({})));

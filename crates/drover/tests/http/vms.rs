@@ -109,7 +109,7 @@ pub(crate) fn without_provisioner() -> TestServer {
     server
 }
 
-fn job_id(reply: &Reply) -> String {
+pub(crate) fn job_id(reply: &Reply) -> String {
     assert_eq!(reply.status, 202, "{}", reply.body);
     reply.json()["jobId"].as_str().unwrap().to_string()
 }
@@ -144,7 +144,7 @@ fn last_tick(server: &TestServer, id: &str) -> f64 {
         .unwrap_or(0.0)
 }
 
-fn available_processors(server: &TestServer, node: &str) -> i64 {
+pub(crate) fn available_processors(server: &TestServer, node: &str) -> i64 {
     server.get(&format!("/rest/nodes/{node}")).json()["availableProcessors"]
         .as_i64()
         .unwrap()
@@ -386,7 +386,11 @@ fn vm_requests_are_checked_failures_are_reported_and_time_to_live_ends_a_vm() {
         (json!({"id": "a/b"}), 400, "id"),
         (json!({"os": "nothing"}), 400, "no image 'nothing'"),
         (json!({"node": {"id": "node09"}}), 400, "no node 'node09'"),
-        (json!({"totalProcessors": 5}), 400, "no node has room"),
+        (
+            json!({"totalProcessors": 5}),
+            400,
+            "no node could ever hold",
+        ),
         (
             json!({"totalMemory": 4096, "node": "node01"}),
             400,

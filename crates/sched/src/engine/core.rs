@@ -570,6 +570,10 @@ impl Engine {
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
     /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
+        // VM work waiting for room goes first, as the system's own (`vm_queue`).
+        if self.vm_work_waits() {
+            self.start_waiting_vm_work();
+        }
         if self.queue.is_empty() {
             return;
         }
@@ -1043,7 +1047,7 @@ impl Engine {
         if !self.vms.is_empty() {
             self.expire_vms(now);
         }
-        if !self.queue.is_empty() {
+        if !self.queue.is_empty() || self.vm_work_waits() {
             self.needs_schedule = true;
         }
     }

@@ -35,6 +35,7 @@ mod system_accounts;
 mod virtual_container_commands;
 mod virtual_container_table;
 mod vm_commands;
+mod vm_queue;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::mpsc::Sender;

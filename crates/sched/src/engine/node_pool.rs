@@ -250,6 +250,35 @@ pub(super) fn vm_fits(node: &Node, size: VmSize, reserved: u32) -> Result<(), St
     Ok(())
 }
 
+/// Whether a VM of `size` could ever fit on `node`, were all of it free (whatever it
+/// runs, its state or its reservations now); if not, why.
+pub(super) fn vm_could_fit(node: &Node, size: VmSize) -> Result<(), String> {
+    let config = &node.config;
+    if config.processors < size.processors {
+        return Err(format!(
+            "node {} has {} processors, the VM asks for {}",
+            node.id(),
+            config.processors,
+            size.processors
+        ));
+    }
+    if let Some(memory) = config.memory.filter(|m| *m < size.memory) {
+        return Err(format!(
+            "node {} has {memory} MB of memory, the VM asks for {} MB",
+            node.id(),
+            size.memory
+        ));
+    }
+    if let Some(disk) = config.disk.filter(|d| *d < size.disk) {
+        return Err(format!(
+            "node {} has {disk} MB of disk, the VM asks for {} MB",
+            node.id(),
+            size.disk
+        ));
+    }
+    Ok(())
+}
+
 /// One node describing this machine (when no `[[nodes]]` are configured): its host
 /// name, processors, memory and swap, read from `/proc`.
 pub(super) fn this_machine() -> NodeConfig {

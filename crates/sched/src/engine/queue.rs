@@ -80,6 +80,11 @@ impl Queue {
         if job.array_spec().is_some() {
             return false; // a master never runs: its sub-jobs do
         }
+        if job.spec.extra.system_task.is_some() {
+            // A VM's system job is the engine's VM work, started by it (`vm_commands`),
+            // never placed as a job: one waiting for its VM is not in the queue.
+            return false;
+        }
         // A job submitted to the resource manager directly waits there, not here.
         let waiting = (job.status.state == JobState::Idle && !job.spec.extra.rm_detected)
             || (job.status.state == JobState::Blocked

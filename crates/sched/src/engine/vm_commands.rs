@@ -15,13 +15,14 @@ use drover_store::{Body, Write};
 
 use super::core::Engine;
 use super::id_table::IdTable;
-use super::node_pool::{VmSize, vm_fits};
+use super::node_pool::VmSize;
 use super::{Inbox, VmAnswer};
 use crate::job::{Job, JobDates, JobMessage, JobSpec, JobState, JobStatus, ResourceRequest};
 use crate::request::summary::{self, VM_NOT_CREATED};
 use crate::request::{Requester, SchedError};
 use crate::vm::{
-    DEFAULT_MEMORY_MB, DEFAULT_PROCESSORS, SystemTask, Vm, VmChange, VmCommand, VmPhase, VmRequest,
+    DEFAULT_MEMORY_MB, DEFAULT_PROCESSORS, QueuedOperation, SystemTask, Vm, VmChange, VmCommand,
+    VmPhase, VmRequest,
 };
 use crate::vm_host::{Outcome, VmOperation};
 
@@ -63,15 +64,38 @@ fn carried_bytes(vm: &Vm) -> usize {
         + vm.description.as_ref().map_or(0, String::len)
 }
 
-/// Who a system job of the scheduler's own (a time-to-live expiry) acts for.
 /// Whose a VM is and how long it would live from now: what the reservations on a node
 /// it may go to are judged against.
-struct Lifetime<'a> {
-    owner: &'a str,
+pub(super) struct Lifetime<'a> {
+    pub(super) owner: &'a str,
     /// Seconds; `None`: until destroyed.
-    time_to_live: Option<i64>,
+    pub(super) time_to_live: Option<i64>,
 }
 
+/// What the VM is doing that a power change would have to wait for, if anything.
+fn under_way(vm: &Vm) -> Option<String> {
+    match &vm.queued {
+        _ if vm.phase.busy() => Some(vm.phase.substate().to_string()),
+        Some(QueuedOperation::Migrate { job, .. }) => {
+            Some(format!("waiting to be migrated (job {job})"))
+        }
+        Some(QueuedOperation::Destroy { job }) => {
+            Some(format!("waiting to be destroyed (job {job})"))
+        }
+        None => None,
+    }
+}
+
+/// The destroy under way or asked for on the VM, if any.
+fn being_destroyed(vm: &Vm) -> Option<&str> {
+    match &vm.queued {
+        Some(QueuedOperation::Destroy { job }) => Some(job),
+        _ if vm.phase == VmPhase::Destroying => vm.active_job.as_deref(),
+        _ => None,
+    }
+}
+
+/// Who a system job of the scheduler's own (a time-to-live expiry) acts for.
 fn scheduler_itself() -> Requester {
     Requester {
         user: "root".into(),
@@ -153,13 +177,11 @@ impl Engine {
         let time_to_live = request
             .time_to_live
             .or((!by.over_all && !request.for_service && default_ttl > 0).then_some(default_ttl));
-        let lives = Lifetime {
-            owner: &by.user,
-            time_to_live,
-        };
-        let node = self.host_for(size, request.node.as_deref(), &lives)?;
+        // Refused only when no node could ever hold it; else it waits for room.
+        self.could_ever_hold(size, request.node.as_deref(), None)
+            .map_err(invalid)?;
         let now = self.now();
-        let vm = Vm {
+        let mut vm = Vm {
             disk: request.disk,
             image: request.image,
             time_to_live,
@@ -173,16 +195,22 @@ impl Engine {
             ..Vm::new(
                 id.clone(),
                 by.user.clone(),
-                node.clone(),
+                request.node.clone().unwrap_or_default(),
                 (size.processors, size.memory),
                 now,
             )
         };
-        self.hold_vm_on(&node, &vm, true);
+        // It holds nothing until a node has room (now, most often: `start_waiting_vm`).
+        vm.phase = VmPhase::Waiting;
         self.vms.push(vm);
         let position = self.vms.len() - 1;
-        let job = self.start_system_job(position, SystemTask::VmCreate { vm: id }, by);
-        self.vms.get_mut(position).setup_job = Some(job.clone());
+        let job = self.new_system_job(position, SystemTask::VmCreate { vm: id }, by);
+        {
+            let vm = self.vms.get_mut(position);
+            vm.setup_job = Some(job.clone());
+            vm.active_job = Some(job.clone());
+        }
+        self.start_waiting_vm(position, true);
         self.store_vm(position);
         self.needs_schedule = true;
         Ok(job)
@@ -270,47 +298,13 @@ impl Engine {
 
     /// Processors of `node` that reservations hold while a VM would live on it and do
     /// not admit its owner: a VM is placed around them as a job is.
-    fn reserved_against(&self, node: &crate::node::Node, lives: &Lifetime) -> u32 {
+    pub(super) fn reserved_against(&self, node: &crate::node::Node, lives: &Lifetime) -> u32 {
         let now = self.now();
         let end = lives
             .time_to_live
             .map_or(i64::MAX, |ttl| now.saturating_add(ttl));
         self.reservations
             .held_against(node.id(), lives.owner, now, end)
-    }
-
-    /// The node a new VM of `size` goes to: `node` if it has room now, else (none
-    /// named) the first that has.
-    fn host_for(
-        &self,
-        size: VmSize,
-        node: Option<&str>,
-        lives: &Lifetime,
-    ) -> Result<String, SchedError> {
-        let invalid = |reason: String| SchedError::invalid(VM_NOT_CREATED, reason);
-        match node {
-            Some(node) => {
-                let index = self
-                    .nodes
-                    .index_of(node)
-                    .ok_or_else(|| invalid(format!("node: no node '{node}'")))?;
-                let host = &self.nodes.all()[index];
-                vm_fits(host, size, self.reserved_against(host, lives))
-                    .map_err(|why| invalid(format!("node: the VM does not fit: {why}")))?;
-                Ok(node.to_string())
-            }
-            None => self
-                .nodes
-                .room_for_vm(size, None, |n| self.reserved_against(n, lives))
-                .map(|n| n.id().to_string())
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "no node has room now for a VM of {} processors, {} MB of memory and \
-                         {} MB of disk",
-                        size.processors, size.memory, size.disk
-                    ))
-                }),
-        }
     }
 
     fn modify_vm(
@@ -334,13 +328,14 @@ impl Engine {
                 "powerState: it is job {job}'s VM, which lives and ends with the job"
             )));
         }
-        if power.is_some() && vm.phase.busy() {
+        // A power change is answered as done (200), with no job to follow: it is not
+        // queued behind an operation under way (docs/decisions.md).
+        if power.is_some()
+            && let Some(what) = under_way(&vm)
+        {
             return Err(SchedError::Conflict(vec![
                 summary::vm_not_changed(id),
-                format!(
-                    "powerState: the VM is {}; try again when that is done",
-                    vm.phase.substate()
-                ),
+                format!("powerState: the VM is {what}; try again when that is done"),
             ]));
         }
         if power.is_some() && matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
@@ -397,61 +392,58 @@ impl Engine {
     ) -> Result<String, SchedError> {
         let position = self.vm_position(id, by)?;
         let refuse = |reason: String| SchedError::refused(summary::vm_not_migrated(id), reason);
+        let conflict =
+            |reason: String| SchedError::Conflict(vec![summary::vm_not_migrated(id), reason]);
         let vm = self.vms.get(position).clone();
         if let Some(job) = &vm.for_job {
             return Err(refuse(format!(
                 "it was made for job {job}, whose node holds its resources"
             )));
         }
-        if vm.phase != VmPhase::Running {
-            return Err(SchedError::Conflict(vec![
-                summary::vm_not_migrated(id),
-                format!(
-                    "only a running VM can be migrated; this one is {}",
-                    vm.phase.substate()
-                ),
-            ]));
+        if let Some(job) = being_destroyed(&vm) {
+            return Err(conflict(format!("the VM is being destroyed (job {job})")));
         }
-        let lives = Lifetime {
-            owner: &vm.owner,
-            time_to_live: vm.expires().map(|at| (at - self.now()).max(0)),
-        };
-        let target = match to {
-            Some(node) => {
-                let index = self
-                    .nodes
-                    .index_of(&node)
-                    .ok_or_else(|| refuse(format!("node: no node '{node}'")))?;
-                if node == vm.node {
-                    return Err(refuse(format!("node: the VM already runs on {node}")));
-                }
-                let host = &self.nodes.all()[index];
-                vm_fits(host, VmSize::of(&vm), self.reserved_against(host, &lives))
-                    .map_err(|why| refuse(format!("node: the VM does not fit: {why}")))?;
-                node
-            }
-            None => self
-                .nodes
-                .room_for_vm(VmSize::of(&vm), Some(&vm.node), |n| {
-                    self.reserved_against(n, &lives)
-                })
-                .map(|n| n.id().to_string())
-                .ok_or_else(|| refuse("node ANY: no other node has room for the VM now".into()))?,
-        };
-        // Held on both nodes until the guest has moved.
-        self.hold_vm_on(&target, &vm, true);
-        let now = self.now();
-        {
-            let vm = self.vms.get_mut(position);
-            vm.target = Some(target.clone());
-            vm.enter(VmPhase::Migrating, now);
+        // Queued behind an operation under way; else only a running guest can move.
+        if !vm.phase.busy() && vm.phase != VmPhase::Running {
+            return Err(conflict(format!(
+                "only a running VM can be migrated; this one is {}",
+                vm.phase.substate()
+            )));
+        }
+        if let Some(node) = to.as_deref().filter(|n| *n == vm.node && !vm.phase.busy()) {
+            return Err(refuse(format!("node: the VM already runs on {node}")));
+        }
+        self.could_ever_hold(VmSize::of(&vm), to.as_deref(), Some(&vm.node))
+            .map_err(refuse)?;
+        if let Some(QueuedOperation::Migrate { job, .. }) = &vm.queued {
+            // The last asked wins: the migration waiting goes where this one asks.
+            let job = job.clone();
+            let task = SystemTask::VmMigrate {
+                vm: id.to_string(),
+                from: vm.node.clone(),
+                to: to.clone().unwrap_or_else(|| "ANY".into()),
+            };
+            self.set_system_task(&job, task);
+            self.vms.get_mut(position).queued = Some(QueuedOperation::Migrate {
+                job: job.clone(),
+                to,
+            });
+            self.store_vm(position);
+            self.needs_schedule = true;
+            return Ok(job);
         }
         let task = SystemTask::VmMigrate {
             vm: id.to_string(),
             from: vm.node.clone(),
-            to: target,
+            to: to.clone().unwrap_or_else(|| "ANY".into()),
         };
-        let job = self.start_system_job(position, task, by);
+        let job = self.new_system_job(position, task, by);
+        self.vms.get_mut(position).queued = Some(QueuedOperation::Migrate {
+            job: job.clone(),
+            to,
+        });
+        // Now if it can; else once the operation under way is done and there is room.
+        self.start_queued_operation(position);
         self.store_vm(position);
         Ok(job)
     }
@@ -462,39 +454,50 @@ impl Engine {
         by: &Requester,
     ) -> Result<String, SchedError> {
         let vm = self.vms.get(position).clone();
-        if vm.phase.busy() {
-            return Err(SchedError::Conflict(vec![
-                summary::vm_not_destroyed(&vm.id),
-                format!(
-                    "the VM is {}; try again when that is done",
-                    vm.phase.substate()
-                ),
-            ]));
+        if let Some(job) = being_destroyed(&vm) {
+            return Ok(job.to_string()); // asked again: the same destroy
         }
-        let now = self.now();
-        self.vms.get_mut(position).enter(VmPhase::Destroying, now);
+        // The last asked wins: a migration waiting is not done.
+        if let Some(QueuedOperation::Migrate { job, .. }) = &vm.queued {
+            let reason = format!("cancelled: VM {} is to be destroyed", vm.id);
+            self.cancel_system_job(job, &reason);
+            self.vms.get_mut(position).queued = None;
+        }
         let task = SystemTask::VmDestroy { vm: vm.id.clone() };
-        let job = self.start_system_job(position, task, by);
+        if vm.phase == VmPhase::Waiting {
+            // Never made: its setup is cancelled, and there is no guest to end.
+            if let Some(setup) = &vm.active_job {
+                let reason = format!("cancelled: VM {} was destroyed before it was made", vm.id);
+                self.cancel_system_job(setup, &reason);
+            }
+            let job = self.new_system_job(position, task, by);
+            let now = self.now();
+            let waiting = self.vms.get_mut(position);
+            waiting.active_job = Some(job.clone());
+            waiting.enter(VmPhase::Destroying, now);
+            self.vm_done(&vm.id, Some(job.clone()), VmOperation::Destroy, Ok(()));
+            return Ok(job);
+        }
+        let job = self.new_system_job(position, task, by);
+        self.vms.get_mut(position).queued = Some(QueuedOperation::Destroy { job: job.clone() });
+        self.start_queued_operation(position);
         self.store_vm(position);
         Ok(job)
     }
 
-    /// A running system job for the VM at `position`, its operation handed to the VM
-    /// host once the job is durable. Answers the job's id.
-    fn start_system_job(&mut self, position: usize, task: SystemTask, by: &Requester) -> String {
+    /// A system job for the VM at `position`, waiting (Idle, a pending action) until
+    /// [`Engine::begin_system_job`] starts it. Answers the job's id.
+    pub(super) fn new_system_job(
+        &mut self,
+        position: usize,
+        task: SystemTask,
+        by: &Requester,
+    ) -> String {
         let vm = self.vms.get(position).clone();
         let now = self.now();
         let seq = self.queue.take_seq();
         let id = format!("{}.{seq}", self.config.name);
         let template = task.template();
-        let operation = match &task {
-            SystemTask::VmCreate { .. } => VmOperation::Create,
-            SystemTask::VmMigrate { from, to, .. } => VmOperation::Migrate {
-                from: from.clone(),
-                to: to.clone(),
-            },
-            SystemTask::VmDestroy { .. } => VmOperation::Destroy,
-        };
         let mut spec = JobSpec {
             custom_name: Some(format!("{template} {}", vm.id)),
             user: Some(by.user.clone()),
@@ -515,12 +518,11 @@ impl Engine {
             seq,
             spec: Arc::new(spec),
             status: JobStatus {
-                state: JobState::Running,
+                state: JobState::Idle,
                 submitter: by.user.clone(),
                 exec_user: by.user.clone(),
                 dates: JobDates {
                     submit: now,
-                    start: Some(now),
                     last_updated: now,
                     state_updated: now,
                     ..Default::default()
@@ -530,7 +532,6 @@ impl Engine {
             array: None,
         };
         self.add_job(job);
-        self.vms.get_mut(position).active_job = Some(id.clone());
         self.emit(
             "jobsubmit",
             "job",
@@ -541,7 +542,47 @@ impl Engine {
                 ("vm".into(), vm.id.clone()),
             ],
         );
-        self.dispatch_when_committed(position, Some(id.clone()), operation);
+        id
+    }
+
+    /// The work of system job `id` is now `task` (a waiting migration's destination).
+    fn set_system_task(&mut self, id: &str, task: SystemTask) {
+        if let Some(at) = self.position(id) {
+            self.update(at, |job| {
+                Arc::make_mut(&mut job.spec).extra.system_task = Some(task)
+            });
+        }
+    }
+
+    /// Starts system job `id` (made by [`Engine::new_system_job`]) on the VM at
+    /// `position` to do `task`: it runs, and its operation is handed to the VM host
+    /// once this step is durable.
+    pub(super) fn begin_system_job(&mut self, position: usize, id: &str, task: SystemTask) {
+        let operation = match &task {
+            SystemTask::VmCreate { .. } => VmOperation::Create,
+            SystemTask::VmMigrate { from, to, .. } => VmOperation::Migrate {
+                from: from.clone(),
+                to: to.clone(),
+            },
+            SystemTask::VmDestroy { .. } => VmOperation::Destroy,
+        };
+        let now = self.now();
+        if let Some(at) = self.position(id) {
+            self.update(at, |job| {
+                Arc::make_mut(&mut job.spec).extra.system_task = Some(task);
+                job.status.state = JobState::Running;
+                job.status.dates.start = Some(now);
+            });
+        }
+        self.vms.get_mut(position).active_job = Some(id.to_string());
+        self.dispatch_when_committed(position, Some(id.to_string()), operation);
+    }
+
+    /// A running system job for the VM at `position`, its operation handed to the VM
+    /// host once the job is durable. Answers the job's id.
+    fn start_system_job(&mut self, position: usize, task: SystemTask, by: &Requester) -> String {
+        let id = self.new_system_job(position, task.clone(), by);
+        self.begin_system_job(position, &id, task);
         id
     }
 
@@ -748,7 +789,8 @@ impl Engine {
             .vms
             .all()
             .iter()
-            .filter(|v| !v.phase.busy() && v.expires().is_some_and(|at| at <= now))
+            .filter(|v| v.phase != VmPhase::Waiting && being_destroyed(v).is_none())
+            .filter(|v| v.expires().is_some_and(|at| at <= now))
             .map(|v| v.id.clone())
             .collect();
         for id in expired {
@@ -762,7 +804,7 @@ impl Engine {
 
     /// Processors and memory a VM takes on `node` (or gives back), unless it was made
     /// for a job, which holds them itself.
-    fn hold_vm_on(&mut self, node: &str, vm: &Vm, take: bool) {
+    pub(super) fn hold_vm_on(&mut self, node: &str, vm: &Vm, take: bool) {
         if vm.for_job.is_none() {
             self.nodes.hold_vm(node, vm, take);
         }
@@ -920,6 +962,9 @@ impl Engine {
         let in_flight: HashSet<String> = self.vms_in_flight.clone();
         for position in 0..self.vms.len() {
             let vm = self.vms.get(position).clone();
+            if vm.phase == VmPhase::Waiting {
+                continue; // it holds nothing yet, and a pass makes it when there is room
+            }
             if self.nodes.index_of(&vm.node).is_none() {
                 let vm = self.vms.get_mut(position);
                 vm.enter(VmPhase::Lost, now);
