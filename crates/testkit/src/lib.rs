@@ -566,9 +566,16 @@ impl TestServer {
 
     /// Stops the server gracefully, waits `pause` (its jobs running on, or ending,
     /// meanwhile), and starts it again as [`TestServer::restart`] does.
-    pub fn restart_after(mut self, pause: std::time::Duration) -> TestServer {
+    pub fn restart_after(self, pause: std::time::Duration) -> TestServer {
+        self.restart_once(|| std::thread::sleep(pause))
+    }
+
+    /// Stops the server gracefully, runs `down` (which returns once what the test
+    /// waits for happened while it is down), and starts it again as
+    /// [`TestServer::restart`] does.
+    pub fn restart_once(mut self, down: impl FnOnce()) -> TestServer {
         self.shut_down().expect("the server stops cleanly");
-        std::thread::sleep(pause);
+        down();
         let running = launch(self.config.clone(), drover_api::interface());
         self.address = running.address;
         self.stop = std::sync::Mutex::new(Some(running.stop));
