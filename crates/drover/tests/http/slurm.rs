@@ -6,7 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
+use drover_testkit::wait_for_value as wait;
+use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script, slurm_state};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
@@ -45,21 +46,6 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Slurm's state of one of its jobs (empty once it forgot it).
-fn slurm_state(slurm_id: &str) -> String {
-    let out = Command::new("squeue")
-        .args([
-            "-h",
-            "--states=all",
-            "-o",
-            "%T",
-            &format!("--jobs={slurm_id}"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Submits `sleep <seconds>` to Slurm directly, as drover-bob; Slurm's job id.
 fn sbatch_by_hand(name: &str, seconds: u32) -> String {
     sbatch_by_hand_with(name, seconds, &[])
@@ -88,19 +74,6 @@ fn sbatch_by_hand_with(name: &str, seconds: u32, options: &[&str]) -> String {
         "{out}"
     );
     id
-}
-
-/// Polls `check` every 200 ms for at most `seconds`; panics with `what` if it never
-/// gives a value.
-fn wait<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The job Drover shows for a Slurm job, once it shows one.
