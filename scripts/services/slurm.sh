@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # A private single-host Slurm for tests (no systemd): munged, slurmctld, and $NODES slurmd
 # "nodes" (node1..N, all on 127.0.0.1, each slurmd on its own port, each claiming $CPUS
-# processors and $MEMORY MB whatever the hardware). Adapted from ../shared/services/slurm.sh.
+# processors and $MEMORY MB whatever the hardware), and an accounting database: slurmdbd
+# on a private MariaDB (127.0.0.1:$DB_PORT, data in $DB_DIR), so that `sacct` knows every
+# job after slurmctld forgets it. Adapted from ../shared/services/slurm.sh.
 #
 # Usage (as root):  scripts/services/slurm.sh [install|start|stop|status|nodes|conf]...
 #                   (default: install start)
-#   install  apt-get install munge, slurmctld, slurmd and the clients if missing
-#   start    write /etc/slurm/slurm.conf, start the daemons (stopping ours first) and wait
-#            until every node is idle; Slurm's saved state (jobs) is kept across restarts
+#   install  apt-get install munge, slurmctld, slurmd, the clients, slurmdbd and
+#            mariadb-server if missing
+#   start    write /etc/slurm/slurm.conf (and slurmdbd.conf), start the daemons (stopping
+#            ours first) and wait until every node is idle; Slurm's saved state (jobs) and
+#            the accounting database are kept across restarts
 #   stop     stop those daemons (by the PIDs in $RUN, checking each PID's program)
 #   status   exit 0 when slurmctld answers and every node is up; print sinfo
 #   nodes    print the node names, one a line
 #   conf     print the path of slurm.conf (the clients' SLURM_CONF)
 # Env: NODES (3), CPUS (4), MEMORY (2000), CTLD_PORT (6817), SLURMD_BASE_PORT (17001),
-#      RUN (/tmp/drover-slurm: PID files and daemon logs)
+#      RUN (/tmp/drover-slurm: PID files and daemon logs), ACCOUNTING (1; 0: no slurmdbd,
+#      `sacct` unavailable, as at a site without accounting), DBD_PORT (6819), DB_PORT
+#      (13306), DB_DIR (/var/lib/drover-slurm-db)
 #
 # Slurm needs the job's user known with the same uid on every node: here the nodes are
-# this host, so any local account works. There is no slurmdbd: `sacct` is unavailable and
-# ended jobs stay visible to `squeue`/`scontrol` for MinJobAge (1 h) only.
+# this host, so any local account works. Ended jobs stay visible to `squeue`/`scontrol`
+# for MinJobAge (1 h), then only to `sacct` (through slurmdbd).
 set -euo pipefail
 
 NODES=${NODES:-3}
@@ -26,7 +32,12 @@ MEMORY=${MEMORY:-2000}
 CTLD_PORT=${CTLD_PORT:-6817}
 SLURMD_BASE_PORT=${SLURMD_BASE_PORT:-17001}
 RUN=${RUN:-/tmp/drover-slurm}
+ACCOUNTING=${ACCOUNTING:-1}
+DBD_PORT=${DBD_PORT:-6819}
+DB_PORT=${DB_PORT:-13306}
+DB_DIR=${DB_DIR:-/var/lib/drover-slurm-db}
 CONF=/etc/slurm/slurm.conf
+DBD_CONF=/etc/slurm/slurmdbd.conf
 export SLURM_CONF=$CONF
 export DEBIAN_FRONTEND=noninteractive
 
@@ -50,11 +61,14 @@ wait_for() {  # wait_for <timeout_s> <command...>
 
 do_install() {
   if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] \
-     && [ -x /usr/sbin/munged ]; then
+     && [ -x /usr/sbin/munged ] && { [ "$ACCOUNTING" = 0 ] ||
+       { [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ]; }; }; then
     return 0
   fi
-  log "installing munge and slurm"
-  apt_install --no-install-recommends munge slurmctld slurmd slurm-client
+  local packages=(munge slurmctld slurmd slurm-client)
+  [ "$ACCOUNTING" = 0 ] || packages+=(slurmdbd mariadb-server)
+  log "installing ${packages[*]}"
+  apt_install --no-install-recommends "${packages[@]}"
   log "installed slurm $(dpkg-query -W -f='${Version}' slurmctld)"
 }
 
@@ -86,11 +100,12 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd-%n.log
 SlurmctldDebug=info
 SlurmdDebug=info
-# No cgroups, no systemd: job processes tracked through /proc, no binding, no accounting.
+# No cgroups, no systemd: job processes tracked through /proc, no binding, no usage
+# gathered; jobs recorded by slurmdbd (or not, with ACCOUNTING=0).
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
+$(accounting_conf)
 JobCompType=jobcomp/none
 MpiDefault=none
 SwitchType=switch/none
@@ -106,7 +121,7 @@ DefMemPerCPU=100
 ReturnToService=2
 # slurmd reports the configured (fake) processors and memory, not the hardware's.
 SlurmdParameters=config_overrides
-# Without slurmdbd, an ended job is known only while slurmctld keeps it: an hour.
+# An ended job is known to squeue for an hour; to sacct (slurmdbd) after that.
 MinJobAge=3600
 KillWait=5
 # Room for nodes made while it runs (`scontrol create nodename=...`, dynamic nodes).
@@ -115,6 +130,75 @@ NodeName=node[1-$NODES] NodeHostname=localhost NodeAddr=127.0.0.1 Port=[$SLURMD_
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
   mv "$CONF.new" "$CONF"
+}
+
+# slurm.conf's lines for accounting: slurmdbd's, or none.
+accounting_conf() {
+  if [ "$ACCOUNTING" = 0 ]; then
+    echo "AccountingStorageType=accounting_storage/none"
+  else
+    printf '%s\n' "AccountingStorageType=accounting_storage/slurmdbd" \
+      "AccountingStorageHost=localhost" "AccountingStoragePort=$DBD_PORT"
+  fi
+}
+
+# The database's own client, as root over its socket (root logs in by unix_socket).
+db() { mariadb --no-defaults --socket="$DB_DIR/mariadb.sock" -u root "$@"; }
+
+# Starts MariaDB (a data directory of its own, made the first time; 127.0.0.1:$DB_PORT,
+# small buffers) and makes slurmdbd's database and user, whose password is made once.
+start_db() {
+  mkdir -p "$DB_DIR"; chown mysql:mysql "$DB_DIR"; chmod 0700 "$DB_DIR"
+  if [ ! -d "$DB_DIR/data/mysql" ]; then
+    mariadb-install-db --no-defaults --user=mysql --datadir="$DB_DIR/data" \
+      --auth-root-authentication-method=socket --skip-test-db >"$RUN/mariadb-install.log" 2>&1 \
+      || { log "mariadb-install-db failed: $(tail -5 "$RUN/mariadb-install.log")"; exit 1; }
+  fi
+  [ -s "$DB_DIR/slurm.pass" ] || (umask 077; head -c 18 /dev/urandom | base64 | tr -d '/+=' >"$DB_DIR/slurm.pass")
+  start_bg mariadbd mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$DB_DIR/data" \
+    --socket="$DB_DIR/mariadb.sock" --pid-file="$DB_DIR/mariadbd.pid" --bind-address=127.0.0.1 \
+    --port="$DB_PORT" --innodb-buffer-pool-size=32M --innodb-log-file-size=16M \
+    --innodb-flush-log-at-trx-commit=2 --skip-name-resolve
+  wait_for 60 db -e 'select 1' || { log "mariadbd did not start: $(tail -20 "$RUN/mariadbd.log")"; exit 1; }
+  local pass; pass=$(cat "$DB_DIR/slurm.pass")
+  db -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+    ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+}
+
+# slurmdbd.conf: readable by SlurmUser only (it holds the database's password).
+write_dbd_conf() {
+  (umask 077; cat > "$DBD_CONF.new" <<EOF
+# Written by drover's scripts/services/slurm.sh: the test cluster's accounting.
+DbdHost=localhost
+DbdPort=$DBD_PORT
+SlurmUser=slurm
+AuthType=auth/munge
+PidFile=/run/slurm/slurmdbd.pid
+LogFile=/var/log/slurm/slurmdbd.log
+DebugLevel=info
+StorageType=accounting_storage/mysql
+StorageHost=127.0.0.1
+StoragePort=$DB_PORT
+StorageUser=slurm
+StoragePass=$(cat "$DB_DIR/slurm.pass")
+StorageLoc=slurm_acct_db
+EOF
+  )
+  chown slurm:slurm "$DBD_CONF.new"; chmod 0600 "$DBD_CONF.new"
+  mv "$DBD_CONF.new" "$DBD_CONF"
+}
+
+# MariaDB, then slurmdbd; the cluster registered (before slurmctld starts).
+start_accounting() {
+  start_db
+  write_dbd_conf
+  start_bg slurmdbd slurmdbd /usr/sbin/slurmdbd -D
+  wait_for 60 sacctmgr -n list cluster || { log "slurmdbd did not start: $(tail -20 "$RUN/slurmdbd.log")"; exit 1; }
+  if [ -z "$(sacctmgr -n -P list cluster drover format=cluster)" ]; then
+    sacctmgr -i add cluster drover >/dev/null
+  fi
 }
 
 start_bg() {  # start_bg <name> <comm> <command...>: in the background, its PID in $RUN
@@ -132,6 +216,7 @@ do_start() {
   # munged runs as munge, the key's owner; setpriv execs, so $! is munged itself.
   start_bg munged munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged -F
   wait_for 10 test -S /run/munge/munge.socket.2 || { log "munged did not start: $(cat "$RUN/munged.log")"; exit 1; }
+  [ "$ACCOUNTING" = 0 ] || start_accounting
   # -D: in the foreground (we keep its PID). No -c: jobs saved before a stop are recovered.
   start_bg slurmctld slurmctld /usr/sbin/slurmctld -D
   wait_for 30 scontrol ping || { log "slurmctld did not start: $(tail -20 "$RUN/slurmctld.log")"; exit 1; }
@@ -140,13 +225,15 @@ do_start() {
     start_bg "slurmd-node$n" slurmd /usr/sbin/slurmd -D -N "node$n"
   done
   wait_for 60 nodes_idle || { log "nodes not idle: $(sinfo 2>&1)"; exit 1; }
-  log "slurm up: slurmctld on 127.0.0.1:$CTLD_PORT, $NODES nodes of $CPUS CPUs"
+  local dbd="no accounting"
+  [ "$ACCOUNTING" = 0 ] || dbd="slurmdbd on :$DBD_PORT, MariaDB on 127.0.0.1:$DB_PORT"
+  log "slurm up: slurmctld on 127.0.0.1:$CTLD_PORT, $NODES nodes of $CPUS CPUs, $dbd"
 }
 
 do_stop() {
   local name pid comm i
   [ -d "$RUN" ] || return 0
-  for name in $(for n in $(seq "$NODES" -1 1); do echo "slurmd-node$n"; done) slurmctld munged; do
+  for name in $(for n in $(seq "$NODES" -1 1); do echo "slurmd-node$n"; done) slurmctld slurmdbd mariadbd munged; do
     [ -f "$RUN/$name.pid" ] || continue
     pid=$(cat "$RUN/$name.pid"); comm=${name%%-*}
     if alive "$pid" "$comm"; then

@@ -309,11 +309,7 @@ fn submit_until_killed(
             let auth = basic("admin", password);
             let command = command.to_string();
             std::thread::spawn(move || {
-                let agent: ureq::Agent = ureq::Agent::config_builder()
-                    .http_status_as_error(false)
-                    .timeout_global(Some(Duration::from_secs(10)))
-                    .build()
-                    .into();
+                let agent = client_agent();
                 let mut answered = Vec::new();
                 for k in 0.. {
                     let name = format!("r{round}-t{thread}-{k}");
@@ -323,21 +319,10 @@ fn submit_until_killed(
                     } else {
                         format!(r#"{{"customName":"{name}","commandFile":"{command}","initialWorkingDirectory":"/tmp","holds":["User"]}}"#)
                     };
-                    let sent = agent
-                        .post(&url)
-                        .header("Authorization", &auth)
-                        .header("Content-Type", "application/json")
-                        .send(body.as_bytes());
-                    match sent {
-                        Ok(mut response) if response.status().as_u16() == 201 => {
-                            match response.body_mut().read_to_string() {
-                                Ok(text) if text.contains("\"name\"") => answered.push(name),
-                                _ => break,
-                            }
-                        }
-                        Ok(response) => panic!("submission refused: {}", response.status()),
-                        Err(_) => break,
+                    if !answered_201(&agent, &url, &auth, &body) {
+                        break;
                     }
+                    answered.push(name);
                 }
                 answered
             })
@@ -350,6 +335,33 @@ fn submit_until_killed(
 }
 
 /// Every job in its version-2 shape, as `(customName, state)`.
+/// A client's agent: statuses as answers, 10 s at most a request.
+fn client_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(10)))
+        .build()
+        .into()
+}
+
+/// Posts a job: whether it was answered 201 with the job; false once the server no
+/// longer answers; any other answer is a failure.
+fn answered_201(agent: &ureq::Agent, url: &str, auth: &str, body: &str) -> bool {
+    let sent = agent
+        .post(url)
+        .header("Authorization", auth)
+        .header("Content-Type", "application/json")
+        .send(body.as_bytes());
+    match sent {
+        Ok(mut response) if response.status().as_u16() == 201 => response
+            .body_mut()
+            .read_to_string()
+            .is_ok_and(|text| text.contains("\"name\"")),
+        Ok(response) => panic!("submission refused: {}", response.status()),
+        Err(_) => false,
+    }
+}
+
 fn all_jobs(url: &str, password: &str) -> Vec<(String, String)> {
     names_and(url, password, "states.state").expect("the job list answers")
 }
@@ -986,3 +998,6 @@ fn exit_codes_survive_a_sigkill_while_short_jobs_end() {
         assert_eq!(job["completionCode"], k + 1, "{job}");
     }
 }
+
+#[path = "binary/slurm_failover.rs"]
+mod slurm_failover;

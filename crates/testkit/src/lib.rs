@@ -566,9 +566,16 @@ impl TestServer {
 
     /// Stops the server gracefully, waits `pause` (its jobs running on, or ending,
     /// meanwhile), and starts it again as [`TestServer::restart`] does.
-    pub fn restart_after(mut self, pause: std::time::Duration) -> TestServer {
+    pub fn restart_after(self, pause: std::time::Duration) -> TestServer {
+        self.restart_once(|| std::thread::sleep(pause))
+    }
+
+    /// Stops the server gracefully, runs `down` (which returns once what the test
+    /// waits for happened while it is down), and starts it again as
+    /// [`TestServer::restart`] does.
+    pub fn restart_once(mut self, down: impl FnOnce()) -> TestServer {
         self.shut_down().expect("the server stops cleanly");
-        std::thread::sleep(pause);
+        down();
         let running = launch(self.config.clone(), drover_api::interface());
         self.address = running.address;
         self.stop = std::sync::Mutex::new(Some(running.stop));
@@ -849,4 +856,35 @@ impl Drop for TestServer {
         }
         let _ = self.shut_down();
     }
+}
+
+/// Polls `check` every 200 ms for at most `seconds`; panics with `what` if it never
+/// gives a value.
+pub fn wait_for_value<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+/// Slurm's state of one of its jobs (`squeue`; empty once slurmctld forgot it).
+pub fn slurm_state(slurm_id: &str) -> String {
+    let out = std::process::Command::new("squeue")
+        .args([
+            "-h",
+            "--states=all",
+            "-o",
+            "%T",
+            &format!("--jobs={slurm_id}"),
+        ])
+        .output()
+        .expect("squeue runs");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
 }

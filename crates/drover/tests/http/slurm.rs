@@ -6,7 +6,8 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script};
+use drover_testkit::wait_for_value as wait;
+use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script, slurm_state};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
@@ -45,21 +46,6 @@ fn run(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-/// Slurm's state of one of its jobs (empty once it forgot it).
-fn slurm_state(slurm_id: &str) -> String {
-    let out = Command::new("squeue")
-        .args([
-            "-h",
-            "--states=all",
-            "-o",
-            "%T",
-            &format!("--jobs={slurm_id}"),
-        ])
-        .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
 /// Submits `sleep <seconds>` to Slurm directly, as drover-bob; Slurm's job id.
 fn sbatch_by_hand(name: &str, seconds: u32) -> String {
     sbatch_by_hand_with(name, seconds, &[])
@@ -88,19 +74,6 @@ fn sbatch_by_hand_with(name: &str, seconds: u32, options: &[&str]) -> String {
         "{out}"
     );
     id
-}
-
-/// Polls `check` every 200 ms for at most `seconds`; panics with `what` if it never
-/// gives a value.
-fn wait<T>(what: &str, seconds: u64, mut check: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 /// The job Drover shows for a Slurm job, once it shows one.
@@ -717,6 +690,120 @@ fn a_restarted_service_adopts_slurm_jobs_and_reads_their_ends() {
     assert_eq!(job["completionCode"], 6, "{job}");
     let id = again["id"].as_str().unwrap();
     server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+}
+
+/// Whether the cluster keeps accounts (`slurmdbd`, as `scripts/services/slurm.sh`
+/// starts by default): `sacct` answers.
+fn accounting() -> bool {
+    let answers = Command::new("sacct")
+        .args(["-n", "-X", "--jobs=1"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !answers {
+        eprintln!("skipped: the Slurm cluster keeps no accounts (no slurmdbd)");
+    }
+    answers
+}
+
+/// Sets slurmctld's `MinJobAge` (how long it lists an ended job) in slurm.conf and has
+/// it read again; the value it had is set back when dropped.
+struct MinJobAge(String);
+
+impl MinJobAge {
+    fn set(seconds: u32) -> MinJobAge {
+        let before = Self::write(&format!("MinJobAge={seconds}"));
+        MinJobAge(before)
+    }
+
+    /// Replaces the `MinJobAge=` line; the line it replaced.
+    fn write(line: &str) -> String {
+        let path = std::env::var("SLURM_CONF").unwrap_or_else(|_| "/etc/slurm/slurm.conf".into());
+        let conf = std::fs::read_to_string(&path).expect("slurm.conf");
+        let before = conf
+            .lines()
+            .find(|l| l.starts_with("MinJobAge="))
+            .expect("slurm.conf sets MinJobAge")
+            .to_string();
+        std::fs::write(&path, conf.replace(&before, line)).unwrap();
+        run("scontrol", &["reconfigure"]);
+        before
+    }
+}
+
+impl Drop for MinJobAge {
+    fn drop(&mut self) {
+        Self::write(&self.0);
+    }
+}
+
+/// Issue #56, item 3: the service down for longer than Slurm's `MinJobAge` while its
+/// jobs end (slurmctld forgets them) reads each end from accounting (`sacct`, through
+/// slurmdbd) with its true code: a code, a signal, a success; a job still running is
+/// adopted and its end read as it comes.
+#[test]
+fn ends_slurm_forgets_while_the_service_is_down_are_read_from_accounting() {
+    if !slurm() || !accounting() {
+        return;
+    }
+    let _turn = turn();
+    let _age = MinJobAge::set(2);
+    let server = slurm_server();
+    let work = scratch_dir();
+    let ends = [
+        ("code", "sleep 4\nexit 3", 3),
+        ("signal", "sleep 4\nkill -9 $$", 137),
+        ("success", "sleep 4\nexit 0", 0),
+    ];
+    let ids: Vec<(String, i64)> = ends
+        .iter()
+        .map(|(name, body, code)| {
+            let file = script(work.path(), &format!("{name}.sh"), body);
+            let id = submit_as_bob(
+                &server,
+                json!({"commandFile": file, "initialWorkingDirectory": work.path()}),
+            );
+            (id, *code)
+        })
+        .collect();
+    let long = script(work.path(), "long.sh", "sleep 40\nexit 8");
+    let long = submit_as_bob(
+        &server,
+        json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
+    );
+    let slurm_id_of = |id: &str| {
+        wait(&format!("{id} runs in Slurm"), 60, || {
+            let job = server.get(&format!("/rest/jobs/{id}")).json();
+            let slurm_id = job["sourceRmJobId"].as_str()?.to_string();
+            (slurm_state(&slurm_id) == "RUNNING").then_some(slurm_id)
+        })
+    };
+    let slurm_ids: Vec<String> = ids.iter().map(|(id, _)| slurm_id_of(id)).collect();
+    let long_slurm = slurm_id_of(&long);
+
+    // Down until slurmctld has forgotten the three (they ended, then MinJobAge passed).
+    let server = server.restart_once(|| {
+        wait("slurmctld forgets the ended jobs", 120, || {
+            slurm_ids
+                .iter()
+                .all(|id| slurm_state(id).is_empty())
+                .then_some(())
+        });
+    });
+    for ((id, code), slurm_id) in ids.iter().zip(&slurm_ids) {
+        let job = server.get(&format!("/rest/jobs/{id}")).json();
+        assert_eq!(job["state"], "COMPLETED", "{job}");
+        assert_eq!(job["completionCode"], *code, "Slurm job {slurm_id}: {job}");
+    }
+    let job = server.get(&format!("/rest/jobs/{long}")).json();
+    assert_eq!(job["state"], "RUNNING", "{job}");
+    assert_eq!(job["sourceRmJobId"], long_slurm.as_str(), "{job}");
+    // The adopted job ends while the service runs: the watcher, too, reads it from
+    // accounting if slurmctld forgot it before a look.
+    let job = wait("the long job ends", 90, || {
+        let job = server.get(&format!("/rest/jobs/{long}")).json();
+        (job["state"] == "COMPLETED").then_some(job)
+    });
+    assert_eq!(job["completionCode"], 8, "{job}");
 }
 
 /// Where `scripts/services/slurm.sh` keeps its daemons' PID files and logs.

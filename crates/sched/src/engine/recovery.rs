@@ -70,6 +70,12 @@ impl Engine {
         };
 
         self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
+        let running: Vec<&crate::job::ProcessRecord> = jobs
+            .iter()
+            .filter(|j| j.spec.extra.system_task.is_none())
+            .filter_map(|j| j.status.process.as_ref())
+            .collect();
+        self.rm.recovering(&running);
         let now = self.now();
         for (position, job) in jobs.iter().enumerate() {
             self.credentials

@@ -206,4 +206,9 @@ pub trait ResourceManager: Send + Sync {
     fn recorded_exit(&self, _process: &ProcessRecord) -> Option<Exit> {
         None
     }
+
+    /// After a restart, before any [`ResourceManager::adopt`] or
+    /// [`ResourceManager::recorded_exit`]: the processes of every job recorded as
+    /// running, so that what is asked about each can be read for all at once.
+    fn recovering(&self, _processes: &[&ProcessRecord]) {}
 }

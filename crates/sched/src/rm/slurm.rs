@@ -9,7 +9,9 @@
 //! [`RmEvent::Exited`] reports). One watcher thread asks `squeue --jobs=<them>` every
 //! [`SlurmConfig::poll`] about the jobs started or adopted here (nothing when there are
 //! none; `squeue --json` of 22.05 would list every job whatever it is asked) and reports
-//! their ends, with `sacct` only for a job that left squeue. Every
+//! their ends, with `sacct` only for jobs that left squeue (slurmctld forgets an ended
+//! job after `MinJobAge`): one call for all of them, and at a restart one for all the
+//! jobs it recovers (`recovering`). Every
 //! [`SlurmConfig::node_poll`] it reads the nodes (`sinfo --json`) and reports their
 //! states when they change ([`RmEvent::Nodes`]; with [`SlurmConfig::describe_nodes`],
 //! what they are too, so nodes Slurm gains or loses while it runs are added here or go
@@ -31,7 +33,7 @@
 //! command and arguments reach the batch script only as its positional parameters.
 //!
 //! Limits (for now): without `slurmdbd`, an ended job is known only while slurmctld keeps
-//! it (`MinJobAge`); `sacct` is tried after that. Slurm places tasks among the nodes it is
+//! it (`MinJobAge`): one it forgot before a look saw it ends without a code. Slurm places tasks among the nodes it is
 //! given by itself (the engine's per-node task counts are not forced). An output path
 //! naming an existing directory is not resolved to its default file name (only a path
 //! ending in `/` is).
@@ -40,7 +42,7 @@ mod json;
 mod text;
 
 pub use json::{Parsed, SlurmJob, SlurmNode, parse_jobs, parse_nodes};
-pub use text::{expand_hostlist, parse_queue};
+pub use text::{expand_hostlist, parse_accounting, parse_queue};
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -71,6 +73,10 @@ const QUEUE_CHUNK: usize = 500;
 /// The prefix of the Slurm job name of a Drover job: `drover-<service identity>-<job id>`
 /// (`drover-<job id>` before services had an identity).
 pub const JOB_NAME_PREFIX: &str = "drover-";
+
+/// How many looks in a row a job may be missing from squeue, and not shown ended by
+/// sacct, before its end is reported without a code.
+const GONE_LOOKS: u32 = 240;
 
 /// How many `sbatch` may run at once.
 const SBATCH_AT_ONCE: usize = 8;
@@ -230,17 +236,32 @@ impl SlurmConfig {
         Ok(all)
     }
 
-    /// `sacct --json` for one job: for a job slurmctld has forgotten (needs accounting).
-    pub fn accounted_job(&self, slurm_id: u64) -> Result<Option<SlurmJob>, String> {
-        let out = self.run(
-            "sacct",
-            &["--json".into(), format!("--jobs={slurm_id}")],
-            &[],
-        )?;
-        Ok(parse_jobs(&out)?
-            .items
-            .into_iter()
-            .find(|j| j.job_id == slurm_id))
+    /// How `sacct` recorded the jobs `ids` (in runs of 500 ids): for jobs slurmctld
+    /// has forgotten (after `MinJobAge`). Ids it does not know are absent; an error
+    /// when it cannot answer (a site without accounting: "accounting storage is
+    /// disabled"). One call for all of them.
+    pub fn accounted_jobs(&self, ids: &[u64]) -> Result<HashMap<u64, SlurmJob>, String> {
+        let mut jobs = HashMap::new();
+        for chunk in ids.chunks(QUEUE_CHUNK) {
+            let ids: Vec<String> = chunk.iter().map(u64::to_string).collect();
+            let out = self.run(
+                "sacct",
+                &[
+                    "--allocations".into(),
+                    "--noheader".into(),
+                    "--parsable2".into(),
+                    format!("--format={}", text::ACCOUNT_FIELDS),
+                    format!("--jobs={}", ids.join(",")),
+                ],
+                &[("TZ".into(), "UTC".into())],
+            )?;
+            let parsed = text::parse_accounting(&out);
+            if !parsed.problems.is_empty() {
+                eprintln!("slurm: sacct: skipped {}", parsed.problems.join("; "));
+            }
+            jobs.extend(parsed.items.into_iter().map(|j| (j.job_id, j)));
+        }
+        Ok(jobs)
     }
 }
 
@@ -498,6 +519,9 @@ struct Shared {
     nodes: Mutex<Option<Vec<RmNode>>>,
     /// Why slurmctld is taken to be away: its last answer was a failure to reach it.
     away: Mutex<Option<String>>,
+    /// What `sacct` said at a restart of the jobs that were running and that slurmctld
+    /// no longer lists (read for all at once, taken by `recorded_exit`).
+    accounted: Mutex<HashMap<u64, SlurmJob>>,
 }
 
 /// Whether a client's failure says that slurmctld could not be reached (rather than
@@ -553,6 +577,22 @@ impl Shared {
         }
         *cache = Some((Instant::now(), jobs.clone()));
         Ok(jobs)
+    }
+
+    /// How `sacct` recorded one job: read at the restart ([`Shared::accounted`]'s
+    /// cache), else asked now.
+    fn accounted(&self, slurm_id: u64) -> Option<SlurmJob> {
+        let cached = self
+            .accounted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&slurm_id);
+        cached.or_else(|| {
+            self.config
+                .accounted_jobs(&[slurm_id])
+                .ok()?
+                .remove(&slurm_id)
+        })
     }
 
     fn watched(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Watched>> {
@@ -641,19 +681,58 @@ impl Shared {
         for event in started {
             (self.events)(event);
         }
+        let (listed, gone): (Vec<_>, Vec<_>) = ended.into_iter().partition(|(_, j)| j.is_some());
+        let gone: Vec<u64> = gone.into_iter().map(|(id, _)| id).collect();
+        let ended = listed
+            .into_iter()
+            .chain(self.accounted_ends(&gone))
+            .collect::<Vec<_>>();
         for (slurm_id, job) in ended {
             let Some(entry) = self.watched().remove(&slurm_id) else {
                 continue;
             };
-            // sacct only for a job that left squeue.
-            let job = job.or_else(|| self.config.accounted_job(slurm_id).ok().flatten());
-            let exit = exit_of(job.as_ref());
             (self.events)(RmEvent::Exited {
                 job_id: entry.job_id,
                 pid: pid_of(slurm_id),
-                exit,
+                exit: exit_of(job.as_ref()),
             });
         }
+    }
+
+    /// The ends of jobs that left squeue (slurmctld forgot them after `MinJobAge`, or
+    /// lost them), as `sacct` recorded them: one call for all. A job accounting does not
+    /// show ended yet (slurmctld sends it to slurmdbd a while later) stays watched, for
+    /// at most [`GONE_LOOKS`] looks; without accounting its end comes without a code.
+    fn accounted_ends(&self, gone: &[u64]) -> Vec<(u64, Option<SlurmJob>)> {
+        if gone.is_empty() {
+            return Vec::new();
+        }
+        let accounted = self.config.accounted_jobs(gone);
+        let disabled = match &accounted {
+            Err(e) if e.contains("disabled") => true,
+            Err(e) => {
+                eprintln!("slurm: cannot read ended jobs from sacct: {e}");
+                false
+            }
+            Ok(_) => false,
+        };
+        let accounted = accounted.unwrap_or_default();
+        let watched = self.watched();
+        gone.iter()
+            .filter_map(|&slurm_id| match accounted.get(&slurm_id) {
+                Some(job) if job.is_finished() => Some((slurm_id, Some(job.clone()))),
+                _ if disabled => Some((slurm_id, None)),
+                _ => {
+                    let looks = watched.get(&slurm_id).map_or(0, |w| w.missing);
+                    (looks >= GONE_LOOKS).then(|| {
+                        eprintln!(
+                            "slurm: job {slurm_id} is gone from squeue and sacct shows no end: ended without a code"
+                        );
+                        (slurm_id, None)
+                    })
+                }
+            })
+            .collect()
     }
 
     /// Reads the nodes' states (`sinfo --json`) and reports them if they changed.
@@ -873,6 +952,7 @@ impl SlurmResourceManager {
             submitting: RwLock::new(()),
             nodes: Mutex::new(None),
             away: Mutex::new(None),
+            accounted: Mutex::new(HashMap::new()),
         });
         // The nodes' states before the engine's first pass (its inbox holds them until
         // it runs): a node drained in Slurm gets no job even in the first seconds.
@@ -1112,13 +1192,46 @@ impl ResourceManager for SlurmResourceManager {
         }
     }
 
+    /// One `squeue` and one `sacct` for all the jobs of a restart: those slurmctld no
+    /// longer lists are read from accounting at once.
+    fn recovering(&self, processes: &[&ProcessRecord]) {
+        let ids: Vec<u64> = processes.iter().filter_map(|p| slurm_id_of(p)).collect();
+        if ids.is_empty() {
+            return;
+        }
+        let Ok(jobs) = self.shared.listing(Duration::from_secs(1)) else {
+            return; // slurmctld away: every job is adopted until it answers
+        };
+        let listed: std::collections::HashSet<u64> = jobs.items.iter().map(|j| j.job_id).collect();
+        let gone: Vec<u64> = ids.into_iter().filter(|id| !listed.contains(id)).collect();
+        if gone.is_empty() {
+            return;
+        }
+        match self.shared.config.accounted_jobs(&gone) {
+            Ok(accounted) => {
+                *self
+                    .shared
+                    .accounted
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = accounted
+            }
+            Err(e) => eprintln!(
+                "slurm: cannot read the ends of {} jobs from sacct: {e}",
+                gone.len()
+            ),
+        }
+    }
+
     fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
         let slurm_id = slurm_id_of(process)?;
         let job = match self.shared.listing(Duration::from_secs(1)) {
             Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
             Err(_) => None,
         };
-        let job = job.or_else(|| self.shared.config.accounted_job(slurm_id).ok().flatten())?;
+        let job = match job {
+            Some(job) => job,
+            None => self.shared.accounted(slurm_id)?,
+        };
         job.is_finished().then(|| exit_of(Some(&job)))
     }
 }

@@ -1,4 +1,5 @@
-//! Readers of Slurm's text output: `squeue -O` records, and host lists.
+//! Readers of Slurm's text output: `squeue -O` records, `sacct -P` records, and host
+//! lists.
 //!
 //! `squeue --json` of 22.05 ignores `--jobs`, `--states` and `--partition` (it always
 //! lists every job slurmctld holds), so the watcher reads `squeue -h -O` instead, which
@@ -109,6 +110,65 @@ fn parse_record(record: &str) -> Result<SlurmJob, String> {
         end_time: None,
         cpus: cpus.trim().parse().ok(),
         memory: tres_memory(tres),
+    })
+}
+
+/// The fields `sacct` is asked for (`--format`), none of them a job's user's choosing (no
+/// name): a record cannot be forged, and `|` separates fields.
+pub const ACCOUNT_FIELDS: &str = "JobIDRaw,State,ExitCode,Start,End,NodeList,User,AllocCPUS";
+
+/// Reads the output of `sacct -X -n -P --format=<ACCOUNT_FIELDS>` (run with `TZ=UTC`).
+/// Its exit code is `<code>:<signal>`; sacct's JSON of 22.05 gives 0 for every code
+/// that is not a signal, which is why the text is read. A job listed twice (requeued)
+/// is given by its last record.
+pub fn parse_accounting(text: &str) -> Parsed<SlurmJob> {
+    let mut parsed: Parsed<SlurmJob> = Parsed::default();
+    for (i, line) in text.lines().filter(|l| !l.trim().is_empty()).enumerate() {
+        match parse_accounted(line) {
+            Ok(job) => {
+                parsed.items.retain(|j| j.job_id != job.job_id);
+                parsed.items.push(job);
+            }
+            Err(why) => parsed.problems.push(format!("sacct line {i}: {why}")),
+        }
+    }
+    parsed
+}
+
+fn parse_accounted(line: &str) -> Result<SlurmJob, String> {
+    let fields: Vec<&str> = line.split('|').collect();
+    let [id, state, exit, start, end, nodes, user, cpus] = fields[..] else {
+        return Err(format!("{} fields, not 8", fields.len()));
+    };
+    let job_id = super::parse_slurm_id(id.trim()).ok_or("no job id")?;
+    // `CANCELLED by 0`: the state is the first word.
+    let state = state.split_whitespace().next().unwrap_or_default();
+    if state.is_empty() || !state.bytes().all(|b| b.is_ascii_uppercase() || b == b'_') {
+        return Err(format!("job {job_id}: no state"));
+    }
+    let exit_code = exit.trim().split_once(':').and_then(|(code, signal)| {
+        match (code.parse::<i32>().ok()?, signal.parse::<i32>().ok()?) {
+            (code, 0) => Some(code),
+            (_, signal) => Some(128 + signal),
+        }
+    });
+    let nodes = nodes.trim();
+    Ok(SlurmJob {
+        job_id,
+        name: String::new(),
+        state: state.to_string(),
+        state_reason: None,
+        user_name: Some(user.trim().to_string()).filter(|u| !u.is_empty()),
+        nodes: if matches!(nodes, "None assigned" | "(null)") {
+            String::new()
+        } else {
+            nodes.to_string()
+        },
+        exit_code,
+        start_time: parse_utc(start.trim()),
+        end_time: parse_utc(end.trim()),
+        cpus: cpus.trim().parse().ok(),
+        memory: None,
     })
 }
 
@@ -248,6 +308,39 @@ mod tests {
     fn nonce_is_digit_led() -> bool {
         let n = nonce();
         n.len() != 18 || n.starts_with(|c: char| c.is_ascii_digit() || c == '.') || n.contains(',')
+    }
+
+    #[test]
+    fn accounting_records() {
+        // As sacct 22.05 prints them: a code, a signal, a cancellation, a requeued job
+        // listed twice, a line cut short.
+        let text = "522|FAILED|3:0|2026-12-02T07:09:43|2026-12-02T07:09:43|node1|drover-bob|1\n\
+            523|FAILED|0:9|2026-12-02T07:09:43|2026-12-02T07:09:44|node[1-2]|drover-bob|2\n\
+            524|CANCELLED by 0|0:15|Unknown|2026-12-02T07:09:45|None assigned|bob|0\n\
+            525|REQUEUED|0:0|N/A|N/A|node1|bob|1\n\
+            525|COMPLETED|0:0|N/A|N/A|node2|bob|1\n\
+            526|COMPLETED|0:0\n";
+        let parsed = parse_accounting(text);
+        let ends: Vec<(u64, &str, Option<i32>)> = parsed
+            .items
+            .iter()
+            .map(|j| (j.job_id, j.state.as_str(), j.exit_code))
+            .collect();
+        assert_eq!(
+            ends,
+            [
+                (522, "FAILED", Some(3)),
+                (523, "FAILED", Some(137)),
+                (524, "CANCELLED", Some(143)),
+                (525, "COMPLETED", Some(0)),
+            ]
+        );
+        assert_eq!(parsed.problems.len(), 1, "{:?}", parsed.problems);
+        assert_eq!(parsed.items[1].nodes, "node[1-2]");
+        assert_eq!(parsed.items[2].nodes, "");
+        assert_eq!(parsed.items[3].nodes, "node2");
+        assert_eq!(parsed.items[1].end_time, Some(1_796_195_384));
+        assert!(parsed.items.iter().all(|j| j.is_finished()));
     }
 
     #[test]
