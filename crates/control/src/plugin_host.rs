@@ -18,7 +18,7 @@ use drover_auth::{Identity, Permission};
 use drover_domain::dates::Timestamp;
 use drover_domain::node::ReportedNode;
 use drover_domain::request::{
-    ExternalUse, JobAction, JobChanges, NodeChanges, NodeReportItem, Requester,
+    ExternalUse, JobAction, JobChanges, NodeChanges, NodeReportItem, ReportedJob, Requester,
 };
 use drover_monitor::event::{Event, ObjectRef};
 use drover_monitor::{EventRecorder, Reports};
@@ -26,7 +26,7 @@ use drover_plugins::native::{JobReport, Locations, NodeReport};
 use drover_plugins::registry::{HostFactory, MAX_DATA_BYTES, Plugin, Plugins};
 use drover_plugins::script::Host;
 use drover_sched::Scheduler;
-use drover_sched::job::JobSpec;
+use drover_sched::job::{Allocation, JobSpec, JobState};
 use drover_sched::node::NodeState;
 use drover_sched::template::{Given, JobTemplates};
 use serde_json::{Map, Value, json};
@@ -159,6 +159,44 @@ fn external_processors(jobs: &[JobReport]) -> BTreeMap<String, u32> {
     held
 }
 
+/// A Native job line as the book shows it: its state in the job vocabulary (one in an
+/// unknown state is left out), the processors it holds on each node (as
+/// [`external_processors`] counts them; left out if a node is not known here), its exit
+/// code (`EXITCODE`) once ended.
+fn reported_job(job: &JobReport, scheduler: &Scheduler) -> Option<ReportedJob> {
+    let state = match job.state.as_deref()? {
+        "Idle" | "Hold" | "Deferred" | "Blocked" | "Staging" => JobState::Idle,
+        "Starting" | "Running" | "Canceling" => JobState::Running,
+        "Suspended" => JobState::Suspended,
+        "Completed" => JobState::Completed,
+        "Removed" => JobState::Removed,
+        "Vacated" => JobState::Vacated,
+        _ => return None,
+    };
+    let held = if state.is_running() {
+        external_processors(std::slice::from_ref(job))
+    } else {
+        BTreeMap::new()
+    };
+    let nodes = scheduler.nodes();
+    if held
+        .keys()
+        .any(|id| !nodes.iter().any(|n| &n.config.id == id))
+    {
+        return None;
+    }
+    Some(ReportedJob {
+        id: job.id.clone(),
+        user: job.user.clone(),
+        state,
+        placement: held
+            .into_iter()
+            .map(|(node, tasks)| Allocation { node, tasks })
+            .collect(),
+        completion_code: job.fields.get("EXITCODE").and_then(|c| c.parse().ok()),
+    })
+}
+
 impl HostFactory for PluginHosts {
     fn host(&self, plugin: &Plugin, data: Arc<Mutex<Map<String, Value>>>) -> Arc<dyn Host> {
         match self.host_of(plugin, data) {
@@ -211,16 +249,26 @@ impl HostFactory for PluginHosts {
         let report = ExternalUse {
             reporter: reporter(plugin),
             processors: external_processors(&outside),
+            jobs: outside
+                .iter()
+                .filter_map(|job| reported_job(job, scheduler))
+                .collect(),
         };
-        let unknown = self
+        let outcome = self
             .runtime
             .block_on(scheduler.report_external_use(report, by))
             .map_err(|e| e.to_string())?;
         let mut said = format!("{count} jobs of other work read");
-        if !unknown.is_empty() {
+        if !outcome.added.is_empty() {
+            said.push_str(&format!("; shown as jobs: {}", outcome.added.join(", ")));
+        }
+        if outcome.ended > 0 {
+            said.push_str(&format!("; {} ended", outcome.ended));
+        }
+        if !outcome.unknown.is_empty() {
             said.push_str(&format!(
                 "; their nodes not known here: {}",
-                unknown.join(", ")
+                outcome.unknown.join(", ")
             ));
         }
         Ok(said)

@@ -353,6 +353,10 @@ pub struct SpecExtra {
     /// the service shows it, counts what it holds and may cancel it, nothing more.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub rm_detected: bool,
+    /// Reported by a resource-manager plugin (`plugin/<id>`): work another resource
+    /// manager runs, a record here that each of the plugin's reports brings up to date.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reported_by: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

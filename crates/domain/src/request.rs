@@ -140,9 +140,37 @@ pub struct NodeReportItem {
 /// it uses on each node named (nodes it named before and not now use none any more).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ExternalUse {
-    /// Who reported it (a plugin id).
+    /// Who reported it (`plugin/<id>`).
     pub reporter: String,
     pub processors: std::collections::BTreeMap<String, u32>,
+    /// The jobs of that work, shown as jobs here (every one the report names: one it
+    /// named before and not now has ended).
+    pub jobs: Vec<ReportedJob>,
+}
+
+/// A job of work outside this service, as a plugin reports it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportedJob {
+    /// Its id there.
+    pub id: String,
+    /// The system user it runs as there, if the report says.
+    pub user: Option<String>,
+    pub state: crate::job::JobState,
+    /// The nodes it holds and the processors it holds on each.
+    pub placement: Vec<crate::job::Allocation>,
+    /// How it ended, once it has and the report says.
+    pub completion_code: Option<i32>,
+}
+
+/// What a report of outside work did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ExternalUseOutcome {
+    /// The node names it gave that are no nodes here.
+    pub unknown: Vec<String>,
+    /// The jobs it added to the book (their ids here).
+    pub added: Vec<String>,
+    /// How many jobs it ended (reported ended, or no longer reported).
+    pub ended: usize,
 }
 
 /// What a report of nodes did.

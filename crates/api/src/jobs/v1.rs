@@ -102,7 +102,9 @@ fn execution(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
         json!(memory.map_or(-1, |m| m as i64))
     });
     put("os", &|| json!(request.os));
-    put("rmName", &|| json!(r.rm_name));
+    put("rmName", &|| {
+        json!(job.spec.extra.reported_by.as_deref().unwrap_or(r.rm_name))
+    });
     put("rmExtension", &|| json!(spec.extra.rm_extension));
     put("rmStandardErrorFilePath", &|| {
         json!(output_path(job, Output::Stderr))

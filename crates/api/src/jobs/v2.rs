@@ -217,7 +217,8 @@ fn resources(job: &Job, r: &Render, put: &mut impl FnMut(&str, &dyn Fn() -> Valu
     });
     put("resourceManagers", &|| {
         json!([{ "isDestination": true, "isSource": true,
-                 "jobName": super::v1::rm_job_id(job), "name": r.rm_name }])
+                 "jobName": super::v1::rm_job_id(job),
+                 "name": spec.extra.reported_by.as_deref().unwrap_or(r.rm_name) }])
     });
     put("schedName", &|| json!(r.sched_name));
     put("rmStandardErrorFilePath", &|| {

@@ -45,6 +45,28 @@ pub(crate) fn send(server: &TestServer, method: &str, path: &str, body: &Value) 
     server.send_json(method, path, body)
 }
 
+/// Creates a plugin (as the administrator); answers the reply.
+pub(crate) fn create_plugin(server: &TestServer, body: &Value) -> Reply {
+    let created = send(server, "POST", "/rest/plugins", body);
+    assert_eq!(created.status, 201, "{body}: {}", created.body);
+    created
+}
+
+/// Creates the plugin `id` of `plugin_type` (autoStart) and starts it.
+pub(crate) fn start_plugin(server: &TestServer, id: &str, plugin_type: &str) {
+    create_plugin(
+        server,
+        &json!({"id": id, "pluginType": plugin_type, "autoStart": true}),
+    );
+    let started = send(
+        server,
+        "PUT",
+        &format!("/rest/plugins/{id}"),
+        &json!({"state": "STARTED"}),
+    );
+    assert_eq!(started.status, 200, "{}", started.body);
+}
+
 pub(crate) fn plugin(server: &TestServer, id: &str) -> Value {
     let reply = server.get(&format!("/rest/plugins/{id}"));
     assert_eq!(reply.status, 200, "{}", reply.body);
@@ -222,13 +244,10 @@ fn a_plugin_is_created_configured_started_polled_stopped_and_deleted() {
         }
         reply.assert_refused(status, words, &body);
     }
-    let created = send(
+    let created = create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "health", "pluginType": "NodeHealth", "pollInterval": 3600, "config": {"url": url}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     assert_eq!(created.json(), json!({"id": "health"}));
     send(
         &server,
@@ -338,13 +357,10 @@ fn the_native_type_reads_node_reports_only_inside_the_configured_directories() {
     )
     .unwrap();
     let url = format!("file://{}", report.display());
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "native", "pluginType": "Native", "pollInterval": 3600, "config": {"getNodes": url, "site": "kept"}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let polled = server.call("POST", "/rest/plugins/native/poll", Auth::Admin, None);
     assert_eq!(polled.status, 200, "{}", polled.body);
     assert!(
@@ -386,14 +402,11 @@ fn scripts_get_events_and_answer_web_services() {
     let probes = tempfile::tempdir().unwrap();
     let server = server(probes.path());
     uploaded(&server, NOTIFIER);
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "notes", "pluginType": "Notifier",
         "config": {"kinds": "jobsubmit,custom"}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     // A web service, by its hyphenated name: it records an event as the plugin.
     let posted = send(
         &server,
@@ -480,13 +493,10 @@ fn a_job_a_plugin_submits_takes_the_default_template() {
         fn make(request) { submit_job(request.body) }
     "#,
     );
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "maker", "pluginType": "Maker", "pollInterval": 86400}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let made = send(
         &server,
         "POST",
@@ -515,13 +525,10 @@ fn hostile_scripts_are_stopped_and_the_service_keeps_answering() {
         fn deep(request) { deep(request) }
     "#,
     );
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "bad", "pluginType": "Hostile", "pollInterval": 3600}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     for service in ["spin", "grow", "deep"] {
         let started = Instant::now();
         let reply = send(
@@ -590,13 +597,10 @@ fn started_plugins_are_polled_on_their_interval_and_paused_ones_are_not() {
         fn count(request) { #{ polls: data_get("polls") ?? 0, events: data_get("events") ?? 0 } }
     "#,
     );
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "tick", "pluginType": "Ticker", "pollInterval": 1}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let count = |key: &str| {
         server.get("/rest/plugins/tick/services/count").json()[key]
             .as_i64()
@@ -663,14 +667,11 @@ fn native_action_urls_run_for_job_events_with_the_job_id() {
     )
     .unwrap();
     std::fs::set_permissions(&action, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "actions", "pluginType": "Native",
         "pollInterval": 3600, "config": {"jobStart": format!("exec://{}", action.display())}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     send(
         &server,
         "PUT",
@@ -712,14 +713,11 @@ fn the_native_type_adds_the_nodes_it_reports_and_jobs_run_on_them_across_a_resta
         "rack7 STATE=Idle GMETRIC[temp]=41.5 MESSAGE=\"fans replaced\"\n\
          bad/id CPROC=2\nnoproc STATE=Idle\nhuge CPROC=99999999\n",
     );
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "cluster", "pluginType": "Native", "pollInterval": 3600,
                 "config": {"getCluster": format!("file://{}", cluster.display()), "getNodes": nodes}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let polled = server.call("POST", "/rest/plugins/cluster/poll", Auth::Admin, None);
     assert_eq!(polled.status, 200, "{}", polled.body);
     let said = polled.messages();
@@ -781,20 +779,7 @@ fn a_type_uploaded_without_reload_reaches_a_started_plugin_only_when_it_is_confi
         )
     };
     uploaded(&server, &version("one"));
-    let created = send(
-        &server,
-        "POST",
-        "/rest/plugins",
-        &json!({"id": "versioned", "pluginType": "Versioned", "autoStart": true}),
-    );
-    assert_eq!(created.status, 201, "{}", created.body);
-    let started = send(
-        &server,
-        "PUT",
-        "/rest/plugins/versioned",
-        &json!({"state": "STARTED"}),
-    );
-    assert_eq!(started.status, 200, "{}", started.body);
+    start_plugin(&server, "versioned", "Versioned");
     let which = || server.get("/rest/plugins/versioned/services/which").json()["version"].clone();
     assert_eq!(which(), "one");
 
@@ -898,14 +883,11 @@ fn the_native_type_keeps_jobs_off_processors_that_outside_work_holds() {
          ext.4 STATE=Running TASKLIST=elsewhere\n",
     )
     .unwrap();
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "outside", "pluginType": "Native", "pollInterval": 3600,
                 "config": {"getJobs": format!("file://{}", jobs.display())}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let polled = server.call("POST", "/rest/plugins/outside/poll", Auth::Admin, None);
     assert_eq!(polled.status, 200, "{}", polled.body);
     assert!(
@@ -944,14 +926,11 @@ fn a_node_a_native_plugin_no_longer_reports_is_down_until_it_is_reported_again()
     let server = server(probes.path());
     let report = probes.path().join("nodes.txt");
     std::fs::write(&report, "rack1 CPROC=2\nrack2 CPROC=2 STATE=Idle\n").unwrap();
-    let created = send(
+    create_plugin(
         &server,
-        "POST",
-        "/rest/plugins",
         &json!({"id": "slurm", "pluginType": "Native", "pollInterval": 3600,
                 "config": {"getNodes": format!("file://{}", report.display())}}),
     );
-    assert_eq!(created.status, 201, "{}", created.body);
     let poll = || {
         let polled = server.call("POST", "/rest/plugins/slurm/poll", Auth::Admin, None);
         assert_eq!(polled.status, 200, "{}", polled.body);
@@ -1003,20 +982,7 @@ fn a_plugins_jobs_are_the_live_ones() {
         "fn describe() { #{ id: \"Lister\", services: [\"live\"] } }\n\
          fn live(request) { let ids = []; for j in jobs() { ids.push(j.id); } #{ ids: ids } }\n",
     );
-    let created = send(
-        &server,
-        "POST",
-        "/rest/plugins",
-        &json!({"id": "lister", "pluginType": "Lister", "autoStart": true}),
-    );
-    assert_eq!(created.status, 201, "{}", created.body);
-    let started = send(
-        &server,
-        "PUT",
-        "/rest/plugins/lister",
-        &json!({"state": "STARTED"}),
-    );
-    assert_eq!(started.status, 200, "{}", started.body);
+    start_plugin(&server, "lister", "Lister");
     let ended = drover_testkit::submit_v2(&server, json!({"commandFile": "/bin/true"}));
     drover_testkit::wait_state_v2(&server, &ended, "Completed");
     let waiting = |feature: &str| {
@@ -1029,4 +995,95 @@ fn a_plugins_jobs_are_the_live_ones() {
     let live = server.get("/rest/plugins/lister/services/live");
     assert_eq!(live.status, 200, "{}", live.body);
     assert_eq!(live.json()["ids"], json!([second, first]), "{}", live.body);
+}
+
+/// getJobs: the outside jobs a Native plugin reports are shown as jobs of that manager
+/// (as Slurm's outside jobs are): their state follows the reports, one no longer
+/// reported has ended, and nothing here changes or cancels them; a restart keeps them as
+/// they were until the next report (issue #58).
+#[test]
+fn the_jobs_a_native_plugin_reports_are_shown_as_its_jobs() {
+    let probes = tempfile::tempdir().unwrap();
+    let server = server(probes.path());
+    let jobs = probes.path().join("jobs.txt");
+    std::fs::write(
+        &jobs,
+        "ext.1 STATE=Running UNAME=alice TASKLIST=n1\n\
+         ext.2 STATE=Idle UNAME=bob\n\
+         ext.3 STATE=Running UNAME=../../root TASKLIST=nowhere\n",
+    )
+    .unwrap();
+    create_plugin(
+        &server,
+        &json!({"id": "outside", "pluginType": "Native", "pollInterval": 3600,
+                "config": {"getJobs": format!("file://{}", jobs.display())}}),
+    );
+    let poll = |server: &TestServer| {
+        let polled = server.call("POST", "/rest/plugins/outside/poll", Auth::Admin, None);
+        assert_eq!(polled.status, 200, "{}", polled.body);
+        polled.messages()
+    };
+    assert!(poll(&server).contains("shown as jobs"));
+    let named = |server: &TestServer, name: &str| -> Vec<Value> {
+        let listed = server.get("/rest/jobs?api-version=2").json();
+        listed["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|j| j["customName"] == name)
+            .cloned()
+            .collect()
+    };
+    let ext1 = named(&server, "ext.1");
+    assert_eq!(ext1.len(), 1, "{ext1:?}");
+    let ext1 = &ext1[0];
+    assert_eq!(ext1["states"]["state"], "Running", "{ext1}");
+    assert_eq!(ext1["credentials"]["user"], "alice", "{ext1}");
+    assert_eq!(
+        ext1["resourceManagers"][0]["name"], "plugin/outside",
+        "{ext1}"
+    );
+    assert_eq!(
+        ext1["requirements"][0]["nodes"],
+        json!([{"name": "n1"}]),
+        "{ext1}"
+    );
+    assert_eq!(named(&server, "ext.2")[0]["states"]["state"], "Idle");
+    assert!(
+        named(&server, "ext.3").is_empty(),
+        "its node is not known here"
+    );
+    let id = ext1["name"].as_str().unwrap().to_string();
+
+    // Its user may not cancel or change it here: its own manager runs it.
+    let cancel = server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::User, None);
+    cancel.assert_refused(400, "plugin/outside", &"cancelling a reported job");
+    let change = server.send_json_as(
+        Auth::User,
+        "PUT",
+        &format!("/rest/jobs/{id}?api-version=2"),
+        &json!({"customName": "mine"}),
+    );
+    assert!(
+        change.status >= 400 && change.status < 500,
+        "{}",
+        change.body
+    );
+    let server = server.restart();
+    assert_eq!(named(&server, "ext.1")[0]["states"]["state"], "Running");
+
+    std::fs::write(&jobs, "ext.2 STATE=Completed UNAME=bob EXITCODE=3\n").unwrap();
+    assert!(poll(&server).contains("2 ended"));
+    let ext1 = &named(&server, "ext.1")[0];
+    assert_eq!(ext1["states"]["state"], "Completed", "{ext1}");
+    assert!(
+        ext1["messages"].to_string().contains("no longer reports"),
+        "{ext1}"
+    );
+    let ext2 = &named(&server, "ext.2")[0];
+    assert_eq!(ext2["states"]["state"], "Completed", "{ext2}");
+    assert_eq!(ext2["completionCode"], 3, "{ext2}");
+    // Reported again, an ended job is not shown twice.
+    poll(&server);
+    assert_eq!(named(&server, "ext.2").len(), 1);
 }

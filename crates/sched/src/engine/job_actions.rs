@@ -63,6 +63,11 @@ impl Engine {
                 "it is a job array master, which does not run itself: act on its sub-jobs, or cancel the array",
             ));
         }
+        if let Some(reporter) = &job.spec.extra.reported_by {
+            return Err(target.refuse(format!(
+                "it is work another resource manager runs, which {reporter} reports: act on it there"
+            )));
+        }
         if job.spec.extra.rm_detected && !matches!(action, JobAction::Cancel) {
             return Err(target.refuse(format!(
                 "it was submitted to the resource manager ({}) directly: it may only be cancelled here",

@@ -49,9 +49,17 @@ impl Engine {
         let job = self.job_at(position);
         self.may_change(&job, by)?;
         if job.spec.extra.rm_detected {
+            let why = match &job.spec.extra.reported_by {
+                Some(reporter) => format!(
+                    "it is work another resource manager runs, which {reporter} reports: change it there"
+                ),
+                None => "it was submitted to the resource manager directly: it may only be \
+                         cancelled here"
+                    .into(),
+            };
             return Err(SchedError::refused(
                 format!("Job {id} was not changed"),
-                "it was submitted to the resource manager directly: it may only be cancelled here",
+                why,
             ));
         }
         self.check_changes(&job, &changes, by)?;

@@ -24,6 +24,7 @@ mod launcher;
 mod node_changes;
 mod node_pool;
 mod node_reports;
+mod plugin_jobs;
 mod preempt;
 mod queue;
 mod recovery;
@@ -245,7 +246,7 @@ pub(crate) enum Inbox {
     ReportExternalUse {
         report: crate::request::ExternalUse,
         by: Requester,
-        reply: oneshot::Sender<Result<Vec<String>, SchedError>>,
+        reply: oneshot::Sender<Result<crate::request::ExternalUseOutcome, SchedError>>,
     },
     Vm {
         command: crate::vm::VmCommand,
@@ -562,12 +563,12 @@ impl Scheduler {
     }
 
     /// Sets the processors work outside this service uses on the nodes a plugin's
-    /// report names; answers the names that are no nodes here.
+    /// report names, and brings its jobs' records up to date.
     pub async fn report_external_use(
         &self,
         report: crate::request::ExternalUse,
         by: Requester,
-    ) -> Result<Vec<String>, SchedError> {
+    ) -> Result<crate::request::ExternalUseOutcome, SchedError> {
         self.ask(|reply| Inbox::ReportExternalUse { report, by, reply })
             .await
     }

@@ -17,7 +17,8 @@ use drover_store::{Body, Write};
 use super::core::Engine;
 use crate::node::{Node, NodeState, ReportedNode};
 use crate::request::{
-    ExternalUse, NodeChanges, NodeReportItem, NodeReportOutcome, Requester, SchedError,
+    ExternalUse, ExternalUseOutcome, NodeChanges, NodeReportItem, NodeReportOutcome, Requester,
+    SchedError,
 };
 
 /// The store collection of reported node descriptions (one document per node id).
@@ -114,13 +115,14 @@ impl Engine {
 
     /// Sets the processors work outside this service uses on the nodes `report` names,
     /// as `by` (an administrator); nodes its reporter named before and not now use none.
-    /// Answers the ids it names that are no nodes here.
+    /// Its jobs become (or update) records of the book (`plugin_jobs`).
     pub(crate) fn report_external_use(
         &mut self,
         report: ExternalUse,
         by: &Requester,
-    ) -> Result<Vec<String>, SchedError> {
+    ) -> Result<ExternalUseOutcome, SchedError> {
         super::node_changes::may_change_nodes(by)?;
+        let (added, ended) = self.reported_jobs(&report.reporter, report.jobs, by);
         let mut named = HashSet::new();
         let mut unknown = Vec::new();
         for (id, processors) in report.processors {
@@ -135,7 +137,11 @@ impl Engine {
         for index in self.nodes.externally_used_by(&report.reporter, named) {
             self.set_external(index, 0);
         }
-        Ok(unknown)
+        Ok(ExternalUseOutcome {
+            unknown,
+            added,
+            ended,
+        })
     }
 
     fn set_external(&mut self, index: usize, processors: u32) {

@@ -100,6 +100,9 @@ impl Engine {
         if job.spec.extra.system_task.is_some() {
             return; // its VM's recovery hands its work over again (`load_vms`)
         }
+        if job.spec.extra.reported_by.is_some() {
+            return; // a record of another manager's work: its plugin's next report decides
+        }
         match job.status.state {
             // Submitted to the resource manager directly, waiting there.
             JobState::Idle if job.spec.extra.rm_detected => {
