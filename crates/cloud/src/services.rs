@@ -419,18 +419,7 @@ mod tests {
     }
 
     fn one(base: &str) -> ExpandedService {
-        ExpandedService {
-            base: base.into(),
-            kind: ServiceType::Container,
-            template: None,
-            label: None,
-            attributes: Map::new(),
-            parent: None,
-            children: Vec::new(),
-            dependencies: Vec::new(),
-            storage_of: None,
-            template_defined: false,
-        }
+        ExpandedService::of_type(base, ServiceType::Container)
     }
 
     /// The services read last are answered again only until a write here: every read

@@ -250,6 +250,24 @@ pub struct ExpandedService {
     pub template_defined: bool,
 }
 
+impl ExpandedService {
+    /// A service of `kind` an entry makes by its type alone, at the top until included.
+    pub fn of_type(base: &str, kind: ServiceType) -> Self {
+        Self {
+            base: base.into(),
+            kind,
+            template: None,
+            label: None,
+            attributes: Map::new(),
+            parent: None,
+            children: Vec::new(),
+            dependencies: Vec::new(),
+            storage_of: None,
+            template_defined: false,
+        }
+    }
+}
+
 /// Looks a template up by id or name.
 pub type TemplateLookup<'a> = &'a dyn Fn(&TemplateKey) -> Option<(TemplateRef, ServiceTemplate)>;
 
@@ -377,18 +395,7 @@ impl Expansion<'_> {
     fn make_root(&mut self, field: &str, entry: &ServiceEntry) -> Option<usize> {
         match (&entry.template, entry.kind) {
             (Some(key), None) => self.instantiate(field, &entry.name, key, None, 0),
-            (None, Some(kind)) => Some(self.push(ExpandedService {
-                base: entry.name.clone(),
-                kind,
-                template: None,
-                label: None,
-                attributes: Map::new(),
-                parent: None,
-                children: Vec::new(),
-                dependencies: Vec::new(),
-                storage_of: None,
-                template_defined: false,
-            })),
+            (None, Some(kind)) => Some(self.push(ExpandedService::of_type(&entry.name, kind))),
             _ => {
                 self.refuse(
                     field.to_string(),

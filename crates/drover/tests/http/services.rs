@@ -65,6 +65,16 @@ fn stack_template(server: &TestServer, name: &str) {
     );
 }
 
+/// bob's service `s.<n>` of the template `stack`; answers its name.
+fn bobs_stack(server: &TestServer) -> String {
+    stack_template(server, "stack");
+    create(
+        server,
+        bob(),
+        &json!({"data": [{"name": "s", "serviceTemplate": "stack"}]}),
+    )
+}
+
 /// Creates a service as `auth`; answers the top-level name.
 fn create(server: &TestServer, auth: Auth, body: &Value) -> String {
     let reply = send(server, "POST", PATH, auth, body);
@@ -563,12 +573,7 @@ fn names_are_numbered_and_never_given_twice_even_after_a_restart() {
 #[test]
 fn a_template_in_use_is_not_deleted() {
     let server = server();
-    stack_template(&server, "stack");
-    let top = create(
-        &server,
-        bob(),
-        &json!({"data": [{"name": "s", "serviceTemplate": "stack"}]}),
-    );
+    let top = bobs_stack(&server);
     server
         .call("DELETE", "/rest/service-templates/stack", Auth::Admin, None)
         .assert_refused(409, &top, &"stack in use");
@@ -660,12 +665,7 @@ fn a_restart_during_bring_up_resumes_without_making_anything_twice() {
         return;
     }
     let server = server();
-    stack_template(&server, "stack");
-    let top = create(
-        &server,
-        bob(),
-        &json!({"data": [{"name": "s", "serviceTemplate": "stack"}]}),
-    );
+    let top = bobs_stack(&server);
     // Stop as soon as the first piece exists.
     wait_service(&server, &top, "given a container", |s| {
         !s["attributes"]["sched"]["vc"].is_null()
@@ -857,12 +857,7 @@ fn a_restart_during_teardown_finishes_it() {
         return;
     }
     let server = server();
-    stack_template(&server, "stack");
-    let top = create(
-        &server,
-        bob(),
-        &json!({"data": [{"name": "s", "serviceTemplate": "stack"}]}),
-    );
+    let top = bobs_stack(&server);
     let shop = wait_phase(&server, &top, "up");
     let vc = shop["attributes"]["sched"]["vc"]["id"]
         .as_str()
