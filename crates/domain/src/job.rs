@@ -413,6 +413,10 @@ pub struct JobStatus {
     /// once the run ended.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rm_job_id: Option<String>,
+    /// The VM of its user a `REQUIREVM` job runs in: the VM holds the resources, so
+    /// the job's allocation (the VM's node) takes none of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_vm: Option<String>,
     /// The process is being stopped, and why.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ending: Option<EndIntent>,

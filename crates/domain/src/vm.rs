@@ -338,6 +338,12 @@ pub fn id_for_job(job_id: &str) -> String {
     format!("{JOB_VM_PREFIX}{base}")
 }
 
+/// Whether a job's `vmUsagePolicy` asks to run in an existing VM of its user
+/// (`REQUIREVM`): it waits for a running one that fits, instead of nodes.
+pub fn requires_vm(policy: Option<&str>) -> bool {
+    policy.is_some_and(|p| p.eq_ignore_ascii_case("REQUIREVM"))
+}
+
 /// Whether a job's `vmUsagePolicy` asks to run in a VM (`CREATEVM`, `REQUIREVM`).
 pub fn wants_vm(policy: Option<&str>) -> bool {
     policy

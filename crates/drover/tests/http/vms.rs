@@ -731,3 +731,83 @@ fn a_job_in_a_vm_outlives_a_restart_of_the_service() {
     });
     assert!(qemu_pids(server.data_dir(), Some(&format!("job-{id}"))).is_empty());
 }
+
+/// `REQUIREVM` runs a job in a running VM of its user that fits, and waits while there is
+/// none (too small, another user's, none at all); the VM, not the job, holds the node,
+/// and the job's end leaves the VM running (issue #58 item 8).
+#[test]
+fn a_requirevm_job_runs_in_a_running_vm_of_its_user_and_waits_for_one() {
+    let Some((server, _guests)) = server() else {
+        return;
+    };
+    let work = drover_testkit::scratch_dir();
+    let command = drover_testkit::script(
+        work.path(),
+        "where.sh",
+        "echo \"vm=$DROVER_VM_ID\"\ncat /proc/cmdline",
+    );
+    let submit = |auth: Auth, processors: u32| {
+        let reply = send(
+            &server,
+            "POST",
+            "/rest/jobs",
+            auth,
+            &json!({"name": "where", "commandFile": command,
+                    "initialWorkingDirectory": work.path(), "vmUsagePolicy": "REQUIREVM",
+                    "requirements": [{"requiredProcessorCountMinimum": processors}]}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.json()["id"].as_str().unwrap().to_string()
+    };
+    let waiting_for_a_vm = |id: &str| {
+        server.wait_for(
+            &format!("/rest/jobs/{id}?api-version=2"),
+            "waiting for a VM",
+            |j| j["states"]["state"] == "Idle" && j["blocks"].to_string().contains("running VM"),
+        )
+    };
+    // No VM yet: it waits, and holds no node.
+    let first = submit(Auth::User, 1);
+    waiting_for_a_vm(&first);
+    assert_eq!(available_processors(&server, "node01"), 4);
+    job_id(&send(
+        &server,
+        "POST",
+        "/rest/vms",
+        Auth::User,
+        &json!({"id": "desk", "totalProcessors": 1, "totalMemory": 128}),
+    ));
+    let job = server.wait_for(&format!("/rest/jobs/{first}"), "the job ends", |j| {
+        j["state"] == "COMPLETED"
+    });
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let number = first.trim_start_matches("Drover.");
+    let out = std::fs::read_to_string(work.path().join(format!("where.o{number}"))).unwrap();
+    assert!(out.contains("vm=desk"), "{out}");
+    assert!(
+        out.contains("console=ttyS0"),
+        "not the guest's kernel: {out}"
+    );
+    // The VM goes on, and only it holds its node.
+    let desk = wait_substate(&server, "desk", "running");
+    let node = desk["node"]["id"].as_str().unwrap().to_string();
+    assert_eq!(available_processors(&server, &node), 3);
+    // Too large for alice's VM, and bob has none: both wait.
+    let large = submit(Auth::User, 2);
+    let bobs = submit(Auth::Basic("bob".into(), PASSWORD.into()), 1);
+    waiting_for_a_vm(&large);
+    waiting_for_a_vm(&bobs);
+    assert_eq!(available_processors(&server, &node), 3);
+    for id in [&large, &bobs] {
+        assert_eq!(
+            server
+                .send("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin)
+                .status,
+            200
+        );
+    }
+    job_id(&server.send("DELETE", "/rest/vms/desk", Auth::User));
+    wait_until("desk is gone", || {
+        server.get("/rest/vms/desk").status == 404
+    });
+}

@@ -574,6 +574,9 @@ impl Engine {
         if self.vm_work_waits() {
             self.start_waiting_vm_work();
         }
+        if !self.queue.in_user_vms().is_empty() {
+            self.start_jobs_in_user_vms();
+        }
         if self.queue.is_empty() {
             return;
         }
@@ -678,6 +681,9 @@ impl Engine {
         let mut held = Vec::new();
         for &position in self.queue.running() {
             let job = book.at(position);
+            if job.status.in_vm.is_some() {
+                continue; // its VM holds what it uses
+            }
             let request = &job.spec.request;
             let end = match (job.status.state, job.spec.duration) {
                 (JobState::Suspended, _) => None,
@@ -703,7 +709,7 @@ impl Engine {
 
     /// Whether the job's dependencies let it start; if not, shows why (Blocked with a
     /// `Dependency` block while it may still happen, `DependencyFailed` once it cannot).
-    fn dependencies_met(&mut self, position: usize, job: &Job) -> bool {
+    pub(super) fn dependencies_met(&mut self, position: usize, job: &Job) -> bool {
         let verdict = {
             let book = self.shared.jobs.read().unwrap();
             dependency::judge_all(job, |id| book.get(id).map(|j| &**j))
@@ -750,7 +756,7 @@ impl Engine {
     }
 
     /// The job may not start for lack of funds: it stays queued, and shows why.
-    fn block_for_funds(&mut self, position: usize, reason: String) {
+    pub(super) fn block_for_funds(&mut self, position: usize, reason: String) {
         let block = crate::job::Block {
             kind: "InsufficientFunds".into(),
             message: reason,
@@ -838,6 +844,7 @@ impl Engine {
         self.update(position, |job| {
             job.status.state = JobState::Hold;
             job.status.allocation.clear();
+            job.status.in_vm = None;
             if !job.status.holds.contains(&Hold::Batch) {
                 job.status.holds.push(Hold::Batch);
             }

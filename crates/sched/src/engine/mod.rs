@@ -36,6 +36,7 @@ mod system_accounts;
 mod virtual_container_commands;
 mod virtual_container_table;
 mod vm_commands;
+mod vm_jobs;
 mod vm_queue;
 
 use std::collections::{BTreeMap, BTreeSet};

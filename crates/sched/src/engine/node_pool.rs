@@ -126,6 +126,9 @@ impl NodePool {
 
     /// Node resources taken (`take`) or given back by a job.
     pub(super) fn charge(&mut self, job: &Job, take: bool) {
+        if job.status.in_vm.is_some() {
+            return; // its VM holds what it uses
+        }
         let per_task_memory = job.spec.request.memory_per_task.unwrap_or(0);
         for allocation in &job.status.allocation {
             let Some(&index) = self.index.get(&allocation.node) else {

@@ -35,6 +35,9 @@ pub(crate) struct Queue {
     running: BTreeSet<usize>,
     /// Waiting jobs flagged PREEMPTOR.
     preemptors: BTreeSet<usize>,
+    /// Waiting jobs that run in a running VM of their user (`vmUsagePolicy`
+    /// REQUIREVM): never placed on nodes, started by `vm_jobs` once one fits.
+    in_user_vms: BTreeSet<usize>,
     next_seq: u64,
 }
 
@@ -46,6 +49,7 @@ impl Queue {
             classes: HashMap::default(),
             running: BTreeSet::new(),
             preemptors: BTreeSet::new(),
+            in_user_vms: BTreeSet::new(),
             next_seq: 1,
         }
     }
@@ -57,6 +61,7 @@ impl Queue {
         self.classes.clear();
         self.running.clear();
         self.preemptors.clear();
+        self.in_user_vms.clear();
         self.next_seq = next_seq;
     }
 
@@ -93,9 +98,18 @@ impl Queue {
                     .block
                     .as_ref()
                     .is_some_and(|b| b.kind == dependency::WAITING));
+        // One that runs in a VM of its user waits for the VM, not for nodes.
+        let mut joined = false;
+        let waiting =
+            if waiting && crate::vm::requires_vm(job.spec.extra.vm_usage_policy.as_deref()) {
+                joined = self.in_user_vms.insert(position);
+                false
+            } else {
+                self.in_user_vms.remove(&position);
+                waiting
+            };
         let key = QueueKey::of(job);
         let class = waiting.then(|| RankClass::of(job));
-        let mut joined = false;
         match (self.keys.get(&position), class) {
             (Some((old_key, old_class)), Some(class))
                 if *old_key == key && **old_class == class => {}
@@ -168,6 +182,11 @@ impl Queue {
     }
 
     #[inline]
+    /// The waiting jobs that run in a VM of their user, oldest first.
+    pub(super) fn in_user_vms(&self) -> &BTreeSet<usize> {
+        &self.in_user_vms
+    }
+
     pub(super) fn is_empty(&self) -> bool {
         self.waiting.is_empty()
     }

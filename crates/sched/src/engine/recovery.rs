@@ -121,6 +121,7 @@ impl Engine {
                 self.update(position, |job| {
                     job.status.state = JobState::Idle;
                     job.status.allocation.clear();
+                    job.status.in_vm = None;
                 });
             }
             JobState::Running | JobState::Suspended => self.recover_running(position, job, now),

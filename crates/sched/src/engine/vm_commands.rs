@@ -813,6 +813,21 @@ impl Engine {
     /// A job that runs in a VM is about to start: it runs once its VM does (made now,
     /// on the job's first node, of its processors and memory, from the default image).
     pub(super) fn launch_in_vm(&mut self, position: usize, job: &Job) {
+        // REQUIREVM: the VM of its user it was given (`vm_jobs`), if it still runs.
+        if let Some(vm_id) = &job.status.in_vm {
+            return match self.vms.position(vm_id) {
+                Some(at)
+                    if self.vms.get(at).phase == VmPhase::Running
+                        && self.vms.get(at).owner == job.user() =>
+                {
+                    self.start_in_vm(position, at)
+                }
+                _ => self.hold_unstarted(
+                    position,
+                    format!("the VM {vm_id} it was to run in no longer runs"),
+                ),
+            };
+        }
         let id = crate::vm::id_for_job(&job.id);
         if let Some(at) = self.vms.position(&id) {
             let vm = self.vms.get(at);
