@@ -72,7 +72,18 @@ do_install() {
   log "installed slurm $(dpkg-query -W -f='${Version}' slurmctld)"
 }
 
+# $RUN holds logs root writes: one another user made first (with links planted in it)
+# is refused.
+own_run_dir() {
+  mkdir -p "$RUN"
+  if [ -L "$RUN" ] || [ "$(stat -c %u "$RUN")" != 0 ] || [ $(( 0$(stat -c %a "$RUN") & 022 )) -ne 0 ]; then
+    log "$RUN must be a directory of root's that no one else may write to"
+    exit 1
+  fi
+}
+
 write_conf() {
+  own_run_dir
   mkdir -p "$RUN" /run/munge /run/slurm /var/lib/slurm/slurmctld /var/log/slurm /etc/slurm
   chown munge:munge /run/munge; chmod 0755 /run/munge
   chown slurm:slurm /run/slurm /var/lib/slurm/slurmctld /var/log/slurm
@@ -161,10 +172,13 @@ start_db() {
     --innodb-flush-log-at-trx-commit=2 --skip-name-resolve
   wait_for 60 db -e 'select 1' || { log "mariadbd did not start: $(tail -20 "$RUN/mariadbd.log")"; exit 1; }
   local pass; pass=$(cat "$DB_DIR/slurm.pass")
-  db -e "CREATE DATABASE IF NOT EXISTS slurm_acct_db;
-    CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
-    ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
-    GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+  # On standard input, never in an argument: any local user reads a process's arguments.
+  db <<SQL
+CREATE DATABASE IF NOT EXISTS slurm_acct_db;
+CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+ALTER USER 'slurm'@'127.0.0.1' IDENTIFIED BY '$pass';
+GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';
+SQL
 }
 
 # slurmdbd.conf: readable by SlurmUser only (it holds the database's password).

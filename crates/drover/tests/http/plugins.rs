@@ -1087,3 +1087,57 @@ fn the_jobs_a_native_plugin_reports_are_shown_as_its_jobs() {
     poll(&server);
     assert_eq!(named(&server, "ext.2").len(), 1);
 }
+
+/// Attacks on reported jobs (the review of #58): a report naming one id many times makes
+/// one record, not one more each poll; records of reported work never count against
+/// their user's queue limit (a plugin could otherwise stop a user submitting); and an
+/// administrator may remove a stale record, which its user may not.
+#[test]
+fn a_report_repeating_an_id_makes_one_job_and_blocks_no_user() {
+    let probes = tempfile::tempdir().unwrap();
+    let dir = probes.path().to_path_buf();
+    let server = TestServer::builder()
+        .config(move |c| {
+            c.nodes = vec![NodeConfig::new("n1", 2)];
+            c.plugins.native_directories = vec![dir];
+            c.plugins.native_allow_root = true;
+            c.scheduler.limits.max_queued_jobs_per_user = 2;
+        })
+        .start();
+    let jobs = probes.path().join("jobs.txt");
+    std::fs::write(&jobs, "x STATE=Idle UNAME=alice\n".repeat(50)).unwrap();
+    create_plugin(
+        &server,
+        &json!({"id": "outside", "pluginType": "Native", "pollInterval": 3600,
+                "config": {"getJobs": format!("file://{}", jobs.display())}}),
+    );
+    for _ in 0..3 {
+        let polled = server.call("POST", "/rest/plugins/outside/poll", Auth::Admin, None);
+        assert_eq!(polled.status, 200, "{}", polled.body);
+    }
+    let listed = server.get("/rest/jobs?api-version=2").json();
+    let records: Vec<&Value> = listed["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["customName"] == "x")
+        .collect();
+    assert_eq!(records.len(), 1, "{listed}");
+    let record = records[0]["name"].as_str().unwrap().to_string();
+    for _ in 0..2 {
+        let held = drover_testkit::submit_as(
+            &server,
+            Auth::User,
+            &json!({"commandFile": "/bin/true", "holds": ["User"]}),
+        );
+        assert_eq!(held.status, 201, "{}", held.body);
+    }
+    let refused = server.call("DELETE", &format!("/rest/jobs/{record}"), Auth::User, None);
+    refused.assert_refused(400, "plugin/outside", &"its user removing the record");
+    let removed = server.call("DELETE", &format!("/rest/jobs/{record}"), Auth::Admin, None);
+    assert_eq!(removed.status, 200, "{}", removed.body);
+    let gone = server
+        .get(&format!("/rest/jobs/{record}?api-version=2"))
+        .json();
+    assert_eq!(gone["states"]["state"], "Removed", "{gone}");
+}

@@ -825,6 +825,7 @@ impl Engine {
         self.update(position, |job| {
             job.status.state = JobState::Idle;
             job.status.allocation.clear();
+            job.status.in_vm = None;
             job.status.messages.push(JobMessage {
                 text: format!(
                     "The job could not be started now and waits again (the resource manager does not answer): {reason}"

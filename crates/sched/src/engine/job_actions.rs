@@ -64,6 +64,10 @@ impl Engine {
             ));
         }
         if let Some(reporter) = &job.spec.extra.reported_by {
+            // Only an administrator's cancel, which removes the record (a stale one).
+            if by.over_all && matches!(action, JobAction::Cancel) && !target.state().is_final() {
+                return Ok(self.forget_reported(position, by));
+            }
             return Err(target.refuse(format!(
                 "it is work another resource manager runs, which {reporter} reports: act on it there"
             )));

@@ -10,7 +10,7 @@
 //! message saying so). A report names at most [`MAX_REPORTED_JOBS`] live jobs. After a
 //! restart they are left as they were until the next report.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use super::core::Engine;
@@ -32,13 +32,23 @@ impl Engine {
         by: &Requester,
     ) -> (Vec<String>, usize) {
         let mut known = self.live_reported(reporter);
-        let mut live = known.len();
+        let mut live: usize = known.values().map(Vec::len).sum();
         let mut added = Vec::new();
         let mut ended = 0;
+        // A job named twice in one report is one job.
+        let mut seen = HashSet::new();
         for report in jobs {
+            if !seen.insert(report.id.clone()) {
+                continue;
+            }
             match known.remove(&report.id) {
-                Some(position) => {
-                    if self.follow_report(position, &report, by) {
+                Some(positions) => {
+                    // Records of one id beyond the first (none should be) end below.
+                    let (&first, extra) = positions.split_first().expect("never empty");
+                    if !extra.is_empty() {
+                        known.insert(report.id.clone(), extra.to_vec());
+                    }
+                    if self.follow_report(first, &report, by) {
                         ended += 1;
                     }
                 }
@@ -50,7 +60,7 @@ impl Engine {
                 }
             }
         }
-        for (_, position) in known {
+        for position in known.into_values().flatten() {
             let gone = ReportedJob {
                 id: String::new(),
                 user: None,
@@ -71,19 +81,46 @@ impl Engine {
         (added, ended)
     }
 
-    /// The live jobs `reporter` reported, by their id there.
-    fn live_reported(&self, reporter: &str) -> HashMap<String, usize> {
+    /// The live jobs `reporter` reported, by their id there (oldest record first).
+    fn live_reported(&self, reporter: &str) -> HashMap<String, Vec<usize>> {
         let book = self.shared.jobs.read().unwrap();
-        book.live_positions(None)
-            .iter()
-            .map(|p| p as usize)
-            .filter_map(|p| {
-                let job = book.at(p);
-                (job.spec.extra.reported_by.as_deref() == Some(reporter))
-                    .then(|| Some((job.status.rm_job_id.clone()?, p)))
-                    .flatten()
-            })
-            .collect()
+        let mut live: HashMap<String, Vec<usize>> = HashMap::new();
+        for p in book.live_positions(None).iter().map(|p| p as usize) {
+            let job = book.at(p);
+            if job.spec.extra.reported_by.as_deref() == Some(reporter)
+                && let Some(id) = &job.status.rm_job_id
+            {
+                live.entry(id.clone()).or_default().push(p);
+            }
+        }
+        live
+    }
+
+    /// An administrator removes the record of a reported job (one its plugin no longer
+    /// reports, say): it ends here; its manager is not told.
+    pub(super) fn forget_reported(&mut self, position: usize, by: &Requester) -> String {
+        let job = self.job_at(position);
+        let reporter = job.spec.extra.reported_by.clone().unwrap_or_default();
+        let gone = ReportedJob {
+            id: String::new(),
+            user: None,
+            state: JobState::Removed,
+            placement: Vec::new(),
+            completion_code: None,
+        };
+        self.follow_report(position, &gone, by);
+        let text = format!(
+            "{} removed this record; {reporter} still runs the job if it reports it again",
+            by.user
+        );
+        self.update(position, |job| {
+            job.status.messages.push(JobMessage {
+                text: text.clone(),
+                author: None,
+                created: job.status.dates.last_updated,
+            });
+        });
+        format!("Job {} was removed", job.id)
     }
 
     /// Moves the job at `position` to the state reported; answers whether it ended.

@@ -23,7 +23,8 @@ impl Engine {
         let mut candidates: Vec<std::sync::Arc<Job>> = Vec::new();
         for &running in self.queue.running() {
             let job = self.job_at(running);
-            if !job.has_flag("PREEMPTEE") || job.id == preemptor.id {
+            // A job in its user's VM frees nothing of the node: its VM holds it.
+            if !job.has_flag("PREEMPTEE") || job.id == preemptor.id || job.status.in_vm.is_some() {
                 continue;
             }
             if job.status.ending.is_some() {

@@ -339,6 +339,19 @@ impl Engine {
         if queued as usize + adding <= limit {
             return Ok(());
         }
+        // Records of work a plugin reports are not the user's submissions here.
+        let reported = {
+            let book = self.shared.jobs.read().unwrap();
+            book.live_positions(Some(user))
+                .iter()
+                .map(|p| book.at(p as usize))
+                .filter(|j| j.spec.extra.reported_by.is_some() && j.status.state.is_queued())
+                .count()
+        };
+        let queued = (queued as usize).saturating_sub(reported);
+        if queued + adding <= limit {
+            return Ok(());
+        }
         Err(SchedError::Refused(vec![
             JOB_NOT_SUBMITTED.into(),
             format!(

@@ -10,7 +10,7 @@
 //! fits it shows why, and waits; dependencies, earliest start dates and container holds
 //! are honoured as for any job.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 
 use super::core::Engine;
 use crate::job::{Allocation, Block, Job};
@@ -20,7 +20,7 @@ impl Engine {
     /// Starts each waiting REQUIREVM job for which a VM of its user fits, oldest first.
     pub(super) fn start_jobs_in_user_vms(&mut self) {
         let now = self.now();
-        let mut taken: HashSet<String> = {
+        let taken: HashSet<String> = {
             let book = self.shared.jobs.read().unwrap();
             self.queue
                 .running()
@@ -29,6 +29,14 @@ impl Engine {
                 .collect()
         };
         let held_by_containers = self.containers.held_jobs();
+        // The VMs a job may take, by owner: a pass costs the jobs and the VMs, not both
+        // multiplied.
+        let mut free: HashMap<String, Vec<Vm>> = HashMap::new();
+        for vm in self.vms.all().iter() {
+            if vm.phase == VmPhase::Running && vm.for_job.is_none() && !taken.contains(&vm.id) {
+                free.entry(vm.owner.clone()).or_default().push(vm.clone());
+            }
+        }
         let waiting: Vec<usize> = self.queue.in_user_vms().iter().copied().collect();
         for position in waiting {
             let job = self.job_at(position);
@@ -39,13 +47,11 @@ impl Engine {
             {
                 continue;
             }
-            let Some(vm) = self
-                .vms
-                .all()
-                .iter()
-                .find(|vm| !taken.contains(&vm.id) && fits(vm, &job))
-                .cloned()
-            else {
+            let theirs = free.get_mut(job.user());
+            let Some(vm) = theirs.and_then(|vms| {
+                let at = vms.iter().position(|vm| fits(vm, &job))?;
+                Some(vms.remove(at))
+            }) else {
                 self.show_waiting_for_vm(position, &job);
                 continue;
             };
@@ -54,14 +60,10 @@ impl Engine {
                 tasks: job.spec.request.task_count,
             }];
             self.update(position, |job| job.status.in_vm = Some(vm.id.clone()));
-            match self.begin_start(position, allocation) {
-                Ok(()) => {
-                    taken.insert(vm.id);
-                }
-                Err(reason) => {
-                    self.update(position, |job| job.status.in_vm = None);
-                    self.block_for_funds(position, reason);
-                }
+            if let Err(reason) = self.begin_start(position, allocation) {
+                self.update(position, |job| job.status.in_vm = None);
+                self.block_for_funds(position, reason);
+                free.entry(vm.owner.clone()).or_default().push(vm);
             }
         }
     }
