@@ -39,9 +39,35 @@ pub struct AccountingConfig {
     /// Let jobs start without enough funds (the balance may go negative); by default a
     /// job waits until its account can pay for its requested time.
     pub allow_overdraft: bool,
+    /// VMs are charged for what they hold at least this often (seconds, default 3600):
+    /// each charge settles the time since the last and holds funds for the next.
+    pub vm_charge_interval_seconds: Option<Seconds>,
+    /// What becomes of a running VM whose account cannot pay for its next interval.
+    pub vm_when_dry: VmWhenDry,
 }
 
+/// `[accounting] vm_when_dry`: a VM whose account runs dry at a periodic charge is
+/// powered off (and no longer charged) or runs on into debt. Either way a VM is not
+/// created (nor powered on again) without the funds for its first interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmWhenDry {
+    #[default]
+    PowerOff,
+    Refuse,
+}
+
+/// The default of `vm_charge_interval_seconds`.
+pub const VM_CHARGE_INTERVAL: Seconds = 3600;
+
 impl AccountingConfig {
+    /// How often a VM is charged (at least every second).
+    pub fn vm_charge_interval(&self) -> Seconds {
+        self.vm_charge_interval_seconds
+            .unwrap_or(VM_CHARGE_INTERVAL)
+            .max(1)
+    }
+
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -52,6 +78,9 @@ impl AccountingConfig {
                     account.id
                 ));
             }
+        }
+        if self.vm_charge_interval_seconds.is_some_and(|s| s < 1) {
+            problems.push("accounting.vm_charge_interval_seconds: must be at least 1".into());
         }
         for allocation in &self.allocations {
             if !self.accounts.iter().any(|a| a.id == allocation.account) {
@@ -90,6 +119,17 @@ pub struct Lien {
     pub account: String,
     pub amount: Money,
     pub created: Seconds,
+}
+
+/// What [`Ledger::hold_for`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Only checks that the funds could be held.
+    Check,
+    /// Holds them, or says why it may not.
+    Record,
+    /// Holds them even past the account's balance.
+    Anyway,
 }
 
 /// A stored allocation (added through the API).
@@ -228,6 +268,10 @@ impl Ledger {
 
     pub fn enabled(&self) -> bool {
         self.config.enabled
+    }
+
+    pub fn config(&self) -> &AccountingConfig {
+        &self.config
     }
 
     pub fn is_admin(&self, user: &str) -> bool {
@@ -400,34 +444,52 @@ impl Ledger {
         requested: Option<Seconds>,
         now: Seconds,
     ) -> Result<Vec<Write>, AccountingError> {
-        let Some(account) = self.account_for(&usage.user, usage.account.as_deref()) else {
-            return Ok(Vec::new()); // nothing to charge to: not accounted
-        };
         let seconds = requested
             .filter(|&s| s > 0)
             .or(self.config.default_lien_seconds)
             .unwrap_or(3600);
+        self.hold_for(job, usage, seconds, now, Hold::Record)
+    }
+
+    /// Holds (or, with [`Hold::Check`], only checks that it could hold) what `usage`
+    /// costs for `seconds` under the key `object` (a job's id, or `vm/<id>`). With
+    /// [`Hold::Anyway`] the funds are held even when the account cannot cover them
+    /// (its balance goes negative); the account must still be one the user may charge.
+    pub fn hold_for(
+        &self,
+        object: &str,
+        usage: &Usage,
+        seconds: Seconds,
+        now: Seconds,
+        how: Hold,
+    ) -> Result<Vec<Write>, AccountingError> {
+        let Some(account) = self.account_for(&usage.user, usage.account.as_deref()) else {
+            return Ok(Vec::new()); // nothing to charge to: not accounted
+        };
         let mut state = self.state.lock().unwrap();
         let rates = state
-            .guaranteed_for(job, &usage.user)
+            .guaranteed_for(object, &usage.user)
             .map(|q| q.rates.clone())
             .unwrap_or_else(|| self.config.rates.clone());
         let amount = pricing::price(&rates, usage, seconds).amount;
         let id = self.check_account(&usage.user, Some(&account))?;
         let available = self.balance_locked(&state, &id, now).available;
-        if available < amount && !self.config.allow_overdraft {
+        if available < amount && !self.config.allow_overdraft && how != Hold::Anyway {
             return Err(AccountingError::InsufficientFunds(format!(
                 "insufficient funds: {amount} needed to start, account '{id}' has {available} available"
             )));
         }
+        if how == Hold::Check {
+            return Ok(Vec::new());
+        }
         let lien = Lien {
-            job: job.to_string(),
+            job: object.to_string(),
             account: id,
             amount,
             created: now,
         };
-        let write = put(LIENS, job, &lien);
-        state.liens.insert(job.to_string(), lien);
+        let write = put(LIENS, object, &lien);
+        state.liens.insert(object.to_string(), lien);
         Ok(vec![write])
     }
 
@@ -568,6 +630,7 @@ pub(crate) mod tests {
             },
             default_lien_seconds: None,
             allow_overdraft: false,
+            ..AccountingConfig::default()
         }
     }
 

@@ -192,6 +192,8 @@ impl Engine {
             sovereign: request.sovereign,
             triggers: request.triggers,
             variables: request.variables,
+            account: request.account,
+            for_service: request.for_service,
             ..Vm::new(
                 id.clone(),
                 by.user.clone(),
@@ -200,6 +202,8 @@ impl Engine {
                 now,
             )
         };
+        // Its account must pay for its first interval (`vm_charges`).
+        self.vm_could_be_funded(&vm).map_err(invalid)?;
         // It holds nothing until a node has room (now, most often: `start_waiting_vm`).
         vm.phase = VmPhase::Waiting;
         self.vms.push(vm);
@@ -355,6 +359,12 @@ impl Engine {
                 "its variables, triggers, generic metrics and events would take {carried} bytes; \
                  an ordinary user's VM may carry {limit} ([scheduler.limits] max_submission_bytes)"
             )));
+        }
+        if power == Some(true)
+            && let Err(reason) = self.fund_power_on(position)
+        {
+            *self.vms.get_mut(position) = vm;
+            return Err(refuse(format!("powerState: {reason}")));
         }
         if let Some(on) = power {
             let (phase, operation) = if on {
@@ -587,7 +597,7 @@ impl Engine {
     }
 
     /// Hands `operation` on the VM at `position` to the VM host once this step is durable.
-    fn dispatch_when_committed(
+    pub(super) fn dispatch_when_committed(
         &mut self,
         position: usize,
         job: Option<String>,
@@ -638,6 +648,7 @@ impl Engine {
             }
             (VmOperation::Create, Some(_)) => {
                 self.hold_vm_on(&vm.node, &vm, false);
+                self.stop_charging_vm(position);
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
             (VmOperation::PowerOn, Some(_)) => {
@@ -671,6 +682,7 @@ impl Engine {
                 if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
                     self.hold_vm_on(&vm.node, &vm, false);
                 }
+                self.stop_charging_vm(position);
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
         }
@@ -691,6 +703,7 @@ impl Engine {
             if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
                 self.hold_vm_on(&vm.node, &vm, false);
             }
+            self.stop_charging_vm(position);
             self.vms.remove(position);
             self.journal.write(Write::Delete {
                 collection: VMS.into(),
@@ -966,6 +979,7 @@ impl Engine {
                 continue; // it holds nothing yet, and a pass makes it when there is room
             }
             if self.nodes.index_of(&vm.node).is_none() {
+                self.stop_charging_vm(position);
                 let vm = self.vms.get_mut(position);
                 vm.enter(VmPhase::Lost, now);
                 self.store_vm(position);
@@ -973,6 +987,9 @@ impl Engine {
             }
             if !matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
                 self.hold_vm_on(&vm.node, &vm, true);
+                if vm.charged_through.is_none() {
+                    self.resume_charging_vm(position);
+                }
             }
             if let Some(target) = &vm.target {
                 self.hold_vm_on(target, &vm, true);
@@ -1011,6 +1028,7 @@ impl Engine {
                 }
                 None if vm.phase == VmPhase::Running && !self.vm_host.alive(&vm) => {
                     self.hold_vm_on(&vm.node, &vm, false);
+                    self.stop_charging_vm(position);
                     self.vms.get_mut(position).enter(VmPhase::Lost, now);
                     self.store_vm(position);
                     self.emit(

@@ -124,6 +124,13 @@ impl Engine {
         let Some(node) = self.room_now(VmSize::of(&vm), named, None, &lives) else {
             return;
         };
+        // Its funds are held as it takes its resources; without them it waits on.
+        if self
+            .start_charging_vm(position, crate::accountant::VmHold::Record)
+            .is_err()
+        {
+            return;
+        }
         let now = self.now();
         {
             let vm = self.vms.get_mut(position);
