@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use drover_accounting::model::Usage;
 use drover_accounting::{AccountingError, Hold, Ledger, VmWhenDry};
+use drover_domain::service;
+use drover_domain::service_template::ServiceType;
 use drover_sched::accountant::{Accountant, VmHold};
 use drover_sched::clock::Seconds;
 use drover_sched::job::Job;
 use drover_sched::vm::{DEFAULT_MEMORY_MB, Vm};
-use drover_domain::service;
-use drover_domain::service_template::ServiceType;
 use drover_store::Write;
 use serde_json::{Map, Value};
 
