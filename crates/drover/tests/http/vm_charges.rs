@@ -151,6 +151,7 @@ fn a_vm_is_charged_as_it_goes_and_at_its_end_for_the_seconds_it_held() {
     destroy(&server, Auth::User, "paid");
     let records = charges_of(&server, "paid");
     assert!(records.len() >= 2, "{records:?}");
+    contiguous(&records);
     let (charged, seconds) = exact(&records, per_second);
     assert!(seconds >= INTERVAL, "{records:?}");
     let after = balance(&server, "lab");
@@ -336,6 +337,61 @@ fn a_real_guest_is_charged_while_it_runs_and_when_destroyed() {
     assert!(crate::vms::qemu_pids(server.data_dir(), Some("real")).is_empty());
     let records = charges_of(&server, "real");
     assert!(records.len() >= 2, "{records:?}");
+    let (charged, _) = exact(&records, per_second);
+    let lab = balance(&server, "lab");
+    assert_eq!(money(&lab["charged"]), charged, "{lab}");
+    assert_eq!(money(&lab["held"]), Money::ZERO, "{lab}");
+}
+
+/// When a usage record was made, in epoch seconds.
+fn created(record: &Value) -> i64 {
+    let text = record["createdTime"].as_str().unwrap();
+    let civil: jiff::civil::DateTime = text
+        .trim_end_matches(" UTC")
+        .replace(' ', "T")
+        .parse()
+        .unwrap_or_else(|e| panic!("{text}: {e}"));
+    civil
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .unwrap()
+        .timestamp()
+        .as_second()
+}
+
+/// Each charge after the first covers exactly the seconds since the one before: no
+/// second the VM held goes uncharged, none is charged twice.
+fn contiguous(records: &[Value]) {
+    for pair in records.windows(2) {
+        assert_eq!(
+            created(&pair[1]) - created(&pair[0]),
+            pair[1]["duration"].as_i64().unwrap(),
+            "{records:?}"
+        );
+    }
+}
+
+#[test]
+fn a_vm_is_charged_without_a_gap_across_a_restart_of_the_service() {
+    let (server, _site) = server("1000", VmWhenDry::PowerOff);
+    let per_second = m("0.110128");
+    job_id(&create_vm(&server, Auth::User, &json!({"id": "steady"})));
+    wait_substate(&server, "steady", "running");
+    wait_for_value("a first charge", 60, || {
+        charges_of(&server, "steady").first().cloned()
+    });
+    let server = server.restart();
+    // What was held is held still, and the charges go on from where they were.
+    assert_eq!(
+        money(&balance(&server, "lab")["held"]),
+        per_second.times_count(INTERVAL)
+    );
+    let before = charges_of(&server, "steady").len();
+    wait_for_value("a charge after the restart", 60, || {
+        (charges_of(&server, "steady").len() > before).then_some(())
+    });
+    destroy(&server, Auth::User, "steady");
+    let records = charges_of(&server, "steady");
+    contiguous(&records);
     let (charged, _) = exact(&records, per_second);
     let lab = balance(&server, "lab");
     assert_eq!(money(&lab["charged"]), charged, "{lab}");
