@@ -766,6 +766,39 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn a_check_holds_nothing_and_a_hold_anyway_goes_past_the_balance() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger(dir.path(), "1");
+        // 1 processor for 3600 s is 36, more than the account has.
+        let refused = ledger.hold_for("vm/a", &usage(1), 3600, 0, Hold::Check);
+        assert!(matches!(
+            refused,
+            Err(AccountingError::InsufficientFunds(_))
+        ));
+        assert!(
+            ledger
+                .hold_for("vm/a", &usage(1), 60, 0, Hold::Check)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(ledger.balance("physics", 0).held, Money::ZERO);
+        let held = ledger
+            .hold_for("vm/a", &usage(1), 3600, 0, Hold::Anyway)
+            .unwrap();
+        assert_eq!(held.len(), 1);
+        assert_eq!(ledger.balance("physics", 0).available, m("-35"));
+        // Past the balance, never past membership.
+        let outsider = Usage {
+            user: "eve".into(),
+            ..usage(1)
+        };
+        assert!(matches!(
+            ledger.hold_for("vm/b", &outsider, 1, 0, Hold::Anyway),
+            Err(AccountingError::Invalid(_))
+        ));
+    }
+
+    #[test]
     fn with_overdraft_allowed_a_job_starts_and_the_balance_goes_negative() {
         let dir = tempfile::tempdir().unwrap();
         let store = Arc::new(drover_store::SqliteStore::open(&dir.path().join("a.db")).unwrap());
