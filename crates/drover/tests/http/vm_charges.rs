@@ -397,3 +397,41 @@ fn a_vm_is_charged_without_a_gap_across_a_restart_of_the_service() {
     assert_eq!(money(&lab["charged"]), charged, "{lab}");
     assert_eq!(money(&lab["held"]), Money::ZERO, "{lab}");
 }
+
+#[test]
+fn a_vm_waiting_for_room_waits_on_for_funds_and_says_so() {
+    // One processor: a second VM waits for the first's room.
+    let (server, _site) = with_site_commands(|c| {
+        c.nodes = vec![NodeConfig::new("n1", 1)];
+        c.accounting = accounting("0.5", VmWhenDry::PowerOff);
+    });
+    job_id(&create_vm(&server, Auth::User, &json!({"id": "first"})));
+    wait_substate(&server, "first", "running");
+    // Funded when asked for (0.5 covers both first intervals), it waits for room.
+    let setup = job_id(&create_vm(&server, Auth::User, &json!({"id": "later"})));
+    wait_substate(&server, "later", "waiting");
+    // The first runs the account dry, then goes: there is room, but no money.
+    wait_substate(&server, "first", "off");
+    destroy(&server, Auth::User, "first");
+    let job = server.wait_for(
+        &format!("/rest/jobs/{setup}?api-version=2"),
+        "the setup job says it waits for funds",
+        |job| job.to_string().contains("insufficient funds"),
+    );
+    assert_eq!(
+        server.get("/rest/vms/later").json()["substate"],
+        "waiting",
+        "{job}"
+    );
+    assert_eq!(money(&balance(&server, "lab")["held"]), Money::ZERO);
+    // Funds added, it is made.
+    let funds = json!({"account": "lab", "amount": 100});
+    let added = server.send_json("POST", "/rest/accounting/allocations", &funds);
+    assert_eq!(added.status, 201, "{}", added.body);
+    wait_substate(&server, "later", "running");
+    let job = server
+        .get(&format!("/rest/jobs/{setup}?api-version=2"))
+        .json();
+    assert!(!job.to_string().contains("insufficient funds"), "{job}");
+    destroy(&server, Auth::User, "later");
+}

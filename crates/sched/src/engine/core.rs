@@ -750,7 +750,7 @@ impl Engine {
     }
 
     /// The job may not start for lack of funds: it stays queued, and shows why.
-    fn block_for_funds(&mut self, position: usize, reason: String) {
+    pub(super) fn block_for_funds(&mut self, position: usize, reason: String) {
         let block = crate::job::Block {
             kind: "InsufficientFunds".into(),
             message: reason,

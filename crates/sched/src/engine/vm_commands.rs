@@ -581,6 +581,7 @@ impl Engine {
             self.update(at, |job| {
                 Arc::make_mut(&mut job.spec).extra.system_task = Some(task);
                 job.status.state = JobState::Running;
+                job.status.block = None;
                 job.status.dates.start = Some(now);
             });
         }
