@@ -258,6 +258,15 @@ fn a_vm_cannot_be_charged_to_another_users_account() {
     );
     assert_eq!(money(&balance(&server, "lab")["charged"]), Money::ZERO);
     assert_eq!(money(&balance(&server, "grant")["charged"]), Money::ZERO);
+    // The administrator belongs to no account: their VMs, like their jobs, are not
+    // accounted, and charge no one's.
+    job_id(&create_vm(&server, Auth::Admin, &json!({"id": "admins"})));
+    wait_substate(&server, "admins", "running");
+    destroy(&server, Auth::Admin, "admins");
+    assert!(charges_of(&server, "admins").is_empty());
+    for account in ["lab", "grant"] {
+        assert_eq!(money(&balance(&server, account)["charged"]), Money::ZERO);
+    }
 }
 
 #[test]
