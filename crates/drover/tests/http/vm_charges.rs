@@ -444,3 +444,28 @@ fn a_vm_waiting_for_room_waits_on_for_funds_and_says_so() {
     assert!(!job.to_string().contains("insufficient funds"), "{job}");
     destroy(&server, Auth::User, "later");
 }
+
+#[test]
+fn a_vm_made_before_accounting_is_charged_from_the_restart_that_turns_it_on() {
+    let (server, _site) = with_site_commands(|c| c.nodes = vec![NodeConfig::new("n1", 8)]);
+    job_id(&create_vm(&server, Auth::User, &json!({"id": "older"})));
+    wait_substate(&server, "older", "running");
+    let server = server.restart_reconfigured(|c| {
+        c.accounting = accounting("1000", VmWhenDry::PowerOff);
+    });
+    let per_second = m("0.110128");
+    assert_eq!(
+        money(&balance(&server, "lab")["held"]),
+        per_second.times_count(INTERVAL)
+    );
+    wait_for_value("the VM is charged", 60, || {
+        charges_of(&server, "older").first().cloned()
+    });
+    destroy(&server, Auth::User, "older");
+    let records = charges_of(&server, "older");
+    contiguous(&records);
+    let (charged, _) = exact(&records, per_second);
+    let lab = balance(&server, "lab");
+    assert_eq!(money(&lab["charged"]), charged, "{lab}");
+    assert_eq!(money(&lab["held"]), Money::ZERO, "{lab}");
+}

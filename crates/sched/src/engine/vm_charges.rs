@@ -171,11 +171,17 @@ impl Engine {
         self.start_charging_vm(position, VmHold::Record)
     }
 
-    /// After a restart: a VM holding resources that is not charged and runs (one made
-    /// before VMs were charged) is charged from now.
+    /// A VM holding resources that runs but is not charged (one made before VMs were
+    /// charged, found after a restart; one whose power off for want of funds failed) is
+    /// charged from now, into debt if need be.
     pub(super) fn resume_charging_vm(&mut self, position: usize) {
-        if self.vms.get(position).phase == VmPhase::Running {
-            let _ = self.start_charging_vm(position, VmHold::Anyway);
+        let vm = self.vms.get(position);
+        if vm.phase == VmPhase::Running
+            && vm.charged_through.is_none()
+            && self.start_charging_vm(position, VmHold::Anyway).is_ok()
+            && self.vms.get(position).charged_through.is_some()
+        {
+            self.store_vm(position);
         }
     }
 }

@@ -662,6 +662,8 @@ impl Engine {
                 let vm = self.vms.get_mut(position);
                 vm.power_on = true;
                 vm.enter(VmPhase::Running, now);
+                // One powered off for want of funds that runs on is charged on.
+                self.resume_charging_vm(position);
             }
             (VmOperation::Migrate { from, to }, None) => {
                 self.hold_vm_on(from, &vm, false);
@@ -988,9 +990,6 @@ impl Engine {
             }
             if !matches!(vm.phase, VmPhase::Failed | VmPhase::Lost) {
                 self.hold_vm_on(&vm.node, &vm, true);
-                if vm.charged_through.is_none() {
-                    self.resume_charging_vm(position);
-                }
             }
             if let Some(target) = &vm.target {
                 self.hold_vm_on(target, &vm, true);
@@ -1043,7 +1042,8 @@ impl Engine {
                         )],
                     );
                 }
-                None => {}
+                // A guest found running that is not charged (made before VMs were).
+                None => self.resume_charging_vm(position),
             }
         }
         Ok(())
