@@ -26,7 +26,7 @@ const INTERVAL: i64 = 2;
 
 /// Accounting where alice's first account is `lab` (with `lab_funds`), she also belongs
 /// to `grant` (1000), and bob to `bobs` (1000); a processor costs 0.01 a second, a MB of
-/// memory 0.000001, a node 0.1, and the `genericVM` service rate 0.5.
+/// memory or disk 0.000001, a node 0.1, and the `genericVM` service rate 0.5.
 fn accounting(lab_funds: &str, when_dry: VmWhenDry) -> AccountingConfig {
     let account = |id: &str, user: &str| Account {
         id: id.into(),
@@ -62,6 +62,7 @@ fn accounting(lab_funds: &str, when_dry: VmWhenDry) -> AccountingConfig {
             processors: Some(m("0.01")),
             memory: Some(m("0.000001")),
             node: Some(m("0.1")),
+            disk: Some(m("0.000001")),
             services: [("genericVM".to_string(), m("0.5"))].into(),
             ..Rates::default()
         },
@@ -354,6 +355,65 @@ fn a_vm_service_is_charged_to_its_account_at_what_its_quote_said() {
     recorded(&server);
     settled(&server, &vm, "grant", per_second);
     assert_eq!(money(&balance(&server, "lab")["charged"]), Money::ZERO);
+}
+
+#[test]
+fn a_vm_service_with_a_data_disk_is_charged_its_disk_as_quoted() {
+    let (server, _site) = server("1000", VmWhenDry::PowerOff);
+    for template in [
+        json!({"name": "small vm", "type": "vm", "attributes": {"sched": {"job": {
+            "image": "guest", "template": "genericVM", "resources": {"procs": 1, "mem": 128}}}}}),
+        json!({"name": "data disk", "type": "storage",
+               "attributes": {"sched": {"job": {"resources": {"disk": 2}}}}}),
+        json!({"name": "tier", "type": "container",
+               "includedServices": [{"localName": "db", "serviceTemplate": "small vm"},
+                                    {"localName": "data", "serviceTemplate": "data disk"}],
+               "attributes": {"sched": {"dependencies": [
+                   {"localName": "db", "dependency": ["data"]}]}}}),
+    ] {
+        let made = server.send_json("POST", "/rest/service-templates", &template);
+        assert_eq!(made.status, 201, "{}", made.body);
+    }
+    let creation = json!({"account": "grant", "data": [{"name": "t", "serviceTemplate": "tier"}]});
+    let quoted = send(
+        &server,
+        "POST",
+        "/rest/quotes/standard/quote?object-type=service&proxy-user=alice&charge-duration=100",
+        Auth::User,
+        &creation,
+    );
+    assert_eq!(quoted.status, 200, "{}", quoted.body);
+    // The VM: 0.1 + 0.01 + 0.000128 + 0.5; its disk: 2 GB, 2048 MB × 0.000001.
+    let per_second = m("0.612176");
+    assert_eq!(
+        money(&quoted.json()["amount"]),
+        per_second.times_count(100),
+        "{}",
+        quoted.body
+    );
+    let made = send(&server, "POST", "/rest/services", Auth::User, &creation);
+    assert_eq!(made.status, 201, "{}", made.body);
+    let name = made.json()["name"].as_str().unwrap().to_string();
+    let vm = wait_for_value("the service's VM runs", 60, || {
+        let vms = server.get("/rest/vms").json();
+        let vm = &vms["results"][0];
+        (vm["substate"] == "running").then(|| vm["id"].as_str().unwrap().to_string())
+    });
+    wait_for_value("the service's VM is charged", 60, || {
+        charges_of(&server, &vm).first().cloned()
+    });
+    let deleted = server.call(
+        "DELETE",
+        &format!("/rest/services/{name}"),
+        Auth::User,
+        None,
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    wait_until("the service's VM is gone", || {
+        server.get(&format!("/rest/vms/{vm}")).status == 404
+    });
+    recorded(&server);
+    settled(&server, &vm, "grant", per_second);
 }
 
 /// A real guest (QEMU) is charged while it runs and at its end.
