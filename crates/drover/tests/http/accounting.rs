@@ -335,13 +335,15 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
     refused.assert_refused(400, "no service template", &unknown);
 }
 
-fn balance(server: &TestServer, account: &str) -> Value {
+/// An account's balance (the administrators' surface).
+pub(crate) fn balance(server: &TestServer, account: &str) -> Value {
     server
         .get(&format!("/rest/accounting/accounts/{account}/balance"))
         .json()
 }
 
-fn charges(server: &TestServer) -> Vec<Value> {
+/// Every charge recorded.
+pub(crate) fn charges(server: &TestServer) -> Vec<Value> {
     server
         .get("/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D")
         .json()["results"]

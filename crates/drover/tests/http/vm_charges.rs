@@ -11,6 +11,7 @@ use drover_sched::node::NodeConfig;
 use drover_testkit::{Auth, TestServer, login_as, send, wait_for_value, wait_until};
 use serde_json::{Value, json};
 
+use crate::accounting::{balance, charges};
 use crate::vms::{job_id, wait_substate, with_site_commands};
 
 fn m(text: &str) -> Money {
@@ -79,12 +80,6 @@ fn server(lab_funds: &str, when_dry: VmWhenDry) -> (TestServer, tempfile::TempDi
     })
 }
 
-fn balance(server: &TestServer, account: &str) -> Value {
-    server
-        .get(&format!("/rest/accounting/accounts/{account}/balance"))
-        .json()
-}
-
 /// Waits until `lab` holds `amount` for its VM (a reader may see the moment between a
 /// periodic charge and the next interval's lien, when nothing is held).
 fn holds(server: &TestServer, amount: Money) {
@@ -93,19 +88,9 @@ fn holds(server: &TestServer, amount: Money) {
     });
 }
 
-/// Every charge recorded.
-fn charge_records(server: &TestServer) -> Vec<Value> {
-    server
-        .get("/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D")
-        .json()["results"]
-        .as_array()
-        .unwrap()
-        .clone()
-}
-
 /// The charges recorded for VM `id`, oldest first.
 fn charges_of(server: &TestServer, id: &str) -> Vec<Value> {
-    let mut records: Vec<Value> = charge_records(server)
+    let mut records: Vec<Value> = charges(server)
         .into_iter()
         .filter(|r| r["object"] == format!("vm/{id}"))
         .collect();
@@ -130,7 +115,7 @@ fn destroy(server: &TestServer, auth: Auth, id: &str) {
 /// as the charge is made, its record once the step that made it is durable.
 fn recorded(server: &TestServer) {
     wait_until("the charges are recorded", || {
-        let records = charge_records(server);
+        let records = charges(server);
         ["lab", "grant", "bobs"].iter().all(|account| {
             let of_account: Money = records
                 .iter()
@@ -301,60 +286,55 @@ fn a_vm_cannot_be_charged_to_another_users_account() {
     }
 }
 
+/// Quotes `creation` (a service's, on the account `grant`) for 100 seconds, checks it is
+/// `per_second`'s price, makes the service and waits until its (one) VM runs and has
+/// been charged; then deletes it and checks its VM was charged that price exactly, to
+/// `grant`, and nothing to `lab`.
+fn charged_as_quoted(server: &TestServer, creation: &Value, per_second: Money) {
+    let quoted = send(
+        server,
+        "POST",
+        "/rest/quotes/standard/quote?object-type=service&proxy-user=alice&charge-duration=100",
+        Auth::User,
+        creation,
+    );
+    assert_eq!(quoted.status, 200, "{}", quoted.body);
+    let amount = money(&quoted.json()["amount"]);
+    assert_eq!(amount, per_second.times_count(100), "{}", quoted.body);
+    let made = send(server, "POST", "/rest/services", Auth::User, creation);
+    assert_eq!(made.status, 201, "{}", made.body);
+    let name = made.json()["name"].as_str().unwrap().to_string();
+    let vm = wait_for_value("the service's VM runs", 60, || {
+        let vms = server.get("/rest/vms").json();
+        let vm = &vms["results"][0];
+        (vm["substate"] == "running").then(|| vm["id"].as_str().unwrap().to_string())
+    });
+    wait_for_value("the service's VM is charged", 60, || {
+        charges_of(server, &vm).first().cloned()
+    });
+    let deleted = server.call(
+        "DELETE",
+        &format!("/rest/services/{name}"),
+        Auth::User,
+        None,
+    );
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    wait_until("the service's VM is gone", || {
+        server.get(&format!("/rest/vms/{vm}")).status == 404
+    });
+    recorded(server);
+    settled(server, &vm, "grant", per_second);
+    assert_eq!(money(&balance(server, "lab")["charged"]), Money::ZERO);
+}
+
 #[test]
 fn a_vm_service_is_charged_to_its_account_at_what_its_quote_said() {
     let (server, _site) = server("1000", VmWhenDry::PowerOff);
     let creation = json!({"account": "grant", "data": [{"name": "desk", "type": "vm",
         "attributes": {"sched": {"job": {"image": "guest", "template": "genericVM",
                                          "resources": {"procs": 2, "mem": 256}}}}}]});
-    let quoted = send(
-        &server,
-        "POST",
-        "/rest/quotes/standard/quote?object-type=service&proxy-user=alice&charge-duration=100",
-        Auth::User,
-        &creation,
-    );
-    assert_eq!(quoted.status, 200, "{}", quoted.body);
-    // 0.02 + 0.000256 + 0.1 + the service's 0.5, for 100 seconds.
-    let per_second = m("0.620256");
-    assert_eq!(
-        money(&quoted.json()["amount"]),
-        per_second.times_count(100),
-        "{}",
-        quoted.body
-    );
-
-    let made = send(&server, "POST", "/rest/services", Auth::User, &creation);
-    assert_eq!(made.status, 201, "{}", made.body);
-    let name = made.json()["name"].as_str().unwrap().to_string();
-    let vm = wait_for_value("the service's VM exists", 60, || {
-        let service = server.get(&format!("/rest/services/{name}")).json();
-        service["attributes"]["sched"]["job"]["vm"]
-            .as_str()
-            .map(String::from)
-    });
-    wait_substate(&server, &vm, "running");
-    let first = wait_for_value("the service's VM is charged", 60, || {
-        charges_of(&server, &vm).first().cloned()
-    });
-    assert_eq!(first["account"], "grant", "the service's account: {first}");
-    assert_eq!(
-        server
-            .call(
-                "DELETE",
-                &format!("/rest/services/{name}"),
-                Auth::User,
-                None
-            )
-            .status,
-        200
-    );
-    wait_until("the service's VM is gone", || {
-        server.get(&format!("/rest/vms/{vm}")).status == 404
-    });
-    recorded(&server);
-    settled(&server, &vm, "grant", per_second);
-    assert_eq!(money(&balance(&server, "lab")["charged"]), Money::ZERO);
+    // 0.02 + 0.000256 + 0.1 + the service's 0.5 a second.
+    charged_as_quoted(&server, &creation, m("0.620256"));
 }
 
 #[test]
@@ -375,45 +355,8 @@ fn a_vm_service_with_a_data_disk_is_charged_its_disk_as_quoted() {
         assert_eq!(made.status, 201, "{}", made.body);
     }
     let creation = json!({"account": "grant", "data": [{"name": "t", "serviceTemplate": "tier"}]});
-    let quoted = send(
-        &server,
-        "POST",
-        "/rest/quotes/standard/quote?object-type=service&proxy-user=alice&charge-duration=100",
-        Auth::User,
-        &creation,
-    );
-    assert_eq!(quoted.status, 200, "{}", quoted.body);
     // The VM: 0.1 + 0.01 + 0.000128 + 0.5; its disk: 2 GB, 2048 MB × 0.000001.
-    let per_second = m("0.612176");
-    assert_eq!(
-        money(&quoted.json()["amount"]),
-        per_second.times_count(100),
-        "{}",
-        quoted.body
-    );
-    let made = send(&server, "POST", "/rest/services", Auth::User, &creation);
-    assert_eq!(made.status, 201, "{}", made.body);
-    let name = made.json()["name"].as_str().unwrap().to_string();
-    let vm = wait_for_value("the service's VM runs", 60, || {
-        let vms = server.get("/rest/vms").json();
-        let vm = &vms["results"][0];
-        (vm["substate"] == "running").then(|| vm["id"].as_str().unwrap().to_string())
-    });
-    wait_for_value("the service's VM is charged", 60, || {
-        charges_of(&server, &vm).first().cloned()
-    });
-    let deleted = server.call(
-        "DELETE",
-        &format!("/rest/services/{name}"),
-        Auth::User,
-        None,
-    );
-    assert_eq!(deleted.status, 200, "{}", deleted.body);
-    wait_until("the service's VM is gone", || {
-        server.get(&format!("/rest/vms/{vm}")).status == 404
-    });
-    recorded(&server);
-    settled(&server, &vm, "grant", per_second);
+    charged_as_quoted(&server, &creation, m("0.612176"));
 }
 
 /// A real guest (QEMU) is charged while it runs and at its end.
@@ -468,6 +411,10 @@ fn contiguous(records: &[Value]) {
 /// stays held there: answers its charges.
 fn settled(server: &TestServer, id: &str, account: &str, per_second: Money) -> Vec<Value> {
     let records = charges_of(server, id);
+    assert!(
+        records.iter().all(|r| r["account"] == account),
+        "{records:?}"
+    );
     contiguous(&records);
     let (charged, _) = exact(&records, per_second);
     let balance = balance(server, account);
