@@ -220,12 +220,17 @@ fn a_vm_is_refused_without_funds_and_powered_off_when_its_account_runs_dry() {
     assert!(charged >= per_second.times_count(INTERVAL), "{after}");
 
     // With funds added it can be made again.
-    let funds = json!({"account": "lab", "amount": 100});
-    let added = server.send_json("POST", "/rest/accounting/allocations", &funds);
-    assert_eq!(added.status, 201, "{}", added.body);
+    add_funds(&server);
     job_id(&create_vm(&server, Auth::User, &again));
     wait_substate(&server, "thrifty", "running");
     destroy(&server, Auth::User, "thrifty");
+}
+
+/// Adds 100 to `lab` (the administrators' surface).
+fn add_funds(server: &TestServer) {
+    let funds = json!({"account": "lab", "amount": 100});
+    let added = server.send_json("POST", "/rest/accounting/allocations", &funds);
+    assert_eq!(added.status, 201, "{}", added.body);
 }
 
 #[test]
@@ -470,9 +475,7 @@ fn a_vm_waiting_for_room_waits_on_for_funds_and_says_so() {
     );
     assert_eq!(money(&balance(&server, "lab")["held"]), Money::ZERO);
     // Funds added, it is made.
-    let funds = json!({"account": "lab", "amount": 100});
-    let added = server.send_json("POST", "/rest/accounting/allocations", &funds);
-    assert_eq!(added.status, 201, "{}", added.body);
+    add_funds(&server);
     wait_substate(&server, "later", "running");
     let job = server
         .get(&format!("/rest/jobs/{setup}?api-version=2"))
@@ -496,4 +499,25 @@ fn a_vm_made_before_accounting_is_charged_from_the_restart_that_turns_it_on() {
     });
     destroy(&server, Auth::User, "older");
     settled(&server, "older", "lab", per_second);
+}
+
+#[test]
+fn a_vm_off_for_want_of_funds_is_charged_again_once_powered_on() {
+    let (server, _site) = server("0.3", VmWhenDry::PowerOff);
+    let per_second = m("0.110128");
+    job_id(&create_vm(&server, Auth::User, &json!({"id": "revived"})));
+    wait_substate(&server, "revived", "running");
+    wait_substate(&server, "revived", "off");
+    add_funds(&server);
+    let on = json!({"powerState": "ON"});
+    let reply = send(&server, "PUT", "/rest/vms/revived", Auth::User, &on);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    wait_substate(&server, "revived", "running");
+    holds(&server, per_second.times_count(INTERVAL));
+    destroy(&server, Auth::User, "revived");
+    // Charged while it ran, not while it was off for want of funds.
+    let (charged, _) = exact(&charges_of(&server, "revived"), per_second);
+    let lab = balance(&server, "lab");
+    assert_eq!(money(&lab["charged"]), charged, "{lab}");
+    assert_eq!(money(&lab["held"]), Money::ZERO, "{lab}");
 }
