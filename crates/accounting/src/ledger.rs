@@ -121,6 +121,14 @@ pub struct Lien {
     pub created: Seconds,
 }
 
+/// A lien to hold: for `seconds` of use, at `now`, as `how` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LienTerms {
+    pub seconds: Seconds,
+    pub now: Seconds,
+    pub how: Hold,
+}
+
 /// What [`Ledger::hold_for`] does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {
@@ -463,17 +471,47 @@ impl Ledger {
         now: Seconds,
         how: Hold,
     ) -> Result<Vec<Write>, AccountingError> {
+        let terms = LienTerms { seconds, now, how };
+        self.hold_locked(&mut self.state.lock().unwrap(), object, usage, terms)
+    }
+
+    /// A VM's periodic charge, under one lock so that no reader sees the moment between:
+    /// charges `charged` seconds of `usage` and releases the lien of `object` (as
+    /// [`Ledger::settle`]), then holds `seconds` more (as [`Ledger::hold_for`]). Answers
+    /// the writes, and whether the new lien could be held.
+    pub fn renew(
+        &self,
+        object: &str,
+        usage: &Usage,
+        charged: Seconds,
+        next: LienTerms,
+    ) -> (Vec<Write>, Result<(), AccountingError>) {
+        let mut state = self.state.lock().unwrap();
+        let mut writes = self.settle_locked(&mut state, object, usage, charged, next.now);
+        let held = self
+            .hold_locked(&mut state, object, usage, next)
+            .map(|held| writes.extend(held));
+        (writes, held)
+    }
+
+    fn hold_locked(
+        &self,
+        state: &mut State,
+        object: &str,
+        usage: &Usage,
+        terms: LienTerms,
+    ) -> Result<Vec<Write>, AccountingError> {
+        let LienTerms { seconds, now, how } = terms;
         let Some(account) = self.account_for(&usage.user, usage.account.as_deref()) else {
             return Ok(Vec::new()); // nothing to charge to: not accounted
         };
-        let mut state = self.state.lock().unwrap();
         let rates = state
             .guaranteed_for(object, &usage.user)
             .map(|q| q.rates.clone())
             .unwrap_or_else(|| self.config.rates.clone());
         let amount = pricing::price(&rates, usage, seconds).amount;
         let id = self.check_account(&usage.user, Some(&account))?;
-        let available = self.balance_locked(&state, &id, now).available;
+        let available = self.balance_locked(state, &id, now).available;
         if available < amount && !self.config.allow_overdraft && how != Hold::Anyway {
             return Err(AccountingError::InsufficientFunds(format!(
                 "insufficient funds: {amount} needed to start, account '{id}' has {available} available"
@@ -497,6 +535,17 @@ impl Ledger {
     /// rates, if it has one) and releases its lien. Answers the writes that record it.
     pub fn settle(&self, job: &str, usage: &Usage, seconds: Seconds, now: Seconds) -> Vec<Write> {
         let mut state = self.state.lock().unwrap();
+        self.settle_locked(&mut state, job, usage, seconds, now)
+    }
+
+    fn settle_locked(
+        &self,
+        state: &mut State,
+        job: &str,
+        usage: &Usage,
+        seconds: Seconds,
+        now: Seconds,
+    ) -> Vec<Write> {
         let Some(lien) = state.liens.remove(job) else {
             return Vec::new(); // never held: not accounted
         };
@@ -796,6 +845,44 @@ pub(crate) mod tests {
             ledger.hold_for("vm/b", &outsider, 1, 0, Hold::Anyway),
             Err(AccountingError::Invalid(_))
         ));
+    }
+
+    fn terms(seconds: Seconds, now: Seconds) -> LienTerms {
+        LienTerms {
+            seconds,
+            now,
+            how: Hold::Record,
+        }
+    }
+
+    #[test]
+    fn a_renewal_charges_and_holds_again_in_one_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger(dir.path(), "100");
+        ledger
+            .store
+            .write(
+                &ledger
+                    .hold_for("vm/a", &usage(1), 60, 0, Hold::Record)
+                    .unwrap(),
+            )
+            .unwrap();
+        let (writes, held) = ledger.renew("vm/a", &usage(1), 70, terms(60, 70));
+        assert!(held.is_ok());
+        ledger.store.write(&writes).unwrap();
+        let balance = ledger.balance("physics", 70);
+        assert_eq!((balance.charged, balance.held), (m("0.7"), m("0.6")));
+        // Reopened: the new lien is what the store kept.
+        let store = ledger.store.clone();
+        drop(ledger);
+        let again = Ledger::open(config("100"), store).unwrap();
+        assert_eq!(again.balance("physics", 70).held, m("0.6"));
+        // Too little left for the next: charged all the same, nothing held.
+        let (writes, held) = again.renew("vm/a", &usage(1), 10_000, terms(10_000, 80));
+        assert!(matches!(held, Err(AccountingError::InsufficientFunds(_))));
+        again.store.write(&writes).unwrap();
+        let balance = again.balance("physics", 80);
+        assert_eq!((balance.charged, balance.held), (m("100.7"), Money::ZERO));
     }
 
     #[test]

@@ -3,11 +3,12 @@
 
 use std::sync::Arc;
 
+use drover_accounting::ledger::LienTerms;
 use drover_accounting::model::Usage;
 use drover_accounting::{AccountingError, Hold, Ledger, VmWhenDry};
 use drover_domain::service;
 use drover_domain::service_template::ServiceType;
-use drover_sched::accountant::{Accountant, VmHold};
+use drover_sched::accountant::{Accountant, Renewal, VmHold};
 use drover_sched::clock::Seconds;
 use drover_sched::job::Job;
 use drover_sched::vm::{DEFAULT_MEMORY_MB, Vm};
@@ -76,6 +77,14 @@ pub fn vm_object(vm: &Vm) -> String {
     format!("vm/{}", vm.id)
 }
 
+fn hold(how: VmHold) -> Hold {
+    match how {
+        VmHold::Check => Hold::Check,
+        VmHold::Record => Hold::Record,
+        VmHold::Anyway => Hold::Anyway,
+    }
+}
+
 fn reason(error: AccountingError) -> String {
     match error {
         AccountingError::Invalid(reasons) => reasons.join("; "),
@@ -120,14 +129,28 @@ impl Accountant for LedgerAccountant {
         if !self.0.enabled() {
             return Ok(Vec::new());
         }
-        let how = match how {
-            VmHold::Check => Hold::Check,
-            VmHold::Record => Hold::Record,
-            VmHold::Anyway => Hold::Anyway,
-        };
         self.0
-            .hold_for(&vm_object(vm), &vm_usage(vm), seconds, now, how)
+            .hold_for(&vm_object(vm), &vm_usage(vm), seconds, now, hold(how))
             .map_err(reason)
+    }
+
+    fn vm_renew(&self, vm: &Vm, renewal: Renewal) -> (Vec<Write>, Result<(), String>) {
+        if !self.0.enabled() {
+            return (Vec::new(), Ok(()));
+        }
+        let Renewal {
+            charged,
+            seconds,
+            now,
+            how,
+        } = renewal;
+        let next = LienTerms {
+            seconds,
+            now,
+            how: hold(how),
+        };
+        let (writes, held) = self.0.renew(&vm_object(vm), &vm_usage(vm), charged, next);
+        (writes, held.map_err(reason))
     }
 
     fn vm_settle(&self, vm: &Vm, seconds: i64, now: Seconds) -> Vec<Write> {

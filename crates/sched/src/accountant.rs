@@ -11,6 +11,16 @@ use crate::clock::Seconds;
 use crate::job::Job;
 use crate::vm::Vm;
 
+/// A VM's periodic charge ([`Accountant::vm_renew`]): `charged` seconds to charge, then
+/// funds for `seconds` more to hold (`how`), at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewal {
+    pub charged: i64,
+    pub seconds: i64,
+    pub now: Seconds,
+    pub how: VmHold,
+}
+
 /// What [`Accountant::vm_hold`] does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VmHold {
@@ -57,6 +67,17 @@ pub trait Accountant: Send + Sync {
     /// charge them and release what was held.
     fn vm_settle(&self, _vm: &Vm, _seconds: i64, _now: Seconds) -> Vec<Write> {
         Vec::new()
+    }
+
+    /// A VM's periodic charge: `charged` seconds are charged and its lien released, then
+    /// funds for `seconds` more held, as one change no reader sees half done. Answers
+    /// the writes, and whether the new funds could be held.
+    fn vm_renew(&self, vm: &Vm, renewal: Renewal) -> (Vec<Write>, Result<(), String>) {
+        let mut writes = self.vm_settle(vm, renewal.charged, renewal.now);
+        let held = self
+            .vm_hold(vm, renewal.seconds, renewal.now, renewal.how)
+            .map(|held| writes.extend(held));
+        (writes, held)
     }
 
     /// Goes back to what the store recorded, after a failed commit: what `start` and

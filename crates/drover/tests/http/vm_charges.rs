@@ -80,12 +80,10 @@ fn server(lab_funds: &str, when_dry: VmWhenDry) -> (TestServer, tempfile::TempDi
     })
 }
 
-/// Waits until `lab` holds `amount` for its VM (a reader may see the moment between a
-/// periodic charge and the next interval's lien, when nothing is held).
+/// `lab` holds `amount` for its VM (a periodic charge and the next interval's lien are
+/// one change: no reader sees nothing held between them).
 fn holds(server: &TestServer, amount: Money) {
-    wait_for_value(&format!("lab holds {amount}"), 30, || {
-        (money(&balance(server, "lab")["held"]) == amount).then_some(())
-    });
+    assert_eq!(money(&balance(server, "lab")["held"]), amount);
 }
 
 /// The charges recorded for VM `id`, oldest first.

@@ -16,7 +16,7 @@
 //! its job is, for the same resources.
 
 use super::core::Engine;
-use crate::accountant::VmHold;
+use crate::accountant::{Renewal, VmHold};
 use crate::clock::Seconds;
 use crate::vm::{Vm, VmPhase};
 use crate::vm_host::VmOperation;
@@ -109,10 +109,13 @@ impl Engine {
         }
     }
 
-    /// One periodic charge of the VM at `position`.
+    /// One periodic charge of the VM at `position`: the seconds since the last, and the
+    /// next interval's lien, in one change.
     fn charge_vm(&mut self, position: usize, interval: Seconds, now: Seconds) {
-        self.stop_charging_vm(position);
         let vm = self.vms.get(position).clone();
+        let Some(through) = vm.charged_through else {
+            return;
+        };
         // Only a VM at rest is powered off; one at work runs on, charged, and is
         // judged again at its next charge.
         let at_rest = matches!(vm.phase, VmPhase::Running | VmPhase::Off) && vm.queued.is_none();
@@ -122,12 +125,21 @@ impl Engine {
             VmHold::Anyway
         };
         let seconds = lien_seconds(&vm, interval, now);
-        match self.accountant.vm_hold(&vm, seconds, now, how) {
-            Ok(held) => {
-                self.journal.write_all(held);
-                self.vms.get_mut(position).charged_through = Some(now);
+        let charged = now.saturating_sub(through).max(0);
+        let renewal = Renewal {
+            charged,
+            seconds,
+            now,
+            how,
+        };
+        let (writes, held) = self.accountant.vm_renew(&vm, renewal);
+        self.journal.write_all(writes);
+        match held {
+            Ok(()) => self.vms.get_mut(position).charged_through = Some(now),
+            Err(reason) => {
+                self.vms.get_mut(position).charged_through = None;
+                self.vm_ran_dry(position, &reason);
             }
-            Err(reason) => self.vm_ran_dry(position, &reason),
         }
     }
 
