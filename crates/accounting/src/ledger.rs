@@ -39,9 +39,35 @@ pub struct AccountingConfig {
     /// Let jobs start without enough funds (the balance may go negative); by default a
     /// job waits until its account can pay for its requested time.
     pub allow_overdraft: bool,
+    /// VMs are charged for what they hold at least this often (seconds, default 3600):
+    /// each charge settles the time since the last and holds funds for the next.
+    pub vm_charge_interval_seconds: Option<Seconds>,
+    /// What becomes of a running VM whose account cannot pay for its next interval.
+    pub vm_when_dry: VmWhenDry,
 }
 
+/// `[accounting] vm_when_dry`: a VM whose account runs dry at a periodic charge is
+/// powered off (and no longer charged) or runs on into debt. Either way a VM is not
+/// created (nor powered on again) without the funds for its first interval.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum VmWhenDry {
+    #[default]
+    PowerOff,
+    Refuse,
+}
+
+/// The default of `vm_charge_interval_seconds`.
+pub const VM_CHARGE_INTERVAL: Seconds = 3600;
+
 impl AccountingConfig {
+    /// How often a VM is charged (at least every second).
+    pub fn vm_charge_interval(&self) -> Seconds {
+        self.vm_charge_interval_seconds
+            .unwrap_or(VM_CHARGE_INTERVAL)
+            .max(1)
+    }
+
     pub fn problems(&self) -> Vec<String> {
         let mut problems = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -52,6 +78,9 @@ impl AccountingConfig {
                     account.id
                 ));
             }
+        }
+        if self.vm_charge_interval_seconds.is_some_and(|s| s < 1) {
+            problems.push("accounting.vm_charge_interval_seconds: must be at least 1".into());
         }
         for allocation in &self.allocations {
             if !self.accounts.iter().any(|a| a.id == allocation.account) {
@@ -90,6 +119,25 @@ pub struct Lien {
     pub account: String,
     pub amount: Money,
     pub created: Seconds,
+}
+
+/// A lien to hold: for `seconds` of use, at `now`, as `how` says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LienTerms {
+    pub seconds: Seconds,
+    pub now: Seconds,
+    pub how: Hold,
+}
+
+/// What [`Ledger::hold_for`] does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Only checks that the funds could be held.
+    Check,
+    /// Holds them, or says why it may not.
+    Record,
+    /// Holds them even past the account's balance.
+    Anyway,
 }
 
 /// A stored allocation (added through the API).
@@ -228,6 +276,10 @@ impl Ledger {
 
     pub fn enabled(&self) -> bool {
         self.config.enabled
+    }
+
+    pub fn config(&self) -> &AccountingConfig {
+        &self.config
     }
 
     pub fn is_admin(&self, user: &str) -> bool {
@@ -400,34 +452,82 @@ impl Ledger {
         requested: Option<Seconds>,
         now: Seconds,
     ) -> Result<Vec<Write>, AccountingError> {
-        let Some(account) = self.account_for(&usage.user, usage.account.as_deref()) else {
-            return Ok(Vec::new()); // nothing to charge to: not accounted
-        };
         let seconds = requested
             .filter(|&s| s > 0)
             .or(self.config.default_lien_seconds)
             .unwrap_or(3600);
+        self.hold_for(job, usage, seconds, now, Hold::Record)
+    }
+
+    /// Holds (or, with [`Hold::Check`], only checks that it could hold) what `usage`
+    /// costs for `seconds` under the key `object` (a job's id, or `vm/<id>`). With
+    /// [`Hold::Anyway`] the funds are held even when the account cannot cover them
+    /// (its balance goes negative); the account must still be one the user may charge.
+    pub fn hold_for(
+        &self,
+        object: &str,
+        usage: &Usage,
+        seconds: Seconds,
+        now: Seconds,
+        how: Hold,
+    ) -> Result<Vec<Write>, AccountingError> {
+        let terms = LienTerms { seconds, now, how };
+        self.hold_locked(&mut self.state.lock().unwrap(), object, usage, terms)
+    }
+
+    /// A VM's periodic charge, under one lock so that no reader sees the moment between:
+    /// charges `charged` seconds of `usage` and releases the lien of `object` (as
+    /// [`Ledger::settle`]), then holds `seconds` more (as [`Ledger::hold_for`]). Answers
+    /// the writes, and whether the new lien could be held.
+    pub fn renew(
+        &self,
+        object: &str,
+        usage: &Usage,
+        charged: Seconds,
+        next: LienTerms,
+    ) -> (Vec<Write>, Result<(), AccountingError>) {
         let mut state = self.state.lock().unwrap();
+        let mut writes = self.settle_locked(&mut state, object, usage, charged, next.now);
+        let held = self
+            .hold_locked(&mut state, object, usage, next)
+            .map(|held| writes.extend(held));
+        (writes, held)
+    }
+
+    fn hold_locked(
+        &self,
+        state: &mut State,
+        object: &str,
+        usage: &Usage,
+        terms: LienTerms,
+    ) -> Result<Vec<Write>, AccountingError> {
+        let LienTerms { seconds, now, how } = terms;
+        let Some(account) = self.account_for(&usage.user, usage.account.as_deref()) else {
+            return Ok(Vec::new()); // nothing to charge to: not accounted
+        };
         let rates = state
-            .guaranteed_for(job, &usage.user)
+            .guaranteed_for(object, &usage.user)
             .map(|q| q.rates.clone())
             .unwrap_or_else(|| self.config.rates.clone());
         let amount = pricing::price(&rates, usage, seconds).amount;
         let id = self.check_account(&usage.user, Some(&account))?;
-        let available = self.balance_locked(&state, &id, now).available;
-        if available < amount && !self.config.allow_overdraft {
+        let available = self.balance_locked(state, &id, now).available;
+        if available < amount && !self.config.allow_overdraft && how != Hold::Anyway {
             return Err(AccountingError::InsufficientFunds(format!(
                 "insufficient funds: {amount} needed to start, account '{id}' has {available} available"
             )));
         }
+        if how == Hold::Check {
+            return Ok(Vec::new());
+        }
         let lien = Lien {
-            job: job.to_string(),
+            job: object.to_string(),
             account: id,
             amount,
             created: now,
         };
-        let write = put(LIENS, job, &lien);
-        state.liens.insert(job.to_string(), lien);
+        let write = put(LIENS, object, &lien);
+        state.liens.insert(object.to_string(), lien);
         Ok(vec![write])
     }
 
@@ -435,6 +535,17 @@ impl Ledger {
     /// rates, if it has one) and releases its lien. Answers the writes that record it.
     pub fn settle(&self, job: &str, usage: &Usage, seconds: Seconds, now: Seconds) -> Vec<Write> {
         let mut state = self.state.lock().unwrap();
+        self.settle_locked(&mut state, job, usage, seconds, now)
+    }
+
+    fn settle_locked(
+        &self,
+        state: &mut State,
+        job: &str,
+        usage: &Usage,
+        seconds: Seconds,
+        now: Seconds,
+    ) -> Vec<Write> {
         let Some(lien) = state.liens.remove(job) else {
             return Vec::new(); // never held: not accounted
         };
@@ -568,6 +679,7 @@ pub(crate) mod tests {
             },
             default_lien_seconds: None,
             allow_overdraft: false,
+            ..AccountingConfig::default()
         }
     }
 
@@ -700,6 +812,77 @@ pub(crate) mod tests {
             ledger.hold("D.2", &outsider, Some(10), 0),
             Err(AccountingError::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn a_check_holds_nothing_and_a_hold_anyway_goes_past_the_balance() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger(dir.path(), "1");
+        // 1 processor for 3600 s is 36, more than the account has.
+        let refused = ledger.hold_for("vm/a", &usage(1), 3600, 0, Hold::Check);
+        assert!(matches!(
+            refused,
+            Err(AccountingError::InsufficientFunds(_))
+        ));
+        assert!(
+            ledger
+                .hold_for("vm/a", &usage(1), 60, 0, Hold::Check)
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(ledger.balance("physics", 0).held, Money::ZERO);
+        let held = ledger
+            .hold_for("vm/a", &usage(1), 3600, 0, Hold::Anyway)
+            .unwrap();
+        assert_eq!(held.len(), 1);
+        assert_eq!(ledger.balance("physics", 0).available, m("-35"));
+        // Past the balance, never past membership.
+        let outsider = Usage {
+            user: "eve".into(),
+            ..usage(1)
+        };
+        assert!(matches!(
+            ledger.hold_for("vm/b", &outsider, 1, 0, Hold::Anyway),
+            Err(AccountingError::Invalid(_))
+        ));
+    }
+
+    fn terms(seconds: Seconds, now: Seconds) -> LienTerms {
+        LienTerms {
+            seconds,
+            now,
+            how: Hold::Record,
+        }
+    }
+
+    #[test]
+    fn a_renewal_charges_and_holds_again_in_one_change() {
+        let dir = tempfile::tempdir().unwrap();
+        let ledger = ledger(dir.path(), "100");
+        ledger
+            .store
+            .write(
+                &ledger
+                    .hold_for("vm/a", &usage(1), 60, 0, Hold::Record)
+                    .unwrap(),
+            )
+            .unwrap();
+        let (writes, held) = ledger.renew("vm/a", &usage(1), 70, terms(60, 70));
+        assert!(held.is_ok());
+        ledger.store.write(&writes).unwrap();
+        let balance = ledger.balance("physics", 70);
+        assert_eq!((balance.charged, balance.held), (m("0.7"), m("0.6")));
+        // Reopened: the new lien is what the store kept.
+        let store = ledger.store.clone();
+        drop(ledger);
+        let again = Ledger::open(config("100"), store).unwrap();
+        assert_eq!(again.balance("physics", 70).held, m("0.6"));
+        // Too little left for the next: charged all the same, nothing held.
+        let (writes, held) = again.renew("vm/a", &usage(1), 10_000, terms(10_000, 80));
+        assert!(matches!(held, Err(AccountingError::InsufficientFunds(_))));
+        again.store.write(&writes).unwrap();
+        let balance = again.balance("physics", 80);
+        assert_eq!((balance.charged, balance.held), (m("100.7"), Money::ZERO));
     }
 
     #[test]

@@ -12,6 +12,6 @@ pub mod money;
 pub mod pricing;
 pub mod quotes;
 
-pub use ledger::{AccountingConfig, AccountingError, Ledger, QuoteRequest};
+pub use ledger::{AccountingConfig, AccountingError, Hold, Ledger, QuoteRequest, VmWhenDry};
 pub use money::Money;
 pub use quotes::{Asker, QuoteEnd, QuoteOrder};

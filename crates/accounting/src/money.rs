@@ -1,7 +1,9 @@
 //! Money: a fixed-point decimal with six places (micro-units) in an `i128`. Sums, rates
 //! times durations and comparisons are exact; nothing goes through floating point. On the
 //! wire an amount is a JSON number written from its exact decimal text (for up to 15
-//! significant digits the number read back is the same decimal).
+//! significant digits the number read back is the same decimal). Arithmetic saturates:
+//! an amount past what an `i128` of micro-units holds (about 1.7e32) stays at that bound,
+//! so a huge rate, count or duration prices as too much, never wraps around to little.
 
 use std::fmt;
 use std::ops::{Add, AddAssign, Neg, Sub, SubAssign};
@@ -79,18 +81,25 @@ impl Money {
 
     /// `self` × `factor`, rounded half away from zero to six places.
     pub fn times(self, factor: Money) -> Money {
-        let product = self.0 * factor.0;
+        let Some(product) = self.0.checked_mul(factor.0) else {
+            return Money::saturated((self.0 < 0) != (factor.0 < 0));
+        };
         let half = SCALE / 2;
         Money(if product >= 0 {
-            (product + half) / SCALE
+            product.saturating_add(half) / SCALE
         } else {
-            (product - half) / SCALE
+            product.saturating_sub(half) / SCALE
         })
     }
 
     /// `self` × an integer count.
     pub fn times_count(self, count: i64) -> Money {
-        Money(self.0 * i128::from(count))
+        Money(self.0.saturating_mul(i128::from(count)))
+    }
+
+    /// The bound an amount saturates at, below zero when `negative`.
+    fn saturated(negative: bool) -> Money {
+        Money(if negative { -i128::MAX } else { i128::MAX })
     }
 
     pub fn is_negative(self) -> bool {
@@ -125,33 +134,33 @@ impl fmt::Display for Money {
 impl Add for Money {
     type Output = Money;
     fn add(self, other: Money) -> Money {
-        Money(self.0 + other.0)
+        Money(self.0.saturating_add(other.0))
     }
 }
 
 impl Sub for Money {
     type Output = Money;
     fn sub(self, other: Money) -> Money {
-        Money(self.0 - other.0)
+        Money(self.0.saturating_sub(other.0))
     }
 }
 
 impl AddAssign for Money {
     fn add_assign(&mut self, other: Money) {
-        self.0 += other.0;
+        self.0 = self.0.saturating_add(other.0);
     }
 }
 
 impl SubAssign for Money {
     fn sub_assign(&mut self, other: Money) {
-        self.0 -= other.0;
+        self.0 = self.0.saturating_sub(other.0);
     }
 }
 
 impl Neg for Money {
     type Output = Money;
     fn neg(self) -> Money {
-        Money(-self.0)
+        Money(self.0.saturating_neg())
     }
 }
 
@@ -218,6 +227,17 @@ mod tests {
         );
         let total: Money = (0..1000).map(|_| m("0.001")).sum();
         assert_eq!(total, m("1"));
+    }
+
+    #[test]
+    fn huge_amounts_saturate_instead_of_wrapping() {
+        let huge = m("999999999999999999999999");
+        let most = huge.times_count(i64::MAX).times_count(i64::MAX);
+        assert!(most > huge, "{most}");
+        assert_eq!(most, most + huge, "saturated");
+        assert_eq!(huge.times(huge).times(huge), most);
+        assert!((-huge).times(huge).times(huge).is_negative());
+        assert!((-most - most).is_negative());
     }
 
     #[test]

@@ -395,12 +395,13 @@ fn quote_answer(answer: QuoteAnswer, instance: &str, itemize: bool) -> Value {
 
 /// What a creation body (`{user, account, data: [entries]}`, 4.10) would make that costs
 /// something: each `vm`, `pm` and `storage` service of its tree, with the resources its
-/// template and entries give it, as a service body of its own.
+/// template and entries give it, priced as what it makes will be charged
+/// (`drover_control::accounting::made_service_usage`), named by its entry or local name.
 async fn services_made_by(
     state: &AppState,
     body: &Value,
     proxy_user: &str,
-) -> ApiResult<Vec<Value>> {
+) -> ApiResult<Vec<(Usage, Option<String>)>> {
     let dates = state.settings().dates.clone();
     let creation = read_object(body, QUOTE_FAILED, |f| {
         crate::services::read_creation(f, &dates)
@@ -412,12 +413,16 @@ async fn services_made_by(
     )
     .await?;
     let user = creation.user.unwrap_or_else(|| proxy_user.to_string());
-    let priced: Vec<Value> = expanded
+    let priced: Vec<(Usage, Option<String>)> = expanded
         .into_iter()
-        .filter(|p| p.kind != drover_domain::service_template::ServiceType::Container)
-        .map(|p| {
-            json!({"name": p.base, "user": user, "account": creation.account,
-                   "attributes": {"sched": p.attributes.get("sched").cloned().unwrap_or(json!({}))}})
+        .filter_map(|p| {
+            drover_control::accounting::made_service_usage(
+                p.kind,
+                &user,
+                creation.account.clone(),
+                &p.attributes,
+            )
+            .map(|usage| (usage, Some(p.base)))
         })
         .collect();
     if priced.is_empty() {
@@ -523,14 +528,15 @@ async fn quote(Submission(state, common, caller, body): Submission) -> ApiResult
         parse_json(&body)?
     };
     let items = if params.services {
-        let services = match body.get("data") {
+        match body.get("data") {
             Some(_) => services_made_by(&state, &body, &asker.user).await?,
-            None => services_of(body)?,
-        };
-        services
-            .iter()
-            .map(|service| read_object(service, QUOTE_FAILED, |f| service_usage(f, &asker.user)))
-            .collect::<ApiResult<Vec<_>>>()?
+            None => services_of(body)?
+                .iter()
+                .map(|service| {
+                    read_object(service, QUOTE_FAILED, |f| service_usage(f, &asker.user))
+                })
+                .collect::<ApiResult<Vec<_>>>()?,
+        }
     } else {
         vec![read_object(&body, QUOTE_FAILED, |f| {
             job_usage(f, &asker.user)

@@ -315,6 +315,7 @@ async fn create(Submission(state, _params, caller, body): Submission) -> ApiResu
             variables: f.string_map("variables").unwrap_or_default(),
             description: f.string("description"),
             for_service: false,
+            account: None,
         }
     })?;
     if request.image.is_empty() {

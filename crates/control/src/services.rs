@@ -808,6 +808,7 @@ fn vm_request(stored: &StoredService, vm_id: &str, all: &[StoredService]) -> VmR
         variables,
         description: Some(format!("Service {}", service.name)),
         for_service: true,
+        account: service.account.clone(),
     }
 }
 

@@ -180,6 +180,17 @@ pub struct Vm {
     pub generic_metrics: BTreeMap<String, f64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub generic_events: Vec<GenericEvent>,
+    /// The account it is charged to, when named (a service's); else its owner's first.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
+    /// A service's VM: charged its service's rate too.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub for_service: bool,
+    /// While it is charged (it holds resources and funds are held for it): the time up
+    /// to which its holding was last charged. `None`: not charged (waiting, made for a
+    /// job, failed, lost, or powered off for want of funds).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub charged_through: Option<Seconds>,
 }
 
 impl Vm {
@@ -219,6 +230,9 @@ impl Vm {
             variables: BTreeMap::new(),
             generic_metrics: BTreeMap::new(),
             generic_events: Vec::new(),
+            account: None,
+            for_service: false,
+            charged_through: None,
         }
     }
 
@@ -461,6 +475,8 @@ pub struct VmRequest {
     pub description: Option<String>,
     /// A service's VM, which the service ends: it gets no default time to live.
     pub for_service: bool,
+    /// The account to charge (a service's); never from a VM's own body.
+    pub account: Option<String>,
 }
 
 /// A change to a VM (spec 2.9, modify); `None` leaves a field alone.

@@ -850,6 +850,34 @@ mod tests {
 mod example {
     /// The example configuration at the top of the repository stays loadable.
     #[test]
+    fn how_vms_are_charged_is_configured_and_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("drover.toml");
+        let load = |text: &str| {
+            std::fs::write(&path, text).unwrap();
+            super::Config::load(Some(&path), |_| None)
+        };
+        let config = load("[accounting]\nenabled = true\n").unwrap();
+        assert_eq!(config.accounting.vm_charge_interval(), 3600);
+        assert_eq!(
+            config.accounting.vm_when_dry,
+            drover_accounting::VmWhenDry::PowerOff
+        );
+        let config =
+            load("[accounting]\nvm_charge_interval_seconds = 60\nvm_when_dry = \"refuse\"\n")
+                .unwrap();
+        assert_eq!(config.accounting.vm_charge_interval(), 60);
+        assert_eq!(
+            config.accounting.vm_when_dry,
+            drover_accounting::VmWhenDry::Refuse
+        );
+        let error = load("[accounting]\nvm_when_dry = \"destroy\"\n").unwrap_err();
+        assert!(error.contains("power-off"), "{error}");
+        let error = load("[accounting]\nvm_charge_interval_seconds = 0\n").unwrap_err();
+        assert!(error.contains("vm_charge_interval_seconds"), "{error}");
+    }
+
+    #[test]
     fn the_example_configuration_loads() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../drover.example.toml");
         let config = super::Config::load(Some(std::path::Path::new(path)), |_| None).unwrap();

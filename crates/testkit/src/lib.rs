@@ -548,6 +548,13 @@ impl TestServer {
         self
     }
 
+    /// Stops the server gracefully and starts it again with its configuration changed by
+    /// `change` (a setting an upgrade or an operator turns on).
+    pub fn restart_reconfigured(mut self, change: impl FnOnce(&mut Config)) -> TestServer {
+        change(&mut self.config);
+        self.restart()
+    }
+
     /// Stops the server gracefully, runs `between` on its store while it is down (what
     /// a crash may have left there), and starts it again as [`TestServer::restart`] does.
     pub fn restart_with(

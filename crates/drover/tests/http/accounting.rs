@@ -64,6 +64,7 @@ fn server() -> TestServer {
                 },
                 default_lien_seconds: None,
                 allow_overdraft: false,
+                ..AccountingConfig::default()
             };
         })
         .start()
@@ -299,8 +300,9 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
     assert_eq!(priced["services"][1]["amount"], json!(11.1));
     assert_eq!(priced["amount"], json!(23.1));
 
-    // A creation body is priced as what it would make: each VM of the tree, with the
-    // resources its template gives (containers cost nothing).
+    // A creation body is priced as what it would make will be charged: each VM of the
+    // tree, with the resources its template gives and the VM's defaults for the rest
+    // (128 MB of memory), containers nothing.
     for template in [
         json!({"name": "web vm", "type": "vm", "attributes": {"sched": {"job": {
             "image": "guest", "template": "vm", "resources": {"processors": 2}}}}}),
@@ -321,7 +323,9 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
     .json();
     assert_eq!(priced["services"].as_array().unwrap().len(), 2, "{priced}");
     assert_eq!(priced["services"][0]["instance"], "a");
-    assert_eq!(priced["amount"], json!(24), "two of web's 12: {priced}");
+    // Each: 2 × 0.01 × 100 + 0.1 × 100 + 128 × 0.000001 × 100 = 12.0128.
+    assert_eq!(priced["services"][0]["amount"], json!(12.0128), "{priced}");
+    assert_eq!(priced["amount"], json!(24.0256), "{priced}");
     let unknown = json!({"data": [{"name": "x", "serviceTemplate": "no such"}]});
     let refused = quote(
         &server,
@@ -331,13 +335,15 @@ fn quotes_are_priced_by_component_and_refused_with_reasons() {
     refused.assert_refused(400, "no service template", &unknown);
 }
 
-fn balance(server: &TestServer, account: &str) -> Value {
+/// An account's balance (the administrators' surface).
+pub(crate) fn balance(server: &TestServer, account: &str) -> Value {
     server
         .get(&format!("/rest/accounting/accounts/{account}/balance"))
         .json()
 }
 
-fn charges(server: &TestServer) -> Vec<Value> {
+/// Every charge recorded.
+pub(crate) fn charges(server: &TestServer) -> Vec<Value> {
     server
         .get("/rest/accounting/usage-records?query=%7B%22kind%22%3A%22charge%22%7D")
         .json()["results"]

@@ -38,6 +38,7 @@ mod slurm;
 mod support;
 mod unknown_fields;
 mod virtual_containers;
+mod vm_charges;
 mod vm_edges;
 mod vm_queue;
 mod vms;

@@ -525,6 +525,7 @@ fn quotes_set_no_rates_and_bind_no_job_of_another_user() {
                 },
                 default_lien_seconds: None,
                 allow_overdraft: false,
+                ..AccountingConfig::default()
             };
         })
         .start();

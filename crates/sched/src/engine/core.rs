@@ -1053,6 +1053,7 @@ impl Engine {
         }
         self.expire_reservations(now);
         if !self.vms.is_empty() {
+            self.charge_vms(now);
             self.expire_vms(now);
         }
         if !self.queue.is_empty() || self.vm_work_waits() {

@@ -35,6 +35,7 @@ mod submission;
 mod system_accounts;
 mod virtual_container_commands;
 mod virtual_container_table;
+mod vm_charges;
 mod vm_commands;
 mod vm_jobs;
 mod vm_queue;

@@ -192,6 +192,8 @@ impl Engine {
             sovereign: request.sovereign,
             triggers: request.triggers,
             variables: request.variables,
+            account: request.account,
+            for_service: request.for_service,
             ..Vm::new(
                 id.clone(),
                 by.user.clone(),
@@ -200,6 +202,8 @@ impl Engine {
                 now,
             )
         };
+        // Its account must pay for its first interval (`vm_charges`).
+        self.vm_could_be_funded(&vm).map_err(invalid)?;
         // It holds nothing until a node has room (now, most often: `start_waiting_vm`).
         vm.phase = VmPhase::Waiting;
         self.vms.push(vm);
@@ -355,6 +359,12 @@ impl Engine {
                 "its variables, triggers, generic metrics and events would take {carried} bytes; \
                  an ordinary user's VM may carry {limit} ([scheduler.limits] max_submission_bytes)"
             )));
+        }
+        if power == Some(true)
+            && let Err(reason) = self.fund_power_on(position)
+        {
+            *self.vms.get_mut(position) = vm;
+            return Err(refuse(format!("powerState: {reason}")));
         }
         if let Some(on) = power {
             let (phase, operation) = if on {
@@ -571,6 +581,7 @@ impl Engine {
             self.update(at, |job| {
                 Arc::make_mut(&mut job.spec).extra.system_task = Some(task);
                 job.status.state = JobState::Running;
+                job.status.block = None;
                 job.status.dates.start = Some(now);
             });
         }
@@ -587,7 +598,7 @@ impl Engine {
     }
 
     /// Hands `operation` on the VM at `position` to the VM host once this step is durable.
-    fn dispatch_when_committed(
+    pub(super) fn dispatch_when_committed(
         &mut self,
         position: usize,
         job: Option<String>,
@@ -638,6 +649,7 @@ impl Engine {
             }
             (VmOperation::Create, Some(_)) => {
                 self.hold_vm_on(&vm.node, &vm, false);
+                self.stop_charging_vm(position);
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
             (VmOperation::PowerOn, Some(_)) => {
@@ -650,6 +662,8 @@ impl Engine {
                 let vm = self.vms.get_mut(position);
                 vm.power_on = true;
                 vm.enter(VmPhase::Running, now);
+                // One powered off for want of funds that runs on is charged on.
+                self.resume_charging_vm(position);
             }
             (VmOperation::Migrate { from, to }, None) => {
                 self.hold_vm_on(from, &vm, false);
@@ -671,6 +685,7 @@ impl Engine {
                 if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
                     self.hold_vm_on(&vm.node, &vm, false);
                 }
+                self.stop_charging_vm(position);
                 self.vms.get_mut(position).enter(VmPhase::Failed, now);
             }
         }
@@ -691,6 +706,7 @@ impl Engine {
             if !matches!(vm.last_phase, Some(VmPhase::Failed | VmPhase::Lost)) {
                 self.hold_vm_on(&vm.node, &vm, false);
             }
+            self.stop_charging_vm(position);
             self.vms.remove(position);
             self.journal.write(Write::Delete {
                 collection: VMS.into(),
@@ -981,6 +997,7 @@ impl Engine {
                 continue; // it holds nothing yet, and a pass makes it when there is room
             }
             if self.nodes.index_of(&vm.node).is_none() {
+                self.stop_charging_vm(position);
                 let vm = self.vms.get_mut(position);
                 vm.enter(VmPhase::Lost, now);
                 self.store_vm(position);
@@ -1026,6 +1043,7 @@ impl Engine {
                 }
                 None if vm.phase == VmPhase::Running && !self.vm_host.alive(&vm) => {
                     self.hold_vm_on(&vm.node, &vm, false);
+                    self.stop_charging_vm(position);
                     self.vms.get_mut(position).enter(VmPhase::Lost, now);
                     self.store_vm(position);
                     self.emit(
@@ -1039,7 +1057,8 @@ impl Engine {
                         )],
                     );
                 }
-                None => {}
+                // A guest found running that is not charged (made before VMs were).
+                None => self.resume_charging_vm(position),
             }
         }
         Ok(())

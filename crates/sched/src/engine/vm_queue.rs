@@ -124,6 +124,14 @@ impl Engine {
         let Some(node) = self.room_now(VmSize::of(&vm), named, None, &lives) else {
             return;
         };
+        // Its funds are held as it takes its resources; without them it waits on, its
+        // setup job saying why (as a job waiting for funds does).
+        if let Err(reason) = self.start_charging_vm(position, crate::accountant::VmHold::Record) {
+            if let Some(setup) = vm.setup_job.as_deref().and_then(|j| self.position(j)) {
+                self.block_for_funds(setup, reason);
+            }
+            return;
+        }
         let now = self.now();
         {
             let vm = self.vms.get_mut(position);
