@@ -94,7 +94,9 @@ fn reason(error: AccountingError) -> String {
 
 impl Accountant for LedgerAccountant {
     fn start(&self, job: &Job, now: Seconds) -> Result<Vec<Write>, String> {
-        if !self.0.enabled() {
+        // A REQUIREVM job in its user's VM: the VM is charged for what it holds, and the
+        // job holds nothing more (its end settles nothing: no lien was taken).
+        if !self.0.enabled() || job.status.in_vm.is_some() {
             return Ok(Vec::new());
         }
         self.0
