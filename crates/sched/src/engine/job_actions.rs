@@ -197,7 +197,9 @@ impl Engine {
                 });
             }
             JobState::Starting => {
-                self.charge_nodes(target.job, false);
+                // Handed ahead: withdrawn from the resource manager.
+                self.withdraw_ahead(position, target.job)
+                    .map_err(|e| target.refuse(e))?;
                 self.update(position, |job| {
                     job.status.allocation.clear();
                     job.status.state = JobState::Idle;
@@ -328,7 +330,10 @@ impl Engine {
             }
             _ => {
                 if job.status.state == JobState::Starting {
-                    self.charge_nodes(job, false);
+                    // Handed ahead: withdrawn from the resource manager.
+                    self.withdraw_ahead(position, job).map_err(|e| {
+                        SchedError::refused(summary::job_action_refused("cancel", id), e)
+                    })?;
                 }
                 // Waiting in the resource manager (submitted there directly): cancelled
                 // there; its end, when heard, only completes the record.
