@@ -685,7 +685,7 @@ impl Engine {
         if !held_by_containers.is_empty() && held_by_containers.contains(&job.id) {
             return false; // its container holds its jobs (HOLDJOBS)
         }
-        !(job.array_member().is_some() && !self.slot_free(job, array_starts, false))
+        job.array_member().is_none() || self.slot_free(job, array_starts, false)
     }
 
     /// What running jobs hold, and until when they are expected to (start plus requested
