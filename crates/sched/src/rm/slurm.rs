@@ -21,6 +21,14 @@
 //! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
 //! its job is watched, and that listing takes it too: a job of ours is never reported.
 //!
+//! Work ahead ([`SlurmConfig::work_ahead`], `engine::ahead`): the engine also hands
+//! over, pinned the same way, jobs whose nodes are not free yet; Slurm starts each the
+//! moment they are (no round trip through the watcher and `sbatch` between the end of
+//! one job and the start of the next). Every job handed over is watched as waiting, so
+//! its start there is reported ([`RmEvent::Started`], with Slurm's date). A restart
+//! adopts them as any other; a start recorded without its Slurm job takes the Slurm job
+//! of its name and user, if any ([`ResourceManager::adopt_unrecorded`]).
+//!
 //! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
 //! a job's name is the one field its user chooses, and it cannot forge a listing's
 //! record (see `text`). A job submitted directly is its Slurm user's, and a restart
