@@ -31,7 +31,6 @@ impl Engine {
         if depth == 0 || self.queue.is_empty() || self.rm.unavailable().is_some() {
             return;
         }
-        self.withdraw_stranded();
         let now = self.now();
         let times = depth.saturating_add(1);
         let mut nodes = self.nodes.all().clone();
@@ -83,9 +82,17 @@ impl Engine {
         }
     }
 
-    /// Jobs ahead whose nodes no longer all take work (down, drained) are withdrawn:
-    /// the resource manager would hold them there for as long.
-    fn withdraw_stranded(&mut self) {
+    /// Before a pass, jobs ahead the plan would now place otherwise go back to the
+    /// queue, withdrawn from the resource manager: those whose nodes no longer all take
+    /// work (down, drained: it would hold them there for as long), and those that fit
+    /// now on other nodes, free while theirs are not (a node back in service, the
+    /// queue run dry): the pass places them again.
+    pub(super) fn replan_ahead(&mut self) {
+        let room_now = self
+            .nodes
+            .all()
+            .iter()
+            .any(|n| n.accepts_jobs() && n.free_processors() > 0);
         let ahead: Vec<String> = self.launchers.ahead.iter().cloned().collect();
         for id in ahead {
             let job = self.position(&id).map(|p| (p, self.job_at(p)));
@@ -99,7 +106,13 @@ impl Engine {
                     .index_of(node)
                     .is_none_or(|i| !self.nodes.all()[i].accepts_jobs())
             });
-            if !stranded {
+            let elsewhere = || match place::place(&job.spec.request, self.nodes.all()) {
+                place::Fit::Now(allocation) => allocation
+                    .iter()
+                    .all(|a| !job.node_ids().any(|own| own == a.node)),
+                _ => false,
+            };
+            if !(stranded || room_now && job.status.process.is_some() && elsewhere()) {
                 continue;
             }
             match self.withdraw_ahead(position, &job) {

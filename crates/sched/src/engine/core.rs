@@ -574,6 +574,9 @@ impl Engine {
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
     /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
+        if !self.launchers.ahead.is_empty() {
+            self.replan_ahead();
+        }
         // VM work waiting for room goes first, as the system's own (`vm_queue`).
         if self.vm_work_waits() {
             self.start_waiting_vm_work();
@@ -753,6 +756,8 @@ impl Engine {
         allocation: Vec<crate::job::Allocation>,
     ) -> Result<(), String> {
         let mut priced = (*self.job_at(position)).clone();
+        // Handed ahead once and taken back since: this start is a new one.
+        self.launchers.ahead.remove(&priced.id);
         priced.status.allocation = allocation.clone();
         let held = self.accountant.start(&priced, self.now())?;
         self.journal.write_all(held);
