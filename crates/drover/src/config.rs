@@ -198,7 +198,7 @@ impl Default for ResourceManagerConfig {
             slurm_conf: None,
             slurm_partition: None,
             slurm_node_poll_seconds: 5,
-            slurm_work_ahead: 1,
+            slurm_work_ahead: 2,
         }
     }
 }

@@ -137,7 +137,7 @@ impl SlurmConfig {
             command_timeout: Duration::from_secs(30),
             describe_nodes: false,
             service_identity: String::new(),
-            work_ahead: 1,
+            work_ahead: 2,
         }
     }
 
