@@ -115,21 +115,37 @@ impl Engine {
             if !(stranded || room_now && job.status.process.is_some() && elsewhere()) {
                 continue;
             }
-            match self.withdraw_ahead(position, &job) {
-                Ok(()) => {
+            // Only while it waits there: one Slurm started meanwhile runs on.
+            let waiting = match &job.status.process {
+                Some(process) => self.rm.withdraw_waiting(process),
+                None => Ok(true),
+            };
+            match waiting.and_then(|waiting| {
+                if waiting {
+                    self.withdraw_ahead(position, &job, false)?;
+                }
+                Ok(waiting)
+            }) {
+                Ok(true) => {
                     self.update(position, |job| job.status.state = JobState::Idle);
                 }
+                Ok(false) => {}
                 Err(e) => eprintln!("drover: cannot withdraw job {id} from its nodes: {e}"),
             }
         }
     }
 
     /// Takes a `Starting` job back: cancelled in the resource manager if it was handed
-    /// ahead (nothing changes when that fails), what it holds given back; its caller
+    /// ahead and `cancel` says so (nothing changes when that fails), what it holds given back; its caller
     /// says what it becomes. (One whose hand-over is not answered yet is stopped when
     /// the answer comes: `launcher`.)
-    pub(super) fn withdraw_ahead(&mut self, position: usize, job: &Job) -> Result<(), String> {
-        if let Some(process) = &job.status.process {
+    pub(super) fn withdraw_ahead(
+        &mut self,
+        position: usize,
+        job: &Job,
+        cancel: bool,
+    ) -> Result<(), String> {
+        if let Some(process) = job.status.process.as_ref().filter(|_| cancel) {
             self.rm
                 .signal(process, JobSignal::Terminate { grace_seconds: 0 })?;
         }

@@ -198,7 +198,7 @@ impl Engine {
             }
             JobState::Starting => {
                 // Handed ahead: withdrawn from the resource manager.
-                self.withdraw_ahead(position, target.job)
+                self.withdraw_ahead(position, target.job, true)
                     .map_err(|e| target.refuse(e))?;
                 self.update(position, |job| {
                     job.status.allocation.clear();
@@ -331,7 +331,7 @@ impl Engine {
             _ => {
                 if job.status.state == JobState::Starting {
                     // Handed ahead: withdrawn from the resource manager.
-                    self.withdraw_ahead(position, job).map_err(|e| {
+                    self.withdraw_ahead(position, job, true).map_err(|e| {
                         SchedError::refused(summary::job_action_refused("cancel", id), e)
                     })?;
                 }

@@ -212,6 +212,13 @@ pub trait ResourceManager: Send + Sync {
         0
     }
 
+    /// Takes back a job handed over ahead, only if it still waits there: whether it did
+    /// (it is withdrawn); `false` when it already runs (its start is reported).
+    fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
+        self.signal(process, JobSignal::Terminate { grace_seconds: 0 })
+            .map(|()| true)
+    }
+
     /// The end of the job's `process` is recorded durably: what was kept for a service
     /// that restarts before it is (the local shepherd's spool) may go.
     fn forget(&self, _job_id: &str, _process: &ProcessRecord) {}

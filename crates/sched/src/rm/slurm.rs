@@ -1158,6 +1158,23 @@ impl ResourceManager for SlurmResourceManager {
         self.shared.config.work_ahead
     }
 
+    /// `scancel --state=PENDING`, then a look: one Slurm started meanwhile runs on.
+    fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
+        let slurm_id = slurm_id_of(process).ok_or("the process record names no Slurm job")?;
+        let config = &self.shared.config;
+        config.run(
+            "scancel",
+            &["--state=PENDING".into(), slurm_id.to_string()],
+            &[],
+        )?;
+        let jobs = config.queue(Some(&[slurm_id]), "all", None)?;
+        Ok(jobs
+            .items
+            .iter()
+            .find(|j| j.job_id == slurm_id)
+            .is_none_or(|j| j.state == "CANCELLED"))
+    }
+
     /// sbatch is a process of its own that waits on slurmctld (about 100 ms): several
     /// at once. The jobs are pinned to their nodes, so their order does not matter.
     fn concurrent_starts(&self) -> usize {
