@@ -26,11 +26,11 @@ fn eventually(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Submits a job whose command runs in a VM of its own (`REQUIREVM`); its id.
+/// Submits a job whose command runs in a VM of its own (`CREATEVM`); its id.
 fn submit_in_vm(server: &TestServer, work: &Path, name: &str, body: &str) -> String {
     let command = script(work, &format!("{name}.sh"), body);
     let fields = json!({"name": name, "commandFile": command,
-                        "initialWorkingDirectory": work, "vmUsagePolicy": "REQUIREVM"});
+                        "initialWorkingDirectory": work, "vmUsagePolicy": "CREATEVM"});
     let reply = send(server, "POST", "/rest/jobs", &fields);
     assert_eq!(reply.status, 201, "{}", reply.body);
     reply.json()["id"].as_str().unwrap().to_string()
