@@ -121,7 +121,7 @@ fn input(new: bool) -> Value {
 fn schema() -> Value {
     object(&[
         ("id", string()),
-        ("node", object(&[("id", string())])),
+        ("node", nullable(object(&[("id", string())]))),
         ("os", nullable(string())),
         ("state", string()),
         ("substate", string()),
