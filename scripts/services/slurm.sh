@@ -61,11 +61,12 @@ wait_for() {  # wait_for <timeout_s> <command...>
 
 do_install() {
   if [ -x /usr/sbin/slurmctld ] && [ -x /usr/sbin/slurmd ] && [ -x /usr/bin/sbatch ] \
-     && [ -x /usr/sbin/munged ] && { [ "$ACCOUNTING" = 0 ] ||
+     && [ -x /usr/sbin/munged ] && [ -x /usr/bin/socat ] && { [ "$ACCOUNTING" = 0 ] ||
        { [ -x /usr/sbin/slurmdbd ] && [ -x /usr/sbin/mariadbd ]; }; }; then
     return 0
   fi
-  local packages=(munge slurmctld slurmd slurm-client)
+  # socat: the relays to VM guests on the nodes (docs/vms.md)
+  local packages=(munge slurmctld slurmd slurm-client socat)
   [ "$ACCOUNTING" = 0 ] || packages+=(slurmdbd mariadb-server)
   log "installing ${packages[*]}"
   apt_install --no-install-recommends "${packages[@]}"

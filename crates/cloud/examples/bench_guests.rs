@@ -33,6 +33,7 @@ fn spec(image: &Path, id: String, memory_mib: u64) -> VmSpec {
         },
         extra_disks: Vec::new(),
         ready_line: Some("GUEST-READY".into()),
+        node: None,
     }
 }
 

@@ -106,6 +106,7 @@ fn spec(image: &Path, id: &str, with_disk: bool) -> VmSpec {
         },
         extra_disks: Vec::new(),
         ready_line: Some("GUEST-READY".into()),
+        node: None,
     }
 }
 

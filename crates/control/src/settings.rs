@@ -53,6 +53,11 @@ pub struct CloudConfig {
     /// How much of each guest's serial console is kept (`console.log`, its newest
     /// part), in KiB; at least 4.
     pub console_limit_kib: u64,
+    /// With the Slurm resource manager, where guests keep their files (disks, sockets):
+    /// a directory at the same path on this machine and on every node (shared
+    /// storage), the guest account's and no one else's (made so when missing);
+    /// `/var/lib/drover-guests` by default.
+    pub guest_dir: Option<PathBuf>,
     /// The site's commands (`provisioner = "exec"`).
     pub exec: Option<ExecConfig>,
     /// How system jobs are shown as pending actions.
@@ -90,6 +95,7 @@ impl Default for CloudConfig {
             shutdown_grace_seconds: 10,
             guest_user: DEFAULT_GUEST_USER.into(),
             console_limit_kib: 1024,
+            guest_dir: None,
             exec: None,
             pending_actions: PendingActionsConfig::default(),
         }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use drover_cloud::provision::kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe, probe_kvm};
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
-    GuestAccount, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner, VmSpec,
-    VmStatus,
+    GuestAccount, MigrationTarget, Power, ProvisionError, Provisioner, QemuProvisioner,
+    SlurmGuestConfig, SlurmGuests, VmSpec, VmStatus,
 };
 use drover_cloud::{Images, boot};
 use drover_sched::sysuser::SystemUser;
@@ -66,15 +66,28 @@ impl AccelProbe {
     }
 }
 
+/// With the Slurm resource manager: the cluster QEMU's guests run on, each as a Slurm
+/// job on the node the engine chose.
+#[derive(Debug, Clone)]
+pub struct SlurmSite {
+    pub bin_dir: std::path::PathBuf,
+    pub slurm_conf: Option<std::path::PathBuf>,
+    pub partition: Option<String>,
+    /// What guests' job names begin with (the resource manager leaves them alone).
+    pub job_name_prefix: String,
+}
+
 /// The VM host `cloud` asks for (guests' files in `data_dir`/vms), and what was found
 /// for it: the provisioner, QEMU's accelerator (decided here, at start, by `probe` or a
-/// probe of its own) and the default image. When no guest can be made, the host fails
-/// every operation saying why.
+/// probe of its own) and the default image. With `slurm`, QEMU's guests run on the
+/// cluster's nodes. When no guest can be made, the host fails every operation saying
+/// why.
 pub fn vm_host(
     cloud: &CloudConfig,
     data_dir: &Path,
     images: Arc<Images>,
     probe: AccelProbe,
+    slurm: Option<SlurmSite>,
 ) -> (Arc<dyn VmHost>, GuestsReport) {
     // Before the provisioner looks up (or makes) the guest account, which the probe did.
     let probed = probe.finish();
@@ -109,22 +122,30 @@ pub fn vm_host(
                 report,
             );
         }
-        ProvisionerKind::Qemu => qemu(cloud, data_dir).map(|qemu| {
-            let qemu = match probed {
-                Some(found) => qemu.with_kvm_probe(found),
-                None => qemu,
-            };
-            let decision = qemu.decide_accel();
-            report.accel = Some(decision.accel.name());
-            report.accel_reason = Some(match decision.probe {
-                Some(probe) => probe.describe(),
-                None => format!("[cloud] accel = \"{}\"", decision.accel.name()),
-            });
-            if !guest_image::qemu_installed() {
-                report.provisioner_problem = Some(not_installed());
-            }
-            Arc::new(qemu) as Arc<dyn Provisioner>
-        }),
+        ProvisionerKind::Qemu => qemu(cloud, data_dir)
+            .map(|qemu| {
+                let qemu = match probed {
+                    Some(found) => qemu.with_kvm_probe(found),
+                    None => qemu,
+                };
+                let decision = qemu.decide_accel();
+                report.accel = Some(decision.accel.name());
+                report.accel_reason = Some(match decision.probe {
+                    Some(probe) => probe.describe(),
+                    None => format!("[cloud] accel = \"{}\"", decision.accel.name()),
+                });
+                if !guest_image::qemu_installed() {
+                    report.provisioner_problem = Some(not_installed());
+                }
+                (qemu, decision.accel)
+            })
+            .and_then(|(qemu, accel)| match &slurm {
+                None => Ok(Arc::new(qemu) as Arc<dyn Provisioner>),
+                Some(site) => {
+                    report.on_slurm = true;
+                    slurm_guests(cloud, data_dir, site, accel)
+                }
+            }),
         ProvisionerKind::Exec => exec(cloud, data_dir),
     };
     let host: Arc<dyn VmHost> = match made {
@@ -132,6 +153,7 @@ pub fn vm_host(
             images,
             provisioner,
             default_image: cloud.default_image.clone(),
+            on_nodes: slurm.is_some(),
         }),
         Err(why) => {
             let host = Arc::new(NoVmHost(format!("VMs cannot be made: {why}")));
@@ -172,6 +194,8 @@ pub struct GuestsReport {
     pub turned_off: bool,
     /// The command that installs QEMU and builds the default image (not for `exec`).
     pub fix: Option<String>,
+    /// QEMU's guests run on the Slurm cluster's nodes.
+    pub on_slurm: bool,
 }
 
 impl GuestsReport {
@@ -200,9 +224,14 @@ impl GuestsReport {
         }
         let mut said = match (self.provisioner, self.accel) {
             (_, Some(accel)) => format!(
-                "VMs: QEMU on {} ({})",
+                "VMs: QEMU on {} ({}){}",
                 accel.to_uppercase(),
-                self.accel_reason.as_deref().unwrap_or("decided at start")
+                self.accel_reason.as_deref().unwrap_or("decided at start"),
+                if self.on_slurm {
+                    ", guests on the Slurm nodes"
+                } else {
+                    ""
+                }
             ),
             ("exec", _) => "VMs: the site's commands ([cloud.exec])".into(),
             ("none", _) => "VMs: no provisioner".into(),
@@ -242,6 +271,38 @@ fn qemu(cloud: &CloudConfig, data_dir: &Path) -> Result<QemuProvisioner, String>
         qemu = qemu.with_guest_account(account);
     }
     Ok(qemu)
+}
+
+/// Where guests on Slurm's nodes keep their files unless `[cloud] guest_dir` says: not
+/// in the data directory, which only root may enter.
+const DEFAULT_GUEST_DIR: &str = "/var/lib/drover-guests";
+
+/// QEMU's guests on Slurm's nodes, as `cloud` sets them up.
+fn slurm_guests(
+    cloud: &CloudConfig,
+    data_dir: &Path,
+    site: &SlurmSite,
+    accel: Accel,
+) -> Result<Arc<dyn Provisioner>, String> {
+    let config = SlurmGuestConfig {
+        bin_dir: site.bin_dir.clone(),
+        slurm_conf: site.slurm_conf.clone(),
+        partition: site.partition.clone(),
+        job_name_prefix: site.job_name_prefix.clone(),
+        run_dir: data_dir.join("vms"),
+        guest_dir: cloud
+            .guest_dir
+            .clone()
+            .unwrap_or_else(|| DEFAULT_GUEST_DIR.into()),
+        accel,
+        boot_deadline: Duration::from_secs(cloud.boot_deadline_seconds.max(1)),
+        shutdown_grace: Duration::from_secs(cloud.shutdown_grace_seconds),
+        command_timeout: Duration::from_secs(30),
+    };
+    let guests = SlurmGuests::new(config, guest_account(&cloud.guest_user)?)
+        .map_err(|e| e.to_string())?
+        .with_console_limit(cloud.console_limit_kib.saturating_mul(1024));
+    Ok(Arc::new(guests))
 }
 
 /// The site's commands' provisioner (`[cloud.exec]`).
@@ -384,6 +445,9 @@ struct Guests {
     provisioner: Arc<dyn Provisioner>,
     /// What a VM without an image boots (one made for a job).
     default_image: String,
+    /// Nodes are machines (Slurm's): a migration goes to the target node, not to a new
+    /// process here.
+    on_nodes: bool,
 }
 
 impl VmHost for Guests {
@@ -392,6 +456,7 @@ impl VmHost for Guests {
             images: self.images.clone(),
             provisioner: self.provisioner.clone(),
             default_image: self.default_image.clone(),
+            on_nodes: self.on_nodes,
         };
         let (done_here, name) = (Arc::new(std::sync::Mutex::new(Some(done))), vm.id.clone());
         let done_there = done_here.clone();
@@ -440,11 +505,15 @@ impl Guests {
             VmOperation::PowerOn => provisioner.power(&vm.id, Power::On).map_err(said),
             VmOperation::PowerOff => provisioner.power(&vm.id, Power::Off).map_err(said),
             // Logical nodes share this machine: the guest moves to a new hypervisor
-            // process here, live, and its VM record moves to the target node.
-            VmOperation::Migrate { .. } => provisioner
-                .migrate(&vm.id, &MigrationTarget::SameHost)
-                .map(drop)
-                .map_err(said),
+            // process here, live, and its VM record moves to the target node. Slurm's
+            // nodes are machines: it moves there.
+            VmOperation::Migrate { to, .. } => {
+                let target = match self.on_nodes {
+                    true => MigrationTarget::Node(to.clone()),
+                    false => MigrationTarget::SameHost,
+                };
+                provisioner.migrate(&vm.id, &target).map(drop).map_err(said)
+            }
             VmOperation::Destroy => match provisioner.destroy(&vm.id) {
                 Ok(()) | Err(ProvisionError::NotFound(_)) => Ok(()),
                 Err(e) => Err(said(e)),
@@ -501,6 +570,7 @@ impl Guests {
                 })
                 .collect(),
             ready_line: Some(image.boot.ready_line.clone()).filter(|l| !l.is_empty()),
+            node: Some(vm.node.clone()).filter(|n| !n.is_empty()),
         })
     }
 }

@@ -203,6 +203,7 @@ fn prepare(
         &config.data_dir,
         images.clone(),
         accel_probe,
+        slurm_site(config, store.as_ref())?,
     );
     let scheduler = start_scheduler(config, store.clone(), sink, ledger.clone(), vm_host)?;
     let auth = Arc::new(auth);
@@ -476,6 +477,40 @@ fn default_shepherd() -> std::path::PathBuf {
     this_program
 }
 
+/// Where Slurm is, as `[resource_manager]` says, and this service's job names.
+fn slurm_config(
+    config: &Config,
+    store: &dyn DocumentStore,
+) -> Result<drover_sched::rm::slurm::SlurmConfig, String> {
+    let mut slurm = drover_sched::rm::slurm::SlurmConfig::new(config.data_dir.join("slurm"));
+    slurm.bin_dir = config.resource_manager.slurm_bin_dir.clone();
+    slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
+    slurm.partition = config.resource_manager.slurm_partition.clone();
+    slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
+    // Jobs are named after the store's identity: services sharing a cluster (even under
+    // one scheduler name) never take each other's jobs for their own.
+    slurm.service_identity = drover_store::service_identity(store)
+        .map_err(|e| format!("cannot read the service identity from the store: {e}"))?;
+    Ok(slurm)
+}
+
+/// With the Slurm resource manager, the cluster VM guests run on.
+fn slurm_site(
+    config: &Config,
+    store: &dyn DocumentStore,
+) -> Result<Option<drover_control::vm_host::SlurmSite>, String> {
+    if config.resource_manager.kind != config::ResourceManagerKind::Slurm {
+        return Ok(None);
+    }
+    let slurm = slurm_config(config, store)?;
+    Ok(Some(drover_control::vm_host::SlurmSite {
+        job_name_prefix: slurm.guest_job_name_prefix(),
+        bin_dir: slurm.bin_dir,
+        slurm_conf: slurm.slurm_conf,
+        partition: slurm.partition,
+    }))
+}
+
 /// The Slurm resource manager, and the nodes: those of `[[nodes]]`, else Slurm's.
 fn slurm_resource_manager(
     config: &Config,
@@ -487,16 +522,8 @@ fn slurm_resource_manager(
     ),
     String,
 > {
-    use drover_sched::rm::slurm::{SlurmConfig, SlurmResourceManager, slurm_nodes};
-    let mut slurm = SlurmConfig::new(config.data_dir.join("slurm"));
-    slurm.bin_dir = config.resource_manager.slurm_bin_dir.clone();
-    slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
-    slurm.partition = config.resource_manager.slurm_partition.clone();
-    slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
-    // Jobs are named after the store's identity: services sharing a cluster (even under
-    // one scheduler name) never take each other's jobs for their own.
-    slurm.service_identity = drover_store::service_identity(store)
-        .map_err(|e| format!("cannot read the service identity from the store: {e}"))?;
+    use drover_sched::rm::slurm::{SlurmResourceManager, slurm_nodes};
+    let mut slurm = slurm_config(config, store)?;
     // Slurm's nodes, when none are configured here. Those it gains later are added at a
     // refresh; while slurmctld does not answer, the service starts with the nodes it knew
     // (the store keeps what Slurm said of them) and jobs wait until it answers.

@@ -355,8 +355,11 @@ impl Provisioner for ExecProvisioner {
         let dir = self.vm_dir(id)?;
         let _busy = self.busy.mark(id)?;
         let mut env = Self::vm_env(id, Self::known_spec(&dir).as_ref());
-        let MigrationTarget::SameHost = to;
-        env.push(("DROVER_VM_TARGET", "same-host".into()));
+        let target = match to {
+            MigrationTarget::SameHost => "same-host".into(),
+            MigrationTarget::Node(node) => node.into(),
+        };
+        env.push(("DROVER_VM_TARGET", target));
         let stdout = self.run(Operation::Migrate, id, &env)?;
         DirBuilder::new()
             .mode(0o700)
@@ -509,7 +512,10 @@ fn run_command(
 
 /// Reads the child's output until it exited and closed it, or its time is up; kills its
 /// group when something is left. The child is left to reap.
-fn capture(child: &mut Child, timeout: Duration) -> std::io::Result<(bool, Vec<u8>, Vec<u8>)> {
+pub(super) fn capture(
+    child: &mut Child,
+    timeout: Duration,
+) -> std::io::Result<(bool, Vec<u8>, Vec<u8>)> {
     let pgid = child.id();
     let started = Instant::now();
     let deadline = started + timeout;
@@ -708,6 +714,7 @@ mod tests {
             },
             extra_disks: Vec::new(),
             ready_line: None,
+            node: None,
         }
     }
 

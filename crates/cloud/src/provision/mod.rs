@@ -6,6 +6,7 @@
 //! service finds its guests again with [`Provisioner::adopt`].
 //!
 //! [`QemuProvisioner`] runs each guest as a local `qemu-system-x86_64` process;
+//! [`SlurmGuests`] runs it on the node the engine chose, inside a Slurm job;
 //! [`ExecProvisioner`] runs the site's own command for each operation (libvirt,
 //! OpenStack or xCAT wrappers), as the operator configured them.
 //!
@@ -29,12 +30,14 @@ pub mod kvm_probe;
 pub mod qemu;
 mod qmp;
 pub mod sandbox;
+pub mod slurm;
 
 pub use console::DEFAULT_CONSOLE_LIMIT;
 pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe};
 pub use qemu::{Accel, AccelDecision, QemuProvisioner};
 pub use sandbox::GuestAccount;
+pub use slurm::{SlurmGuestConfig, SlurmGuests};
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
 /// a provisioner never resolves anything a request names.
@@ -53,6 +56,10 @@ pub struct VmSpec {
     /// the default image): a start waits for it. Without one a start returns once the
     /// hypervisor runs the guest.
     pub ready_line: Option<String>,
+    /// The node the engine placed it on: where [`SlurmGuests`] runs it (the
+    /// provisioners of this machine run every guest here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
 }
 
 /// An empty disk made for a guest.
@@ -111,11 +118,14 @@ pub enum Power {
     Off,
 }
 
-/// Where a live migration goes. Only this machine so far (as a rehearsal of the
-/// protocol, and to move a guest to a new hypervisor process).
+/// Where a live migration goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MigrationTarget {
+    /// A new hypervisor process on this machine.
     SameHost,
+    /// The node named (a Slurm node for [`SlurmGuests`]; the provisioners of this
+    /// machine's logical nodes take it as [`MigrationTarget::SameHost`]).
+    Node(String),
 }
 
 /// A command to run inside a guest ([`Provisioner::run_in_guest`]).

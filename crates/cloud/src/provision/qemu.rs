@@ -284,7 +284,7 @@ fn qemu_said(files: &Files, slot: Slot) -> String {
 }
 
 /// A program's output as one line for an error message.
-fn trimmed(bytes: &[u8]) -> String {
+pub(super) fn trimmed(bytes: &[u8]) -> String {
     let text = String::from_utf8_lossy(bytes);
     let text = text.trim();
     if text.is_empty() {
@@ -294,7 +294,7 @@ fn trimmed(bytes: &[u8]) -> String {
     }
 }
 
-fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) -> ProvisionError {
+pub(super) fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) -> ProvisionError {
     move |error| {
         if error.kind() == std::io::ErrorKind::NotFound {
             ProvisionError::NotInstalled(program)
@@ -308,7 +308,7 @@ fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) -> Provisio
 }
 
 /// Refuses a path QEMU's options cannot carry as given (a comma separates options).
-fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
+pub(super) fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
     if path.as_os_str().as_encoded_bytes().contains(&b',') {
         return Err(ProvisionError::BootFile {
             what,
@@ -322,6 +322,51 @@ fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
 fn check_boot_file(what: &'static str, path: &Path) -> Result<()> {
     check_option_path(what, path)?;
     open_boot_file(what, path).map(drop)
+}
+
+/// How a guest's parts are reached: its boot files as QEMU opens them, and the options
+/// of its console, monitor and agent sockets (`fd=N`, handed over bound; or `path=P`,
+/// which QEMU binds itself).
+pub(super) struct Wiring {
+    pub(super) kernel: String,
+    pub(super) initramfs: String,
+    pub(super) console: String,
+    pub(super) qmp: String,
+    pub(super) agent: String,
+}
+
+/// The arguments of every guest's QEMU but its disks.
+pub(super) fn guest_args(spec: &VmSpec, accel: Accel, wiring: &Wiring) -> Vec<String> {
+    let mut args: Vec<String> = vec!["-name".into(), spec.id.clone()];
+    let mut push = |items: &[&str]| args.extend(items.iter().map(|s| s.to_string()));
+    push(&["-accel", accel.name()]);
+    push(&["-m", &spec.memory_mib.to_string()]);
+    push(&["-smp", &spec.processors.to_string()]);
+    push(&["-nodefaults", "-display", "none", "-no-reboot"]);
+    // seccomp: no obsolete system calls, no set*id, no fork or exec, no scheduler or
+    // CPU-affinity changes.
+    push(&[
+        "-sandbox",
+        "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
+    ]);
+    push(&["-kernel", &wiring.kernel, "-initrd", &wiring.initramfs]);
+    // no_timer_check: an emulated guest starved of CPU (many booting at once under TCG)
+    // fails the kernel's IO-APIC timer check and panics.
+    push(&["-append", "console=ttyS0 quiet panic=-1 no_timer_check"]);
+    // wait=on: the guest does not run before the service reads its console.
+    let console = format!("socket,id=console,{},server=on,wait=on", wiring.console);
+    push(&["-chardev", &console, "-serial", "chardev:console"]);
+    let qmp = format!("socket,id=qmp,{},server=on,wait=off", wiring.qmp);
+    push(&["-chardev", &qmp, "-mon", "chardev=qmp,mode=control"]);
+    // The guest agent's port; its socket is per slot, the port the same in both (a
+    // migration needs the same devices on both sides).
+    let agent = format!("socket,id=agent,{},server=on,wait=off", wiring.agent);
+    push(&["-device", "virtio-serial", "-chardev", &agent]);
+    push(&[
+        "-device",
+        "virtserialport,chardev=agent,name=org.drover.agent",
+    ]);
+    args
 }
 
 impl QemuProvisioner {
@@ -419,7 +464,8 @@ impl QemuProvisioner {
 
     /// The live migration of [`Provisioner::migrate`], with QEMU's measures.
     pub fn migrate_measured(&self, id: &str, to: &MigrationTarget) -> Result<Migration> {
-        let MigrationTarget::SameHost = to;
+        // Logical nodes share this machine: any target is a new process here.
+        let (MigrationTarget::SameHost | MigrationTarget::Node(_)) = to;
         let (files, _busy) = self.existing(id)?;
         let spec = self.load_spec(&files)?;
         let source = files.slot();
@@ -505,6 +551,17 @@ impl QemuProvisioner {
     }
 
     fn check_spec(spec: &VmSpec) -> Result<()> {
+        Self::check_limits(spec)?;
+        check_boot_file("kernel", &spec.boot.kernel)?;
+        check_boot_file("initramfs", &spec.boot.initramfs)?;
+        if let Some(disk) = &spec.boot.disk {
+            check_boot_file("disk", &disk.path)?;
+        }
+        Ok(())
+    }
+
+    /// The id, processors and memory of `spec`, within what a guest may have.
+    pub(super) fn check_limits(spec: &VmSpec) -> Result<()> {
         check_vm_id(&spec.id)?;
         if !(1..=256).contains(&spec.processors) {
             return Err(ProvisionError::InvalidSpec(format!(
@@ -517,11 +574,6 @@ impl QemuProvisioner {
                 "{} MiB of memory: from 16 MiB to 1 TiB are possible",
                 spec.memory_mib
             )));
-        }
-        check_boot_file("kernel", &spec.boot.kernel)?;
-        check_boot_file("initramfs", &spec.boot.initramfs)?;
-        if let Some(disk) = &spec.boot.disk {
-            check_boot_file("disk", &disk.path)?;
         }
         Ok(())
     }
@@ -546,39 +598,15 @@ impl QemuProvisioner {
         };
         let (qmp, agent) = (socket(files.qmp(slot))?, socket(files.agent(slot))?);
         let console = socket(files.console_socket(slot))?;
+        let wiring = Wiring {
+            kernel,
+            initramfs,
+            console: format!("fd={console}"),
+            qmp: format!("fd={qmp}"),
+            agent: format!("fd={agent}"),
+        };
         let mut command = Command::new(QEMU);
-        command
-            .arg("-name")
-            .arg(&spec.id)
-            .args(["-accel", accel.name()])
-            .args(["-m", &spec.memory_mib.to_string()])
-            .args(["-smp", &spec.processors.to_string()])
-            .args(["-nodefaults", "-display", "none", "-no-reboot"])
-            // seccomp: no obsolete system calls, no set*id, no fork or exec, no
-            // scheduler or CPU-affinity changes.
-            .args([
-                "-sandbox",
-                "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny",
-            ])
-            .args(["-kernel", &kernel, "-initrd", &initramfs])
-            // no_timer_check: an emulated guest starved of CPU (many booting at once
-            // under TCG) fails the kernel's IO-APIC timer check and panics.
-            .args(["-append", "console=ttyS0 quiet panic=-1 no_timer_check"])
-            // wait=on: the guest does not run before the service reads its console.
-            .arg("-chardev")
-            .arg(format!("socket,id=console,fd={console},server=on,wait=on"))
-            .args(["-serial", "chardev:console"])
-            .arg("-chardev")
-            .arg(format!("socket,id=qmp,fd={qmp},server=on,wait=off"))
-            .args(["-mon", "chardev=qmp,mode=control"])
-            // The guest agent's port; its socket is per slot, the port the same in both
-            // (a migration needs the same devices on both sides).
-            .args(["-device", "virtio-serial", "-chardev"])
-            .arg(format!("socket,id=agent,fd={agent},server=on,wait=off"))
-            .args([
-                "-device",
-                "virtserialport,chardev=agent,name=org.drover.agent",
-            ]);
+        command.args(guest_args(spec, accel, &wiring));
         if let Some(disk) = &spec.boot.disk {
             let base = handover.image_file("disk", &disk.path, account)?;
             let overlay = handover.own_disk(&files.overlay(), account)?;
@@ -793,6 +821,12 @@ fn send_guest(files: &Files, slot: Slot, channel: UnixStream) -> Result<Value, S
     qmp.execute_with_fd("getfd", name, channel.as_fd())?;
     drop(channel);
     qmp.execute("migrate", Some(json!({ "uri": "fd:migration" })))?;
+    follow_migration(&mut qmp)
+}
+
+/// Waits until the migration the source of `qmp` was told to make completes (QEMU's
+/// last `query-migrate`), fails or outlasts [`MIGRATION_DEADLINE`] (then cancelled).
+pub(super) fn follow_migration(qmp: &mut Qmp) -> Result<Value, String> {
     let end = Instant::now() + MIGRATION_DEADLINE;
     loop {
         let state = qmp.execute("query-migrate", None)?;
@@ -1015,22 +1049,35 @@ impl Provisioner for QemuProvisioner {
         {
             return Err(ProvisionError::NotRunning(id.into()));
         }
-        match agent::run(&files.agent(slot), command, timeout) {
-            Ok(answer) if answer.timed_out => Err(ProvisionError::GuestTimeout {
-                id: id.into(),
-                secs: agent::guest_secs(timeout),
-                detail: "the guest killed it and all it started",
-            }),
-            Ok(answer) => Ok(answer.output),
-            Err(agent::AgentError::Invalid(why)) => Err(ProvisionError::InvalidGuestCommand(why)),
-            Err(agent::AgentError::Timeout) => Err(ProvisionError::GuestTimeout {
-                id: id.into(),
-                secs: agent::guest_secs(timeout),
-                detail: "the guest agent did not answer (its console says GUEST-AGENT when it starts)",
-            }),
-            Err(agent::AgentError::Failed(why)) => {
-                Err(ProvisionError::GuestAgent { id: id.into(), why })
-            }
+        agent_answer(
+            id,
+            agent::run(&files.agent(slot), command, timeout),
+            timeout,
+        )
+    }
+}
+
+/// What a command in VM `id`'s guest came to, as the provisioners answer it.
+pub(super) fn agent_answer(
+    id: &str,
+    answer: std::result::Result<agent::Answer, agent::AgentError>,
+    timeout: Duration,
+) -> Result<GuestOutput> {
+    match answer {
+        Ok(answer) if answer.timed_out => Err(ProvisionError::GuestTimeout {
+            id: id.into(),
+            secs: agent::guest_secs(timeout),
+            detail: "the guest killed it and all it started",
+        }),
+        Ok(answer) => Ok(answer.output),
+        Err(agent::AgentError::Invalid(why)) => Err(ProvisionError::InvalidGuestCommand(why)),
+        Err(agent::AgentError::Timeout) => Err(ProvisionError::GuestTimeout {
+            id: id.into(),
+            secs: agent::guest_secs(timeout),
+            detail: "the guest agent did not answer (its console says GUEST-AGENT when it starts)",
+        }),
+        Err(agent::AgentError::Failed(why)) => {
+            Err(ProvisionError::GuestAgent { id: id.into(), why })
         }
     }
 }

@@ -22,6 +22,11 @@ impl Qmp {
     pub fn connect(socket: &Path, timeout: Duration) -> Result<Self, String> {
         let stream =
             UnixStream::connect(socket).map_err(|e| format!("{}: {e}", socket.display()))?;
+        Self::over(stream, timeout)
+    }
+
+    /// [`Qmp::connect`] over a connection made otherwise (a relay to another machine).
+    pub fn over(stream: UnixStream, timeout: Duration) -> Result<Self, String> {
         stream
             .set_read_timeout(Some(timeout))
             .and_then(|()| stream.set_write_timeout(Some(timeout)))

@@ -45,7 +45,7 @@ pub struct GuestAccount {
 
 impl GuestAccount {
     /// Whether the account may read a file of this owner, group and mode.
-    fn may_read(&self, meta: &Metadata) -> bool {
+    pub(super) fn may_read(&self, meta: &Metadata) -> bool {
         let bits = if meta.uid() == self.uid {
             meta.mode() >> 6
         } else if meta.gid() == self.gid || self.groups.contains(&meta.gid()) {

@@ -7,7 +7,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use drover_testkit::wait_for_value as wait;
-use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script, slurm_state};
+use drover_testkit::{
+    Auth, PASSWORD, TestServer, scratch_dir, script, send, slurm_state, wait_until,
+};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
@@ -1097,4 +1099,192 @@ fn two_services_sharing_a_cluster_never_take_each_others_jobs() {
     run("scancel", &[&by_hand]);
     let reply = first.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
     assert!(reply.status < 300, "{}", reply.body);
+}
+
+/// The Slurm jobs of VM `id`'s guest that run or wait: `(job id, node)`.
+fn guest_jobs(id: &str) -> Vec<(String, String)> {
+    run(
+        "squeue",
+        &["-h", "-o", "%i %N %j %u", "--states=PENDING,RUNNING"],
+    )
+    .lines()
+    .filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let named = fields.get(2)?.ends_with(&format!("-vm-{id}"));
+        named.then(|| {
+            assert_eq!(fields.get(3), Some(&"drover-guest"), "{line}");
+            (
+                fields[0].to_string(),
+                fields.get(1).unwrap_or(&"").to_string(),
+            )
+        })
+    })
+    .collect()
+}
+
+/// Whether a QEMU process of VM `id` runs under a `slurmstepd` (inside an allocation).
+fn qemu_in_allocation(id: &str) -> bool {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .any(|entry| {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            let is_guest = args
+                .first()
+                .is_some_and(|a| a.ends_with(b"qemu-system-x86_64"))
+                && args
+                    .windows(2)
+                    .any(|w| w[0] == b"-name" && w[1] == id.as_bytes());
+            let parent = std::fs::read_to_string(entry.path().join("status"))
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("PPid:").map(|p| p.trim().to_string()))
+                .unwrap_or_default();
+            let parent_program =
+                std::fs::read_to_string(format!("/proc/{parent}/comm")).unwrap_or_default();
+            is_guest && parent_program.trim() == "slurmstepd"
+        })
+}
+
+/// With the Slurm resource manager a VM's guest runs on the node the engine chose, as a
+/// Slurm job of the guest account holding the VM's processors there; a live migration
+/// moves it to a job on the other node (its uptime goes on) and frees the first; its
+/// deletion ends the job. Needs real guests too (`DROVER_GUEST_IMAGE_DIR`).
+#[test]
+fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    // Shared storage: here, a directory the guest account may reach (not the data
+    // directory, which only root enters).
+    let guest_dir = tempfile::Builder::new()
+        .prefix("drover-guests-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(guest_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let shared = guest_dir.path().join("guests");
+    let images = guest_dir.path().join("images");
+    let Some((server, _guests)) = crate::vms::start(TestServer::builder(), |c| {
+        // The images too are on shared storage, readable by the guest account.
+        let from = c.data_dir.join("images").join("guest");
+        std::fs::create_dir_all(images.join("guest")).unwrap();
+        for file in std::fs::read_dir(&from).unwrap().flatten() {
+            std::fs::copy(file.path(), images.join("guest").join(file.file_name())).unwrap();
+        }
+        for dir in [&images, &images.join("guest")] {
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        c.cloud.image_dir = Some(images.clone());
+        c.cloud.guest_dir = Some(shared.clone());
+        c.nodes.clear();
+        c.resource_manager.kind = drover::config::ResourceManagerKind::Slurm;
+        c.resource_manager.slurm_node_poll_seconds = 1;
+    }) else {
+        return;
+    };
+    let body = json!({"id": "roam", "totalProcessors": 2, "totalMemory": 128,
+                      "node": {"id": "node1"}});
+    let setup = crate::vms::job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
+    let vm = server.wait_for("/rest/vms/roam", "the guest", |vm| {
+        vm["substate"] != "creating"
+    });
+    let job = server
+        .get(&format!("/rest/jobs/{setup}?api-version=2"))
+        .json();
+    assert_eq!(vm["substate"], "running", "{job}");
+    assert_eq!(vm["node"]["id"], "node1", "{vm}");
+    assert_eq!(guest_jobs("roam").len(), 1, "{:?}", guest_jobs("roam"));
+    let (first_job, node) = guest_jobs("roam").remove(0);
+    assert_eq!(node, "node1");
+    assert!(
+        qemu_in_allocation("roam"),
+        "QEMU does not run under slurmstepd"
+    );
+    let cpus = run("squeue", &["-h", "-j", &first_job, "-o", "%C"]);
+    assert_eq!(cpus.trim(), "2", "the job holds the VM's processors");
+    // The resource manager leaves the guest's job alone: no job of it is shown.
+    std::thread::sleep(Duration::from_secs(2));
+    let jobs = server.get("/rest/jobs?api-version=2").json();
+    let adopted = jobs["results"].as_array().unwrap().iter().any(|j| {
+        j["systemInfo"]["rmJobId"] == first_job.as_str()
+            || j.to_string().contains(&format!("\"{first_job}\""))
+    });
+    assert!(
+        !adopted,
+        "the guest's Slurm job was taken for a job: {jobs}"
+    );
+
+    // Live migration to node2: a new job there, the guest's uptime goes on, the first
+    // job ends.
+    wait_until("the guest ticks", || {
+        crate::vms::last_tick(&server, "roam") > 0.0
+    });
+    let before = crate::vms::last_tick(&server, "roam");
+    let moved = send(
+        &server,
+        "PUT",
+        "/rest/vms/roam",
+        Auth::User,
+        &json!({"node": {"id": "node2"}}),
+    );
+    let migrate = crate::vms::job_id(&moved);
+    server.wait_for("/rest/vms/roam", "the migration", |vm| {
+        vm["node"]["id"] == "node2" && vm["substate"] == "running"
+    });
+    let job = server
+        .get(&format!("/rest/jobs/{migrate}?api-version=2"))
+        .json();
+    assert_eq!(job["completionCode"], 0, "{job}");
+    let now = guest_jobs("roam");
+    assert_eq!(now.len(), 1, "{now:?}");
+    assert_ne!(now[0].0, first_job);
+    assert_eq!(now[0].1, "node2");
+    wait_until("the migrated guest ticks on", || {
+        crate::vms::last_tick(&server, "roam") > before
+    });
+    let after = crate::vms::last_tick(&server, "roam");
+    assert!(
+        after > before,
+        "the guest rebooted: uptime {after} after {before}"
+    );
+
+    // A restart finds the guest in its job again and reads its console on; another job
+    // of its name (a migration's destination the restart interrupted) is ended.
+    let name = run("squeue", &["-h", "-j", &now[0].0, "-o", "%j"]);
+    let stray = run(
+        "sbatch",
+        &[
+            "--parsable",
+            "--uid=drover-guest",
+            "--nodelist=node3",
+            "-o",
+            "/dev/null",
+            &format!("--job-name={}", name.trim()),
+            "--wrap=sleep 300",
+        ],
+    );
+    let stray = stray.trim().to_string();
+    let server = server.restart();
+    wait_until("the stray job is ended", || {
+        !guest_jobs("roam").iter().any(|(job, _)| *job == stray)
+    });
+    assert_eq!(guest_jobs("roam"), now, "the guest's job is kept");
+    let vm = server.get("/rest/vms/roam").json();
+    assert_eq!(vm["substate"], "running", "{vm}");
+    let before = crate::vms::last_tick(&server, "roam");
+    wait_until("the adopted guest's console is read on", || {
+        crate::vms::last_tick(&server, "roam") > before
+    });
+
+    // Deleted: its job ends, its files go.
+    crate::vms::job_id(&server.send("DELETE", "/rest/vms/roam", Auth::User));
+    wait_until("the VM is gone", || {
+        server.get("/rest/vms/roam").status == 404
+    });
+    wait_until("its job ended", || guest_jobs("roam").is_empty());
+    assert!(!shared.join("roam").exists());
 }

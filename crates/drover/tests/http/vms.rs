@@ -134,7 +134,7 @@ pub(crate) fn wait_substate(server: &TestServer, id: &str, substate: &str) -> Va
 }
 
 /// The guest's uptime in its last `GUEST-TICK` line on the console.
-fn last_tick(server: &TestServer, id: &str) -> f64 {
+pub(crate) fn last_tick(server: &TestServer, id: &str) -> f64 {
     let console = server.data_dir().join("vms").join(id).join("console.log");
     let text = std::fs::read_to_string(console).unwrap_or_default();
     text.lines()

@@ -74,6 +74,9 @@ const QUEUE_CHUNK: usize = 500;
 /// (`drover-<job id>` before services had an identity).
 pub const JOB_NAME_PREFIX: &str = "drover-";
 
+/// What follows the prefix and identity in the job names of VM guests.
+const GUEST_MARK: &str = "vm-";
+
 /// How many looks in a row a job may be missing from squeue, and not shown ended by
 /// sacct, before its end is reported without a code.
 const GONE_LOOKS: u32 = 240;
@@ -149,10 +152,20 @@ impl SlurmConfig {
             .strip_prefix('-')
     }
 
+    /// What the Slurm job names of this service's VM guests begin with
+    /// (`drover-<identity>-vm-`, the VM's id follows): no job id begins with `vm-`.
+    pub fn guest_job_name_prefix(&self) -> String {
+        self.job_name(GUEST_MARK)
+    }
+
     /// Whether a Slurm job's name is that of another Drover service's job (or of one
-    /// named before services had an identity): never reported, adopted or cancelled.
-    fn another_services(&self, name: &str) -> bool {
-        name.starts_with(JOB_NAME_PREFIX) && self.own_job_of(name).is_none()
+    /// named before services had an identity), or of one of this service's VM guests
+    /// (the VM host's): never reported, adopted or cancelled.
+    fn left_alone(&self, name: &str) -> bool {
+        name.starts_with(JOB_NAME_PREFIX)
+            && self
+                .own_job_of(name)
+                .is_none_or(|job| job.starts_with(GUEST_MARK))
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -796,7 +809,7 @@ impl Shared {
             jobs.items
                 .iter()
                 .filter(|j| !watched.contains_key(&j.job_id))
-                .filter(|j| !self.config.another_services(&j.name))
+                .filter(|j| !self.config.left_alone(&j.name))
                 .filter_map(|j| {
                     let own_job = self.config.own_job_of(&j.name).map(String::from);
                     detected_job(j).map(|d| DetectedJob { own_job, ..d })
@@ -1024,6 +1037,12 @@ impl ResourceManager for SlurmResourceManager {
     }
 
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
+        // Its command would run on the node, beside its VM rather than in it.
+        if launch.guest.is_some() {
+            return Err(
+                "a job in a VM (vmUsagePolicy) is not run by the Slurm resource manager".into(),
+            );
+        }
         let (args, environment) = sbatch_command(&self.shared.config, &self.script, &launch)?;
         let submitting = self
             .shared
@@ -1258,10 +1277,14 @@ mod tests {
         ] {
             assert_eq!(config.own_job_of(other), None, "{other}");
         }
-        assert!(config.another_services("drover-ffffffff-Drover.7"));
-        assert!(config.another_services("drover-Drover.7"));
-        assert!(!config.another_services("by-hand"));
-        assert!(!config.another_services("drover-0a1b2c3d-Drover.7"));
+        assert!(config.left_alone("drover-ffffffff-Drover.7"));
+        assert!(config.left_alone("drover-Drover.7"));
+        assert!(!config.left_alone("by-hand"));
+        assert!(!config.left_alone("drover-0a1b2c3d-Drover.7"));
+        // A VM guest of this service is the VM host's, not a job to adopt.
+        let guest = format!("{}web", config.guest_job_name_prefix());
+        assert_eq!(guest, "drover-0a1b2c3d-vm-web");
+        assert!(config.left_alone(&guest));
     }
     use crate::job::Allocation;
     use crate::sysuser::SystemUser;
