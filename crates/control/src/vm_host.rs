@@ -10,6 +10,8 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// With the Slurm resource manager: the cluster QEMU's guests run on.
+pub use drover_cloud::provision::SlurmSite;
 use drover_cloud::provision::kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe, probe_kvm};
 use drover_cloud::provision::{
     Accel, BootMaterial, Disk, DiskFormat, ExecCommand, ExecCommands, ExecProvisioner, ExtraDisk,
@@ -64,17 +66,6 @@ impl AccelProbe {
     fn finish(self) -> Option<KvmProbe> {
         self.0?.join().ok().flatten()
     }
-}
-
-/// With the Slurm resource manager: the cluster QEMU's guests run on, each as a Slurm
-/// job on the node the engine chose.
-#[derive(Debug, Clone)]
-pub struct SlurmSite {
-    pub bin_dir: std::path::PathBuf,
-    pub slurm_conf: Option<std::path::PathBuf>,
-    pub partition: Option<String>,
-    /// What guests' job names begin with (the resource manager leaves them alone).
-    pub job_name_prefix: String,
 }
 
 /// The VM host `cloud` asks for (guests' files in `data_dir`/vms), and what was found
@@ -285,10 +276,7 @@ fn slurm_guests(
     accel: Accel,
 ) -> Result<Arc<dyn Provisioner>, String> {
     let config = SlurmGuestConfig {
-        bin_dir: site.bin_dir.clone(),
-        slurm_conf: site.slurm_conf.clone(),
-        partition: site.partition.clone(),
-        job_name_prefix: site.job_name_prefix.clone(),
+        site: site.clone(),
         run_dir: data_dir.join("vms"),
         guest_dir: cloud
             .guest_dir

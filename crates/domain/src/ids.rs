@@ -29,6 +29,18 @@ impl IdSequence {
     }
 }
 
+/// A name another program gets as an argument (Slurm's job ids, node names, partitions):
+/// letters, digits, `.`, `_`, `-`, not first `-` (never taken for an option), at most
+/// 200 bytes.
+pub fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('-')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ pub use exec::{ExecCommand, ExecCommands, ExecProvisioner};
 pub use kvm_probe::{KVM_PROBE_DEADLINE, KvmProbe};
 pub use qemu::{Accel, AccelDecision, QemuProvisioner};
 pub use sandbox::GuestAccount;
-pub use slurm::{SlurmGuestConfig, SlurmGuests};
+pub use slurm::{SlurmGuestConfig, SlurmGuests, SlurmSite};
 
 /// What a guest is started from. Paths are resolved already (`crate::boot::resolve`):
 /// a provisioner never resolves anything a request names.
@@ -317,6 +317,44 @@ pub(crate) fn prepare_run_dir(run_dir: &Path) -> Result<()> {
     if meta.mode() & 0o077 != 0 {
         std::fs::set_permissions(run_dir, std::fs::Permissions::from_mode(0o700))
             .map_err(|e| refuse(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Makes a VM's run directory (mode 0700); [`ProvisionError::Exists`] when it is there.
+pub(crate) fn make_vm_dir(dir: &Path, id: &str) -> Result<()> {
+    match DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            Err(ProvisionError::Exists(id.into()))
+        }
+        Err(e) => Err(io("creating the VM's run directory")(e)),
+    }
+}
+
+/// The [`VmSpec`] a VM was made from, from its `spec.json`.
+pub(crate) fn read_spec(path: &Path) -> Result<VmSpec> {
+    let text = std::fs::read(path).map_err(io("reading the VM's spec.json"))?;
+    serde_json::from_slice(&text).map_err(|e| ProvisionError::Io {
+        what: "reading the VM's spec.json".into(),
+        error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
+    })
+}
+
+/// `None` for a VM this provisioner does not know (an adoption finds nothing).
+pub(crate) fn known<T>(found: Result<T>) -> Result<Option<T>> {
+    match found {
+        Err(ProvisionError::NotFound(_)) => Ok(None),
+        other => other.map(Some),
+    }
+}
+
+/// Refuses a command in a guest with no time to run.
+pub(crate) fn check_guest_timeout(timeout: Duration) -> Result<()> {
+    if timeout.is_zero() {
+        return Err(ProvisionError::InvalidGuestCommand(
+            "the timeout is zero".into(),
+        ));
     }
     Ok(())
 }

@@ -39,9 +39,8 @@
 //! for the verdict at start ([`QemuProvisioner::decide_accel`]), other callers get it at
 //! their first boot; it is kept for the provisioner's life.
 
-use std::fs::{DirBuilder, File, OpenOptions};
+use std::fs::{File, OpenOptions};
 use std::os::fd::{AsFd, OwnedFd};
-use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -308,6 +307,20 @@ pub(super) fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) 
 }
 
 /// Refuses a path QEMU's options cannot carry as given (a comma separates options).
+/// `qemu-img`'s arguments for an overlay of `disk`, but the overlay's path.
+pub(super) fn overlay_args(disk: &super::Disk) -> Vec<&std::ffi::OsStr> {
+    let mut args: Vec<&std::ffi::OsStr> = ["create", "-q", "-f", "qcow2", "-F"]
+        .iter()
+        .map(|a| a.as_ref())
+        .collect();
+    args.extend([
+        disk.format.as_str().as_ref(),
+        "-b".as_ref(),
+        disk.path.as_os_str(),
+    ]);
+    args
+}
+
 pub(super) fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
     if path.as_os_str().as_encoded_bytes().contains(&b',') {
         return Err(ProvisionError::BootFile {
@@ -543,11 +556,7 @@ impl QemuProvisioner {
     }
 
     fn load_spec(&self, files: &Files) -> Result<VmSpec> {
-        let text = std::fs::read(files.spec()).map_err(io("reading the VM's spec.json"))?;
-        serde_json::from_slice(&text).map_err(|e| ProvisionError::Io {
-            what: "reading the VM's spec.json".into(),
-            error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        })
+        super::read_spec(&files.spec())
     }
 
     fn check_spec(spec: &VmSpec) -> Result<()> {
@@ -864,13 +873,7 @@ impl Provisioner for QemuProvisioner {
         Self::check_spec(spec)?;
         let files = self.files(&spec.id)?;
         let _busy = self.busy.mark(&spec.id)?;
-        match DirBuilder::new().mode(0o700).create(&files.dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(ProvisionError::Exists(spec.id.clone()));
-            }
-            Err(e) => return Err(io("creating the VM's run directory")(e)),
-        }
+        super::make_vm_dir(&files.dir, &spec.id)?;
         // A console of an earlier VM of this name is not this one's.
         self.consoles.forget(&spec.id);
         let made = (|| {
@@ -878,16 +881,7 @@ impl Provisioner for QemuProvisioner {
             std::fs::write(files.spec(), text).map_err(io("writing the VM's spec.json"))?;
             if let Some(disk) = &spec.boot.disk {
                 let output = Command::new(QEMU_IMG)
-                    .args([
-                        "create",
-                        "-q",
-                        "-f",
-                        "qcow2",
-                        "-F",
-                        disk.format.as_str(),
-                        "-b",
-                    ])
-                    .arg(&disk.path)
+                    .args(overlay_args(disk))
                     .arg(files.overlay())
                     .stdin(Stdio::null())
                     .output()
@@ -980,9 +974,8 @@ impl Provisioner for QemuProvisioner {
     /// Also settles a migration a restart interrupted: when only the destination runs,
     /// it becomes the guest; when both do, the unfinished destination is stopped.
     fn adopt(&self, id: &str) -> Result<bool> {
-        let (files, _busy) = match self.existing(id) {
-            Err(ProvisionError::NotFound(_)) => return Ok(false),
-            other => other?,
+        let Some((files, _busy)) = super::known(self.existing(id))? else {
+            return Ok(false);
         };
         let slot = files.slot();
         let current = files.process(id, slot);
@@ -1031,11 +1024,7 @@ impl Provisioner for QemuProvisioner {
         timeout: Duration,
     ) -> Result<GuestOutput> {
         let files = self.files(id)?;
-        if timeout.is_zero() {
-            return Err(ProvisionError::InvalidGuestCommand(
-                "the timeout is zero".into(),
-            ));
-        }
+        super::check_guest_timeout(timeout)?;
         let _turn = self
             .agent_busy
             .mark(id)

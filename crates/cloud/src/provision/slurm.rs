@@ -68,18 +68,24 @@ const BATCH_SCRIPT: &str = "guest-batch.sh";
 const BATCH_SCRIPT_TEXT: &str =
     "#!/bin/sh\n# Drover's VM guest: QEMU (\"$@\") in the VM's directory.\nexec \"$@\"\n";
 
-/// Where Slurm is, and where guests keep their files.
+/// The cluster guests run on: its clients, and the names of this service's guests.
 #[derive(Debug, Clone)]
-pub struct SlurmGuestConfig {
-    /// The directory of `sbatch`, `srun`, `squeue`, `scancel`, `sinfo`.
+pub struct SlurmSite {
+    /// Where `sbatch`, `srun`, `squeue`, `scancel` and `sinfo` are.
     pub bin_dir: PathBuf,
-    /// `SLURM_CONF` for the clients, when not the default.
+    /// The clients' `SLURM_CONF`, if not theirs by default.
     pub slurm_conf: Option<PathBuf>,
-    /// The partition guests' jobs are submitted to (Slurm's default when none).
+    /// Where guests' jobs go (else Slurm's default partition).
     pub partition: Option<String>,
     /// What every guest's job name begins with; the VM's id follows. It makes the jobs
     /// this service's, for the resource manager to leave alone.
     pub job_name_prefix: String,
+}
+
+/// Where Slurm is, and where guests keep their files.
+#[derive(Debug, Clone)]
+pub struct SlurmGuestConfig {
+    pub site: SlurmSite,
     /// The service's own files of each VM (made 0700, root's).
     pub run_dir: PathBuf,
     /// The guests' files: the same path on this machine and on every node, the guest
@@ -142,15 +148,8 @@ impl Drop for Relay {
     }
 }
 
-/// A name Slurm is given (a node): letters, digits, `.`, `_`, `-`, not first.
-fn safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 200
-        && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
+/// A name Slurm is given (a node).
+use drover_domain::ids::is_plain_name as safe_name;
 
 /// A node's address as a migration URI's host: a name or an IPv4 address as it is,
 /// an IPv6 address in brackets.
@@ -270,7 +269,7 @@ impl SlurmGuests {
     }
 
     fn job_name(&self, id: &str) -> String {
-        format!("{}{id}", self.config.job_name_prefix)
+        format!("{}{id}", self.config.site.job_name_prefix)
     }
 
     /// The directory of a VM that exists, and the VM marked busy while the guard lives.
@@ -299,22 +298,17 @@ impl SlurmGuests {
     }
 
     fn load_spec(dir: &Path) -> Result<VmSpec> {
-        let text =
-            std::fs::read(dir.join("spec.json")).map_err(io("reading the VM's spec.json"))?;
-        serde_json::from_slice(&text).map_err(|e| ProvisionError::Io {
-            what: "reading the VM's spec.json".into(),
-            error: std::io::Error::new(std::io::ErrorKind::InvalidData, e),
-        })
+        super::read_spec(&dir.join("spec.json"))
     }
 
     /// A Slurm client's command, with a clean environment.
     fn slurm_command(&self, program: &str) -> Command {
-        let mut command = Command::new(self.config.bin_dir.join(program));
+        let mut command = Command::new(self.config.site.bin_dir.join(program));
         command
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .current_dir("/");
-        if let Some(conf) = &self.config.slurm_conf {
+        if let Some(conf) = &self.config.site.slurm_conf {
             command.env("SLURM_CONF", conf);
         }
         command
@@ -524,18 +518,9 @@ impl SlurmGuests {
             .map_err(failed)?;
         if let Some(disk) = &spec.boot.disk {
             let overlay = dir.join("disk.qcow2");
-            let args = [
-                "create",
-                "-q",
-                "-f",
-                "qcow2",
-                "-F",
-                disk.format.as_str(),
-                "-b",
-            ];
-            let mut all: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_ref()).collect();
-            all.extend([disk.path.as_os_str(), overlay.as_os_str()]);
-            self.as_guest("qemu-img", &all).map_err(failed)?;
+            let mut args = super::qemu::overlay_args(disk);
+            args.push(overlay.as_os_str());
+            self.as_guest("qemu-img", &args).map_err(failed)?;
         }
         for (n, extra) in spec.extra_disks.iter().enumerate() {
             let path = dir.join(format!("extra-{n}.qcow2"));
@@ -596,7 +581,7 @@ impl SlurmGuests {
             args.push(format!("--uid={}", account.uid));
             args.push(format!("--gid={}", account.gid));
         }
-        if let Some(partition) = &self.config.partition {
+        if let Some(partition) = &self.config.site.partition {
             args.push(format!("--partition={partition}"));
         }
         args.push(self.config.run_dir.join(BATCH_SCRIPT).display().to_string());
@@ -866,13 +851,7 @@ impl Provisioner for SlurmGuests {
         let node = self.check_spec(spec)?;
         let dir = self.service_dir(&spec.id)?;
         let _busy = self.busy.mark(&spec.id)?;
-        match DirBuilder::new().mode(0o700).create(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                return Err(ProvisionError::Exists(spec.id.clone()));
-            }
-            Err(e) => return Err(io("creating the VM's run directory")(e)),
-        }
+        super::make_vm_dir(&dir, &spec.id)?;
         self.consoles.forget(&spec.id);
         let made = (|| {
             let text = serde_json::to_vec_pretty(spec).expect("a spec serializes");
@@ -953,9 +932,8 @@ impl Provisioner for SlurmGuests {
     /// Also ends any other job of the VM's name (a migration's destination a restart
     /// interrupted), and reads the console again.
     fn adopt(&self, id: &str) -> Result<bool> {
-        let (dir, _busy) = match self.existing(id) {
-            Err(ProvisionError::NotFound(_)) => return Ok(false),
-            other => other?,
+        let Some((dir, _busy)) = super::known(self.existing(id))? else {
+            return Ok(false);
         };
         let placement = Self::placement(&dir);
         for job in self.jobs_of(id) {
@@ -994,11 +972,7 @@ impl Provisioner for SlurmGuests {
         command: &GuestCommand,
         timeout: Duration,
     ) -> Result<GuestOutput> {
-        if timeout.is_zero() {
-            return Err(ProvisionError::InvalidGuestCommand(
-                "the timeout is zero".into(),
-            ));
-        }
+        super::check_guest_timeout(timeout)?;
         let _turn = self
             .agent_busy
             .mark(id)

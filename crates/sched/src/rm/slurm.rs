@@ -337,16 +337,8 @@ fn run_bounded(mut command: Command, timeout: Duration) -> Result<String, String
     }
 }
 
-/// A name Slurm gets as an argument: letters, digits, `.`, `_`, `-`, not first `-`,
-/// at most 200 bytes (Drover job ids, node names, partitions).
-pub fn is_safe_name(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 200
-        && !name.starts_with('-')
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
+/// A name Slurm gets as an argument (Drover job ids, node names, partitions).
+pub use drover_domain::ids::is_plain_name as is_safe_name;
 
 /// A Slurm job id as it was recorded (digits only).
 pub fn parse_slurm_id(text: &str) -> Option<u64> {
