@@ -16,6 +16,7 @@ use drover_store::{Body, Write};
 use super::core::{Engine, JOBS, NODES};
 use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::node::NodeOverrides;
+use crate::policy::Runs;
 use crate::policy::priority::Usage;
 
 impl Engine {
@@ -69,7 +70,7 @@ impl Engine {
             (0..book.len()).map(|p| book.at(p).clone()).collect()
         };
 
-        self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
+        (self.usage, self.runs) = history_of(&jobs, self.config.policy.fairshare_half_life);
         let running: Vec<&crate::job::ProcessRecord> = jobs
             .iter()
             .filter(|j| j.spec.extra.system_task.is_none())
@@ -244,9 +245,11 @@ impl Engine {
     }
 }
 
-/// Fair-share usage as the ended runs of `jobs` leave it, oldest end first.
-fn usage_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> Usage {
+/// Fair-share usage and users' last run times as the ended runs of `jobs` leave them,
+/// oldest end first (a run counts for predictions if it ended by itself or at its limit).
+fn history_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> (Usage, Runs) {
     let mut usage = Usage::new(half_life);
+    let mut runs = Runs::new();
     let mut finished: Vec<&Job> = jobs
         .iter()
         .map(|job| &**job)
@@ -257,8 +260,12 @@ fn usage_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> Usage {
         let end = job.status.dates.completion.unwrap_or_default();
         let used = job.processors() as f64 * job.active_seconds(end) as f64;
         usage.record(&job.status.exec_user, used, end);
+        if matches!(job.status.state, JobState::Completed | JobState::Vacated) {
+            let run = job.active_seconds(end) - job.status.earlier_active_seconds;
+            runs.record(&job.status.exec_user, run);
+        }
     }
-    usage
+    (usage, runs)
 }
 
 /// The number `n` of an id `<prefix>.<n>` (0 when there is none).
