@@ -14,8 +14,8 @@
 //!   reservation is never promised earlier than the requests allow: planning them by
 //!   their predictions too (the paper's EASY++, extended stepwise once outlived) was
 //!   worse in the worst case on the tuning logs (1.25 of EASY's mean bounded slowdown
-//!   and 3.5 times its maximum wait, against 0.87 and 3.1), because a reservation
-//!   promised early slips as soon as a prediction is outlived;
+//!   and 3.5 times its maximum wait, against 0.87 and 3.1): a reservation promised
+//!   early slips as soon as a prediction is outlived (docs/scheduling.md);
 //! - **the order** of the queue (the expansion factor reads the request);
 //! - **the limit**: a job is killed at its requested time, never at a prediction.
 //!
