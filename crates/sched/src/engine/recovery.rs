@@ -361,3 +361,32 @@ fn with_array_members(jobs: Vec<Job>) -> Vec<Job> {
     }
     all
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job of `user` asking for an hour, started at `start`, in `state` at `end`.
+    fn ended(seq: u64, user: &str, start: i64, end: i64, state: JobState) -> Arc<Job> {
+        let mut job = crate::policy::priority::tests::job(seq, 0, Some(3600), user);
+        job.status.state = state;
+        job.status.dates.start = Some(start);
+        job.status.dates.completion = Some(end);
+        Arc::new(job)
+    }
+
+    #[test]
+    fn a_restart_predicts_from_the_last_runs_that_ended_by_themselves_or_at_their_limit() {
+        let jobs = [
+            ended(1, "ann", 0, 1000, JobState::Completed),
+            // Ended last, but cancelled: its run tells nothing of ann's jobs.
+            ended(2, "ann", 0, 5000, JobState::Removed),
+            ended(3, "ann", 2000, 2100, JobState::Completed),
+            ended(4, "ann", 1000, 1300, JobState::Vacated),
+        ];
+        let (_, runs) = history_of(&jobs, 3600);
+        // The last two by end: 100 s (ended at 2100) and 300 s (at 1300).
+        assert_eq!(runs.predict("ann", Some(3600)), Some(200));
+        assert_eq!(runs.predict("bob", Some(3600)), Some(3600));
+    }
+}
