@@ -2,7 +2,9 @@
 //! times, under EASY (cached) and a policy given as key=value arguments.
 //!
 //!   cargo run --release -p drover-sched --example policy_lab -- expansion=1000 \
-//!       narrow=3000 short=0 minutes=0 oldest=true traces=a.swf,b.swf loads=1,1.2
+//!       narrow=0 short=0 minutes=0 oldest=true predict=true traces=a.swf,b.swf loads=1,1.2
+//!
+//! Unset weights are the defaults'; `predict` is `predict_runtimes`.
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::Mutex;
@@ -29,18 +31,21 @@ fn main() {
 
 fn policy(args: &Args) -> Policy {
     let num = |k: &str, d: f64| args.get(k).map_or(d, |v| v.parse().unwrap());
+    let (defaults, w) = (Policy::default(), Weights::default());
+    let flag = |k: &str, d: bool| args.get(k).map_or(d, |v| v == "true");
     Policy {
         weights: Weights {
             user_priority: 1.0,
-            queue_minutes: num("minutes", 0.0),
-            expansion: num("expansion", 1000.0),
-            narrow_request: num("narrow", 3000.0),
-            short_request: num("short", 0.0),
+            queue_minutes: num("minutes", w.queue_minutes),
+            expansion: num("expansion", w.expansion),
+            narrow_request: num("narrow", w.narrow_request),
+            short_request: num("short", w.short_request),
             ..Weights::default()
         },
-        reserve_oldest: args.get("oldest").is_none_or(|v| v == "true"),
-        oldest_after_expansion: num("after", 1.0),
-        ..Policy::default()
+        reserve_oldest: flag("oldest", defaults.reserve_oldest),
+        oldest_after_expansion: num("after", defaults.oldest_after_expansion),
+        predict_runtimes: flag("predict", defaults.predict_runtimes),
+        ..defaults
     }
 }
 

@@ -30,6 +30,7 @@ mod principals;
 mod reservations;
 mod retention;
 mod roles;
+mod scheduling;
 mod security;
 mod service_edges;
 mod service_templates;

@@ -34,6 +34,7 @@ use crate::events::{EventSink, SchedEvent};
 use crate::job::{EndIntent, Hold, Job, JobMessage, JobState, ProcessRecord};
 use crate::node::Node;
 use crate::place;
+use crate::policy::Runs;
 use crate::policy::planner::{Decision, Held, Planner};
 use crate::policy::priority::Usage;
 use crate::request::{Requester, SchedError};
@@ -83,6 +84,8 @@ pub(crate) struct Engine {
     pub(super) accounts: SystemAccounts,
     /// Recent usage per user: the fair-share factor.
     pub(super) usage: Usage,
+    /// The last run times of each user's ended jobs: run-time predictions.
+    pub(super) runs: Runs,
     /// Why changes cannot be taken now (the journal failed), if they cannot.
     pub(super) degraded: Option<String>,
     /// A scheduling pass is due at the end of this step.
@@ -174,6 +177,7 @@ impl Engine {
             journal: JournalHandoff::new(&store, journaled, inbox),
             unwritten_jobs: BTreeMap::new(),
             usage: Usage::new(config.policy.fairshare_half_life),
+            runs: Runs::new(),
             config,
             shared,
             store,
@@ -639,7 +643,8 @@ impl Engine {
                 continue;
             }
             let access = self.reservations.access_of(&job);
-            match planner.consider_with(&job.spec.request, job.spec.duration, &access) {
+            let length = self.config.policy.planned_length(&self.runs, &job);
+            match planner.consider_with(&job.spec.request, length, &access) {
                 Decision::Start(placed) => {
                     self.slot_free(&job, &mut array_starts, true);
                     starts.push((position, place::allocation(&nodes, &placed)))
@@ -903,6 +908,13 @@ impl Engine {
             (job.processors() as f64) * run as f64,
             now,
         );
+        // A run that went its own way (or to its limit) tells how long the user's jobs
+        // run; one cancelled, requeued or never started does not.
+        if exit.start_failure.is_none()
+            && matches!(job.status.ending, None | Some(EndIntent::WallTime))
+        {
+            self.runs.record(&job.status.exec_user, run);
+        }
         let code = exit.code.unwrap_or(-1);
         let ended = self.update(position, |job| {
             let status = &mut job.status;

@@ -11,7 +11,9 @@ use crate::sysuser::{self, SystemUser};
 impl Engine {
     /// The launch description of a job about to start.
     pub(crate) fn launch_of(&mut self, job: &Job) -> Result<Launch, String> {
-        let user = if sysuser::running_as_root() {
+        // A simulated engine (`drover replay`) starts no process: its jobs' users are
+        // the trace's, with no account.
+        let user = if sysuser::running_as_root() && self.journal.journaled() {
             self.account(&job.status.exec_user)
                 .ok_or_else(|| format!("the user '{}' no longer exists", job.status.exec_user))?
         } else {

@@ -16,6 +16,7 @@ use drover_store::{Body, Write};
 use super::core::{Engine, JOBS, NODES};
 use crate::job::{EndIntent, Job, JobMessage, JobState};
 use crate::node::NodeOverrides;
+use crate::policy::Runs;
 use crate::policy::priority::Usage;
 
 impl Engine {
@@ -69,7 +70,7 @@ impl Engine {
             (0..book.len()).map(|p| book.at(p).clone()).collect()
         };
 
-        self.usage = usage_of(&jobs, self.config.policy.fairshare_half_life);
+        (self.usage, self.runs) = history_of(&jobs, self.config.policy.fairshare_half_life);
         let running: Vec<&crate::job::ProcessRecord> = jobs
             .iter()
             .filter(|j| j.spec.extra.system_task.is_none())
@@ -244,9 +245,11 @@ impl Engine {
     }
 }
 
-/// Fair-share usage as the ended runs of `jobs` leave it, oldest end first.
-fn usage_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> Usage {
+/// Fair-share usage and users' last run times as the ended runs of `jobs` leave them,
+/// oldest end first (a run counts for predictions if it ended by itself or at its limit).
+fn history_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> (Usage, Runs) {
     let mut usage = Usage::new(half_life);
+    let mut runs = Runs::new();
     let mut finished: Vec<&Job> = jobs
         .iter()
         .map(|job| &**job)
@@ -257,8 +260,12 @@ fn usage_of(jobs: &[Arc<Job>], half_life: crate::clock::Seconds) -> Usage {
         let end = job.status.dates.completion.unwrap_or_default();
         let used = job.processors() as f64 * job.active_seconds(end) as f64;
         usage.record(&job.status.exec_user, used, end);
+        if matches!(job.status.state, JobState::Completed | JobState::Vacated) {
+            let run = job.active_seconds(end) - job.status.earlier_active_seconds;
+            runs.record(&job.status.exec_user, run);
+        }
     }
-    usage
+    (usage, runs)
 }
 
 /// The number `n` of an id `<prefix>.<n>` (0 when there is none).
@@ -353,4 +360,33 @@ fn with_array_members(jobs: Vec<Job>) -> Vec<Job> {
         eprintln!("drover: skipping sub-job {id}: its array master is not stored");
     }
     all
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job of `user` asking for an hour, started at `start`, in `state` at `end`.
+    fn ended(seq: u64, user: &str, start: i64, end: i64, state: JobState) -> Arc<Job> {
+        let mut job = crate::policy::priority::tests::job(seq, 0, Some(3600), user);
+        job.status.state = state;
+        job.status.dates.start = Some(start);
+        job.status.dates.completion = Some(end);
+        Arc::new(job)
+    }
+
+    #[test]
+    fn a_restart_predicts_from_the_last_runs_that_ended_by_themselves_or_at_their_limit() {
+        let jobs = [
+            ended(1, "ann", 0, 1000, JobState::Completed),
+            // Ended last, but cancelled: its run tells nothing of ann's jobs.
+            ended(2, "ann", 0, 5000, JobState::Removed),
+            ended(3, "ann", 2000, 2100, JobState::Completed),
+            ended(4, "ann", 1000, 1300, JobState::Vacated),
+        ];
+        let (_, runs) = history_of(&jobs, 3600);
+        // The last two by end: 100 s (ended at 2100) and 300 s (at 1300).
+        assert_eq!(runs.predict("ann", Some(3600)), Some(200));
+        assert_eq!(runs.predict("bob", Some(3600)), Some(3600));
+    }
 }

@@ -4,6 +4,7 @@
 //! simulator (`drover replay`) run the same functions.
 
 pub mod planner;
+pub mod predict;
 pub mod priority;
 
 use std::collections::BTreeMap;
@@ -11,6 +12,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 pub use planner::{Decision, Planner};
+pub use predict::Runs;
 pub use priority::{Priority, Usage};
 
 /// How jobs behind a job that cannot start yet are treated.
@@ -140,6 +142,10 @@ pub struct Policy {
     /// Half-life of recorded usage for fair share, in seconds.
     pub fairshare_half_life: i64,
     pub preemption: Preemption,
+    /// Backfill waiting jobs by run times predicted from each user's last two ended
+    /// jobs ([`predict`]) instead of their requested times; running jobs are still
+    /// planned, and killed, at their requested times.
+    pub predict_runtimes: bool,
 }
 
 impl Default for Policy {
@@ -152,6 +158,7 @@ impl Default for Policy {
             reservation_depth: 64,
             fairshare_half_life: 7 * 24 * 3600,
             preemption: Preemption::Requeue,
+            predict_runtimes: false,
         }
     }
 }
@@ -169,20 +176,33 @@ impl Policy {
         (waited + requested as f64) / requested as f64 >= self.oldest_after_expansion
     }
 
+    /// How long the waiting `job` is planned to run: its prediction from `runs` with
+    /// `predict_runtimes`, else its requested time (`None`: for ever).
+    pub fn planned_length(&self, runs: &Runs, job: &crate::job::Job) -> Option<i64> {
+        if self.predict_runtimes {
+            runs.predict(&job.status.exec_user, job.spec.duration)
+        } else {
+            job.spec.duration
+        }
+    }
+
     /// Plain first come, first served.
     pub fn fcfs() -> Policy {
         Policy {
             backfill: Backfill::Fcfs,
             weights: Weights::submission_order(),
+            predict_runtimes: false,
             ..Policy::default()
         }
     }
 
-    /// EASY backfilling over submission order: the usual baseline.
+    /// EASY backfilling over submission order, with users' requested times: the usual
+    /// baseline.
     pub fn easy() -> Policy {
         Policy {
             backfill: Backfill::Easy,
             weights: Weights::submission_order(),
+            predict_runtimes: false,
             ..Policy::default()
         }
     }
@@ -191,7 +211,7 @@ impl Policy {
     pub fn describe(&self) -> String {
         let w = &self.weights;
         format!(
-            "{} backfill{}; priority = {} x user priority + {} x minutes waited + {} x expansion factor{}{}{}{}",
+            "{} backfill{}{}; priority = {} x user priority + {} x minutes waited + {} x expansion factor{}{}{}{}",
             self.backfill.as_str(),
             match (self.reserve_oldest, self.oldest_after_expansion > 1.0) {
                 (true, false) => " (oldest job first)".to_string(),
@@ -200,6 +220,11 @@ impl Policy {
                     self.oldest_after_expansion
                 ),
                 (false, _) => String::new(),
+            },
+            if self.predict_runtimes {
+                ", backfilled by run times predicted from users' last two jobs"
+            } else {
+                ""
             },
             w.user_priority,
             w.queue_minutes,

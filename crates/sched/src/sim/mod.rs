@@ -115,6 +115,15 @@ pub fn replay(
             let id = sim
                 .submit(job.processors, None, job.requested.max(1))
                 .map_err(|e| format!("job {}: {e}", job.number))?;
+            // The trace's user, whose history predicts the job's run time; a job of no
+            // known user has no history but its own.
+            sim.run_as(
+                &id,
+                match job.user {
+                    Some(user) => format!("user {user}"),
+                    None => format!("job {}", job.number),
+                },
+            );
             by_id.insert(id, next);
             next += 1;
         }
@@ -306,6 +315,15 @@ impl Simulation {
             .map_err(|e| e.to_string())
     }
 
+    /// The job `id` runs as `user` (a name of the trace's, not an account: the engine
+    /// never starts its process).
+    fn run_as(&mut self, id: &str, user: String) {
+        if let Some(position) = self.engine.position(id) {
+            self.engine
+                .update(position, |job| job.status.exec_user = user);
+        }
+    }
+
     /// Ends an engine step: its writes "commit" at once, and the launches that follow are
     /// delivered.
     fn commit(&mut self) {
@@ -409,6 +427,7 @@ mod tests {
             processors,
             requested: run,
             estimated: false,
+            user: None,
         }
     }
 
@@ -499,6 +518,52 @@ mod tests {
         };
         let starved = replay(&trace, &nodes, &starving, &mut |_| {}).unwrap();
         assert!(starved.waits[1] > 500, "{}", starved.waits[1]);
+    }
+
+    /// 4 processors: user 1's first job asks for 1000 s and runs 10; user 2 then runs a
+    /// 3-wide job of 100 s and waits with a 4-wide one; then user 1 asks for 1000 s
+    /// again and runs `run`.
+    fn a_user_with_a_short_history(run: i64) -> Trace {
+        let of = |user, number, submit, run, requested, processors| TraceJob {
+            user: Some(user),
+            requested,
+            ..job(number, submit, run, processors)
+        };
+        Trace {
+            jobs: vec![
+                of(1, 1, 0, 10, 1000, 1),
+                of(2, 2, 20, 100, 100, 3),
+                of(2, 3, 21, 50, 50, 4),
+                of(1, 4, 22, run, 1000, 1),
+            ],
+            machine_processors: Some(4),
+            ..Trace::default()
+        }
+    }
+
+    #[test]
+    fn a_users_history_backfills_their_job_which_still_runs_to_its_end() {
+        let nodes = machine(4, 1);
+        let predicting = Policy {
+            predict_runtimes: true,
+            ..Policy::default()
+        };
+        // Asking for 1000 s, the last job would delay the 4-wide one (reserved at 120):
+        // without predictions it waits for it (until 170).
+        let trace = a_user_with_a_short_history(30);
+        let plain = replay(&trace, &nodes, &Policy::default(), &mut |_| {}).unwrap();
+        assert_eq!(plain.waits, [0, 0, 99, 148]);
+        // Its user's last job ran 10 s: predicted to end by 32, it starts at once, and
+        // the 4-wide job starts at 120 as promised.
+        let predicted = replay(&trace, &nodes, &predicting, &mut |_| {}).unwrap();
+        assert_eq!(predicted.waits, [0, 0, 99, 0]);
+        // Outliving its prediction, it is not killed: it runs its 150 s to 172 (the
+        // last end is 172 + 50), and the 4-wide job waits for it: the price of a wrong
+        // prediction.
+        let outlived = a_user_with_a_short_history(150);
+        let late = replay(&outlived, &nodes, &predicting, &mut |_| {}).unwrap();
+        assert_eq!(late.waits, [0, 0, 151, 0]);
+        assert_eq!(late.makespan, 222);
     }
 
     #[test]

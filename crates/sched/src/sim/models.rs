@@ -167,6 +167,7 @@ fn poisson_trace(jobs: Vec<Drawn>, spec: &WorkloadSpec, processors: u32) -> Trac
                 None => job.run,
             },
             estimated: spec.estimates.is_some(),
+            user: None,
         });
     }
     out.sort_by_key(|j| j.submit);

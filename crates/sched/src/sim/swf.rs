@@ -20,6 +20,8 @@ pub struct TraceJob {
     /// Whether `requested` is a user's request (field 9, or drawn from a model of
     /// users' requests), not the run time.
     pub estimated: bool,
+    /// Field 12, the user's number, if known: whose history predicts the job's run time.
+    pub user: Option<u32>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -129,6 +131,7 @@ pub fn parse(text: &str) -> Result<Trace, String> {
             processors: processors.min(f64::from(u32::MAX)) as u32,
             requested: requested as i64,
             estimated,
+            user: (field(12) >= 0.0).then(|| field(12).min(f64::from(u32::MAX)) as u32),
         });
     }
     trace.jobs.sort_by_key(|j| (j.submit, j.number));
@@ -154,9 +157,10 @@ pub fn write(
         writeln!(out, "; MaxProcs: {processors}")?;
     }
     for j in &trace.jobs {
+        let user = j.user.map_or(-1, i64::from);
         writeln!(
             out,
-            "{} {} -1 {} {} -1 -1 {} {} -1 1 -1 -1 -1 -1 -1 -1 -1",
+            "{} {} -1 {} {} -1 -1 {} {} -1 1 {user} -1 -1 -1 -1 -1 -1",
             j.number, j.submit, j.run, j.processors, j.processors, j.requested
         )?;
     }
@@ -186,7 +190,8 @@ mod tests {
                     run: 50,
                     processors: 8,
                     requested: 70,
-                    estimated: true
+                    estimated: true,
+                    user: None
                 },
                 TraceJob {
                     number: 1,
@@ -194,7 +199,8 @@ mod tests {
                     run: 100,
                     processors: 4,
                     requested: 100,
-                    estimated: false
+                    estimated: false,
+                    user: None
                 }
             ]
         );
@@ -236,6 +242,7 @@ mod tests {
             processors: 1,
             requested: 100,
             estimated: false,
+            user: None,
         };
         let trace = Trace {
             jobs: vec![job(1, 1000), job(2, 1300), job(3, 1600)],
@@ -268,6 +275,7 @@ mod tests {
                 processors: 2,
                 requested: 600,
                 estimated: true,
+                user: Some(7),
             }],
             machine_processors: Some(8),
             skipped: 0,

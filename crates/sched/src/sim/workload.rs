@@ -114,6 +114,7 @@ pub fn generate(spec: &WorkloadSpec) -> Trace {
                 None => run,
             },
             estimated: spec.estimates.is_some(),
+            user: None,
         })
         .collect();
     Trace {
