@@ -491,6 +491,7 @@ fn slurm_config(
     // one scheduler name) never take each other's jobs for their own.
     slurm.service_identity = drover_store::service_identity(store)
         .map_err(|e| format!("cannot read the service identity from the store: {e}"))?;
+    slurm.guest_user = Some(config.cloud.guest_user.clone());
     Ok(slurm)
 }
 

@@ -201,6 +201,8 @@ pub enum ProvisionError {
     Qmp { id: String, why: String },
     #[error("the migration of VM {id} failed: {why}")]
     Migration { id: String, why: String },
+    #[error("Slurm did not answer about VM {id} ({why}); try again")]
+    Slurm { id: String, why: String },
     #[error("the site's {operation} command cannot be used: {why}")]
     ExecConfig {
         operation: &'static str,

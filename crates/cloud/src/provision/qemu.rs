@@ -306,7 +306,6 @@ pub(super) fn spawn_error(program: &'static str) -> impl FnOnce(std::io::Error) 
     }
 }
 
-/// Refuses a path QEMU's options cannot carry as given (a comma separates options).
 /// `qemu-img`'s arguments for an overlay of `disk`, but the overlay's path.
 pub(super) fn overlay_args(disk: &super::Disk) -> Vec<&std::ffi::OsStr> {
     let mut args: Vec<&std::ffi::OsStr> = ["create", "-q", "-f", "qcow2", "-F"]
@@ -321,6 +320,7 @@ pub(super) fn overlay_args(disk: &super::Disk) -> Vec<&std::ffi::OsStr> {
     args
 }
 
+/// Refuses a path QEMU's options cannot carry as given (a comma separates options).
 pub(super) fn check_option_path(what: &'static str, path: &Path) -> Result<()> {
     if path.as_os_str().as_encoded_bytes().contains(&b',') {
         return Err(ProvisionError::BootFile {

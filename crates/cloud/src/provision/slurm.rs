@@ -60,6 +60,10 @@ use super::{
 const QMP_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long a `quit` (then `scancel`) may take to end a guest's job.
 const QUIT_WAIT: Duration = Duration::from_secs(10);
+/// A unix socket's path is at most this long (`sun_path`, with its NUL).
+const MAX_SOCKET_PATH: usize = 107;
+/// The user name of the migrations' pre-shared key (`keys.psk`).
+const PSK_USER: &str = "drover";
 /// How often a boot or a migration looks again.
 const LOOK_EVERY: Duration = Duration::from_millis(200);
 /// The batch script of every guest's job, in the run directory: QEMU's command line
@@ -223,21 +227,24 @@ impl SlurmGuests {
         if !dir.is_absolute() {
             return Err(refuse("it must be an absolute path".into()));
         }
-        if std::fs::symlink_metadata(dir).is_err() {
+        let made = std::fs::symlink_metadata(dir).is_err();
+        if made {
             DirBuilder::new()
                 .recursive(true)
                 .mode(0o700)
                 .create(dir)
                 .map_err(|e| refuse(e.to_string()))?;
-            if let Some(account) = &self.account {
-                std::os::unix::fs::chown(dir, Some(account.uid), Some(account.gid))
-                    .map_err(|e| refuse(e.to_string()))?;
-            }
         }
         let meta = std::fs::symlink_metadata(dir).map_err(|e| refuse(e.to_string()))?;
         if !meta.is_dir() {
             return Err(refuse("it is not a directory".into()));
         }
+        if made && let Some(account) = &self.account {
+            // lchown: a link put in its place meanwhile is never followed.
+            std::os::unix::fs::lchown(dir, Some(account.uid), Some(account.gid))
+                .map_err(|e| refuse(e.to_string()))?;
+        }
+        let meta = std::fs::symlink_metadata(dir).map_err(|e| refuse(e.to_string()))?;
         // Whoever else could write there could swap a guest's disks or sockets.
         use std::os::unix::fs::MetadataExt;
         if let Some(account) = &self.account
@@ -261,6 +268,16 @@ impl SlurmGuests {
 
     fn service_dir(&self, id: &str) -> Result<PathBuf> {
         check_vm_id(id)?;
+        // The longest socket path of the VM must fit a unix socket address.
+        if self.guest_dir(id).join("console-a.sock").as_os_str().len() > MAX_SOCKET_PATH {
+            return Err(ProvisionError::RunDir {
+                path: self.config.guest_dir.clone(),
+                why: format!(
+                    "the path of VM {id}'s sockets would be longer than {MAX_SOCKET_PATH} \
+                     bytes; use a shorter guest directory or id"
+                ),
+            });
+        }
         Ok(self.config.run_dir.join(id))
     }
 
@@ -316,12 +333,27 @@ impl SlurmGuests {
 
     /// Runs `command`, which leads a process group of its own, bounded by the command
     /// timeout (then its group is killed): its standard output, or why it failed.
-    fn bounded(&self, mut command: Command, what: &str) -> Result<String, String> {
+    fn bounded(&self, command: Command, what: &str) -> Result<String, String> {
+        self.bounded_with(command, what, &[])
+    }
+
+    /// [`Self::bounded`], with `input` (a few bytes: written before the output is read)
+    /// as its standard input.
+    fn bounded_with(
+        &self,
+        mut command: Command,
+        what: &str,
+        input: &[u8],
+    ) -> Result<String, String> {
         command
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = command.spawn().map_err(|e| format!("{what}: {e}"))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            use std::io::Write;
+            let _ = stdin.write_all(input);
+        }
         let captured = super::exec::capture(&mut child, self.config.command_timeout);
         let status = child.wait().map_err(|e| format!("{what}: {e}"))?;
         let (timed_out, stdout, stderr) = captured.map_err(|e| format!("{what}: {e}"))?;
@@ -346,6 +378,17 @@ impl SlurmGuests {
     /// Runs `program` as the guest account (never as root), bounded; in a session of
     /// its own, so it leads its process group.
     fn as_guest(&self, program: &str, args: &[&std::ffi::OsStr]) -> Result<String, String> {
+        self.as_guest_with(program, args, &[])
+    }
+
+    /// [`Self::as_guest`] with `input` as the program's standard input (never in its
+    /// arguments, which every user of the machine may read).
+    fn as_guest_with(
+        &self,
+        program: &str,
+        args: &[&std::ffi::OsStr],
+        input: &[u8],
+    ) -> Result<String, String> {
         let mut command = Command::new(program);
         command
             .args(args)
@@ -353,31 +396,65 @@ impl SlurmGuests {
             .env("PATH", "/usr/bin:/bin")
             .current_dir("/");
         Handover::default().confine(&mut command, self.account.as_ref());
-        self.bounded(command, program)
+        self.bounded_with(command, program, input)
     }
 
     /// The Slurm state of `job` (`RUNNING`, `PENDING`...), `None` once Slurm has
-    /// forgotten it or cannot say.
-    fn job_state(&self, job: u64) -> Option<String> {
+    /// forgotten it; `Err` when Slurm does not answer (nothing is known then).
+    fn job_state(&self, job: u64) -> Result<Option<String>, String> {
         let args = ["-h", "-j", &job.to_string(), "-o", "%T"].map(String::from);
-        let out = self.slurm("squeue", &args).ok()?;
-        Some(out.trim().to_string()).filter(|s| !s.is_empty())
+        match self.slurm("squeue", &args) {
+            Ok(out) => Ok(Some(out.trim().to_string()).filter(|s| !s.is_empty())),
+            // Forgotten already: squeue refuses an id it does not know.
+            Err(e) if e.contains("Invalid job id") => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
-    fn job_runs(&self, job: u64) -> bool {
-        self.job_state(job).as_deref() == Some("RUNNING")
-    }
-
-    /// Whether `job` may still run (waiting for its allocation, or running).
+    /// Whether Slurm says `job` may still run (waiting for its allocation, or
+    /// running); `true` when it does not answer (it may).
     fn job_lives(&self, job: u64) -> bool {
-        matches!(
-            self.job_state(job).as_deref(),
-            Some("RUNNING" | "PENDING" | "CONFIGURING" | "SUSPENDED")
-        )
+        self.job_lives_known(job).unwrap_or(true)
     }
 
-    /// The jobs of VM `id`'s name that may still run.
-    fn jobs_of(&self, id: &str) -> Vec<u64> {
+    fn job_lives_known(&self, job: u64) -> Result<bool, String> {
+        Ok(matches!(
+            self.job_state(job)?.as_deref(),
+            Some("RUNNING" | "PENDING" | "CONFIGURING" | "SUSPENDED")
+        ))
+    }
+
+    /// Whether Slurm says `job` ended (or forgot it): a wait for it stops.
+    fn job_ended(&self, job: u64) -> bool {
+        matches!(self.job_lives_known(job), Ok(false))
+    }
+
+    /// The placement of VM `id`'s guest if its job may still run (`running_only`:
+    /// if it runs); refused when Slurm does not answer, which decides nothing.
+    fn live_placement(
+        &self,
+        id: &str,
+        dir: &Path,
+        running_only: bool,
+    ) -> Result<Option<Placement>> {
+        let Some(placement) = Self::placement(dir) else {
+            return Ok(None);
+        };
+        let unanswered = |why: String| ProvisionError::Slurm { id: id.into(), why };
+        let live = match running_only {
+            true => {
+                self.job_state(placement.job)
+                    .map_err(unanswered)?
+                    .as_deref()
+                    == Some("RUNNING")
+            }
+            false => self.job_lives_known(placement.job).map_err(unanswered)?,
+        };
+        Ok(live.then_some(placement))
+    }
+
+    /// The jobs of VM `id`'s name that may still run (the guest account's).
+    fn jobs_of(&self, id: &str) -> Result<Vec<u64>> {
         let mut args = [
             "-h",
             "-o",
@@ -392,7 +469,7 @@ impl SlurmGuests {
         }
         self.slurm("squeue", &args)
             .map(|out| out.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
+            .map_err(|why| ProvisionError::Slurm { id: id.into(), why })
     }
 
     /// Ends `job` (`scancel`) and waits until Slurm no longer runs it.
@@ -412,9 +489,12 @@ impl SlurmGuests {
         let theirs = OwnedFd::from(theirs);
         let out = theirs.try_clone().map_err(|e| e.to_string())?;
         let mut command = self.slurm_command("srun");
+        // An absolute path: where a node cannot enter the directory, Slurm runs the
+        // step in /tmp, where anyone may have made a socket of that name.
+        let socket = self.guest_dir(id).join(name);
         let target = match retry {
-            true => format!("UNIX-CONNECT:{name},retry=300,interval=0.1"),
-            false => format!("UNIX-CONNECT:{name}"),
+            true => format!("UNIX-CONNECT:{},retry=300,interval=0.1", socket.display()),
+            false => format!("UNIX-CONNECT:{}", socket.display()),
         };
         command
             .arg(format!("--jobid={job}"))
@@ -537,24 +617,24 @@ impl SlurmGuests {
     /// its directory (the job's working directory).
     fn qemu_args(&self, spec: &VmSpec, slot: &str, incoming: bool) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
+        // Absolute paths only: a job whose directory cannot be entered runs in /tmp.
+        let dir = self.guest_dir(&spec.id).display().to_string();
         let wiring = Wiring {
             kernel: path(&spec.boot.kernel),
             initramfs: path(&spec.boot.initramfs),
-            console: format!("path=console-{slot}.sock"),
-            qmp: format!("path=qmp-{slot}.sock"),
-            agent: format!("path=agent-{slot}.sock"),
+            console: format!("path={dir}/console-{slot}.sock"),
+            qmp: format!("path={dir}/qmp-{slot}.sock"),
+            agent: format!("path={dir}/agent-{slot}.sock"),
         };
         let mut args = vec!["qemu-system-x86_64".to_string()];
         args.extend(guest_args(spec, self.config.accel, &wiring));
         if spec.boot.disk.is_some() {
-            args.extend([
-                "-drive".into(),
-                "file=disk.qcow2,format=qcow2,if=virtio".into(),
-            ]);
+            args.push("-drive".into());
+            args.push(format!("file={dir}/disk.qcow2,format=qcow2,if=virtio"));
         }
         for n in 0..spec.extra_disks.len() {
             args.push("-drive".into());
-            args.push(format!("file=extra-{n}.qcow2,format=qcow2,if=virtio"));
+            args.push(format!("file={dir}/extra-{n}.qcow2,format=qcow2,if=virtio"));
         }
         if incoming {
             args.extend(["-incoming".into(), "defer".into()]);
@@ -576,6 +656,8 @@ impl SlurmGuests {
             format!("--chdir={}", dir.display()),
             format!("--output={}/qemu-{slot}.err", dir.display()),
             "--export=NONE".into(),
+            // A guest rerun by Slurm would boot again with no one reading it.
+            "--no-requeue".into(),
         ];
         if let Some(account) = &self.account {
             args.push(format!("--uid={}", account.uid));
@@ -634,15 +716,16 @@ impl SlurmGuests {
         };
         let secs = self.config.boot_deadline.as_secs();
         loop {
-            match self.job_state(job).as_deref() {
-                Some("RUNNING") => break,
-                Some("PENDING" | "CONFIGURING") if Instant::now() < end => {}
-                Some("PENDING" | "CONFIGURING") => {
+            match self.job_state(job).as_ref().map(|s| s.as_deref()) {
+                Ok(Some("RUNNING")) => break,
+                // Slurm did not answer: it is asked again, until the deadline.
+                Ok(Some("PENDING" | "CONFIGURING")) | Err(_) if Instant::now() < end => {}
+                Ok(Some("PENDING" | "CONFIGURING")) | Err(_) => {
                     return Err(failed(format!(
                         "Slurm did not allocate its node within {secs} s"
                     )));
                 }
-                state => {
+                Ok(state) => {
                     return Err(failed(format!(
                         "its Slurm job {job} ended ({}): {}",
                         state.unwrap_or("gone"),
@@ -661,7 +744,7 @@ impl SlurmGuests {
             if self.qmp(&spec.id, job, slot).is_ok() {
                 return Ok(tap);
             }
-            if !self.job_runs(job) {
+            if self.job_ended(job) {
                 return Err(failed(format!(
                     "the process ended at once: {}",
                     self.qemu_said(&spec.id, slot)
@@ -720,7 +803,7 @@ impl SlurmGuests {
                     console: dir.join("console.log"),
                 });
             }
-            if !self.job_runs(job) {
+            if self.job_ended(job) {
                 return Err(ProvisionError::Start {
                     id: spec.id.clone(),
                     why: format!("the guest stopped while booting: {}", console.tail()),
@@ -783,8 +866,8 @@ impl SlurmGuests {
         if !safe_name(node) {
             return Err(failed("the target is not a Slurm node name".into()));
         }
-        let source = Self::placement(&dir)
-            .filter(|p| self.job_runs(p.job))
+        let source = self
+            .live_placement(id, &dir, true)?
             .ok_or_else(|| ProvisionError::NotRunning(id.into()))?;
         let host = self.address_of(node).map_err(failed)?;
         let slot = other_slot(&source.slot);
@@ -831,7 +914,11 @@ impl SlurmGuests {
         slot: &str,
         host: &str,
     ) -> Result<(), String> {
+        // The stream is TLS with a key made for this migration: whoever else reaches
+        // the port first fails the handshake (the migration fails), never feeds a guest.
+        let keys = self.new_migration_key(id)?;
         let (mut destination, _relay) = self.qmp(id, job, slot)?;
+        use_tls(&mut destination, &keys, "server")?;
         let listen = json!({ "uri": format!("tcp:{host}:0") });
         destination.execute("migrate-incoming", Some(listen))?;
         let listening = destination.execute("query-migrate", None)?;
@@ -840,10 +927,54 @@ impl SlurmGuests {
             .and_then(|p| p.parse::<u16>().ok())
             .ok_or_else(|| format!("the destination says no port: {listening}"))?;
         let (mut qmp, _source_relay) = self.qmp(id, source.job, &source.slot)?;
+        use_tls(&mut qmp, &keys, "client")?;
         let uri = json!({ "uri": format!("tcp:{host}:{port}") });
         qmp.execute("migrate", Some(uri))?;
         follow_migration(&mut qmp).map(drop)
     }
+}
+
+impl SlurmGuests {
+    /// Makes a new pre-shared key for a migration of VM `id` (`<its directory>/tls/
+    /// keys.psk`, the guest account's, 0600) and returns its directory.
+    fn new_migration_key(&self, id: &str) -> Result<PathBuf, String> {
+        let mut key = [0u8; 32];
+        std::fs::File::open("/dev/urandom")
+            .and_then(|mut random| std::io::Read::read_exact(&mut random, &mut key))
+            .map_err(|e| format!("making the migration's key: {e}"))?;
+        let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+        let dir = self.guest_dir(id).join("tls");
+        let script = "umask 077 && mkdir -p \"$1\" && cat > \"$1/keys.psk\"";
+        let args: [&std::ffi::OsStr; 4] = [
+            "-c".as_ref(),
+            script.as_ref(),
+            "sh".as_ref(),
+            dir.as_os_str(),
+        ];
+        self.as_guest_with("sh", &args, format!("{PSK_USER}:{hex}\n").as_bytes())?;
+        Ok(dir)
+    }
+}
+
+/// Has the QEMU of `qmp` migrate over TLS with the pre-shared key in `keys`, as
+/// `endpoint` (`server`: the destination; `client`: the source).
+fn use_tls(qmp: &mut Qmp, keys: &Path, endpoint: &str) -> Result<(), String> {
+    let id = format!("migration-{endpoint}");
+    // A source whose last migration failed has one already.
+    let _ = qmp.execute("object-del", Some(json!({ "id": id })));
+    let mut creds = json!({
+        "qom-type": "tls-creds-psk",
+        "id": id,
+        "endpoint": endpoint,
+        "dir": keys.display().to_string(),
+    });
+    // The client names its key; the server finds it by that name.
+    if endpoint == "client" {
+        creds["username"] = json!(PSK_USER);
+    }
+    qmp.execute("object-add", Some(creds))?;
+    qmp.execute("migrate-set-parameters", Some(json!({ "tls-creds": id })))?;
+    Ok(())
 }
 
 impl Provisioner for SlurmGuests {
@@ -861,6 +992,10 @@ impl Provisioner for SlurmGuests {
             self.boot(spec, &dir, &node)
         })();
         if made.is_err() {
+            // A job whose sbatch outlived its answer, or whose start was not recorded.
+            for job in self.jobs_of(&spec.id).unwrap_or_default() {
+                self.cancel(job);
+            }
             let _ = self.as_guest(
                 "rm",
                 &["-rf".as_ref(), self.guest_dir(&spec.id).as_os_str()],
@@ -872,7 +1007,7 @@ impl Provisioner for SlurmGuests {
 
     fn power(&self, id: &str, power: Power) -> Result<()> {
         let (dir, _busy) = self.existing(id)?;
-        let running = Self::placement(&dir).filter(|p| self.job_lives(p.job));
+        let running = self.live_placement(id, &dir, false)?;
         match (power, running) {
             (Power::On, Some(_)) | (Power::Off, None) => Ok(()),
             (Power::On, None) => {
@@ -889,11 +1024,19 @@ impl Provisioner for SlurmGuests {
 
     fn destroy(&self, id: &str) -> Result<()> {
         let (dir, _busy) = self.existing(id)?;
-        if let Some(placement) = Self::placement(&dir).filter(|p| self.job_lives(p.job)) {
+        if let Some(placement) = self.live_placement(id, &dir, false)? {
             self.hard_stop(id, &placement);
         }
-        for job in self.jobs_of(id) {
+        // Done only once no job of its name may run: one Slurm did not answer about
+        // would hold its node for ever, and nothing would end it.
+        for job in self.jobs_of(id)? {
             self.cancel(job);
+        }
+        if !self.jobs_of(id)?.is_empty() {
+            return Err(ProvisionError::Slurm {
+                id: id.into(),
+                why: "a job of its guest did not end".into(),
+            });
         }
         self.consoles.forget(id);
         self.as_guest("rm", &["-rf".as_ref(), self.guest_dir(id).as_os_str()])
@@ -919,8 +1062,8 @@ impl Provisioner for SlurmGuests {
         if !dir.is_dir() {
             return Ok(VmStatus::Gone);
         }
-        Ok(match Self::placement(&dir) {
-            Some(p) if self.job_runs(p.job) => VmStatus::Running {
+        Ok(match self.live_placement(id, &dir, true)? {
+            Some(p) => VmStatus::Running {
                 qemu: self
                     .query_status(id, p.job, &p.slot)
                     .unwrap_or_else(|_| "unresponsive".into()),
@@ -936,12 +1079,12 @@ impl Provisioner for SlurmGuests {
             return Ok(false);
         };
         let placement = Self::placement(&dir);
-        for job in self.jobs_of(id) {
+        for job in self.jobs_of(id)? {
             if placement.as_ref().is_none_or(|p| p.job != job) {
                 self.cancel(job);
             }
         }
-        let Some(placement) = placement.filter(|p| self.job_runs(p.job)) else {
+        let Some(placement) = self.live_placement(id, &dir, true)? else {
             return Ok(false);
         };
         if self
@@ -1001,8 +1144,8 @@ impl SlurmGuests {
         if !dir.is_dir() {
             return Err(ProvisionError::NotFound(id.into()));
         }
-        let placement = Self::placement(&dir)
-            .filter(|p| self.job_runs(p.job))
+        let placement = self
+            .live_placement(id, &dir, true)?
             .ok_or_else(|| ProvisionError::NotRunning(id.into()))?;
         let socket = format!("agent-{}.sock", placement.slot);
         self.relay(id, placement.job, &socket, false)

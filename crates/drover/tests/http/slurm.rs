@@ -1122,6 +1122,17 @@ fn guest_jobs(id: &str) -> Vec<(String, String)> {
     .collect()
 }
 
+/// Ends the guest account's Slurm jobs when dropped (a failed test leaves its guests').
+struct GuestJobs;
+
+impl Drop for GuestJobs {
+    fn drop(&mut self) {
+        let _ = Command::new("scancel")
+            .args(["-u", "drover-guest"])
+            .status();
+    }
+}
+
 /// Whether a QEMU process of VM `id` runs under a `slurmstepd` (inside an allocation).
 fn qemu_in_allocation(id: &str) -> bool {
     std::fs::read_dir("/proc")
@@ -1158,6 +1169,9 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
         return;
     }
     let _turn = turn();
+    // Those an earlier failed run left go first.
+    drop(GuestJobs);
+    let _jobs = GuestJobs;
     // Shared storage: here, a directory the guest account may reach (not the data
     // directory, which only root enters).
     let guest_dir = tempfile::Builder::new()
@@ -1208,14 +1222,32 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
     assert_eq!(cpus.trim(), "2", "the job holds the VM's processors");
     // The resource manager leaves the guest's job alone: no job of it is shown.
     std::thread::sleep(Duration::from_secs(2));
-    let jobs = server.get("/rest/jobs?api-version=2").json();
-    let adopted = jobs["results"].as_array().unwrap().iter().any(|j| {
-        j["systemInfo"]["rmJobId"] == first_job.as_str()
-            || j.to_string().contains(&format!("\"{first_job}\""))
-    });
+    let taken = shown_job(&server, &first_job);
     assert!(
-        !adopted,
-        "the guest's Slurm job was taken for a job: {jobs}"
+        taken.is_none(),
+        "the guest's job was taken for a job: {taken:?}"
+    );
+    // Another user's job of the guest's name is theirs: shown as a job submitted to
+    // Slurm directly, never taken for the guest.
+    let name = run("squeue", &["-h", "-j", &first_job, "-o", "%j"]);
+    let look_alike = sbatch_by_hand(name.trim(), 300);
+    let shown = wait("bob's look-alike is shown", 30, || {
+        shown_job(&server, &look_alike)
+    });
+    assert_eq!(shown["user"], BOB, "{shown}");
+    run("scancel", &[&look_alike]);
+    assert_eq!(guest_jobs("roam").len(), 1);
+    // Jobs in VMs are not run over Slurm: refused, not run beside the VM.
+    let in_vm = server.send_json(
+        "POST",
+        "/rest/jobs?api-version=2",
+        &json!({"commandFile": "/bin/true", "vmUsagePolicy": "REQUIREVM"}),
+    );
+    assert_eq!(in_vm.status, 400, "{}", in_vm.body);
+    assert!(
+        in_vm.body.contains("not run by the slurm resource manager"),
+        "{}",
+        in_vm.body
     );
 
     // Live migration to node2: a new job there, the guest's uptime goes on, the first
@@ -1232,13 +1264,17 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
         &json!({"node": {"id": "node2"}}),
     );
     let migrate = crate::vms::job_id(&moved);
-    server.wait_for("/rest/vms/roam", "the migration", |vm| {
-        vm["node"]["id"] == "node2" && vm["substate"] == "running"
-    });
-    let job = server
-        .get(&format!("/rest/jobs/{migrate}?api-version=2"))
-        .json();
-    assert_eq!(job["completionCode"], 0, "{job}");
+    let job = server.wait_for(
+        &format!("/rest/jobs/{migrate}?api-version=2"),
+        "the migration's end",
+        |job| job["states"]["state"] == "Completed",
+    );
+    assert_eq!(job["completionCode"], 0, "{}", job["messages"]);
+    let vm = server.get("/rest/vms/roam").json();
+    assert!(
+        vm["node"]["id"] == "node2" && vm["substate"] == "running",
+        "{vm}"
+    );
     let now = guest_jobs("roam");
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now[0].0, first_job);
@@ -1246,6 +1282,10 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
     wait_until("the migrated guest ticks on", || {
         crate::vms::last_tick(&server, "roam") > before
     });
+    // The stream went over TLS with a key made for it, the guest account's alone.
+    let key = std::fs::metadata(shared.join("roam").join("tls").join("keys.psk")).unwrap();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(key.mode() & 0o777, 0o600);
     let after = crate::vms::last_tick(&server, "roam");
     assert!(
         after > before,

@@ -100,6 +100,17 @@ impl Engine {
         let containers = &self.containers;
         validate::submission(&spec, |id| containers.position_for(id, by).is_some())?;
         spec.extra.shrink();
+        let policy = spec.extra.vm_usage_policy.as_deref();
+        if crate::vm::wants_vm(policy) && !self.rm.runs_jobs_in_guests() {
+            return Err(SchedError::invalid(
+                JOB_NOT_SUBMITTED,
+                format!(
+                    "vmUsagePolicy {}: jobs in VMs are not run by the {} resource manager",
+                    policy.unwrap_or_default(),
+                    self.rm.name()
+                ),
+            ));
+        }
         let user = self.job_user(&spec, by)?;
         if let Some(group) = &spec.group {
             self.check_group(group, &spec, by, &user)?;

@@ -142,6 +142,11 @@ pub trait ResourceManager: Send + Sync {
     /// The name jobs report as their resource manager.
     fn name(&self) -> &str;
 
+    /// Whether it runs a job's command in a guest (`Launch::guest`, `vmUsagePolicy`).
+    fn runs_jobs_in_guests(&self) -> bool {
+        true
+    }
+
     /// Starts the job; its end is reported later as [`RmEvent::Exited`].
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String>;
 

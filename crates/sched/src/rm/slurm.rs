@@ -113,6 +113,9 @@ pub struct SlurmConfig {
     /// (`drover-<identity>-<job id>`): written once in its store at first start. Empty:
     /// the names of old, `drover-<job id>`.
     pub service_identity: String,
+    /// The account VM guests run as (`[cloud] guest_user`): its jobs of a guest's name
+    /// are the VM host's.
+    pub guest_user: Option<String>,
 }
 
 impl SlurmConfig {
@@ -129,6 +132,7 @@ impl SlurmConfig {
             command_timeout: Duration::from_secs(30),
             describe_nodes: false,
             service_identity: String::new(),
+            guest_user: None,
         }
     }
 
@@ -158,14 +162,22 @@ impl SlurmConfig {
         self.job_name(GUEST_MARK)
     }
 
-    /// Whether a Slurm job's name is that of another Drover service's job (or of one
-    /// named before services had an identity), or of one of this service's VM guests
-    /// (the VM host's): never reported, adopted or cancelled.
-    fn left_alone(&self, name: &str) -> bool {
-        name.starts_with(JOB_NAME_PREFIX)
-            && self
-                .own_job_of(name)
-                .is_none_or(|job| job.starts_with(GUEST_MARK))
+    /// Whether a Slurm job of `user` named `name` is another Drover service's job (or
+    /// one named before services had an identity), or one of this service's VM guests
+    /// (the VM host's: of a guest's name and the guest account's): never reported,
+    /// adopted or cancelled. Anyone else's job of a guest's name is theirs, reported
+    /// as any job submitted directly.
+    fn left_alone(&self, name: &str, user: Option<&str>) -> bool {
+        if !name.starts_with(JOB_NAME_PREFIX) {
+            return false;
+        }
+        match self.own_job_of(name) {
+            None => true,
+            Some(job) if job.starts_with(GUEST_MARK) => {
+                user.is_some() && user == self.guest_user.as_deref()
+            }
+            Some(_) => false,
+        }
     }
 
     fn program(&self, name: &str) -> PathBuf {
@@ -801,7 +813,7 @@ impl Shared {
             jobs.items
                 .iter()
                 .filter(|j| !watched.contains_key(&j.job_id))
-                .filter(|j| !self.config.left_alone(&j.name))
+                .filter(|j| !self.config.left_alone(&j.name, j.user_name.as_deref()))
                 .filter_map(|j| {
                     let own_job = self.config.own_job_of(&j.name).map(String::from);
                     detected_job(j).map(|d| DetectedJob { own_job, ..d })
@@ -1028,8 +1040,13 @@ impl ResourceManager for SlurmResourceManager {
         &self.shared.config.name
     }
 
+    /// A job's command would run on the node, beside its VM rather than in it.
+    fn runs_jobs_in_guests(&self) -> bool {
+        false
+    }
+
     fn start(&self, launch: Launch) -> Result<ProcessRecord, String> {
-        // Its command would run on the node, beside its VM rather than in it.
+        // Refused at submission already (`runs_jobs_in_guests`).
         if launch.guest.is_some() {
             return Err(
                 "a job in a VM (vmUsagePolicy) is not run by the Slurm resource manager".into(),
@@ -1269,14 +1286,19 @@ mod tests {
         ] {
             assert_eq!(config.own_job_of(other), None, "{other}");
         }
-        assert!(config.left_alone("drover-ffffffff-Drover.7"));
-        assert!(config.left_alone("drover-Drover.7"));
-        assert!(!config.left_alone("by-hand"));
-        assert!(!config.left_alone("drover-0a1b2c3d-Drover.7"));
-        // A VM guest of this service is the VM host's, not a job to adopt.
+        let bob = Some("bob");
+        assert!(config.left_alone("drover-ffffffff-Drover.7", bob));
+        assert!(config.left_alone("drover-Drover.7", bob));
+        assert!(!config.left_alone("by-hand", bob));
+        assert!(!config.left_alone("drover-0a1b2c3d-Drover.7", bob));
+        // A VM guest of this service is the VM host's, not a job to adopt; a user's
+        // job of that name is theirs.
+        config.guest_user = Some("drover-guest".into());
         let guest = format!("{}web", config.guest_job_name_prefix());
         assert_eq!(guest, "drover-0a1b2c3d-vm-web");
-        assert!(config.left_alone(&guest));
+        assert!(config.left_alone(&guest, Some("drover-guest")));
+        assert!(!config.left_alone(&guest, bob));
+        assert!(!config.left_alone(&guest, None));
     }
     use crate::job::Allocation;
     use crate::sysuser::SystemUser;
