@@ -121,6 +121,10 @@ struct Placement {
     job: u64,
     node: String,
     slot: String,
+    /// A migration's destination, recorded before the guest is sent: a restart keeps
+    /// whichever side runs the guest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    incoming: Option<Box<Placement>>,
 }
 
 /// A connection through `srun`: the stream, and the relay's process (ended and
@@ -301,9 +305,10 @@ impl SlurmGuests {
 
     fn placement(dir: &Path) -> Option<Placement> {
         let text = std::fs::read(dir.join("guest.json")).ok()?;
+        let slot = |p: &Placement| matches!(p.slot.as_str(), "a" | "b");
         serde_json::from_slice::<Placement>(&text)
             .ok()
-            .filter(|p| matches!(p.slot.as_str(), "a" | "b"))
+            .filter(|p| slot(p) && p.incoming.as_deref().is_none_or(slot))
     }
 
     fn set_placement(dir: &Path, placement: &Placement) -> Result<()> {
@@ -786,6 +791,7 @@ impl SlurmGuests {
                 job,
                 node: node.into(),
                 slot: slot.clone(),
+                incoming: None,
             },
         )?;
         let end = Instant::now() + self.config.boot_deadline;
@@ -869,39 +875,80 @@ impl SlurmGuests {
         let source = self
             .live_placement(id, &dir, true)?
             .ok_or_else(|| ProvisionError::NotRunning(id.into()))?;
+        let log = dir.join("console.log");
+        let handle = |job: u64| VmHandle {
+            id: id.into(),
+            pid: job as i32,
+            console: log.clone(),
+        };
+        // Asked again after a restart that kept the moved guest: done already.
+        if source.node == node {
+            return Ok(handle(source.job));
+        }
         let host = self.address_of(node).map_err(failed)?;
         let slot = other_slot(&source.slot);
         spec.node = Some(node.into());
-        let log = dir.join("console.log");
         let (job, _tap) = self.start_guest(&spec, &log, node, slot, true)?;
-        let moved = self.send_guest(id, &source, job, slot, &host);
-        if let Err(why) = moved {
-            self.cancel(job);
-            return Err(failed(why));
-        }
-        // The source is paused now and the destination runs: end the source's job,
-        // which frees its allocation.
-        self.hard_stop(id, &source);
-        let placement = Placement {
+        let destination = Placement {
             job,
             node: node.into(),
             slot: slot.into(),
+            incoming: None,
         };
-        Self::set_placement(&dir, &placement)?;
+        let recorded = Placement {
+            incoming: Some(Box::new(destination.clone())),
+            ..source.clone()
+        };
+        if let Err(e) = Self::set_placement(&dir, &recorded) {
+            self.cancel(job);
+            return Err(e);
+        }
+        let moved = self.send_guest(id, &source, job, slot, &host);
+        // A failure heard after the guest arrived (a relay that broke) is no failure.
+        if let Err(why) = moved
+            && self.query_status(id, job, slot).as_deref() != Ok("running")
+        {
+            self.cancel(job);
+            Self::set_placement(&dir, &source)?;
+            return Err(failed(why));
+        }
+        // The source is paused now and the destination runs: end the source's job,
+        // which frees its allocation. From here the guest is on the target node.
+        self.hard_stop(id, &source);
+        Self::set_placement(&dir, &destination)?;
         std::fs::write(
             dir.join("spec.json"),
             serde_json::to_vec_pretty(&spec).expect("a spec"),
         )
         .map_err(io("writing the VM's spec.json"))?;
-        let qemu = self.query_status(id, job, slot).map_err(failed)?;
-        if qemu != "running" {
-            return Err(failed(format!("the destination is {qemu}, not running")));
+        Ok(handle(job))
+    }
+
+    /// After a restart during a migration: keeps the side that runs the guest (the
+    /// destination once it runs, else the source, resumed if the migration left it
+    /// paused) and ends the other.
+    fn settle_migration(&self, id: &str, dir: &Path, recorded: Placement) -> Result<()> {
+        let Some(destination) = recorded.incoming.as_deref().cloned() else {
+            return Ok(());
+        };
+        let source = Placement {
+            incoming: None,
+            ..recorded
+        };
+        let arrived = self.query_status(id, destination.job, &destination.slot);
+        if arrived.as_deref() == Ok("running") {
+            self.hard_stop(id, &source);
+            return Self::set_placement(dir, &destination);
         }
-        Ok(VmHandle {
-            id: id.into(),
-            pid: job as i32,
-            console: log,
-        })
+        self.cancel(destination.job);
+        if let Ok((mut qmp, _relay)) = self.qmp(id, source.job, &source.slot)
+            && qmp
+                .execute("query-status", None)
+                .is_ok_and(|s| s["status"] != "running")
+        {
+            let _ = qmp.execute("cont", None);
+        }
+        Self::set_placement(dir, &source)
     }
 
     /// Has the destination (job `job`, `slot`) listen on `host`, and the source send
@@ -1078,6 +1125,9 @@ impl Provisioner for SlurmGuests {
         let Some((dir, _busy)) = super::known(self.existing(id))? else {
             return Ok(false);
         };
+        if let Some(recorded) = Self::placement(&dir) {
+            self.settle_migration(id, &dir, recorded)?;
+        }
         let placement = Self::placement(&dir);
         for job in self.jobs_of(id)? {
             if placement.as_ref().is_none_or(|p| p.job != job) {

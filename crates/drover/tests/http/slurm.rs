@@ -1292,12 +1292,12 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
         "the guest rebooted: uptime {after} after {before}"
     );
 
-    // A restart finds the guest in its job again and reads its console on; another job
-    // of its name (a migration's destination the restart interrupted) is ended.
+    // A restart finds the guest in its job again and reads its console on; other jobs
+    // of its name are ended: one unrecorded (an sbatch the restart interrupted) and a
+    // migration's destination recorded before the guest was sent, which never got it.
     let name = run("squeue", &["-h", "-j", &now[0].0, "-o", "%j"]);
-    let stray = run(
-        "sbatch",
-        &[
+    let stray = || {
+        let args = [
             "--parsable",
             "--uid=drover-guest",
             "--nodelist=node3",
@@ -1305,12 +1305,25 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
             "/dev/null",
             &format!("--job-name={}", name.trim()),
             "--wrap=sleep 300",
-        ],
-    );
-    let stray = stray.trim().to_string();
+        ];
+        run("sbatch", &args).trim().to_string()
+    };
+    let (unrecorded, destination) = (stray(), stray());
+    let recorded = server
+        .data_dir()
+        .join("vms")
+        .join("roam")
+        .join("guest.json");
+    let mut placement: Value = serde_json::from_slice(&std::fs::read(&recorded).unwrap()).unwrap();
+    let slot = if placement["slot"] == "a" { "b" } else { "a" };
+    placement["incoming"] = json!({"job": destination.parse::<u64>().unwrap(),
+                                   "node": "node3", "slot": slot});
+    std::fs::write(&recorded, placement.to_string()).unwrap();
     let server = server.restart();
-    wait_until("the stray job is ended", || {
-        !guest_jobs("roam").iter().any(|(job, _)| *job == stray)
+    wait_until("the strays are ended", || {
+        !guest_jobs("roam")
+            .iter()
+            .any(|(job, _)| *job == unrecorded || *job == destination)
     });
     assert_eq!(guest_jobs("roam"), now, "the guest's job is kept");
     let vm = server.get("/rest/vms/roam").json();
