@@ -264,9 +264,9 @@ pub(crate) fn answer_for(reader: &mut impl BufRead, nonce: &str) -> Result<Answe
 }
 
 /// A socket whose every read and write waits at most until a deadline.
-struct Deadlined {
-    stream: UnixStream,
-    deadline: Instant,
+pub(crate) struct Deadlined {
+    pub(crate) stream: UnixStream,
+    pub(crate) deadline: Instant,
 }
 
 impl Deadlined {

@@ -6,14 +6,19 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use drover_shepherd::fork_server::send_with_fds;
+
+use super::agent::Deadlined;
 use serde_json::{Value, json};
 
 pub struct Qmp {
-    reader: BufReader<UnixStream>,
+    /// Every command's answer (and the events before it) must come within `timeout`
+    /// of the command: a peer that trickles bytes holds no one past it.
+    reader: BufReader<Deadlined>,
     writer: UnixStream,
+    timeout: Duration,
 }
 
 impl Qmp {
@@ -28,13 +33,14 @@ impl Qmp {
     /// [`Qmp::connect`] over a connection made otherwise (a relay to another machine).
     pub fn over(stream: UnixStream, timeout: Duration) -> Result<Self, String> {
         stream
-            .set_read_timeout(Some(timeout))
-            .and_then(|()| stream.set_write_timeout(Some(timeout)))
+            .set_write_timeout(Some(timeout))
             .map_err(|e| e.to_string())?;
         let writer = stream.try_clone().map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + timeout;
         let mut qmp = Self {
-            reader: BufReader::new(stream),
+            reader: BufReader::new(Deadlined { stream, deadline }),
             writer,
+            timeout,
         };
         let greeting = qmp.read_message()?;
         if greeting.get("QMP").is_none() {
@@ -66,6 +72,7 @@ impl Qmp {
         arguments: Option<Value>,
         fd: Option<BorrowedFd<'_>>,
     ) -> Result<Value, String> {
+        self.reader.get_mut().deadline = Instant::now() + self.timeout;
         let mut message = json!({ "execute": command });
         if let Some(arguments) = arguments {
             message["arguments"] = arguments;

@@ -148,8 +148,17 @@ impl Relay {
 }
 
 impl Drop for Relay {
+    /// Closes the connection first, so that the remote socat sees its end and leaves
+    /// (a killed srun may leave it holding QEMU's one-client socket); kills what
+    /// stays after a moment.
     fn drop(&mut self) {
+        // Its parts taken (`into_parts`): the connection lives on elsewhere.
         if let Some(child) = &mut self.child {
+            let _ = self.stream.shutdown(std::net::Shutdown::Both);
+            let end = Instant::now() + Duration::from_secs(2);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < end {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = child.kill();
             let _ = child.wait();
         }
