@@ -64,7 +64,8 @@ const QEMU_IMG: &str = "qemu-img";
 const QMP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a `quit` (then a SIGKILL) may take to end the process.
 const QUIT_WAIT: Duration = Duration::from_secs(5);
-/// How long a live migration may take.
+/// How long a live migration may take, plus a second for each 16 MiB of the guest's
+/// memory (a large guest's memory takes that long to send at a modest rate).
 const MIGRATION_DEADLINE: Duration = Duration::from_secs(120);
 /// A unix socket's path is at most this long (`sun_path`, with its NUL).
 const MAX_SOCKET_PATH: usize = 107;
@@ -503,7 +504,7 @@ impl QemuProvisioner {
                 ),
             });
         };
-        let state = send_guest(&files, source, channel).map_err(|why| {
+        let state = send_guest(&files, source, channel, spec.memory_mib).map_err(|why| {
             self.hard_stop(&files, target, target_pid);
             ProvisionError::Migration { id: id.into(), why }
         })?;
@@ -824,19 +825,26 @@ impl QemuProvisioner {
 
 /// Migrates the guest of `slot` over `channel` (QEMU gets it over QMP); QEMU's last
 /// `query-migrate` once it completed.
-fn send_guest(files: &Files, slot: Slot, channel: UnixStream) -> Result<Value, String> {
+fn send_guest(
+    files: &Files,
+    slot: Slot,
+    channel: UnixStream,
+    memory_mib: u64,
+) -> Result<Value, String> {
     let mut qmp = Qmp::connect(&files.qmp(slot), QMP_TIMEOUT)?;
     let name = json!({ "fdname": "migration" });
     qmp.execute_with_fd("getfd", name, channel.as_fd())?;
     drop(channel);
     qmp.execute("migrate", Some(json!({ "uri": "fd:migration" })))?;
-    follow_migration(&mut qmp)
+    follow_migration(&mut qmp, memory_mib)
 }
 
-/// Waits until the migration the source of `qmp` was told to make completes (QEMU's
-/// last `query-migrate`), fails or outlasts [`MIGRATION_DEADLINE`] (then cancelled).
-pub(super) fn follow_migration(qmp: &mut Qmp) -> Result<Value, String> {
-    let end = Instant::now() + MIGRATION_DEADLINE;
+/// Waits until the migration the source of `qmp` (a guest of `memory_mib`) was told to
+/// make completes (QEMU's last `query-migrate`), fails or outlasts
+/// [`MIGRATION_DEADLINE`] (then cancelled).
+pub(super) fn follow_migration(qmp: &mut Qmp, memory_mib: u64) -> Result<Value, String> {
+    let allowed = MIGRATION_DEADLINE + Duration::from_secs(memory_mib / 16);
+    let end = Instant::now() + allowed;
     loop {
         let state = qmp.execute("query-migrate", None)?;
         match state.get("status").and_then(Value::as_str) {
@@ -852,7 +860,7 @@ pub(super) fn follow_migration(qmp: &mut Qmp) -> Result<Value, String> {
                 let _ = qmp.execute("migrate_cancel", None);
                 return Err(format!(
                     "it did not complete within {} s",
-                    MIGRATION_DEADLINE.as_secs()
+                    allowed.as_secs()
                 ));
             }
             _ => std::thread::sleep(Duration::from_millis(50)),

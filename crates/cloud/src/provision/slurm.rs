@@ -912,7 +912,7 @@ impl SlurmGuests {
             self.cancel(job);
             return Err(e);
         }
-        let moved = self.send_guest(id, &source, job, slot, &host);
+        let moved = self.send_guest(&spec, &source, job, slot, &host);
         // A failure heard after the guest arrived (a relay that broke) is no failure.
         if let Err(why) = moved
             && self.query_status(id, job, slot).as_deref() != Ok("running")
@@ -964,12 +964,13 @@ impl SlurmGuests {
     /// the guest there.
     fn send_guest(
         &self,
-        id: &str,
+        spec: &VmSpec,
         source: &Placement,
         job: u64,
         slot: &str,
         host: &str,
     ) -> Result<(), String> {
+        let id = &spec.id;
         // The stream is TLS with a key made for this migration: whoever else reaches
         // the port first fails the handshake (the migration fails), never feeds a guest.
         let keys = self.new_migration_key(id)?;
@@ -986,7 +987,7 @@ impl SlurmGuests {
         use_tls(&mut qmp, &keys, "client")?;
         let uri = json!({ "uri": format!("tcp:{host}:{port}") });
         qmp.execute("migrate", Some(uri))?;
-        follow_migration(&mut qmp).map(drop)
+        follow_migration(&mut qmp, spec.memory_mib).map(drop)
     }
 }
 
