@@ -464,7 +464,16 @@ impl VmHost for Guests {
     }
 
     fn alive(&self, vm: &Vm) -> bool {
-        self.provisioner.adopt(&vm.id).unwrap_or(false)
+        match self.provisioner.adopt(&vm.id) {
+            Ok(found) => found,
+            // Unknown, not gone: a guest on a Slurm node is kept as it was rather than
+            // declared lost (its console is read again once a start finds it).
+            Err(e @ ProvisionError::Slurm { .. }) => {
+                eprintln!("drover: VM {} is kept as running: {e}", vm.id);
+                true
+            }
+            Err(_) => false,
+        }
     }
 
     fn connect_agent(&self, vm: &Vm) -> Result<std::os::fd::OwnedFd, String> {
