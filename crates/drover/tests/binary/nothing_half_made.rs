@@ -588,3 +588,76 @@ fn a_read_only_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     drop(server);
     drop(mounted);
 }
+
+/// Issue #59 item 4: a commit that fails leaves balances as they were. A held job of an
+/// account with funds is released while the data directory's file system is read-only:
+/// its start, and the lien on its account, cannot be made durable, so the release is
+/// refused, the job does not run, and the account holds nothing, not the lien the
+/// engine took in memory before the commit failed.
+#[test]
+fn a_failed_commit_leaves_balances_as_they_were() {
+    let dir = tempfile::tempdir().unwrap();
+    let mount_point = dir.path().join("disk");
+    std::fs::create_dir(&mount_point).unwrap();
+    let mounted = match Mounted::ext4(&dir.path().join("disk.img"), "64M", &mount_point) {
+        Ok(mounted) => mounted,
+        Err(why) => return skip(&format!("cannot mount an ext4 on a loop device: {why}")),
+    };
+    let config = dir.path().join("drover.toml");
+    std::fs::write(
+        &config,
+        "[accounting]\nenabled = true\n\
+         [[accounting.accounts]]\nid = \"physics\"\nusers = [{ id = \"admin\" }]\n\
+         [[accounting.allocations]]\naccount = \"physics\"\namount = \"1000\"\n\
+         [accounting.rates]\nprocessors = \"0.01\"\n",
+    )
+    .unwrap();
+    let server = serve(
+        &mount_point.join("data"),
+        &["--config", config.to_str().unwrap()],
+    );
+    let auth = super::basic("admin", &password_of(&server));
+    let agent = agent(Some(Duration::from_secs(60)));
+    let call = |method: &str, path: &str, body: Option<&str>| {
+        let url = format!("{}{path}", server.url);
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(&url)
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .body(body.unwrap_or("").to_string())
+            .unwrap();
+        let mut response = agent.run(request).expect("the server answers");
+        let status = response.status().as_u16();
+        (
+            status,
+            response.body_mut().read_to_string().unwrap_or_default(),
+        )
+    };
+    let job = r#"{"commandFile": "/usr/bin/true", "duration": 600, "holds": ["User"],
+                  "credentials": {"account": "physics"}}"#;
+    let (status, body) = call("POST", "/rest/jobs?api-version=2", Some(job));
+    assert_eq!(status, 201, "{body}");
+    let id = serde_json::from_str::<serde_json::Value>(&body).unwrap()["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let balance = || call("GET", "/rest/accounting/accounts/physics/balance", None);
+    let before = balance();
+    assert_eq!(before.0, 200, "{}", before.1);
+
+    mounted.abort_to_read_only();
+    let (status, body) = call("PUT", &format!("/rest/jobs/{id}/unhold"), None);
+    assert_eq!(status, 503, "the release cannot be durable: {body}");
+    // However long the service tries to reload from a store it cannot write to.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = balance();
+    assert_eq!(
+        after, before,
+        "the lien of a start that was never durable is held"
+    );
+    let (_, shown) = call("GET", &format!("/rest/jobs/{id}?api-version=2"), None);
+    assert!(!shown.contains("\"Running\""), "{shown}");
+    drop(server);
+    drop(mounted);
+}
