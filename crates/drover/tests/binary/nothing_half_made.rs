@@ -102,6 +102,20 @@ impl Drop for Mounted {
     }
 }
 
+/// A 64 MiB ext4 mounted at `<dir>/disk` (see [`Mounted::ext4`]), and its mount
+/// point; `None` (the test skipped, see [`skip`]) where this process may not mount.
+fn small_ext4(dir: &Path) -> Option<(Mounted, PathBuf)> {
+    let mount_point = dir.join("disk");
+    std::fs::create_dir(&mount_point).unwrap();
+    match Mounted::ext4(&dir.join("disk.img"), "64M", &mount_point) {
+        Ok(mounted) => Some((mounted, mount_point)),
+        Err(why) => {
+            skip(&format!("cannot mount an ext4 on a loop device: {why}"));
+            None
+        }
+    }
+}
+
 /// Says why a test that needs to mount did not run; fails it instead when mounts are
 /// required.
 fn skip(why: &str) {
@@ -549,11 +563,8 @@ fn a_full_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
 #[test]
 fn a_read_only_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
     let dir = tempfile::tempdir().unwrap();
-    let mount_point = dir.path().join("disk");
-    std::fs::create_dir(&mount_point).unwrap();
-    let mounted = match Mounted::ext4(&dir.path().join("disk.img"), "64M", &mount_point) {
-        Ok(mounted) => mounted,
-        Err(why) => return skip(&format!("cannot mount an ext4 on a loop device: {why}")),
+    let Some((mounted, mount_point)) = small_ext4(dir.path()) else {
+        return;
     };
     let data = mount_point.join("data");
     let mut server = serve(&data, &[]);
@@ -597,11 +608,8 @@ fn a_read_only_data_directory_shows_nothing_answered_503_and_reuses_no_id() {
 #[test]
 fn a_failed_commit_leaves_balances_as_they_were() {
     let dir = tempfile::tempdir().unwrap();
-    let mount_point = dir.path().join("disk");
-    std::fs::create_dir(&mount_point).unwrap();
-    let mounted = match Mounted::ext4(&dir.path().join("disk.img"), "64M", &mount_point) {
-        Ok(mounted) => mounted,
-        Err(why) => return skip(&format!("cannot mount an ext4 on a loop device: {why}")),
+    let Some((mounted, mount_point)) = small_ext4(dir.path()) else {
+        return;
     };
     let config = dir.path().join("drover.toml");
     std::fs::write(

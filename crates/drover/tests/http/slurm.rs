@@ -1333,6 +1333,15 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
         crate::vms::last_tick(&server, "roam") > before
     });
 
+    // A start while slurmctld is away keeps the guest as it was: unknown is not gone.
+    stop_slurmctld();
+    let away = Restart(true);
+    let server = server.restart();
+    let vm = server.get("/rest/vms/roam").json();
+    assert_eq!(vm["substate"], "running", "{vm}");
+    drop(away);
+    assert_eq!(guest_jobs("roam"), now, "the guest's job ran on");
+
     // Deleted: its job ends, its files go.
     crate::vms::job_id(&server.send("DELETE", "/rest/vms/roam", Auth::User));
     wait_until("the VM is gone", || {
