@@ -21,6 +21,14 @@
 //! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
 //! its job is watched, and that listing takes it too: a job of ours is never reported.
 //!
+//! Work ahead ([`SlurmConfig::work_ahead`], `engine::ahead`): the engine also hands
+//! over, pinned the same way, jobs whose nodes are not free yet; Slurm starts each the
+//! moment they are (no round trip through the watcher and `sbatch` between the end of
+//! one job and the start of the next). Every job handed over is watched as waiting, so
+//! its start there is reported ([`RmEvent::Started`], with Slurm's date). A restart
+//! adopts them as any other; a start recorded without its Slurm job takes the Slurm job
+//! of its name and user, if any ([`ResourceManager::adopt_unrecorded`]).
+//!
 //! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
 //! a job's name is the one field its user chooses, and it cannot forge a listing's
 //! record (see `text`). A job submitted directly is its Slurm user's, and a restart
@@ -113,6 +121,9 @@ pub struct SlurmConfig {
     /// (`drover-<identity>-<job id>`): written once in its store at first start. Empty:
     /// the names of old, `drover-<job id>`.
     pub service_identity: String,
+    /// How many times over its nodes' processors jobs are handed over ahead of their
+    /// freeing ([`ResourceManager::takes_work_ahead`]); 0: none.
+    pub work_ahead: u32,
 }
 
 impl SlurmConfig {
@@ -129,6 +140,7 @@ impl SlurmConfig {
             command_timeout: Duration::from_secs(30),
             describe_nodes: false,
             service_identity: String::new(),
+            work_ahead: 2,
         }
     }
 
@@ -991,10 +1003,6 @@ impl SlurmResourceManager {
         &self.shared.config
     }
 
-    fn watch(&self, slurm_id: u64, job_id: &str) {
-        self.watch_as(slurm_id, job_id, false, None);
-    }
-
     fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool, suspended: Option<bool>) {
         self.shared.watched().insert(
             slurm_id,
@@ -1114,7 +1122,9 @@ impl ResourceManager for SlurmResourceManager {
                         || job.name == format!("{JOB_NAME_PREFIX}{job_id}"))
                         && !job.is_finished() =>
                 {
-                    self.watch(slurm_id, job_id);
+                    // Watched as waiting: its start there is reported (a job handed
+                    // ahead still waits for it; of a running one it is the date).
+                    self.watch_as(slurm_id, job_id, true, None);
                     true
                 }
                 // Ended (then `recorded_exit` tells how), unknown, or another's job.
@@ -1123,10 +1133,57 @@ impl ResourceManager for SlurmResourceManager {
             // Slurm does not answer: the job may well run on; watch it until it does.
             Err(e) => {
                 eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
-                self.watch(slurm_id, job_id);
+                self.watch_as(slurm_id, job_id, true, None);
                 true
             }
         }
+    }
+
+    fn adopt_unrecorded(&self, job_id: &str, user: &str) -> Option<ProcessRecord> {
+        let name = self.shared.config.job_name(job_id);
+        let jobs = self.shared.listing(Duration::from_secs(1)).ok()?;
+        // Only this job's user's: anyone may name a Slurm job like ours.
+        let mut found: Vec<u64> = jobs
+            .items
+            .iter()
+            .filter(|j| j.name == name && !j.is_finished() && j.user_name.as_deref() == Some(user))
+            .map(|j| j.job_id)
+            .collect();
+        found.sort_unstable();
+        let (&slurm_id, others) = found.split_first()?;
+        for other in others {
+            if let Err(e) = self.shared.config.run("scancel", &[other.to_string()], &[]) {
+                eprintln!("slurm: scancel {other} (a second start of {job_id}): {e}");
+            }
+        }
+        self.watch_as(slurm_id, job_id, true, None);
+        Some(ProcessRecord {
+            pid: pid_of(slurm_id),
+            start_ticks: 0,
+            spool: String::new(),
+            rm_job_id: Some(slurm_id.to_string()),
+        })
+    }
+
+    fn takes_work_ahead(&self) -> u32 {
+        self.shared.config.work_ahead
+    }
+
+    /// `scancel --state=PENDING`, then a look: one Slurm started meanwhile runs on.
+    fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
+        let slurm_id = slurm_id_of(process).ok_or("the process record names no Slurm job")?;
+        let config = &self.shared.config;
+        config.run(
+            "scancel",
+            &["--state=PENDING".into(), slurm_id.to_string()],
+            &[],
+        )?;
+        let jobs = config.queue(Some(&[slurm_id]), "all", None)?;
+        Ok(jobs
+            .items
+            .iter()
+            .find(|j| j.job_id == slurm_id)
+            .is_none_or(|j| j.state == "CANCELLED"))
     }
 
     /// sbatch is a process of its own that waits on slurmctld (about 100 ms): several
