@@ -32,8 +32,10 @@ fn job(server: &TestServer, id: &str) -> Value {
 /// The Slurm job of a Drover job, once it has one.
 fn slurm_job_of(server: &TestServer, id: &str) -> String {
     wait(&format!("{id} is handed to Slurm"), 60, || {
+        // (The job's own id until the hand-over is answered.)
         job(server, id)["sourceRmJobId"]
             .as_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
             .map(str::to_string)
     })
 }
@@ -159,47 +161,10 @@ fn a_start_recorded_without_its_slurm_job_takes_the_one_of_its_name() {
     let _turn = turn();
     let server = slurm_server();
     let work = scratch_dir();
-    let long = script(work.path(), "long.sh", "sleep 40");
-    let id = submit_as_bob(
-        &server,
-        json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
-    );
-    wait_state(&server, &id, "RUNNING");
-    let slurm_id = slurm_job_of(&server, &id);
-    let name = run("squeue", &["-h", "-o", "%j", &format!("--jobs={slurm_id}")]);
-    let name = name.trim().to_string();
-    assert!(name.ends_with(&format!("-{id}")), "{name}");
+    let (id, slurm_id, name) = bobs_running_job(&server, work.path());
     // Carol names a job of hers like it, hoping to pass it off as Bob's.
-    let forged = run(
-        "runuser",
-        &[
-            "-u",
-            CAROL,
-            "--",
-            "sbatch",
-            "--parsable",
-            "--chdir=/tmp",
-            "--output=/dev/null",
-            &format!("--job-name={name}"),
-            "--wrap=sleep 60",
-        ],
-    );
-    let forged = forged.trim().to_string();
-
-    // As a crash leaves it: the start recorded, the Slurm job not.
-    let server = server.restart_with(|store| {
-        store
-            .ensure_collection(&drover_store::CollectionSpec::new("jobs"))
-            .unwrap();
-        let mut document = store.get("jobs", &id).unwrap().expect("the job is stored");
-        let status = &mut document.body["status"];
-        assert_eq!(status["state"], "Running", "{status}");
-        status["state"] = json!("Starting");
-        let status = status.as_object_mut().unwrap();
-        status.remove("process");
-        status.remove("rm_job_id");
-        store.put("jobs", &id, None, document.body).unwrap();
-    });
+    let forged = sbatch_as(CAROL, &name, 60);
+    let server = restart_unrecorded(server, &id, || {});
     let shown = wait("the job runs again", 60, || {
         let shown = job(&server, &id);
         (shown["state"] == "RUNNING").then_some(shown)
@@ -214,4 +179,166 @@ fn a_start_recorded_without_its_slurm_job_takes_the_one_of_its_name() {
     let cancelled = server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
     assert!(cancelled.status < 300, "{}", cancelled.body);
     run("scancel", &[&forged]);
+}
+
+/// Submits `sleep <seconds>` to Slurm directly as `user`, named `name`; its Slurm id.
+fn sbatch_as(user: &str, name: &str, seconds: u32) -> String {
+    let out = run(
+        "runuser",
+        &[
+            "-u",
+            user,
+            "--",
+            "sbatch",
+            "--parsable",
+            "--chdir=/tmp",
+            "--output=/dev/null",
+            &format!("--job-name={name}"),
+            &format!("--wrap=sleep {seconds}"),
+        ],
+    );
+    out.trim().split(';').next().unwrap().to_string()
+}
+
+/// The Slurm name of a Drover job that runs there.
+fn slurm_name_of(slurm_id: &str) -> String {
+    run("squeue", &["-h", "-o", "%j", &format!("--jobs={slurm_id}")])
+        .trim()
+        .to_string()
+}
+
+/// A job of Bob's (`sleep 60`) that runs in Slurm: its id, Slurm job and Slurm name.
+fn bobs_running_job(server: &TestServer, work: &std::path::Path) -> (String, String, String) {
+    let long = script(work, "long.sh", "sleep 60");
+    let id = submit_as_bob(
+        server,
+        json!({"commandFile": long, "initialWorkingDirectory": work}),
+    );
+    wait_state(server, &id, "RUNNING");
+    let slurm_id = slurm_job_of(server, &id);
+    let name = slurm_name_of(&slurm_id);
+    assert!(name.ends_with(&format!("-{id}")), "{name}");
+    (id, slurm_id, name)
+}
+
+/// Restarts the server as a crash between a start's record and its Slurm job's leaves
+/// the job `id` (`Starting`, no process), after `down` ran while it was down.
+fn restart_unrecorded(server: TestServer, id: &str, down: impl FnOnce()) -> TestServer {
+    server.restart_with(|store| {
+        down();
+        store
+            .ensure_collection(&drover_store::CollectionSpec::new("jobs"))
+            .unwrap();
+        let mut document = store.get("jobs", id).unwrap().expect("the job is stored");
+        let status = &mut document.body["status"];
+        assert_eq!(status["state"], "Running", "{status}");
+        status["state"] = json!("Starting");
+        let status = status.as_object_mut().unwrap();
+        status.remove("process");
+        status.remove("rm_job_id");
+        store.put("jobs", id, None, document.body).unwrap();
+    })
+}
+
+/// Bob's unfinished Slurm jobs named `name`.
+fn bobs_named(name: &str) -> Vec<String> {
+    run("squeue", &["-h", "-u", BOB, "-o", "%i|%j"])
+        .lines()
+        .filter_map(|l| l.strip_suffix(&format!("|{name}")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// A crash while `sbatch` was under way: Slurm makes the job after the restart has
+/// looked for it (the killed service's `sbatch` got its request to slurmctld). The
+/// restart waits before making the start again, and takes that job rather than
+/// submitting a second one.
+#[test]
+fn a_slurm_job_made_after_the_restart_looked_is_taken_not_doubled() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let (id, first, name) = bobs_running_job(&server, work.path());
+    let server = restart_unrecorded(server, &id, || {
+        run("scancel", &[&first]);
+        wait("Slurm lets the first one go", 30, || {
+            bobs_named(&name).is_empty().then_some(())
+        });
+    });
+    // The killed service's sbatch lands now.
+    let late = sbatch_as(BOB, &name, 60);
+    let shown = wait("the job runs again", 60, || {
+        let shown = job(&server, &id);
+        (shown["state"] == "RUNNING").then_some(shown)
+    });
+    assert_eq!(shown["sourceRmJobId"], late.as_str(), "{shown}");
+    assert_eq!(bobs_named(&name), [late.as_str()], "one Slurm job for {id}");
+    let cancelled = server.call("DELETE", &format!("/rest/jobs/{id}"), Auth::Admin, None);
+    assert!(cancelled.status < 300, "{}", cancelled.body);
+}
+
+/// A Slurm job of a job's name that is not the one recorded for it (a start a crash
+/// left unrecorded, a withdrawal whose `scancel` was lost) is cancelled: the job has
+/// another, or is over. One another user named so is left alone.
+#[test]
+fn slurm_jobs_of_a_jobs_name_that_are_not_its_own_are_cancelled() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let long = script(work.path(), "long.sh", "sleep 60");
+    let short = script(work.path(), "short.sh", "exit 0");
+    let running = submit_as_bob(
+        &server,
+        json!({"commandFile": long, "initialWorkingDirectory": work.path()}),
+    );
+    let over = submit_as_bob(
+        &server,
+        json!({"commandFile": short, "initialWorkingDirectory": work.path()}),
+    );
+    let own = slurm_job_of(&server, &running);
+    let running_name = slurm_name_of(&own);
+    let over_name = running_name.replace(&running, &over);
+    wait_state(&server, &running, "RUNNING");
+    wait_state(&server, &over, "COMPLETED");
+
+    let carols = sbatch_as(CAROL, &running_name, 60);
+    let second = sbatch_as(BOB, &running_name, 60);
+    let after_end = sbatch_as(BOB, &over_name, 60);
+    for slurm_id in [&second, &after_end] {
+        wait(&format!("Slurm job {slurm_id} is cancelled"), 60, || {
+            (slurm_state(slurm_id) == "CANCELLED").then_some(())
+        });
+    }
+    // The job keeps its own; Carol's is hers, neither cancelled nor taken here.
+    let shown = job(&server, &running);
+    assert_eq!(shown["state"], "RUNNING", "{shown}");
+    assert_eq!(shown["sourceRmJobId"], own.as_str(), "{shown}");
+    assert_eq!(slurm_state(&own), "RUNNING");
+    assert!(
+        ["RUNNING", "PENDING"].contains(&slurm_state(&carols).as_str()),
+        "{carols}"
+    );
+    let list = server.get("/rest/jobs?fields=id,sourceRmJobId").json();
+    for slurm_id in [&carols, &second, &after_end] {
+        let shown = list["results"].as_array().unwrap().iter();
+        let taken = shown
+            .filter(|j| j["sourceRmJobId"] == slurm_id.as_str())
+            .count();
+        assert_eq!(taken, 0, "{slurm_id} is no job here: {list}");
+    }
+    assert_eq!(job(&server, &over)["state"], "COMPLETED");
+    run("scancel", &[&carols]);
+    let cancelled = server.call(
+        "DELETE",
+        &format!("/rest/jobs/{running}"),
+        Auth::Admin,
+        None,
+    );
+    assert!(cancelled.status < 300, "{}", cancelled.body);
 }

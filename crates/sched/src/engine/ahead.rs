@@ -151,6 +151,7 @@ impl Engine {
         }
         self.launchers.ahead.remove(&job.id);
         self.launchers.early_starts.remove(&job.id);
+        self.launchers.unrecorded.remove(&job.id);
         self.charge_nodes(job, false);
         self.update(position, |job| {
             job.status.allocation.clear();
@@ -229,22 +230,111 @@ impl Engine {
             }
             return;
         }
-        if let Some(process) = self.rm.adopt_unrecorded(&job.id, job.user()) {
-            let job = self.update(position, |job| {
-                job.status.rm_job_id = process.rm_job_id.clone();
-                job.status.process = Some(process);
-                job.clone()
-            });
-            self.charge_nodes(&job, true);
-            self.queue.keep_running(position);
-            self.launchers.ahead.insert(job.id.clone());
+        // It holds its nodes while it may still be handed over.
+        self.charge_nodes(job, true);
+        self.queue.keep_running(position);
+        if self.take_unrecorded(position, job) {
             return;
         }
+        let grace = self.rm.unrecorded_grace();
+        if grace.is_zero() {
+            return self.abandon_unrecorded(position, job);
+        }
+        // A hand-over the stopped service made may still be under way there (Slurm
+        // makes a job it received after its `sbatch` died): it is looked for again
+        // once that is over, and only then made again.
+        self.launchers
+            .unrecorded
+            .insert(job.id.clone(), std::time::Instant::now() + grace);
+    }
+
+    /// Takes the process the resource manager holds as the job's, if any (watched as
+    /// one handed ahead: its start is reported).
+    fn take_unrecorded(&mut self, position: usize, job: &Job) -> bool {
+        let Some(process) = self.rm.adopt_unrecorded(&job.id, job.user()) else {
+            return false;
+        };
+        self.update(position, |job| {
+            job.status.rm_job_id = process.rm_job_id.clone();
+            job.status.process = Some(process);
+        });
+        self.launchers.ahead.insert(job.id.clone());
+        true
+    }
+
+    /// Stops whatever the job's unrecorded start left, and puts it back in the queue.
+    fn abandon_unrecorded(&mut self, position: usize, job: &Job) {
         self.rm.abandon(&job.id);
+        self.nodes.charge(job, false);
         self.update(position, |job| {
             job.status.state = JobState::Idle;
             job.status.allocation.clear();
             job.status.in_vm = None;
         });
+    }
+
+    /// The starts recorded without their process whose wait is over: each takes the
+    /// process of its name the resource manager now holds, or is made again.
+    pub(super) fn resolve_unrecorded(&mut self) {
+        let now = std::time::Instant::now();
+        let due: Vec<String> = self
+            .launchers
+            .unrecorded
+            .iter()
+            .filter(|(_, at)| **at <= now)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            self.launchers.unrecorded.remove(&id);
+            let Some(position) = self.position(&id) else {
+                continue;
+            };
+            let job = self.job_at(position);
+            // Cancelled or requeued meanwhile (its nodes went back then).
+            if job.status.state != JobState::Starting || job.status.process.is_some() {
+                continue;
+            }
+            if !self.take_unrecorded(position, &job) {
+                self.abandon_unrecorded(position, &job);
+            }
+        }
+    }
+
+    /// A job of this service's name that the resource manager holds and that is not
+    /// the one recorded for it (`RmEvent::Detected` with `own_job`): a start of a
+    /// service that stopped before recording it, or one withdrawn here whose
+    /// cancellation was lost with it. The plan is the truth: it is taken as the job's
+    /// only while the job still waits for the process of a start recorded without one;
+    /// otherwise (the job has another, is being handed over, waits in the queue, is
+    /// held or over) it is cancelled, so that nothing runs twice. One another user
+    /// named so is not this service's: left alone.
+    pub(super) fn own_job_found(&mut self, position: usize, found: &crate::rm::DetectedJob) {
+        let job = self.job_at(position);
+        if found.user != job.user() {
+            return;
+        }
+        if job.status.rm_job_id.is_some() && job.status.rm_job_id == found.process.rm_job_id {
+            return;
+        }
+        if self.launchers.unrecorded.remove(&job.id).is_some()
+            && job.status.state == JobState::Starting
+            && job.status.process.is_none()
+        {
+            if !self.take_unrecorded(position, &job) {
+                self.abandon_unrecorded(position, &job);
+            }
+            return;
+        }
+        let slurm_id = found.process.rm_job_id.as_deref().unwrap_or("?");
+        eprintln!(
+            "drover: cancelling {slurm_id}, a job of {}'s name that is not its own",
+            job.id
+        );
+        if let Err(e) = self
+            .rm
+            .signal(&found.process, JobSignal::Terminate { grace_seconds: 0 })
+        {
+            eprintln!("drover: cannot cancel {slurm_id}: {e}");
+        }
     }
 }

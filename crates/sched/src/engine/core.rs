@@ -769,6 +769,7 @@ impl Engine {
         let mut priced = (*self.job_at(position)).clone();
         // Handed ahead once and taken back since: this start is a new one.
         self.launchers.ahead.remove(&priced.id);
+        self.launchers.unrecorded.remove(&priced.id);
         priced.status.allocation = allocation.clone();
         let held = self.accountant.start(&priced, self.now())?;
         self.journal.write_all(held);
@@ -1047,6 +1048,9 @@ impl Engine {
         if self.degraded.is_some() {
             self.reload();
             return;
+        }
+        if !self.launchers.unrecorded.is_empty() {
+            self.resolve_unrecorded();
         }
         let now = self.now();
         let over: Vec<(usize, i64)> = self

@@ -47,6 +47,9 @@ pub(crate) struct Launchers {
     pub(super) ahead: std::collections::BTreeSet<String>,
     /// Starts there heard before the hand-over's answer: job id to `(pid, start)`.
     pub(super) early_starts: HashMap<String, (i32, Option<i64>)>,
+    /// Starts recorded without their process, found so at a restart: job id to when
+    /// they are looked for a last time (`ahead::resolve_unrecorded`).
+    pub(super) unrecorded: HashMap<String, std::time::Instant>,
 }
 
 impl Launchers {
@@ -72,6 +75,7 @@ impl Launchers {
             early_ends: HashMap::new(),
             ahead: std::collections::BTreeSet::new(),
             early_starts: HashMap::new(),
+            unrecorded: HashMap::new(),
         }
     }
 }

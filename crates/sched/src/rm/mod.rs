@@ -205,6 +205,14 @@ pub trait ResourceManager: Send + Sync {
         None
     }
 
+    /// How long after a restart a start recorded without its process waits before it
+    /// is looked for a last time ([`ResourceManager::adopt_unrecorded`]) and otherwise
+    /// abandoned and made again: a hand-over the stopped service made may still be
+    /// under way in the resource manager. Zero: at once (nothing outlives the service).
+    fn unrecorded_grace(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
+
     /// How many times over its nodes' processors it may be handed work ahead of their
     /// freeing (0: none): jobs the plan starts next, pinned to the nodes they get, which
     /// it starts the moment those are free and then reports ([`RmEvent::Started`]).

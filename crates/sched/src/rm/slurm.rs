@@ -89,6 +89,10 @@ const GUEST_MARK: &str = "vm-";
 /// sacct, before its end is reported without a code.
 const GONE_LOOKS: u32 = 240;
 
+/// How long a start recorded without its Slurm job waits, after a restart, before it is
+/// looked for a last time and made again if Slurm has none ([`ResourceManager::unrecorded_grace`]).
+const UNRECORDED_GRACE: Duration = Duration::from_secs(5);
+
 /// How many `sbatch` may run at once.
 const SBATCH_AT_ONCE: usize = 8;
 
@@ -204,6 +208,7 @@ impl SlurmConfig {
         if let Some(conf) = &self.slurm_conf {
             command.env("SLURM_CONF", conf);
         }
+        die_with_the_service(&mut command);
         run_bounded(command, self.command_timeout).map_err(|e| format!("{program}: {e}"))
     }
 
@@ -294,6 +299,28 @@ impl SlurmConfig {
 pub fn slurm_nodes(config: &SlurmConfig) -> Result<Parsed<SlurmNode>, String> {
     let out = config.run("sinfo", &["--json".into()], &[])?;
     parse_nodes(&out)
+}
+
+/// Makes the command's process die with the service (`PR_SET_PDEATHSIG`): an `sbatch`
+/// a killed service started must not submit its job after the service that takes over
+/// has looked for it (`ResourceManager::unrecorded_grace`). Slurm's clients are started
+/// from long-lived threads (launchers, the watcher, the engine) that wait for them.
+fn die_with_the_service(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let service = std::process::id();
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The service died before the call: no signal will come.
+            if libc::getppid() != service as libc::pid_t {
+                return Err(std::io::Error::other("the service is gone"));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// Runs a command, reading its output in threads (no pipe fills up), killing it at
@@ -1169,6 +1196,12 @@ impl ResourceManager for SlurmResourceManager {
         self.shared.config.work_ahead
     }
 
+    /// An `sbatch` of the service that stopped dies with it, but one slurmctld had
+    /// received is still being made: a few seconds' wait covers it.
+    fn unrecorded_grace(&self) -> Duration {
+        UNRECORDED_GRACE
+    }
+
     /// `scancel --state=PENDING`, then a look: one Slurm started meanwhile runs on.
     fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
         let slurm_id = slurm_id_of(process).ok_or("the process record names no Slurm job")?;
@@ -1439,6 +1472,29 @@ mod tests {
         assert_eq!(slurm_id_of(&record), None);
         assert_eq!(wall_time(59), "0-00:00:59");
         assert_eq!(wall_time(90061), "1-01:01:01");
+    }
+
+    #[test]
+    fn slurm_clients_die_with_the_service() {
+        use std::os::unix::process::ExitStatusExt;
+        // Started from a thread that then ends, as a service that dies ends them all.
+        let mut child = std::thread::spawn(|| {
+            let mut sleep = Command::new("/bin/sleep");
+            sleep.arg("30");
+            die_with_the_service(&mut sleep);
+            sleep.spawn().unwrap()
+        })
+        .join()
+        .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the client outlived its service");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     }
 
     #[test]
