@@ -155,7 +155,7 @@ fn accounted(since: &str, prefix: &str) -> HashMap<String, Vec<(String, String, 
             "-X",
             "-n",
             "-P",
-            "--format=JobIDRaw,JobName,State,ExitCode,Start",
+            "--format=JobIDRaw,JobName,State,ExitCode,Start,NodeList",
         ])
         .arg(format!("--starttime={since}"))
         .output()
@@ -164,12 +164,14 @@ fn accounted(since: &str, prefix: &str) -> HashMap<String, Vec<(String, String, 
     let mut named: HashMap<String, Vec<(String, String, String)>> = HashMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let fields: Vec<&str> = line.split('|').collect();
-        if let [id, name, state, exit, start] = fields[..]
+        if let [id, name, state, exit, start, nodes] = fields[..]
             && let Some(job) = name.strip_prefix(prefix)
         {
             // One handed ahead and withdrawn while it waited (moved to nodes that freed)
-            // never ran: not a run of the job.
-            if state.starts_with("CANCELLED") && matches!(start, "None" | "Unknown") {
+            // never ran: not a run of the job. (slurmdbd gives it a start, its end:
+            // it was given no node.)
+            let never_ran = matches!(start, "None" | "Unknown") || nodes == "None assigned";
+            if state.starts_with("CANCELLED") && never_ran {
                 continue;
             }
             named.entry(job.to_string()).or_default().push((

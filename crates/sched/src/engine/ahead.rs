@@ -243,6 +243,11 @@ impl Engine {
         // A hand-over the stopped service made may still be under way there (Slurm
         // makes a job it received after its `sbatch` died): it is looked for again
         // once that is over, and only then made again.
+        eprintln!(
+            "drover: the start of {} was recorded without its process; looked for again in {} s",
+            job.id,
+            grace.as_secs()
+        );
         self.launchers
             .unrecorded
             .insert(job.id.clone(), std::time::Instant::now() + grace);
