@@ -27,7 +27,14 @@
 //! one job and the start of the next). Every job handed over is watched as waiting, so
 //! its start there is reported ([`RmEvent::Started`], with Slurm's date). A restart
 //! adopts them as any other; a start recorded without its Slurm job takes the Slurm job
-//! of its name and user, if any ([`ResourceManager::adopt_unrecorded`]).
+//! of its name and user, if any ([`ResourceManager::adopt_unrecorded`]), else looks
+//! again after [`ResourceManager::unrecorded_grace`] before submitting anew.
+//!
+//! Nothing runs twice: Slurm's clients die with the service (`PR_SET_PDEATHSIG`), so a
+//! killed service's `sbatch` cannot submit long after it (slurmctld may still make a job
+//! it had received: the grace covers that), and jobs of this service's name that are
+//! not watched are reported with their job ([`DetectedJob::own_job`]): the engine takes
+//! or cancels them.
 //!
 //! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
 //! a job's name is the one field its user chooses, and it cannot forge a listing's
