@@ -289,6 +289,14 @@ impl Engine {
             .filter(|(_, at)| **at <= now)
             .map(|(id, _)| id.clone())
             .collect();
+        // Slurm does not answer: what it holds cannot be known yet; looked for once it does.
+        if self.rm.unavailable().is_some() {
+            let later = now + self.rm.unrecorded_grace();
+            for id in due {
+                self.launchers.unrecorded.insert(id, later);
+            }
+            return;
+        }
         for id in due {
             self.launchers.unrecorded.remove(&id);
             let Some(position) = self.position(&id) else {
