@@ -25,6 +25,20 @@ fn cluster_processors() -> usize {
     total
 }
 
+/// Bob's jobs of `sleep <seconds>`, one per processor of the cluster: the next ones are
+/// handed ahead.
+fn fill_cluster(server: &TestServer, work: &std::path::Path, seconds: u32) -> Vec<String> {
+    let fill = script(work, "fill.sh", &format!("sleep {seconds}"));
+    (0..cluster_processors())
+        .map(|_| {
+            submit_as_bob(
+                server,
+                json!({"commandFile": fill, "initialWorkingDirectory": work}),
+            )
+        })
+        .collect()
+}
+
 fn job(server: &TestServer, id: &str) -> Value {
     server.get(&format!("/rest/jobs/{id}")).json()
 }
@@ -48,15 +62,7 @@ fn jobs_the_plan_starts_next_wait_in_slurm_and_start_when_their_nodes_free() {
     let _turn = turn();
     let server = slurm_server();
     let work = scratch_dir();
-    let fill = script(work.path(), "fill.sh", "sleep 20");
-    let fills: Vec<String> = (0..cluster_processors())
-        .map(|_| {
-            submit_as_bob(
-                &server,
-                json!({"commandFile": fill, "initialWorkingDirectory": work.path()}),
-            )
-        })
-        .collect();
+    let fills = fill_cluster(&server, work.path(), 20);
     let marker = |name: &str| work.path().join(name);
     let next = script(
         work.path(),
@@ -341,4 +347,45 @@ fn slurm_jobs_of_a_jobs_name_that_are_not_its_own_are_cancelled() {
         None,
     );
     assert!(cancelled.status < 300, "{}", cancelled.body);
+}
+
+/// A job handed ahead and withdrawn in Slurm (a re-plan, a cancel) whose withdrawal a
+/// crash lost: Slurm never ran it, so the restart puts it back in the queue and it runs
+/// then, rather than ending as if it had run.
+#[test]
+fn a_job_withdrawn_in_slurm_before_a_crash_runs_after_the_restart() {
+    if !slurm() {
+        return;
+    }
+    let _turn = turn();
+    let server = slurm_server();
+    let work = scratch_dir();
+    let fills = fill_cluster(&server, work.path(), 15);
+    let ran = work.path().join("ran");
+    let next = script(
+        work.path(),
+        "next.sh",
+        &format!("touch {}\nexit 3", ran.display()),
+    );
+    let next = submit_as_bob(
+        &server,
+        json!({"commandFile": next, "initialWorkingDirectory": work.path()}),
+    );
+    let ahead = slurm_job_of(&server, &next);
+    assert_eq!(slurm_state(&ahead), "PENDING");
+    assert_eq!(job(&server, &next)["state"], "STARTING");
+    // Withdrawn in Slurm; the crash lost the record of it.
+    let server = server.restart_with(|_| {
+        run("scancel", &[&ahead]);
+        wait("Slurm cancels it", 30, || {
+            (slurm_state(&ahead) == "CANCELLED").then_some(())
+        });
+    });
+    let done = wait_state(&server, &next, "COMPLETED");
+    assert_eq!(done["completionCode"], 3, "it ran: {done}");
+    assert_ne!(done["sourceRmJobId"], ahead.as_str(), "{done}");
+    assert!(ran.exists(), "it ran");
+    for id in &fills {
+        wait_state(&server, id, "COMPLETED");
+    }
 }

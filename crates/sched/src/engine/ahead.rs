@@ -219,10 +219,29 @@ impl Engine {
     }
 
     /// After a restart, a job whose start was recorded and not its running: one handed
-    /// ahead (its process recorded) is adopted and still waits for its start; one whose
-    /// hand-over was not answered takes the process it made, if the resource manager
-    /// holds one as the job's, else whatever it left is stopped and it waits again.
+    /// ahead (its process recorded) is adopted and still waits for its start, or waits
+    /// in the queue again if that process ended without running (withdrawn there); one
+    /// whose hand-over was not answered takes the process it made, if the resource
+    /// manager holds one as the job's (now, or after its `unrecorded_grace`), else
+    /// whatever it left is stopped and it waits again.
     pub(super) fn recover_starting(&mut self, position: usize, job: &Job, now: i64) {
+        // Withdrawn there (a re-plan, a cancel) and the crash lost its record: it never
+        // ran, and waits again.
+        if job
+            .status
+            .process
+            .as_ref()
+            .is_some_and(|p| self.rm.never_ran(p))
+        {
+            self.update(position, |job| {
+                job.status.state = JobState::Idle;
+                job.status.allocation.clear();
+                job.status.process = None;
+                job.status.rm_job_id = None;
+                job.status.in_vm = None;
+            });
+            return;
+        }
         if job.status.process.is_some() {
             self.recover_running(position, job, now);
             if self.job_at(position).status.state == JobState::Starting {
@@ -333,7 +352,13 @@ impl Engine {
             && job.status.state == JobState::Starting
             && job.status.process.is_none()
         {
-            if !self.take_unrecorded(position, &job) {
+            if self.rm.watch_found(&job.id, &found.process) {
+                self.update(position, |job| {
+                    job.status.rm_job_id = found.process.rm_job_id.clone();
+                    job.status.process = Some(found.process.clone());
+                });
+                self.launchers.ahead.insert(job.id.clone());
+            } else {
                 self.abandon_unrecorded(position, &job);
             }
             return;

@@ -213,6 +213,20 @@ pub trait ResourceManager: Send + Sync {
         std::time::Duration::ZERO
     }
 
+    /// Watches `process`, which the resource manager just reported holding under the
+    /// name of `job_id` ([`DetectedJob::own_job`]), as one just handed over for it (its
+    /// start and end are reported): whether it does.
+    fn watch_found(&self, _job_id: &str, _process: &ProcessRecord) -> bool {
+        false
+    }
+
+    /// After a restart: whether a recorded process ended without ever running (a job
+    /// handed ahead whose withdrawal was not recorded): its job did not run and may wait
+    /// again.
+    fn never_ran(&self, _process: &ProcessRecord) -> bool {
+        false
+    }
+
     /// How many times over its nodes' processors it may be handed work ahead of their
     /// freeing (0: none): jobs the plan starts next, pinned to the nodes they get, which
     /// it starts the moment those are free and then reports ([`RmEvent::Started`]).

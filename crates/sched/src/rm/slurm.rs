@@ -630,6 +630,16 @@ impl Shared {
         Ok(jobs)
     }
 
+    /// What slurmctld lists of a recorded job, else what `sacct` recorded of it.
+    fn recorded(&self, process: &ProcessRecord) -> Option<SlurmJob> {
+        let slurm_id = slurm_id_of(process)?;
+        let listed = match self.listing(Duration::from_secs(1)) {
+            Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
+            Err(_) => None,
+        };
+        listed.or_else(|| self.accounted(slurm_id))
+    }
+
     /// How `sacct` recorded one job: read at the restart ([`Shared::accounted`]'s
     /// cache), else asked now.
     fn accounted(&self, slurm_id: u64) -> Option<SlurmJob> {
@@ -1331,16 +1341,25 @@ impl ResourceManager for SlurmResourceManager {
     }
 
     fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
-        let slurm_id = slurm_id_of(process)?;
-        let job = match self.shared.listing(Duration::from_secs(1)) {
-            Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
-            Err(_) => None,
-        };
-        let job = match job {
-            Some(job) => job,
-            None => self.shared.accounted(slurm_id)?,
-        };
+        let job = self.shared.recorded(process)?;
         job.is_finished().then(|| exit_of(Some(&job)))
+    }
+
+    /// Reported by the look for jobs submitted directly, just now: no listing again
+    /// (a cached one may predate it).
+    fn watch_found(&self, job_id: &str, process: &ProcessRecord) -> bool {
+        let Some(slurm_id) = slurm_id_of(process) else {
+            return false;
+        };
+        self.watch_as(slurm_id, job_id, true, None);
+        true
+    }
+
+    /// Cancelled while it waited: Slurm gave it no node.
+    fn never_ran(&self, process: &ProcessRecord) -> bool {
+        self.shared
+            .recorded(process)
+            .is_some_and(|job| job.state == "CANCELLED" && job.nodes.is_empty())
     }
 }
 
