@@ -36,6 +36,7 @@ mod service_edges;
 mod service_templates;
 mod services;
 mod slurm;
+mod slurm_ahead;
 mod support;
 mod unknown_fields;
 mod virtual_containers;

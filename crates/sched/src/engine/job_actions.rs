@@ -206,7 +206,9 @@ impl Engine {
                 });
             }
             JobState::Starting => {
-                self.charge_nodes(target.job, false);
+                // Handed ahead: withdrawn from the resource manager.
+                self.withdraw_ahead(position, target.job, true)
+                    .map_err(|e| target.refuse(e))?;
                 self.update(position, |job| {
                     job.status.allocation.clear();
                     job.status.state = JobState::Idle;
@@ -337,7 +339,10 @@ impl Engine {
             }
             _ => {
                 if job.status.state == JobState::Starting {
-                    self.charge_nodes(job, false);
+                    // Handed ahead: withdrawn from the resource manager.
+                    self.withdraw_ahead(position, job, true).map_err(|e| {
+                        SchedError::refused(summary::job_action_refused("cancel", id), e)
+                    })?;
                 }
                 // Waiting in the resource manager (submitted there directly): cancelled
                 // there; its end, when heard, only completes the record.

@@ -12,6 +12,7 @@
 //! `launch`, `preempt`, `recovery`.
 
 mod acl_edit;
+mod ahead;
 mod arrays;
 mod core;
 mod credential_names;
