@@ -47,7 +47,7 @@ start_server() { # $1: store location ("" for SQLite); $2: more TOML (optional)
   # shellcheck disable=SC2086 # $launcher is a command line (e.g. valgrind's) or empty
   ${launcher:-} "$bin" serve --config "$work/drover.toml" >"$work/out" 2>&1 &
   server=$!
-  for _ in $(seq 600); do grep -q "^drover listening on" "$work/out" && break; sleep 0.1; done
+  for _ in $(seq 600); do grep -q "listening on http" "$work/out" && break; sleep 0.1; done
   url=$(grep -o 'http://[^ ]*' "$work/out" | head -1)
   curl -sf -H "$auth" "$url/rest/diag/about" >/dev/null
 }

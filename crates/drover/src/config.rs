@@ -184,10 +184,6 @@ pub struct ResourceManagerConfig {
     /// How often Slurm's nodes are read again (their states: down, drained) and jobs
     /// submitted to Slurm directly looked for, in seconds (at least 1).
     pub slurm_node_poll_seconds: u64,
-    /// How many times over its nodes' processors Slurm is handed jobs ahead of their
-    /// freeing (pinned to the nodes the scheduler chose, started by Slurm the moment they
-    /// are free); 0: a job is handed over only once its nodes are free here.
-    pub slurm_work_ahead: u32,
 }
 
 impl Default for ResourceManagerConfig {
@@ -198,7 +194,6 @@ impl Default for ResourceManagerConfig {
             slurm_conf: None,
             slurm_partition: None,
             slurm_node_poll_seconds: 5,
-            slurm_work_ahead: 2,
         }
     }
 }

@@ -487,7 +487,6 @@ fn slurm_config(
     slurm.slurm_conf = config.resource_manager.slurm_conf.clone();
     slurm.partition = config.resource_manager.slurm_partition.clone();
     slurm.node_poll = Duration::from_secs(config.resource_manager.slurm_node_poll_seconds.max(1));
-    slurm.work_ahead = config.resource_manager.slurm_work_ahead.min(4);
     // Jobs are named after the store's identity: services sharing a cluster (even under
     // one scheduler name) never take each other's jobs for their own.
     slurm.service_identity = drover_store::service_identity(store)

@@ -36,7 +36,6 @@ mod service_edges;
 mod service_templates;
 mod services;
 mod slurm;
-mod slurm_ahead;
 mod support;
 mod unknown_fields;
 mod virtual_containers;

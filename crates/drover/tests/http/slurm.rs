@@ -18,12 +18,12 @@ use crate::security::{BOB, CAROL, system_accounts};
 /// others, and every server sees the jobs of the others as submitted directly).
 static SLURM: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-pub(crate) fn turn() -> std::sync::MutexGuard<'static, ()> {
+fn turn() -> std::sync::MutexGuard<'static, ()> {
     SLURM.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// A server on Slurm that reads Slurm's nodes (and looks for jobs) every second.
-pub(crate) fn slurm_server() -> TestServer {
+fn slurm_server() -> TestServer {
     TestServer::builder()
         .user(BOB, false)
         .user(CAROL, false)
@@ -35,7 +35,7 @@ pub(crate) fn slurm_server() -> TestServer {
 }
 
 /// Runs a Slurm command (or another), which must succeed; its output.
-pub(crate) fn run(program: &str, args: &[&str]) -> String {
+fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -102,7 +102,7 @@ impl Drop for Resume {
     }
 }
 
-pub(crate) fn submit_as_bob(server: &TestServer, body: Value) -> String {
+fn submit_as_bob(server: &TestServer, body: Value) -> String {
     let reply = server.call(
         "POST",
         "/rest/jobs",
@@ -113,7 +113,7 @@ pub(crate) fn submit_as_bob(server: &TestServer, body: Value) -> String {
     reply.json()["id"].as_str().unwrap().to_string()
 }
 
-pub(crate) fn slurm() -> bool {
+fn slurm() -> bool {
     if std::env::var("DROVER_TEST_SLURM").as_deref() == Ok("1") {
         return system_accounts();
     }
@@ -121,7 +121,7 @@ pub(crate) fn slurm() -> bool {
     false
 }
 
-pub(crate) fn wait_state(server: &TestServer, id: &str, state: &str) -> serde_json::Value {
+fn wait_state(server: &TestServer, id: &str, state: &str) -> serde_json::Value {
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
         let job = server.get(&format!("/rest/jobs/{id}")).json();

@@ -12,7 +12,7 @@
 //! jobs). It stops as soon as nothing is free (and does not begin when nothing is), and
 //! applies the starts after planning, so a pass over a deep queue costs what it places.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -383,11 +383,7 @@ impl Engine {
                 placement,
                 memory_per_processor,
                 start,
-            }) => {
-                if !self.ahead_started(&job_id, pid, start) {
-                    self.rm_started(&job_id, pid, placement, memory_per_processor, start)
-                }
-            }
+            }) => self.rm_started(&job_id, pid, placement, memory_per_processor, start),
             Inbox::Shutdown(_) => unreachable!("handled by the loop"),
         }
     }
@@ -578,9 +574,6 @@ impl Engine {
     /// now, waits (perhaps with a reservation) or is Blocked for good, as the policy's
     /// planner decides (`policy::planner`).
     pub(crate) fn schedule(&mut self) {
-        if !self.launchers.ahead.is_empty() {
-            self.replan_ahead();
-        }
         // VM work waiting for room goes first, as the system's own (`vm_queue`).
         if self.vm_work_waits() {
             self.start_waiting_vm_work();
@@ -610,7 +603,7 @@ impl Engine {
         if planner.exhausted() && self.queue.preemptors().is_empty() {
             drop(planner);
             self.nodes.give_back(nodes);
-            return self.hand_ahead();
+            return;
         }
         let mut order = {
             let book = self.shared.jobs.read().unwrap();
@@ -637,7 +630,16 @@ impl Engine {
                 break;
             }
             let job = self.job_at(position);
-            if !self.may_start(position, &job, now, &held_by_containers, &mut array_starts) {
+            if job.spec.earliest_start.is_some_and(|t| t > now) {
+                continue;
+            }
+            if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, &job) {
+                continue;
+            }
+            if !held_by_containers.is_empty() && held_by_containers.contains(&job.id) {
+                continue; // its container holds its jobs (HOLDJOBS)
+            }
+            if job.array_member().is_some() && !self.slot_free(&job, &mut array_starts, false) {
                 continue;
             }
             let access = self.reservations.access_of(&job);
@@ -674,29 +676,6 @@ impl Engine {
                 self.preempt_for(position);
             }
         }
-        self.hand_ahead();
-    }
-
-    /// Whether a queued job may start as far as all but resources go: its start date,
-    /// its dependencies, its container, its array's slots.
-    pub(super) fn may_start(
-        &mut self,
-        position: usize,
-        job: &Job,
-        now: Seconds,
-        held_by_containers: &HashSet<String>,
-        array_starts: &mut HashMap<usize, u32>,
-    ) -> bool {
-        if job.spec.earliest_start.is_some_and(|t| t > now) {
-            return false;
-        }
-        if !job.spec.extra.dependencies.is_empty() && !self.dependencies_met(position, job) {
-            return false;
-        }
-        if !held_by_containers.is_empty() && held_by_containers.contains(&job.id) {
-            return false; // its container holds its jobs (HOLDJOBS)
-        }
-        job.array_member().is_none() || self.slot_free(job, array_starts, false)
     }
 
     /// What running jobs hold, and until when they are expected to (start plus requested
@@ -767,9 +746,6 @@ impl Engine {
         allocation: Vec<crate::job::Allocation>,
     ) -> Result<(), String> {
         let mut priced = (*self.job_at(position)).clone();
-        // Handed ahead once and taken back since: this start is a new one.
-        self.launchers.ahead.remove(&priced.id);
-        self.launchers.unrecorded.remove(&priced.id);
         priced.status.allocation = allocation.clone();
         let held = self.accountant.start(&priced, self.now())?;
         self.journal.write_all(held);
@@ -819,9 +795,6 @@ impl Engine {
         let job = self.job_at(position);
         let now = self.now();
         match outcome {
-            Ok(process) if self.launchers.ahead.contains(&job.id) => {
-                self.taken_ahead(position, process)
-            }
             Ok(process) => {
                 self.update(position, |job| {
                     job.status.state = JobState::Running;
@@ -1048,9 +1021,6 @@ impl Engine {
         if self.degraded.is_some() {
             self.reload();
             return;
-        }
-        if !self.launchers.unrecorded.is_empty() {
-            self.resolve_unrecorded();
         }
         let now = self.now();
         let over: Vec<(usize, i64)> = self

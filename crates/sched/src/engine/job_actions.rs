@@ -206,9 +206,7 @@ impl Engine {
                 });
             }
             JobState::Starting => {
-                // Handed ahead: withdrawn from the resource manager.
-                self.withdraw_ahead(position, target.job, true)
-                    .map_err(|e| target.refuse(e))?;
+                self.charge_nodes(target.job, false);
                 self.update(position, |job| {
                     job.status.allocation.clear();
                     job.status.state = JobState::Idle;
@@ -339,10 +337,7 @@ impl Engine {
             }
             _ => {
                 if job.status.state == JobState::Starting {
-                    // Handed ahead: withdrawn from the resource manager.
-                    self.withdraw_ahead(position, job, true).map_err(|e| {
-                        SchedError::refused(summary::job_action_refused("cancel", id), e)
-                    })?;
+                    self.charge_nodes(job, false);
                 }
                 // Waiting in the resource manager (submitted there directly): cancelled
                 // there; its end, when heard, only completes the record.

@@ -42,14 +42,6 @@ pub(crate) struct Launchers {
     in_flight: HashMap<String, u64>,
     /// Ends heard before the start they end was: job id to `(pid, exit)`.
     early_ends: HashMap<String, (i32, Exit)>,
-    /// Jobs handed to the resource manager ahead of their nodes' freeing, whose start
-    /// there is not heard yet (`ahead`): they stay `Starting` until it is.
-    pub(super) ahead: std::collections::BTreeSet<String>,
-    /// Starts there heard before the hand-over's answer: job id to `(pid, start)`.
-    pub(super) early_starts: HashMap<String, (i32, Option<i64>)>,
-    /// Starts recorded without their process, found so at a restart: job id to when
-    /// they are looked for a last time (`ahead::resolve_unrecorded`).
-    pub(super) unrecorded: HashMap<String, std::time::Instant>,
 }
 
 impl Launchers {
@@ -73,9 +65,6 @@ impl Launchers {
             next_number: 0,
             in_flight: HashMap::new(),
             early_ends: HashMap::new(),
-            ahead: std::collections::BTreeSet::new(),
-            early_starts: HashMap::new(),
-            unrecorded: HashMap::new(),
         }
     }
 }
@@ -158,11 +147,6 @@ impl Engine {
         {
             self.exited(job_id, ended_pid, exit);
         }
-    }
-
-    /// Whether a launch of the job is handed over and not answered yet.
-    pub(super) fn in_flight(&self, job_id: &str) -> bool {
-        self.launchers.in_flight.contains_key(job_id)
     }
 
     /// Keeps an end heard for a job whose start is not heard yet; answers whether it did.

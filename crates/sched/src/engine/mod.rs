@@ -12,7 +12,6 @@
 //! `launch`, `preempt`, `recovery`.
 
 mod acl_edit;
-mod ahead;
 mod arrays;
 mod core;
 mod credential_names;

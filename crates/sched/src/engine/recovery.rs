@@ -115,8 +115,16 @@ impl Engine {
                 job.status.state = JobState::Idle;
                 job.status.block = None;
             }),
-            // Handed ahead, or its start recorded and its process perhaps made.
-            JobState::Starting => self.recover_starting(position, job, now),
+            JobState::Starting => {
+                // Its start was recorded but its process may never have been made,
+                // or was made and not recorded: stop any such orphan.
+                self.rm.abandon(&job.id);
+                self.update(position, |job| {
+                    job.status.state = JobState::Idle;
+                    job.status.allocation.clear();
+                    job.status.in_vm = None;
+                });
+            }
             JobState::Running | JobState::Suspended => self.recover_running(position, job, now),
             JobState::Vacated if job.status.ending.is_some() => {
                 self.recover_running(position, job, now)
@@ -126,7 +134,7 @@ impl Engine {
     }
 
     /// A job that had a process when the service stopped.
-    pub(super) fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
+    fn recover_running(&mut self, position: usize, job: &Job, now: i64) {
         let adopted = |engine: &Self, process| {
             if job.spec.extra.rm_detected {
                 let waiting = job.status.state == JobState::Idle;

@@ -145,9 +145,10 @@ impl Engine {
             if known.contains(&rm_job_id) {
                 continue;
             }
-            // One of ours that is not the one recorded for its job.
-            if let Some(position) = job.own_job.as_deref().and_then(|id| self.position(id)) {
-                self.own_job_found(position, &job);
+            // One of ours whose start was not recorded (being abandoned).
+            if let Some(id) = job.own_job.as_deref()
+                && self.position(id).is_some()
+            {
                 continue;
             }
             self.add_detected(job);

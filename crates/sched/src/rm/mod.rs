@@ -202,50 +202,6 @@ pub trait ResourceManager: Send + Sync {
     /// After a restart: stops whatever a start that was never recorded left running.
     fn abandon(&self, job_id: &str);
 
-    /// After a restart: the process a start of `job_id` made that was never recorded,
-    /// if the resource manager still holds it as the job's (`user`'s), now watched as
-    /// one just handed over (its start is reported). Whatever else that start left is
-    /// stopped. `None`: there is none to take, and [`ResourceManager::abandon`] follows.
-    fn adopt_unrecorded(&self, _job_id: &str, _user: &str) -> Option<ProcessRecord> {
-        None
-    }
-
-    /// How long after a restart a start recorded without its process waits before it
-    /// is looked for a last time ([`ResourceManager::adopt_unrecorded`]) and otherwise
-    /// abandoned and made again: a hand-over the stopped service made may still be
-    /// under way in the resource manager. Zero: at once (nothing outlives the service).
-    fn unrecorded_grace(&self) -> std::time::Duration {
-        std::time::Duration::ZERO
-    }
-
-    /// Watches `process`, which the resource manager just reported holding under the
-    /// name of `job_id` ([`DetectedJob::own_job`]), as one just handed over for it (its
-    /// start and end are reported): whether it does.
-    fn watch_found(&self, _job_id: &str, _process: &ProcessRecord) -> bool {
-        false
-    }
-
-    /// After a restart: whether a recorded process ended without ever running (a job
-    /// handed ahead whose withdrawal was not recorded): its job did not run and may wait
-    /// again.
-    fn never_ran(&self, _process: &ProcessRecord) -> bool {
-        false
-    }
-
-    /// How many times over its nodes' processors it may be handed work ahead of their
-    /// freeing (0: none): jobs the plan starts next, pinned to the nodes they get, which
-    /// it starts the moment those are free and then reports ([`RmEvent::Started`]).
-    fn takes_work_ahead(&self) -> u32 {
-        0
-    }
-
-    /// Takes back a job handed over ahead, only if it still waits there: whether it did
-    /// (it is withdrawn); `false` when it already runs (its start is reported).
-    fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
-        self.signal(process, JobSignal::Terminate { grace_seconds: 0 })
-            .map(|()| true)
-    }
-
     /// The end of the job's `process` is recorded durably: what was kept for a service
     /// that restarts before it is (the local shepherd's spool) may go.
     fn forget(&self, _job_id: &str, _process: &ProcessRecord) {}

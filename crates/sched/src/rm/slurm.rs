@@ -21,21 +21,6 @@
 //! adopted while it waited is [`RmEvent::Started`]). A submission holds a lock until
 //! its job is watched, and that listing takes it too: a job of ours is never reported.
 //!
-//! Work ahead ([`SlurmConfig::work_ahead`], `engine::ahead`): the engine also hands
-//! over, pinned the same way, jobs whose nodes are not free yet; Slurm starts each the
-//! moment they are (no round trip through the watcher and `sbatch` between the end of
-//! one job and the start of the next). Every job handed over is watched as waiting, so
-//! its start there is reported ([`RmEvent::Started`], with Slurm's date). A restart
-//! adopts them as any other; a start recorded without its Slurm job takes the Slurm job
-//! of its name and user, if any ([`ResourceManager::adopt_unrecorded`]), else looks
-//! again after [`ResourceManager::unrecorded_grace`] before submitting anew.
-//!
-//! Nothing runs twice: Slurm's clients die with the service (`PR_SET_PDEATHSIG`), so a
-//! killed service's `sbatch` cannot submit long after it (slurmctld may still make a job
-//! it had received: the grace covers that), and jobs of this service's name that are
-//! not watched are reported with their job ([`DetectedJob::own_job`]): the engine takes
-//! or cancels them.
-//!
 //! Trust: what Slurm reports is taken as Slurm's (slurmctld authenticates its users);
 //! a job's name is the one field its user chooses, and it cannot forge a listing's
 //! record (see `text`). A job submitted directly is its Slurm user's, and a restart
@@ -96,10 +81,6 @@ const GUEST_MARK: &str = "vm-";
 /// sacct, before its end is reported without a code.
 const GONE_LOOKS: u32 = 240;
 
-/// How long a start recorded without its Slurm job waits, after a restart, before it is
-/// looked for a last time and made again if Slurm has none ([`ResourceManager::unrecorded_grace`]).
-const UNRECORDED_GRACE: Duration = Duration::from_secs(5);
-
 /// How many `sbatch` may run at once.
 const SBATCH_AT_ONCE: usize = 8;
 
@@ -135,9 +116,6 @@ pub struct SlurmConfig {
     /// The account VM guests run as (`[cloud] guest_user`): its jobs of a guest's name
     /// are the VM host's.
     pub guest_user: Option<String>,
-    /// How many times over its nodes' processors jobs are handed over ahead of their
-    /// freeing ([`ResourceManager::takes_work_ahead`]); 0: none.
-    pub work_ahead: u32,
 }
 
 impl SlurmConfig {
@@ -155,7 +133,6 @@ impl SlurmConfig {
             describe_nodes: false,
             service_identity: String::new(),
             guest_user: None,
-            work_ahead: 2,
         }
     }
 
@@ -227,7 +204,6 @@ impl SlurmConfig {
         if let Some(conf) = &self.slurm_conf {
             command.env("SLURM_CONF", conf);
         }
-        die_with_the_service(&mut command);
         run_bounded(command, self.command_timeout).map_err(|e| format!("{program}: {e}"))
     }
 
@@ -318,28 +294,6 @@ impl SlurmConfig {
 pub fn slurm_nodes(config: &SlurmConfig) -> Result<Parsed<SlurmNode>, String> {
     let out = config.run("sinfo", &["--json".into()], &[])?;
     parse_nodes(&out)
-}
-
-/// Makes the command's process die with the service (`PR_SET_PDEATHSIG`): an `sbatch`
-/// a killed service started must not submit its job after the service that takes over
-/// has looked for it (`ResourceManager::unrecorded_grace`). Slurm's clients are started
-/// from long-lived threads (launchers, the watcher, the engine) that wait for them.
-fn die_with_the_service(command: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    let service = std::process::id();
-    // SAFETY: only async-signal-safe system calls between fork and exec.
-    unsafe {
-        command.pre_exec(move || {
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The service died before the call: no signal will come.
-            if libc::getppid() != service as libc::pid_t {
-                return Err(std::io::Error::other("the service is gone"));
-            }
-            Ok(())
-        });
-    }
 }
 
 /// Runs a command, reading its output in threads (no pipe fills up), killing it at
@@ -640,16 +594,6 @@ impl Shared {
         }
         *cache = Some((Instant::now(), jobs.clone()));
         Ok(jobs)
-    }
-
-    /// What slurmctld lists of a recorded job, else what `sacct` recorded of it.
-    fn recorded(&self, process: &ProcessRecord) -> Option<SlurmJob> {
-        let slurm_id = slurm_id_of(process)?;
-        let listed = match self.listing(Duration::from_secs(1)) {
-            Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
-            Err(_) => None,
-        };
-        listed.or_else(|| self.accounted(slurm_id))
     }
 
     /// How `sacct` recorded one job: read at the restart ([`Shared::accounted`]'s
@@ -1059,6 +1003,10 @@ impl SlurmResourceManager {
         &self.shared.config
     }
 
+    fn watch(&self, slurm_id: u64, job_id: &str) {
+        self.watch_as(slurm_id, job_id, false, None);
+    }
+
     fn watch_as(&self, slurm_id: u64, job_id: &str, pending: bool, suspended: Option<bool>) {
         self.shared.watched().insert(
             slurm_id,
@@ -1183,9 +1131,7 @@ impl ResourceManager for SlurmResourceManager {
                         || job.name == format!("{JOB_NAME_PREFIX}{job_id}"))
                         && !job.is_finished() =>
                 {
-                    // Watched as waiting: its start there is reported (a job handed
-                    // ahead still waits for it; of a running one it is the date).
-                    self.watch_as(slurm_id, job_id, true, None);
+                    self.watch(slurm_id, job_id);
                     true
                 }
                 // Ended (then `recorded_exit` tells how), unknown, or another's job.
@@ -1194,63 +1140,10 @@ impl ResourceManager for SlurmResourceManager {
             // Slurm does not answer: the job may well run on; watch it until it does.
             Err(e) => {
                 eprintln!("slurm: adopting {job_id} without an answer from Slurm: {e}");
-                self.watch_as(slurm_id, job_id, true, None);
+                self.watch(slurm_id, job_id);
                 true
             }
         }
-    }
-
-    fn adopt_unrecorded(&self, job_id: &str, user: &str) -> Option<ProcessRecord> {
-        let name = self.shared.config.job_name(job_id);
-        let jobs = self.shared.listing(Duration::from_secs(1)).ok()?;
-        // Only this job's user's: anyone may name a Slurm job like ours.
-        let mut found: Vec<u64> = jobs
-            .items
-            .iter()
-            .filter(|j| j.name == name && !j.is_finished() && j.user_name.as_deref() == Some(user))
-            .map(|j| j.job_id)
-            .collect();
-        found.sort_unstable();
-        let (&slurm_id, others) = found.split_first()?;
-        for other in others {
-            if let Err(e) = self.shared.config.run("scancel", &[other.to_string()], &[]) {
-                eprintln!("slurm: scancel {other} (a second start of {job_id}): {e}");
-            }
-        }
-        self.watch_as(slurm_id, job_id, true, None);
-        Some(ProcessRecord {
-            pid: pid_of(slurm_id),
-            start_ticks: 0,
-            spool: String::new(),
-            rm_job_id: Some(slurm_id.to_string()),
-        })
-    }
-
-    fn takes_work_ahead(&self) -> u32 {
-        self.shared.config.work_ahead
-    }
-
-    /// An `sbatch` of the service that stopped dies with it, but one slurmctld had
-    /// received is still being made: a few seconds' wait covers it.
-    fn unrecorded_grace(&self) -> Duration {
-        UNRECORDED_GRACE
-    }
-
-    /// `scancel --state=PENDING`, then a look: one Slurm started meanwhile runs on.
-    fn withdraw_waiting(&self, process: &ProcessRecord) -> Result<bool, String> {
-        let slurm_id = slurm_id_of(process).ok_or("the process record names no Slurm job")?;
-        let config = &self.shared.config;
-        config.run(
-            "scancel",
-            &["--state=PENDING".into(), slurm_id.to_string()],
-            &[],
-        )?;
-        let jobs = config.queue(Some(&[slurm_id]), "all", None)?;
-        Ok(jobs
-            .items
-            .iter()
-            .find(|j| j.job_id == slurm_id)
-            .is_none_or(|j| j.state == "CANCELLED"))
     }
 
     /// sbatch is a process of its own that waits on slurmctld (about 100 ms): several
@@ -1358,25 +1251,16 @@ impl ResourceManager for SlurmResourceManager {
     }
 
     fn recorded_exit(&self, process: &ProcessRecord) -> Option<Exit> {
-        let job = self.shared.recorded(process)?;
-        job.is_finished().then(|| exit_of(Some(&job)))
-    }
-
-    /// Reported by the look for jobs submitted directly, just now: no listing again
-    /// (a cached one may predate it).
-    fn watch_found(&self, job_id: &str, process: &ProcessRecord) -> bool {
-        let Some(slurm_id) = slurm_id_of(process) else {
-            return false;
+        let slurm_id = slurm_id_of(process)?;
+        let job = match self.shared.listing(Duration::from_secs(1)) {
+            Ok(jobs) => jobs.items.iter().find(|j| j.job_id == slurm_id).cloned(),
+            Err(_) => None,
         };
-        self.watch_as(slurm_id, job_id, true, None);
-        true
-    }
-
-    /// Cancelled while it waited: Slurm gave it no node.
-    fn never_ran(&self, process: &ProcessRecord) -> bool {
-        self.shared
-            .recorded(process)
-            .is_some_and(|job| job.state == "CANCELLED" && job.nodes.is_empty())
+        let job = match job {
+            Some(job) => job,
+            None => self.shared.accounted(slurm_id)?,
+        };
+        job.is_finished().then(|| exit_of(Some(&job)))
     }
 }
 
@@ -1520,29 +1404,6 @@ mod tests {
         assert_eq!(slurm_id_of(&record), None);
         assert_eq!(wall_time(59), "0-00:00:59");
         assert_eq!(wall_time(90061), "1-01:01:01");
-    }
-
-    #[test]
-    fn slurm_clients_die_with_the_service() {
-        use std::os::unix::process::ExitStatusExt;
-        // Started from a thread that then ends, as a service that dies ends them all.
-        let mut child = std::thread::spawn(|| {
-            let mut sleep = Command::new("/bin/sleep");
-            sleep.arg("30");
-            die_with_the_service(&mut sleep);
-            sleep.spawn().unwrap()
-        })
-        .join()
-        .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        let status = loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                break status;
-            }
-            assert!(Instant::now() < deadline, "the client outlived its service");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
     }
 
     #[test]
