@@ -17,17 +17,18 @@
 //! monitor (QMP) and the guest agent through one per conversation.
 //!
 //! What the service keeps of a VM is in `<run_dir>/<id>` (root's, 0700): `spec.json`,
-//! `console.log` and `guest.json` (the Slurm job, node and slot of the running guest),
-//! written only once what it names runs, so a restart finds the guest again
-//! ([`Provisioner::adopt`]) and ends any other job of the VM's name (a migration's
-//! destination it interrupted).
+//! `console.log` and `guest.json` (the Slurm job, node and slot of the running guest,
+//! and during a migration its destination's), so a restart finds the guest again
+//! ([`Provisioner::adopt`]), keeps the side of a migration that runs it, and ends any
+//! other job of the VM's name.
 //!
 //! A live migration starts the destination as a second job on the target node (the
 //! other slot, `-incoming defer`), has it listen on a port of its node's address
 //! (`migrate-incoming tcp:<address>:0`, the port QEMU chose read back), tells the
 //! source to migrate there, then ends the source's job: its allocation is freed, the
-//! destination's holds the VM. Migration traffic is plain TCP between the nodes, as
-//! QEMU's and libvirt's are by default: the cluster's network must be trusted.
+//! destination's holds the VM. The stream is TCP under TLS with a key made for each
+//! migration (`tls-creds-psk`): whoever else reaches the port fails the handshake.
+//! Slurm not answering fails an operation; it is never taken for a guest gone.
 //!
 //! Trust: root never reads or writes in the guest directory: disks are made, QEMU's
 //! error read and a VM's files removed by commands run as the guest account.
@@ -44,6 +45,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use drover_domain::ids::is_plain_name as safe_name;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -164,9 +166,6 @@ impl Drop for Relay {
         }
     }
 }
-
-/// A name Slurm is given (a node).
-use drover_domain::ids::is_plain_name as safe_name;
 
 /// A node's address as a migration URI's host: a name or an IPv4 address as it is,
 /// an IPv6 address in brackets.
@@ -627,8 +626,8 @@ impl SlurmGuests {
         Ok(())
     }
 
-    /// QEMU's arguments for the guest of `spec` in `slot`, its files named relative to
-    /// its directory (the job's working directory).
+    /// QEMU's arguments for the guest of `spec` in `slot`, its files named by absolute
+    /// paths in its directory.
     fn qemu_args(&self, spec: &VmSpec, slot: &str, incoming: bool) -> Vec<String> {
         let path = |p: &Path| p.display().to_string();
         // Absolute paths only: a job whose directory cannot be entered runs in /tmp.
@@ -940,6 +939,9 @@ impl SlurmGuests {
         let Some(destination) = recorded.incoming.as_deref().cloned() else {
             return Ok(());
         };
+        // Slurm away decides nothing: ending a side now could end the only copy.
+        let unanswered = |why: String| ProvisionError::Slurm { id: id.into(), why };
+        self.job_state(destination.job).map_err(unanswered)?;
         let source = Placement {
             incoming: None,
             ..recorded
@@ -989,9 +991,7 @@ impl SlurmGuests {
         qmp.execute("migrate", Some(uri))?;
         follow_migration(&mut qmp, spec.memory_mib).map(drop)
     }
-}
 
-impl SlurmGuests {
     /// Makes a new pre-shared key for a migration of VM `id` (`<its directory>/tls/
     /// keys.psk`, the guest account's, 0600) and returns its directory.
     fn new_migration_key(&self, id: &str) -> Result<PathBuf, String> {

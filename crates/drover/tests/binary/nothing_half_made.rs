@@ -657,9 +657,13 @@ fn a_failed_commit_leaves_balances_as_they_were() {
     mounted.abort_to_read_only();
     let (status, body) = call("PUT", &format!("/rest/jobs/{id}/unhold"), None);
     assert_eq!(status, 503, "the release cannot be durable: {body}");
-    // However long the service tries to reload from a store it cannot write to.
-    std::thread::sleep(Duration::from_secs(2));
-    let after = balance();
+    // The reload after the failure gives the lien back; waited for, not slept on.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut after = balance();
+    while after != before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        after = balance();
+    }
     assert_eq!(
         after, before,
         "the lien of a start that was never durable is held"

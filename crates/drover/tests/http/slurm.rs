@@ -7,9 +7,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use drover_testkit::wait_for_value as wait;
-use drover_testkit::{
-    Auth, PASSWORD, TestServer, scratch_dir, script, send, slurm_state, wait_until,
-};
+use drover_testkit::{Auth, PASSWORD, TestServer, scratch_dir, script, send, slurm_state};
 use serde_json::{Value, json};
 
 use crate::security::{BOB, CAROL, system_accounts};
@@ -1203,8 +1201,10 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
     let body = json!({"id": "roam", "totalProcessors": 2, "totalMemory": 128,
                       "node": {"id": "node1"}});
     let setup = crate::vms::job_id(&send(&server, "POST", "/rest/vms", Auth::User, &body));
-    let vm = server.wait_for("/rest/vms/roam", "the guest", |vm| {
-        vm["substate"] != "creating"
+    // A generous wait: an emulated guest booting through Slurm on a busy machine.
+    let vm = wait("the guest is made", 120, || {
+        let vm = server.get("/rest/vms/roam").json();
+        (vm["substate"] != "creating").then_some(vm)
     });
     let job = server
         .get(&format!("/rest/jobs/{setup}?api-version=2"))
@@ -1220,21 +1220,20 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
     );
     let cpus = run("squeue", &["-h", "-j", &first_job, "-o", "%C"]);
     assert_eq!(cpus.trim(), "2", "the job holds the VM's processors");
-    // The resource manager leaves the guest's job alone: no job of it is shown.
-    std::thread::sleep(Duration::from_secs(2));
+    // Another user's job of the guest's name is theirs: shown as a job submitted to
+    // Slurm directly, never taken for the guest.
+    let name = run("squeue", &["-h", "-j", &first_job, "-o", "%j"]);
+    let look_alike = sbatch_by_hand(name.trim(), 300);
+    let shown = wait("bob's look-alike is shown", 60, || {
+        shown_job(&server, &look_alike)
+    });
+    assert_eq!(shown["user"], BOB, "{shown}");
+    // The look that found it saw the guest's job too, and left it alone.
     let taken = shown_job(&server, &first_job);
     assert!(
         taken.is_none(),
         "the guest's job was taken for a job: {taken:?}"
     );
-    // Another user's job of the guest's name is theirs: shown as a job submitted to
-    // Slurm directly, never taken for the guest.
-    let name = run("squeue", &["-h", "-j", &first_job, "-o", "%j"]);
-    let look_alike = sbatch_by_hand(name.trim(), 300);
-    let shown = wait("bob's look-alike is shown", 30, || {
-        shown_job(&server, &look_alike)
-    });
-    assert_eq!(shown["user"], BOB, "{shown}");
     run("scancel", &[&look_alike]);
     assert_eq!(guest_jobs("roam").len(), 1);
     // Jobs in VMs are not run over Slurm: refused, not run beside the VM.
@@ -1252,8 +1251,8 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
 
     // Live migration to node2: a new job there, the guest's uptime goes on, the first
     // job ends.
-    wait_until("the guest ticks", || {
-        crate::vms::last_tick(&server, "roam") > 0.0
+    wait("the guest ticks", 120, || {
+        (crate::vms::last_tick(&server, "roam") > 0.0).then_some(())
     });
     let before = crate::vms::last_tick(&server, "roam");
     let moved = send(
@@ -1264,11 +1263,12 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
         &json!({"node": {"id": "node2"}}),
     );
     let migrate = crate::vms::job_id(&moved);
-    let job = server.wait_for(
-        &format!("/rest/jobs/{migrate}?api-version=2"),
-        "the migration's end",
-        |job| job["states"]["state"] == "Completed",
-    );
+    let job = wait("the migration ends", 180, || {
+        let job = server
+            .get(&format!("/rest/jobs/{migrate}?api-version=2"))
+            .json();
+        (job["states"]["state"] == "Completed").then_some(job)
+    });
     assert_eq!(job["completionCode"], 0, "{}", job["messages"]);
     let vm = server.get("/rest/vms/roam").json();
     assert!(
@@ -1279,8 +1279,8 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
     assert_eq!(now.len(), 1, "{now:?}");
     assert_ne!(now[0].0, first_job);
     assert_eq!(now[0].1, "node2");
-    wait_until("the migrated guest ticks on", || {
-        crate::vms::last_tick(&server, "roam") > before
+    wait("the migrated guest ticks on", 120, || {
+        (crate::vms::last_tick(&server, "roam") > before).then_some(())
     });
     // The stream went over TLS with a key made for it, the guest account's alone.
     let key = std::fs::metadata(shared.join("roam").join("tls").join("keys.psk")).unwrap();
@@ -1320,17 +1320,18 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
                                    "node": "node3", "slot": slot});
     std::fs::write(&recorded, placement.to_string()).unwrap();
     let server = server.restart();
-    wait_until("the strays are ended", || {
-        !guest_jobs("roam")
+    wait("the strays are ended", 120, || {
+        (!guest_jobs("roam")
             .iter()
-            .any(|(job, _)| *job == unrecorded || *job == destination)
+            .any(|(job, _)| *job == unrecorded || *job == destination))
+        .then_some(())
     });
     assert_eq!(guest_jobs("roam"), now, "the guest's job is kept");
     let vm = server.get("/rest/vms/roam").json();
     assert_eq!(vm["substate"], "running", "{vm}");
     let before = crate::vms::last_tick(&server, "roam");
-    wait_until("the adopted guest's console is read on", || {
-        crate::vms::last_tick(&server, "roam") > before
+    wait("the adopted guest's console is read on", 120, || {
+        (crate::vms::last_tick(&server, "roam") > before).then_some(())
     });
 
     // A start while slurmctld is away keeps the guest as it was: unknown is not gone.
@@ -1344,9 +1345,11 @@ fn a_vm_guest_runs_in_a_slurm_job_on_its_node_and_migrates_live_between_nodes() 
 
     // Deleted: its job ends, its files go.
     crate::vms::job_id(&server.send("DELETE", "/rest/vms/roam", Auth::User));
-    wait_until("the VM is gone", || {
-        server.get("/rest/vms/roam").status == 404
+    wait("the VM is gone", 120, || {
+        (server.get("/rest/vms/roam").status == 404).then_some(())
     });
-    wait_until("its job ended", || guest_jobs("roam").is_empty());
+    wait("its job ended", 60, || {
+        guest_jobs("roam").is_empty().then_some(())
+    });
     assert!(!shared.join("roam").exists());
 }
